@@ -1,0 +1,210 @@
+"""The resolved shape of a run: who the agents are and which limits apply.
+
+Everything that starts a run (CLI flags, a MassGen YAML file, an MCP tool call) ends up as a
+:class:`TeamConfig`. Validation happens here, once, with messages that name the field and the fix,
+so the engine can trust what it gets.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from massgen_mcp.errors import ConfigError
+from massgen_mcp.secrets import register_secret
+
+MAX_AGENTS = 8
+MAX_QUESTION_CHARS = 50_000
+MAX_CONTEXT_CHARS = 200_000
+
+_AGENT_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_MODEL = re.compile(r"^[A-Za-z0-9_.:@\-/]{1,200}$")
+
+# Which environment variable a provider reads its key from (litellm's own names). A model behind
+# an explicit base_url is a self-hosted endpoint and needs no key.
+PROVIDER_KEY_ENV: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    "xai": ("XAI_API_KEY",),
+    "openrouter": ("OPENROUTER_API_KEY",),
+    "groq": ("GROQ_API_KEY",),
+    "deepseek": ("DEEPSEEK_API_KEY",),
+    "mistral": ("MISTRAL_API_KEY",),
+    "together_ai": ("TOGETHERAI_API_KEY", "TOGETHER_API_KEY"),
+    "fireworks_ai": ("FIREWORKS_AI_API_KEY", "FIREWORKS_API_KEY"),
+    "cerebras": ("CEREBRAS_API_KEY",),
+    "zai": ("ZAI_API_KEY",),
+    "moonshot": ("MOONSHOT_API_KEY",),
+    "nebius": ("NEBIUS_API_KEY",),
+    "azure": ("AZURE_API_KEY",),
+}
+
+
+class AgentSpec(BaseModel):
+    """One agent: a model (litellm model string), an optional persona and sampling settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    model: str
+    system_message: Annotated[str | None, Field(max_length=20_000)] = None
+    temperature: Annotated[float | None, Field(ge=0, le=2)] = None
+    top_p: Annotated[float | None, Field(gt=0, le=1)] = None
+    max_tokens: Annotated[int | None, Field(gt=0, le=200_000)] = None
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    api_key_env: str | None = None
+    tool_calling: bool | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        if not _AGENT_ID.match(value):
+            raise ValueError("use 1-64 letters, digits, '_', '-' or '.'")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _check_model(cls, value: str) -> str:
+        if not _MODEL.match(value):
+            raise ValueError(
+                "expected a litellm model string such as 'openai/gpt-4o-mini' or "
+                "'anthropic/claude-sonnet-4-5' (no spaces)"
+            )
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s]+$", value):
+            raise ValueError("expected an http(s) URL such as 'http://127.0.0.1:11434/v1'")
+        return value
+
+    @property
+    def provider(self) -> str:
+        """The litellm provider prefix ('openai' for 'openai/gpt-4o'); '' when there is none."""
+        return self.model.split("/", 1)[0] if "/" in self.model else ""
+
+    def uses_native_tools(self) -> bool:
+        """Whether to offer the workflow actions as tools rather than the JSON fallback."""
+        return True if self.tool_calling is None else self.tool_calling
+
+    def resolved_api_key(self) -> str | None:
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        if self.api_key_env:
+            return os.environ.get(self.api_key_env)
+        return None
+
+
+class RunOptions(BaseModel):
+    """Limits and switches of one run; every field has a safe default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_answers_per_agent: Annotated[int, Field(ge=1, le=20)] = 3
+    timeout_s: Annotated[float, Field(gt=0, le=86_400)] = 600.0
+    call_timeout_s: Annotated[float, Field(gt=0, le=3_600)] = 120.0
+    max_retries: Annotated[int, Field(ge=0, le=10)] = 3
+    retry_backoff_s: Annotated[float, Field(ge=0, le=30)] = 1.0
+    max_cost_usd: Annotated[float | None, Field(gt=0)] = None
+    max_total_tokens: Annotated[int | None, Field(gt=0)] = None
+    skip_final_presentation: bool = False
+
+
+class TeamConfig(BaseModel):
+    """The agents of a run plus its options."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agents: Annotated[list[AgentSpec], Field(min_length=1, max_length=MAX_AGENTS)]
+    options: RunOptions = RunOptions()
+
+    @field_validator("agents")
+    @classmethod
+    def _unique_ids(cls, agents: list[AgentSpec]) -> list[AgentSpec]:
+        seen: set[str] = set()
+        for agent in agents:
+            if agent.id in seen:
+                raise ValueError(f"agent id {agent.id!r} is used twice; give each agent its own id")
+            seen.add(agent.id)
+        return agents
+
+    def redacted(self) -> dict[str, Any]:
+        """The config as JSON-ready data with every api_key replaced by '***'."""
+        data = self.model_dump(mode="json")
+        for agent in data["agents"]:
+            if agent.get("api_key"):
+                agent["api_key"] = "***"
+        return data
+
+
+def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
+    """Turn a pydantic error into one line per problem: ``agents[0].temperature: <why>``."""
+    lines = []
+    for err in exc.errors():
+        path = ""
+        for part in err["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        where = f"{prefix}{path}" if path else prefix.rstrip(".") or "input"
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown key; remove it (see the README for the accepted keys)"
+        lines.append(f"{where}: {message}")
+    return "\n".join(lines)
+
+
+def build_team(data: dict[str, Any], *, source: str = "config") -> TeamConfig:
+    """Validate plain data into a TeamConfig, raising ConfigError with named fields."""
+    try:
+        team = TeamConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source} is invalid:\n{format_validation_error(exc)}") from None
+    for agent in team.agents:
+        if agent.api_key is not None:
+            register_secret(agent.api_key.get_secret_value())
+    return team
+
+
+def team_from_models(
+    models: list[str],
+    *,
+    base_url: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> TeamConfig:
+    """A team with one agent per model string (agent ids: agent_a, agent_b, ...)."""
+    models = [m.strip() for m in models if m.strip()]
+    if not models:
+        raise ConfigError("models: give at least one model, e.g. openai/gpt-4o-mini")
+    if len(models) > MAX_AGENTS:
+        raise ConfigError(f"models: at most {MAX_AGENTS} agents per run, got {len(models)}")
+    agents = [
+        {"id": f"agent_{chr(ord('a') + i)}", "model": model, "base_url": base_url}
+        for i, model in enumerate(models)
+    ]
+    return build_team({"agents": agents, "options": options or {}}, source="models")
+
+
+def missing_credentials(team: TeamConfig) -> list[str]:
+    """One message per agent whose provider needs a key that is not set."""
+    problems = []
+    for agent in team.agents:
+        if agent.base_url or agent.resolved_api_key():
+            continue
+        if agent.api_key_env:
+            problems.append(
+                f"agent {agent.id!r} ({agent.model}): environment variable "
+                f"{agent.api_key_env} (api_key_env) is not set"
+            )
+            continue
+        names = PROVIDER_KEY_ENV.get(agent.provider)
+        if names and not any(os.environ.get(n) for n in names):
+            problems.append(
+                f"agent {agent.id!r} ({agent.model}): set {' or '.join(names)}, "
+                "or give the agent a base_url for a self-hosted endpoint"
+            )
+    return problems

@@ -1,0 +1,245 @@
+"""Read MassGen-format YAML configs into a :class:`~massgen_mcp.config.TeamConfig`.
+
+MassGen files look like ``agents: [{id, backend: {type, model, base_url, api_key, ...},
+system_message}]`` plus ``orchestrator:`` and ``timeout_settings:``. We map what we support,
+warn (never silently) about MassGen features we do not implement, and reject keys nobody knows,
+naming the key and the closest key we do know.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from massgen_mcp.config import TeamConfig, build_team
+from massgen_mcp.errors import ConfigError
+
+# MassGen backend type -> (litellm provider prefix, default base_url or None).
+BACKEND_TYPES: dict[str, tuple[str, str | None]] = {
+    "openai": ("openai", None),
+    "claude": ("anthropic", None),
+    "anthropic": ("anthropic", None),
+    "gemini": ("gemini", None),
+    "grok": ("xai", None),
+    "xai": ("xai", None),
+    "chatcompletion": ("openai", None),
+    "azure_openai": ("azure", None),
+    "openrouter": ("openrouter", None),
+    "groq": ("groq", None),
+    "together": ("together_ai", None),
+    "fireworks": ("fireworks_ai", None),
+    "cerebras": ("cerebras", None),
+    "moonshot": ("moonshot", None),
+    "nebius": ("nebius", None),
+    "deepseek": ("deepseek", None),
+    "mistral": ("mistral", None),
+    "zai": ("zai", None),
+    "ollama": ("ollama_chat", "http://127.0.0.1:11434"),
+    "vllm": ("hosted_vllm", "http://127.0.0.1:8000/v1"),
+    "sglang": ("openai", "http://127.0.0.1:30000/v1"),
+    "lmstudio": ("lm_studio", "http://127.0.0.1:1234/v1"),
+}
+UNSUPPORTED_BACKENDS = {"claude_code", "codex", "copilot", "gemini_cli", "ag2", "inference"}
+
+_AGENT_KEYS = {"id", "backend", "system_message"}
+_AGENT_IGNORED = {"voting_sensitivity", "subagent_agents", "skills"}
+_BACKEND_KEYS = {
+    "type", "model", "base_url", "api_key", "api_key_env",
+    "temperature", "top_p", "max_tokens", "tool_calling",
+}
+_BACKEND_IGNORED = {
+    "enable_web_search", "enable_code_interpreter", "enable_code_execution", "cwd",
+    "mcp_servers", "custom_tools", "reasoning", "text", "enable_mcp_command_line",
+    "command_line_execution_mode", "command_line_docker_image", "allowed_tools",
+    "exclude_tools", "context_paths", "max_retries", "instructions",
+}
+_ORCHESTRATOR_IGNORED = {
+    "snapshot_storage", "agent_temporary_workspace", "context_paths", "voting_sensitivity",
+    "voting_threshold", "answer_novelty_requirement", "max_new_answers_global",
+    "fairness_enabled", "fairness_lead_cap_answers", "max_midstream_injections_per_round",
+    "defer_peer_updates_until_restart", "defer_voting_until_all_answered", "disable_injection",
+    "skip_voting", "skip_coordination_rounds", "presenter_agent", "coordination",
+    "session_storage", "timeout",
+}
+_TIMEOUT_IGNORED = {
+    "initial_round_timeout_seconds", "subsequent_round_timeout_seconds",
+    "round_timeout_grace_seconds",
+}
+_TOP_KEYS = {"agents", "agent", "orchestrator", "timeout_settings", "options"}
+_TOP_IGNORED = {"ui", "logging", "memory", "description"}
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _unknown(key: str, where: str, known: set[str]) -> ConfigError:
+    close = difflib.get_close_matches(key, sorted(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(known))}"
+    return ConfigError(f"{where}.{key}: unknown key{hint}")
+
+
+def _expand(value: Any, where: str) -> Any:
+    """Replace ``${VAR}`` in strings with the environment variable; unset variables are errors."""
+    if isinstance(value, str):
+        def sub(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in os.environ:
+                raise ConfigError(f"{where}: environment variable {name} is not set")
+            return os.environ[name]
+        return _VAR.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _expand(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _model_string(backend: dict[str, Any], where: str) -> tuple[str, str | None]:
+    model = backend.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise ConfigError(f"{where}.model: required; e.g. model: gpt-4o-mini")
+    backend_type = backend.get("type")
+    base_url = backend.get("base_url")
+    if backend_type is None:
+        if "/" in model:
+            return model, base_url
+        return _infer_provider(model, where) + "/" + model, base_url
+    if backend_type in UNSUPPORTED_BACKENDS:
+        raise ConfigError(
+            f"{where}.type: backend {backend_type!r} drives a local coding-agent CLI, which "
+            "massgen-mcp does not support; use an API backend such as openai, claude or gemini"
+        )
+    if backend_type not in BACKEND_TYPES:
+        raise _unknown(str(backend_type), f"{where}.type", set(BACKEND_TYPES)) from None
+    prefix, default_url = BACKEND_TYPES[backend_type]
+    if backend_type == "chatcompletion" and not base_url:
+        raise ConfigError(f"{where}.base_url: required for type chatcompletion")
+    if model.startswith(prefix + "/"):
+        return model, base_url or default_url
+    return f"{prefix}/{model}", base_url or default_url
+
+
+def _infer_provider(model: str, where: str) -> str:
+    for prefix, provider in (
+        ("gpt-", "openai"), ("o1", "openai"), ("o3", "openai"), ("o4", "openai"),
+        ("claude", "anthropic"), ("gemini", "gemini"), ("grok", "xai"),
+    ):
+        if model.startswith(prefix):
+            return provider
+    raise ConfigError(
+        f"{where}: cannot tell the provider of model {model!r}; set backend.type "
+        "(e.g. type: openai) or write the model as provider/model"
+    )
+
+
+def _agent(raw: Any, index: int, warnings: list[str]) -> dict[str, Any]:
+    where = f"agents[{index}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping with id, backend and system_message")
+    for key in raw:
+        if key in _AGENT_IGNORED:
+            warnings.append(f"{where}.{key}: not supported by massgen-mcp; ignored")
+        elif key not in _AGENT_KEYS:
+            raise _unknown(key, where, _AGENT_KEYS | _AGENT_IGNORED)
+    backend = raw.get("backend")
+    if not isinstance(backend, dict):
+        raise ConfigError(f"{where}.backend: required mapping with at least type and model")
+    for key in backend:
+        if key in _BACKEND_IGNORED:
+            warnings.append(f"{where}.backend.{key}: not supported by massgen-mcp; ignored")
+        elif key not in _BACKEND_KEYS:
+            raise _unknown(key, f"{where}.backend", _BACKEND_KEYS | _BACKEND_IGNORED)
+    model, base_url = _model_string(backend, f"{where}.backend")
+    agent = {
+        "id": raw.get("id", f"agent{index + 1}"),
+        "model": model,
+        "system_message": raw.get("system_message"),
+        "base_url": base_url,
+    }
+    for key in ("api_key", "api_key_env", "temperature", "top_p", "max_tokens", "tool_calling"):
+        if key in backend:
+            agent[key] = backend[key]
+    return agent
+
+
+def _options(data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
+    options: dict[str, Any] = dict(data.get("options") or {})
+    orchestrator = data.get("orchestrator") or {}
+    if not isinstance(orchestrator, dict):
+        raise ConfigError("orchestrator: expected a mapping")
+    supported = {"max_new_answers_per_agent", "skip_final_presentation", "final_answer_strategy",
+                 "coordination_mode"}
+    for key, value in orchestrator.items():
+        if key == "max_new_answers_per_agent":
+            options["max_answers_per_agent"] = value
+        elif key == "skip_final_presentation":
+            options["skip_final_presentation"] = value
+        elif key == "final_answer_strategy":
+            if value == "winner_reuse":
+                options["skip_final_presentation"] = True
+            elif value == "synthesize":
+                warnings.append("orchestrator.final_answer_strategy: 'synthesize' is not "
+                                "supported; the winner presents (winner_present)")
+            elif value != "winner_present":
+                raise ConfigError("orchestrator.final_answer_strategy: use winner_present "
+                                  "or winner_reuse")
+        elif key == "coordination_mode":
+            if value != "voting":
+                raise ConfigError(f"orchestrator.coordination_mode: {value!r} is not "
+                                  "supported; massgen-mcp implements 'voting'")
+        elif key in _ORCHESTRATOR_IGNORED:
+            warnings.append(f"orchestrator.{key}: not supported by massgen-mcp; ignored")
+        else:
+            raise _unknown(key, "orchestrator", supported | _ORCHESTRATOR_IGNORED)
+    timeouts = data.get("timeout_settings") or {}
+    if not isinstance(timeouts, dict):
+        raise ConfigError("timeout_settings: expected a mapping")
+    for key, value in timeouts.items():
+        if key == "orchestrator_timeout_seconds":
+            options["timeout_s"] = value
+        elif key in _TIMEOUT_IGNORED:
+            warnings.append(f"timeout_settings.{key}: not supported by massgen-mcp; ignored")
+        else:
+            raise _unknown(key, "timeout_settings", {"orchestrator_timeout_seconds"}
+                           | _TIMEOUT_IGNORED)
+    return options
+
+
+def team_from_mapping(data: Any, *, source: str = "config") -> tuple[TeamConfig, list[str]]:
+    """Translate a MassGen-format mapping; returns the team and warnings about ignored keys."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping with an 'agents' list")
+    warnings: list[str] = []
+    for key in data:
+        if key in _TOP_IGNORED:
+            warnings.append(f"{key}: not used by massgen-mcp; ignored")
+        elif key not in _TOP_KEYS:
+            raise _unknown(key, source, _TOP_KEYS | _TOP_IGNORED)
+    data = _expand(data, source)
+    raw_agents = data.get("agents")
+    if raw_agents is None and "agent" in data:
+        raw_agents = [data["agent"]]
+    if not isinstance(raw_agents, list) or not raw_agents:
+        raise ConfigError(f"{source}.agents: required, a list of 1-8 agents")
+    agents = [_agent(raw, i, warnings) for i, raw in enumerate(raw_agents)]
+    team = build_team({"agents": agents, "options": _options(data, warnings)}, source=source)
+    return team, warnings
+
+
+def load_config_file(path: str | Path) -> tuple[TeamConfig, list[str]]:
+    """Load a YAML (or JSON) config file; errors name the file and the key."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {str(path)!r} cannot be read: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+    return team_from_mapping(data, source=path.name)

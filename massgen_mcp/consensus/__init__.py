@@ -1,0 +1,1 @@
+"""The consensus protocol: state machine, prompts, action parsing and the async engine."""

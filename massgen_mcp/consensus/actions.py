@@ -1,0 +1,120 @@
+"""Turn a model's reply into exactly one valid workflow action, or say precisely what is wrong.
+
+The same rules apply to native tool calls and to the JSON fallback, so a model without tool
+calling plays by the same protocol. Problems are phrased for the model, because the message is
+sent back to it as the corrective retry.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from massgen_mcp.consensus.state import View, normalise
+from massgen_mcp.providers.base import Completion
+
+MAX_REASON_CHARS = 2_000
+
+
+@dataclass(frozen=True)
+class NewAnswer:
+    content: str
+
+
+@dataclass(frozen=True)
+class CastVote:
+    label: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Invalid:
+    problem: str  # sent back to the model
+    kind: str  # short machine-readable reason for the record
+
+
+Action = NewAnswer | CastVote
+
+
+def _extract_json(text: str) -> object | None:
+    """The first JSON object in ``text`` (models wrap JSON in prose or code fences)."""
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start != -1:
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            start = text.find("{", start + 1)
+            continue
+        return value
+    return None
+
+
+def _calls_from_json(text: str | None) -> list[tuple[str, object]] | Invalid:
+    value = _extract_json(text or "")
+    if not isinstance(value, dict):
+        return Invalid("your reply did not contain a JSON object.", "no_action")
+    action = value.get("action")
+    if action == "vote":
+        return [("vote", {"answer": value.get("answer"), "reason": value.get("reason", "")})]
+    if action == "new_answer":
+        return [("new_answer", {"content": value.get("content")})]
+    return Invalid('"action" must be "vote" or "new_answer".', "no_action")
+
+
+def _calls_from_tools(completion: Completion) -> list[tuple[str, object]] | Invalid:
+    calls: list[tuple[str, object]] = []
+    for call in completion.tool_calls:
+        if call.name not in ("vote", "new_answer"):
+            return Invalid(f"there is no tool named {call.name!r}.", "unknown_tool")
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError:
+            return Invalid(f"the arguments of {call.name} are not valid JSON.", "bad_arguments")
+        calls.append((call.name, arguments))
+    if not calls:
+        return Invalid("you did not call a tool.", "no_action")
+    return calls
+
+
+def parse_action(completion: Completion, view: View, *, native_tools: bool) -> Action | Invalid:
+    """Validate one reply against the view it was given."""
+    calls = _calls_from_tools(completion) if native_tools else _calls_from_json(completion.content)
+    if isinstance(calls, Invalid):
+        return calls
+    names = {name for name, _ in calls}
+    if names == {"vote", "new_answer"}:
+        return Invalid("you called both vote and new_answer; choose one.", "both_actions")
+    name, arguments = calls[-1]  # several calls of one tool: the last one stands
+    if not isinstance(arguments, dict):
+        return Invalid(f"the arguments of {name} must be a JSON object.", "bad_arguments")
+    if name == "new_answer":
+        return _check_answer(arguments.get("content"), view)
+    return _check_vote(arguments.get("answer"), arguments.get("reason"), view)
+
+
+def _check_answer(content: object, view: View) -> NewAnswer | Invalid:
+    if not view.may_answer:
+        return Invalid("you have no answers left; you can only vote.", "answer_limit")
+    if not isinstance(content, str) or not content.strip():
+        return Invalid("new_answer needs a non-empty 'content' string.", "empty_answer")
+    wanted = normalise(content)
+    for answer in view.answers:
+        if normalise(answer.content) == wanted:
+            return Invalid(
+                f"your answer is identical to {answer.label}; vote for it instead.",
+                "duplicate_answer",
+            )
+    return NewAnswer(content.strip())
+
+
+def _check_vote(label: object, reason: object, view: View) -> CastVote | Invalid:
+    if view.first_round:
+        return Invalid("there are no answers to vote for yet.", "vote_no_answers")
+    if not isinstance(label, str) or label not in view.labels:
+        return Invalid(
+            f"{label!r} is not a current answer label; valid labels: {', '.join(view.labels)}.",
+            "invalid_vote_label",
+        )
+    text = reason.strip() if isinstance(reason, str) else ""
+    return CastVote(label, text[:MAX_REASON_CHARS])

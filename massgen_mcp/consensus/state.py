@@ -1,0 +1,227 @@
+"""The consensus protocol as a plain, synchronous state machine.
+
+No I/O and no clocks: the engine feeds it accepted actions and asks it what happens next, so
+every protocol rule lives (and is unit-tested) in one place:
+
+* Round one is independent: an agent sees no peer answer until every live agent has answered
+  (or dropped out).
+* Answers carry anonymous labels ``<letter><revision>`` (``B2`` = the second answer of the agent
+  whose letter is B). Letters are shuffled per session, so they say nothing about model or
+  config order.
+* An accepted new answer bumps ``version`` and clears every vote.
+* A vote counts only if it was cast on the current ``version``; otherwise it is stale, discarded,
+  and the voter simply needs another turn.
+* Consensus: every live agent holds a vote cast since the last new answer.
+* Winner: most votes; a tie goes to the agent listed first in the config (reproducible, and
+  under the user's control); with no votes at all (timeouts), the newest answer.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+LETTERS = "ABCDEFGH"
+_WS = re.compile(r"\s+")
+
+
+class AgentPhase(StrEnum):
+    """What an agent is doing, as shown in status.json and get_status."""
+
+    WAITING = "waiting"  # has answered round one, waiting for the others
+    WORKING = "working"  # a model call is in flight
+    ANSWERED = "answered"  # has a current answer but no vote yet
+    VOTED = "voted"
+    DROPPED = "dropped"
+
+
+@dataclass(frozen=True)
+class Answer:
+    label: str
+    agent_id: str
+    revision: int
+    content: str
+    seq: int  # global order of acceptance, 1-based
+
+
+@dataclass(frozen=True)
+class Vote:
+    voter: str
+    label: str
+    reason: str
+
+
+@dataclass
+class AgentState:
+    agent_id: str
+    letter: str
+    answers: list[Answer] = field(default_factory=list)
+    vote: Vote | None = None
+    dropped: bool = False
+    drop_reason: str | None = None
+
+    @property
+    def current(self) -> Answer | None:
+        return self.answers[-1] if self.answers else None
+
+
+@dataclass(frozen=True)
+class View:
+    """What one agent is shown on one turn: a frozen snapshot of the current answers."""
+
+    version: int
+    answers: tuple[Answer, ...]  # ordered for this viewer: own answer last
+    may_answer: bool
+    first_round: bool
+
+    @property
+    def labels(self) -> list[str]:
+        return [a.label for a in self.answers]
+
+
+def normalise(text: str) -> str:
+    """Whitespace-insensitive form used to spot duplicate answers."""
+    return _WS.sub(" ", text).strip()
+
+
+def assign_letters(agent_ids: Sequence[str], seed: str) -> dict[str, str]:
+    """Give each agent a letter, shuffled by ``seed`` so letters do not reveal config order."""
+    letters = list(LETTERS[: len(agent_ids)])
+    random.Random(seed).shuffle(letters)
+    return dict(zip(agent_ids, letters, strict=True))
+
+
+class Coordination:
+    """State of one run's answer/vote loop."""
+
+    def __init__(self, agent_ids: Sequence[str], *, max_answers: int, seed: str) -> None:
+        if not agent_ids:
+            raise ValueError("a run needs at least one agent")
+        letters = assign_letters(agent_ids, seed)
+        self.order = list(agent_ids)
+        self.agents = {aid: AgentState(aid, letters[aid]) for aid in agent_ids}
+        self.max_answers = max_answers
+        self.version = 0
+        self._seq = 0
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def live(self) -> list[AgentState]:
+        return [self.agents[a] for a in self.order if not self.agents[a].dropped]
+
+    def current_answers(self) -> list[Answer]:
+        """Every agent's latest answer (dropped agents' answers stay candidates), by letter."""
+        found = [s.current for s in self.agents.values() if s.current is not None]
+        return sorted(found, key=lambda a: a.label)
+
+    def first_round_done(self) -> bool:
+        return all(s.current is not None for s in self.live())
+
+    def needs_turn(self, agent_id: str) -> bool:
+        """Whether the agent should be (re)started now, if it is not already in flight."""
+        state = self.agents[agent_id]
+        if state.dropped or state.vote is not None:
+            return False
+        return state.current is None or self.first_round_done()
+
+    def may_answer(self, agent_id: str) -> bool:
+        return len(self.agents[agent_id].answers) < self.max_answers
+
+    def view_for(self, agent_id: str) -> View:
+        """The anonymised snapshot shown to ``agent_id``: sorted by label, rotated own-last."""
+        state = self.agents[agent_id]
+        if state.current is None:
+            return View(self.version, (), may_answer=True, first_round=True)
+        answers = self.current_answers()
+        own = next(i for i, a in enumerate(answers) if a.agent_id == agent_id)
+        rotated = answers[own + 1 :] + answers[: own + 1]
+        return View(self.version, tuple(rotated), self.may_answer(agent_id), first_round=False)
+
+    def is_duplicate(self, content: str) -> Answer | None:
+        """The current answer that ``content`` repeats (ignoring whitespace), if any."""
+        wanted = normalise(content)
+        return next((a for a in self.current_answers() if normalise(a.content) == wanted), None)
+
+    def consensus(self) -> bool:
+        live = self.live()
+        return bool(live) and all(s.vote is not None for s in live)
+
+    def votes(self) -> list[Vote]:
+        return [s.vote for s in (self.agents[a] for a in self.order) if s.vote is not None]
+
+    def tally(self) -> dict[str, list[Vote]]:
+        """Current votes grouped by the label voted for, every current answer listed."""
+        result: dict[str, list[Vote]] = {a.label: [] for a in self.current_answers()}
+        for vote in self.votes():
+            result.setdefault(vote.label, []).append(vote)
+        return result
+
+    def winner(self) -> tuple[Answer | None, bool]:
+        """The winning answer and whether a tie had to be broken.
+
+        Most votes wins; ties go to the agent listed first in the config. With no votes,
+        the newest answer wins (used when a run stops early).
+        """
+        answers = {a.label: a for a in self.current_answers()}
+        if not answers:
+            return None, False
+        counts = {label: len(v) for label, v in self.tally().items() if label in answers}
+        best = max(counts.values())
+        if best == 0:
+            return max(answers.values(), key=lambda a: a.seq), False
+        tied = [label for label, n in counts.items() if n == best]
+        rank = {aid: i for i, aid in enumerate(self.order)}
+        chosen = min(tied, key=lambda label: rank[answers[label].agent_id])
+        return answers[chosen], len(tied) > 1
+
+    def phase_of(self, agent_id: str, in_flight: bool) -> AgentPhase:
+        state = self.agents[agent_id]
+        if state.dropped:
+            return AgentPhase.DROPPED
+        if in_flight:
+            return AgentPhase.WORKING
+        if state.vote is not None:
+            return AgentPhase.VOTED
+        if state.current is not None and not self.first_round_done():
+            return AgentPhase.WAITING
+        return AgentPhase.ANSWERED if state.current is not None else AgentPhase.WAITING
+
+    # -- transitions -------------------------------------------------------------------------
+
+    def add_answer(self, agent_id: str, content: str) -> tuple[Answer, int]:
+        """Accept a new answer; returns it and how many votes it invalidated."""
+        state = self.agents[agent_id]
+        self._seq += 1
+        answer = Answer(
+            label=f"{state.letter}{len(state.answers) + 1}",
+            agent_id=agent_id,
+            revision=len(state.answers) + 1,
+            content=content,
+            seq=self._seq,
+        )
+        state.answers.append(answer)
+        self.version += 1
+        invalidated = 0
+        for other in self.agents.values():
+            if other.vote is not None:
+                invalidated += 1
+                other.vote = None
+        return answer, invalidated
+
+    def add_vote(self, agent_id: str, label: str, reason: str, view_version: int) -> bool:
+        """Record a vote; returns False (vote discarded) if it was cast on a stale view."""
+        if view_version != self.version:
+            return False
+        if label not in {a.label for a in self.current_answers()}:
+            raise ValueError(f"no current answer is labelled {label!r}")
+        self.agents[agent_id].vote = Vote(agent_id, label, reason)
+        return True
+
+    def drop(self, agent_id: str, reason: str) -> None:
+        state = self.agents[agent_id]
+        state.dropped = True
+        state.drop_reason = reason
+        state.vote = None

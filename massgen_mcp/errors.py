@@ -1,0 +1,55 @@
+"""One exception hierarchy for everything massgen-mcp raises on purpose.
+
+Every message is written to be shown as-is to a person or to the model that called a tool:
+it names the field or thing that is wrong and says how to fix it, and it never contains a
+secret (provider messages pass through :func:`massgen_mcp.secrets.redact` first).
+
+```
+MassgenError
+├── ConfigError            bad config file, model string, option or tool input (exit code 1)
+├── ProviderError          one model call failed after retries; carries .retryable, .status_code
+├── SessionNotFoundError   no session with that id in this store
+└── SessionStateError      the session is in a state that does not allow the request
+```
+"""
+
+from __future__ import annotations
+
+
+class MassgenError(Exception):
+    """Base class; the message is safe to show to a user or an LLM."""
+
+
+class ConfigError(MassgenError):
+    """A config, model string, option or tool argument is invalid."""
+
+
+class ProviderError(MassgenError):
+    """A model call failed.
+
+    ``retryable`` says whether trying again may help (rate limits, 5xx, timeouts, dropped
+    connections); ``retry_after`` is the provider's Retry-After hint in seconds, if any.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+        kind: str = "error",
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status_code = status_code
+        self.retry_after = retry_after
+        self.kind = kind
+
+
+class SessionNotFoundError(MassgenError):
+    """No session with that id exists in the store."""
+
+
+class SessionStateError(MassgenError):
+    """The session exists but cannot do what was asked (e.g. resume a completed run)."""

@@ -1,0 +1,1 @@
+"""Model providers behind one seam (litellm today; the embedded model later)."""

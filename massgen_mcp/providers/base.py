@@ -1,0 +1,103 @@
+"""The provider seam: one async method that sends chat messages to a model.
+
+The engine only knows :class:`Provider`; litellm (and later the embedded model) sit behind it.
+Retries with backoff live here, once, for every provider: rate limits, 5xx, timeouts and broken
+connections are retried, honouring Retry-After; anything else fails at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from massgen_mcp.config import AgentSpec
+from massgen_mcp.errors import ProviderError
+
+MAX_RETRY_AFTER_S = 60.0
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text, validated by the consensus layer
+
+
+@dataclass(frozen=True)
+class Completion:
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None  # None: the provider's price is unknown
+    latency_s: float = 0.0
+
+    def assistant_message(self) -> dict[str, Any]:
+        """This reply as an OpenAI-format assistant message, for corrective retries."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content or ""}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        return message
+
+
+class Provider(Protocol):
+    """Anything that can complete a chat for an agent."""
+
+    async def complete(
+        self,
+        agent: AgentSpec,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None,
+        timeout_s: float,
+    ) -> Completion: ...
+
+
+RetryHook = Callable[[int, ProviderError, float], Awaitable[None]]
+
+
+def backoff_delay(attempt: int, error: ProviderError, base_s: float) -> float:
+    """Seconds to wait before retry ``attempt`` (1-based): Retry-After if given, else jittered
+    exponential backoff."""
+    if error.retry_after is not None:
+        return min(max(error.retry_after, 0.0), MAX_RETRY_AFTER_S)
+    return min(base_s * 2 ** (attempt - 1), 30.0) * random.uniform(0.5, 1.0)
+
+
+async def complete_with_retries(
+    provider: Provider,
+    agent: AgentSpec,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None,
+    timeout_s: float,
+    max_retries: int,
+    backoff_s: float,
+    on_retry: RetryHook,
+) -> Completion:
+    """Call the provider, retrying transient failures; raise the last ProviderError."""
+    attempt = 0
+    while True:
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await provider.complete(agent, messages, tools=tools, timeout_s=timeout_s)
+        except TimeoutError:
+            error = ProviderError(
+                f"no response within {timeout_s:g} s (call_timeout_s)",
+                retryable=True, kind="timeout",
+            )
+        except ProviderError as exc:
+            error = exc
+        if not error.retryable or attempt >= max_retries:
+            raise error
+        attempt += 1
+        delay = backoff_delay(attempt, error, backoff_s)
+        await on_retry(attempt, error, delay)
+        await asyncio.sleep(delay)

@@ -1,0 +1,168 @@
+"""Reach any model litellm serves (OpenAI, Anthropic, Gemini, xAI, OpenRouter, local servers...).
+
+litellm costs ~3 s and ~180 MB to import, so it is imported lazily, off the event loop, the first
+time it is needed (or by :func:`warm_up` in the background). It is also made quiet: by default it
+prints to stdout, which would corrupt an MCP stdio stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+import time
+from types import ModuleType
+from typing import Any
+
+from massgen_mcp.config import AgentSpec
+from massgen_mcp.errors import ProviderError
+from massgen_mcp.providers.base import Completion, ToolCall
+from massgen_mcp.secrets import redact
+
+_lock = threading.Lock()
+_module: ModuleType | None = None
+# Sent to self-hosted endpoints that need no key, so litellm never falls back to (and leaks)
+# OPENAI_API_KEY from the environment to an arbitrary base_url.
+_PLACEHOLDER_KEY = "no-key-needed"
+
+
+def load_litellm() -> ModuleType:
+    """Import and configure litellm once (thread-safe; blocking: call it off the event loop)."""
+    global _module
+    with _lock:
+        if _module is None:
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch at import
+            os.environ.setdefault("LITELLM_LOG", "WARNING")
+            import litellm
+
+            litellm.suppress_debug_info = True
+            litellm.telemetry = False
+            litellm.drop_params = True
+            for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+                logger = logging.getLogger(name)
+                logger.handlers.clear()
+                logger.addHandler(logging.StreamHandler(sys.stderr))
+                logger.setLevel(logging.WARNING)
+                logger.propagate = False
+            _module = litellm
+        return _module
+
+
+async def warm_up() -> None:
+    """Import litellm in a worker thread so the first run does not pay for it."""
+    await asyncio.to_thread(load_litellm)
+
+
+def _retry_after(exc: Exception) -> float | None:
+    headers: Any = getattr(exc, "headers", None) or getattr(
+        getattr(exc, "response", None), "headers", None
+    )
+    if not headers:
+        return None
+    try:
+        value = headers.get("retry-after") or headers.get("Retry-After")
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def map_error(exc: Exception, litellm: ModuleType) -> ProviderError:
+    """Translate any litellm/openai exception into a ProviderError with a redacted message."""
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) else None
+    text = redact(str(exc)).replace("\n", " ")
+    for prefix in ("litellm.", "OpenAIException - "):
+        text = text.replace(prefix, "")
+    message = text[:400]
+    errors = litellm.exceptions
+    if isinstance(exc, errors.ContentPolicyViolationError):
+        return ProviderError(f"content filter: {message}", retryable=False, status_code=status,
+                             kind="content_filter")
+    if isinstance(exc, errors.ContextWindowExceededError):
+        return ProviderError(f"context window exceeded: {message}", retryable=False,
+                             status_code=status, kind="context_window")
+    if isinstance(exc, errors.Timeout):
+        return ProviderError(f"timeout: {message}", retryable=True, status_code=status,
+                             kind="timeout")
+    if isinstance(exc, errors.RateLimitError) or status == 429:
+        return ProviderError(f"rate limited: {message}", retryable=True, status_code=429,
+                             retry_after=_retry_after(exc), kind="rate_limit")
+    if isinstance(exc, errors.AuthenticationError | errors.PermissionDeniedError):
+        return ProviderError(f"authentication failed: {message}", retryable=False,
+                             status_code=status, kind="auth")
+    if isinstance(exc, errors.NotFoundError | errors.BadRequestError) and (
+        status is None or status < 500
+    ):
+        return ProviderError(f"request rejected: {message}", retryable=False,
+                             status_code=status, kind="bad_request")
+    # 5xx, dropped connections, truncated or garbled responses: worth another try.
+    return ProviderError(f"provider error: {message}", retryable=True, status_code=status,
+                         retry_after=_retry_after(exc), kind="server_error")
+
+
+def _cost(response: Any) -> float | None:
+    hidden = getattr(response, "_hidden_params", None) or {}
+    cost = hidden.get("response_cost")
+    return float(cost) if isinstance(cost, int | float) else None
+
+
+class LiteLLMProvider:
+    """The default provider: one litellm ``acompletion`` per call, no retries of its own."""
+
+    async def complete(
+        self,
+        agent: AgentSpec,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None,
+        timeout_s: float,
+    ) -> Completion:
+        litellm = _module or await asyncio.to_thread(load_litellm)
+        kwargs: dict[str, Any] = {
+            "model": agent.model,
+            "messages": messages,
+            "timeout": timeout_s,
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if tools:
+            kwargs["tools"] = tools
+            kwargs["tool_choice"] = "required"
+        if agent.base_url:
+            kwargs["api_base"] = agent.base_url
+        key = agent.resolved_api_key()
+        if key:
+            kwargs["api_key"] = key
+        elif agent.base_url:
+            kwargs["api_key"] = _PLACEHOLDER_KEY
+        for name in ("temperature", "top_p", "max_tokens"):
+            value = getattr(agent, name)
+            if value is not None:
+                kwargs[name] = value
+        started = time.perf_counter()
+        try:
+            response = await litellm.acompletion(**kwargs)
+            message = response.choices[0].message
+            usage = getattr(response, "usage", None)
+            calls = [
+                ToolCall(
+                    id=call.id or f"call_{i}",
+                    name=call.function.name or "",
+                    arguments=call.function.arguments or "",
+                )
+                for i, call in enumerate(message.tool_calls or [])
+            ]
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise map_error(exc, litellm) from None
+        return Completion(
+            content=message.content,
+            tool_calls=calls,
+            prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+            completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            cost_usd=_cost(response),
+            latency_s=time.perf_counter() - started,
+        )

@@ -1,0 +1,293 @@
+"""A scripted OpenAI-compatible chat-completions server on loopback.
+
+Tests, benchmarks and demos need models that answer exactly as told, over real HTTP, with no
+network. Point an agent at ``server.base_url`` with ``model: openai/<name>``; the server hands
+each request (parsed: which model, which labels the vote tool allows, which answers the prompt
+shows) to a *policy* that returns a :class:`Reply`: an answer, a vote, plain text, an HTTP error,
+a slow or truncated response, or a dropped connection.
+
+Run it standalone: ``python -m massgen_mcp.scripted --port 8900 --latency 0.2`` serves the
+"everyone agrees" policy (:func:`agree`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_ANSWER = re.compile(r'<answer label="([A-H][0-9]{1,2})">\n(.*?)\n</answer>', re.DOTALL)
+
+
+@dataclass
+class ChatRequest:
+    """One chat-completion request, parsed for the policy."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    call_index: int  # how many requests this model received before this one
+    body: dict[str, Any]
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t["function"]["name"] for t in self.tools]
+
+    @property
+    def vote_labels(self) -> list[str]:
+        for tool in self.tools:
+            if tool["function"]["name"] == "vote":
+                return list(tool["function"]["parameters"]["properties"]["answer"]["enum"])
+        return []
+
+    @property
+    def system(self) -> str:
+        return next((m["content"] for m in self.messages if m["role"] == "system"), "")
+
+    @property
+    def user(self) -> str:
+        return next((m["content"] for m in self.messages if m["role"] == "user"), "")
+
+    @property
+    def answers(self) -> dict[str, str]:
+        """Label -> answer text shown in the prompt."""
+        return dict(_ANSWER.findall(self.user))
+
+    @property
+    def is_final(self) -> bool:
+        return not self.tools and "selected your answer" in self.system
+
+    @property
+    def wants_json(self) -> bool:
+        return not self.tools and '"action"' in self.system
+
+    @property
+    def is_retry(self) -> bool:
+        return len(self.messages) > 2
+
+    def label_of(self, text: str) -> str:
+        """The label of the shown answer containing ``text``."""
+        for label, content in self.answers.items():
+            if text in content:
+                return label
+        raise LookupError(f"no answer containing {text!r} in {self.answers}")
+
+    def prompt_chars(self) -> int:
+        return len(json.dumps(self.messages)) + (len(json.dumps(self.tools)) if self.tools else 0)
+
+
+@dataclass
+class Reply:
+    """What the server sends back. Build it with the helpers below."""
+
+    kind: str  # "answer" | "vote" | "text" | "tool_calls" | "error" | "raw" | "drop"
+    content: str = ""
+    label: str = ""
+    reason: str = ""
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+def answer(content: str, delay_s: float = 0.0) -> Reply:
+    return Reply("answer", content=content, delay_s=delay_s)
+
+
+def vote(label: str, reason: str = "best answer", delay_s: float = 0.0) -> Reply:
+    return Reply("vote", label=label, reason=reason, delay_s=delay_s)
+
+
+def text(content: str, delay_s: float = 0.0) -> Reply:
+    return Reply("text", content=content, delay_s=delay_s)
+
+
+def tool_calls(*calls: tuple[str, str]) -> Reply:
+    """Raw tool calls: (name, arguments JSON text) pairs, valid or not."""
+    return Reply("tool_calls", calls=list(calls))
+
+
+def error(status: int, message: str = "scripted error", retry_after: float | None = None
+          ) -> Reply:
+    headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
+    return Reply("error", content=message, status=status, headers=headers)
+
+
+def raw(body: str, status: int = 200) -> Reply:
+    """Send ``body`` as-is (e.g. truncated JSON)."""
+    return Reply("raw", content=body, status=status)
+
+
+def drop() -> Reply:
+    """Close the connection without answering."""
+    return Reply("drop")
+
+
+Policy = Callable[[ChatRequest], Reply]
+
+
+def agree(req: ChatRequest) -> Reply:
+    """Scenario A of the benchmarks: answer first, then vote for the first valid choice."""
+    if req.is_final:
+        return text("Final: " + next(iter(req.answers.values()), "no answer"))
+    if req.vote_labels:
+        return vote(req.vote_labels[0], "it answers the question")
+    if req.wants_json and "<answers>" in req.user:
+        return vote(next(iter(req.answers)), "it answers the question")
+    return answer(f"The answer from {req.model} is 42.")
+
+
+def _tokens(chars: int) -> int:
+    return max(1, chars // 4)
+
+
+def _completion_body(req: ChatRequest, reply: Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    finish = "stop"
+    if reply.kind in ("answer", "vote") and not req.tools:
+        payload = ({"action": "new_answer", "content": reply.content} if reply.kind == "answer"
+                   else {"action": "vote", "answer": reply.label, "reason": reply.reason})
+        message["content"] = json.dumps(payload)
+    elif reply.kind in ("answer", "vote", "tool_calls"):
+        calls = reply.calls
+        if reply.kind == "answer":
+            calls = [("new_answer", json.dumps({"content": reply.content}))]
+        elif reply.kind == "vote":
+            calls = [("vote", json.dumps({"answer": reply.label, "reason": reply.reason}))]
+        message["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": a}}
+            for i, (n, a) in enumerate(calls)
+        ]
+        finish = "tool_calls"
+    else:
+        message["content"] = reply.content
+    out_chars = len(json.dumps(message))
+    prompt = _tokens(req.prompt_chars())
+    return {
+        "id": f"chatcmpl-{req.model}-{req.call_index}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": req.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": _tokens(out_chars),
+                  "total_tokens": prompt + _tokens(out_chars)},
+    }
+
+
+class ScriptedServer:
+    """Serve ``policy`` on 127.0.0.1 in a background thread; use as a context manager."""
+
+    def __init__(self, policy: Policy = agree, *, latency_s: float = 0.0, port: int = 0) -> None:
+        self.policy = policy
+        self.latency_s = latency_s
+        self.requests: list[ChatRequest] = []
+        self._counts: dict[str, int] = defaultdict(int)
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def calls_by_model(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def prompt_tokens(self) -> int:
+        """Prompt tokens as the benchmarks count them: characters sent / 4."""
+        with self._lock:
+            return sum(_tokens(r.prompt_chars()) for r in self.requests)
+
+    def __enter__(self) -> ScriptedServer:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _record(self, body: dict[str, Any]) -> ChatRequest:
+        model = str(body.get("model", ""))
+        with self._lock:
+            req = ChatRequest(model, body.get("messages", []), body.get("tools") or [],
+                              self._counts[model], body)
+            self._counts[model] += 1
+            self.requests.append(req)
+        return req
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # else ~40 ms per response (Nagle + delayed ACK)
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet
+                pass
+
+            def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+                head = [f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}",
+                        "Content-Type: application/json", f"Content-Length: {len(body)}"]
+                head += [f"{k}: {v}" for k, v in headers.items()]
+                self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+                self.wfile.flush()
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._send(404, b'{"error": {"message": "not found"}}', {})
+                    return
+                req = server._record(body)
+                try:
+                    reply = server.policy(req)
+                except Exception as exc:  # a broken script should fail loudly, not hang
+                    reply = error(500, f"policy raised {exc!r}")
+                time.sleep(server.latency_s + reply.delay_s)
+                if reply.kind == "drop":
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
+                if reply.kind == "error":
+                    payload = {"error": {"message": reply.content, "type": "scripted",
+                                         "code": reply.status}}
+                    self._send(reply.status, json.dumps(payload).encode(), reply.headers)
+                elif reply.kind == "raw":
+                    self._send(reply.status, reply.content.encode(), {})
+                else:
+                    self._send(200, json.dumps(_completion_body(req, reply)).encode(), {})
+
+            def do_GET(self) -> None:
+                models = {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
+                self._send(200, json.dumps(models).encode(), {})
+
+        return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8900)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per response")
+    args = parser.parse_args()
+    with ScriptedServer(agree, latency_s=args.latency, port=args.port) as server:
+        print(server.base_url, flush=True)
+        threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

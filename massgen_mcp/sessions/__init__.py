@@ -1,0 +1,1 @@
+"""Session records on disk and the runner that owns in-process runs."""
