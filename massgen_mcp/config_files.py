@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from massgen_mcp.config import TeamConfig, build_team
+from massgen_mcp.config import TeamConfig, build_team, team_from_models
 from massgen_mcp.errors import ConfigError
 
 # MassGen backend type -> (litellm provider prefix, default base_url or None).
@@ -243,3 +243,53 @@ def load_config_file(path: str | Path) -> tuple[TeamConfig, list[str]]:
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
     return team_from_mapping(data, source=path.name)
+
+
+def presets_dir() -> Path:
+    """Where the ``configs/`` presets live (inside the wheel, or the source checkout)."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "_configs"
+    return packaged if packaged.is_dir() else here.parent / "configs"
+
+
+def resolve_config_path(ref: str) -> Path:
+    """``@name`` names a preset in ``configs/``; anything else is a file path."""
+    if not ref.startswith("@"):
+        return Path(ref)
+    name = ref[1:]
+    path = presets_dir() / f"{name}.yaml"
+    if not re.fullmatch(r"[A-Za-z0-9_\-]+", name) or not path.is_file():
+        known = sorted(p.stem for p in presets_dir().glob("*.yaml"))
+        raise ConfigError(f"config {ref!r}: no such preset; presets: "
+                          + ", ".join(f"@{k}" for k in known))
+    return path
+
+
+def resolve_team(
+    *,
+    models: list[str] | None = None,
+    config: str | None = None,
+    base_url: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> tuple[TeamConfig, list[str]]:
+    """The team for a run from either model strings or a config file (exactly one of them),
+    with ``options`` overriding the file's options."""
+    if models and config:
+        raise ConfigError("give either models or config, not both")
+    if models:
+        return team_from_models(models, base_url=base_url, options=options), []
+    if not config:
+        raise ConfigError(
+            "no team given: pass models (e.g. openai/gpt-4o-mini,anthropic/claude-haiku-4-5) "
+            "or a config file (e.g. @three_agents_default)")
+    team, warnings = load_config_file(resolve_config_path(config))
+    if options or base_url:
+        merged = team.model_dump(mode="python")
+        merged["options"] = {**merged["options"], **(options or {})}
+        if base_url:
+            for agent in merged["agents"]:
+                agent["base_url"] = agent["base_url"] or base_url
+        for agent, original in zip(merged["agents"], team.agents, strict=True):
+            agent["api_key"] = original.resolved_api_key() if original.api_key else None
+        team = build_team(merged, source=config)
+    return team, warnings

@@ -134,10 +134,10 @@ class ConsensusRun:
     def _elapsed(self) -> float:
         return round(time.monotonic() - self._t0, 3)
 
-    def _emit(self, kind: str, **data: Any) -> None:
+    def _emit(self, event_type: str, /, **data: Any) -> None:
         self._seq += 1
         self.recorder.event({"seq": self._seq, "t": self._elapsed(), "ts": time.time(),
-                             "type": kind, **data})
+                             "type": event_type, **data})
 
     def _publish_status(self) -> None:
         self.recorder.status(self.snapshot())
@@ -371,8 +371,10 @@ class ConsensusRun:
             except _BudgetExceeded as exc:
                 await self._stop_turns()
                 self._emit("budget_exceeded", detail=exc.what)
-                self.status, self.finish_reason = "completed", "budget_exceeded"
                 final, presenter = await self._present(allow_call=False)
+                # With no answer at all there is nothing to return: that run failed.
+                self.status = "completed" if final is not None else "failed"
+                self.finish_reason = "budget_exceeded"
         except asyncio.CancelledError:
             await self._stop_turns()
             self.status, self.finish_reason = "cancelled", "cancelled"

@@ -56,16 +56,22 @@ async def warm_up() -> None:
 
 
 def _retry_after(exc: Exception) -> float | None:
-    headers: Any = getattr(exc, "headers", None) or getattr(
-        getattr(exc, "response", None), "headers", None
-    )
-    if not headers:
-        return None
-    try:
+    """The Retry-After header in seconds; litellm keeps the provider's headers in one of
+    several places depending on the code path."""
+    candidates: list[Any] = [
+        getattr(exc, "litellm_response_headers", None),
+        getattr(exc, "headers", None),
+        getattr(getattr(exc, "response", None), "headers", None),
+    ]
+    for headers in candidates:
+        if not headers:
+            continue
         value = headers.get("retry-after") or headers.get("Retry-After")
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+        try:
+            return float(value) if value is not None else None
+        except (TypeError, ValueError):
+            return None  # an HTTP date: fall back to our own backoff
+    return None
 
 
 def map_error(exc: Exception, litellm: ModuleType) -> ProviderError:

@@ -1,0 +1,235 @@
+"""The ``massgen-mcp`` command: a thin shell over the runner and the session store.
+
+``massgen-mcp`` with no arguments serves MCP over stdio (what hosts spawn). Everything else
+is a subcommand; see ``massgen-mcp --help``. Exit codes: 0 ok, 1 config or input error,
+2 execution error (all agents failed), 3 timed out, 4 cancelled or interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from massgen_mcp import __version__
+from massgen_mcp.config import MAX_QUESTION_CHARS
+from massgen_mcp.errors import ConfigError, MassgenError
+from massgen_mcp.sessions.store import STATUSES, SessionStore, default_home
+
+EXIT_OK, EXIT_INPUT, EXIT_EXECUTION, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3, 4
+EXIT_BY_STATUS = {
+    "completed": EXIT_OK,
+    "failed": EXIT_EXECUTION,
+    "timed_out": EXIT_TIMEOUT,
+    "cancelled": EXIT_CANCELLED,
+    "interrupted": EXIT_CANCELLED,
+}
+
+
+def _err(message: str) -> None:
+    print(f"massgen-mcp: {message}", file=sys.stderr)
+
+
+def _store(args: argparse.Namespace) -> SessionStore:
+    return SessionStore(Path(args.home) if args.home else default_home())
+
+
+def _run_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if args.timeout is not None:
+        options["timeout_s"] = args.timeout
+    if args.max_cost is not None:
+        options["max_cost_usd"] = args.max_cost
+    if args.max_tokens is not None:
+        options["max_total_tokens"] = args.max_tokens
+    return options
+
+
+def _question(args: argparse.Namespace) -> str:
+    question = args.question if args.question != "-" else sys.stdin.read()
+    question = question.strip()
+    if not question:
+        raise ConfigError("question: empty; pass the question as the first argument")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise ConfigError(f"question: {len(question)} characters; the limit is "
+                          f"{MAX_QUESTION_CHARS}")
+    return question
+
+
+async def _run(args: argparse.Namespace, question: str, team: Any) -> dict[str, Any]:
+    from massgen_mcp.providers.litellm_provider import LiteLLMProvider
+    from massgen_mcp.render import describe_event
+    from massgen_mcp.sessions.runner import SessionRunner
+
+    runner = SessionRunner(_store(args), LiteLLMProvider())
+    if not args.quiet:
+        def progress(_sid: str, event: dict[str, Any]) -> None:
+            line = describe_event(event)
+            if line:
+                print(line, file=sys.stderr, flush=True)
+        runner.listeners.append(progress)
+    run = await runner.start(question, team)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, run.task.cancel)
+    if not args.quiet:
+        print(f"session {run.session_id} · record in {run.writer.folder}", file=sys.stderr)
+    try:
+        return await run.task
+    except asyncio.CancelledError:
+        return run.writer.result or {"session_id": run.session_id, "status": "cancelled"}
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from massgen_mcp.config_files import resolve_team
+
+    question = _question(args)
+    models = args.models.split(",") if args.models else None
+    team, warnings = resolve_team(models=models, config=args.config, base_url=args.base_url,
+                                  options=_run_options(args))
+    for warning in warnings:
+        _err(f"warning: {warning}")
+    try:
+        result = asyncio.run(_run(args, question, team))
+    except KeyboardInterrupt:
+        return EXIT_CANCELLED
+    folder = _store(args).folder(result["session_id"])
+    if args.json:
+        summary = {k: result.get(k) for k in (
+            "session_id", "status", "finish_reason", "winner", "final_answer", "tally",
+            "timed_out", "budget_exceeded", "usage", "errors")}
+        summary["cost"] = (result.get("usage") or {}).get("cost_usd")
+        summary["session_dir"] = str(folder)
+        print(json.dumps(summary, ensure_ascii=False, indent=2))
+    elif result.get("final_answer") is not None:
+        print(result["final_answer"])
+    status = result.get("status", "failed")
+    if status != "completed" or result.get("budget_exceeded"):
+        _err(f"run ended {status} ({result.get('finish_reason')}); record: {folder}")
+        for problem in result.get("errors") or []:
+            _err(f"  {problem}")
+    return EXIT_BY_STATUS.get(status, EXIT_EXECUTION)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from massgen_mcp.config import missing_credentials
+    from massgen_mcp.config_files import load_config_file, resolve_config_path
+
+    team, warnings = load_config_file(resolve_config_path(args.file))
+    print(f"{args.file}: {len(team.agents)} agent(s)")
+    for agent in team.agents:
+        extras = [f"base_url={agent.base_url}"] if agent.base_url else []
+        if agent.tool_calling is False:
+            extras.append("json-fallback")
+        if agent.temperature is not None:
+            extras.append(f"temperature={agent.temperature}")
+        if agent.system_message:
+            extras.append("persona")
+        print(f"  {agent.id}: {agent.model} {' '.join(extras)}".rstrip())
+    print("  options: " + ", ".join(f"{k}={v}" for k, v in team.options.model_dump().items()))
+    for warning in warnings:
+        print(f"  warning: {warning}")
+    for problem in missing_credentials(team):
+        print(f"  warning: {problem}")
+    return EXIT_OK
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    sessions, _ = _store(args).list(status=args.status, limit=args.limit)
+    if args.json:
+        print(json.dumps([s.__dict__ for s in sessions], indent=2))
+        return EXIT_OK
+    if not sessions:
+        print(f"no sessions in {_store(args).sessions_dir}")
+    for s in sessions:
+        question = " ".join(s.question.split())[:60]
+        print(f"{s.session_id}  {s.status:<11} {s.winner or '-':<4} {question}")
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from massgen_mcp.render import coordination_table
+
+    store = _store(args)
+    status = store.read_status(args.session_id)
+    result = store.read_result(args.session_id)
+    if args.json:
+        print(json.dumps(result or status, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    print(f"session  {args.session_id}  ({status['status']}, {status.get('finish_reason')})")
+    print(f"question {status['question']}")
+    print(f"record   {store.folder(args.session_id)}")
+    if result and result.get("winner"):
+        w = result["winner"]
+        print(f"winner   {w['label']} by {w['agent_id']} ({w['model']}), tally {result['tally']}")
+    usage = (result or status).get("usage", {})
+    print(f"usage    {usage.get('calls')} calls, {usage.get('prompt_tokens')} prompt + "
+          f"{usage.get('completion_tokens')} completion tokens, cost {usage.get('cost_usd')}")
+    print()
+    print(coordination_table(store.read_events(args.session_id), list(status["agents"])))
+    if result and result.get("final_answer") is not None:
+        print("\n" + result["final_answer"])
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="massgen-mcp",
+        description="A team of models answers, votes and agrees on one answer. "
+                    "With no command: serve MCP over stdio.")
+    parser.add_argument("--version", action="version", version=f"massgen-mcp {__version__}")
+    parser.add_argument("--home", help="record folder (default: $MASSGEN_HOME or ./.massgen)")
+    sub = parser.add_subparsers(dest="command")
+
+    run = sub.add_parser("run", help="run one consensus headless and print the final answer")
+    run.add_argument("question", help="the question ('-' reads it from stdin)")
+    team = run.add_mutually_exclusive_group()
+    team.add_argument("--models", help="comma-separated litellm models, e.g. "
+                                       "openai/gpt-4o-mini,anthropic/claude-haiku-4-5")
+    team.add_argument("--config", help="MassGen-format YAML file, or @preset")
+    run.add_argument("--base-url", help="OpenAI-compatible endpoint for agents without one")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument("--timeout", type=float, help="session timeout in seconds (default 600)")
+    run.add_argument("--max-cost", type=float, help="stop at this cost in USD")
+    run.add_argument("--max-tokens", type=int, help="stop at this many tokens in total")
+    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    run.set_defaults(func=cmd_run)
+
+    validate = sub.add_parser("validate", help="check a config file and print the team")
+    validate.add_argument("file", help="YAML file or @preset")
+    validate.set_defaults(func=cmd_validate)
+
+    sessions = sub.add_parser("sessions", help="list past runs, newest first")
+    sessions.add_argument("--status", choices=sorted(STATUSES))
+    sessions.add_argument("--limit", type=int, default=20)
+    sessions.add_argument("--json", action="store_true")
+    sessions.set_defaults(func=cmd_sessions)
+
+    show = sub.add_parser("show", help="print a run's result and coordination table")
+    show.add_argument("session_id")
+    show.add_argument("--json", action="store_true", help="print result.json")
+    show.set_defaults(func=cmd_show)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_INPUT
+    try:
+        return args.func(args)
+    except MassgenError as exc:
+        _err(str(exc))
+        return EXIT_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Shared fixtures: an isolated record folder, scripted model servers, and a run helper.
+
+Every model call in the tests goes over real HTTP through litellm to a scripted
+OpenAI-compatible server on 127.0.0.1 (:mod:`massgen_mcp.scripted`); nothing reaches the network.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from massgen_mcp.config import build_team
+from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm
+from massgen_mcp.scripted import ChatRequest, Policy, Reply, ScriptedServer, agree
+from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.store import SessionStore
+
+FAST = {"retry_backoff_s": 0.01, "call_timeout_s": 10.0}
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test writes its records to its own folder, never to ./.massgen."""
+    folder = tmp_path / "massgen-home"
+    monkeypatch.setenv("MASSGEN_HOME", str(folder))
+    return folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _litellm_loaded() -> None:
+    load_litellm()  # once per test session, so no test pays the ~3 s import on its clock
+
+
+@pytest.fixture
+def scripted() -> Iterator[Callable[..., ScriptedServer]]:
+    """Start scripted servers: ``server = scripted(policy, latency_s=0.0)``."""
+    servers: list[ScriptedServer] = []
+
+    def start(policy: Policy = agree, latency_s: float = 0.0) -> ScriptedServer:
+        server = ScriptedServer(policy, latency_s=latency_s).__enter__()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.__exit__()
+
+
+def by_model(default: Policy = agree, **policies: Policy) -> Policy:
+    """Dispatch on the request's model name (agents use models openai/a, openai/b, ...)."""
+    def policy(req: ChatRequest) -> Reply:
+        return policies.get(req.model, default)(req)
+    return policy
+
+
+def team_for(server: ScriptedServer, models: tuple[str, ...] = ("a", "b", "c"),
+             agent_overrides: dict[str, dict[str, Any]] | None = None, **options: Any):
+    agents = []
+    for model in models:
+        agent = {"id": f"agent_{model}", "model": f"openai/{model}", "base_url": server.base_url}
+        agent.update((agent_overrides or {}).get(model, {}))
+        agents.append(agent)
+    return build_team({"agents": agents, "options": {**FAST, **options}})
+
+
+@dataclass
+class Outcome:
+    result: dict[str, Any]
+    folder: Path
+    store: SessionStore
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        events = self.store.read_events(self.result["session_id"])
+        return [e for e in events if kind is None or e["type"] == kind]
+
+
+async def run_team(team, question: str = "What is 6*7?", context: str | None = None,
+                   listener: Callable[[str, dict[str, Any]], None] | None = None) -> Outcome:
+    """Run to the end; ``listener`` sees every event as the engine applies it."""
+    store = SessionStore()
+    runner = SessionRunner(store, LiteLLMProvider())
+    if listener is not None:
+        runner.listeners.append(listener)
+    run = await runner.start(question, team, context=context)
+    result = await run.task
+    return Outcome(result, store.folder(run.session_id), store)
+
+
+def read_record(folder: Path) -> dict[str, Any]:
+    """Parse every file of a session record (fails if any is missing or torn)."""
+    record: dict[str, Any] = {}
+    for name in ("config.json", "request.json", "status.json", "result.json"):
+        record[name] = json.loads((folder / name).read_text())
+    record["events"] = [json.loads(line) for line in
+                        (folder / "events.jsonl").read_text().splitlines()]
+    record["answers"] = {p.stem: p.read_text() for p in (folder / "answers").glob("*.md")}
+    final = folder / "final.md"
+    record["final.md"] = final.read_text() if final.exists() else None
+    return record

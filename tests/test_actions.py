@@ -1,0 +1,73 @@
+"""Parsing and validating one model reply into a workflow action."""
+
+import pytest
+
+from massgen_mcp.consensus.actions import CastVote, Invalid, NewAnswer, parse_action
+from massgen_mcp.consensus.state import Answer, View
+from massgen_mcp.providers.base import Completion, ToolCall
+
+VIEW = View(
+    version=2,
+    answers=(Answer("A1", "x", 1, "Paris", 1), Answer("B1", "y", 1, "Lyon", 2)),
+    may_answer=True,
+    first_round=False,
+)
+FIRST = View(version=0, answers=(), may_answer=True, first_round=True)
+VOTE_ONLY = View(VIEW.version, VIEW.answers, may_answer=False, first_round=False)
+
+
+def calls(*pairs: tuple[str, str]) -> Completion:
+    return Completion(None, [ToolCall(f"c{i}", n, a) for i, (n, a) in enumerate(pairs)])
+
+
+@pytest.mark.parametrize(
+    ("completion", "view", "expected"),
+    [
+        (calls(("vote", '{"answer": "B1", "reason": "ok"}')), VIEW, CastVote("B1", "ok")),
+        (calls(("new_answer", '{"content": " Marseille "}')), VIEW, NewAnswer("Marseille")),
+        (calls(("vote", '{"answer": "A1", "reason": "1"}'), ("vote", '{"answer": "B1"}')),
+         VIEW, CastVote("B1", "")),
+    ],
+)
+def test_valid_actions(completion: Completion, view: View, expected: object) -> None:
+    assert parse_action(completion, view, native_tools=True) == expected
+
+
+@pytest.mark.parametrize(
+    ("completion", "view", "kind"),
+    [
+        (calls(), VIEW, "no_action"),
+        (calls(("search", "{}")), VIEW, "unknown_tool"),
+        (calls(("vote", "{not json")), VIEW, "bad_arguments"),
+        (calls(("vote", '["B1"]')), VIEW, "bad_arguments"),
+        (calls(("vote", '{"answer": "C7", "reason": ""}')), VIEW, "invalid_vote_label"),
+        (calls(("vote", '{"answer": "A1"}'), ("new_answer", '{"content": "z"}')), VIEW,
+         "both_actions"),
+        (calls(("new_answer", '{"content": "  "}')), VIEW, "empty_answer"),
+        (calls(("new_answer", '{"content": "Paris"}')), VIEW, "duplicate_answer"),
+        (calls(("new_answer", '{"content": "Nice"}')), VOTE_ONLY, "answer_limit"),
+        (calls(("vote", '{"answer": "A1"}')), FIRST, "vote_no_answers"),
+    ],
+)
+def test_invalid_actions(completion: Completion, view: View, kind: str) -> None:
+    action = parse_action(completion, view, native_tools=True)
+    assert isinstance(action, Invalid) and action.kind == kind
+    assert action.problem  # a sentence the model can act on
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"action": "vote", "answer": "A1", "reason": "r"}', CastVote("A1", "r")),
+        ('Sure!\n```json\n{"action": "new_answer", "content": "Nice"}\n```', NewAnswer("Nice")),
+        ('{"action": "vote", "answer": "Q1"}', Invalid("", "invalid_vote_label")),
+        ("I think A1 is best", Invalid("", "no_action")),
+        ('{"action": "pass"}', Invalid("", "no_action")),
+    ],
+)
+def test_json_fallback(text: str, expected: object) -> None:
+    action = parse_action(Completion(text), VIEW, native_tools=False)
+    if isinstance(expected, Invalid):
+        assert isinstance(action, Invalid) and action.kind == expected.kind
+    else:
+        assert action == expected
