@@ -242,7 +242,7 @@ async def test_malformed_actions_get_corrective_retries(scripted) -> None:
         if req.model == "b" and req.vote_labels and not req.is_retry:
             return tool_calls(("vote", '{"answer": "Z9", "reason": "x"}'))
         if req.model == "c" and req.vote_labels and not req.is_retry:
-            return tool_calls(("vote", '{"answer": "%s"}' % req.vote_labels[0]),
+            return tool_calls(("vote", f'{{"answer": "{req.vote_labels[0]}"}}'),
                               ("new_answer", '{"content": "both"}'))
         return agree(req)
 

@@ -69,7 +69,7 @@ def test_winner_most_votes_then_config_order() -> None:
     c = coord()
     for aid in c.order:
         c.add_answer(aid, aid)
-    l0, l1, l2 = (c.agents[a].current.label for a in c.order)
+    _l0, l1, l2 = (c.agents[a].current.label for a in c.order)
     c.add_vote("a0", l1, "", c.version)
     c.add_vote("a1", l2, "", c.version)
     c.add_vote("a2", l1, "", c.version)
