@@ -78,7 +78,7 @@ _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 def _unknown(key: str, where: str, known: set[str]) -> ConfigError:
     close = difflib.get_close_matches(key, sorted(known), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(known))}"
-    return ConfigError(f"{where}.{key}: unknown key{hint}")
+    return ConfigError(f"{where + '.' if where else ''}{key}: unknown key{hint}")
 
 
 def _expand(value: Any, where: str) -> Any:
@@ -217,13 +217,13 @@ def team_from_mapping(data: Any, *, source: str = "config") -> tuple[TeamConfig,
         if key in _TOP_IGNORED:
             warnings.append(f"{key}: not used by massgen-mcp; ignored")
         elif key not in _TOP_KEYS:
-            raise _unknown(key, source, _TOP_KEYS | _TOP_IGNORED)
+            raise _unknown(key, "", _TOP_KEYS | _TOP_IGNORED)
     data = _expand(data, source)
     raw_agents = data.get("agents")
     if raw_agents is None and "agent" in data:
         raw_agents = [data["agent"]]
     if not isinstance(raw_agents, list) or not raw_agents:
-        raise ConfigError(f"{source}.agents: required, a list of 1-8 agents")
+        raise ConfigError("agents: required, a list of 1-8 agents")
     agents = [_agent(raw, i, warnings) for i, raw in enumerate(raw_agents)]
     team = build_team({"agents": agents, "options": _options(data, warnings)}, source=source)
     return team, warnings
@@ -242,7 +242,12 @@ def load_config_file(path: str | Path) -> tuple[TeamConfig, list[str]]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
-    return team_from_mapping(data, source=path.name)
+    try:
+        return team_from_mapping(data, source=path.name)
+    except ConfigError as exc:
+        message = str(exc)
+        raise ConfigError(message if message.startswith(path.name) else f"{path.name}: {message}"
+                          ) from None
 
 
 def presets_dir() -> Path:

@@ -1,0 +1,142 @@
+"""The headless CLI: output, JSON, exit codes, validate, sessions and show."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from massgen_mcp.cli import main
+from massgen_mcp.scripted import ChatRequest, Reply, agree, error
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def models_args(server) -> list[str]:
+    return ["--models", "openai/a,openai/b,openai/c", "--base-url", server.base_url]
+
+
+def test_run_prints_final_answer_and_progress(scripted, capsys) -> None:
+    server = scripted(agree)
+    code, out, err = run_cli(capsys, "run", "What is 6*7?", *models_args(server))
+    assert code == 0
+    assert out.startswith("Final: The answer from ") and out.count("\n") == 1
+    assert "answered" in err and "voted for" in err and "finished: completed" in err
+
+
+def test_run_json(scripted, capsys, home: Path) -> None:
+    server = scripted(agree)
+    code, out, _ = run_cli(capsys, "run", "What is 6*7?", *models_args(server), "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert {"session_id", "status", "winner", "final_answer", "usage", "cost",
+            "session_dir"} <= set(data)
+    assert data["status"] == "completed" and data["cost"] is None
+    assert Path(data["session_dir"]).parent == home.resolve() / "sessions"
+    assert (Path(data["session_dir"]) / "result.json").is_file()
+
+
+def test_input_errors_exit_1(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("agents:\n  - id: a\n    backend: {type: openai, model: gpt-4o, temprature: 1}\n")
+    code, _, err = run_cli(capsys, "run", "q", "--config", str(bad))
+    assert code == 1
+    assert "agents[0].backend.temprature: unknown key; did you mean 'temperature'?" in err
+    code, _, err = run_cli(capsys, "run", "  ", "--models", "openai/x")
+    assert code == 1 and "question: empty" in err
+    code, _, err = run_cli(capsys, "run", "q")
+    assert code == 1 and "no team given" in err
+    code, _, err = run_cli(capsys, "run", "q", "--models", "openai/gpt-4o-mini")
+    assert code == 1 and "set OPENAI_API_KEY" in err
+
+
+def test_all_agents_failing_exits_2(scripted, capsys) -> None:
+    server = scripted(lambda req: error(400, "model does not exist"))
+    code, out, err = run_cli(capsys, "run", "q", *models_args(server))
+    assert code == 2 and out == ""
+    assert "all_agents_failed" in err and "request rejected" in err
+
+
+def test_timeout_exits_3_with_best_answer(scripted, capsys) -> None:
+    def stall(req: ChatRequest) -> Reply:
+        return Reply("text", delay_s=5) if req.vote_labels else agree(req)
+
+    server = scripted(stall)
+    code, out, err = run_cli(capsys, "run", "q", *models_args(server), "--timeout", "1")
+    assert code == 3
+    assert out.startswith("The answer from "), "best available answer still printed"
+    assert "timed_out" in err
+
+
+def test_sigint_cancels_and_exits_4(scripted, home: Path) -> None:
+    arrived = threading.Semaphore(0)
+
+    def hang(req: ChatRequest) -> Reply:
+        arrived.release()
+        return Reply("text", delay_s=30)
+
+    server = scripted(hang)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "massgen_mcp", "run", "q", *models_args(server), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        for _ in range(3):
+            assert arrived.acquire(timeout=30)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, err
+    [folder] = (home / "sessions").iterdir()
+    status = json.loads((folder / "status.json").read_text())
+    assert status["status"] == "cancelled"
+
+
+def test_validate_prints_team_and_names_bad_keys(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MY_KEY", "sk-secret-value-123456")
+    good = tmp_path / "team.yaml"
+    good.write_text(
+        "agents:\n"
+        "  - id: local\n"
+        "    backend: {type: chatcompletion, model: qwen, base_url: 'http://127.0.0.1:9/v1',"
+        " api_key: '${MY_KEY}', tool_calling: false}\n"
+        "    system_message: You are terse.\n"
+        "  - id: gpt\n"
+        "    backend: {type: openai, model: gpt-4o-mini, enable_web_search: true}\n"
+        "orchestrator: {max_new_answers_per_agent: 2, snapshot_storage: snaps}\n"
+        "timeout_settings: {orchestrator_timeout_seconds: 120}\n"
+    )
+    code, out, _ = run_cli(capsys, "validate", str(good))
+    assert code == 0
+    assert "local: openai/qwen base_url=http://127.0.0.1:9/v1 json-fallback persona" in out
+    assert "gpt: openai/gpt-4o-mini" in out
+    assert "max_answers_per_agent=2" in out and "timeout_s=120.0" in out
+    assert "enable_web_search: not supported by massgen-mcp; ignored" in out
+    assert "sk-secret-value-123456" not in out
+    good.write_text("agents: []\n")
+    code, _, err = run_cli(capsys, "validate", str(good))
+    assert code == 1 and "agents: required" in err
+
+
+def test_sessions_and_show(scripted, capsys) -> None:
+    server = scripted(agree)
+    run_cli(capsys, "run", "What is 6*7?", *models_args(server), "--json")
+    code, out, _ = run_cli(capsys, "sessions", "--json")
+    [session] = json.loads(out)
+    assert code == 0 and session["status"] == "completed"
+    code, out, _ = run_cli(capsys, "show", session["session_id"])
+    assert code == 0
+    assert "winner" in out and "agent_a |" in out and "FINAL" in out and "→" in out
+    code, _, err = run_cli(capsys, "show", "../../etc")
+    assert code == 1 and "is not a session id" in err

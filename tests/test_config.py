@@ -1,0 +1,115 @@
+"""Config loading: MassGen's YAML format, presets, and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from massgen_mcp.config import team_from_models
+from massgen_mcp.config_files import load_config_file, presets_dir, resolve_team, team_from_mapping
+from massgen_mcp.errors import ConfigError
+
+MASSGEN_SAMPLE = """
+agents:
+  - id: gemini2.5flash
+    backend:
+      type: gemini
+      model: gemini-2.5-flash
+      enable_web_search: true
+  - id: gpt5nano
+    backend:
+      type: openai
+      model: gpt-5-nano
+      reasoning: {effort: low}
+  - id: grok3mini
+    backend:
+      type: grok
+      model: grok-4-fast
+ui:
+  display_type: rich_terminal
+  logging_enabled: true
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_massgen_sample_loads_with_warnings(tmp_path: Path) -> None:
+    team, warnings = load_config_file(write(tmp_path, MASSGEN_SAMPLE))
+    assert [a.model for a in team.agents] == [
+        "gemini/gemini-2.5-flash", "openai/gpt-5-nano", "xai/grok-4-fast"]
+    assert [a.id for a in team.agents] == ["gemini2.5flash", "gpt5nano", "grok3mini"]
+    assert any("enable_web_search" in w for w in warnings)
+    assert any(w.startswith("ui:") for w in warnings)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"agentz": []}, "agentz: unknown key; did you mean 'agent"),
+        ({"agents": [{"backend": {"type": "openai"}}]}, "agents[0].backend.model: required"),
+        ({"agents": [{"backend": {"type": "opneai", "model": "x"}}]},
+         "did you mean 'openai'?"),
+        ({"agents": [{"backend": {"type": "claude_code", "model": "x"}}]},
+         "does not support"),
+        ({"agents": [{"backend": {"type": "chatcompletion", "model": "x"}}]},
+         "base_url: required for type chatcompletion"),
+        ({"agents": [{"backend": {"model": "mystery"}}]}, "cannot tell the provider"),
+        ({"agents": [{"backend": {"type": "openai", "model": "m", "temperature": 5}}]},
+         "agents[0].temperature: Input should be less than or equal to 2"),
+        ({"agents": [{"backend": {"type": "openai", "model": "m", "api_key": "${NOPE_X}"}}]},
+         "environment variable NOPE_X is not set"),
+        ({"agents": [{"id": "x", "backend": {"type": "openai", "model": "m"}}] * 2},
+         "agent id 'x' is used twice"),
+        ({"agents": [{"backend": {"type": "openai", "model": "m"}}] * 9},
+         "agents: List should have at most 8 items"),
+        ({"agents": [{"backend": {"type": "openai", "model": "m"}}],
+          "orchestrator": {"coordination_mode": "decomposition"}}, "'decomposition' is not"),
+        ({"agents": [{"backend": {"type": "openai", "model": "m"}}],
+          "orchestrator": {"max_new_answers_per_agent": 0}},
+         "options.max_answers_per_agent: Input should be greater than or equal to 1"),
+    ],
+)
+def test_errors_name_the_key(data: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        team_from_mapping(data)
+    assert message in str(info.value)
+
+
+def test_env_expansion_and_secret_redaction(monkeypatch) -> None:
+    monkeypatch.setenv("LOCAL_KEY", "sk-local-abcdef-123456")
+    team, _ = team_from_mapping({"agents": [{"backend": {
+        "type": "vllm", "model": "qwen", "api_key": "${LOCAL_KEY}"}}]})
+    agent = team.agents[0]
+    assert agent.model == "hosted_vllm/qwen" and agent.base_url == "http://127.0.0.1:8000/v1"
+    assert agent.resolved_api_key() == "sk-local-abcdef-123456"
+    assert "sk-local" not in str(team.redacted())
+
+
+def test_every_preset_validates() -> None:
+    presets = sorted(presets_dir().glob("*.yaml"))
+    assert presets
+    for path in presets:
+        team, _ = load_config_file(path)
+        assert team.agents
+
+
+def test_resolve_team_merges_options_over_a_preset() -> None:
+    team, _ = resolve_team(config="@three_agents_default", options={"timeout_s": 5})
+    assert team.options.timeout_s == 5 and len(team.agents) == 3
+    with pytest.raises(ConfigError, match="no such preset; presets: @three_agents_default"):
+        resolve_team(config="@nope")
+    with pytest.raises(ConfigError, match="either models or config"):
+        resolve_team(models=["openai/x"], config="@three_agents_default")
+
+
+def test_models_list_limits() -> None:
+    assert len(team_from_models(["openai/a", " openai/b "]).agents) == 2
+    with pytest.raises(ConfigError, match="at most 8 agents"):
+        team_from_models([f"openai/m{i}" for i in range(9)])
+    with pytest.raises(ConfigError, match="model string"):
+        team_from_models(["not a model"])
