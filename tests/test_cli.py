@@ -48,7 +48,8 @@ def test_run_json(scripted, capsys, home: Path) -> None:
 def test_input_errors_exit_1(capsys, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     bad = tmp_path / "bad.yaml"
-    bad.write_text("agents:\n  - id: a\n    backend: {type: openai, model: gpt-4o, temprature: 1}\n")
+    bad.write_text(
+        "agents:\n  - id: a\n    backend: {type: openai, model: gpt-4o, temprature: 1}\n")
     code, _, err = run_cli(capsys, "run", "q", "--config", str(bad))
     assert code == 1
     assert "agents[0].backend.temprature: unknown key; did you mean 'temperature'?" in err
@@ -94,7 +95,7 @@ def test_sigint_cancels_and_exits_4(scripted, home: Path) -> None:
         for _ in range(3):
             assert arrived.acquire(timeout=30)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=15)
+        _, err = proc.communicate(timeout=15)
     finally:
         proc.kill()
     assert proc.returncode == 4, err
