@@ -1,6 +1,6 @@
 """The ``massgen-mcp`` command: a thin shell over the runner and the session store.
 
-``massgen-mcp`` with no arguments serves MCP over stdio (what hosts spawn). Everything else
+``massgen-mcp`` with no command serves MCP over stdio (what hosts spawn). Everything else
 is a subcommand; see ``massgen-mcp --help``. Exit codes: 0 ok, 1 config or input error,
 2 execution error (all agents failed), 3 timed out, 4 cancelled or interrupted.
 """
@@ -176,6 +176,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from massgen_mcp.server.transports import serve_http, serve_stdio
+
+    home = Path(args.home) if args.home else None
+    if args.http:
+        serve_http(host=args.host, port=args.port, path=args.path, home=home)
+    else:
+        serve_stdio(home)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="massgen-mcp",
@@ -213,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("session_id")
     show.add_argument("--json", action="store_true", help="print result.json")
     show.set_defaults(func=cmd_show)
+
+    serve = sub.add_parser("serve", help="serve MCP (stdio by default; --http for HTTP)")
+    serve.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument("--path", default="/mcp")
+    serve.set_defaults(func=cmd_serve, http=False)
     return parser
 
 
@@ -221,9 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return EXIT_INPUT
+    if args.command is None:  # what MCP hosts spawn: serve over stdio
+        args = parser.parse_args([*(argv or sys.argv[1:]), "serve"])
     try:
         return args.func(args)
     except MassgenError as exc:

@@ -176,16 +176,20 @@ def team_from_models(
     base_url: str | None = None,
     options: dict[str, Any] | None = None,
 ) -> TeamConfig:
-    """A team with one agent per model string (agent ids: agent_a, agent_b, ...)."""
+    """A team with one agent per model string (agent ids: agent_a, agent_b, ...).
+
+    ``provider/model@http://host:port/v1`` gives one agent its own OpenAI-compatible endpoint.
+    """
     models = [m.strip() for m in models if m.strip()]
     if not models:
         raise ConfigError("models: give at least one model, e.g. openai/gpt-4o-mini")
     if len(models) > MAX_AGENTS:
         raise ConfigError(f"models: at most {MAX_AGENTS} agents per run, got {len(models)}")
-    agents = [
-        {"id": f"agent_{chr(ord('a') + i)}", "model": model, "base_url": base_url}
-        for i, model in enumerate(models)
-    ]
+    agents = []
+    for i, spec in enumerate(models):
+        model, _, own_url = spec.partition("@")
+        agents.append({"id": f"agent_{chr(ord('a') + i)}", "model": model,
+                       "base_url": own_url or base_url})
     return build_team({"agents": agents, "options": options or {}}, source="models")
 
 
@@ -204,7 +208,7 @@ def missing_credentials(team: TeamConfig) -> list[str]:
         names = PROVIDER_KEY_ENV.get(agent.provider)
         if names and not any(os.environ.get(n) for n in names):
             problems.append(
-                f"agent {agent.id!r} ({agent.model}): set {' or '.join(names)}, "
-                "or give the agent a base_url for a self-hosted endpoint"
+                f"agent {agent.id!r} ({agent.model}): set {' or '.join(names)}, or use a "
+                "self-hosted endpoint (model@http://127.0.0.1:11434/v1, or base_url in a config)"
             )
     return problems

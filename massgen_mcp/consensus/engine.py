@@ -41,6 +41,11 @@ class RunRequest:
     team: TeamConfig
     context: str | None = None
     parent_session_id: str | None = None
+    # Resuming an interrupted run: answers already given, as (agent_id, content) in the order
+    # they were accepted, and the calls already paid for.
+    prior_answers: tuple[tuple[str, str], ...] = ()
+    prior_calls: tuple[dict[str, Any], ...] = ()
+    prior_event_count: int = 0  # event numbering continues after the recorded events
 
 
 class Recorder(Protocol):
@@ -125,9 +130,19 @@ class ConsensusRun:
         self.status = "running"
         self.finish_reason: str | None = None
         self.errors: list[str] = []
-        self._seq = 0
+        self._seq = request.prior_event_count
         self._t0 = time.monotonic()
         self._started_at = time.time()
+        for agent_id, content in request.prior_answers:
+            self.coord.add_answer(agent_id, content)
+        for call in request.prior_calls:
+            restored = Completion(None, prompt_tokens=call.get("prompt_tokens", 0),
+                                  completion_tokens=call.get("completion_tokens", 0),
+                                  cost_usd=call.get("cost_usd"),
+                                  latency_s=call.get("latency_s", 0.0))
+            if call.get("agent_id") in self.usage:
+                self.usage[call["agent_id"]].add(restored)
+            self.totals.usage.add(restored)
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -345,9 +360,12 @@ class ConsensusRun:
 
         Cancelling the task that awaits this records ``cancelled`` and re-raises.
         """
-        self._emit("started", question=self.request.question,
-                   agents={a.id: a.model for a in self.agents.values()},
-                   parent_session_id=self.request.parent_session_id)
+        if self.request.prior_answers:
+            self._emit("resumed", labels=[a.label for a in self.coord.current_answers()])
+        else:
+            self._emit("started", question=self.request.question,
+                       agents={a.id: a.model for a in self.agents.values()},
+                       parent_session_id=self.request.parent_session_id)
         final: str | None = None
         presenter: str | None = None
         try:

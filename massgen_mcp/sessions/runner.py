@@ -99,11 +99,7 @@ class SessionRunner:
     def running_count(self) -> int:
         return sum(1 for r in self.runs.values() if not r.done)
 
-    async def start(
-        self, question: str, team: TeamConfig, *, context: str | None = None,
-        parent_session_id: str | None = None, session_id: str | None = None,
-    ) -> LiveRun:
-        """Create the record and start the run in the background; returns at once."""
+    def _check_capacity(self, team: TeamConfig) -> None:
         if self._closed:
             raise SessionStateError("the server is shutting down; start the run again later")
         if self.running_count() >= self.max_running:
@@ -113,18 +109,41 @@ class SessionRunner:
         problems = missing_credentials(team)
         if problems:
             raise ConfigError("missing API keys:\n" + "\n".join(problems))
-        session_id = session_id or new_session_id()
-        request = RunRequest(session_id, question, team, context, parent_session_id)
+
+    async def start(
+        self, question: str, team: TeamConfig, *, context: str | None = None,
+        parent_session_id: str | None = None,
+    ) -> LiveRun:
+        """Create the record and start the run in the background; returns at once."""
+        self._check_capacity(team)
+        session_id = new_session_id()
         writer = self.store.create(session_id, config=team.redacted(), request={
             "question": question, "context": context, "parent_session_id": parent_session_id,
         })
+        return self._launch(RunRequest(session_id, question, team, context, parent_session_id),
+                            writer)
+
+    async def resume(
+        self, session_id: str, question: str, team: TeamConfig, *, context: str | None,
+        parent_session_id: str | None, prior_answers: tuple[tuple[str, str], ...],
+        prior_calls: tuple[dict[str, Any], ...], prior_event_count: int,
+    ) -> LiveRun:
+        """Continue a recorded run in its own folder, starting from its recorded answers."""
+        self._check_capacity(team)
+        request = RunRequest(session_id, question, team, context, parent_session_id,
+                             prior_answers=prior_answers, prior_calls=prior_calls,
+                             prior_event_count=prior_event_count)
+        return self._launch(request, self.store.reopen(session_id))
+
+    def _launch(self, request: RunRequest, writer: SessionWriter) -> LiveRun:
         changes = ChangeSignal()
         engine = ConsensusRun(
-            request, self.provider, _Recorder(session_id, writer, changes, self.listeners))
-        run = LiveRun(session_id, engine, writer, changes)
+            request, self.provider,
+            _Recorder(request.session_id, writer, changes, self.listeners))
+        run = LiveRun(request.session_id, engine, writer, changes)
         engine.recorder.status(engine.snapshot())
-        run.task = asyncio.create_task(self._execute(run), name=f"session:{session_id}")
-        self.runs[session_id] = run
+        run.task = asyncio.create_task(self._execute(run), name=f"session:{request.session_id}")
+        self.runs[request.session_id] = run
         return run
 
     async def _execute(self, run: LiveRun) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,6 +144,10 @@ class SessionStore:
         writer.write_json("request.json", request)
         return writer
 
+    def reopen(self, session_id: str) -> SessionWriter:
+        """A writer that appends to an existing record (used to resume a run)."""
+        return SessionWriter(self._existing(session_id))
+
     def _existing(self, session_id: str) -> Path:
         folder = self.folder(session_id)
         if not folder.is_dir():
@@ -170,10 +174,15 @@ class SessionStore:
 
     def read_events(self, session_id: str) -> list[dict[str, Any]]:
         path = self._existing(session_id) / "events.jsonl"
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         events = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
+        for i, line in enumerate(lines):
+            try:
                 events.append(json.loads(line))
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:
+                    break  # a line cut short by a crash: everything before it is intact
+                raise
         return events
 
     def read_answer(self, session_id: str, label: str) -> str:
@@ -184,6 +193,33 @@ class SessionStore:
             return path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise SessionNotFoundError(f"session {session_id} has no answer {label}") from None
+
+    def mark_interrupted(self, is_alive: Callable[[int], bool]) -> list[str]:
+        """Mark runs left ``running`` by a process that is gone as ``interrupted``.
+
+        The record stays intact: status.json gets the new status and events.jsonl an
+        ``interrupted`` event, so list, status and resume all see it.
+        """
+        marked = []
+        for sid in self.session_ids():
+            try:
+                status = self.read_status(sid)
+            except (SessionNotFoundError, json.JSONDecodeError):
+                continue
+            pid = status.get("pid")
+            if status.get("status") != "running" or (isinstance(pid, int) and is_alive(pid)):
+                continue
+            status.update(status="interrupted", finish_reason="interrupted", phase="done")
+            writer = SessionWriter(self.folder(sid))
+            try:
+                seq = len(self.read_events(sid)) + 1
+                writer.event({"seq": seq, "ts": time.time(), "type": "interrupted",
+                              "reason": f"process {pid} ended while the run was in progress"})
+                writer.write_json("status.json", status)
+            finally:
+                writer.close()
+            marked.append(sid)
+        return marked
 
     def session_ids(self) -> Iterator[str]:
         """Ids newest first."""

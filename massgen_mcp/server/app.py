@@ -1,0 +1,283 @@
+"""The MCP surface: tools, resources and a prompt over :class:`~massgen_mcp.service.ConsensusService`.
+
+Thin on purpose: each tool validates its arguments (pydantic, from the signature), calls one
+service method and turns our errors into ``ToolError`` text written for the calling model.
+Runs go on in the background; hosts cut tool calls after ~60 s, so no tool blocks longer than
+its ``wait_s`` (capped at ``MASSGEN_MCP_MAX_WAIT_S``, default 50 s).
+
+This module must not import litellm (it costs ~3 s): the server answers ``initialize`` first
+and warms litellm in the background afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastmcp import Context, FastMCP
+from fastmcp.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from massgen_mcp import __version__
+from massgen_mcp.config import MAX_AGENTS, MAX_CONTEXT_CHARS, MAX_QUESTION_CHARS, RunOptions
+from massgen_mcp.errors import MassgenError
+from massgen_mcp.service import (
+    CancelView,
+    ConsensusService,
+    ResultView,
+    RunHandle,
+    SessionPage,
+    SetupView,
+    StatusView,
+)
+from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.store import SessionStore, default_home
+
+log = logging.getLogger(__name__)
+
+WARM_UP_DELAY_S = 1.0  # let the handshake go first; litellm's import holds the GIL for seconds
+
+INSTRUCTIONS = """\
+massgen runs a team of AI models on one question: they answer independently, read each \
+other's anonymised answers, vote, and agree on a final answer. Use it when a question is worth \
+several models' opinions (hard, ambiguous or high-stakes); it costs several model calls and \
+usually 10 s to a few minutes. Start with run_consensus (returns a session_id at once), then \
+call get_status with wait_s=30 until done, then get_result. Cite the winner and vote tally \
+when you use the answer. check_setup shows which providers have keys."""
+
+
+def max_wait_s() -> float:
+    return float(os.environ.get("MASSGEN_MCP_MAX_WAIT_S", "50"))
+
+
+@contextlib.contextmanager
+def _tool_errors() -> Iterator[None]:
+    """Our errors carry messages written for the model; pass them through as ToolError."""
+    try:
+        yield
+    except MassgenError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def _service(ctx: Context) -> ConsensusService:
+    return ctx.lifespan_context["service"]
+
+
+def _progress_reporter(ctx: Context) -> Any:
+    step = 0
+
+    async def report(status: dict[str, Any]) -> None:
+        nonlocal step
+        step += 1
+        tally = ", ".join(f"{k}:{len(v)}" for k, v in status.get("tally", {}).items() if v)
+        message = f"{status.get('phase')}: {len(status.get('answers', []))} answer(s)"
+        if tally:
+            message += f", votes {tally}"
+        await ctx.report_progress(step, None, message)
+
+    return report
+
+
+READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                       open_world_hint=False)
+START = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                        open_world_hint=True)
+
+SessionId = Annotated[str, Field(description="id returned by run_consensus", max_length=64)]
+WaitS = Annotated[float, Field(ge=0, le=600, description=(
+    "wait up to this many seconds (capped at 50) for the run to finish; 0 returns at once"))]
+
+
+def create_server(*, home: Path | None = None, root: Path | None = None,
+                  auth: Any = None) -> FastMCP:
+    """Build the FastMCP app. ``home`` holds the records (default ./.massgen or
+    $MASSGEN_HOME); ``root`` is the folder ``context_files`` are read from (default cwd)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_server: FastMCP) -> AsyncIterator[dict[str, Any]]:
+        from massgen_mcp.providers.litellm_provider import LiteLLMProvider, warm_up
+
+        store = SessionStore(home or default_home())
+        runner = SessionRunner(store, LiteLLMProvider())
+        service = ConsensusService(store, runner, root)
+        interrupted = service.mark_interrupted()
+        if interrupted:
+            log.warning("marked %d run(s) interrupted: %s", len(interrupted),
+                        ", ".join(interrupted))
+
+        async def warm() -> None:
+            await asyncio.sleep(WARM_UP_DELAY_S)
+            await warm_up()
+
+        warming = asyncio.create_task(warm(), name="litellm-warm-up")
+        try:
+            yield {"service": service}
+        finally:
+            warming.cancel()
+            await asyncio.gather(warming, return_exceptions=True)
+            await runner.aclose()
+
+    mcp = FastMCP("massgen", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan,
+                  mask_error_details=True, auth=auth)
+
+    async def _wait_and_wrap(ctx: Context, run_id: str, wait_s: float, message: str
+                             ) -> RunHandle:
+        service = _service(ctx)
+        wait = min(wait_s, max_wait_s())
+        finished = wait > 0 and await service.wait(run_id, wait, _progress_reporter(ctx))
+        run = service.runner.live(run_id)
+        handle = service.handle(run, message)
+        if finished:
+            handle.status = service.status(run_id).status
+            handle.result = service.result(run_id)
+            handle.message = "finished; the result is included"
+        return handle
+
+    @mcp.tool(annotations=START)
+    async def run_consensus(
+        question: Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS,
+                                       description="the question for the team")],
+        ctx: Context,
+        models: Annotated[list[str] | None, Field(
+            min_length=1, max_length=MAX_AGENTS,
+            description="litellm model strings, one agent each, e.g. "
+                        "['openai/gpt-4o-mini', 'anthropic/claude-haiku-4-5']")] = None,
+        config: Annotated[str | None, Field(
+            description="instead of models: a MassGen YAML config path or @preset")] = None,
+        context: Annotated[str | None, Field(max_length=MAX_CONTEXT_CHARS,
+                                             description="background text for every agent")
+                           ] = None,
+        context_files: Annotated[list[str] | None, Field(
+            max_length=20, description="text files (relative to the server's working "
+                                       "directory) shared with every agent")] = None,
+        options: Annotated[RunOptions | None, Field(
+            description="limits such as timeout_s, max_cost_usd, max_answers_per_agent")
+                           ] = None,
+        wait_s: WaitS = 0,
+    ) -> RunHandle:
+        """Ask a team of models to answer a question and agree on one answer. Returns a
+        session_id at once; then poll get_status(wait_s=30) and read get_result."""
+        with _tool_errors():
+            run = await _service(ctx).run_consensus(
+                question, models=models, config=config, context=context,
+                context_files=context_files, options=options)
+            return await _wait_and_wrap(
+                ctx, run.session_id, wait_s,
+                "started; call get_status with wait_s=30 until done, then get_result")
+
+    @mcp.tool(annotations=READ)
+    async def get_status(session_id: SessionId, ctx: Context, wait_s: WaitS = 0) -> StatusView:
+        """Progress of a run: phase, each agent's state, votes so far, usage. With wait_s,
+        returns as soon as anything changes."""
+        with _tool_errors():
+            service = _service(ctx)
+            service.status(session_id)  # validates the id before waiting
+            wait = min(wait_s, max_wait_s())
+            if wait > 0:
+                await service.runner.wait_for_change(session_id, wait)
+            return service.status(session_id)
+
+    @mcp.tool(annotations=READ)
+    async def get_result(
+        session_id: SessionId, ctx: Context,
+        detail: Annotated[Literal["summary", "full"], Field(
+            description="summary truncates each agent's answer; full returns everything")
+                          ] = "summary",
+    ) -> ResultView:
+        """The outcome of a finished run: final answer, winner, votes with reasons, each
+        agent's last answer, usage and cost."""
+        with _tool_errors():
+            return _service(ctx).result(session_id, detail)
+
+    @mcp.tool(annotations=READ)
+    async def list_sessions(
+        ctx: Context,
+        status: Annotated[Literal["running", "completed", "failed", "timed_out", "cancelled",
+                                  "interrupted"] | None, Field(description="filter")] = None,
+        limit: Annotated[int, Field(ge=1, le=100)] = 20,
+        cursor: Annotated[str | None, Field(description="next_cursor of the previous page",
+                                            max_length=64)] = None,
+    ) -> SessionPage:
+        """Past and running sessions, newest first."""
+        with _tool_errors():
+            return _service(ctx).list_sessions(status, limit, cursor)
+
+    @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                          idempotent_hint=True, open_world_hint=False))
+    async def cancel_session(session_id: SessionId, ctx: Context) -> CancelView:
+        """Stop a running session; what was recorded so far is kept."""
+        with _tool_errors():
+            return await _service(ctx).cancel(session_id)
+
+    @mcp.tool(annotations=START)
+    async def continue_session(
+        session_id: SessionId,
+        follow_up: Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS)],
+        ctx: Context,
+        wait_s: WaitS = 0,
+    ) -> RunHandle:
+        """Ask the same team a follow-up; the earlier question and final answer are context."""
+        with _tool_errors():
+            run = await _service(ctx).continue_session(session_id, follow_up)
+            return await _wait_and_wrap(ctx, run.session_id, wait_s,
+                                        "follow-up started; poll get_status")
+
+    @mcp.tool(annotations=START)
+    async def resume_session(session_id: SessionId, ctx: Context, wait_s: WaitS = 0
+                             ) -> RunHandle:
+        """Continue an interrupted run (the server stopped mid-run) from its recorded
+        answers."""
+        with _tool_errors():
+            run = await _service(ctx).resume_session(session_id)
+            return await _wait_and_wrap(ctx, run.session_id, wait_s, "resumed; poll get_status")
+
+    @mcp.tool(annotations=READ)
+    async def check_setup(ctx: Context) -> SetupView:
+        """Which providers have API keys (names only), where records are stored, versions."""
+        return _service(ctx).check_setup()
+
+    def _read(ctx: Context, session_id: str, name: str) -> str:
+        with _tool_errors():
+            data = _service(ctx).store.read_json(session_id, name)
+        if data is None:
+            raise ToolError(f"session {session_id} has no {name} yet")
+        return json.dumps(data, ensure_ascii=False, indent=2)
+
+    @mcp.resource("massgen://sessions/{session_id}/status", mime_type="application/json")
+    async def status_resource(session_id: str, ctx: Context) -> str:
+        """status.json of a session."""
+        return _read(ctx, session_id, "status.json")
+
+    @mcp.resource("massgen://sessions/{session_id}/result", mime_type="application/json")
+    async def result_resource(session_id: str, ctx: Context) -> str:
+        """result.json of a finished session (full answers)."""
+        return _read(ctx, session_id, "result.json")
+
+    @mcp.resource("massgen://sessions/{session_id}/events", mime_type="application/jsonl")
+    async def events_resource(session_id: str, ctx: Context) -> str:
+        """The full event log (events.jsonl) of a session."""
+        with _tool_errors():
+            events = _service(ctx).store.read_events(session_id)
+        return "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events)
+
+    @mcp.resource("massgen://sessions/{session_id}/answers/{label}", mime_type="text/markdown")
+    async def answer_resource(session_id: str, label: str, ctx: Context) -> str:
+        """One answer of a session by its label (A1, B2, ...)."""
+        with _tool_errors():
+            return _service(ctx).store.read_answer(session_id, label)
+
+    @mcp.prompt
+    def consensus(question: str) -> str:
+        """Get a team of models to agree on an answer to a question."""
+        return (f"Use the massgen tools to get a team answer to this question:\n\n{question}\n\n"
+                "Call run_consensus, then get_status with wait_s=30 until it is done, then "
+                "get_result. Report the final answer and mention the winner and the vote tally.")
+
+    return mcp

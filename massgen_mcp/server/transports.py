@@ -1,0 +1,82 @@
+"""Serve the MCP app over stdio (what hosts spawn) or streamable HTTP.
+
+On stdio, stdout *is* the protocol: logging goes to stderr and to ``<home>/server.log`` only,
+and litellm is kept quiet when it loads. Over HTTP the server binds loopback by default, checks
+Host/Origin headers, and requires a bearer token (``MASSGEN_MCP_TOKEN``, compared in constant
+time) whenever one is set; binding a non-loopback address without a token is refused.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import os
+import sys
+from pathlib import Path
+
+from fastmcp.server.auth import AccessToken, TokenVerifier
+
+from massgen_mcp.errors import ConfigError
+from massgen_mcp.sessions.store import default_home
+
+TOKEN_ENV = "MASSGEN_MCP_TOKEN"
+
+
+class BearerToken(TokenVerifier):
+    """Accept exactly one static token, compared in constant time."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self._token = token.encode()
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if hmac.compare_digest(token.encode(), self._token):
+            return AccessToken(token="bearer", client_id="massgen-mcp-user", scopes=[])
+        return None
+
+
+def configure_logging(home: Path | None) -> None:
+    """Logs to stderr and ``<home>/server.log``; never to stdout."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    folder = home or default_home()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(folder / "server.log", encoding="utf-8"))
+    except OSError:
+        pass  # a read-only folder must not stop the server; stderr still has the logs
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve_stdio(home: Path | None = None) -> None:
+    from massgen_mcp.server.app import create_server
+
+    configure_logging(home)
+    create_server(home=home).run(transport="stdio", show_banner=False)
+
+
+def serve_http(*, host: str, port: int, path: str, home: Path | None = None) -> None:
+    from massgen_mcp.server.app import create_server
+
+    token = os.environ.get(TOKEN_ENV)
+    if not is_loopback(host) and not token:
+        raise ConfigError(
+            f"refusing to serve on {host} without a token: anyone on the network could run "
+            f"models on your keys. Set {TOKEN_ENV} to a long random string (clients send "
+            "'Authorization: Bearer <token>'), or bind 127.0.0.1")
+    configure_logging(home)
+    server = create_server(home=home, auth=BearerToken(token) if token else None)
+    logging.getLogger(__name__).info("serving MCP on http://%s:%d%s (token %s)", host, port,
+                                     path, "required" if token else "off")
+    server.run(transport="http", host=host, port=port, path=path, show_banner=False,
+               host_origin_protection="auto")
