@@ -128,6 +128,7 @@ class ConsensusRun:
         self.in_flight: dict[str, asyncio.Task[TurnOutcome]] = {}
         self.phase = "answering"
         self.status = "running"
+        self._outcome = "failed"  # what status becomes when the run ends
         self.finish_reason: str | None = None
         self.errors: list[str] = []
         self._seq = request.prior_event_count
@@ -378,36 +379,39 @@ class ConsensusRun:
                     if self.coord.consensus():
                         self._emit("consensus", tally={k: len(v) for k, v in
                                                        self.coord.tally().items()})
-                        self.status, self.finish_reason = "completed", "consensus"
+                        self._outcome, self.finish_reason = "completed", "consensus"
                         final, presenter = await self._present(allow_call=True)
                     else:
-                        self.status, self.finish_reason = "failed", "all_agents_failed"
+                        self._outcome, self.finish_reason = "failed", "all_agents_failed"
             except TimeoutError:
                 self._emit("timeout", after_s=self.options.timeout_s)
-                self.status, self.finish_reason = "timed_out", "timeout"
+                self._outcome, self.finish_reason = "timed_out", "timeout"
                 final, presenter = await self._present(allow_call=False)
             except _BudgetExceeded as exc:
                 await self._stop_turns()
                 self._emit("budget_exceeded", detail=exc.what)
                 final, presenter = await self._present(allow_call=False)
                 # With no answer at all there is nothing to return: that run failed.
-                self.status = "completed" if final is not None else "failed"
+                self._outcome = "completed" if final is not None else "failed"
                 self.finish_reason = "budget_exceeded"
         except asyncio.CancelledError:
             await self._stop_turns()
-            self.status, self.finish_reason = "cancelled", "cancelled"
+            self._outcome, self.finish_reason = "cancelled", "cancelled"
             self._emit("cancelled")
             self._finish(None, None)
             raise
         except Exception as exc:  # a bug: still leave a complete, readable record
             log.exception("run %s crashed", self.request.session_id)
             await self._stop_turns()
-            self.status, self.finish_reason = "failed", "internal_error"
+            self._outcome, self.finish_reason = "failed", "internal_error"
             self.errors.append(f"internal error: {redact(repr(exc))}")
             return self._finish(None, None)
         return self._finish(final, presenter)
 
     def _finish(self, final: str | None, presenter: str | None) -> dict[str, Any]:
+        # The status turns terminal only here, after the final answer exists, so a reader
+        # that sees a terminal status in status.json always finds result.json too.
+        self.status = self._outcome
         self.phase = "done"
         if final is not None:
             self._emit("final", presenter=presenter, chars=len(final))

@@ -1,0 +1,239 @@
+"""The MCP surface through fastmcp's in-memory Client, in both protocol eras."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from fastmcp import Client
+
+from massgen_mcp.scripted import ChatRequest, Reply, agree
+from massgen_mcp.server.app import create_server
+
+SNAPSHOT = Path(__file__).parent / "snapshots" / "tools_list.json"
+
+
+@pytest.fixture(params=["auto", "legacy"])
+async def client(request, tmp_path: Path):
+    (tmp_path / "notes.md").write_text("The answer must be a number.")
+    async with Client(create_server(root=tmp_path), mode=request.param) as c:
+        yield c
+
+
+def models_for(server, n: int = 3) -> list[str]:
+    return [f"openai/{m}@{server.base_url}" for m in "abc"[:n]]
+
+
+async def call(client: Client, tool: str, **args):
+    result = await client.call_tool(tool, args, raise_on_error=False)
+    return result
+
+
+async def finish(client: Client, session_id: str) -> dict:
+    """Poll get_status the way the instructions tell hosts to, until done."""
+    for _ in range(100):
+        status = (await call(client, "get_status", session_id=session_id, wait_s=10)
+                  ).structured_content
+        if status["done"]:
+            return status
+    raise AssertionError("run did not finish")
+
+
+async def test_run_poll_result(client: Client, scripted) -> None:
+    server = scripted(agree)
+    started = await call(client, "run_consensus", question="What is 6*7?",
+                         models=models_for(server), context_files=["notes.md"])
+    handle = started.structured_content
+    assert handle["status"] == "running" and handle["result"] is None
+    status = await finish(client, handle["session_id"])
+    assert status["status"] == "completed" and "get_result" in status["next_step"]
+    assert {a["phase"] for a in status["agents"]} == {"voted"}
+    result = (await call(client, "get_result", session_id=handle["session_id"])
+              ).structured_content
+    assert result["final_answer"].startswith("Final: ")
+    assert result["winner"]["model"].startswith("openai/")
+    assert len(result["votes"]) == 3 and all(v["reason"] for v in result["votes"])
+    assert result["usage"]["calls"] == 7 and result["usage"]["cost_usd"] is None
+    assert Path(result["record_dir"]).is_dir()
+    assert all("The answer must be a number." in q.user for q in server.requests)
+
+
+async def test_wait_returns_the_result_and_reports_progress(tmp_path: Path, scripted) -> None:
+    server = scripted(agree, latency_s=0.05)
+    progress: list[tuple[float, str | None]] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, message))
+
+    async with Client(create_server(root=tmp_path), mode="legacy",
+                      progress_handler=on_progress) as c:
+        handle = (await c.call_tool("run_consensus", {
+            "question": "6*7?", "models": models_for(server), "wait_s": 30})).structured_content
+    assert handle["status"] == "completed"
+    assert handle["result"]["final_answer"].startswith("Final: ")
+    assert progress, "progress notifications while waiting"
+    values = [v for v, _ in progress]
+    assert values == sorted(values) and any("votes" in (m or "") for _, m in progress)
+
+
+async def test_get_result_summary_truncates_and_full_does_not(client: Client, scripted) -> None:
+    long = "x" * 5000
+
+    def verbose(req: ChatRequest) -> Reply:
+        if not req.tools and not req.is_final:
+            return agree(req)
+        if "new_answer" in req.tool_names and not req.vote_labels:
+            return Reply("answer", content=f"{req.model} {long}")
+        return agree(req)
+
+    server = scripted(verbose)
+    sid = (await call(client, "run_consensus", question="q", models=models_for(server))
+           ).structured_content["session_id"]
+    await finish(client, sid)
+    summary = (await call(client, "get_result", session_id=sid)).structured_content
+    full = (await call(client, "get_result", session_id=sid, detail="full")).structured_content
+    assert all(a["truncated"] and len(a["text"]) < 700 for a in summary["answers"])
+    assert all(not a["truncated"] and len(a["text"]) > 5000 for a in full["answers"])
+    assert len(json.dumps(summary)) < 32_000, "summary stays well under 8k tokens"
+
+
+async def test_errors_are_clear_tool_errors(client: Client, tmp_path: Path) -> None:
+    (tmp_path.parent / "secret.txt").write_text("nope")
+    cases = [
+        ({"question": "q"}, "no team given"),
+        ({"question": "q", "models": ["openai/a@http://127.0.0.1:9/v1"],
+          "context_files": ["../secret.txt"]}, "outside"),
+        ({"question": "q", "models": ["openai/a@http://127.0.0.1:9/v1"],
+          "context_files": ["missing.md"]}, "does not exist"),
+        ({"question": "q", "models": ["bad model"]}, "model string"),
+        ({"question": "q", "config": "/etc/passwd"}, "absolute"),
+        ({"question": "q", "models": ["openai/a@http://127.0.0.1:9/v1"],
+          "options": {"timeout_s": -1}}, "timeout_s"),
+    ]
+    for args, message in cases:
+        result = await call(client, "run_consensus", **args)
+        assert result.is_error, args
+        assert message in result.content[0].text, (args, result.content[0].text)
+    for tool, args in [("get_status", {"session_id": "../../etc"}),
+                       ("get_result", {"session_id": "01M811FXDYM8XNC5FE75XV7FF6"}),
+                       ("cancel_session", {"session_id": "nope"})]:
+        result = await call(client, tool, **args)
+        assert result.is_error
+        text = result.content[0].text
+        assert "session" in text and "Traceback" not in text
+
+
+async def test_list_sessions_pages_newest_first(client: Client, scripted) -> None:
+    server = scripted(agree)
+    ids = []
+    for i in range(3):
+        sid = (await call(client, "run_consensus", question=f"question {i}",
+                          models=models_for(server, 1))).structured_content["session_id"]
+        await finish(client, sid)
+        ids.append(sid)
+    page = (await call(client, "list_sessions", limit=2)).structured_content
+    assert [s["session_id"] for s in page["sessions"]] == ids[::-1][:2]
+    rest = (await call(client, "list_sessions", limit=2, cursor=page["next_cursor"])
+            ).structured_content
+    assert [s["session_id"] for s in rest["sessions"]] == [ids[0]]
+    assert rest["next_cursor"] is None
+    assert page["sessions"][0]["question"] == "question 2"
+    failed = (await call(client, "list_sessions", status="failed")).structured_content
+    assert failed["sessions"] == []
+
+
+async def test_cancel_session(client: Client, scripted) -> None:
+    arrived = threading.Semaphore(0)
+
+    def hang(req: ChatRequest) -> Reply:
+        arrived.release()
+        return Reply("text", delay_s=30)
+
+    server = scripted(hang)
+    sid = (await call(client, "run_consensus", question="q", models=models_for(server))
+           ).structured_content["session_id"]
+    import asyncio
+    for _ in range(3):
+        assert await asyncio.to_thread(arrived.acquire, True, 10)
+    cancelled = (await call(client, "cancel_session", session_id=sid)).structured_content
+    assert cancelled["status"] == "cancelled"
+    again = (await call(client, "cancel_session", session_id=sid)).structured_content
+    assert again["status"] == "cancelled" and "already" in again["message"]
+    status = (await call(client, "get_status", session_id=sid)).structured_content
+    assert status["status"] == "cancelled" and status["done"]
+
+
+async def test_continue_session_links_both_records(client: Client, scripted, home: Path) -> None:
+    server = scripted(agree)
+    parent = (await call(client, "run_consensus", question="What is 6*7?",
+                         models=models_for(server, 2))).structured_content["session_id"]
+    await finish(client, parent)
+    reply = await call(client, "continue_session", session_id=parent, follow_up="And 6*8?",
+                       wait_s=20)
+    assert not reply.is_error, reply.content[0].text
+    child = reply.structured_content
+    assert child["status"] == "completed"
+    assert child["result"]["parent_session_id"] == parent
+    last = server.requests[-1]
+    assert "<earlier_question>" in last.user and "What is 6*7?" in last.user
+    events = [json.loads(line) for line in
+              (home / "sessions" / parent / "events.jsonl").read_text().splitlines()]
+    assert events[-1]["type"] == "continued"
+    assert events[-1]["child_session_id"] == child["session_id"]
+
+
+async def test_check_setup_names_providers_never_keys(client: Client, monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-canary-abcdef1234567890")
+    setup = (await call(client, "check_setup")).structured_content
+    assert "openai" in setup["providers_with_keys"]
+    assert "sk-canary" not in json.dumps(setup)
+    assert setup["versions"]["massgen-mcp"]
+
+
+async def test_resources_and_prompt(client: Client, scripted) -> None:
+    server = scripted(agree)
+    sid = (await call(client, "run_consensus", question="q", models=models_for(server, 2))
+           ).structured_content["session_id"]
+    await finish(client, sid)
+    templates = {t.uri_template for t in await client.list_resource_templates()}
+    assert "massgen://sessions/{session_id}/answers/{label}" in templates
+    result = json.loads((await client.read_resource(f"massgen://sessions/{sid}/result"))[0].text)
+    label = result["winner"]["label"]
+    answer = (await client.read_resource(f"massgen://sessions/{sid}/answers/{label}"))[0].text
+    assert answer.strip() in {a["content"] for a in result["answers"]}
+    events = (await client.read_resource(f"massgen://sessions/{sid}/events"))[0].text
+    assert json.loads(events.splitlines()[-1])["type"] == "finished"
+    status = json.loads((await client.read_resource(f"massgen://sessions/{sid}/status"))[0].text)
+    assert status["status"] == "completed"
+    prompt = await client.get_prompt("consensus", {"question": "Why?"})
+    assert "run_consensus" in prompt.messages[0].content.text
+
+
+async def test_tools_list_matches_snapshot(tmp_path: Path) -> None:
+    async with Client(create_server(root=tmp_path), mode="legacy") as c:
+        tools = [t.model_dump(mode="json", by_alias=True, exclude_none=True)
+                 for t in await c.list_tools()]
+    current = json.dumps(tools, indent=2, sort_keys=True) + "\n"
+    if os.environ.get("UPDATE_SNAPSHOTS"):
+        SNAPSHOT.parent.mkdir(exist_ok=True)
+        SNAPSHOT.write_text(current)
+    assert current == SNAPSHOT.read_text(), (
+        "tools/list changed; if deliberate, run UPDATE_SNAPSHOTS=1 pytest tests/test_server.py")
+    for tool in tools:
+        hints = tool["annotations"]
+        assert {"readOnlyHint", "destructiveHint"} <= set(hints), tool["name"]
+        assert hints["destructiveHint"] is False
+        assert "outputSchema" in tool
+
+
+def test_importing_the_server_does_not_import_litellm() -> None:
+    code = ("import sys, massgen_mcp.server.app, massgen_mcp.cli; "
+            "print('litellm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False"
