@@ -1,4 +1,4 @@
-"""The MCP surface: tools, resources and a prompt over :class:`~massgen_mcp.service.ConsensusService`.
+"""The MCP surface: tools, resources and a prompt over the consensus service.
 
 Thin on purpose: each tool validates its arguments (pydantic, from the signature), calls one
 service method and turns our errors into ``ToolError`` text written for the calling model.
