@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from fastmcp.server.auth import AccessToken, TokenVerifier
+from typing import Any
 
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.sessions.store import default_home
@@ -23,17 +23,22 @@ from massgen_mcp.sessions.store import default_home
 TOKEN_ENV = "MASSGEN_MCP_TOKEN"
 
 
-class BearerToken(TokenVerifier):
-    """Accept exactly one static token, compared in constant time."""
+def bearer_token_auth(token: str) -> Any:
+    """An auth provider accepting exactly ``token``, compared in constant time.
 
-    def __init__(self, token: str) -> None:
-        super().__init__()
-        self._token = token.encode()
+    fastmcp's auth stack costs ~0.3 s to import, so stdio (which needs no auth) never loads it.
+    """
+    from fastmcp.server.auth import AccessToken, TokenVerifier
 
-    async def verify_token(self, token: str) -> AccessToken | None:
-        if hmac.compare_digest(token.encode(), self._token):
-            return AccessToken(token="bearer", client_id="massgen-mcp-user", scopes=[])
-        return None
+    expected = token.encode()
+
+    class BearerToken(TokenVerifier):
+        async def verify_token(self, token: str) -> AccessToken | None:
+            if hmac.compare_digest(token.encode(), expected):
+                return AccessToken(token="bearer", client_id="massgen-mcp-user", scopes=[])
+            return None
+
+    return BearerToken()
 
 
 def configure_logging(home: Path | None) -> None:
@@ -75,7 +80,7 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None) -> 
             f"models on your keys. Set {TOKEN_ENV} to a long random string (clients send "
             "'Authorization: Bearer <token>'), or bind 127.0.0.1")
     configure_logging(home)
-    server = create_server(home=home, auth=BearerToken(token) if token else None)
+    server = create_server(home=home, auth=bearer_token_auth(token) if token else None)
     logging.getLogger(__name__).info("serving MCP on http://%s:%d%s (token %s)", host, port,
                                      path, "required" if token else "off")
     server.run(transport="http", host=host, port=port, path=path, show_banner=False,
