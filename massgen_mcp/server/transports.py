@@ -14,7 +14,6 @@ import logging
 import os
 import sys
 from pathlib import Path
-
 from typing import Any
 
 from massgen_mcp.errors import ConfigError
