@@ -61,12 +61,18 @@ def _question(args: argparse.Namespace) -> str:
     return question
 
 
-async def _run(args: argparse.Namespace, question: str, team: Any) -> dict[str, Any]:
-    from massgen_mcp.providers.litellm_provider import LiteLLMProvider
+async def _run(args: argparse.Namespace, question: str) -> dict[str, Any]:
+    from massgen_mcp.defaults import choose_team
+    from massgen_mcp.providers.registry import ProviderRouter
     from massgen_mcp.render import describe_event
     from massgen_mcp.sessions.runner import SessionRunner
 
-    runner = SessionRunner(_store(args), LiteLLMProvider())
+    models = args.models.split(",") if args.models else None
+    team, notes = await choose_team(models=models, config=args.config, base_url=args.base_url,
+                                    options=_run_options(args))
+    for note in notes:
+        _err(note)
+    runner = SessionRunner(_store(args), ProviderRouter())
     if not args.quiet:
         def progress(_sid: str, event: dict[str, Any]) -> None:
             line = describe_event(event)
@@ -85,16 +91,9 @@ async def _run(args: argparse.Namespace, question: str, team: Any) -> dict[str, 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from massgen_mcp.config_files import resolve_team
-
     question = _question(args)
-    models = args.models.split(",") if args.models else None
-    team, warnings = resolve_team(models=models, config=args.config, base_url=args.base_url,
-                                  options=_run_options(args))
-    for warning in warnings:
-        _err(f"warning: {warning}")
     try:
-        result = asyncio.run(_run(args, question, team))
+        result = asyncio.run(_run(args, question))
     except KeyboardInterrupt:
         return EXIT_CANCELLED
     folder = _store(args).folder(result["session_id"])

