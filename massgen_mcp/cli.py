@@ -175,6 +175,29 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from massgen_mcp.providers.registry import ProviderRouter
+    from massgen_mcp.service import ConsensusService
+    from massgen_mcp.sessions.runner import SessionRunner
+
+    store = _store(args)
+    setup = asyncio.run(ConsensusService(store, SessionRunner(store, ProviderRouter()))
+                        .check_setup())
+    if args.json:
+        print(setup.model_dump_json(indent=2))
+        return EXIT_OK
+    print("API keys:      " + (", ".join(setup.providers_with_keys) or "none found"))
+    servers = [f"{s.url} ({', '.join(s.models[:3])})" for s in setup.local_servers]
+    print("local servers: " + ("; ".join(servers) or "none on the probed ports"))
+    print("embedded:      " + (setup.embedded_model or "not installed"))
+    print("default team:  " + (", ".join(setup.default_team) or "none"))
+    print("  why:         " + setup.default_team_reason)
+    print("records:       " + setup.storage)
+    print("versions:      " + ", ".join(f"{k} {v}" for k, v in setup.versions.items()))
+    print("add more:      " + setup.how_to_add_more)
+    return EXIT_OK
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from massgen_mcp.server.transports import serve_http, serve_stdio
 
@@ -223,6 +246,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("session_id")
     show.add_argument("--json", action="store_true", help="print result.json")
     show.set_defaults(func=cmd_show)
+
+    doctor = sub.add_parser("doctor", help="show keys, local servers, the default team and why")
+    doctor.add_argument("--json", action="store_true")
+    doctor.set_defaults(func=cmd_doctor)
 
     serve = sub.add_parser("serve", help="serve MCP (stdio by default; --http for HTTP)")
     serve.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")

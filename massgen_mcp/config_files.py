@@ -43,6 +43,7 @@ BACKEND_TYPES: dict[str, tuple[str, str | None]] = {
     "vllm": ("hosted_vllm", "http://127.0.0.1:8000/v1"),
     "sglang": ("openai", "http://127.0.0.1:30000/v1"),
     "lmstudio": ("lm_studio", "http://127.0.0.1:1234/v1"),
+    "local": ("local", None),  # the embedded llama.cpp model (massgen-mcp[local])
 }
 UNSUPPORTED_BACKENDS = {"claude_code", "codex", "copilot", "gemini_cli", "ag2", "inference"}
 

@@ -9,6 +9,7 @@ is always one ``detail="full"`` call or one resource read away.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import os
 import sys
 import time
@@ -27,7 +28,7 @@ from massgen_mcp.config import (
     build_team,
 )
 from massgen_mcp.context_files import confine, read_context_files
-from massgen_mcp.defaults import choose_team
+from massgen_mcp.defaults import choose_team, discover
 from massgen_mcp.errors import ConfigError, SessionStateError
 from massgen_mcp.sessions.runner import LiveRun, SessionRunner
 from massgen_mcp.sessions.store import TERMINAL_STATUSES, SessionStore, check_session_id
@@ -139,13 +140,22 @@ class CancelView(BaseModel):
     message: str
 
 
+class LocalServerView(BaseModel):
+    url: str
+    models: list[str]
+
+
 class SetupView(BaseModel):
     providers_with_keys: list[str] = Field(description="provider names only, never key values")
     providers_without_keys: list[str]
+    local_servers: list[LocalServerView]
+    embedded_model: str | None
+    default_team: list[str] = Field(description="models used when a run names none")
+    default_team_reason: str
     storage: str
     sessions_running: int
     versions: dict[str, str]
-    hint: str
+    how_to_add_more: str
 
 
 def _clip(text: str, limit: int) -> tuple[str, bool]:
@@ -370,25 +380,31 @@ class ConsensusService:
             if on_change is not None and not self.runner.live(session_id).done:
                 await on_change(self.runner.status(session_id))
 
-    def check_setup(self) -> SetupView:
-        with_keys = sorted(p for p, names in PROVIDER_KEY_ENV.items()
-                           if any(os.environ.get(n) for n in names))
-        without = sorted(set(PROVIDER_KEY_ENV) - set(with_keys))
+    async def check_setup(self) -> SetupView:
+        found = await discover()
         versions = {"massgen-mcp": __version__, "python": sys.version.split()[0]}
-        for dist in ("fastmcp", "mcp", "litellm"):
+        for dist in ("fastmcp", "mcp", "litellm", "llama-cpp-python"):
             try:
-                from importlib.metadata import version
-                versions[dist] = version(dist)
-            except Exception:  # a missing distribution is simply not reported
+                versions[dist] = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
                 continue
-        hint = ("pass models such as " + ", ".join(f"{p}/<model>" for p in with_keys[:3])
-                if with_keys else
-                "no provider key found: set e.g. OPENAI_API_KEY, or give models with a "
-                "base_url of a local OpenAI-compatible server (Ollama, vLLM, LM Studio)")
-        return SetupView(providers_with_keys=with_keys, providers_without_keys=without,
-                         storage=str(self.store.sessions_dir),
-                         sessions_running=self.runner.running_count(), versions=versions,
-                         hint=hint)
+        return SetupView(
+            providers_with_keys=found.providers_with_keys,
+            providers_without_keys=sorted(set(PROVIDER_KEY_ENV) - set(found.providers_with_keys)),
+            local_servers=[LocalServerView(url=s.url, models=list(s.models))
+                           for s in found.local_servers],
+            embedded_model=f"local/{found.embedded_model}" if found.embedded_model else None,
+            default_team=[a.model for a in found.team.agents] if found.team else [],
+            default_team_reason=found.reason,
+            storage=str(self.store.sessions_dir),
+            sessions_running=self.runner.running_count(),
+            versions=versions,
+            how_to_add_more=(
+                "set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, "
+                "XAI_API_KEY, OPENROUTER_API_KEY, ...) in the environment or a .env file; "
+                "start Ollama or LM Studio; pip install 'massgen-mcp[local]' for the offline "
+                "model; or set a team in .massgen/config.yaml"),
+        )
 
     def mark_interrupted(self) -> list[str]:
         return self.store.mark_interrupted(

@@ -354,3 +354,13 @@ async def test_record_is_complete_and_readable(scripted) -> None:
     assert all("<context>" in q.user for q in server.requests)
     config = record["config.json"]
     assert [a["model"] for a in config["agents"]] == ["openai/a", "openai/b", "openai/c"]
+
+
+async def test_identical_independent_answers_are_kept(scripted) -> None:
+    """Same model, same first answer from every agent: agreement, not an endless retry."""
+    server = scripted(lambda req: agree(req) if req.vote_labels or req.is_final
+                      else answer("42"))
+    out = await run_team(team_for(server))
+    assert out.result["status"] == "completed"
+    assert len(out.events("answer")) == 3 and not out.events("invalid_action")
+    assert out.result["usage"]["calls"] == 7

@@ -102,10 +102,3 @@ def test_vote_for_unknown_label_is_a_programming_error() -> None:
         c.add_answer(aid, aid)
     with pytest.raises(ValueError):
         c.add_vote("a0", "Z9", "", c.version)
-
-
-def test_duplicates_ignore_whitespace() -> None:
-    c = coord()
-    c.add_answer("a0", "Paris  is\nthe capital")
-    assert c.is_duplicate(" Paris is the capital ") is not None
-    assert c.is_duplicate("Lyon") is None

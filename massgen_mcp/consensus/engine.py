@@ -284,11 +284,9 @@ class ConsensusRun:
             self.errors.append(f"{aid} ({self.agents[aid].model}): {result.reason}")
             self._emit("agent_dropped", agent_id=aid, reason=result.reason)
         elif isinstance(result, NewAnswer):
-            duplicate = self.coord.is_duplicate(result.content)
-            if duplicate is not None:
-                self._emit("answer_discarded", agent_id=aid, reason="duplicate",
-                           duplicate_of=duplicate.label)
-                return
+            # Duplicates of answers the agent was shown were rejected in its turn. An answer
+            # that matches one it could not see is independent agreement: keep it, and let
+            # the vote settle it (discarding it would make the agent repeat itself forever).
             answer, invalidated = self.coord.add_answer(aid, result.content)
             self.recorder.answer(answer.label, answer.content)
             self._emit("answer", agent_id=aid, label=answer.label, revision=answer.revision,

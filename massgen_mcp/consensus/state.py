@@ -140,11 +140,6 @@ class Coordination:
         rotated = answers[own + 1 :] + answers[: own + 1]
         return View(self.version, tuple(rotated), self.may_answer(agent_id), first_round=False)
 
-    def is_duplicate(self, content: str) -> Answer | None:
-        """The current answer that ``content`` repeats (ignoring whitespace), if any."""
-        wanted = normalise(content)
-        return next((a for a in self.current_answers() if normalise(a.content) == wanted), None)
-
     def consensus(self) -> bool:
         live = self.live()
         return bool(live) and all(s.vote is not None for s in live)

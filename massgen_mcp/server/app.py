@@ -241,8 +241,10 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
 
     @mcp.tool(annotations=READ)
     async def check_setup(ctx: Context) -> SetupView:
-        """Which providers have API keys (names only), where records are stored, versions."""
-        return _service(ctx).check_setup()
+        """What this server can use: providers with keys (names only), local servers, the
+        embedded model, the default team and why, where records are stored."""
+        with _tool_errors():
+            return await _service(ctx).check_setup()
 
     def _read(ctx: Context, session_id: str, name: str) -> str:
         with _tool_errors():

@@ -1,0 +1,126 @@
+"""Zero-config teams: keys, .env, local servers on loopback, config files, doctor."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from massgen_mcp import defaults
+from massgen_mcp.cli import main
+from massgen_mcp.config import PROVIDER_KEY_ENV
+from massgen_mcp.defaults import choose_team, discover, find_local_servers, load_dotenv
+from massgen_mcp.errors import ConfigError
+from massgen_mcp.scripted import ScriptedServer, agree
+
+
+def unused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No real keys, no real local servers, no user config, no embedded model."""
+    for names in PROVIDER_KEY_ENV.values():
+        for name in names:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MASSGEN_LOCAL_PORTS", str(unused_port()))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("massgen_mcp.providers.llamacpp_provider.embedded_model_name",
+                        lambda: None)
+    defaults._probe_cache.clear()
+
+
+async def test_keys_give_a_team_that_mixes_providers(monkeypatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-1234567890")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-1234567890")
+    found = await discover()
+    assert found.source == "keys" and found.providers_with_keys == ["openai", "anthropic"]
+    models = [a.model for a in found.team.agents]
+    assert models[0].startswith("openai/") and models[1].startswith("anthropic/")
+    assert len(models) == 3 and len({a.system_message for a in found.team.agents}) == 3
+    assert "sk-fake" not in found.reason
+
+
+async def test_one_key_still_gives_three_diverse_agents(monkeypatch) -> None:
+    monkeypatch.setenv("GEMINI_API_KEY", "g-fake-1234567890")
+    found = await discover({"timeout_s": 30})
+    assert [a.model.split("/")[0] for a in found.team.agents] == ["gemini"] * 3
+    assert len({a.model for a in found.team.agents}) == 3
+    assert found.team.options.timeout_s == 30
+    assert len({a.temperature for a in found.team.agents}) == 3
+
+
+async def test_dotenv_is_read_without_overriding(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XAI_API_KEY", "real-value-123456")
+    (tmp_path / ".env").write_text('# keys\nexport MISTRAL_API_KEY="m-fake-123456"\n'
+                                   "XAI_API_KEY=from-dotenv\nnot a line\n")
+    loaded = load_dotenv()
+    assert loaded == ["MISTRAL_API_KEY"]
+    import os
+    assert os.environ["XAI_API_KEY"] == "real-value-123456"
+    assert os.environ["MISTRAL_API_KEY"] == "m-fake-123456"
+    monkeypatch.delenv("MISTRAL_API_KEY")
+
+
+async def test_local_servers_are_found_and_used(monkeypatch) -> None:
+    with ScriptedServer(agree) as server:
+        monkeypatch.setenv("MASSGEN_LOCAL_PORTS", f"{unused_port()},{server.port}")
+        defaults._probe_cache.clear()
+        servers = await find_local_servers()
+        assert [s.url for s in servers] == [server.base_url]
+        assert servers[0].models == ("scripted",)
+        found = await discover()
+    assert found.source == "local servers"
+    assert {a.base_url for a in found.team.agents} == {server.base_url}
+    assert all(a.tool_calling is False for a in found.team.agents)
+    assert server.base_url in found.reason
+
+
+async def test_probe_is_cached() -> None:
+    first = await find_local_servers((unused_port(),))
+    assert first == [] and await find_local_servers() is not first
+
+
+async def test_project_config_wins(monkeypatch, home: Path) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-1234567890")
+    home.mkdir(parents=True)
+    (home / "config.yaml").write_text(
+        "agents:\n  - id: only\n    backend: {type: openai, model: gpt-4o}\n")
+    found = await discover()
+    assert found.source == "config" and [a.model for a in found.team.agents] == ["openai/gpt-4o"]
+
+
+async def test_nothing_found_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        await choose_team()
+    message = str(info.value)
+    assert "OPENAI_API_KEY" in message and "massgen-mcp[local]" in message
+
+
+def test_doctor_reports_names_never_values(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-canary-doctor-123456")
+    assert main(["doctor", "--json"]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out)
+    assert data["providers_with_keys"] == ["openai"]
+    assert data["default_team"][0].startswith("openai/")
+    assert "sk-canary" not in out
+    assert main(["doctor"]) == 0
+    text = capsys.readouterr().out
+    assert "default team:" in text and "why:" in text and "sk-canary" not in text
+
+
+def test_run_without_models_uses_the_default_team(monkeypatch, capsys) -> None:
+    with ScriptedServer(agree) as server:
+        monkeypatch.setenv("MASSGEN_LOCAL_PORTS", str(server.port))
+        defaults._probe_cache.clear()
+        assert main(["run", "What is 6*7?"]) == 0
+    out, err = capsys.readouterr()
+    assert "default team (local servers)" in err
+    assert out.strip().startswith("Final:")
