@@ -7,6 +7,7 @@ OpenAI-compatible server on 127.0.0.1 (:mod:`massgen_mcp.scripted`); nothing rea
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from massgen_mcp.config import build_team
+from massgen_mcp import defaults
+from massgen_mcp.config import PROVIDER_KEY_ENV, build_team
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm
 from massgen_mcp.scripted import ChatRequest, Policy, Reply, ScriptedServer, agree
 from massgen_mcp.sessions.runner import SessionRunner
@@ -23,12 +25,32 @@ from massgen_mcp.sessions.store import SessionStore
 FAST = {"retry_backoff_s": 0.01, "call_timeout_s": 10.0}
 
 
+def unused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.fixture(autouse=True)
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every test writes its records to its own folder, never to ./.massgen."""
+    """Every test writes its records to its own folder, never to ./.massgen, and default-team
+    discovery sees no local model server and no user config of the developer's machine."""
     folder = tmp_path / "massgen-home"
     monkeypatch.setenv("MASSGEN_HOME", str(folder))
+    monkeypatch.setenv("MASSGEN_LOCAL_PORTS", str(unused_port()))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    defaults._probe_cache.clear()
     return folder
+
+
+@pytest.fixture
+def nothing_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No provider keys and no embedded model: a run must name its team."""
+    for names in PROVIDER_KEY_ENV.values():
+        for name in names:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr("massgen_mcp.providers.llamacpp_provider.embedded_model_name",
+                        lambda: None)
 
 
 @pytest.fixture(scope="session", autouse=True)

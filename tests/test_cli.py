@@ -45,8 +45,7 @@ def test_run_json(scripted, capsys, home: Path) -> None:
     assert (Path(data["session_dir"]) / "result.json").is_file()
 
 
-def test_input_errors_exit_1(capsys, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+def test_input_errors_exit_1(capsys, tmp_path: Path, nothing_available) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         "agents:\n  - id: a\n    backend: {type: openai, model: gpt-4o, temprature: 1}\n")

@@ -101,7 +101,7 @@ def test_every_preset_validates() -> None:
 def test_resolve_team_merges_options_over_a_preset() -> None:
     team, _ = resolve_team(config="@three_agents_default", options={"timeout_s": 5})
     assert team.options.timeout_s == 5 and len(team.agents) == 3
-    with pytest.raises(ConfigError, match="no such preset; presets: @three_agents_default"):
+    with pytest.raises(ConfigError, match="no such preset; presets: @debate, @fast_cheap"):
         resolve_team(config="@nope")
     with pytest.raises(ConfigError, match="either models or config"):
         resolve_team(models=["openai/x"], config="@three_agents_default")

@@ -3,37 +3,22 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
+from conftest import unused_port
 
 from massgen_mcp import defaults
 from massgen_mcp.cli import main
-from massgen_mcp.config import PROVIDER_KEY_ENV
 from massgen_mcp.defaults import choose_team, discover, find_local_servers, load_dotenv
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.scripted import ScriptedServer, agree
 
 
-def unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def clean_env(nothing_available, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No real keys, no real local servers, no user config, no embedded model."""
-    for names in PROVIDER_KEY_ENV.values():
-        for name in names:
-            monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("MASSGEN_LOCAL_PORTS", str(unused_port()))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("massgen_mcp.providers.llamacpp_provider.embedded_model_name",
-                        lambda: None)
-    defaults._probe_cache.clear()
 
 
 async def test_keys_give_a_team_that_mixes_providers(monkeypatch) -> None:

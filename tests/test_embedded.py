@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from massgen_mcp import defaults
 from massgen_mcp.cli import main
 from massgen_mcp.config import PROVIDER_KEY_ENV, build_team
 from massgen_mcp.consensus.prompts import workflow_tools
@@ -67,10 +66,7 @@ def test_offline_consensus_with_no_keys(monkeypatch, capsys, tmp_path: Path, hom
     for names in PROVIDER_KEY_ENV.values():
         for name in names:
             monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("MASSGEN_LOCAL_PORTS", "1")
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.chdir(tmp_path)
-    defaults._probe_cache.clear()
     code = main(["run", "What is the capital of France?", "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err

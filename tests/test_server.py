@@ -102,7 +102,8 @@ async def test_get_result_summary_truncates_and_full_does_not(client: Client, sc
     assert len(json.dumps(summary)) < 32_000, "summary stays well under 8k tokens"
 
 
-async def test_errors_are_clear_tool_errors(client: Client, tmp_path: Path) -> None:
+async def test_errors_are_clear_tool_errors(client: Client, tmp_path: Path,
+                                            nothing_available) -> None:
     (tmp_path.parent / "secret.txt").write_text("nope")
     cases = [
         ({"question": "q"}, "no team given"),
