@@ -198,6 +198,24 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_install(args: argparse.Namespace) -> int:
+    from massgen_mcp.hosts import install
+
+    result = install(args.host, scope=args.scope, use_uvx=args.uvx, dry_run=args.print)
+    if args.print:
+        print(f"# {result.path}")
+        print(result.snippet, end="" if result.snippet.endswith("\n") else "\n")
+        return EXIT_OK
+    if not result.changed:
+        print(f"{result.path}: already up to date")
+    else:
+        print(f"{result.path}: massgen added")
+        if result.backup:
+            print(f"  previous version kept as {result.backup}")
+    print(f"  {result.note}")
+    return EXIT_OK
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from massgen_mcp.server.transports import serve_http, serve_stdio
 
@@ -250,6 +268,18 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="show keys, local servers, the default team and why")
     doctor.add_argument("--json", action="store_true")
     doctor.set_defaults(func=cmd_doctor)
+
+    from massgen_mcp.hosts import HOSTS
+
+    install = sub.add_parser("install", help="add massgen to an MCP host's config")
+    install.add_argument("host", choices=list(HOSTS))
+    install.add_argument("--scope", choices=["project", "user"], default="project",
+                         help="project folder config (default) or your user config")
+    install.add_argument("--print", action="store_true",
+                         help="print the entry and the file it belongs in; change nothing")
+    install.add_argument("--uvx", action="store_true",
+                         help="start the server with 'uvx massgen-mcp' instead of this install")
+    install.set_defaults(func=cmd_install)
 
     serve = sub.add_parser("serve", help="serve MCP (stdio by default; --http for HTTP)")
     serve.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")

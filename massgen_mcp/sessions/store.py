@@ -40,9 +40,18 @@ STATUSES = TERMINAL_STATUSES | {"running"}
 
 
 def default_home() -> Path:
-    """``$MASSGEN_HOME`` if set, else ``.massgen`` in the current directory."""
+    """``$MASSGEN_HOME`` if set, else ``.massgen`` in the current directory; if that folder
+    cannot be written (hosts such as Claude Desktop start servers in ``/``), the user data
+    folder (``~/.local/share/massgen-mcp`` on Linux)."""
     env = os.environ.get(HOME_ENV)
-    return Path(env) if env else Path.cwd() / ".massgen"
+    if env:
+        return Path(env)
+    cwd = Path.cwd()
+    if os.access(cwd, os.W_OK) and cwd != Path(cwd.anchor):
+        return cwd / ".massgen"
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("massgen-mcp"))
 
 
 def new_session_id(now: float | None = None) -> str:

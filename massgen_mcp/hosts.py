@@ -1,0 +1,212 @@
+"""Write massgen-mcp into an MCP host's config: Claude Code, Cursor, Codex, VS Code, Claude
+Desktop, Gemini CLI.
+
+Each host has its own file and format (JSON ``mcpServers``, VS Code's ``servers``, Codex TOML).
+Installing merges: other servers and settings stay untouched, the old file is kept as a
+``.bak-<time>`` copy whenever it changes, and installing twice changes nothing. API keys are
+never written into these files: hosts pass their environment to the server (Codex needs the
+variable names listed in ``env_vars``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from massgen_mcp.config import PROVIDER_KEY_ENV
+from massgen_mcp.errors import ConfigError
+
+SERVER_NAME = "massgen"
+Scope = Literal["project", "user"]
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    project_file: str | None  # relative to the project folder
+    user_file: str | None  # relative to the home folder (see _user_file for platform paths)
+    key: str  # top-level key holding the servers (JSON), or "toml"
+    note: str  # what the user should know after installing (timeouts, restart, approval)
+
+
+HOSTS: dict[str, Host] = {
+    "claude-code": Host("Claude Code", ".mcp.json", ".claude.json", "mcpServers",
+                        "Restart Claude Code (or run /mcp); project servers ask for approval "
+                        "once. Long runs are polled, so the default tool timeout is fine."),
+    "cursor": Host("Cursor", ".cursor/mcp.json", ".cursor/mcp.json", "mcpServers",
+                   "Enable 'massgen' in Cursor Settings > MCP. Tool calls are cut after "
+                   "~60 s; massgen's tools never block longer than 50 s."),
+    "codex": Host("Codex", ".codex/config.toml", ".codex/config.toml", "toml",
+                  "Written with startup_timeout_sec = 30 and tool_timeout_sec = 120; provider "
+                  "key variables are forwarded via env_vars."),
+    "vscode": Host("VS Code", ".vscode/mcp.json", None, "servers",
+                   "Open the Command Palette > 'MCP: List Servers' to start it."),
+    "claude-desktop": Host("Claude Desktop", None, None, "mcpServers",
+                           "Quit and reopen Claude Desktop. Its tool timeout is ~60 s; "
+                           "massgen's tools never block longer than 50 s."),
+    "gemini-cli": Host("Gemini CLI", ".gemini/settings.json", ".gemini/settings.json",
+                       "mcpServers", "Run /mcp in Gemini CLI to check it is connected."),
+}
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    path: Path
+    changed: bool
+    backup: Path | None
+    snippet: str
+    note: str
+
+
+def key_variables() -> list[str]:
+    return sorted({n for names in PROVIDER_KEY_ENV.values() for n in names})
+
+
+def server_command(use_uvx: bool) -> tuple[str, list[str]]:
+    """How the host should start us: the installed script (absolute path, since hosts do not
+    inherit your virtualenv's PATH) or ``uvx massgen-mcp``."""
+    if use_uvx:
+        return "uvx", ["massgen-mcp"]
+    beside_python = Path(sys.executable).parent / "massgen-mcp"
+    if beside_python.is_file():
+        return str(beside_python), []
+    script = shutil.which("massgen-mcp")
+    if script:
+        return script, []
+    return sys.executable, ["-m", "massgen_mcp"]
+
+
+def _user_file(host_id: str, home: Path) -> Path:
+    if host_id == "vscode":
+        if sys.platform == "darwin":
+            return home / "Library/Application Support/Code/User/mcp.json"
+        if sys.platform == "win32":
+            return Path(os.environ.get("APPDATA", home)) / "Code/User/mcp.json"
+        return home / ".config/Code/User/mcp.json"
+    if host_id == "claude-desktop":
+        if sys.platform == "darwin":
+            return home / "Library/Application Support/Claude/claude_desktop_config.json"
+        if sys.platform == "win32":
+            return Path(os.environ.get("APPDATA", home)) / "Claude/claude_desktop_config.json"
+        return home / ".config/Claude/claude_desktop_config.json"
+    user_file = HOSTS[host_id].user_file
+    assert user_file is not None
+    return home / user_file
+
+
+def config_path(host_id: str, scope: Scope, project: Path, home: Path) -> Path:
+    host = HOSTS[host_id]
+    if scope == "project":
+        if host.project_file is None:
+            raise ConfigError(f"{host.name} has no project-level config; use --scope user")
+        return project / host.project_file
+    return _user_file(host_id, home)
+
+
+def json_entry(host_id: str, command: str, args: list[str]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"command": command, "args": args}
+    if host_id in ("claude-code", "vscode"):
+        entry = {"type": "stdio", **entry}
+    if host_id == "gemini-cli":
+        entry["timeout"] = 120_000  # ms per tool call; massgen's tools return within 50 s
+    return entry
+
+
+def toml_section(command: str, args: list[str]) -> str:
+    lines = [
+        f"[mcp_servers.{SERVER_NAME}]",
+        f"command = {json.dumps(command)}",
+        f"args = {json.dumps(args)}",
+        f"env_vars = {json.dumps(key_variables())}",
+        "startup_timeout_sec = 30",
+        "tool_timeout_sec = 120",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}; fix its permissions or move it") from None
+
+
+def _merge_json(existing: str | None, key: str, entry: dict[str, Any], path: Path) -> str:
+    data: Any = {}
+    if existing is not None and existing.strip():
+        try:
+            data = json.loads(existing)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); "
+                              "fix it or move it away, then install again") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} does not hold a JSON object; fix it or move it away")
+    servers = data.setdefault(key, {})
+    if not isinstance(servers, dict):
+        raise ConfigError(f"{path}: '{key}' is not an object; fix it or move it away")
+    servers[SERVER_NAME] = entry
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+_TOML_HEADER = re.compile(r"^\s*\[", re.MULTILINE)
+
+
+def _merge_toml(existing: str | None, section: str, path: Path) -> str:
+    text = existing or ""
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML ({exc}); fix it or move it away") from None
+    header = re.compile(rf"^\[mcp_servers\.{SERVER_NAME}(\.[^\]]*)?\]\s*$", re.MULTILINE)
+    match = header.search(text)
+    if match is None:
+        separator = "" if not text or text.endswith("\n\n") else ("\n" if text.endswith("\n")
+                                                                   else "\n\n")
+        return text + separator + section
+    # Replace our table (and its sub-tables) up to the next unrelated table.
+    start, end = match.start(), len(text)
+    for other in _TOML_HEADER.finditer(text, match.end()):
+        if not header.match(text, other.start()):
+            end = other.start()
+            break
+    return text[:start] + section + ("\n" if end < len(text) else "") + text[end:]
+
+
+def install(host_id: str, *, scope: Scope = "project", project: Path | None = None,
+            home: Path | None = None, use_uvx: bool = False, dry_run: bool = False
+            ) -> InstallResult:
+    """Add (or update) the massgen server in a host's config file."""
+    if host_id not in HOSTS:
+        raise ConfigError(f"host {host_id!r}: choose one of {', '.join(HOSTS)}")
+    host = HOSTS[host_id]
+    path = config_path(host_id, scope, project or Path.cwd(), home or Path.home())
+    command, args = server_command(use_uvx)
+    existing = _read(path)
+    if host.key == "toml":
+        snippet = toml_section(command, args)
+        updated = _merge_toml(existing, snippet, path)
+    else:
+        entry = json_entry(host_id, command, args)
+        snippet = json.dumps({host.key: {SERVER_NAME: entry}}, indent=2)
+        updated = _merge_json(existing, host.key, entry, path)
+    changed = updated != existing
+    backup = None
+    if changed and not dry_run:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if existing is not None:
+            backup = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
+            backup.write_text(existing, encoding="utf-8")
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(updated, encoding="utf-8")
+        os.replace(tmp, path)
+    return InstallResult(path, changed, backup, snippet, host.note)

@@ -1,0 +1,106 @@
+"""`massgen-mcp install`: each host's real format, merged, idempotent, backed up."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from massgen_mcp.cli import main
+from massgen_mcp.errors import ConfigError
+from massgen_mcp.hosts import HOSTS, install
+
+
+@pytest.fixture
+def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    project, home = tmp_path / "project", tmp_path / "home"
+    project.mkdir()
+    home.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("APPDATA", str(home / "AppData"))
+    return project, home
+
+
+def servers_of(host_id: str, path: Path) -> dict:
+    if HOSTS[host_id].key == "toml":
+        return tomllib.loads(path.read_text())["mcp_servers"]
+    return json.loads(path.read_text())[HOSTS[host_id].key]
+
+
+@pytest.mark.parametrize(("host_id", "scope"), [
+    (h, s) for h in HOSTS for s in ("project", "user")
+    if not (s == "project" and HOSTS[h].project_file is None)])
+def test_install_merges_and_is_idempotent(dirs, host_id: str, scope: str) -> None:
+    project, home = dirs
+    first = install(host_id, scope=scope, project=project, home=home)
+    assert first.changed and first.backup is None and first.path.is_file()
+    assert (project in first.path.parents) == (scope == "project")
+    entry = servers_of(host_id, first.path)["massgen"]
+    assert "massgen" in entry["command"] or entry["args"] == ["-m", "massgen_mcp"]
+    # Another server and an unrelated setting survive a re-install; a backup is kept.
+    if HOSTS[host_id].key == "toml":
+        first.path.write_text('model = "o4"\n\n[mcp_servers.other]\ncommand = "x"\n\n'
+                              + first.path.read_text())
+    else:
+        data = json.loads(first.path.read_text())
+        data["theme"] = "dark"
+        data[HOSTS[host_id].key]["other"] = {"command": "x"}
+        data[HOSTS[host_id].key]["massgen"]["command"] = "stale"
+        first.path.write_text(json.dumps(data))
+    second = install(host_id, scope=scope, project=project, home=home)
+    if HOSTS[host_id].key == "toml":
+        assert not second.changed, "our table was already right; the rest is not ours"
+    else:
+        assert second.changed and "stale" in second.backup.read_text()
+    servers = servers_of(host_id, second.path)
+    assert servers["other"] == {"command": "x"} and servers["massgen"] == entry
+    third = install(host_id, scope=scope, project=project, home=home)
+    assert not third.changed and third.backup is None
+    if HOSTS[host_id].key == "toml":
+        assert tomllib.loads(third.path.read_text())["model"] == "o4"
+        assert entry["tool_timeout_sec"] == 120 and "OPENAI_API_KEY" in entry["env_vars"]
+    else:
+        assert json.loads(third.path.read_text())["theme"] == "dark"
+
+
+def test_codex_replaces_only_its_own_table(dirs) -> None:
+    project, home = dirs
+    path = project / ".codex" / "config.toml"
+    path.parent.mkdir()
+    path.write_text('[mcp_servers.massgen]\ncommand = "old"\n[mcp_servers.massgen.env]\n'
+                    'A = "1"\n\n[mcp_servers.zzz]\ncommand = "keep"\n')
+    result = install("codex", project=project, home=home)
+    data = tomllib.loads(path.read_text())
+    assert data["mcp_servers"]["zzz"] == {"command": "keep"}
+    assert data["mcp_servers"]["massgen"]["command"] != "old"
+    assert "env" not in data["mcp_servers"]["massgen"]
+    assert result.backup is not None and "old" in result.backup.read_text()
+
+
+def test_unreadable_files_are_clear_errors(dirs) -> None:
+    project, home = dirs
+    (project / ".mcp.json").write_text("{not json")
+    with pytest.raises(ConfigError, match=r"\.mcp\.json is not valid JSON .* fix it or move"):
+        install("claude-code", project=project, home=home)
+    (project / ".mcp.json").write_text('{"mcpServers": []}')
+    with pytest.raises(ConfigError, match="'mcpServers' is not an object"):
+        install("claude-code", project=project, home=home)
+    with pytest.raises(ConfigError, match="no project-level config; use --scope user"):
+        install("claude-desktop", project=project, home=home)
+
+
+def test_cli_print_changes_nothing(dirs, capsys) -> None:
+    project, _ = dirs
+    assert main(["install", "vscode", "--print", "--uvx"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"# {project / '.vscode' / 'mcp.json'}")
+    assert json.loads(out.split("\n", 1)[1])["servers"]["massgen"] == {
+        "type": "stdio", "command": "uvx", "args": ["massgen-mcp"]}
+    assert not (project / ".vscode").exists()
+    assert main(["install", "cursor"]) == 0
+    assert "massgen added" in capsys.readouterr().out
+    assert main(["install", "cursor"]) == 0
+    assert "already up to date" in capsys.readouterr().out
