@@ -195,11 +195,34 @@ def print_status_latency(data: dict[str, Any]) -> None:
           f"p95 {data['p95_ms']} ms (target p95 <= {data['target_p95_ms']} ms)")
 
 
+def bench_tools_list(quick: bool) -> dict[str, Any]:
+    """Size of the tools/list payload a host puts in its model's context."""
+    from fastmcp import Client
+
+    from massgen_mcp.server.app import create_server
+
+    async def listed() -> list[dict[str, Any]]:
+        with tempfile.TemporaryDirectory() as tmp:
+            async with Client(create_server(home=Path(tmp)), mode="legacy") as client:
+                return [t.model_dump(mode="json", by_alias=True, exclude_none=True)
+                        for t in await client.list_tools()]
+
+    tools = asyncio.run(listed())
+    chars = len(json.dumps(tools, separators=(",", ":")))
+    return {"tools": len(tools), "chars": chars, "tokens_approx": chars // 4}
+
+
+def print_tools_list(data: dict[str, Any]) -> None:
+    print(f"\ntools/list: {data['tools']} tools, {data['chars']} characters "
+          f"(~{data['tokens_approx']} tokens at 4 characters per token)")
+
+
 SECTIONS = {
     "engine": (bench_engine, print_engine),
     "cold_start": (bench_cold_start, print_cold_start),
     "initialize": (bench_initialize, print_initialize),
     "status_latency": (bench_status_latency, print_status_latency),
+    "tools_list": (bench_tools_list, print_tools_list),
 }
 
 
