@@ -103,7 +103,7 @@ async def test_stale_vote_is_discarded_and_agent_asked_again(scripted) -> None:
             answered.set()
 
     server = scripted(by_model(agree, a=slow_voter, c=improver))
-    out = await run_team(team_for(server), listener=on_event)
+    out = await run_team(team_for(server, ("a", "c")), listener=on_event)
     discarded = out.events("vote_discarded")
     assert [e["agent_id"] for e in discarded] == ["agent_a"]
     assert out.result["status"] == "completed"
