@@ -198,6 +198,31 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def parse_age(text: str) -> float:
+    """'30d', '12h', '90m', '45s' -> seconds."""
+    units = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+    number, unit = text[:-1], text[-1:].lower()
+    if unit not in units or not number.replace(".", "", 1).isdigit():
+        raise ConfigError(f"--older-than {text!r}: use a number and a unit, e.g. 30d, 12h, 90m")
+    return float(number) * units[unit]
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    store = _store(args)
+    candidates = store.prune_candidates(parse_age(args.older_than))
+    if not candidates:
+        print(f"no finished sessions older than {args.older_than} in {store.sessions_dir}")
+        return EXIT_OK
+    verb = "deleting" if args.yes else "would delete"
+    for s in candidates:
+        print(f"{verb} {s.session_id}  {s.status:<11} {' '.join(s.question.split())[:50]}")
+        if args.yes:
+            store.delete(s.session_id)
+    if not args.yes:
+        print(f"{len(candidates)} session(s); nothing deleted. Run again with --yes to delete.")
+    return EXIT_OK
+
+
 def cmd_install(args: argparse.Namespace) -> int:
     from massgen_mcp.hosts import install
 
@@ -264,6 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("session_id")
     show.add_argument("--json", action="store_true", help="print result.json")
     show.set_defaults(func=cmd_show)
+
+    prune = sub.add_parser("prune", help="delete old finished session records (dry run "
+                                         "unless --yes)")
+    prune.add_argument("--older-than", required=True, help="age such as 30d, 12h or 90m")
+    prune.add_argument("--yes", action="store_true", help="really delete")
+    prune.set_defaults(func=cmd_prune)
 
     doctor = sub.add_parser("doctor", help="show keys, local servers, the default team and why")
     doctor.add_argument("--json", action="store_true")

@@ -36,6 +36,7 @@ class ChatRequest:
     tools: list[dict[str, Any]]
     call_index: int  # how many requests this model received before this one
     body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def tool_names(self) -> list[str]:
@@ -189,6 +190,8 @@ class ScriptedServer:
         self.policy = policy
         self.latency_s = latency_s
         self.requests: list[ChatRequest] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most requests this server was handling at once
         self._counts: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
@@ -221,11 +224,11 @@ class ScriptedServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def _record(self, body: dict[str, Any]) -> ChatRequest:
+    def _record(self, body: dict[str, Any], headers: dict[str, str]) -> ChatRequest:
         model = str(body.get("model", ""))
         with self._lock:
             req = ChatRequest(model, body.get("messages", []), body.get("tools") or [],
-                              self._counts[model], body)
+                              self._counts[model], body, headers)
             self._counts[model] += 1
             self.requests.append(req)
         return req
@@ -253,7 +256,17 @@ class ScriptedServer:
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, b'{"error": {"message": "not found"}}', {})
                     return
-                req = server._record(body)
+                req = server._record(body, {k.lower(): v for k, v in self.headers.items()})
+                with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    self._answer(req)
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _answer(self, req: ChatRequest) -> None:
                 try:
                     reply = server.policy(req)
                 except Exception as exc:  # a broken script should fail loudly, not hang

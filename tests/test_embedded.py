@@ -78,3 +78,26 @@ def test_offline_consensus_with_no_keys(monkeypatch, capsys, tmp_path: Path, hom
     assert {a["model"] for a in result["agents"].values()} == {"local/smollm2"}
     assert len(result["votes"]) == sum(1 for a in result["agents"].values()
                                        if a["status"] != "dropped")
+
+
+@needs_model
+async def test_cancelling_stops_local_generation() -> None:
+    import asyncio
+    import time
+
+    provider = LlamaCppProvider()
+    agent = build_team({"agents": [{"id": "x", "model": "local/smollm2",
+                                    "max_tokens": 4000}]}).agents[0]
+    messages = [{"role": "user", "content": "Write a very long story about the sea."}]
+    await provider.complete(agent, [{"role": "user", "content": "hi"}], tools=None,
+                            timeout_s=60)  # load the model first
+    task = asyncio.create_task(provider.complete(agent, messages, tools=None, timeout_s=60))
+    while not provider._run_lock.locked():  # wait until the long generation is under way
+        await asyncio.sleep(0.01)
+    task.cancel()
+    started = time.monotonic()
+    # The shared model is free again at once: the generation stopped instead of running on
+    # through its 4000 tokens (which takes far longer than this bound).
+    quick = await provider.complete(agent, [{"role": "user", "content": "hi"}], tools=None,
+                                    timeout_s=60)
+    assert time.monotonic() - started < 15 and quick.completion_tokens > 0

@@ -8,6 +8,7 @@ connections are retried, honouring Retry-After; anything else fails at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -83,11 +84,16 @@ async def complete_with_retries(
     on_retry: RetryHook,
 ) -> Completion:
     """Call the provider, retrying transient failures; raise the last ProviderError."""
+    # A provider may bound concurrent calls per endpoint (see ProviderRouter.slots); time spent
+    # queueing for a slot does not count against the call's timeout.
+    slots = getattr(provider, "slots", None)
     attempt = 0
     while True:
         try:
-            async with asyncio.timeout(timeout_s):
-                return await provider.complete(agent, messages, tools=tools, timeout_s=timeout_s)
+            async with slots(agent) if slots else contextlib.nullcontext():
+                async with asyncio.timeout(timeout_s):
+                    return await provider.complete(agent, messages, tools=tools,
+                                                   timeout_s=timeout_s)
         except TimeoutError:
             error = ProviderError(
                 f"no response within {timeout_s:g} s (call_timeout_s)",

@@ -128,7 +128,7 @@ def _plain_messages(messages: list[dict[str, Any]], hint: str | None) -> list[di
 
 
 class _Cancelled(Exception):
-    """Raised inside llama.cpp's sampling loop to stop a cancelled generation."""
+    """Stops a generation whose call was cancelled (checked between tokens)."""
 
 
 class LlamaCppProvider:
@@ -150,29 +150,38 @@ class LlamaCppProvider:
 
     def _generate(self, agent: AgentSpec, path: Path, messages: list[dict[str, Any]],
                   tools: list[dict[str, Any]] | None, cancel: threading.Event) -> Completion:
-        from llama_cpp import LogitsProcessorList
-
-        def stop_when_cancelled(_ids: Any, scores: Any) -> Any:
-            if cancel.is_set():
-                raise _Cancelled  # aborts generation at the next token
-            return scores
-
         llm = self._load(path)
+        plain = _plain_messages(messages, _decision_hint(tools) if tools else None)
         kwargs: dict[str, Any] = {
-            "messages": _plain_messages(messages, _decision_hint(tools) if tools else None),
+            "messages": plain,
             "max_tokens": agent.max_tokens or MAX_TOKENS,
             "temperature": 0.7 if agent.temperature is None else agent.temperature,
-            "logits_processor": LogitsProcessorList([stop_when_cancelled]),
+            "stream": True,  # lets a cancelled call stop between two tokens
         }
         if agent.top_p is not None:
             kwargs["top_p"] = agent.top_p
         if tools:
             kwargs["response_format"] = {"type": "json_object", "schema": decision_schema(tools)}
         started = time.perf_counter()
+        parts: list[str] = []
+        generated = 0
         with self._run_lock:
-            out = llm.create_chat_completion(**kwargs)
-        text = out["choices"][0]["message"].get("content") or ""
-        usage = out.get("usage") or {}
+            if cancel.is_set():
+                raise _Cancelled
+            stream = llm.create_chat_completion(**kwargs)
+            try:
+                for chunk in stream:
+                    if cancel.is_set():
+                        raise _Cancelled
+                    delta = chunk["choices"][0]["delta"].get("content")
+                    if delta:
+                        parts.append(delta)
+                        generated += 1
+            finally:
+                stream.close()
+            prompt_tokens = len(llm.tokenize(
+                "\n".join(m["content"] for m in plain).encode("utf-8"), special=True))
+        text = "".join(parts)
         calls: list[ToolCall] = []
         decision = parse_decision(text) if tools else None
         if decision is not None:
@@ -180,8 +189,7 @@ class LlamaCppProvider:
             calls = [ToolCall("call_0", str(action), json.dumps(decision))]
         return Completion(
             content=None if calls else text, tool_calls=calls,
-            prompt_tokens=usage.get("prompt_tokens", 0),
-            completion_tokens=usage.get("completion_tokens", 0),
+            prompt_tokens=prompt_tokens, completion_tokens=generated,
             cost_usd=0.0,  # runs on this machine: free, and known to be
             latency_s=time.perf_counter() - started,
         )

@@ -1,8 +1,15 @@
 """Route each agent to the provider that serves its model: ``local/*`` runs embedded
-(llama.cpp), everything else goes through litellm."""
+(llama.cpp), everything else goes through litellm.
+
+The router also bounds how many calls run at once against one provider endpoint, across all
+runs in this process, so a burst of sessions queues here instead of turning into a 429 storm.
+The bound is ``MASSGEN_MAX_PARALLEL_PER_PROVIDER`` (default 16).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from typing import Any
 
 from massgen_mcp.config import AgentSpec
@@ -14,9 +21,20 @@ from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider
 class ProviderRouter:
     """A Provider that dispatches on the model string's prefix."""
 
-    def __init__(self, remote: Provider | None = None, local: Provider | None = None) -> None:
+    def __init__(self, remote: Provider | None = None, local: Provider | None = None,
+                 max_parallel: int | None = None) -> None:
         self.remote = remote or LiteLLMProvider()
         self.local = local or LlamaCppProvider()
+        self.max_parallel = max_parallel or int(
+            os.environ.get("MASSGEN_MAX_PARALLEL_PER_PROVIDER", "16"))
+        self._slots: dict[tuple[str, str], asyncio.Semaphore] = {}
+
+    def slots(self, agent: AgentSpec) -> asyncio.Semaphore:
+        """The semaphore shared by every call to the same provider endpoint."""
+        key = (agent.provider or agent.model, agent.base_url or "")
+        if key not in self._slots:
+            self._slots[key] = asyncio.Semaphore(self.max_parallel)
+        return self._slots[key]
 
     async def complete(
         self,

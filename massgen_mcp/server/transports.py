@@ -20,6 +20,51 @@ from massgen_mcp.errors import ConfigError
 from massgen_mcp.sessions.store import default_home
 
 TOKEN_ENV = "MASSGEN_MCP_TOKEN"
+MAX_BODY_ENV = "MASSGEN_MCP_MAX_BODY_BYTES"
+DEFAULT_MAX_BODY = 4 * 1024 * 1024  # a maximal question plus context fits with room to spare
+
+
+class BodySizeLimit:
+    """ASGI middleware: refuse request bodies over ``limit`` bytes with 413, whether the client
+    announces the size (Content-Length) or streams it."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._reject(send)
+            return
+        seen = 0
+
+        async def limited_receive() -> Any:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _TooLarge:
+            await self._reject(send)
+
+    async def _reject(self, send: Any) -> None:
+        body = f'{{"error": "request body over {self.limit} bytes"}}'.encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
 
 
 def bearer_token_auth(token: str) -> Any:
@@ -82,5 +127,9 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None) -> 
     server = create_server(home=home, auth=bearer_token_auth(token) if token else None)
     logging.getLogger(__name__).info("serving MCP on http://%s:%d%s (token %s)", host, port,
                                      path, "required" if token else "off")
+    from starlette.middleware import Middleware
+
+    limit = int(os.environ.get(MAX_BODY_ENV, DEFAULT_MAX_BODY))
     server.run(transport="http", host=host, port=port, path=path, show_banner=False,
-               host_origin_protection="auto")
+               host_origin_protection="auto",
+               middleware=[Middleware(BodySizeLimit, limit=limit)])

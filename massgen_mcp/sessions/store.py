@@ -22,6 +22,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -229,6 +230,23 @@ class SessionStore:
                 writer.close()
             marked.append(sid)
         return marked
+
+    def prune_candidates(self, older_than_s: float, now: float | None = None
+                         ) -> list[SessionSummary]:
+        """Finished sessions that started more than ``older_than_s`` ago (never running ones)."""
+        now = time.time() if now is None else now
+        found = []
+        for sid in self.session_ids():
+            summary = self.summary(sid)
+            started = summary.started_at if summary else None
+            if summary is None or summary.status not in TERMINAL_STATUSES or started is None:
+                continue
+            if now - started > older_than_s:
+                found.append(summary)
+        return found
+
+    def delete(self, session_id: str) -> None:
+        shutil.rmtree(self._existing(session_id))
 
     def session_ids(self) -> Iterator[str]:
         """Ids newest first."""
