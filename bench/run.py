@@ -217,12 +217,150 @@ def print_tools_list(data: dict[str, Any]) -> None:
           f"(~{data['tokens_approx']} tokens at 4 characters per token)")
 
 
+def _worker_load() -> dict[str, Any]:
+    """Runs in a fresh process so peak RSS is this scenario's own."""
+    import resource
+
+    from fastmcp import Client
+
+    from massgen_mcp.server.app import create_server
+
+    load_litellm()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    samples: list[float] = []
+
+    async def measure(base_url: str, home: Path) -> float:
+        models = [f"openai/m{i}@{base_url}" for i in range(3)]
+        async with Client(create_server(home=home)) as client:
+            started = time.perf_counter()
+            ids = [(await client.call_tool("run_consensus", {
+                "question": f"question {i}", "models": models})).structured_content["session_id"]
+                for i in range(100)]
+            done: set[str] = set()
+            i = 0
+            while len(done) < len(ids):
+                sid = ids[i % len(ids)]
+                i += 1
+                t = time.perf_counter()
+                status = (await client.call_tool("get_status", {"session_id": sid})
+                          ).structured_content
+                samples.append(time.perf_counter() - t)
+                if status["done"]:
+                    assert status["status"] == "completed", status
+                    done.add(sid)
+            return time.perf_counter() - started
+
+    with tempfile.TemporaryDirectory() as tmp, ScriptedServer(agree, latency_s=LATENCY_S) as srv:
+        total = asyncio.run(measure(srv.base_url, Path(tmp)))
+    samples.sort()
+    return {"runs": 100, "agents_per_run": 3, "total_s": round(total, 2),
+            "rss_before_mib": round(rss_before), "peak_rss_mib": round(
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "status_reads": len(samples),
+            "status_p50_ms": round(1000 * samples[len(samples) // 2], 2),
+            "status_p95_ms": round(1000 * samples[int(len(samples) * 0.95)], 2)}
+
+
+def bench_load(quick: bool) -> dict[str, Any]:
+    """100 concurrent runs x 3 agents in one server (a fresh process), 200 ms per call."""
+    # Lift the per-provider bound (default 16) so the figure is the server's own capacity:
+    # all 300 agents here share one scripted endpoint.
+    env = {**os.environ, "MASSGEN_MAX_PARALLEL_PER_PROVIDER": "400"}
+    out = subprocess.run([sys.executable, __file__, "--worker", "load"], check=True,
+                         capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def print_load(data: dict[str, Any]) -> None:
+    print(f"\n{data['runs']} concurrent runs x {data['agents_per_run']} agents: all done in "
+          f"{data['total_s']} s; peak RSS {data['peak_rss_mib']} MiB "
+          f"(after imports {data['rss_before_mib']} MiB); get_status over {data['status_reads']} "
+          f"reads: p50 {data['status_p50_ms']} ms, p95 {data['status_p95_ms']} ms")
+
+
+def _site_packages_mib(venv: Path) -> float:
+    site = next(venv.glob("lib/python*/site-packages"))
+    total = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
+    return round(total / 2**20, 1)
+
+
+def bench_install_size(quick: bool) -> dict[str, Any]:
+    """Installed size of massgen-mcp with its dependencies in a fresh virtualenv."""
+    root = HERE.parent
+    out: dict[str, Any] = {"target_mib": 450}
+    with tempfile.TemporaryDirectory() as tmp:
+        venv = Path(tmp) / "venv"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+               "-c", str(root / ".ci" / "constraints.txt")]
+        base = _site_packages_mib(venv)
+        subprocess.run([*pip, str(root)], check=True, capture_output=True)
+        out["installed_mib"] = round(_site_packages_mib(venv) - base, 1)
+        subprocess.run([*pip, f"{root}[local]"], check=True, capture_output=True)
+        out["with_local_mib"] = round(_site_packages_mib(venv) - base, 1)
+    return out
+
+
+def print_install_size(data: dict[str, Any]) -> None:
+    print(f"\ninstalled size: {data['installed_mib']} MiB (target <= {data['target_mib']}); "
+          f"with [local]: {data['with_local_mib']} MiB")
+
+
+def bench_embedded(quick: bool) -> dict[str, Any]:
+    """Tokens per second of the embedded model and a whole 3-agent offline run."""
+    from massgen_mcp.config import build_team
+    from massgen_mcp.defaults import PERSONAS
+    from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider, embedded_model_name
+    from massgen_mcp.providers.registry import ProviderRouter
+
+    if embedded_model_name() is None:
+        return {"skipped": "pip install 'massgen-mcp[local]'"}
+    agents = [{"id": f"agent{i}", "model": "local/smollm2", "system_message": p,
+               "temperature": t} for i, (p, t) in enumerate(PERSONAS)]
+    team = build_team({"agents": agents})
+    provider = LlamaCppProvider()
+
+    async def throughput() -> float:
+        await provider.complete(team.agents[0], [{"role": "user", "content": "hi"}],
+                                tools=None, timeout_s=60)
+        started = time.perf_counter()
+        out = await provider.complete(
+            team.agents[1], [{"role": "user", "content": "Describe the sea in detail."}],
+            tools=None, timeout_s=120)
+        return out.completion_tokens / (time.perf_counter() - started)
+
+    async def offline_run(home: Path) -> tuple[float, str]:
+        runner = SessionRunner(SessionStore(home), ProviderRouter(local=provider))
+        started = time.perf_counter()
+        run = await runner.start("What is the capital of France?", team)
+        result = await run.task
+        return time.perf_counter() - started, result["status"]
+
+    rates = [asyncio.run(throughput()) for _ in range(3)]
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = [asyncio.run(offline_run(Path(tmp))) for _ in range(3 if quick else 5)]
+    return {"tokens_per_s": round(statistics.median(rates), 1),
+            "offline_run_s": round(statistics.median(t for t, _ in runs), 2),
+            "completed": sum(1 for _, s in runs if s == "completed"), "runs": len(runs)}
+
+
+def print_embedded(data: dict[str, Any]) -> None:
+    if "skipped" in data:
+        print(f"\nembedded model: skipped ({data['skipped']})")
+        return
+    print(f"\nembedded SmolLM2-135M: {data['tokens_per_s']} tokens/s; 3-agent offline run "
+          f"{data['offline_run_s']} s ({data['completed']}/{data['runs']} completed)")
+
+
 SECTIONS = {
     "engine": (bench_engine, print_engine),
     "cold_start": (bench_cold_start, print_cold_start),
     "initialize": (bench_initialize, print_initialize),
     "status_latency": (bench_status_latency, print_status_latency),
     "tools_list": (bench_tools_list, print_tools_list),
+    "load": (bench_load, print_load),
+    "embedded": (bench_embedded, print_embedded),
+    "install_size": (bench_install_size, print_install_size),
 }
 
 
@@ -230,7 +368,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS))
+    parser.add_argument("--worker", choices=["load"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker == "load":
+        print(json.dumps(_worker_load()))
+        return
     results: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"),
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
