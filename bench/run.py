@@ -373,17 +373,20 @@ def main() -> None:
     if args.worker == "load":
         print(json.dumps(_worker_load()))
         return
-    results: dict[str, Any] = {
+    path = HERE / "results.json"
+    # Sections measured separately (--only) accumulate in one file.
+    results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    results.update({
         "date": time.strftime("%Y-%m-%d"),
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                     "platform": platform.platform()},
-    }
+    })
     for name in args.only or SECTIONS:
         measure, show = SECTIONS[name]
         results[name] = measure(args.quick)
         show(results[name])
-    (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(f"\nwrote {HERE / 'results.json'}")
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

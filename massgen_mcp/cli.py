@@ -156,6 +156,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     store = _store(args)
     status = store.read_status(args.session_id)
     result = store.read_result(args.session_id)
+    if args.html:
+        from massgen_mcp.report import write_report
+
+        path = write_report(store, args.session_id)
+        print(path)
+        if args.open:
+            import webbrowser
+
+            webbrowser.open(path.as_uri())
+        return EXIT_OK
     if args.json:
         print(json.dumps(result or status, indent=2, ensure_ascii=False))
         return EXIT_OK
@@ -288,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print a run's result and coordination table")
     show.add_argument("session_id")
     show.add_argument("--json", action="store_true", help="print result.json")
+    show.add_argument("--html", action="store_true",
+                      help="(re)write the session's report.html and print its path")
+    show.add_argument("--open", action="store_true", help="with --html: open it in a browser")
     show.set_defaults(func=cmd_show)
 
     prune = sub.add_parser("prune", help="delete old finished session records (dry run "

@@ -109,6 +109,8 @@ class ResultView(BaseModel):
     errors: list[str]
     elapsed_s: float | None
     record_dir: str
+    report: str = Field(description="resource URI of the HTML report (also report.html in "
+                                    "record_dir)")
     parent_session_id: str | None = None
 
 
@@ -337,6 +339,7 @@ class ConsensusService:
             votes=[VoteView(**v) for v in data.get("votes", [])], tally=data.get("tally", {}),
             answers=answers, usage=_usage(data.get("usage")), errors=data.get("errors", []),
             elapsed_s=data.get("elapsed_s"), record_dir=str(self.store.folder(session_id)),
+            report=f"massgen://sessions/{session_id}/report",
             parent_session_id=data.get("parent_session_id"),
         )
 

@@ -85,6 +85,61 @@ def _progress_reporter(ctx: Context) -> Any:
     return report
 
 
+def add_live_pages(mcp: FastMCP, token: str | None, home: Path | None) -> None:
+    """``/sessions`` and ``/sessions/{id}`` on the HTTP server: the report, refreshing every
+    2 s while a run goes on. Same token as /mcp, as ``Authorization: Bearer`` or ``?token=``
+    (browsers cannot send headers from the address bar)."""
+    import hmac
+    from urllib.parse import quote
+
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, Response
+
+    def allowed(request: Request) -> bool:
+        if token is None:
+            return True
+        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        given = given or request.query_params.get("token", "")
+        return hmac.compare_digest(given.encode(), token.encode())
+
+    def store() -> SessionStore:
+        return SessionStore(home or default_home())
+
+    @mcp.custom_route("/sessions", methods=["GET"])
+    async def sessions_page(request: Request) -> Response:
+        if not allowed(request):
+            return Response("missing or wrong token", status_code=401,
+                            headers={"WWW-Authenticate": "Bearer"})
+        from massgen_mcp.report import _e
+
+        suffix = f"?token={quote(request.query_params['token'])}" if (
+            "token" in request.query_params) else ""
+        found, _ = store().list(limit=200)
+        rows = "".join(
+            f"<tr><td><a href='/sessions/{s.session_id}{suffix}'>{s.session_id}</a></td>"
+            f"<td>{_e(s.status)}</td><td>{_e(s.winner or '')}</td>"
+            f"<td>{_e(' '.join(s.question.split())[:120])}</td></tr>" for s in found)
+        return HTMLResponse(
+            "<!doctype html><meta charset='utf-8'><meta http-equiv='refresh' content='5'>"
+            "<title>massgen sessions</title><body style='font:15px system-ui;padding:24px'>"
+            "<h1>massgen sessions</h1><table border=1 cellpadding=4 style='border-collapse:"
+            f"collapse'><tr><th>session</th><th>status</th><th>winner</th><th>question</th>"
+            f"</tr>{rows}</table></body>")
+
+    @mcp.custom_route("/sessions/{session_id}", methods=["GET"])
+    async def session_page(request: Request) -> Response:
+        if not allowed(request):
+            return Response("missing or wrong token", status_code=401,
+                            headers={"WWW-Authenticate": "Bearer"})
+        from massgen_mcp.report import session_report
+
+        try:
+            page = session_report(store(), request.path_params["session_id"], live=True)
+        except MassgenError as exc:
+            return Response(str(exc), status_code=404)
+        return HTMLResponse(page)
+
+
 READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                        open_world_hint=False)
 START = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
@@ -96,9 +151,10 @@ WaitS = Annotated[float, Field(ge=0, le=600, description=(
 
 
 def create_server(*, home: Path | None = None, root: Path | None = None,
-                  auth: Any = None) -> FastMCP:
+                  auth: Any = None, token: str | None = None) -> FastMCP:
     """Build the FastMCP app. ``home`` holds the records (default ./.massgen or
-    $MASSGEN_HOME); ``root`` is the folder ``context_files`` are read from (default cwd)."""
+    $MASSGEN_HOME); ``root`` is the folder ``context_files`` are read from (default cwd);
+    ``token`` guards the live HTTP pages the same way ``auth`` guards /mcp."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_server: FastMCP) -> AsyncIterator[dict[str, Any]]:
@@ -275,6 +331,16 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         """One answer of a session by its label (A1, B2, ...)."""
         with _tool_errors():
             return _service(ctx).store.read_answer(session_id, label)
+
+    @mcp.resource("massgen://sessions/{session_id}/report", mime_type="text/html")
+    async def report_resource(session_id: str, ctx: Context) -> str:
+        """A self-contained HTML report: timeline, vote matrix, answers, usage."""
+        from massgen_mcp.report import session_report
+
+        with _tool_errors():
+            return session_report(_service(ctx).store, session_id)
+
+    add_live_pages(mcp, token, home)
 
     @mcp.prompt
     def consensus(question: str) -> str:

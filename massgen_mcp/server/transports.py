@@ -124,7 +124,8 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None) -> 
             f"models on your keys. Set {TOKEN_ENV} to a long random string (clients send "
             "'Authorization: Bearer <token>'), or bind 127.0.0.1")
     configure_logging(home)
-    server = create_server(home=home, auth=bearer_token_auth(token) if token else None)
+    server = create_server(home=home, auth=bearer_token_auth(token) if token else None,
+                           token=token)
     logging.getLogger(__name__).info("serving MCP on http://%s:%d%s (token %s)", host, port,
                                      path, "required" if token else "off")
     from starlette.middleware import Middleware

@@ -18,6 +18,7 @@ from massgen_mcp.config import TeamConfig, missing_credentials
 from massgen_mcp.consensus.engine import ConsensusRun, RunRequest
 from massgen_mcp.errors import ConfigError, SessionStateError
 from massgen_mcp.providers.base import Provider
+from massgen_mcp.report import write_report
 from massgen_mcp.sessions.store import SessionStore, SessionWriter, new_session_id
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,10 @@ class SessionRunner:
             return await run.engine.run()
         finally:
             run.writer.close()
+            try:
+                write_report(self.store, run.session_id)
+            except Exception:  # a report problem must never spoil the run's own record
+                log.exception("could not write report.html for %s", run.session_id)
             run.changes.pulse()
 
     def live(self, session_id: str) -> LiveRun | None:
