@@ -120,7 +120,8 @@ def _timeline(events: list[dict[str, Any]], agents: list[str]) -> str:
                          f'title="{_e(_event_title(e))}">{symbol}</span>')
         lanes.append(f'<div class="lane" data-agent="{_e(aid)}"><div class="who">{_e(aid)}'
                      f'</div><div class="track">{"".join(marks)}</div></div>')
-    ticks = "".join(f"<span>{end * i / 4:.1f}s</span>" for i in range(5))
+    digits = 2 if end < 2 else 1
+    ticks = "".join(f"<span>{end * i / 4:.{digits}f}s</span>" for i in range(5))
     legend = "".join(f"<span>{sym} {name}</span>" for sym, name in _MARKS.values())
     return (f'<div class="lanes">{"".join(lanes)}</div><div class="axis"><span></span>'
             f'<div class="ticks">{ticks}</div></div><p class="legend muted">{legend}</p>')
@@ -167,7 +168,8 @@ def render_report(status: dict[str, Any], result: dict[str, Any] | None,
             f"<tr><td>{_e(aid)}</td><td>{_e(info.get('model'))}</td>"
             f"<td>{_e(info.get('status') or info.get('phase'))}</td><td>{_e(u.get('calls'))}"
             f"</td><td>{_e(u.get('prompt_tokens'))}</td><td>{_e(u.get('completion_tokens'))}"
-            f"</td><td>{_e(u.get('cost_usd'))}</td><td>{_e(info.get('dropped_reason') or '')}"
+            f"</td><td>{_e('unknown' if u.get('cost_usd') is None else u['cost_usd'])}</td>"
+            f"<td>{_e(info.get('dropped_reason') or '')}"
             "</td></tr>")
     answer_blocks = "".join(
         f"<details{' open' if label == winner.get('label') else ''}><summary>{_e(label)}"
@@ -176,9 +178,11 @@ def render_report(status: dict[str, Any], result: dict[str, Any] | None,
     final = result.get("final_answer")
     final_html = (f'<div class="card final-answer">{markdown(final)}</div>' if final else
                   '<p class="muted">No final answer.</p>')
+    tally = ", ".join(f"{label}: {n}" for label, n in (result.get("tally") or {}).items())
     winner_line = (f"Winner <strong>{_e(winner.get('label'))}</strong> by "
-                   f"{_e(winner.get('agent_id'))} ({_e(winner.get('model'))}), tally "
-                   f"{_e(result.get('tally'))}" if winner else "No winner.")
+                   f"{_e(winner.get('agent_id'))} ({_e(winner.get('model'))}) · votes "
+                   f"{_e(tally)}" if winner else "No winner.")
+    cost = usage.get("cost_usd")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1">
@@ -190,7 +194,7 @@ def render_report(status: dict[str, Any], result: dict[str, Any] | None,
 {_e(result.get('finish_reason') or status.get('finish_reason') or '')} ·
 {_e(status.get('elapsed_s'))} s · {_e(usage.get('calls'))} calls ·
 {_e(usage.get('prompt_tokens'))} prompt + {_e(usage.get('completion_tokens'))} completion
-tokens · cost {_e(usage.get('cost_usd'))}</p>
+tokens · cost {'unknown' if cost is None else f'${cost:.4f}'}</p>
 <p id="winner">{winner_line}</p>
 <h2>Final answer</h2>{final_html}
 <h2>Timeline</h2>{_timeline(events, agents)}
