@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from massgen_mcp import __version__
-from massgen_mcp.config import MAX_QUESTION_CHARS
+from massgen_mcp.config import check_question
 from massgen_mcp.errors import ConfigError, MassgenError
 from massgen_mcp.sessions.store import STATUSES, SessionStore, default_home
 
@@ -51,14 +51,7 @@ def _run_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _question(args: argparse.Namespace) -> str:
-    question = args.question if args.question != "-" else sys.stdin.read()
-    question = question.strip()
-    if not question:
-        raise ConfigError("question: empty; pass the question as the first argument")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise ConfigError(f"question: {len(question)} characters; the limit is "
-                          f"{MAX_QUESTION_CHARS}")
-    return question
+    return check_question(args.question if args.question != "-" else sys.stdin.read())
 
 
 async def _run(args: argparse.Namespace, question: str) -> dict[str, Any]:

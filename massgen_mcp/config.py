@@ -143,6 +143,17 @@ class TeamConfig(BaseModel):
         return data
 
 
+def check_question(text: str, field: str = "question") -> str:
+    """The question stripped, or a ConfigError naming ``field`` if it is empty or too long."""
+    text = text.strip()
+    if not text:
+        raise ConfigError(f"{field}: empty; ask something")
+    if len(text) > MAX_QUESTION_CHARS:
+        raise ConfigError(f"{field}: {len(text)} characters; the limit is "
+                          f"{MAX_QUESTION_CHARS} (move material into context or context_files)")
+    return text
+
+
 def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
     """Turn a pydantic error into one line per problem: ``agents[0].temperature: <why>``."""
     lines = []

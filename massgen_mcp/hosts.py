@@ -84,19 +84,20 @@ def server_command(use_uvx: bool) -> tuple[str, list[str]]:
     return sys.executable, ["-m", "massgen_mcp"]
 
 
+def _app_config_dir(home: Path) -> Path:
+    """Where desktop apps keep their settings on this platform."""
+    if sys.platform == "darwin":
+        return home / "Library/Application Support"
+    if sys.platform == "win32":
+        return Path(os.environ.get("APPDATA", home))
+    return home / ".config"
+
+
 def _user_file(host_id: str, home: Path) -> Path:
     if host_id == "vscode":
-        if sys.platform == "darwin":
-            return home / "Library/Application Support/Code/User/mcp.json"
-        if sys.platform == "win32":
-            return Path(os.environ.get("APPDATA", home)) / "Code/User/mcp.json"
-        return home / ".config/Code/User/mcp.json"
+        return _app_config_dir(home) / "Code/User/mcp.json"
     if host_id == "claude-desktop":
-        if sys.platform == "darwin":
-            return home / "Library/Application Support/Claude/claude_desktop_config.json"
-        if sys.platform == "win32":
-            return Path(os.environ.get("APPDATA", home)) / "Claude/claude_desktop_config.json"
-        return home / ".config/Claude/claude_desktop_config.json"
+        return _app_config_dir(home) / "Claude/claude_desktop_config.json"
     user_file = HOSTS[host_id].user_file
     assert user_file is not None
     return home / user_file

@@ -21,11 +21,11 @@ from pydantic import BaseModel, Field
 from massgen_mcp import __version__
 from massgen_mcp.config import (
     MAX_CONTEXT_CHARS,
-    MAX_QUESTION_CHARS,
     PROVIDER_KEY_ENV,
     RunOptions,
     TeamConfig,
     build_team,
+    check_question,
 )
 from massgen_mcp.context_files import confine, read_context_files
 from massgen_mcp.defaults import choose_team, discover
@@ -200,12 +200,7 @@ class ConsensusService:
         options: RunOptions | None = None,
         parent_session_id: str | None = None,
     ) -> LiveRun:
-        question = question.strip()
-        if not question:
-            raise ConfigError("question: empty; ask something")
-        if len(question) > MAX_QUESTION_CHARS:
-            raise ConfigError(f"question: {len(question)} characters; the limit is "
-                              f"{MAX_QUESTION_CHARS} (move material into context_files)")
+        question = check_question(question)
         parts = [context.strip()] if context and context.strip() else []
         if context_files:
             parts.append(read_context_files(context_files, self.root))
@@ -224,6 +219,7 @@ class ConsensusService:
                                options: RunOptions | None = None) -> LiveRun:
         """A new run on ``follow_up`` with the earlier question and final answer as context,
         by the same team; linked to its parent in both records."""
+        follow_up = check_question(follow_up, "follow_up")
         parent = self.store.read_result(session_id)
         if parent is None:
             raise SessionStateError(f"session {session_id} has not finished; continue it once "
@@ -239,7 +235,7 @@ class ConsensusService:
             config["options"] = {**config.get("options", {}),
                                  **options.model_dump(exclude_unset=True)}
         team = self._recorded_team(session_id, config)
-        run = await self.runner.start(follow_up.strip(), team, context=earlier,
+        run = await self.runner.start(follow_up, team, context=earlier,
                                       parent_session_id=session_id)
         writer = self.store.reopen(session_id)
         try:

@@ -186,6 +186,8 @@ async def test_continue_session_links_both_records(client: Client, scripted, hom
               (home / "sessions" / parent / "events.jsonl").read_text().splitlines()]
     assert events[-1]["type"] == "continued"
     assert events[-1]["child_session_id"] == child["session_id"]
+    blank = await call(client, "continue_session", session_id=parent, follow_up="   ")
+    assert blank.is_error and "follow_up: empty" in blank.content[0].text
 
 
 async def test_check_setup_names_providers_never_keys(client: Client, monkeypatch) -> None:
