@@ -128,3 +128,41 @@ async def test_report_renders_in_a_real_browser(scripted, tmp_path: Path) -> Non
     shot = tmp_path / "report.png"  # kept as this test run's artifact
     picture = chromium(f"--screenshot={shot}", "--window-size=1200,1600", url, tmp=tmp_path)
     assert picture.returncode == 0 and shot.stat().st_size > 10_000
+
+
+async def test_live_page_updates_while_the_run_is_in_flight(http_server: str,  # noqa: F811
+                                                            scripted) -> None:
+    import asyncio
+    import threading
+
+    answered = threading.Semaphore(0)
+    release = threading.Event()
+
+    def staged(req: ChatRequest) -> Reply:
+        if req.vote_labels:
+            answered.release()
+            release.wait(30)  # hold the votes until the test has looked at the page
+        return agree(req)
+
+    server = scripted(staged)
+    base = http_server.removesuffix("/mcp")
+    async with Client(http_server, auth=TOKEN) as client:
+        sid = (await client.call_tool("run_consensus", {
+            "question": "q", "models": [f"openai/{m}@{server.base_url}" for m in "ab"]})
+               ).structured_content["session_id"]
+        for _ in range(2):
+            assert await asyncio.to_thread(answered.acquire, True, 30)
+        async with httpx.AsyncClient() as http:
+            url = f"{base}/sessions/{sid}?token={TOKEN}"
+            during = (await http.get(url)).text
+            assert 'http-equiv="refresh"' in during and 'id="status">running' in during
+            assert during.count("<details") == 2 and 'class="ev vote"' not in during
+            release.set()
+            for _ in range(50):
+                status = (await client.call_tool("get_status", {
+                    "session_id": sid, "wait_s": 10})).structured_content
+                if status["done"]:
+                    break
+            after = (await http.get(url)).text
+    assert 'id="status">completed' in after and 'class="ev vote"' in after
+    assert 'http-equiv="refresh"' not in after
