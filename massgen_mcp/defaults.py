@@ -208,6 +208,9 @@ async def discover(options: dict[str, Any] | None = None) -> Discovery:
                         + ", ".join(s.url for s in found.local_servers))
     elif found.embedded_model:
         models = [{"model": f"local/{found.embedded_model}"}] * TEAM_SIZE
+        # A tiny model writes a worse final text than the answer the team voted for, so
+        # return that answer verbatim (one call fewer) unless the caller asks otherwise.
+        opts = {"skip_final_presentation": True, **opts}
         found.source = "embedded"
         found.reason = ("no API keys and no local server; using the embedded model "
                         f"local/{found.embedded_model} (offline, small: expect simple answers)")

@@ -109,3 +109,14 @@ def test_run_without_models_uses_the_default_team(monkeypatch, capsys) -> None:
     out, err = capsys.readouterr()
     assert "default team (local servers)" in err
     assert out.strip().startswith("Final:")
+
+
+async def test_embedded_team_returns_the_winner_verbatim(monkeypatch) -> None:
+    monkeypatch.setattr("massgen_mcp.providers.llamacpp_provider.embedded_model_name",
+                        lambda: "smollm2")
+    found = await discover()
+    assert found.source == "embedded"
+    assert [a.model for a in found.team.agents] == ["local/smollm2"] * 3
+    assert found.team.options.skip_final_presentation is True
+    override = await discover({"skip_final_presentation": False})
+    assert override.team.options.skip_final_presentation is False

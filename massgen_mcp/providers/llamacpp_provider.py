@@ -99,13 +99,17 @@ def parse_decision(text: str) -> dict[str, Any] | None:
 
 
 def _decision_hint(tools: list[dict[str, Any]]) -> str:
+    """Describe the reply in words: a tiny model copies placeholder text if it is shown one,
+    and the grammar already enforces the JSON shape."""
     names = [t["function"]["name"] for t in tools]
     forms = []
     if "vote" in names:
-        forms.append('{"action": "vote", "answer": "<label>", "reason": "<why>"}')
+        forms.append('to vote, "action" is "vote", "answer" is the label of the best answer '
+                     'and "reason" says why in a few words')
     if "new_answer" in names:
-        forms.append('{"action": "new_answer", "content": "<your complete answer>"}')
-    return "Reply with JSON: " + " or ".join(forms)
+        forms.append('to answer, "action" is "new_answer" and "content" is your own complete '
+                     "answer to the question")
+    return "Reply with a JSON object: " + "; ".join(forms) + "."
 
 
 def _plain_messages(messages: list[dict[str, Any]], hint: str | None) -> list[dict[str, str]]:
