@@ -56,7 +56,6 @@ class Discovery:
     providers_with_keys: list[str] = field(default_factory=list)
     local_servers: list[LocalServer] = field(default_factory=list)
     embedded_model: str | None = None
-    dotenv_loaded: list[str] = field(default_factory=list)
     source: str = "none"
     reason: str = ""
     team: TeamConfig | None = None
@@ -175,17 +174,24 @@ def configured_team() -> tuple[TeamConfig, str] | None:
     return None
 
 
-async def discover(options: dict[str, Any] | None = None) -> Discovery:
-    """Look at config files, keys, local servers and the embedded model; choose a team."""
+async def discover(options: dict[str, Any] | None = None, *, survey: bool = False
+                   ) -> Discovery:
+    """Choose a team from config files, keys, local servers and the embedded model.
+
+    Local servers are probed (up to 0.3 s) only when no config file or key decides the team,
+    unless ``survey`` asks for everything that is available (doctor, check_setup).
+    """
     from massgen_mcp.providers.llamacpp_provider import embedded_model_name
 
-    found = Discovery(dotenv_loaded=load_dotenv())
+    load_dotenv()
+    found = Discovery()
     found.providers_with_keys = providers_with_keys()
-    found.local_servers = await find_local_servers()
     found.embedded_model = embedded_model_name()
     opts = options or {}
 
     configured = configured_team()
+    if survey or (configured is None and not found.providers_with_keys):
+        found.local_servers = await find_local_servers()
     if configured is not None:
         team, path = configured
         found.team = build_team({**team.model_dump(mode="python"),

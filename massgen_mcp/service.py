@@ -12,7 +12,6 @@ import asyncio
 import importlib.metadata
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -237,12 +236,7 @@ class ConsensusService:
         team = self._recorded_team(session_id, config)
         run = await self.runner.start(follow_up, team, context=earlier,
                                       parent_session_id=session_id)
-        writer = self.store.reopen(session_id)
-        try:
-            writer.event({"seq": len(self.store.read_events(session_id)) + 1, "ts": time.time(),
-                          "type": "continued", "child_session_id": run.session_id})
-        finally:
-            writer.close()
+        self.store.append_event(session_id, "continued", child_session_id=run.session_id)
         return run
 
     async def resume_session(self, session_id: str) -> LiveRun:
@@ -380,7 +374,7 @@ class ConsensusService:
                 await on_change(self.runner.status(session_id))
 
     async def check_setup(self) -> SetupView:
-        found = await discover()
+        found = await discover(survey=True)
         versions = {"massgen-mcp": __version__, "python": sys.version.split()[0]}
         for dist in ("fastmcp", "mcp", "litellm", "llama-cpp-python"):
             try:

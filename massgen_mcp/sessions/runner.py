@@ -174,14 +174,6 @@ class SessionRunner:
         if run is not None and not run.done and timeout_s > 0:
             await run.changes.wait(timeout_s)
 
-    async def wait_until_done(self, session_id: str, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for the run to end; True if it did."""
-        run = self.runs.get(session_id)
-        if run is None:
-            return True
-        done, _ = await asyncio.wait([run.task], timeout=timeout_s)
-        return bool(done)
-
     async def cancel(self, session_id: str) -> bool:
         """Cancel a run in this process; False if it was not running here."""
         run = self.runs.get(session_id)

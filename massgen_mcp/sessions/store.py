@@ -154,6 +154,15 @@ class SessionStore:
         writer.write_json("request.json", request)
         return writer
 
+    def append_event(self, session_id: str, event_type: str, /, **data: Any) -> None:
+        """Add one event, numbered after the recorded ones, to a session no run is writing."""
+        writer = self.reopen(session_id)
+        try:
+            writer.event({"seq": len(self.read_events(session_id)) + 1, "ts": time.time(),
+                          "type": event_type, **data})
+        finally:
+            writer.close()
+
     def reopen(self, session_id: str) -> SessionWriter:
         """A writer that appends to an existing record (used to resume a run)."""
         return SessionWriter(self._existing(session_id))
@@ -220,14 +229,9 @@ class SessionStore:
             if status.get("status") != "running" or (isinstance(pid, int) and is_alive(pid)):
                 continue
             status.update(status="interrupted", finish_reason="interrupted", phase="done")
-            writer = SessionWriter(self.folder(sid))
-            try:
-                seq = len(self.read_events(sid)) + 1
-                writer.event({"seq": seq, "ts": time.time(), "type": "interrupted",
-                              "reason": f"process {pid} ended while the run was in progress"})
-                writer.write_json("status.json", status)
-            finally:
-                writer.close()
+            self.append_event(sid, "interrupted",
+                              reason=f"process {pid} ended while the run was in progress")
+            atomic_write(self.folder(sid) / "status.json", redact(_dump(status)))
             marked.append(sid)
         return marked
 
