@@ -26,11 +26,13 @@ _MARKS = {
 
 _LIST_MARK = re.compile(r"^\s*([-*]|\d+\.)\s+")
 
-CSS = """
-:root{--bg:#fff;--fg:#1d2330;--muted:#667085;--line:#d0d5dd;--card:#f6f7f9;--accent:#2563eb;
---win:#16a34a;--bad:#dc2626;--warn:#d97706}
-@media (prefers-color-scheme:dark){:root{--bg:#0f1117;--fg:#e6e8ee;--muted:#98a2b3;
---line:#2c313c;--card:#171a22;--accent:#60a5fa;--win:#4ade80;--bad:#f87171;--warn:#fbbf24}}
+LIGHT_COLOURS = ("--bg:#fff;--fg:#1d2330;--muted:#667085;--line:#d0d5dd;--card:#f6f7f9;"
+                 "--accent:#2563eb;--win:#16a34a;--bad:#dc2626;--warn:#d97706")
+DARK_COLOURS = ("--bg:#0f1117;--fg:#e6e8ee;--muted:#98a2b3;--line:#2c313c;--card:#171a22;"
+                "--accent:#60a5fa;--win:#4ade80;--bad:#f87171;--warn:#fbbf24")
+
+CSS = (f":root{{{LIGHT_COLOURS}}}\n"
+       f"@media (prefers-color-scheme:dark){{:root{{{DARK_COLOURS}}}}}") + """
 *{box-sizing:border-box}body{margin:0;padding:24px;background:var(--bg);color:var(--fg);
 font:15px/1.5 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px}

@@ -87,6 +87,19 @@ async def test_show_html_and_resource(scripted, capsys) -> None:
     assert result["report"] == f"massgen://sessions/{sid}/report"
 
 
+async def test_get_result_links_the_mcp_apps_view() -> None:
+    async with Client(create_server()) as client:
+        tool = next(t for t in await client.list_tools() if t.name == "get_result")
+        listed = {str(r.uri): r for r in await client.list_resources()}
+        [view] = await client.read_resource("ui://massgen/session.html")
+    assert tool.meta["ui"] == {"resourceUri": "ui://massgen/session.html"}
+    assert listed["ui://massgen/session.html"].mime_type == "text/html;profile=mcp-app"
+    assert view.mime_type == "text/html;profile=mcp-app"
+    # Self-contained: the report's styles inline, no placeholder left, nothing fetched.
+    assert "--bg:#fff" in view.text and "/*CSS*/" not in view.text
+    assert "__VERSION__" not in view.text and not re.search(r"(src|href)=", view.text)
+
+
 async def test_live_pages_need_the_token(http_server: str, scripted) -> None:  # noqa: F811
     server = scripted(by_model(agree))
     base = http_server.removesuffix("/mcp")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastmcp import Context, FastMCP
+from fastmcp.apps import AppConfig
 from fastmcp.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
@@ -28,6 +29,7 @@ from pydantic import Field
 from massgen_mcp import __version__
 from massgen_mcp.config import MAX_AGENTS, MAX_CONTEXT_CHARS, MAX_QUESTION_CHARS, RunOptions
 from massgen_mcp.errors import MassgenError
+from massgen_mcp.server.session_view import VIEW_URI, view_html
 from massgen_mcp.service import (
     CancelView,
     ConsensusService,
@@ -241,7 +243,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
                 await service.runner.wait_for_change(session_id, wait)
             return service.status(session_id)
 
-    @mcp.tool(annotations=READ)
+    @mcp.tool(annotations=READ, app=AppConfig(resource_uri=VIEW_URI))
     async def get_result(
         session_id: SessionId, ctx: Context,
         detail: Annotated[Literal["summary", "full"], Field(
@@ -339,6 +341,11 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
 
         with _tool_errors():
             return session_report(_service(ctx).store, session_id)
+
+    @mcp.resource(VIEW_URI, name="session_view", app=AppConfig(prefers_border=True))
+    def session_view() -> str:
+        """The inline view of a session for hosts with MCP Apps (shown with get_result)."""
+        return view_html()
 
     add_live_pages(mcp, token, home)
 

@@ -1,0 +1,94 @@
+"""The MCP Apps view of get_result, in a real host setup: the official TypeScript SDK client
+and the official ext-apps AppBridge (``tests/clients/apps_host.mjs``) against a real server
+process, with the view running in headless Chromium in a sandboxed iframe under a strict CSP.
+
+Needs the npm clients and Debian's chromium (both installed by ``.ci/run``, which sets
+MASSGEN_REQUIRE_CLIENTS and MASSGEN_REQUIRE_BROWSER so that their absence fails).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from test_clients import CLIENTS, stdio_command
+from test_transports import server_env
+
+from massgen_mcp.scripted import ChatRequest, Reply, agree, answer
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PLAYWRIGHT = CLIENTS / "node_modules" / "playwright-core"
+pytestmark = [
+    pytest.mark.skipif(not PLAYWRIGHT.exists() and not os.environ.get("MASSGEN_REQUIRE_CLIENTS"),
+                       reason="run 'npm ci' in tests/clients to test the MCP Apps view"),
+    pytest.mark.skipif(CHROMIUM is None and not os.environ.get("MASSGEN_REQUIRE_BROWSER"),
+                       reason="install Debian's chromium to test the MCP Apps view"),
+]
+
+XSS = '<script>window.pwned=true</script><img src=x onerror="window.pwned=true">'
+
+
+def test_get_result_view_follows_a_live_run_and_renders_safely(scripted, home: Path,
+                                                               tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def policy(req: ChatRequest) -> Reply:
+        if req.vote_labels:
+            release.wait(60)  # hold the votes until the view has shown the run in flight
+        if req.model == "b" and not req.vote_labels and not req.is_final:
+            return answer(f"My answer {XSS}")
+        if req.is_final:
+            return Reply("text", content=f"**42** {XSS}")
+        return agree(req)
+
+    server = scripted(policy)
+    models = [f"openai/{m}@{server.base_url}" for m in "abc"]
+    shot = tmp_path / "apps-view.png"  # kept as this test run's artifact
+    proc = subprocess.Popen(
+        ["node", str(CLIENTS / "apps_host.mjs"), stdio_command(), json.dumps(models),
+         f"Why? {XSS}", str(shot)],
+        cwd=CLIENTS, env=server_env(home, CHROMIUM=CHROMIUM or "chromium"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline().strip()
+        release.set()
+        rest, err = proc.communicate(timeout=120)
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+    assert first == "running", (first, err[-3000:])
+    assert proc.returncode == 0, err[-3000:]
+    out = json.loads(rest.strip().removeprefix("result "))
+
+    assert out["viewUri"] == "ui://massgen/session.html"
+    assert out["mimeType"] == "text/html;profile=mcp-app"
+    assert out["earlyIsError"] is True  # get_result before the end: the view must follow
+
+    during, after, summary = out["during"], out["after"], out["summary"]
+    assert during["status"] == "running" and during["lanes"] == 3
+    assert during["answers"] == 3 and during["votes"] == 0 and "Winner" not in during["text"]
+    assert after["status"] == "completed" and after["lanes"] == 3 and after["votes"] == 3
+    assert after["winner"].startswith("Winner ")
+    assert "<script>window.pwned=true</script>" in after["text"]  # shown as text
+    assert "tools/call get_status" in out["liveRequests"]
+    assert "tools/call get_result" in out["liveRequests"]
+    assert "resources/read" in out["liveRequests"]
+
+    # A host that gives the view no server access: the summary comes from the result alone.
+    assert summary["state"] == "done" and summary["lanes"] == 0
+    assert summary["winner"].startswith("Winner ") and summary["status"] == "completed"
+    assert summary["finalAnswer"].startswith("**42** <script>")
+    assert not any(m.startswith(("tools/", "resources/")) for m in out["summaryRequests"])
+
+    for view in (during, after, summary):
+        assert view["scripts"] == 0 and view["handlers"] == 0 and view["pwned"] is False
+        assert view["theme"] == "dark"  # the host's theme wins over the OS preference
+        assert view["background"] == "rgb(15, 17, 23)"
+    assert out["problems"] == [] and out["blocked"] == []
+    assert shot.stat().st_size > 10_000
