@@ -88,6 +88,8 @@ class StatusView(BaseModel):
     tally: dict[str, int]
     usage: UsageView
     finish_reason: str | None = None
+    revision: int = Field(0, description="grows with every change; pass it back as "
+                                         "after_revision so no update is missed")
     next_step: str
 
 
@@ -298,8 +300,17 @@ class ConsensusService:
             agents=agents, answers=answers,
             tally={k: len(v) for k, v in data.get("tally", {}).items()},
             usage=_usage(data.get("usage")), finish_reason=data.get("finish_reason"),
-            next_step=next_step,
+            revision=data.get("revision", 0), next_step=next_step,
         )
+
+    async def watch_status(self, session_id: str, wait_s: float,
+                           after_revision: int | None = None) -> StatusView:
+        """The status once it has changed (since ``after_revision``, or from now), the run
+        has finished, or ``wait_s`` has passed."""
+        self.status(session_id)  # validates the id before waiting
+        if wait_s > 0:
+            await self.runner.wait_for_change(session_id, wait_s, after_revision)
+        return self.status(session_id)
 
     def result(self, session_id: str, detail: Literal["summary", "full"] = "summary"
                ) -> ResultView:

@@ -80,13 +80,22 @@ def test_get_result_view_follows_a_live_run_and_renders_safely(scripted, home: P
     assert "tools/call get_result" in out["liveRequests"]
     assert "resources/read" in out["liveRequests"]
 
+    # A host that proxies tools but not resources: a progress table, then the summary.
+    progress, done = out["progress"], out["progressDone"]
+    assert progress["state"] == "running" and progress["status"] == "running"
+    assert sorted(row[0] for row in progress["rows"]) == ["agent_a", "agent_b", "agent_c"]
+    assert all(row[3] == "1" and row[4] == "" for row in progress["rows"])  # answered, no votes
+    assert done["state"] == "done" and done["winner"].startswith("Winner ") and done["lanes"] == 0
+    assert "resources/read" not in out["toolsOnlyRequests"]
+    assert "tools/call get_status" in out["toolsOnlyRequests"]
+
     # A host that gives the view no server access: the summary comes from the result alone.
     assert summary["state"] == "done" and summary["lanes"] == 0
     assert summary["winner"].startswith("Winner ") and summary["status"] == "completed"
     assert summary["finalAnswer"].startswith("**42** <script>")
     assert not any(m.startswith(("tools/", "resources/")) for m in out["summaryRequests"])
 
-    for view in (during, after, summary):
+    for view in (during, after, progress, done, summary):
         assert view["scripts"] == 0 and view["handlers"] == 0 and view["pwned"] is False
         assert view["theme"] == "dark"  # the host's theme wins over the OS preference
         assert view["background"] == "rgb(15, 17, 23)"

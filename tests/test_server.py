@@ -148,6 +148,47 @@ async def test_list_sessions_pages_newest_first(client: Client, scripted) -> Non
     assert failed["sessions"] == []
 
 
+async def test_get_status_after_revision_never_misses_a_change(client: Client, scripted
+                                                               ) -> None:
+    import asyncio
+
+    arrived = threading.Semaphore(0)
+    gate = threading.Event()
+
+    def policy(req: ChatRequest) -> Reply:
+        if req.model == "a" and not req.vote_labels:
+            return agree(req)  # a's first answer lands at once; everything else waits
+        arrived.release()
+        gate.wait(30)
+        return agree(req)
+
+    server = scripted(policy)
+    sid = (await call(client, "run_consensus", question="q", models=models_for(server, 2))
+           ).structured_content["session_id"]
+    try:
+        # Once a has answered and b's answer call is held, a waits for b: nothing moves.
+        assert await asyncio.to_thread(arrived.acquire, True, 10)
+        now = (await call(client, "get_status", session_id=sid)).structured_content
+        while not now["answers"]:
+            now = (await call(client, "get_status", session_id=sid, wait_s=10,
+                              after_revision=now["revision"])).structured_content
+        assert now["revision"] > 1
+        # A poller that last saw an older revision gets the news at once, not after wait_s.
+        caught_up = (await asyncio.wait_for(call(
+            client, "get_status", session_id=sid, wait_s=50,
+            after_revision=now["revision"] - 1), timeout=10)).structured_content
+        assert caught_up["revision"] == now["revision"]
+        # One that is up to date waits for the next change.
+        waiting = asyncio.create_task(call(client, "get_status", session_id=sid, wait_s=50,
+                                           after_revision=now["revision"]))
+        gate.set()
+        later = (await asyncio.wait_for(waiting, timeout=10)).structured_content
+        assert later["revision"] > now["revision"]
+    finally:
+        gate.set()
+    assert (await finish(client, sid))["status"] == "completed"
+
+
 async def test_cancel_session(client: Client, scripted) -> None:
     arrived = threading.Semaphore(0)
 

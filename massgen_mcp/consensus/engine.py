@@ -132,6 +132,7 @@ class ConsensusRun:
         self.finish_reason: str | None = None
         self.errors: list[str] = []
         self._seq = request.prior_event_count
+        self._revision = 0  # bumped on every published status, so pollers can tell news
         self._t0 = time.monotonic()
         self._started_at = time.time()
         for agent_id, content in request.prior_answers:
@@ -156,6 +157,7 @@ class ConsensusRun:
                              "type": event_type, **data})
 
     def _publish_status(self) -> None:
+        self._revision += 1
         self.recorder.status(self.snapshot())
 
     def snapshot(self) -> dict[str, Any]:
@@ -186,6 +188,7 @@ class ConsensusRun:
             "updated_at": time.time(),
             "elapsed_s": self._elapsed(),
             "answers_version": self.coord.version,
+            "revision": self._revision,
             "agents": agents,
             "answers": [
                 {"label": a.label, "agent_id": a.agent_id, "chars": len(a.content),

@@ -232,16 +232,17 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
                 "started; call get_status with wait_s=30 until done, then get_result")
 
     @mcp.tool(annotations=READ)
-    async def get_status(session_id: SessionId, ctx: Context, wait_s: WaitS = 0) -> StatusView:
+    async def get_status(
+        session_id: SessionId, ctx: Context, wait_s: WaitS = 0,
+        after_revision: Annotated[int | None, Field(ge=0, description=(
+            "revision of the last status you saw; with wait_s, returns at once if the run "
+            "has changed since"))] = None,
+    ) -> StatusView:
         """Progress of a run: phase, each agent's state, votes so far, usage. With wait_s,
         returns as soon as anything changes."""
         with _tool_errors():
-            service = _service(ctx)
-            service.status(session_id)  # validates the id before waiting
-            wait = min(wait_s, max_wait_s())
-            if wait > 0:
-                await service.runner.wait_for_change(session_id, wait)
-            return service.status(session_id)
+            return await _service(ctx).watch_status(session_id, min(wait_s, max_wait_s()),
+                                                    after_revision)
 
     @mcp.tool(annotations=READ, app=AppConfig(resource_uri=VIEW_URI))
     async def get_result(

@@ -168,11 +168,19 @@ class SessionRunner:
             return run.writer.latest_status
         return self.store.read_status(session_id)
 
-    async def wait_for_change(self, session_id: str, timeout_s: float) -> None:
-        """Return when the run's state changes or finishes, or after ``timeout_s``."""
+    async def wait_for_change(self, session_id: str, timeout_s: float,
+                              after_revision: int | None = None) -> None:
+        """Return when the run's status changes or the run finishes, or after ``timeout_s``.
+
+        With ``after_revision`` (the ``revision`` of the status the caller last saw) it returns
+        at once if the status has moved on since, so a change that landed between two polls is
+        never waited past."""
         run = self.runs.get(session_id)
-        if run is not None and not run.done and timeout_s > 0:
-            await run.changes.wait(timeout_s)
+        if run is None or run.done or timeout_s <= 0:
+            return
+        if after_revision is not None and self.status(session_id).get("revision") != after_revision:
+            return
+        await run.changes.wait(timeout_s)
 
     async def cancel(self, session_id: str) -> bool:
         """Cancel a run in this process; False if it was not running here."""

@@ -4,7 +4,7 @@
 // strict CSP, as hosts do. The network is blocked for the page.
 //
 // Usage: node apps_host.mjs <server-command> <models-json> <question> <screenshot.png>
-// stdout: "running" once the live view shows all three answers of the run in flight (the
+// stdout: "running" once the live views show all three answers of the run in flight (the
 // test then lets the votes through), then one line "result <json>".
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -15,6 +15,7 @@ const [command, modelsJson, question, screenshot] = process.argv.slice(2);
 const CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'";
 const HOST_PAGE = `<!doctype html><html><body style="margin:0">
 <iframe id="live" sandbox="allow-scripts" style="width:1100px;height:1300px;border:0"></iframe>
+<iframe id="progress" sandbox="allow-scripts" style="width:1100px;height:700px;border:0"></iframe>
 <iframe id="summary" sandbox="allow-scripts" style="width:1100px;height:900px;border:0"></iframe>
 <script>
 for (const frame of document.querySelectorAll("iframe")) {
@@ -87,23 +88,32 @@ function inspect(frameId) {
     scripts: document.querySelectorAll("#view script").length,
     handlers: document.querySelectorAll("#view [onerror], #view img").length,
     pwned: window.pwned === true,
+    rows: [...document.querySelectorAll("#view tr")].slice(1)
+      .map((row) => [...row.cells].map((cell) => cell.textContent)),
     text: document.getElementById("view").innerText,
   }));
 }
 
 // 1. Live: get_result right after the start has no result yet; the view follows the run
-//    through get_status and shows the report, then the finished report.
+//    through get_status and shows the report, then the finished report. A second host that
+//    proxies tools but not resources gets the progress table, then the summary.
 const started = await client.callTool({ name: "run_consensus", arguments: { question, models: JSON.parse(modelsJson) } });
 const sessionId = started.structuredContent.session_id;
 const early = await client.callTool({ name: "get_result", arguments: { session_id: sessionId } });
 const live = await mount("live", client, { serverTools: {}, serverResources: {} }, { session_id: sessionId }, early);
+const toolsOnly = await mount("progress", client, { serverTools: {} }, { session_id: sessionId }, early);
 // The test holds the votes, so all three answers can only appear through live updates.
 await page.frameLocator("#live").locator('body[data-state="running"] #view details').nth(2)
   .waitFor({ timeout: 30000 });
+await page.frameLocator("#progress").locator('body[data-state="running"] #view td:nth-child(4):text-is("1")').nth(2)
+  .waitFor({ timeout: 30000 });
 const during = await inspect("live");
+const progress = await inspect("progress");
 console.log("running");
 await page.frameLocator("#live").locator('body[data-state="done"]').waitFor({ timeout: 60000 });
 const after = await inspect("live");
+await page.frameLocator("#progress").locator('body[data-state="done"]').waitFor({ timeout: 60000 });
+const progressDone = await inspect("progress");
 
 // 2. A host without server access: the view draws the summary from the result alone.
 const finished = await client.callTool({ name: "get_result", arguments: { session_id: sessionId } });
@@ -116,5 +126,6 @@ await browser.close();
 await client.close();
 console.log("result " + JSON.stringify({
   viewUri, mimeType: view.mimeType, resourceMeta: view._meta ?? null, earlyIsError: early.isError === true,
-  during, after, summary, liveRequests: live.seen, summaryRequests: summaryView.seen, problems, blocked,
+  during, after, progress, progressDone, summary, liveRequests: live.seen, toolsOnlyRequests: toolsOnly.seen,
+  summaryRequests: summaryView.seen, problems, blocked,
 }));
