@@ -18,7 +18,7 @@ import pytest
 from massgen_mcp import defaults
 from massgen_mcp.config import PROVIDER_KEY_ENV, build_team
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm
-from massgen_mcp.scripted import ChatRequest, Policy, Reply, ScriptedServer, agree
+from massgen_mcp.scripted import ChatRequest, Policy, Reply, ScriptedServer, agree, answer
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
 
@@ -71,6 +71,17 @@ def scripted() -> Iterator[Callable[..., ScriptedServer]]:
     yield start
     for server in servers:
         server.__exit__()
+
+
+def hostile(payload: str) -> Policy:
+    """Agent b's answer and the final answer (Markdown) carry ``payload``: escaping tests."""
+    def policy(req: ChatRequest) -> Reply:
+        if req.model == "b" and not req.vote_labels and not req.is_final:
+            return answer(f"My answer {payload}")
+        if req.is_final:
+            return Reply("text", content=f"# Final\n\n**42** {payload}\n\n- one\n- two")
+        return agree(req)
+    return policy
 
 
 def by_model(default: Policy = agree, **policies: Policy) -> Policy:

@@ -16,10 +16,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import hostile
 from test_clients import CLIENTS, stdio_command
 from test_transports import server_env
 
-from massgen_mcp.scripted import ChatRequest, Reply, agree, answer
+from massgen_mcp.scripted import ChatRequest, Reply
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PLAYWRIGHT = CLIENTS / "node_modules" / "playwright-core"
@@ -36,15 +37,12 @@ XSS = '<script>window.pwned=true</script><img src=x onerror="window.pwned=true">
 def test_get_result_view_follows_a_live_run_and_renders_safely(scripted, home: Path,
                                                                tmp_path: Path) -> None:
     release = threading.Event()
+    answer_with_xss = hostile(XSS)
 
     def policy(req: ChatRequest) -> Reply:
         if req.vote_labels:
             release.wait(60)  # hold the votes until the view has shown the run in flight
-        if req.model == "b" and not req.vote_labels and not req.is_final:
-            return answer(f"My answer {XSS}")
-        if req.is_final:
-            return Reply("text", content=f"**42** {XSS}")
-        return agree(req)
+        return answer_with_xss(req)
 
     server = scripted(policy)
     models = [f"openai/{m}@{server.base_url}" for m in "abc"]
@@ -92,7 +90,7 @@ def test_get_result_view_follows_a_live_run_and_renders_safely(scripted, home: P
     # A host that gives the view no server access: the summary comes from the result alone.
     assert summary["state"] == "done" and summary["lanes"] == 0
     assert summary["winner"].startswith("Winner ") and summary["status"] == "completed"
-    assert summary["finalAnswer"].startswith("**42** <script>")
+    assert "**42** <script>window.pwned=true</script>" in summary["finalAnswer"]
     assert not any(m.startswith(("tools/", "resources/")) for m in out["summaryRequests"])
 
     for view in (during, after, progress, done, summary):

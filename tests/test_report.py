@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import by_model, run_team, team_for
+from conftest import by_model, hostile, run_team, team_for
 from fastmcp import Client
 from test_transports import TOKEN, http_server  # noqa: F401  (fixture)
 
@@ -27,14 +27,7 @@ needs_browser = pytest.mark.skipif(
 
 
 async def xss_run(scripted, models=("a", "b", "c")):
-    def policy(req: ChatRequest) -> Reply:
-        if req.model == "b" and not req.vote_labels and not req.is_final:
-            return answer(f"My answer {XSS}")
-        if req.is_final:
-            return Reply("text", content=f"# Final\n\n**42** {XSS}\n\n- one\n- two")
-        return agree(req)
-
-    server = scripted(policy)
+    server = scripted(hostile(XSS))
     return await run_team(team_for(server, models), question=f"Why? {XSS}")
 
 
