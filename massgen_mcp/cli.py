@@ -1,8 +1,11 @@
-"""The ``massgen-mcp`` command: a thin shell over the runner and the session store.
+"""The ``massgen-mcp`` command: a thin shell over the consensus service.
 
 ``massgen-mcp`` with no command serves MCP over stdio (what hosts spawn). Everything else
-is a subcommand; see ``massgen-mcp --help``. Exit codes: 0 ok, 1 config or input error,
-2 execution error (all agents failed), 3 timed out, 4 cancelled or interrupted.
+is a subcommand; see ``massgen-mcp --help``. ``run``, ``show``, ``sessions`` and ``doctor`` go
+through :class:`~massgen_mcp.service.ConsensusService`, the same door as the MCP tools; this
+module only turns flags into a :class:`~massgen_mcp.config.RunSpec` and records into text.
+Exit codes: 0 ok, 1 config or input error, 2 execution error (all agents failed), 3 timed out,
+4 cancelled or interrupted.
 """
 
 from __future__ import annotations
@@ -14,97 +17,116 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
 
 from massgen_mcp import __version__
-from massgen_mcp.config import check_question
+from massgen_mcp.config import RunOptions, RunSpec, check_question, format_validation_error
 from massgen_mcp.errors import ConfigError, MassgenError
-from massgen_mcp.sessions.store import STATUSES, SessionStore, default_home
+from massgen_mcp.records import Event, ResultRecord, RunStatus
+from massgen_mcp.sessions.store import SessionStore, default_home
+
+if TYPE_CHECKING:
+    from massgen_mcp.service import ConsensusService
 
 EXIT_OK, EXIT_INPUT, EXIT_EXECUTION, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3, 4
 EXIT_BY_STATUS = {
-    "completed": EXIT_OK,
-    "failed": EXIT_EXECUTION,
-    "timed_out": EXIT_TIMEOUT,
-    "cancelled": EXIT_CANCELLED,
-    "interrupted": EXIT_CANCELLED,
+    RunStatus.COMPLETED: EXIT_OK,
+    RunStatus.FAILED: EXIT_EXECUTION,
+    RunStatus.TIMED_OUT: EXIT_TIMEOUT,
+    RunStatus.CANCELLED: EXIT_CANCELLED,
+    RunStatus.INTERRUPTED: EXIT_CANCELLED,
 }
+JSON_SUMMARY_KEYS = ("session_id", "status", "finish_reason", "winner", "final_answer", "tally",
+                     "timed_out", "budget_exceeded", "usage", "errors")
 
 
 def _err(message: str) -> None:
     print(f"massgen-mcp: {message}", file=sys.stderr)
 
 
+def _home(args: argparse.Namespace) -> Path | None:
+    return Path(args.home) if args.home else None
+
+
 def _store(args: argparse.Namespace) -> SessionStore:
-    return SessionStore(Path(args.home) if args.home else default_home())
+    return SessionStore(_home(args) or default_home())
 
 
-def _run_options(args: argparse.Namespace) -> dict[str, Any]:
+def _service(args: argparse.Namespace) -> ConsensusService:
+    """The service, reading files (``--config``, ``--context-file``) relative to the working
+    directory and, unlike the MCP server's, not confined to it: the caller is the user."""
+    from massgen_mcp.context_files import Workspace
+    from massgen_mcp.service import ConsensusService
+
+    return ConsensusService.local(_home(args), Workspace(Path.cwd(), confined=False))
+
+
+def _spec(args: argparse.Namespace) -> RunSpec:
+    """The run the flags describe."""
+    question = check_question(args.question if args.question != "-" else sys.stdin.read())
     options: dict[str, Any] = {}
-    if args.timeout is not None:
-        options["timeout_s"] = args.timeout
-    if args.max_cost is not None:
-        options["max_cost_usd"] = args.max_cost
-    if args.max_tokens is not None:
-        options["max_total_tokens"] = args.max_tokens
-    return options
-
-
-def _question(args: argparse.Namespace) -> str:
-    return check_question(args.question if args.question != "-" else sys.stdin.read())
-
-
-async def _run(args: argparse.Namespace, question: str) -> dict[str, Any]:
-    from massgen_mcp.defaults import choose_team
-    from massgen_mcp.providers.registry import ProviderRouter
-    from massgen_mcp.render import describe_event
-    from massgen_mcp.sessions.runner import SessionRunner
-
-    models = args.models.split(",") if args.models else None
-    team, notes = await choose_team(models=models, config=args.config, base_url=args.base_url,
-                                    options=_run_options(args))
-    for note in notes:
-        _err(note)
-    runner = SessionRunner(_store(args), ProviderRouter())
-    if not args.quiet:
-        def progress(_sid: str, event: dict[str, Any]) -> None:
-            line = describe_event(event)
-            if line:
-                print(line, file=sys.stderr, flush=True)
-        runner.listeners.append(progress)
-    run = await runner.start(question, team)
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, run.task.cancel)
-    if not args.quiet:
-        print(f"session {run.session_id} · record in {run.writer.folder}", file=sys.stderr)
+    for flag, option in (("timeout", "timeout_s"), ("max_cost", "max_cost_usd"),
+                         ("max_tokens", "max_total_tokens")):
+        if getattr(args, flag) is not None:
+            options[option] = getattr(args, flag)
     try:
-        return await run.task
-    except asyncio.CancelledError:
-        return run.writer.result or {"session_id": run.session_id, "status": "cancelled"}
+        run_options = RunOptions(**options)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, "options.")) from None
+    return RunSpec(question=question, models=args.models.split(",") if args.models else None,
+                   config=args.config, base_url=args.base_url, context=args.context,
+                   context_files=args.context_file or [], options=run_options)
+
+
+def _progress(_session_id: str, event: Event) -> None:
+    from massgen_mcp.render import describe_event
+
+    line = describe_event(event)
+    if line:
+        print(line, file=sys.stderr, flush=True)
+
+
+async def _run(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord, Path]:
+    service = _service(args)
+    if not args.quiet:
+        service.runner.listeners.append(_progress)
+    try:
+        started = await service.start(spec)
+        for note in started.notes:
+            _err(note)
+        if not args.quiet:
+            print(f"session {started.session_id} · record in {started.record_dir}",
+                  file=sys.stderr)
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, lambda: loop.create_task(
+            service.cancel(started.session_id)))
+        await service.wait(started.session_id, None, until_done=True)
+        return service.result(started.session_id), started.record_dir
+    finally:
+        await service.aclose()  # Ctrl-C: the run is cancelled and its record closed
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    question = _question(args)
+    spec = _spec(args)
     try:
-        result = asyncio.run(_run(args, question))
+        result, folder = asyncio.run(_run(args, spec))
     except KeyboardInterrupt:
         return EXIT_CANCELLED
-    folder = _store(args).folder(result["session_id"])
     if args.json:
-        summary = {k: result.get(k) for k in (
-            "session_id", "status", "finish_reason", "winner", "final_answer", "tally",
-            "timed_out", "budget_exceeded", "usage", "errors")}
-        summary["cost"] = (result.get("usage") or {}).get("cost_usd")
+        data = result.model_dump(mode="json")
+        summary = {key: data[key] for key in JSON_SUMMARY_KEYS}
+        summary["cost"] = result.usage.cost_usd
         summary["session_dir"] = str(folder)
         print(json.dumps(summary, ensure_ascii=False, indent=2))
-    elif result.get("final_answer") is not None:
-        print(result["final_answer"])
-    status = result.get("status", "failed")
-    if status != "completed" or result.get("budget_exceeded"):
-        _err(f"run ended {status} ({result.get('finish_reason')}); record: {folder}")
-        for problem in result.get("errors") or []:
+    elif result.final_answer is not None:
+        print(result.final_answer)
+    if result.status is not RunStatus.COMPLETED or result.budget_exceeded:
+        _err(f"run ended {result.status} ({result.finish_reason}); record: {folder}")
+        for problem in result.errors:
             _err(f"  {problem}")
-    return EXIT_BY_STATUS.get(status, EXIT_EXECUTION)
+    return EXIT_BY_STATUS[result.status]
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -131,12 +153,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
-    sessions, _ = _store(args).list(status=args.status, limit=args.limit)
+    service = _service(args)
+    sessions, _ = service.list_sessions(
+        RunStatus(args.status) if args.status else None, args.limit)
     if args.json:
-        print(json.dumps([s.__dict__ for s in sessions], indent=2))
+        print(json.dumps([{**s.__dict__, "status": str(s.status)} for s in sessions], indent=2))
         return EXIT_OK
     if not sessions:
-        print(f"no sessions in {_store(args).sessions_dir}")
+        print(f"no sessions in {service.store.sessions_dir}")
     for s in sessions:
         question = " ".join(s.question.split())[:60]
         print(f"{s.session_id}  {s.status:<11} {s.winner or '-':<4} {question}")
@@ -146,46 +170,38 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from massgen_mcp.render import coordination_table
 
-    store = _store(args)
-    status = store.read_status(args.session_id)
-    result = store.read_result(args.session_id)
+    service = _service(args)
     if args.html:
-        from massgen_mcp.report import write_report
-
-        path = write_report(store, args.session_id)
+        path = service.store.write_report(args.session_id)
         print(path)
         if args.open:
             import webbrowser
 
             webbrowser.open(path.as_uri())
         return EXIT_OK
+    record = service.record(args.session_id)
+    status, result = record.status, record.result
     if args.json:
-        print(json.dumps(result or status, indent=2, ensure_ascii=False))
+        print((result or status).model_dump_json(indent=2))
         return EXIT_OK
-    print(f"session  {args.session_id}  ({status['status']}, {status.get('finish_reason')})")
-    print(f"question {status['question']}")
-    print(f"record   {store.folder(args.session_id)}")
-    if result and result.get("winner"):
-        w = result["winner"]
-        print(f"winner   {w['label']} by {w['agent_id']} ({w['model']}), tally {result['tally']}")
-    usage = (result or status).get("usage", {})
-    print(f"usage    {usage.get('calls')} calls, {usage.get('prompt_tokens')} prompt + "
-          f"{usage.get('completion_tokens')} completion tokens, cost {usage.get('cost_usd')}")
+    print(f"session  {args.session_id}  ({status.status}, {status.finish_reason})")
+    print(f"question {status.question}")
+    print(f"record   {service.store.folder(args.session_id)}")
+    if result and result.winner:
+        w = result.winner
+        print(f"winner   {w.label} by {w.agent_id} ({w.model}), tally {result.tally}")
+    usage = (result or status).usage
+    print(f"usage    {usage.calls} calls, {usage.prompt_tokens} prompt + "
+          f"{usage.completion_tokens} completion tokens, cost {usage.cost_usd}")
     print()
-    print(coordination_table(store.read_events(args.session_id), list(status["agents"])))
-    if result and result.get("final_answer") is not None:
-        print("\n" + result["final_answer"])
+    print(coordination_table(record.events, list(status.agents)))
+    if result and result.final_answer is not None:
+        print("\n" + result.final_answer)
     return EXIT_OK
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from massgen_mcp.providers.registry import ProviderRouter
-    from massgen_mcp.service import ConsensusService
-    from massgen_mcp.sessions.runner import SessionRunner
-
-    store = _store(args)
-    setup = asyncio.run(ConsensusService(store, SessionRunner(store, ProviderRouter()))
-                        .check_setup())
+    setup = asyncio.run(_service(args).check_setup())
     if args.json:
         print(setup.model_dump_json(indent=2))
         return EXIT_OK
@@ -271,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "openai/gpt-4o-mini,anthropic/claude-haiku-4-5")
     team.add_argument("--config", help="MassGen-format YAML file, or @preset")
     run.add_argument("--base-url", help="OpenAI-compatible endpoint for agents without one")
+    run.add_argument("--context", help="background text for every agent")
+    run.add_argument("--context-file", action="append", metavar="PATH",
+                     help="a text file shared with every agent (repeat for more)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--timeout", type=float, help="session timeout in seconds (default 600)")
     run.add_argument("--max-cost", type=float, help="stop at this cost in USD")
@@ -283,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(func=cmd_validate)
 
     sessions = sub.add_parser("sessions", help="list past runs, newest first")
-    sessions.add_argument("--status", choices=sorted(STATUSES))
+    sessions.add_argument("--status", choices=[str(s) for s in RunStatus])
     sessions.add_argument("--limit", type=int, default=20)
     sessions.add_argument("--json", action="store_true")
     sessions.set_defaults(func=cmd_sessions)
@@ -335,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:  # what MCP hosts spawn: serve over stdio
         args = parser.parse_args([*(argv or sys.argv[1:]), "serve"])
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except MassgenError as exc:
         _err(str(exc))
         return EXIT_INPUT

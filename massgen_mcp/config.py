@@ -1,18 +1,18 @@
-"""The resolved shape of a run: who the agents are and which limits apply.
+"""The shape of a run: what the caller asks for, who the agents are, which limits apply.
 
-Everything that starts a run (CLI flags, a MassGen YAML file, an MCP tool call) ends up as a
-:class:`TeamConfig`. Validation happens here, once, with messages that name the field and the fix,
-so the engine can trust what it gets.
+Every front end (CLI flags, an MCP tool call, a script) describes a run as one :class:`RunSpec`;
+:mod:`massgen_mcp.team` turns it into a :class:`TeamConfig`. Validation happens here, once, with
+messages that name the field and the fix, so the engine can trust what it gets.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from massgen_mcp.env import getenv
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.secrets import register_secret
 
@@ -94,10 +94,18 @@ class AgentSpec(BaseModel):
         return True if self.tool_calling is None else self.tool_calling
 
     def resolved_api_key(self) -> str | None:
+        """The key this agent sends: its own ``api_key``, else ``api_key_env``, else (only
+        for the provider's own API, never a custom ``base_url``) the provider's variable."""
         if self.api_key is not None:
             return self.api_key.get_secret_value()
         if self.api_key_env:
-            return os.environ.get(self.api_key_env)
+            return getenv(self.api_key_env)
+        if self.base_url:
+            return None
+        for name in PROVIDER_KEY_ENV.get(self.provider, ()):
+            value = getenv(name)
+            if value:
+                return value
         return None
 
 
@@ -114,6 +122,29 @@ class RunOptions(BaseModel):
     max_cost_usd: Annotated[float | None, Field(gt=0)] = None
     max_total_tokens: Annotated[int | None, Field(gt=0)] = None
     skip_final_presentation: bool = False
+
+
+class RunSpec(BaseModel):
+    """One request to start a run, the same from every front end.
+
+    The team is ``models`` (one agent each), or ``config`` (a MassGen YAML file or ``@preset``),
+    or neither (the discovered default team). ``options`` override the team's options; only
+    the fields set in it count.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    question: str
+    models: list[str] | None = None
+    config: str | None = None
+    base_url: str | None = None
+    context: str | None = None
+    context_files: list[str] = []
+    options: RunOptions | None = None
+    parent_session_id: str | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        return self.options.model_dump(exclude_unset=True) if self.options else {}
 
 
 class TeamConfig(BaseModel):
@@ -181,29 +212,6 @@ def build_team(data: dict[str, Any], *, source: str = "config") -> TeamConfig:
     return team
 
 
-def team_from_models(
-    models: list[str],
-    *,
-    base_url: str | None = None,
-    options: dict[str, Any] | None = None,
-) -> TeamConfig:
-    """A team with one agent per model string (agent ids: agent_a, agent_b, ...).
-
-    ``provider/model@http://host:port/v1`` gives one agent its own OpenAI-compatible endpoint.
-    """
-    models = [m.strip() for m in models if m.strip()]
-    if not models:
-        raise ConfigError("models: give at least one model, e.g. openai/gpt-4o-mini")
-    if len(models) > MAX_AGENTS:
-        raise ConfigError(f"models: at most {MAX_AGENTS} agents per run, got {len(models)}")
-    agents = []
-    for i, spec in enumerate(models):
-        model, _, own_url = spec.partition("@")
-        agents.append({"id": f"agent_{chr(ord('a') + i)}", "model": model,
-                       "base_url": own_url or base_url})
-    return build_team({"agents": agents, "options": options or {}}, source="models")
-
-
 def missing_credentials(team: TeamConfig) -> list[str]:
     """One message per agent whose provider needs a key that is not set."""
     problems = []
@@ -217,7 +225,7 @@ def missing_credentials(team: TeamConfig) -> list[str]:
             )
             continue
         names = PROVIDER_KEY_ENV.get(agent.provider)
-        if names and not any(os.environ.get(n) for n in names):
+        if names:
             problems.append(
                 f"agent {agent.id!r} ({agent.model}): set {' or '.join(names)}, or use a "
                 "self-hosted endpoint (model@http://127.0.0.1:11434/v1, or base_url in a config)"

@@ -9,14 +9,14 @@ naming the key and the closest key we do know.
 from __future__ import annotations
 
 import difflib
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from massgen_mcp.config import TeamConfig, build_team, team_from_models
+from massgen_mcp.config import TeamConfig, build_team
+from massgen_mcp.env import getenv
 from massgen_mcp.errors import ConfigError
 
 # MassGen backend type -> (litellm provider prefix, default base_url or None).
@@ -87,9 +87,10 @@ def _expand(value: Any, where: str) -> Any:
     if isinstance(value, str):
         def sub(match: re.Match[str]) -> str:
             name = match.group(1)
-            if name not in os.environ:
+            value = getenv(name)
+            if value is None:
                 raise ConfigError(f"{where}: environment variable {name} is not set")
-            return os.environ[name]
+            return value
         return _VAR.sub(sub, value)
     if isinstance(value, dict):
         return {k: _expand(v, f"{where}.{k}") for k, v in value.items()}
@@ -269,33 +270,3 @@ def resolve_config_path(ref: str) -> Path:
         raise ConfigError(f"config {ref!r}: no such preset; presets: "
                           + ", ".join(f"@{k}" for k in known))
     return path
-
-
-def resolve_team(
-    *,
-    models: list[str] | None = None,
-    config: str | None = None,
-    base_url: str | None = None,
-    options: dict[str, Any] | None = None,
-) -> tuple[TeamConfig, list[str]]:
-    """The team for a run from either model strings or a config file (exactly one of them),
-    with ``options`` overriding the file's options."""
-    if models and config:
-        raise ConfigError("give either models or config, not both")
-    if models:
-        return team_from_models(models, base_url=base_url, options=options), []
-    if not config:
-        raise ConfigError(
-            "no team given: pass models (e.g. openai/gpt-4o-mini,anthropic/claude-haiku-4-5) "
-            "or a config file (e.g. @three_agents_default)")
-    team, warnings = load_config_file(resolve_config_path(config))
-    if options or base_url:
-        merged = team.model_dump(mode="python")
-        merged["options"] = {**merged["options"], **(options or {})}
-        if base_url:
-            for agent in merged["agents"]:
-                agent["base_url"] = agent["base_url"] or base_url
-        for agent, original in zip(merged["agents"], team.agents, strict=True):
-            agent["api_key"] = original.resolved_api_key() if original.api_key else None
-        team = build_team(merged, source=config)
-    return team, warnings

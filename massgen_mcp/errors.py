@@ -10,10 +10,16 @@ MassgenError
 ├── ProviderError          one model call failed after retries; carries .retryable, .status_code
 ├── SessionNotFoundError   no session with that id in this store
 └── SessionStateError      the session is in a state that does not allow the request
+    └── RunNotFinishedError  it has no result yet; carries .session_id and .status
 ```
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from massgen_mcp.records import RunStatus
 
 
 class MassgenError(Exception):
@@ -53,3 +59,13 @@ class SessionNotFoundError(MassgenError):
 
 class SessionStateError(MassgenError):
     """The session exists but cannot do what was asked (e.g. resume a completed run)."""
+
+
+class RunNotFinishedError(SessionStateError):
+    """The run is still going (or was interrupted), so it has no result yet. Front ends add
+    how to wait for it in their own words."""
+
+    def __init__(self, session_id: str, status: RunStatus) -> None:
+        super().__init__(f"session {session_id} is {status} and has no result yet")
+        self.session_id = session_id
+        self.status = status

@@ -2,70 +2,67 @@
 
 from __future__ import annotations
 
-from typing import Any
+from massgen_mcp.records import Event, EventType, clip
+
+PROGRESS_CHARS = 80  # one progress line per event fits a terminal
 
 
-def _short(text: str, limit: int = 80) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _short(text: str | None, limit: int = PROGRESS_CHARS) -> str:
+    return clip(" ".join((text or "").split()), limit)[0]
 
 
-def describe_event(event: dict[str, Any]) -> str | None:
+def describe_event(event: Event) -> str | None:
     """One progress line for an event, or None for events not worth a line."""
-    kind, who = event.get("type"), event.get("agent_id", "")
-    t = f"[{event.get('t', 0):6.2f}s]"
-    if kind == "started":
-        agents = ", ".join(f"{a}={m}" for a, m in event.get("agents", {}).items())
+    kind, who = event.type, event.agent_id or ""
+    t = f"[{event.t or 0:6.2f}s]"
+    if kind is EventType.STARTED:
+        agents = ", ".join(f"{a}={m}" for a, m in (event.agents or {}).items())
         return f"{t} started with {agents}"
-    if kind == "answer":
-        return f"{t} {who} answered {event['label']}: {_short(event.get('preview', ''))}"
-    if kind == "vote":
-        return f"{t} {who} voted for {event['label']}: {_short(event.get('reason', ''))}"
-    if kind == "vote_discarded":
-        return f"{t} {who}'s vote for {event['label']} discarded (stale view); asking again"
-    if kind == "votes_invalidated":
-        return f"{t} {event['count']} vote(s) invalidated by new answer {event['by']}"
-    if kind == "invalid_action":
-        return f"{t} {who} invalid action ({event['reason']}), retry {event['attempt']}"
-    if kind == "retry":
-        return (f"{t} {who} provider {event['kind']}, retry {event['attempt']} "
-                f"in {event['delay_s']:.1f}s")
-    if kind == "agent_dropped":
-        return f"{t} {who} dropped: {_short(event['reason'], 160)}"
-    if kind in ("consensus", "timeout", "budget_exceeded", "cancelled", "final_fallback"):
-        detail = event.get("detail") or event.get("reason") or ""
+    if kind is EventType.ANSWER:
+        return f"{t} {who} answered {event.label}: {_short(event.preview)}"
+    if kind is EventType.VOTE:
+        return f"{t} {who} voted for {event.label}: {_short(event.reason)}"
+    if kind is EventType.VOTE_DISCARDED:
+        return f"{t} {who}'s vote for {event.label} discarded (stale view); asking again"
+    if kind is EventType.VOTES_INVALIDATED:
+        return f"{t} {event.count} vote(s) invalidated by new answer {event.by}"
+    if kind is EventType.INVALID_ACTION:
+        return f"{t} {who} invalid action ({event.reason}), retry {event.attempt}"
+    if kind is EventType.RETRY:
+        return (f"{t} {who} provider {event.kind}, retry {event.attempt} "
+                f"in {event.delay_s or 0:.1f}s")
+    if kind is EventType.AGENT_DROPPED:
+        return f"{t} {who} dropped: {_short(event.reason, 160)}"
+    if kind in (EventType.CONSENSUS, EventType.TIMEOUT, EventType.BUDGET_EXCEEDED,
+                EventType.CANCELLED, EventType.FINAL_FALLBACK):
+        detail = event.detail or event.reason or ""
         return f"{t} {kind.replace('_', ' ')} {detail}".rstrip()
-    if kind == "finished":
-        return f"{t} finished: {event['status']} ({event['finish_reason']})"
+    if kind is EventType.FINISHED:
+        return f"{t} finished: {event.status} ({event.finish_reason})"
     return None
 
 
-_STEP_EVENTS = ("answer", "vote", "vote_discarded", "votes_invalidated", "agent_dropped", "final")
-
-
-def coordination_table(events: list[dict[str, Any]], agent_ids: list[str]) -> str:
+def coordination_table(events: list[Event], agent_ids: list[str]) -> str:
     """Agent x step grid: answered (A1), voted (→B1), stale vote (~B1), invalidated (✗),
     dropped (DROP), presented the final answer (FINAL)."""
     steps: list[dict[str, str]] = []
     voted: set[str] = set()
     for event in events:
-        kind, who = event.get("type"), event.get("agent_id") or event.get("presenter")
-        if kind not in _STEP_EVENTS:
-            continue
+        who = event.owner or ""
         cells: dict[str, str] = {}
-        if kind == "answer":
-            cells[who] = event["label"]
-        elif kind == "vote":
-            cells[who] = "→" + event["label"]
+        if event.type is EventType.ANSWER:
+            cells[who] = event.label or ""
+        elif event.type is EventType.VOTE:
+            cells[who] = "→" + (event.label or "")
             voted.add(who)
-        elif kind == "vote_discarded":
-            cells[who] = "~" + event["label"]
-        elif kind == "votes_invalidated":
+        elif event.type is EventType.VOTE_DISCARDED:
+            cells[who] = "~" + (event.label or "")
+        elif event.type is EventType.VOTES_INVALIDATED:
             cells = dict.fromkeys(voted, "✗")
             voted.clear()
-        elif kind == "agent_dropped":
+        elif event.type is EventType.AGENT_DROPPED:
             cells[who] = "DROP"
-        elif kind == "final" and who:
+        elif event.type is EventType.FINAL and event.presenter:
             cells[who] = "FINAL"
         if cells:
             steps.append(cells)

@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import html
 import re
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from massgen_mcp.records import Event, EventType, ResultRecord, RunStatus, SessionRecord, clip
+
+if TYPE_CHECKING:
+    from massgen_mcp.sessions.store import SessionSummary
 
 _MARKS = {
-    "answer": ("●", "answer"),
-    "vote": ("▲", "vote"),
-    "vote_discarded": ("△", "stale vote"),
-    "votes_invalidated": ("✗", "votes invalidated"),
-    "invalid_action": ("!", "invalid action"),
-    "retry": ("↻", "provider retry"),
-    "agent_dropped": ("■", "dropped"),
-    "final": ("★", "final answer"),
+    EventType.ANSWER: ("●", "answer"),
+    EventType.VOTE: ("▲", "vote"),
+    EventType.VOTE_DISCARDED: ("△", "stale vote"),
+    EventType.VOTES_INVALIDATED: ("✗", "votes invalidated"),
+    EventType.INVALID_ACTION: ("!", "invalid action"),
+    EventType.RETRY: ("↻", "provider retry"),
+    EventType.AGENT_DROPPED: ("■", "dropped"),
+    EventType.FINAL: ("★", "final answer"),
 }
 
 _LIST_MARK = re.compile(r"^\s*([-*]|\d+\.)\s+")
@@ -60,7 +65,7 @@ white-space:pre-wrap;word-break:break-word}details{margin:6px 0}summary{cursor:p
 """
 
 
-def _e(value: Any) -> str:
+def _e(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
@@ -98,28 +103,27 @@ def _inline(text: str) -> str:
     return re.sub(r"(?<![*\w])\*([^*]+)\*(?!\*)", r"<em>\1</em>", escaped)
 
 
-def _event_title(event: dict[str, Any]) -> str:
-    kind = event["type"]
-    parts = [f"{_MARKS.get(kind, ('', kind))[1]} at {event.get('t', 0):.2f}s"]
+def _event_title(event: Event) -> str:
+    parts = [f"{_MARKS[event.type][1]} at {event.t or 0:.2f}s"]
     for key in ("label", "reason", "problem", "error", "by", "count"):
-        if event.get(key) not in (None, ""):
-            parts.append(f"{key}: {event[key]}")
+        value = getattr(event, key)
+        if value not in (None, ""):
+            parts.append(f"{key}: {value}")
     return " · ".join(parts)
 
 
-def _timeline(events: list[dict[str, Any]], agents: list[str]) -> str:
-    end = max([e.get("t", 0) for e in events] + [0.001])
+def _timeline(events: list[Event], agents: list[str]) -> str:
+    end = max([e.t or 0 for e in events] + [0.001])
     lanes = []
     for aid in agents:
         marks = []
         for e in events:
-            owner = e.get("agent_id") or (e.get("presenter") if e["type"] == "final" else None)
-            if e["type"] not in _MARKS or (owner != aid and e["type"] != "votes_invalidated"):
+            if e.type not in _MARKS or (e.owner != aid
+                                        and e.type is not EventType.VOTES_INVALIDATED):
                 continue
-            left = 100 * e.get("t", 0) / end
-            symbol = _MARKS[e["type"]][0]
-            marks.append(f'<span class="ev {e["type"]}" style="left:{left:.2f}%" '
-                         f'title="{_e(_event_title(e))}">{symbol}</span>')
+            left = 100 * (e.t or 0) / end
+            marks.append(f'<span class="ev {e.type}" style="left:{left:.2f}%" '
+                         f'title="{_e(_event_title(e))}">{_MARKS[e.type][0]}</span>')
         lanes.append(f'<div class="lane" data-agent="{_e(aid)}"><div class="who">{_e(aid)}'
                      f'</div><div class="track">{"".join(marks)}</div></div>')
     digits = 2 if end < 2 else 1
@@ -129,11 +133,10 @@ def _timeline(events: list[dict[str, Any]], agents: list[str]) -> str:
             f'<div class="ticks">{ticks}</div></div><p class="legend muted">{legend}</p>')
 
 
-def _vote_matrix(events: list[dict[str, Any]], agents: list[str],
-                 result: dict[str, Any]) -> str:
-    votes = [e for e in events if e["type"] == "vote"]
-    labels = sorted({e["label"] for e in votes} | set(result.get("tally", {})))
-    current = {(v["voter"], v["answer"]) for v in result.get("votes", [])}
+def _vote_matrix(events: list[Event], agents: list[str], result: ResultRecord | None) -> str:
+    votes = [e for e in events if e.type is EventType.VOTE]
+    labels = sorted({e.label for e in votes if e.label} | set(result.tally if result else {}))
+    current = {(v.voter, v.answer) for v in (result.votes if result else [])}
     if not labels:
         return '<p class="muted">No votes were cast.</p>'
     head = "".join(f"<th>{_e(label)}</th>" for label in labels)
@@ -141,11 +144,11 @@ def _vote_matrix(events: list[dict[str, Any]], agents: list[str],
     for aid in agents:
         cells = []
         for label in labels:
-            cast = [v for v in votes if v["agent_id"] == aid and v["label"] == label]
+            cast = [v for v in votes if v.agent_id == aid and v.label == label]
             if not cast:
                 cells.append("<td></td>")
                 continue
-            reason = " | ".join(str(v.get("reason") or "") for v in cast)
+            reason = " | ".join(v.reason or "" for v in cast)
             cls = "vote current" if (aid, label) in current else "vote"
             mark = "✔" if (aid, label) in current else "○"
             cells.append(f'<td class="{cls}" title="{_e(reason)}">{mark}</td>')
@@ -155,80 +158,79 @@ def _vote_matrix(events: list[dict[str, Any]], agents: list[str],
             "invalidated by a newer answer · hover for the reason</p>")
 
 
-def render_report(status: dict[str, Any], result: dict[str, Any] | None,
-                  events: list[dict[str, Any]], answers: dict[str, str]) -> str:
-    """The whole page as a string."""
-    result = result or {}
-    agents = list(status.get("agents", {}))
-    winner = result.get("winner") or {}
-    usage = result.get("usage") or status.get("usage") or {}
-    state = result.get("status") or status.get("status", "running")
-    agent_rows = []
-    for aid, info in (result.get("agents") or status.get("agents") or {}).items():
-        u = info.get("usage") or {}
-        agent_rows.append(
-            f"<tr><td>{_e(aid)}</td><td>{_e(info.get('model'))}</td>"
-            f"<td>{_e(info.get('status') or info.get('phase'))}</td><td>{_e(u.get('calls'))}"
-            f"</td><td>{_e(u.get('prompt_tokens'))}</td><td>{_e(u.get('completion_tokens'))}"
-            f"</td><td>{_e('unknown' if u.get('cost_usd') is None else u['cost_usd'])}</td>"
-            f"<td>{_e(info.get('dropped_reason') or '')}"
-            "</td></tr>")
+def _agent_rows(record: SessionRecord) -> str:
+    rows = []
+    result_agents = record.result.agents if record.result else {}
+    for aid, live in record.status.agents.items():
+        done = result_agents.get(aid)
+        u = done.usage if done else live.usage
+        state = done.status if done else live.phase
+        dropped = (done.dropped_reason if done else live.dropped_reason) or ""
+        rows.append(
+            f"<tr><td>{_e(aid)}</td><td>{_e(live.model)}</td><td>{_e(state)}</td>"
+            f"<td>{_e(u.calls)}</td><td>{_e(u.prompt_tokens)}</td>"
+            f"<td>{_e(u.completion_tokens)}</td>"
+            f"<td>{_e('unknown' if u.cost_usd is None else u.cost_usd)}</td>"
+            f"<td>{_e(dropped)}</td></tr>")
+    return "".join(rows)
+
+
+def render_report(record: SessionRecord, *, live: bool = False) -> str:
+    """The whole page as a string. ``live`` adds a 2-second auto-refresh while the run is
+    still going (the live page on the HTTP server)."""
+    status, result = record.status, record.result
+    agents = list(status.agents)
+    winner = result.winner if result else None
+    usage = result.usage if result else status.usage
+    state = result.status if result else status.status
+    reason = (result.finish_reason if result else None) or status.finish_reason or ""
     answer_blocks = "".join(
-        f"<details{' open' if label == winner.get('label') else ''}><summary>{_e(label)}"
-        f"{' (winner)' if label == winner.get('label') else ''}</summary>"
-        f"<pre>{_e(text)}</pre></details>" for label, text in sorted(answers.items()))
-    final = result.get("final_answer")
+        f"<details{' open' if winner and label == winner.label else ''}><summary>{_e(label)}"
+        f"{' (winner)' if winner and label == winner.label else ''}</summary>"
+        f"<pre>{_e(text)}</pre></details>" for label, text in sorted(record.answers.items()))
+    final = result.final_answer if result else None
     final_html = (f'<div class="card final-answer">{markdown(final)}</div>' if final else
                   '<p class="muted">No final answer.</p>')
-    tally = ", ".join(f"{label}: {n}" for label, n in (result.get("tally") or {}).items())
-    winner_line = (f"Winner <strong>{_e(winner.get('label'))}</strong> by "
-                   f"{_e(winner.get('agent_id'))} ({_e(winner.get('model'))}) · votes "
-                   f"{_e(tally)}" if winner else "No winner.")
-    cost = usage.get("cost_usd")
+    tally = ", ".join(f"{label}: {n}" for label, n in (result.tally if result else {}).items())
+    winner_line = (f"Winner <strong>{_e(winner.label)}</strong> by {_e(winner.agent_id)} "
+                   f"({_e(winner.model)}) · votes {_e(tally)}" if winner else "No winner.")
+    cost = usage.cost_usd
+    refresh = ('<meta http-equiv="refresh" content="2">'
+               if live and status.status is RunStatus.RUNNING else "")
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
+<html lang="en"><head>{refresh}<meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1">
-<title>massgen session {_e(status.get('session_id'))}</title><style>{CSS}</style></head>
+<title>massgen session {_e(status.session_id)}</title><style>{CSS}</style></head>
 <body>
-<h1>{_e(status.get('question'))}</h1>
-<p class="muted">session {_e(status.get('session_id'))} ·
+<h1>{_e(status.question)}</h1>
+<p class="muted">session {_e(status.session_id)} ·
 <span class="badge {_e(state)}" id="status">{_e(state)}</span>
-{_e(result.get('finish_reason') or status.get('finish_reason') or '')} ·
-{_e(status.get('elapsed_s'))} s · {_e(usage.get('calls'))} calls ·
-{_e(usage.get('prompt_tokens'))} prompt + {_e(usage.get('completion_tokens'))} completion
+{_e(reason)} ·
+{_e(status.elapsed_s)} s · {_e(usage.calls)} calls ·
+{_e(usage.prompt_tokens)} prompt + {_e(usage.completion_tokens)} completion
 tokens · cost {'unknown' if cost is None else f'${cost:.4f}'}</p>
 <p id="winner">{winner_line}</p>
 <h2>Final answer</h2>{final_html}
-<h2>Timeline</h2>{_timeline(events, agents)}
-<h2>Votes</h2>{_vote_matrix(events, agents, result)}
+<h2>Timeline</h2>{_timeline(record.events, agents)}
+<h2>Votes</h2>{_vote_matrix(record.events, agents, result)}
 <h2>Answers</h2>{answer_blocks or '<p class="muted">No answers yet.</p>'}
 <h2>Agents and usage</h2>
 <table><tr><th>agent</th><th>model</th><th>status</th><th>calls</th><th>prompt tokens</th>
 <th>completion tokens</th><th>cost (USD)</th><th>dropped because</th></tr>
-{''.join(agent_rows)}</table>
+{_agent_rows(record)}</table>
 </body></html>
 """
 
 
-def session_report(store: Any, session_id: str, *, live: bool = False) -> str:
-    """Render a session's report from its record. ``live`` adds a 2-second auto-refresh
-    while the run is still going (the live page on the HTTP server)."""
-    status = store.read_status(session_id)
-    answers: dict[str, str] = {}
-    folder = store.folder(session_id) / "answers"
-    if folder.is_dir():
-        answers = {p.stem: p.read_text(encoding="utf-8") for p in folder.glob("*.md")}
-    page = render_report(status, store.read_result(session_id), store.read_events(session_id),
-                         answers)
-    if live and status.get("status") == "running":
-        page = page.replace("<head>", '<head><meta http-equiv="refresh" content="2">', 1)
-    return page
-
-
-def write_report(store: Any, session_id: str) -> Path:
-    """Write ``report.html`` into the session folder (atomically) and return its path."""
-    from massgen_mcp.sessions.store import atomic_write
-
-    path = store.folder(session_id) / "report.html"
-    atomic_write(path, session_report(store, session_id))
-    return path
+def render_session_list(sessions: Sequence[SessionSummary], *, link_suffix: str = "") -> str:
+    """The live list of sessions on the HTTP server (``/sessions``), refreshing every 5 s;
+    ``link_suffix`` carries the page's token on to each session's page."""
+    rows = "".join(
+        f"<tr><td><a href='/sessions/{_e(s.session_id)}{_e(link_suffix)}'>{_e(s.session_id)}"
+        f"</a></td><td>{_e(s.status)}</td><td>{_e(s.winner or '')}</td>"
+        f"<td>{_e(clip(' '.join(s.question.split()), 120)[0])}</td></tr>" for s in sessions)
+    return (
+        "<!doctype html><meta charset='utf-8'><meta http-equiv='refresh' content='5'>"
+        f"<title>massgen sessions</title><style>{CSS}</style><body><h1>massgen sessions</h1>"
+        "<table><tr><th>session</th><th>status</th><th>winner</th><th>question</th>"
+        f"</tr>{rows}</table></body>")

@@ -21,6 +21,11 @@ _lock = threading.Lock()
 _registered: set[str] = set()
 
 
+def looks_secret(name: str) -> bool:
+    """Whether a variable's name says it holds a credential (``*KEY*``, ``*TOKEN*``, ...)."""
+    return _SECRET_NAME.search(name) is not None
+
+
 def register_secret(value: str | None) -> None:
     """Remember a secret value (e.g. an ``api_key`` from a config) so it is always masked."""
     if value and len(value) >= _MIN_SECRET_LEN:
@@ -32,7 +37,7 @@ def _known_secrets() -> list[str]:
     env_values = [
         value
         for name, value in os.environ.items()
-        if _SECRET_NAME.search(name) and len(value) >= _MIN_SECRET_LEN
+        if looks_secret(name) and len(value) >= _MIN_SECRET_LEN
     ]
     with _lock:
         values = set(env_values) | _registered

@@ -1,19 +1,19 @@
-"""What the MCP tools do, as plain async methods with typed results.
+"""The one way in: start, follow, read, cancel, continue and resume runs.
 
-The MCP layer (:mod:`massgen_mcp.server`) only adapts these to the protocol; tests and other
-front-ends can call them directly. Results are pydantic models so every tool has an output schema.
-Answers are truncated in summaries so a ``get_result`` stays well under 8k tokens; the full text
-is always one ``detail="full"`` call or one resource read away.
+The CLI, the MCP tools and resources, and scripts all call :class:`ConsensusService`. It is
+protocol-neutral: it takes a :class:`~massgen_mcp.config.RunSpec`, returns the typed records of
+:mod:`massgen_mcp.records`, and raises :class:`~massgen_mcp.errors.MassgenError` subclasses.
+What a calling model is told (next steps, summaries, resource URIs) is written in
+:mod:`massgen_mcp.server`; what a person at a terminal sees, in :mod:`massgen_mcp.cli`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -22,125 +22,34 @@ from massgen_mcp.config import (
     MAX_CONTEXT_CHARS,
     PROVIDER_KEY_ENV,
     RunOptions,
+    RunSpec,
     TeamConfig,
     build_team,
     check_question,
+    missing_credentials,
 )
-from massgen_mcp.context_files import confine, read_context_files
-from massgen_mcp.defaults import choose_team, discover
-from massgen_mcp.errors import ConfigError, SessionStateError
-from massgen_mcp.sessions.runner import LiveRun, SessionRunner
-from massgen_mcp.sessions.store import TERMINAL_STATUSES, SessionStore, check_session_id
-
-SUMMARY_ANSWER_CHARS = 600
-SUMMARY_FINAL_CHARS = 16_000
-PREVIEW_CHARS = 160
-
-Status = Literal["running", "completed", "failed", "timed_out", "cancelled", "interrupted"]
-
-
-class UsageView(BaseModel):
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    cost_usd: float | None = None
+from massgen_mcp.context_files import Workspace
+from massgen_mcp.errors import ConfigError, RunNotFinishedError, SessionStateError
+from massgen_mcp.records import (
+    Event,
+    EventType,
+    ResultRecord,
+    RunStatus,
+    SessionRecord,
+    StatusRecord,
+)
+from massgen_mcp.sessions.runner import SessionRunner, StatusCallback
+from massgen_mcp.sessions.store import SessionStore, SessionSummary, check_session_id
+from massgen_mcp.team import choose_team
 
 
-class AgentView(BaseModel):
-    agent_id: str
-    model: str
-    phase: str
-    answers: int
-    current_answer: str | None = None
-    voted_for: str | None = None
-    dropped_reason: str | None = None
+@dataclass(frozen=True)
+class Started:
+    """A run that has begun in the background."""
 
-
-class AnswerView(BaseModel):
-    label: str
-    agent_id: str
-    text: str
-    truncated: bool = False
-
-
-class VoteView(BaseModel):
-    voter: str
-    answer: str
-    reason: str
-
-
-class WinnerView(BaseModel):
-    label: str
-    agent_id: str
-    model: str
-
-
-class StatusView(BaseModel):
     session_id: str
-    status: Status
-    done: bool
-    phase: str
-    elapsed_s: float
-    question: str
-    agents: list[AgentView]
-    answers: list[AnswerView]
-    tally: dict[str, int]
-    usage: UsageView
-    finish_reason: str | None = None
-    revision: int = Field(0, description="grows with every change; pass it back as "
-                                         "after_revision so no update is missed")
-    next_step: str
-
-
-class ResultView(BaseModel):
-    session_id: str
-    status: Status
-    finish_reason: str | None
-    final_answer: str | None
-    final_answer_truncated: bool = False
-    winner: WinnerView | None
-    tie_broken: bool
-    timed_out: bool
-    budget_exceeded: bool
-    votes: list[VoteView]
-    tally: dict[str, int]
-    answers: list[AnswerView]
-    usage: UsageView
-    errors: list[str]
-    elapsed_s: float | None
-    record_dir: str
-    report: str = Field(description="resource URI of the HTML report (also report.html in "
-                                    "record_dir)")
-    parent_session_id: str | None = None
-
-
-class RunHandle(BaseModel):
-    session_id: str
-    status: Status
-    record_dir: str
-    message: str
-    result: ResultView | None = None
-
-
-class SessionItem(BaseModel):
-    session_id: str
-    status: str
-    question: str
-    winner: str | None
-    started_at: float | None
-    parent_session_id: str | None = None
-
-
-class SessionPage(BaseModel):
-    sessions: list[SessionItem]
-    next_cursor: str | None = Field(None, description="pass as cursor for the next page")
-
-
-class CancelView(BaseModel):
-    session_id: str
-    status: Status
-    message: str
+    record_dir: Path
+    notes: list[str]  # for the user: config warnings, or why this default team
 
 
 class LocalServerView(BaseModel):
@@ -161,14 +70,6 @@ class SetupView(BaseModel):
     how_to_add_more: str
 
 
-def _clip(text: str, limit: int) -> tuple[str, bool]:
-    return (text, False) if len(text) <= limit else (text[:limit] + " …", True)
-
-
-def _usage(data: dict[str, Any] | None) -> UsageView:
-    return UsageView(**{k: v for k, v in (data or {}).items() if k in UsageView.model_fields})
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -180,211 +81,163 @@ def _pid_alive(pid: int) -> bool:
 
 
 class ConsensusService:
-    """Start, watch, read, cancel, continue and resume runs."""
+    """Runs and their records, for every front end."""
 
-    def __init__(self, store: SessionStore, runner: SessionRunner, root: Path | None = None
+    def __init__(self, store: SessionStore, runner: SessionRunner, workspace: Workspace
                  ) -> None:
         self.store = store
         self.runner = runner
-        self.root = (root or Path.cwd()).resolve()
+        self.workspace = workspace
+
+    @classmethod
+    def local(cls, home: Path | None = None, workspace: Workspace | None = None
+              ) -> ConsensusService:
+        """Records under ``home`` (default ./.massgen or $MASSGEN_HOME), runs in this
+        process, file inputs from ``workspace`` (default: the working directory, confined)."""
+        from massgen_mcp.providers.registry import ProviderRouter
+
+        store = SessionStore(home)
+        return cls(store, SessionRunner(store, ProviderRouter()),
+                   workspace or Workspace(Path.cwd()))
+
+    async def aclose(self) -> None:
+        await self.runner.aclose()
 
     # -- starting runs ------------------------------------------------------------------------
 
-    async def run_consensus(
-        self,
-        question: str,
-        *,
-        models: list[str] | None = None,
-        config: str | None = None,
-        context: str | None = None,
-        context_files: list[str] | None = None,
-        options: RunOptions | None = None,
-        parent_session_id: str | None = None,
-    ) -> LiveRun:
-        question = check_question(question)
-        parts = [context.strip()] if context and context.strip() else []
-        if context_files:
-            parts.append(read_context_files(context_files, self.root))
-        full_context = "\n\n".join(parts) or None
-        if full_context and len(full_context) > MAX_CONTEXT_CHARS:
-            raise ConfigError(f"context: {len(full_context)} characters; the limit is "
+    async def start(self, spec: RunSpec) -> Started:
+        """Check ``spec``, choose its team and start the run in the background."""
+        question = check_question(spec.question)
+        parts = [spec.context.strip()] if spec.context and spec.context.strip() else []
+        if spec.context_files:
+            parts.append(self.workspace.read_context_files(spec.context_files))
+        context = "\n\n".join(parts) or None
+        if context and len(context) > MAX_CONTEXT_CHARS:
+            raise ConfigError(f"context: {len(context)} characters; the limit is "
                               f"{MAX_CONTEXT_CHARS}")
-        if config and not config.startswith("@"):
-            config = str(confine(self.root, config, "config"))
-        overrides = options.model_dump(exclude_unset=True) if options else None
-        team, _notes = await choose_team(models=models, config=config, options=overrides)
-        return await self.runner.start(question, team, context=full_context,
-                                       parent_session_id=parent_session_id)
+        choice = await choose_team(spec, self.workspace)
+        return await self._launch(question, choice.team, context, spec.parent_session_id,
+                                  choice.notes)
+
+    async def _launch(self, question: str, team: TeamConfig, context: str | None,
+                      parent_session_id: str | None, notes: list[str]) -> Started:
+        problems = missing_credentials(team)
+        if problems:
+            raise ConfigError("missing API keys:\n" + "\n".join(problems))
+        run = await self.runner.start(question, team, context=context,
+                                      parent_session_id=parent_session_id)
+        return Started(run.session_id, run.recorder.folder, notes)
 
     async def continue_session(self, session_id: str, follow_up: str, *,
-                               options: RunOptions | None = None) -> LiveRun:
-        """A new run on ``follow_up`` with the earlier question and final answer as context,
-        by the same team; linked to its parent in both records."""
+                               options: RunOptions | None = None) -> Started:
+        """A new run on ``follow_up`` by the same team, with the earlier question and final
+        answer as context; linked to its parent in both records."""
         follow_up = check_question(follow_up, "follow_up")
-        parent = self.store.read_result(session_id)
-        if parent is None:
-            raise SessionStateError(f"session {session_id} has not finished; continue it once "
-                                    "get_status says done")
-        request = self.store.read_json(session_id, "request.json") or {}
-        config = self.store.read_json(session_id, "config.json") or {}
-        earlier = (f"<earlier_question>\n{parent['question']}\n</earlier_question>\n"
-                   f"<earlier_final_answer>\n{parent.get('final_answer') or '(none)'}\n"
+        parent = self.result(session_id)
+        request = self.store.read_request(session_id)
+        earlier = (f"<earlier_question>\n{parent.question}\n</earlier_question>\n"
+                   f"<earlier_final_answer>\n{parent.final_answer or '(none)'}\n"
                    "</earlier_final_answer>")
-        if request.get("context"):
-            earlier = request["context"] + "\n\n" + earlier
+        if request.context:
+            earlier = request.context + "\n\n" + earlier
+        config = self.store.read_config(session_id)
         if options:
             config["options"] = {**config.get("options", {}),
                                  **options.model_dump(exclude_unset=True)}
-        team = self._recorded_team(session_id, config)
-        run = await self.runner.start(follow_up, team, context=earlier,
-                                      parent_session_id=session_id)
-        self.store.append_event(session_id, "continued", child_session_id=run.session_id)
-        return run
+        started = await self._launch(follow_up, self._recorded_team(session_id, config),
+                                     earlier, session_id, [])
+        self.store.append_event(session_id, EventType.CONTINUED,
+                                child_session_id=started.session_id)
+        return started
 
-    async def resume_session(self, session_id: str) -> LiveRun:
+    async def resume_session(self, session_id: str) -> Started:
         """Continue an interrupted run from its recorded answers, in the same record."""
         status = self.store.read_status(session_id)
-        if status.get("status") != "interrupted":
-            raise SessionStateError(f"session {session_id} is {status.get('status')}; only "
+        if status.status is not RunStatus.INTERRUPTED:
+            raise SessionStateError(f"session {session_id} is {status.status}; only "
                                     "interrupted runs can be resumed")
-        request = self.store.read_json(session_id, "request.json") or {}
-        team = self._recorded_team(session_id,
-                                   self.store.read_json(session_id, "config.json") or {})
+        request = self.store.read_request(session_id)
+        team = self._recorded_team(session_id, self.store.read_config(session_id))
         events = self.store.read_events(session_id)
-        answers = tuple((e["agent_id"], self.store.read_answer(session_id, e["label"]).rstrip("\n"))
-                        for e in events if e.get("type") == "answer")
-        calls = tuple(e for e in events if e.get("type") == "call")
-        return await self.runner.resume(session_id, request["question"], team,
-                                        context=request.get("context"),
-                                        parent_session_id=request.get("parent_session_id"),
-                                        prior_answers=answers, prior_calls=calls,
-                                        prior_event_count=len(events))
+        answers = tuple(
+            (e.agent_id, self.store.read_answer(session_id, e.label).rstrip("\n"))
+            for e in events
+            if e.type is EventType.ANSWER and e.agent_id is not None and e.label is not None)
+        calls = tuple(e for e in events if e.type is EventType.CALL)
+        run = await self.runner.resume(
+            session_id, request.question, team, context=request.context,
+            parent_session_id=request.parent_session_id, prior_answers=answers,
+            prior_calls=calls, prior_event_count=len(events))
+        return Started(session_id, run.recorder.folder, [])
 
     @staticmethod
-    def _recorded_team(session_id: str, config: dict[str, Any]) -> TeamConfig:
+    def _recorded_team(session_id: str, config: dict[str, object]) -> TeamConfig:
         """The team a session ran with, from its config.json (keys are not stored there)."""
-        if any(a.get("api_key") for a in config.get("agents", [])):
+        agents = config.get("agents")
+        if isinstance(agents, list) and any(
+                isinstance(a, dict) and a.get("api_key") for a in agents):
             raise SessionStateError(f"session {session_id} used inline api_keys, which are not "
                                     "stored; start a new run with the same config")
-        return build_team(config, source=f"session {session_id} config.json")
-
-    def handle(self, run: LiveRun, message: str) -> RunHandle:
-        status = run.writer.latest_status or {}
-        return RunHandle(session_id=run.session_id, status=status.get("status", "running"),
-                         record_dir=str(run.writer.folder), message=message)
+        return build_team(dict(config), source=f"session {session_id} config.json")
 
     # -- reading ------------------------------------------------------------------------------
 
-    def status(self, session_id: str) -> StatusView:
-        check_session_id(session_id)
-        data = self.runner.status(session_id)
-        done = data["status"] in TERMINAL_STATUSES
-        agents = [
-            AgentView(agent_id=aid, model=a["model"], phase=a["phase"], answers=a["answers"],
-                      current_answer=a.get("current_answer"),
-                      voted_for=(a.get("vote") or {}).get("answer"),
-                      dropped_reason=a.get("dropped_reason"))
-            for aid, a in data.get("agents", {}).items()
-        ]
-        answers = [AnswerView(label=a["label"], agent_id=a["agent_id"],
-                              text=a["preview"][:PREVIEW_CHARS],
-                              truncated=a["chars"] > PREVIEW_CHARS)
-                   for a in data.get("answers", [])]
-        if done:
-            next_step = f"finished ({data['status']}); call get_result to read the answer"
-        else:
-            next_step = "still running; call get_status again with wait_s=30 to wait for changes"
-        return StatusView(
-            session_id=session_id, status=data["status"], done=done, phase=data["phase"],
-            elapsed_s=data.get("elapsed_s", 0.0), question=data.get("question", ""),
-            agents=agents, answers=answers,
-            tally={k: len(v) for k, v in data.get("tally", {}).items()},
-            usage=_usage(data.get("usage")), finish_reason=data.get("finish_reason"),
-            revision=data.get("revision", 0), next_step=next_step,
-        )
+    def status(self, session_id: str) -> StatusRecord:
+        """The live status: from memory while this process runs it, else from its record."""
+        return self.runner.status(check_session_id(session_id))
 
-    async def watch_status(self, session_id: str, wait_s: float,
-                           after_revision: int | None = None) -> StatusView:
-        """The status once it has changed (since ``after_revision``, or from now), the run
-        has finished, or ``wait_s`` has passed."""
-        self.status(session_id)  # validates the id before waiting
-        if wait_s > 0:
-            await self.runner.wait_for_change(session_id, wait_s, after_revision)
-        return self.status(session_id)
+    async def wait(self, session_id: str, wait_s: float | None, *, until_done: bool = False,
+                   after_revision: int | None = None, on_change: StatusCallback | None = None
+                   ) -> StatusRecord:
+        """The status once the run changes (since ``after_revision`` if given), or with
+        ``until_done`` once it has finished, or after ``wait_s`` seconds (None: no limit)."""
+        self.status(session_id)  # an unknown id fails now, not after the wait
+        return await self.runner.wait(session_id, wait_s, until_done=until_done,
+                                      after_revision=after_revision, on_change=on_change)
 
-    def result(self, session_id: str, detail: Literal["summary", "full"] = "summary"
-               ) -> ResultView:
-        check_session_id(session_id)
-        data = self.store.read_result(session_id)
-        if data is None:
-            status = self.runner.status(session_id)["status"]
-            raise SessionStateError(
-                f"session {session_id} is {status} and has no result yet; "
-                "poll get_status with wait_s until done")
-        full = detail == "full"
-        final, final_cut = data.get("final_answer"), False
-        if final is not None and not full:
-            final, final_cut = _clip(final, SUMMARY_FINAL_CHARS)
-        answers = []
-        for a in data.get("answers", []):
-            text, cut = (a["content"], False) if full else _clip(a["content"],
-                                                                 SUMMARY_ANSWER_CHARS)
-            answers.append(AnswerView(label=a["label"], agent_id=a["agent_id"], text=text,
-                                      truncated=cut))
-        return ResultView(
-            session_id=session_id, status=data["status"], finish_reason=data.get("finish_reason"),
-            final_answer=final, final_answer_truncated=final_cut,
-            winner=WinnerView(**data["winner"]) if data.get("winner") else None,
-            tie_broken=data.get("tie_broken", False), timed_out=data.get("timed_out", False),
-            budget_exceeded=data.get("budget_exceeded", False),
-            votes=[VoteView(**v) for v in data.get("votes", [])], tally=data.get("tally", {}),
-            answers=answers, usage=_usage(data.get("usage")), errors=data.get("errors", []),
-            elapsed_s=data.get("elapsed_s"), record_dir=str(self.store.folder(session_id)),
-            report=f"massgen://sessions/{session_id}/report",
-            parent_session_id=data.get("parent_session_id"),
-        )
+    def result(self, session_id: str) -> ResultRecord:
+        """The outcome of a finished run; RunNotFinishedError while it goes on."""
+        result = self.store.read_result(check_session_id(session_id))
+        if result is None:
+            raise RunNotFinishedError(session_id, self.status(session_id).status)
+        return result
 
-    def list_sessions(self, status: str | None = None, limit: int = 20,
-                      cursor: str | None = None) -> SessionPage:
-        found, next_cursor = self.store.list(status=status, limit=limit, cursor=cursor)
-        return SessionPage(sessions=[
-            SessionItem(session_id=s.session_id, status=s.status,
-                        question=_clip(" ".join(s.question.split()), PREVIEW_CHARS)[0],
-                        winner=s.winner, started_at=s.started_at,
-                        parent_session_id=s.parent_session_id)
-            for s in found
-        ], next_cursor=next_cursor)
+    def record(self, session_id: str) -> SessionRecord:
+        """Everything recorded about a session: status, result, events, every answer."""
+        return self.store.read_record(check_session_id(session_id))
 
-    async def cancel(self, session_id: str) -> CancelView:
+    def report(self, session_id: str) -> str:
+        """The session's self-contained HTML report."""
+        from massgen_mcp.report import render_report
+
+        return render_report(self.record(session_id))
+
+    def events(self, session_id: str) -> list[Event]:
+        return self.store.read_events(check_session_id(session_id))
+
+    def answer(self, session_id: str, label: str) -> str:
+        return self.store.read_answer(check_session_id(session_id), label)
+
+    def list_sessions(self, status: RunStatus | None = None, limit: int = 20,
+                      cursor: str | None = None) -> tuple[list[SessionSummary], str | None]:
+        """A page of sessions newest first, and the cursor of the next page (None: last)."""
+        return self.store.list(status=status, limit=limit, cursor=cursor)
+
+    async def cancel(self, session_id: str) -> tuple[RunStatus, bool]:
+        """Stop a run; returns its status afterwards and whether this call stopped it."""
         check_session_id(session_id)
         if await self.runner.cancel(session_id):
-            return CancelView(session_id=session_id, status="cancelled",
-                              message="cancelled; get_result shows what was recorded")
+            return RunStatus.CANCELLED, True
         status = self.store.read_status(session_id)
-        if status["status"] == "running":
+        if status.status is RunStatus.RUNNING:
             raise SessionStateError(
                 f"session {session_id} is running in another massgen-mcp process "
-                f"(pid {status.get('pid')}); cancel it there")
-        return CancelView(session_id=session_id, status=status["status"],
-                          message=f"already {status['status']}; nothing to cancel")
-
-    async def wait(self, session_id: str, wait_s: float, on_change: Any = None) -> bool:
-        """Wait up to ``wait_s`` for the run to finish, calling ``on_change(status)`` on every
-        change; returns True if it finished."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        while True:
-            run = self.runner.live(session_id)
-            if run is None or run.done:
-                return True
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return False
-            await self.runner.wait_for_change(session_id, remaining)
-            if on_change is not None and not self.runner.live(session_id).done:
-                await on_change(self.runner.status(session_id))
+                f"(pid {status.pid}); cancel it there")
+        return status.status, False
 
     async def check_setup(self) -> SetupView:
+        from massgen_mcp.defaults import discover
+
         found = await discover(survey=True)
         versions = {"massgen-mcp": __version__, "python": sys.version.split()[0]}
         for dist in ("fastmcp", "mcp", "litellm", "llama-cpp-python"):
@@ -411,5 +264,6 @@ class ConsensusService:
         )
 
     def mark_interrupted(self) -> list[str]:
+        """Mark runs whose process is gone as interrupted (at server start)."""
         return self.store.mark_interrupted(
             lambda pid: pid != os.getpid() and _pid_alive(pid))

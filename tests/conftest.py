@@ -108,8 +108,9 @@ class Outcome:
     store: SessionStore
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """The recorded events as the JSON lines on disk, optionally of one type."""
         events = self.store.read_events(self.result["session_id"])
-        return [e for e in events if kind is None or e["type"] == kind]
+        return [e.as_dict() for e in events if kind is None or e.type == kind]
 
 
 async def run_team(team, question: str = "What is 6*7?", context: str | None = None,
@@ -118,10 +119,10 @@ async def run_team(team, question: str = "What is 6*7?", context: str | None = N
     store = SessionStore()
     runner = SessionRunner(store, LiteLLMProvider())
     if listener is not None:
-        runner.listeners.append(listener)
+        runner.listeners.append(lambda sid, event: listener(sid, event.as_dict()))
     run = await runner.start(question, team, context=context)
     result = await run.task
-    return Outcome(result, store.folder(run.session_id), store)
+    return Outcome(result.model_dump(mode="json"), store.folder(run.session_id), store)
 
 
 def read_record(folder: Path) -> dict[str, Any]:

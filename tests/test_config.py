@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from massgen_mcp.config import team_from_models
-from massgen_mcp.config_files import load_config_file, presets_dir, resolve_team, team_from_mapping
+from massgen_mcp.config import RunOptions, RunSpec, TeamConfig
+from massgen_mcp.config_files import load_config_file, presets_dir, team_from_mapping
+from massgen_mcp.context_files import Workspace
 from massgen_mcp.errors import ConfigError
+from massgen_mcp.team import choose_team
 
 MASSGEN_SAMPLE = """
 agents:
@@ -98,18 +101,46 @@ def test_every_preset_validates() -> None:
         assert team.agents
 
 
-def test_resolve_team_merges_options_over_a_preset() -> None:
-    team, _ = resolve_team(config="@three_agents_default", options={"timeout_s": 5})
+def spec(**fields: Any) -> RunSpec:
+    return RunSpec(question="q", **fields)
+
+
+async def choose(tmp_path: Path, **fields: Any) -> TeamConfig:
+    return (await choose_team(spec(**fields), Workspace(tmp_path))).team
+
+
+async def test_choose_team_merges_options_over_a_preset(tmp_path: Path) -> None:
+    team = await choose(tmp_path, config="@three_agents_default",
+                        options=RunOptions(timeout_s=5))
     assert team.options.timeout_s == 5 and len(team.agents) == 3
+    assert team.options.max_answers_per_agent == RunOptions().max_answers_per_agent
     with pytest.raises(ConfigError, match="no such preset; presets: @debate, @fast_cheap"):
-        resolve_team(config="@nope")
+        await choose(tmp_path, config="@nope")
     with pytest.raises(ConfigError, match="either models or config"):
-        resolve_team(models=["openai/x"], config="@three_agents_default")
+        await choose(tmp_path, models=["openai/x"], config="@three_agents_default")
 
 
-def test_models_list_limits() -> None:
-    assert len(team_from_models(["openai/a", " openai/b "]).agents) == 2
+async def test_base_url_fills_only_agents_without_an_endpoint(tmp_path: Path) -> None:
+    team = await choose(tmp_path, models=["openai/a", "openai/b@http://127.0.0.1:9/v1"],
+                        base_url="http://127.0.0.1:8/v1")
+    assert [a.base_url for a in team.agents] == ["http://127.0.0.1:8/v1",
+                                                 "http://127.0.0.1:9/v1"]
+
+
+async def test_config_paths_follow_the_workspace_rule(tmp_path: Path) -> None:
+    inside = tmp_path / "team.yaml"
+    inside.write_text("agents:\n  - id: x\n    backend: {type: openai, model: gpt-4o}\n")
+    assert len((await choose(tmp_path, config="team.yaml")).agents) == 1
+    with pytest.raises(ConfigError, match="absolute"):
+        await choose(tmp_path, config=str(inside))
+    outside = Workspace(tmp_path.parent, confined=False)
+    team = (await choose_team(spec(config=str(inside)), outside)).team
+    assert team.agents[0].model == "openai/gpt-4o"
+
+
+async def test_models_list_limits(tmp_path: Path) -> None:
+    assert len((await choose(tmp_path, models=["openai/a", " openai/b "])).agents) == 2
     with pytest.raises(ConfigError, match="at most 8 agents"):
-        team_from_models([f"openai/m{i}" for i in range(9)])
+        await choose(tmp_path, models=[f"openai/m{i}" for i in range(9)])
     with pytest.raises(ConfigError, match="model string"):
-        team_from_models(["not a model"])
+        await choose(tmp_path, models=["not a model"])

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import unused_port
 
 from massgen_mcp import defaults
 from massgen_mcp.cli import main
-from massgen_mcp.defaults import choose_team, discover, find_local_servers, load_dotenv
+from massgen_mcp.config import RunOptions, RunSpec
+from massgen_mcp.context_files import Workspace
+from massgen_mcp.defaults import discover, find_local_servers, providers_with_keys
+from massgen_mcp.env import getenv
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.scripted import ScriptedServer, agree
+from massgen_mcp.secrets import redact
+from massgen_mcp.team import choose_team
+
+
+async def default_team(tmp_path: Path, **options: Any):
+    spec = RunSpec(question="q", options=RunOptions(**options) if options else None)
+    return (await choose_team(spec, Workspace(tmp_path))).team
 
 
 @pytest.fixture(autouse=True)
@@ -32,25 +44,27 @@ async def test_keys_give_a_team_that_mixes_providers(monkeypatch) -> None:
     assert "sk-fake" not in found.reason
 
 
-async def test_one_key_still_gives_three_diverse_agents(monkeypatch) -> None:
+async def test_one_key_still_gives_three_diverse_agents(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("GEMINI_API_KEY", "g-fake-1234567890")
-    found = await discover({"timeout_s": 30})
-    assert [a.model.split("/")[0] for a in found.team.agents] == ["gemini"] * 3
-    assert len({a.model for a in found.team.agents}) == 3
-    assert found.team.options.timeout_s == 30
-    assert len({a.temperature for a in found.team.agents}) == 3
+    team = await default_team(tmp_path, timeout_s=30)
+    assert [a.model.split("/")[0] for a in team.agents] == ["gemini"] * 3
+    assert len({a.model for a in team.agents}) == 3
+    assert team.options.timeout_s == 30
+    assert len({a.temperature for a in team.agents}) == 3
 
 
 async def test_dotenv_is_read_without_overriding(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XAI_API_KEY", "real-value-123456")
     (tmp_path / ".env").write_text('# keys\nexport MISTRAL_API_KEY="m-fake-123456"\n'
                                    "XAI_API_KEY=from-dotenv\nnot a line\n")
-    loaded = load_dotenv()
-    assert loaded == ["MISTRAL_API_KEY"]
-    import os
-    assert os.environ["XAI_API_KEY"] == "real-value-123456"
-    assert os.environ["MISTRAL_API_KEY"] == "m-fake-123456"
-    monkeypatch.delenv("MISTRAL_API_KEY")
+    assert providers_with_keys() == ["xai", "mistral"]
+    assert getenv("XAI_API_KEY") == "real-value-123456", "the real environment wins"
+    assert getenv("MISTRAL_API_KEY") == "m-fake-123456"
+    assert "MISTRAL_API_KEY" not in os.environ, ".env is read, never copied into os.environ"
+    assert redact("key m-fake-123456 here") == "key *** here", ".env keys are redacted"
+    (tmp_path / ".env").write_text("MISTRAL_API_KEY=m-changed-123456\n")
+    os.utime(tmp_path / ".env", ns=(1, 1))  # a different mtime: the change is seen
+    assert getenv("MISTRAL_API_KEY") == "m-changed-123456"
 
 
 async def test_local_servers_are_found_and_used(monkeypatch) -> None:
@@ -81,9 +95,9 @@ async def test_project_config_wins(monkeypatch, home: Path) -> None:
     assert found.source == "config" and [a.model for a in found.team.agents] == ["openai/gpt-4o"]
 
 
-async def test_nothing_found_is_a_clear_error() -> None:
+async def test_nothing_found_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        await choose_team()
+        await default_team(tmp_path)
     message = str(info.value)
     assert "OPENAI_API_KEY" in message and "massgen-mcp[local]" in message
 
@@ -111,12 +125,12 @@ def test_run_without_models_uses_the_default_team(monkeypatch, capsys) -> None:
     assert out.strip().startswith("Final:")
 
 
-async def test_embedded_team_returns_the_winner_verbatim(monkeypatch) -> None:
+async def test_embedded_team_returns_the_winner_verbatim(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setattr("massgen_mcp.providers.llamacpp_provider.embedded_model_name",
                         lambda: "smollm2")
     found = await discover()
     assert found.source == "embedded"
     assert [a.model for a in found.team.agents] == ["local/smollm2"] * 3
     assert found.team.options.skip_final_presentation is True
-    override = await discover({"skip_final_presentation": False})
-    assert override.team.options.skip_final_presentation is False
+    override = await default_team(tmp_path, skip_final_presentation=False)
+    assert override.options.skip_final_presentation is False

@@ -24,7 +24,8 @@ from massgen_mcp.scripted import ChatRequest, Reply, agree, answer, drop, error,
 from massgen_mcp.scripted import tool_calls as calls
 from massgen_mcp.server.app import create_server
 from massgen_mcp.sessions.runner import SessionRunner
-from massgen_mcp.sessions.store import TERMINAL_STATUSES, SessionStore
+from massgen_mcp.records import RunStatus
+from massgen_mcp.sessions.store import SessionStore
 
 
 def faulty(rate: float, seed: int) -> tuple[object, dict[str, int]]:
@@ -74,18 +75,18 @@ async def test_mixed_faults_always_end_in_a_documented_state(scripted) -> None:
     runs = [await runner.start(f"question {i}", team_for(
         server, call_timeout_s=0.5, max_retries=2, timeout_s=30)) for i in range(12)]
     results = await asyncio.gather(*(r.task for r in runs))
-    statuses = {r["status"] for r in results}
+    statuses = {r.status for r in results}
     assert statuses <= {"completed", "failed", "timed_out"}
     assert "completed" in statuses
     for run, result in zip(runs, results, strict=True):
         record = read_record(store.folder(run.session_id))
-        assert record["status.json"]["status"] == result["status"]
-        assert record["status.json"]["status"] in TERMINAL_STATUSES
+        assert record["status.json"]["status"] == result.status
+        assert RunStatus(record["status.json"]["status"]).done
         assert record["events"][-1]["type"] == "finished"
-        if result["status"] == "completed":
+        if result.status == "completed":
             assert record["final.md"] is not None
         else:
-            assert result["errors"] or result["status"] == "timed_out"
+            assert result.errors or result.status == "timed_out"
     assert our_tasks() == [], "no run or agent task outlives its session"
 
 
@@ -94,7 +95,7 @@ async def test_calls_per_provider_are_bounded(scripted) -> None:
     runner = SessionRunner(SessionStore(), ProviderRouter(max_parallel=2))
     runs = [await runner.start("q", team_for(server)) for _ in range(4)]
     results = await asyncio.gather(*(r.task for r in runs))
-    assert all(r["status"] == "completed" for r in results)
+    assert all(r.status == "completed" for r in results)
     assert server.max_in_flight == 2
 
 
@@ -104,8 +105,8 @@ async def test_one_hundred_concurrent_runs_complete(scripted) -> None:
     runner = SessionRunner(store, ProviderRouter(max_parallel=64))
     runs = [await runner.start(f"q{i}", team_for(server)) for i in range(100)]
     results = await asyncio.gather(*(r.task for r in runs))
-    assert [r["status"] for r in results] == ["completed"] * 100
-    assert sum(r["usage"]["calls"] for r in results) == 700
+    assert [r.status for r in results] == ["completed"] * 100
+    assert sum(r.usage.calls for r in results) == 700
     assert len(list(store.session_ids())) == 100
 
 
@@ -125,14 +126,14 @@ async def test_hostile_answers_stay_data(scripted) -> None:
     runner = SessionRunner(store, ProviderRouter())
     run = await runner.start("Capital of France?", team_for(server))
     result = await run.task
-    assert result["status"] == "completed"
+    assert result.status == "completed"
     for req in (q for q in server.requests if q.vote_labels):
         assert "Z9" not in req.vote_labels
         assert set(req.answers) == set(req.vote_labels), "no forged answer element"
         assert req.user.count("<answer label=") == 3
-    hostile = next(a for a in result["answers"] if a["agent_id"] == "agent_b")
-    assert hostile["content"] == HOSTILE, "the answer itself is kept verbatim"
-    assert {v["answer"] for v in result["votes"]} <= {a["label"] for a in result["answers"]}
+    hostile = next(a for a in result.answers if a.agent_id == "agent_b")
+    assert hostile.content == HOSTILE, "the answer itself is kept verbatim"
+    assert {v.answer for v in result.votes} <= {a.label for a in result.answers}
 
 
 async def test_secrets_never_leak(scripted, monkeypatch, home: Path, tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ def _extract_json(text: str) -> object | None:
     start = text.find("{")
     while start != -1:
         try:
+            value: object
             value, _ = decoder.raw_decode(text, start)
         except json.JSONDecodeError:
             start = text.find("{", start + 1)

@@ -1,13 +1,14 @@
-"""Drive one consensus run: concurrent agent turns, accounting, limits, the final answer.
+"""Drive one consensus run: concurrent agent turns, limits, the final answer.
 
-The protocol rules live in :mod:`.state`; this module adds time and I/O. Each agent that needs a
-turn gets its own asyncio task holding a frozen :class:`~.state.View`; whenever any task
-finishes, its action is applied to the shared state and every agent that now needs a turn is
-started. Nothing is started on a view that is about to change in round one, and a vote that comes
-back on an outdated view is discarded and re-asked.
+The protocol rules live in :mod:`.state`, usage and budget arithmetic in :mod:`.accounting`,
+every message an agent is sent in :mod:`.prompts`; this module is the loop that adds time and
+I/O. Each agent that needs a turn gets its own asyncio task holding a frozen
+:class:`~.state.View`; whenever any task finishes, its action is applied to the shared state and
+every agent that now needs a turn is started. Nothing is started on a view that is about to
+change in round one, and a vote that comes back on an outdated view is discarded and re-asked.
 
-Everything that happens is reported to a :class:`Recorder` (the session store writes it to disk);
-the engine itself never touches files, so other stores can plug in.
+Everything that happens is reported to a :class:`Recorder` as typed records
+(:mod:`massgen_mcp.records`); the engine itself never touches files, so other stores can plug in.
 """
 
 from __future__ import annotations
@@ -15,21 +16,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from massgen_mcp.config import AgentSpec, TeamConfig
 from massgen_mcp.consensus import prompts
+from massgen_mcp.consensus.accounting import BudgetExceeded, UsageMeter, check_budget
 from massgen_mcp.consensus.actions import Action, CastVote, Invalid, NewAnswer, parse_action
-from massgen_mcp.consensus.state import Coordination, View
+from massgen_mcp.consensus.state import Answer, Coordination, View
 from massgen_mcp.errors import ProviderError
 from massgen_mcp.providers.base import Completion, Provider, complete_with_retries
+from massgen_mcp.records import (
+    PREVIEW_CHARS,
+    AgentResult,
+    AgentStatus,
+    AnswerRecord,
+    AnswerRef,
+    CallPurpose,
+    Event,
+    EventType,
+    FinishReason,
+    Phase,
+    ResultRecord,
+    RunStatus,
+    StatusRecord,
+    VoteRecord,
+    VoteRef,
+    Winner,
+)
 from massgen_mcp.secrets import redact
 
 log = logging.getLogger(__name__)
-
-MAX_ATTEMPTS_PER_TURN = 3  # the first try plus two corrective retries
-PREVIEW_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -44,46 +61,18 @@ class RunRequest:
     # Resuming an interrupted run: answers already given, as (agent_id, content) in the order
     # they were accepted, and the calls already paid for.
     prior_answers: tuple[tuple[str, str], ...] = ()
-    prior_calls: tuple[dict[str, Any], ...] = ()
+    prior_calls: tuple[Event, ...] = ()
     prior_event_count: int = 0  # event numbering continues after the recorded events
 
 
 class Recorder(Protocol):
-    """Where a run reports what happens; see :class:`massgen_mcp.sessions.store.SessionWriter`."""
+    """Where a run reports what happens; the session store's
+    :class:`~massgen_mcp.sessions.store.FileRecorder` writes it to disk."""
 
-    def event(self, event: dict[str, Any]) -> None: ...
-    def status(self, status: dict[str, Any]) -> None: ...
+    def event(self, event: Event) -> None: ...
+    def status(self, status: StatusRecord) -> None: ...
     def answer(self, label: str, content: str) -> None: ...
-    def finish(self, result: dict[str, Any]) -> None: ...
-
-
-@dataclass
-class Usage:
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float | None = 0.0  # None once any call had an unknown price
-    latency_s: float = 0.0
-
-    def add(self, completion: Completion) -> None:
-        self.calls += 1
-        self.prompt_tokens += completion.prompt_tokens
-        self.completion_tokens += completion.completion_tokens
-        self.latency_s += completion.latency_s
-        if self.cost_usd is not None and completion.cost_usd is not None:
-            self.cost_usd += completion.cost_usd
-        else:
-            self.cost_usd = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "calls": self.calls,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
-            "latency_s": round(self.latency_s, 3),
-        }
+    def finish(self, result: ResultRecord) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -96,18 +85,6 @@ class TurnOutcome:
     agent_id: str
     view: View
     result: Action | Dropped
-
-
-class _BudgetExceeded(Exception):
-    def __init__(self, what: str) -> None:
-        super().__init__(what)
-        self.what = what
-
-
-@dataclass
-class _Totals:
-    usage: Usage = field(default_factory=Usage)
-    known_cost_usd: float = 0.0
 
 
 class ConsensusRun:
@@ -123,13 +100,13 @@ class ConsensusRun:
             list(self.agents), max_answers=self.options.max_answers_per_agent,
             seed=request.session_id,
         )
-        self.usage = {aid: Usage() for aid in self.agents}
-        self.totals = _Totals()
+        self.usage = {aid: UsageMeter() for aid in self.agents}
+        self.total = UsageMeter()
         self.in_flight: dict[str, asyncio.Task[TurnOutcome]] = {}
-        self.phase = "answering"
-        self.status = "running"
-        self._outcome = "failed"  # what status becomes when the run ends
-        self.finish_reason: str | None = None
+        self.phase = Phase.ANSWERING
+        self.status = RunStatus.RUNNING
+        self._outcome = RunStatus.FAILED  # what status becomes when the run ends
+        self.finish_reason: FinishReason | None = None
         self.errors: list[str] = []
         self._seq = request.prior_event_count
         self._revision = 0  # bumped on every published status, so pollers can tell news
@@ -138,75 +115,66 @@ class ConsensusRun:
         for agent_id, content in request.prior_answers:
             self.coord.add_answer(agent_id, content)
         for call in request.prior_calls:
-            restored = Completion(None, prompt_tokens=call.get("prompt_tokens", 0),
-                                  completion_tokens=call.get("completion_tokens", 0),
-                                  cost_usd=call.get("cost_usd"),
-                                  latency_s=call.get("latency_s", 0.0))
-            if call.get("agent_id") in self.usage:
-                self.usage[call["agent_id"]].add(restored)
-            self.totals.usage.add(restored)
+            self._count(call.agent_id, Completion(
+                None, prompt_tokens=call.prompt_tokens or 0,
+                completion_tokens=call.completion_tokens or 0, cost_usd=call.cost_usd,
+                latency_s=call.latency_s or 0.0))
 
     # -- recording ---------------------------------------------------------------------------
 
     def _elapsed(self) -> float:
         return round(time.monotonic() - self._t0, 3)
 
-    def _emit(self, event_type: str, /, **data: Any) -> None:
+    def _emit(self, event_type: EventType, /, **data: Any) -> None:
         self._seq += 1
-        self.recorder.event({"seq": self._seq, "t": self._elapsed(), "ts": time.time(),
-                             "type": event_type, **data})
+        self.recorder.event(Event(seq=self._seq, t=self._elapsed(), ts=time.time(),
+                                  type=event_type, **data))
 
     def _publish_status(self) -> None:
         self._revision += 1
         self.recorder.status(self.snapshot())
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> StatusRecord:
         """The live state, as written to status.json and returned by get_status."""
-        tally = self.coord.tally()
         agents = {}
         for aid, spec in self.agents.items():
             state = self.coord.agents[aid]
-            agents[aid] = {
-                "model": spec.model,
-                "label_letter": state.letter,
-                "phase": self.coord.phase_of(aid, aid in self.in_flight).value,
-                "answers": len(state.answers),
-                "current_answer": state.current.label if state.current else None,
-                "vote": None if state.vote is None else
-                {"answer": state.vote.label, "reason": state.vote.reason},
-                "dropped_reason": state.drop_reason,
-                "usage": self.usage[aid].as_dict(),
-            }
-        return {
-            "session_id": self.request.session_id,
-            "status": self.status,
-            "phase": self.phase,
-            "finish_reason": self.finish_reason,
-            "question": self.request.question,
-            "parent_session_id": self.request.parent_session_id,
-            "started_at": self._started_at,
-            "updated_at": time.time(),
-            "elapsed_s": self._elapsed(),
-            "answers_version": self.coord.version,
-            "revision": self._revision,
-            "agents": agents,
-            "answers": [
-                {"label": a.label, "agent_id": a.agent_id, "chars": len(a.content),
-                 "preview": a.content[:PREVIEW_CHARS]}
-                for a in self.coord.current_answers()
-            ],
-            "tally": {label: [v.voter for v in votes] for label, votes in tally.items()},
-            "usage": self.totals.usage.as_dict(),
-        }
+            agents[aid] = AgentStatus(
+                model=spec.model, label_letter=state.letter,
+                phase=self.coord.phase_of(aid, aid in self.in_flight),
+                answers=len(state.answers),
+                current_answer=state.current.label if state.current else None,
+                vote=None if state.vote is None else
+                VoteRef(answer=state.vote.label, reason=state.vote.reason),
+                dropped_reason=state.drop_reason, usage=self.usage[aid].record(),
+            )
+        return StatusRecord(
+            session_id=self.request.session_id, status=self.status, phase=self.phase,
+            finish_reason=self.finish_reason, question=self.request.question,
+            parent_session_id=self.request.parent_session_id, started_at=self._started_at,
+            updated_at=time.time(), elapsed_s=self._elapsed(),
+            answers_version=self.coord.version, revision=self._revision, agents=agents,
+            answers=[AnswerRef(label=a.label, agent_id=a.agent_id, chars=len(a.content),
+                               preview=a.content[:PREVIEW_CHARS])
+                     for a in self.coord.current_answers()],
+            tally={label: [v.voter for v in votes]
+                   for label, votes in self.coord.tally().items()},
+            usage=self.total.record(),
+        )
 
     # -- model calls -------------------------------------------------------------------------
 
+    def _count(self, agent_id: str | None, completion: Completion) -> None:
+        if agent_id in self.usage:
+            self.usage[agent_id].add(completion)
+        self.total.add(completion)
+
     async def _call(
         self, agent: AgentSpec, messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None, purpose: str,
+        tools: list[dict[str, Any]] | None, purpose: CallPurpose,
     ) -> Completion:
         async def on_retry(attempt: int, error: ProviderError, delay: float) -> None:
-            self._emit("retry", agent_id=agent.id, purpose=purpose, attempt=attempt,
+            self._emit(EventType.RETRY, agent_id=agent.id, purpose=purpose, attempt=attempt,
                        delay_s=round(delay, 3), error=str(error), kind=error.kind,
                        status_code=error.status_code)
 
@@ -215,26 +183,12 @@ class ConsensusRun:
             timeout_s=self.options.call_timeout_s, max_retries=self.options.max_retries,
             backoff_s=self.options.retry_backoff_s, on_retry=on_retry,
         )
-        self.usage[agent.id].add(completion)
-        self.totals.usage.add(completion)
-        if completion.cost_usd is not None:
-            self.totals.known_cost_usd += completion.cost_usd
-        self._emit("call", agent_id=agent.id, purpose=purpose,
+        self._count(agent.id, completion)
+        self._emit(EventType.CALL, agent_id=agent.id, purpose=purpose,
                    prompt_tokens=completion.prompt_tokens,
                    completion_tokens=completion.completion_tokens,
                    cost_usd=completion.cost_usd, latency_s=round(completion.latency_s, 3))
         return completion
-
-    def _check_budget(self) -> None:
-        limit_tokens = self.options.max_total_tokens
-        used = self.totals.usage.prompt_tokens + self.totals.usage.completion_tokens
-        if limit_tokens is not None and used >= limit_tokens:
-            raise _BudgetExceeded(f"max_total_tokens {limit_tokens} reached ({used} used)")
-        limit_cost = self.options.max_cost_usd
-        if limit_cost is not None and self.totals.known_cost_usd >= limit_cost:
-            raise _BudgetExceeded(
-                f"max_cost_usd {limit_cost:g} reached (${self.totals.known_cost_usd:.4f} spent)"
-            )
 
     # -- one turn ----------------------------------------------------------------------------
 
@@ -245,33 +199,25 @@ class ConsensusRun:
             persona=agent.system_message, view=view, native_tools=native,
         )
         tools = prompts.workflow_tools(view) if native else None
-        purpose = "answer" if view.first_round else "evaluate"
-        for attempt in range(1, MAX_ATTEMPTS_PER_TURN + 1):
+        purpose = CallPurpose.ANSWER if view.first_round else CallPurpose.EVALUATE
+        attempt = 1
+        while True:
             try:
                 completion = await self._call(agent, messages, tools, purpose)
             except ProviderError as exc:
                 return TurnOutcome(agent.id, view, Dropped(f"provider failed: {exc}"))
-            self._check_budget()  # the final presentation is never cut short by the budget
+            check_budget(self.total, self.options)  # never reached by the final presentation
             action = parse_action(completion, view, native_tools=native)
             if not isinstance(action, Invalid):
                 return TurnOutcome(agent.id, view, action)
-            self._emit("invalid_action", agent_id=agent.id, attempt=attempt,
+            self._emit(EventType.INVALID_ACTION, agent_id=agent.id, attempt=attempt,
                        reason=action.kind, problem=action.problem)
-            if attempt == MAX_ATTEMPTS_PER_TURN:
+            if attempt == prompts.MAX_ATTEMPTS_PER_TURN:
                 return TurnOutcome(agent.id, view, Dropped(
-                    f"{MAX_ATTEMPTS_PER_TURN} invalid actions in one turn "
-                    f"(last: {action.kind})"))
-            note = prompts.corrective_message(action.problem, view)
-            reply = completion.assistant_message()
-            if not reply["content"] and "tool_calls" not in reply:
-                reply["content"] = "(empty reply)"
-            messages = [*messages, reply]
-            if native and completion.tool_calls:
-                messages += [{"role": "tool", "tool_call_id": c.id, "content": note}
-                             for c in completion.tool_calls]
-            else:
-                messages.append({"role": "user", "content": note})
-        raise AssertionError("unreachable")
+                    f"{attempt} invalid actions in one turn (last: {action.kind})"))
+            messages = prompts.retry_messages(messages, completion, action.problem, view,
+                                              native_tools=native)
+            attempt += 1
 
     def _start_turns(self) -> None:
         for aid, agent in self.agents.items():
@@ -285,28 +231,30 @@ class ConsensusRun:
         if isinstance(result, Dropped):
             self.coord.drop(aid, result.reason)
             self.errors.append(f"{aid} ({self.agents[aid].model}): {result.reason}")
-            self._emit("agent_dropped", agent_id=aid, reason=result.reason)
+            self._emit(EventType.AGENT_DROPPED, agent_id=aid, reason=result.reason)
         elif isinstance(result, NewAnswer):
             # Duplicates of answers the agent was shown were rejected in its turn. An answer
             # that matches one it could not see is independent agreement: keep it, and let
             # the vote settle it (discarding it would make the agent repeat itself forever).
             answer, invalidated = self.coord.add_answer(aid, result.content)
             self.recorder.answer(answer.label, answer.content)
-            self._emit("answer", agent_id=aid, label=answer.label, revision=answer.revision,
-                       chars=len(answer.content), preview=answer.content[:PREVIEW_CHARS])
+            self._emit(EventType.ANSWER, agent_id=aid, label=answer.label,
+                       revision=answer.revision, chars=len(answer.content),
+                       preview=answer.content[:PREVIEW_CHARS])
             if invalidated:
-                self._emit("votes_invalidated", count=invalidated, by=answer.label)
+                self._emit(EventType.VOTES_INVALIDATED, count=invalidated, by=answer.label)
         elif isinstance(result, CastVote):
             if self.coord.add_vote(aid, result.label, result.reason, outcome.view.version):
-                self._emit("vote", agent_id=aid, label=result.label, reason=result.reason)
+                self._emit(EventType.VOTE, agent_id=aid, label=result.label,
+                           reason=result.reason)
             else:
-                self._emit("vote_discarded", agent_id=aid, label=result.label,
+                self._emit(EventType.VOTE_DISCARDED, agent_id=aid, label=result.label,
                            reason="stale view: new answers arrived while it was deciding")
 
     async def _coordinate(self) -> None:
         while not self.coord.consensus() and self.coord.live():
             if self.coord.first_round_done():
-                self.phase = "voting"
+                self.phase = Phase.VOTING
             self._start_turns()
             self._publish_status()
             if not self.in_flight:  # cannot happen while the protocol invariants hold
@@ -315,7 +263,7 @@ class ConsensusRun:
                 self.in_flight.values(), return_when=asyncio.FIRST_COMPLETED)
             for aid in [a for a, t in self.in_flight.items() if t in done]:
                 task = self.in_flight.pop(aid)
-                self._apply(task.result())  # a _BudgetExceeded propagates from here
+                self._apply(task.result())  # a BudgetExceeded propagates from here
 
     async def _stop_turns(self) -> None:
         tasks = list(self.in_flight.values())
@@ -335,7 +283,7 @@ class ConsensusRun:
         if (not allow_call or self.options.skip_final_presentation
                 or self.coord.agents[winner.agent_id].dropped):
             return winner.content, None
-        self.phase = "presenting"
+        self.phase = Phase.PRESENTING
         self._publish_status()
         view = self.coord.view_for(winner.agent_id)
         reasons = [v.reason for v in self.coord.votes() if v.label == winner.label]
@@ -345,27 +293,31 @@ class ConsensusRun:
             reasons=reasons,
         )
         try:
-            completion = await self._call(presenter, messages, None, "final")
+            completion = await self._call(presenter, messages, None, CallPurpose.FINAL)
         except ProviderError as exc:
-            self._emit("final_fallback", agent_id=presenter.id, reason=str(exc))
+            self._emit(EventType.FINAL_FALLBACK, agent_id=presenter.id, reason=str(exc))
             return winner.content, None
         text = (completion.content or "").strip()
         if not text:
-            self._emit("final_fallback", agent_id=presenter.id, reason="empty reply")
+            self._emit(EventType.FINAL_FALLBACK, agent_id=presenter.id, reason="empty reply")
             return winner.content, None
         return text, presenter.id
 
     # -- the whole run -----------------------------------------------------------------------
 
-    async def run(self) -> dict[str, Any]:
+    def _end(self, status: RunStatus, reason: FinishReason) -> None:
+        self._outcome, self.finish_reason = status, reason
+
+    async def run(self) -> ResultRecord:
         """Run to the end and return the result (also handed to ``recorder.finish``).
 
         Cancelling the task that awaits this records ``cancelled`` and re-raises.
         """
         if self.request.prior_answers:
-            self._emit("resumed", labels=[a.label for a in self.coord.current_answers()])
+            self._emit(EventType.RESUMED,
+                       labels=[a.label for a in self.coord.current_answers()])
         else:
-            self._emit("started", question=self.request.question,
+            self._emit(EventType.STARTED, question=self.request.question,
                        agents={a.id: a.model for a in self.agents.values()},
                        parent_session_id=self.request.parent_session_id)
         final: str | None = None
@@ -378,89 +330,77 @@ class ConsensusRun:
                     finally:
                         await self._stop_turns()
                     if self.coord.consensus():
-                        self._emit("consensus", tally={k: len(v) for k, v in
-                                                       self.coord.tally().items()})
-                        self._outcome, self.finish_reason = "completed", "consensus"
+                        self._emit(EventType.CONSENSUS, tally={
+                            k: len(v) for k, v in self.coord.tally().items()})
+                        self._end(RunStatus.COMPLETED, FinishReason.CONSENSUS)
                         final, presenter = await self._present(allow_call=True)
                     else:
-                        self._outcome, self.finish_reason = "failed", "all_agents_failed"
+                        self._end(RunStatus.FAILED, FinishReason.ALL_AGENTS_FAILED)
             except TimeoutError:
-                self._emit("timeout", after_s=self.options.timeout_s)
-                self._outcome, self.finish_reason = "timed_out", "timeout"
+                self._emit(EventType.TIMEOUT, after_s=self.options.timeout_s)
+                self._end(RunStatus.TIMED_OUT, FinishReason.TIMEOUT)
                 final, presenter = await self._present(allow_call=False)
-            except _BudgetExceeded as exc:
+            except BudgetExceeded as exc:
                 await self._stop_turns()
-                self._emit("budget_exceeded", detail=exc.what)
+                self._emit(EventType.BUDGET_EXCEEDED, detail=exc.what)
                 final, presenter = await self._present(allow_call=False)
                 # With no answer at all there is nothing to return: that run failed.
-                self._outcome = "completed" if final is not None else "failed"
-                self.finish_reason = "budget_exceeded"
+                self._end(RunStatus.COMPLETED if final is not None else RunStatus.FAILED,
+                          FinishReason.BUDGET_EXCEEDED)
         except asyncio.CancelledError:
             await self._stop_turns()
-            self._outcome, self.finish_reason = "cancelled", "cancelled"
-            self._emit("cancelled")
+            self._end(RunStatus.CANCELLED, FinishReason.CANCELLED)
+            self._emit(EventType.CANCELLED)
             self._finish(None, None)
             raise
         except Exception as exc:  # a bug: still leave a complete, readable record
             log.exception("run %s crashed", self.request.session_id)
             await self._stop_turns()
-            self._outcome, self.finish_reason = "failed", "internal_error"
+            self._end(RunStatus.FAILED, FinishReason.INTERNAL_ERROR)
             self.errors.append(f"internal error: {redact(repr(exc))}")
             return self._finish(None, None)
         return self._finish(final, presenter)
 
-    def _finish(self, final: str | None, presenter: str | None) -> dict[str, Any]:
+    def _finish(self, final: str | None, presenter: str | None) -> ResultRecord:
         # The status turns terminal only here, after the final answer exists, so a reader
         # that sees a terminal status in status.json always finds result.json too.
         self.status = self._outcome
-        self.phase = "done"
+        self.phase = Phase.DONE
         if final is not None:
-            self._emit("final", presenter=presenter, chars=len(final))
-        winner, tie = self.coord.winner()
-        if self.status in ("failed", "cancelled"):
-            winner, tie = None, False
+            self._emit(EventType.FINAL, presenter=presenter, chars=len(final))
+        winner: Answer | None = None
+        tie = False
+        if self.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+            winner, tie = self.coord.winner()
         result = self._result(final, presenter, winner, tie)
-        self._emit("finished", status=self.status, finish_reason=self.finish_reason)
+        self._emit(EventType.FINISHED, status=self.status, finish_reason=self.finish_reason)
         self.recorder.finish(result)
         self._publish_status()
         return result
 
-    def _result(self, final: str | None, presenter: str | None, winner: Any, tie: bool
-                ) -> dict[str, Any]:
-        votes = self.coord.votes()
-        return {
-            "session_id": self.request.session_id,
-            "status": self.status,
-            "finish_reason": self.finish_reason,
-            "question": self.request.question,
-            "parent_session_id": self.request.parent_session_id,
-            "final_answer": final,
-            "winner": None if winner is None else {
-                "label": winner.label, "agent_id": winner.agent_id,
-                "model": self.agents[winner.agent_id].model,
-            },
-            "presented_by": presenter,
-            "tie_broken": tie,
-            "timed_out": self.status == "timed_out",
-            "budget_exceeded": self.finish_reason == "budget_exceeded",
-            "votes": [{"voter": v.voter, "answer": v.label, "reason": v.reason} for v in votes],
-            "tally": {label: len(v) for label, v in self.coord.tally().items()},
-            "answers": [
-                {"label": a.label, "agent_id": a.agent_id, "model": self.agents[a.agent_id].model,
-                 "revision": a.revision, "content": a.content}
-                for a in self.coord.current_answers()
-            ],
-            "agents": {
-                aid: {"model": spec.model,
-                      "status": self.coord.phase_of(aid, False).value,
-                      "answers": len(self.coord.agents[aid].answers),
-                      "dropped_reason": self.coord.agents[aid].drop_reason,
-                      "usage": self.usage[aid].as_dict()}
-                for aid, spec in self.agents.items()
-            },
-            "usage": self.totals.usage.as_dict(),
-            "errors": self.errors,
-            "started_at": self._started_at,
-            "finished_at": time.time(),
-            "elapsed_s": self._elapsed(),
-        }
+    def _result(self, final: str | None, presenter: str | None, winner: Answer | None,
+                tie: bool) -> ResultRecord:
+        return ResultRecord(
+            session_id=self.request.session_id, status=self.status,
+            finish_reason=self.finish_reason, question=self.request.question,
+            parent_session_id=self.request.parent_session_id, final_answer=final,
+            winner=None if winner is None else Winner(
+                label=winner.label, agent_id=winner.agent_id,
+                model=self.agents[winner.agent_id].model),
+            presented_by=presenter, tie_broken=tie,
+            votes=[VoteRecord(voter=v.voter, answer=v.label, reason=v.reason)
+                   for v in self.coord.votes()],
+            tally={label: len(v) for label, v in self.coord.tally().items()},
+            answers=[AnswerRecord(label=a.label, agent_id=a.agent_id,
+                                  model=self.agents[a.agent_id].model, revision=a.revision,
+                                  content=a.content)
+                     for a in self.coord.current_answers()],
+            agents={aid: AgentResult(model=spec.model,
+                                     status=self.coord.phase_of(aid, False),
+                                     answers=len(self.coord.agents[aid].answers),
+                                     dropped_reason=self.coord.agents[aid].drop_reason,
+                                     usage=self.usage[aid].record())
+                    for aid, spec in self.agents.items()},
+            usage=self.total.record(), errors=self.errors, started_at=self._started_at,
+            finished_at=time.time(), elapsed_s=self._elapsed(),
+        )

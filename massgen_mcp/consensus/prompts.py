@@ -10,6 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from massgen_mcp.consensus.state import View
+from massgen_mcp.providers.base import Completion
+
+# How often one turn may produce an invalid action: the first try plus two corrective retries.
+MAX_ATTEMPTS_PER_TURN = 3
 
 TEAM_RULES = (
     "You are one member of a team of AI agents answering the same question. "
@@ -156,3 +160,21 @@ def corrective_message(problem: str, view: View) -> str:
     if not view.first_round:
         options.append(f"vote(answer one of {', '.join(view.labels)}, reason)")
     return f"Invalid action: {problem} Call exactly one of: {' or '.join(options)}."
+
+
+def retry_messages(messages: list[dict[str, Any]], completion: Completion, problem: str,
+                   view: View, *, native_tools: bool) -> list[dict[str, Any]]:
+    """The conversation for a corrective retry: what was sent, the invalid reply, and the
+    note saying what was wrong (as tool results when the reply called tools, so providers
+    that require a result for every tool call accept the conversation)."""
+    note = corrective_message(problem, view)
+    reply = completion.assistant_message()
+    if not reply["content"] and "tool_calls" not in reply:
+        reply["content"] = "(empty reply)"  # some providers reject an empty assistant turn
+    followed = [*messages, reply]
+    if native_tools and completion.tool_calls:
+        followed += [{"role": "tool", "tool_call_id": c.id, "content": note}
+                     for c in completion.tool_calls]
+    else:
+        followed.append({"role": "user", "content": note})
+    return followed

@@ -69,7 +69,7 @@ def backoff_delay(attempt: int, error: ProviderError, base_s: float) -> float:
     exponential backoff."""
     if error.retry_after is not None:
         return min(max(error.retry_after, 0.0), MAX_RETRY_AFTER_S)
-    return min(base_s * 2 ** (attempt - 1), 30.0) * random.uniform(0.5, 1.0)
+    return float(min(base_s * 2 ** (attempt - 1), 30.0) * random.uniform(0.5, 1.0))
 
 
 async def complete_with_retries(

@@ -47,6 +47,7 @@ def load_litellm() -> ModuleType:
                 logger.setLevel(logging.WARNING)
                 logger.propagate = False
             _module = litellm
+            return litellm
         return _module
 
 
@@ -125,7 +126,7 @@ class LiteLLMProvider:
         tools: list[dict[str, Any]] | None,
         timeout_s: float,
     ) -> Completion:
-        litellm = _module or await asyncio.to_thread(load_litellm)
+        litellm = _module if _module is not None else await asyncio.to_thread(load_litellm)
         kwargs: dict[str, Any] = {
             "model": agent.model,
             "messages": messages,

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastmcp import Context, FastMCP
 from fastmcp.apps import AppConfig
@@ -27,20 +26,33 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from massgen_mcp import __version__
-from massgen_mcp.config import MAX_AGENTS, MAX_CONTEXT_CHARS, MAX_QUESTION_CHARS, RunOptions
-from massgen_mcp.errors import MassgenError
+from massgen_mcp.config import (
+    MAX_AGENTS,
+    MAX_CONTEXT_CHARS,
+    MAX_QUESTION_CHARS,
+    RunOptions,
+    RunSpec,
+)
+from massgen_mcp.context_files import Workspace
+from massgen_mcp.errors import MassgenError, RunNotFinishedError
+from massgen_mcp.records import RunStatus, StatusRecord
 from massgen_mcp.server.session_view import VIEW_URI, view_html
-from massgen_mcp.service import (
+from massgen_mcp.server.views import (
+    NOT_FINISHED_HINT,
     CancelView,
-    ConsensusService,
+    Detail,
     ResultView,
     RunHandle,
     SessionPage,
-    SetupView,
     StatusView,
+    cancel_view,
+    progress_message,
+    result_view,
+    session_page,
+    status_view,
 )
-from massgen_mcp.sessions.runner import SessionRunner
-from massgen_mcp.sessions.store import SessionStore, default_home
+from massgen_mcp.service import ConsensusService, SetupView, Started
+from massgen_mcp.sessions.runner import StatusCallback
 
 log = logging.getLogger(__name__)
 
@@ -64,25 +76,27 @@ def _tool_errors() -> Iterator[None]:
     """Our errors carry messages written for the model; pass them through as ToolError."""
     try:
         yield
+    except RunNotFinishedError as exc:
+        raise ToolError(f"{exc}; {NOT_FINISHED_HINT}") from None
     except MassgenError as exc:
         raise ToolError(str(exc)) from None
 
 
 def _service(ctx: Context) -> ConsensusService:
-    return ctx.lifespan_context["service"]
+    service = ctx.lifespan_context["service"]
+    assert isinstance(service, ConsensusService)
+    return service
 
 
-def _progress_reporter(ctx: Context) -> Any:
+def _progress_reporter(ctx: Context) -> StatusCallback:
+    """Send each status seen while a tool waits as a progress notification (hosts such as
+    Claude Code reset their idle timer only on these)."""
     step = 0
 
-    async def report(status: dict[str, Any]) -> None:
+    async def report(status: StatusRecord) -> None:
         nonlocal step
         step += 1
-        tally = ", ".join(f"{k}:{len(v)}" for k, v in status.get("tally", {}).items() if v)
-        message = f"{status.get('phase')}: {len(status.get('answers', []))} answer(s)"
-        if tally:
-            message += f", votes {tally}"
-        await ctx.report_progress(step, None, message)
+        await ctx.report_progress(step, None, progress_message(status))
 
     return report
 
@@ -104,42 +118,38 @@ def add_live_pages(mcp: FastMCP, token: str | None, home: Path | None) -> None:
         given = given or request.query_params.get("token", "")
         return hmac.compare_digest(given.encode(), token.encode())
 
-    def store() -> SessionStore:
-        return SessionStore(home or default_home())
+    readers: list[ConsensusService] = []
+
+    def service() -> ConsensusService:
+        """A service of the pages' own: they only read records, which any service can."""
+        if not readers:
+            readers.append(ConsensusService.local(home))
+        return readers[0]
 
     @mcp.custom_route("/sessions", methods=["GET"])
     async def sessions_page(request: Request) -> Response:
         if not allowed(request):
             return Response("missing or wrong token", status_code=401,
                             headers={"WWW-Authenticate": "Bearer"})
-        from massgen_mcp.report import _e
+        from massgen_mcp.report import render_session_list
 
         suffix = f"?token={quote(request.query_params['token'])}" if (
             "token" in request.query_params) else ""
-        found, _ = store().list(limit=200)
-        rows = "".join(
-            f"<tr><td><a href='/sessions/{s.session_id}{suffix}'>{s.session_id}</a></td>"
-            f"<td>{_e(s.status)}</td><td>{_e(s.winner or '')}</td>"
-            f"<td>{_e(' '.join(s.question.split())[:120])}</td></tr>" for s in found)
-        return HTMLResponse(
-            "<!doctype html><meta charset='utf-8'><meta http-equiv='refresh' content='5'>"
-            "<title>massgen sessions</title><body style='font:15px system-ui;padding:24px'>"
-            "<h1>massgen sessions</h1><table border=1 cellpadding=4 style='border-collapse:"
-            f"collapse'><tr><th>session</th><th>status</th><th>winner</th><th>question</th>"
-            f"</tr>{rows}</table></body>")
+        found, _ = service().list_sessions(limit=200)
+        return HTMLResponse(render_session_list(found, link_suffix=suffix))
 
     @mcp.custom_route("/sessions/{session_id}", methods=["GET"])
     async def session_page(request: Request) -> Response:
         if not allowed(request):
             return Response("missing or wrong token", status_code=401,
                             headers={"WWW-Authenticate": "Bearer"})
-        from massgen_mcp.report import session_report
+        from massgen_mcp.report import render_report
 
         try:
-            page = session_report(store(), request.path_params["session_id"], live=True)
+            record = service().record(request.path_params["session_id"])
         except MassgenError as exc:
             return Response(str(exc), status_code=404)
-        return HTMLResponse(page)
+        return HTMLResponse(render_report(record, live=True))
 
 
 READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
@@ -161,11 +171,8 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
     @contextlib.asynccontextmanager
     async def lifespan(_server: FastMCP) -> AsyncIterator[dict[str, Any]]:
         from massgen_mcp.providers.litellm_provider import warm_up
-        from massgen_mcp.providers.registry import ProviderRouter
 
-        store = SessionStore(home or default_home())
-        runner = SessionRunner(store, ProviderRouter())
-        service = ConsensusService(store, runner, root)
+        service = ConsensusService.local(home, Workspace(root or Path.cwd()))
         interrupted = service.mark_interrupted()
         if interrupted:
             log.warning("marked %d run(s) interrupted: %s", len(interrupted),
@@ -181,21 +188,26 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         finally:
             warming.cancel()
             await asyncio.gather(warming, return_exceptions=True)
-            await runner.aclose()
+            await service.aclose()
 
     mcp = FastMCP("massgen", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan,
                   mask_error_details=True, auth=auth)
 
-    async def _wait_and_wrap(ctx: Context, run_id: str, wait_s: float, message: str
+    async def _wait_and_wrap(ctx: Context, started: Started, wait_s: float, message: str
                              ) -> RunHandle:
+        """The handle of a run just started; with ``wait_s``, wait that long for it to finish
+        (sending progress) and include the result if it did."""
         service = _service(ctx)
+        status = service.status(started.session_id)
         wait = min(wait_s, max_wait_s())
-        finished = wait > 0 and await service.wait(run_id, wait, _progress_reporter(ctx))
-        run = service.runner.live(run_id)
-        handle = service.handle(run, message)
-        if finished:
-            handle.status = service.status(run_id).status
-            handle.result = service.result(run_id)
+        if wait > 0:
+            status = await service.wait(started.session_id, wait, until_done=True,
+                                        on_change=_progress_reporter(ctx))
+        handle = RunHandle(session_id=started.session_id, status=status.status,
+                           record_dir=str(started.record_dir), message=message)
+        if status.done:
+            handle.result = result_view(service.result(started.session_id),
+                                        str(started.record_dir))
             handle.message = "finished; the result is included"
         return handle
 
@@ -224,11 +236,11 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         """Ask a team of models to answer a question and agree on one answer. Returns a
         session_id at once; then poll get_status(wait_s=30) and read get_result."""
         with _tool_errors():
-            run = await _service(ctx).run_consensus(
-                question, models=models, config=config, context=context,
-                context_files=context_files, options=options)
+            started = await _service(ctx).start(RunSpec(
+                question=question, models=models, config=config, context=context,
+                context_files=context_files or [], options=options))
             return await _wait_and_wrap(
-                ctx, run.session_id, wait_s,
+                ctx, started, wait_s,
                 "started; call get_status with wait_s=30 until done, then get_result")
 
     @mcp.tool(annotations=READ)
@@ -241,40 +253,45 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         """Progress of a run: phase, each agent's state, votes so far, usage. With wait_s,
         returns as soon as anything changes."""
         with _tool_errors():
-            return await _service(ctx).watch_status(session_id, min(wait_s, max_wait_s()),
-                                                    after_revision)
+            service = _service(ctx)
+            wait = min(wait_s, max_wait_s())
+            status = (await service.wait(session_id, wait, after_revision=after_revision)
+                      if wait > 0 else service.status(session_id))
+            return status_view(status)
 
     @mcp.tool(annotations=READ, app=AppConfig(resource_uri=VIEW_URI))
     async def get_result(
         session_id: SessionId, ctx: Context,
-        detail: Annotated[Literal["summary", "full"], Field(
+        detail: Annotated[Detail, Field(
             description="summary truncates each agent's answer; full returns everything")
                           ] = "summary",
     ) -> ResultView:
         """The outcome of a finished run: final answer, winner, votes with reasons, each
         agent's last answer, usage and cost."""
         with _tool_errors():
-            return _service(ctx).result(session_id, detail)
+            service = _service(ctx)
+            return result_view(service.result(session_id),
+                               str(service.store.folder(session_id)), detail)
 
     @mcp.tool(annotations=READ)
     async def list_sessions(
         ctx: Context,
-        status: Annotated[Literal["running", "completed", "failed", "timed_out", "cancelled",
-                                  "interrupted"] | None, Field(description="filter")] = None,
+        status: Annotated[RunStatus | None, Field(description="filter")] = None,
         limit: Annotated[int, Field(ge=1, le=100)] = 20,
         cursor: Annotated[str | None, Field(description="next_cursor of the previous page",
                                             max_length=64)] = None,
     ) -> SessionPage:
         """Past and running sessions, newest first."""
         with _tool_errors():
-            return _service(ctx).list_sessions(status, limit, cursor)
+            return session_page(*_service(ctx).list_sessions(status, limit, cursor))
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                           idempotent_hint=True, open_world_hint=False))
     async def cancel_session(session_id: SessionId, ctx: Context) -> CancelView:
         """Stop a running session; what was recorded so far is kept."""
         with _tool_errors():
-            return await _service(ctx).cancel(session_id)
+            status, stopped = await _service(ctx).cancel(session_id)
+            return cancel_view(session_id, status, stopped)
 
     @mcp.tool(annotations=START)
     async def continue_session(
@@ -285,8 +302,8 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
     ) -> RunHandle:
         """Ask the same team a follow-up; the earlier question and final answer are context."""
         with _tool_errors():
-            run = await _service(ctx).continue_session(session_id, follow_up)
-            return await _wait_and_wrap(ctx, run.session_id, wait_s,
+            started = await _service(ctx).continue_session(session_id, follow_up)
+            return await _wait_and_wrap(ctx, started, wait_s,
                                         "follow-up started; poll get_status")
 
     @mcp.tool(annotations=START)
@@ -295,8 +312,8 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         """Continue an interrupted run (the server stopped mid-run) from its recorded
         answers."""
         with _tool_errors():
-            run = await _service(ctx).resume_session(session_id)
-            return await _wait_and_wrap(ctx, run.session_id, wait_s, "resumed; poll get_status")
+            started = await _service(ctx).resume_session(session_id)
+            return await _wait_and_wrap(ctx, started, wait_s, "resumed; poll get_status")
 
     @mcp.tool(annotations=READ)
     async def check_setup(ctx: Context) -> SetupView:
@@ -305,43 +322,36 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         with _tool_errors():
             return await _service(ctx).check_setup()
 
-    def _read(ctx: Context, session_id: str, name: str) -> str:
-        with _tool_errors():
-            data = _service(ctx).store.read_json(session_id, name)
-        if data is None:
-            raise ToolError(f"session {session_id} has no {name} yet")
-        return json.dumps(data, ensure_ascii=False, indent=2)
-
     @mcp.resource("massgen://sessions/{session_id}/status", mime_type="application/json")
     async def status_resource(session_id: str, ctx: Context) -> str:
         """status.json of a session."""
-        return _read(ctx, session_id, "status.json")
+        with _tool_errors():
+            return _service(ctx).status(session_id).model_dump_json(indent=2)
 
     @mcp.resource("massgen://sessions/{session_id}/result", mime_type="application/json")
     async def result_resource(session_id: str, ctx: Context) -> str:
         """result.json of a finished session (full answers)."""
-        return _read(ctx, session_id, "result.json")
+        with _tool_errors():
+            return _service(ctx).result(session_id).model_dump_json(indent=2)
 
     @mcp.resource("massgen://sessions/{session_id}/events", mime_type="application/jsonl")
     async def events_resource(session_id: str, ctx: Context) -> str:
         """The full event log (events.jsonl) of a session."""
         with _tool_errors():
-            events = _service(ctx).store.read_events(session_id)
-        return "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events)
+            events = _service(ctx).events(session_id)
+        return "".join(e.to_json() + "\n" for e in events)
 
     @mcp.resource("massgen://sessions/{session_id}/answers/{label}", mime_type="text/markdown")
     async def answer_resource(session_id: str, label: str, ctx: Context) -> str:
         """One answer of a session by its label (A1, B2, ...)."""
         with _tool_errors():
-            return _service(ctx).store.read_answer(session_id, label)
+            return _service(ctx).answer(session_id, label)
 
     @mcp.resource("massgen://sessions/{session_id}/report", mime_type="text/html")
     async def report_resource(session_id: str, ctx: Context) -> str:
         """A self-contained HTML report: timeline, vote matrix, answers, usage."""
-        from massgen_mcp.report import session_report
-
         with _tool_errors():
-            return session_report(_service(ctx).store, session_id)
+            return _service(ctx).report(session_id)
 
     @mcp.resource(VIEW_URI, name="session_view", app=AppConfig(prefers_border=True))
     def session_view() -> str:

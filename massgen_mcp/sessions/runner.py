@@ -1,29 +1,33 @@
-"""Own the runs that execute in this process: start, watch, cancel, shut down.
+"""Own the runs that execute in this process: start, follow, wait, cancel, shut down.
 
-Every run is an asyncio task owned by one :class:`SessionRunner`; nothing outlives
-:meth:`SessionRunner.aclose`. The runner is the seam where a worker pool (e.g. Docket on Redis)
-can later take over execution: callers only use ``start``/``cancel``/``wait_for_change`` and
-read records through the :class:`~massgen_mcp.sessions.store.SessionStore`.
+Every run is an asyncio task owned by one :class:`SessionRunner`, in the manner of aiojobs:
+there is a cap on how many run at once, a run is forgotten as soon as it ends (its record on
+disk is the truth from then on, so a server that has run 10,000 sessions holds none of them in
+memory), and :meth:`SessionRunner.aclose` cancels what is left and waits at most a deadline.
+
+The runner is the executor seam: the service only uses ``start``/``resume``/``status``/
+``wait``/``cancel``, so a worker pool (e.g. Docket on Redis) can take over execution later.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from massgen_mcp.config import TeamConfig, missing_credentials
+from massgen_mcp.config import TeamConfig
 from massgen_mcp.consensus.engine import ConsensusRun, RunRequest
-from massgen_mcp.errors import ConfigError, SessionStateError
+from massgen_mcp.errors import SessionStateError
 from massgen_mcp.providers.base import Provider
-from massgen_mcp.report import write_report
-from massgen_mcp.sessions.store import SessionStore, SessionWriter, new_session_id
+from massgen_mcp.records import Event, RequestRecord, ResultRecord, StatusRecord
+from massgen_mcp.sessions.store import FileRecorder, SessionStore, new_session_id
 
 log = logging.getLogger(__name__)
 
-EventListener = Callable[[str, dict[str, Any]], None]
+EventListener = Callable[[str, Event], None]
+StatusCallback = Callable[[StatusRecord], Awaitable[None]]
+CLOSE_DEADLINE_S = 10.0
 
 
 class ChangeSignal:
@@ -36,7 +40,11 @@ class ChangeSignal:
         self._event.set()
         self._event = asyncio.Event()
 
-    async def wait(self, timeout_s: float) -> None:
+    def pulse_on(self, _status: StatusRecord) -> None:
+        """A recorder's ``on_status`` hook: every published status wakes the waiters."""
+        self.pulse()
+
+    async def wait(self, timeout_s: float | None) -> None:
         event = self._event
         try:
             async with asyncio.timeout(timeout_s):
@@ -45,41 +53,15 @@ class ChangeSignal:
             pass
 
 
-class _Recorder:
-    """Writes through to the session folder and wakes long-polling readers."""
-
-    def __init__(self, session_id: str, writer: SessionWriter, changes: ChangeSignal,
-                 listeners: list[EventListener]) -> None:
-        self.session_id = session_id
-        self.writer = writer
-        self.changes = changes
-        self.listeners = listeners
-
-    def event(self, event: dict[str, Any]) -> None:
-        self.writer.event(event)
-        for listener in self.listeners:
-            listener(self.session_id, event)
-
-    def status(self, status: dict[str, Any]) -> None:
-        self.writer.status(status)
-        self.changes.pulse()
-
-    def answer(self, label: str, content: str) -> None:
-        self.writer.answer(label, content)
-
-    def finish(self, result: dict[str, Any]) -> None:
-        self.writer.finish(result)
-
-
 @dataclass
 class LiveRun:
     """A run executing in this process."""
 
     session_id: str
     engine: ConsensusRun
-    writer: SessionWriter
+    recorder: FileRecorder
     changes: ChangeSignal
-    task: asyncio.Task[dict[str, Any]] = field(init=False)
+    task: asyncio.Task[ResultRecord] = field(init=False)
 
     @property
     def done(self) -> bool:
@@ -93,94 +75,111 @@ class SessionRunner:
         self.store = store
         self.provider = provider
         self.max_running = max_running
-        self.runs: dict[str, LiveRun] = {}
+        self.runs: dict[str, LiveRun] = {}  # only runs still going
         self.listeners: list[EventListener] = []
         self._closed = False
 
     def running_count(self) -> int:
-        return sum(1 for r in self.runs.values() if not r.done)
+        return len(self.runs)
 
-    def _check_capacity(self, team: TeamConfig) -> None:
+    def _check_capacity(self) -> None:
         if self._closed:
             raise SessionStateError("the server is shutting down; start the run again later")
         if self.running_count() >= self.max_running:
             raise SessionStateError(
                 f"{self.max_running} runs are already in progress; wait for one to finish "
-                "or cancel one (cancel_session)")
-        problems = missing_credentials(team)
-        if problems:
-            raise ConfigError("missing API keys:\n" + "\n".join(problems))
+                "or cancel one")
 
     async def start(
         self, question: str, team: TeamConfig, *, context: str | None = None,
         parent_session_id: str | None = None,
     ) -> LiveRun:
         """Create the record and start the run in the background; returns at once."""
-        self._check_capacity(team)
+        self._check_capacity()
         session_id = new_session_id()
-        writer = self.store.create(session_id, config=team.redacted(), request={
-            "question": question, "context": context, "parent_session_id": parent_session_id,
-        })
+        changes = ChangeSignal()
+        recorder = self.store.create(
+            session_id, config=team.redacted(),
+            request=RequestRecord(question=question, context=context,
+                                  parent_session_id=parent_session_id),
+            on_event=self._forward(session_id), on_status=changes.pulse_on)
         return self._launch(RunRequest(session_id, question, team, context, parent_session_id),
-                            writer)
+                            recorder, changes)
 
     async def resume(
         self, session_id: str, question: str, team: TeamConfig, *, context: str | None,
         parent_session_id: str | None, prior_answers: tuple[tuple[str, str], ...],
-        prior_calls: tuple[dict[str, Any], ...], prior_event_count: int,
+        prior_calls: tuple[Event, ...], prior_event_count: int,
     ) -> LiveRun:
         """Continue a recorded run in its own folder, starting from its recorded answers."""
-        self._check_capacity(team)
+        self._check_capacity()
         request = RunRequest(session_id, question, team, context, parent_session_id,
                              prior_answers=prior_answers, prior_calls=prior_calls,
                              prior_event_count=prior_event_count)
-        return self._launch(request, self.store.reopen(session_id))
-
-    def _launch(self, request: RunRequest, writer: SessionWriter) -> LiveRun:
         changes = ChangeSignal()
-        engine = ConsensusRun(
-            request, self.provider,
-            _Recorder(request.session_id, writer, changes, self.listeners))
-        run = LiveRun(request.session_id, engine, writer, changes)
-        engine.recorder.status(engine.snapshot())
+        recorder = self.store.reopen(session_id, on_event=self._forward(session_id),
+                                     on_status=changes.pulse_on)
+        return self._launch(request, recorder, changes)
+
+    def _forward(self, session_id: str) -> Callable[[Event], None]:
+        """Hand each event of a run to the listeners (the CLI's progress lines)."""
+        def on_event(event: Event) -> None:
+            for listener in self.listeners:
+                listener(session_id, event)
+        return on_event
+
+    def _launch(self, request: RunRequest, recorder: FileRecorder, changes: ChangeSignal
+                ) -> LiveRun:
+        engine = ConsensusRun(request, self.provider, recorder)
+        run = LiveRun(request.session_id, engine, recorder, changes)
+        recorder.status(engine.snapshot())
         run.task = asyncio.create_task(self._execute(run), name=f"session:{request.session_id}")
         self.runs[request.session_id] = run
         return run
 
-    async def _execute(self, run: LiveRun) -> dict[str, Any]:
+    async def _execute(self, run: LiveRun) -> ResultRecord:
         try:
             return await run.engine.run()
         finally:
-            run.writer.close()
-            try:
-                write_report(self.store, run.session_id)
-            except Exception:  # a report problem must never spoil the run's own record
-                log.exception("could not write report.html for %s", run.session_id)
+            run.recorder.close()
+            self.runs.pop(run.session_id, None)  # the record on disk is the truth from now on
             run.changes.pulse()
 
-    def live(self, session_id: str) -> LiveRun | None:
-        return self.runs.get(session_id)
-
-    def status(self, session_id: str) -> dict[str, Any]:
+    def status(self, session_id: str) -> StatusRecord:
         """Live status from memory when the run is here, else from its status.json."""
         run = self.runs.get(session_id)
-        if run is not None and run.writer.latest_status is not None:
-            return run.writer.latest_status
+        if run is not None and run.recorder.latest_status is not None:
+            return run.recorder.latest_status
         return self.store.read_status(session_id)
 
-    async def wait_for_change(self, session_id: str, timeout_s: float,
-                              after_revision: int | None = None) -> None:
-        """Return when the run's status changes or the run finishes, or after ``timeout_s``.
+    async def wait(self, session_id: str, timeout_s: float | None, *, until_done: bool = False,
+                   after_revision: int | None = None, on_change: StatusCallback | None = None
+                   ) -> StatusRecord:
+        """The run's status once it has changed, or (``until_done``) once it has finished,
+        or when ``timeout_s`` has passed (None: no limit).
 
-        With ``after_revision`` (the ``revision`` of the status the caller last saw) it returns
-        at once if the status has moved on since, so a change that landed between two polls is
-        never waited past."""
-        run = self.runs.get(session_id)
-        if run is None or run.done or timeout_s <= 0:
-            return
-        if after_revision is not None and self.status(session_id).get("revision") != after_revision:
-            return
-        await run.changes.wait(timeout_s)
+        "Changed" means since ``after_revision`` (the ``revision`` the caller last saw) if
+        given, so a change that landed between two polls is never waited past; else since
+        now. With ``until_done``, ``on_change`` is awaited with every status seen on the way.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        seen = after_revision
+        while True:
+            status = self.status(session_id)
+            run = self.runs.get(session_id)
+            if run is None or status.done:
+                return status
+            if seen is not None and status.revision != seen:
+                if not until_done:
+                    return status
+                if on_change is not None:
+                    await on_change(status)
+            seen = status.revision
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                return status
+            await run.changes.wait(remaining)
 
     async def cancel(self, session_id: str) -> bool:
         """Cancel a run in this process; False if it was not running here."""
@@ -191,10 +190,17 @@ class SessionRunner:
         await asyncio.gather(run.task, return_exceptions=True)
         return True
 
-    async def aclose(self) -> None:
-        """Cancel every run still going and wait for their records to be closed."""
+    async def aclose(self, deadline_s: float = CLOSE_DEADLINE_S) -> None:
+        """Cancel every run still going and wait up to ``deadline_s`` for their records to be
+        closed; a run that does not stop in time is logged and left behind (its record will
+        read ``interrupted`` to the next server)."""
         self._closed = True
-        tasks = [r.task for r in self.runs.values() if not r.done]
+        tasks = [r.task for r in self.runs.values()]
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if not tasks:
+            return
+        _, stuck = await asyncio.wait(tasks, timeout=deadline_s)
+        for task in stuck:
+            log.warning("run %s did not stop within %g s of shutdown", task.get_name(),
+                        deadline_s)

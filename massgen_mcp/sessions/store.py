@@ -9,16 +9,19 @@
   answers/<label>.md   every answer ever given, by anonymous label (A1, B2, ...)
   result.json      written once at the end
   final.md         the final answer
+  report.html      the run as one self-contained page, written when the run ends
 ```
 
-JSON files are replaced atomically (write a temp file, then rename), so a reader or a crash never
-sees half a file. Session ids are ULIDs: they sort by creation time, carry 80 random bits, and
-contain only ``0-9A-Z``, so they are safe as folder names and cannot traverse paths.
+The JSON files hold the typed records of :mod:`massgen_mcp.records`. They are replaced
+atomically (write a temp file, then rename), so a reader or a crash never sees half a file.
+Session ids are ULIDs: they sort by creation time, carry 80 random bits, and contain only
+``0-9A-Z``, so they are safe as folder names and cannot traverse paths.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import secrets
@@ -27,17 +30,32 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from massgen_mcp.errors import SessionNotFoundError
+from pydantic import ValidationError
+
+from massgen_mcp.errors import SessionNotFoundError, SessionStateError
+from massgen_mcp.records import (
+    Event,
+    EventType,
+    FinishReason,
+    Phase,
+    RequestRecord,
+    ResultRecord,
+    RunStatus,
+    SessionRecord,
+    StatusRecord,
+    VersionedRecord,
+)
 from massgen_mcp.secrets import redact
+
+log = logging.getLogger(__name__)
 
 HOME_ENV = "MASSGEN_HOME"
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _SESSION_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 _LABEL = re.compile(r"^[A-H][0-9]{1,2}$")
-TERMINAL_STATUSES = frozenset({"completed", "failed", "timed_out", "cancelled", "interrupted"})
-STATUSES = TERMINAL_STATUSES | {"running"}
+_R = TypeVar("_R", bound=VersionedRecord)
 
 
 def default_home() -> Path:
@@ -85,49 +103,80 @@ def _dump(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
 
 
-class SessionWriter:
-    """Writes one session's record; implements the engine's ``Recorder`` protocol.
+def _dump_record(record: VersionedRecord) -> str:
+    return record.model_dump_json(indent=2) + "\n"
 
-    Every string is passed through :func:`redact` on its way to disk.
+
+EventHook = Callable[[Event], None]
+StatusHook = Callable[[StatusRecord], None]
+
+
+class FileRecorder:
+    """Writes one session's record: the engine's :class:`~massgen_mcp.consensus.engine.Recorder`
+    for files. Every string is passed through :func:`redact` on its way to disk.
+
+    ``on_event`` and ``on_status`` let whoever runs the session follow it (progress lines,
+    waking long polls) without a second layer around the writer. :meth:`close` ends the record
+    with its ``report.html``: the recorder owns the folder, so it writes the report too.
     """
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.latest_status: dict[str, Any] | None = None
-        self.result: dict[str, Any] | None = None
-        (folder / "answers").mkdir(parents=True, exist_ok=True)
-        self._events = os.open(folder / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                               0o644)
+    def __init__(self, store: SessionStore, session_id: str, *,
+                 on_event: EventHook | None = None, on_status: StatusHook | None = None
+                 ) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.folder = store.folder(session_id)
+        self.on_event = on_event
+        self.on_status = on_status
+        self.latest_status: StatusRecord | None = None
+        self.result: ResultRecord | None = None
+        (self.folder / "answers").mkdir(parents=True, exist_ok=True)
+        self._events = os.open(self.folder / "events.jsonl",
+                               os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write_record(self, name: str, record: VersionedRecord) -> None:
+        atomic_write(self.folder / name, redact(_dump_record(record)))
 
     def write_json(self, name: str, data: Any) -> None:
         atomic_write(self.folder / name, redact(_dump(data)))
 
-    def event(self, event: dict[str, Any]) -> None:
-        line = redact(json.dumps(event, ensure_ascii=False)) + "\n"
+    def event(self, event: Event) -> None:
+        line = redact(event.to_json()) + "\n"
         os.write(self._events, line.encode("utf-8"))  # one write: lines never interleave
+        if self.on_event is not None:
+            self.on_event(event)
 
-    def status(self, status: dict[str, Any]) -> None:
-        status = {**status, "pid": os.getpid()}
-        self.latest_status = status
-        self.write_json("status.json", status)
+    def status(self, status: StatusRecord) -> None:
+        text = redact(_dump_record(status.model_copy(update={"pid": os.getpid()})))
+        atomic_write(self.folder / "status.json", text)
+        # Readers of the live status get exactly what is on disk, secrets masked.
+        self.latest_status = StatusRecord.model_validate_json(text)
+        if self.on_status is not None:
+            self.on_status(self.latest_status)
 
     def answer(self, label: str, content: str) -> None:
         atomic_write(self.folder / "answers" / f"{label}.md", redact(content) + "\n")
 
-    def finish(self, result: dict[str, Any]) -> None:
+    def finish(self, result: ResultRecord) -> None:
         self.result = result
-        if result.get("final_answer") is not None:
-            atomic_write(self.folder / "final.md", redact(result["final_answer"]) + "\n")
-        self.write_json("result.json", result)
+        if result.final_answer is not None:
+            atomic_write(self.folder / "final.md", redact(result.final_answer) + "\n")
+        self.write_record("result.json", result)
 
     def close(self) -> None:
         os.close(self._events)
+        if self.result is None:
+            return
+        try:
+            self.store.write_report(self.session_id)
+        except Exception:  # a report problem must never spoil the run's own record
+            log.exception("could not write report.html for %s", self.session_id)
 
 
 @dataclass(frozen=True)
 class SessionSummary:
     session_id: str
-    status: str
+    status: RunStatus
     question: str
     winner: str | None
     started_at: float | None
@@ -145,27 +194,41 @@ class SessionStore:
     def folder(self, session_id: str) -> Path:
         return self.sessions_dir / check_session_id(session_id)
 
-    def create(self, session_id: str, *, config: dict[str, Any], request: dict[str, Any]
-               ) -> SessionWriter:
-        folder = self.folder(session_id)
-        folder.mkdir(parents=True, exist_ok=False)
-        writer = SessionWriter(folder)
-        writer.write_json("config.json", config)
-        writer.write_json("request.json", request)
-        return writer
+    # -- writing -----------------------------------------------------------------------------
 
-    def append_event(self, session_id: str, event_type: str, /, **data: Any) -> None:
+    def create(self, session_id: str, *, config: dict[str, Any], request: RequestRecord,
+               on_event: EventHook | None = None, on_status: StatusHook | None = None
+               ) -> FileRecorder:
+        self.folder(session_id).mkdir(parents=True, exist_ok=False)
+        recorder = FileRecorder(self, session_id, on_event=on_event, on_status=on_status)
+        recorder.write_json("config.json", config)
+        recorder.write_record("request.json", request)
+        return recorder
+
+    def reopen(self, session_id: str, *, on_event: EventHook | None = None,
+               on_status: StatusHook | None = None) -> FileRecorder:
+        """A recorder that appends to an existing record (used to resume a run)."""
+        self._existing(session_id)
+        return FileRecorder(self, session_id, on_event=on_event, on_status=on_status)
+
+    def append_event(self, session_id: str, event_type: EventType, /, **data: Any) -> None:
         """Add one event, numbered after the recorded ones, to a session no run is writing."""
-        writer = self.reopen(session_id)
+        recorder = self.reopen(session_id)
         try:
-            writer.event({"seq": len(self.read_events(session_id)) + 1, "ts": time.time(),
-                          "type": event_type, **data})
+            recorder.event(Event(seq=len(self.read_events(session_id)) + 1, ts=time.time(),
+                                 type=event_type, **data))
         finally:
-            writer.close()
+            recorder.close()
 
-    def reopen(self, session_id: str) -> SessionWriter:
-        """A writer that appends to an existing record (used to resume a run)."""
-        return SessionWriter(self._existing(session_id))
+    def write_report(self, session_id: str) -> Path:
+        """Write ``report.html`` into the session folder (atomically) and return its path."""
+        from massgen_mcp.report import render_report
+
+        path = self.folder(session_id) / "report.html"
+        atomic_write(path, render_report(self.read_record(session_id)))
+        return path
+
+    # -- reading -----------------------------------------------------------------------------
 
     def _existing(self, session_id: str) -> Path:
         folder = self.folder(session_id)
@@ -175,30 +238,47 @@ class SessionStore:
             )
         return folder
 
-    def read_json(self, session_id: str, name: str) -> dict[str, Any] | None:
+    def _read(self, session_id: str, name: str, kind: type[_R]) -> _R | None:
         path = self._existing(session_id) / name
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return kind.model_validate_json(path.read_bytes())
         except FileNotFoundError:
             return None
+        except ValidationError as exc:
+            raise SessionStateError(f"session {session_id}: {name} cannot be read: "
+                                    f"{exc.errors()[0]['msg']}") from None
 
-    def read_status(self, session_id: str) -> dict[str, Any]:
-        status = self.read_json(session_id, "status.json")
+    def read_config(self, session_id: str) -> dict[str, Any]:
+        """The team and options the session ran with (config.json; keys masked)."""
+        path = self._existing(session_id) / "config.json"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise SessionStateError(f"session {session_id}: config.json is not a mapping")
+        return data
+
+    def read_request(self, session_id: str) -> RequestRecord:
+        request = self._read(session_id, "request.json", RequestRecord)
+        if request is None:
+            raise SessionNotFoundError(f"session {session_id} has no request.json")
+        return request
+
+    def read_status(self, session_id: str) -> StatusRecord:
+        status = self._read(session_id, "status.json", StatusRecord)
         if status is None:
             raise SessionNotFoundError(f"session {session_id} has no status.json yet")
         return status
 
-    def read_result(self, session_id: str) -> dict[str, Any] | None:
-        return self.read_json(session_id, "result.json")
+    def read_result(self, session_id: str) -> ResultRecord | None:
+        return self._read(session_id, "result.json", ResultRecord)
 
-    def read_events(self, session_id: str) -> list[dict[str, Any]]:
+    def read_events(self, session_id: str) -> list[Event]:
         path = self._existing(session_id) / "events.jsonl"
         lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         events = []
         for i, line in enumerate(lines):
             try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
+                events.append(Event.model_validate_json(line))
+            except ValidationError:
                 if i == len(lines) - 1:
                     break  # a line cut short by a crash: everything before it is intact
                 raise
@@ -213,6 +293,17 @@ class SessionStore:
         except FileNotFoundError:
             raise SessionNotFoundError(f"session {session_id} has no answer {label}") from None
 
+    def read_record(self, session_id: str) -> SessionRecord:
+        """Everything recorded about a session, typed."""
+        folder = self._existing(session_id) / "answers"
+        answers = ({p.stem: p.read_text(encoding="utf-8") for p in folder.glob("*.md")}
+                   if folder.is_dir() else {})
+        return SessionRecord(status=self.read_status(session_id),
+                             result=self.read_result(session_id),
+                             events=self.read_events(session_id), answers=answers)
+
+    # -- housekeeping ------------------------------------------------------------------------
+
     def mark_interrupted(self, is_alive: Callable[[int], bool]) -> list[str]:
         """Mark runs left ``running`` by a process that is gone as ``interrupted``.
 
@@ -223,15 +314,17 @@ class SessionStore:
         for sid in self.session_ids():
             try:
                 status = self.read_status(sid)
-            except (SessionNotFoundError, json.JSONDecodeError):
+            except (SessionNotFoundError, SessionStateError):
                 continue
-            pid = status.get("pid")
-            if status.get("status") != "running" or (isinstance(pid, int) and is_alive(pid)):
+            pid = status.pid
+            if status.status is not RunStatus.RUNNING or (pid is not None and is_alive(pid)):
                 continue
-            status.update(status="interrupted", finish_reason="interrupted", phase="done")
-            self.append_event(sid, "interrupted",
+            self.append_event(sid, EventType.INTERRUPTED,
                               reason=f"process {pid} ended while the run was in progress")
-            atomic_write(self.folder(sid) / "status.json", redact(_dump(status)))
+            ended = status.model_copy(update={
+                "status": RunStatus.INTERRUPTED, "finish_reason": FinishReason.INTERRUPTED,
+                "phase": Phase.DONE})
+            atomic_write(self.folder(sid) / "status.json", redact(_dump_record(ended)))
             marked.append(sid)
         return marked
 
@@ -243,7 +336,7 @@ class SessionStore:
         for sid in self.session_ids():
             summary = self.summary(sid)
             started = summary.started_at if summary else None
-            if summary is None or summary.status not in TERMINAL_STATUSES or started is None:
+            if summary is None or not summary.status.done or started is None:
                 continue
             if now - started > older_than_s:
                 found.append(summary)
@@ -262,22 +355,18 @@ class SessionStore:
     def summary(self, session_id: str) -> SessionSummary | None:
         try:
             status = self.read_status(session_id)
-        except (SessionNotFoundError, json.JSONDecodeError):
+            result = self.read_result(session_id)
+        except (SessionNotFoundError, SessionStateError):
             return None
-        result = self.read_result(session_id) or {}
-        winner = (result.get("winner") or {}).get("label")
         return SessionSummary(
-            session_id=session_id,
-            status=status.get("status", "unknown"),
-            question=status.get("question", ""),
-            winner=winner,
-            started_at=status.get("started_at"),
-            elapsed_s=status.get("elapsed_s"),
-            parent_session_id=status.get("parent_session_id"),
+            session_id=session_id, status=status.status, question=status.question,
+            winner=result.winner.label if result and result.winner else None,
+            started_at=status.started_at, elapsed_s=status.elapsed_s,
+            parent_session_id=status.parent_session_id,
         )
 
-    def list(self, *, status: str | None = None, limit: int = 20, cursor: str | None = None
-             ) -> tuple[list[SessionSummary], str | None]:
+    def list(self, *, status: RunStatus | None = None, limit: int = 20,
+             cursor: str | None = None) -> tuple[list[SessionSummary], str | None]:
         """A page of sessions newest first, and the cursor for the next page (or None)."""
         if cursor is not None:
             check_session_id(cursor)

@@ -1,0 +1,72 @@
+"""Usage accounting and the budget check: plain arithmetic over completed calls.
+
+Kept apart from the engine so the rules are readable in one place and testable without a run:
+
+* every call counts (answers, evaluations, corrective retries, the final presentation);
+* cost is the sum of known prices; once any call has an unknown price the *reported* cost is
+  unknown (``None``), never a fake total, but the budget still counts what is known;
+* the budget (``max_total_tokens``, ``max_cost_usd``) is checked after each call of a turn; the
+  final presentation is never cut short by it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from massgen_mcp.config import RunOptions
+from massgen_mcp.providers.base import Completion
+from massgen_mcp.records import Usage
+
+
+@dataclass
+class UsageMeter:
+    """Running totals for one agent or one run."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    known_cost_usd: float = 0.0
+    cost_unknown: bool = False
+    latency_s: float = 0.0
+
+    def add(self, completion: Completion) -> None:
+        self.calls += 1
+        self.prompt_tokens += completion.prompt_tokens
+        self.completion_tokens += completion.completion_tokens
+        self.latency_s += completion.latency_s
+        if completion.cost_usd is None:
+            self.cost_unknown = True
+        else:
+            self.known_cost_usd += completion.cost_usd
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def record(self) -> Usage:
+        return Usage(
+            calls=self.calls, prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens, total_tokens=self.total_tokens,
+            cost_usd=None if self.cost_unknown else round(self.known_cost_usd, 6),
+            latency_s=round(self.latency_s, 3),
+        )
+
+
+class BudgetExceeded(Exception):
+    """The run spent its ``max_total_tokens`` or ``max_cost_usd``; ``what`` says which."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def check_budget(total: UsageMeter, options: RunOptions) -> None:
+    """Raise :class:`BudgetExceeded` once the run's totals reach a limit."""
+    limit_tokens = options.max_total_tokens
+    if limit_tokens is not None and total.total_tokens >= limit_tokens:
+        raise BudgetExceeded(f"max_total_tokens {limit_tokens} reached "
+                             f"({total.total_tokens} used)")
+    limit_cost = options.max_cost_usd
+    if limit_cost is not None and total.known_cost_usd >= limit_cost:
+        raise BudgetExceeded(
+            f"max_cost_usd {limit_cost:g} reached (${total.known_cost_usd:.4f} spent)")

@@ -1,0 +1,313 @@
+"""The typed records of a run: what ``status.json``, ``result.json``, ``request.json`` and
+``events.jsonl`` hold, and the one definition of every word in them.
+
+The engine builds these models, the session store writes and reads them, and every reader (the
+service, the CLI, the MCP surface, the HTML report) uses their attributes. To change what a
+run's status says, change :class:`StatusRecord` here and the one place in
+:mod:`massgen_mcp.consensus.engine` that fills it in.
+
+Field names are the JSON keys on disk. Records written before ``schema_version`` existed have
+the same layout and load as version 1; a record from a newer release is refused with a clear
+message instead of being misread. Unknown keys are ignored, so a newer *minor* addition never
+breaks an older reader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, computed_field, field_validator
+
+from massgen_mcp.consensus.state import AgentPhase
+
+SCHEMA_VERSION = 1
+# How much of an answer the live status, the events and the listings carry.
+PREVIEW_CHARS = 200
+
+
+def clip(text: str, limit: int) -> tuple[str, bool]:
+    """``text`` cut to ``limit`` characters (plus " …" when cut), and whether it was cut."""
+    return (text, False) if len(text) <= limit else (text[:limit] + " …", True)
+
+
+# Where a run stands. Every status but running is final.
+# (A comment, not a docstring: pydantic would copy a docstring into every tool schema.)
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"  # the process running it ended; resume_session continues it
+
+    @property
+    def done(self) -> bool:
+        return self is not RunStatus.RUNNING
+
+
+# What the run as a whole is doing.
+class Phase(StrEnum):
+    ANSWERING = "answering"  # round one: independent answers
+    VOTING = "voting"  # every live agent has answered; votes and new answers
+    PRESENTING = "presenting"  # the winner writes the final answer
+    DONE = "done"
+
+
+# Why a run ended.
+class FinishReason(StrEnum):
+    CONSENSUS = "consensus"
+    ALL_AGENTS_FAILED = "all_agents_failed"
+    TIMEOUT = "timeout"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    CANCELLED = "cancelled"
+    INTERNAL_ERROR = "internal_error"
+    INTERRUPTED = "interrupted"
+
+
+# Why a model was called.
+class CallPurpose(StrEnum):
+    ANSWER = "answer"  # round one
+    EVALUATE = "evaluate"  # later turns: vote or a new answer
+    FINAL = "final"  # the winner's final presentation
+
+
+# Every kind of line in events.jsonl.
+class EventType(StrEnum):
+    STARTED = "started"
+    RESUMED = "resumed"
+    CALL = "call"
+    RETRY = "retry"
+    INVALID_ACTION = "invalid_action"
+    ANSWER = "answer"
+    VOTES_INVALIDATED = "votes_invalidated"
+    VOTE = "vote"
+    VOTE_DISCARDED = "vote_discarded"
+    AGENT_DROPPED = "agent_dropped"
+    CONSENSUS = "consensus"
+    TIMEOUT = "timeout"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    CANCELLED = "cancelled"
+    FINAL_FALLBACK = "final_fallback"
+    FINAL = "final"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"  # written by the next server when it finds the run orphaned
+    CONTINUED = "continued"  # a follow-up session was started from this one
+
+
+class Record(BaseModel):
+    """Base of every record: tolerant of keys a newer release added."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class VersionedRecord(Record):
+    """A top-level record file; refuses files written by a newer, incompatible release."""
+
+    schema_version: int = SCHEMA_VERSION
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, value: int) -> int:
+        if value > SCHEMA_VERSION:
+            raise ValueError(f"written by a newer massgen-mcp (schema {value}; this release "
+                             f"reads up to {SCHEMA_VERSION}); upgrade massgen-mcp to read it")
+        return value
+
+
+class Usage(Record):
+    """Model calls, tokens and cost, for one agent or the whole run."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float | None = None  # None: at least one call had an unknown price
+    latency_s: float = 0.0
+
+
+class VoteRef(Record):
+    """An agent's standing vote in the live status."""
+
+    answer: str
+    reason: str
+
+
+class AgentStatus(Record):
+    """One agent in the live status."""
+
+    model: str
+    label_letter: str
+    phase: AgentPhase
+    answers: int
+    current_answer: str | None = None
+    vote: VoteRef | None = None
+    dropped_reason: str | None = None
+    usage: Usage = Usage()
+
+
+class AnswerRef(Record):
+    """A current answer in the live status: its label and a preview, not the full text."""
+
+    label: str
+    agent_id: str
+    chars: int
+    preview: str
+
+
+class StatusRecord(VersionedRecord):
+    """The live state of a run (``status.json``, and what ``get_status`` reads)."""
+
+    session_id: str
+    status: RunStatus
+    phase: Phase
+    finish_reason: FinishReason | None = None
+    question: str
+    parent_session_id: str | None = None
+    started_at: float
+    updated_at: float
+    elapsed_s: float = 0.0
+    answers_version: int = 0
+    revision: int = 0  # grows with every published status, so pollers can tell news
+    agents: dict[str, AgentStatus]
+    answers: list[AnswerRef] = []
+    tally: dict[str, list[str]] = {}  # answer label -> agent ids voting for it
+    usage: Usage = Usage()
+    pid: int | None = None  # the process running it (to tell orphaned runs)
+
+    @property
+    def done(self) -> bool:
+        return self.status.done
+
+
+class Winner(Record):
+    label: str
+    agent_id: str
+    model: str
+
+
+class VoteRecord(Record):
+    voter: str
+    answer: str
+    reason: str
+
+
+class AnswerRecord(Record):
+    """A final answer candidate in full."""
+
+    label: str
+    agent_id: str
+    model: str
+    revision: int
+    content: str
+
+
+class AgentResult(Record):
+    model: str
+    status: AgentPhase
+    answers: int
+    dropped_reason: str | None = None
+    usage: Usage = Usage()
+
+
+class ResultRecord(VersionedRecord):
+    """The outcome of a run (``result.json``), written once when it ends."""
+
+    session_id: str
+    status: RunStatus
+    finish_reason: FinishReason | None = None
+    question: str
+    parent_session_id: str | None = None
+    final_answer: str | None = None
+    winner: Winner | None = None
+    presented_by: str | None = None  # None: the winning answer is returned verbatim
+    tie_broken: bool = False
+    votes: list[VoteRecord] = []
+    tally: dict[str, int] = {}
+    answers: list[AnswerRecord] = []
+    agents: dict[str, AgentResult] = {}
+    usage: Usage = Usage()
+    errors: list[str] = []
+    started_at: float | None = None
+    finished_at: float | None = None
+    elapsed_s: float | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def timed_out(self) -> bool:
+        return self.status is RunStatus.TIMED_OUT
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def budget_exceeded(self) -> bool:
+        return self.finish_reason is FinishReason.BUDGET_EXCEEDED
+
+
+class RequestRecord(VersionedRecord):
+    """What a run was asked (``request.json``): enough to resume or continue it."""
+
+    question: str
+    context: str | None = None
+    parent_session_id: str | None = None
+
+
+class Event(Record):
+    """One line of ``events.jsonl``. Which fields are set depends on ``type``; only the fields
+    given when the event was made are written, so each line stays short."""
+
+    seq: int
+    t: float | None = None  # seconds since the run (or its resumption) started
+    ts: float  # wall clock
+    type: EventType
+    agent_id: str | None = None
+    label: str | None = None
+    labels: list[str] | None = None
+    reason: str | None = None
+    purpose: CallPurpose | None = None
+    attempt: int | None = None
+    delay_s: float | None = None
+    error: str | None = None
+    kind: str | None = None
+    status_code: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None
+    latency_s: float | None = None
+    problem: str | None = None
+    revision: int | None = None
+    chars: int | None = None
+    preview: str | None = None
+    count: int | None = None
+    by: str | None = None
+    tally: dict[str, int] | None = None
+    after_s: float | None = None
+    detail: str | None = None
+    presenter: str | None = None
+    question: str | None = None
+    agents: dict[str, str] | None = None
+    parent_session_id: str | None = None
+    child_session_id: str | None = None
+    status: RunStatus | None = None
+    finish_reason: FinishReason | None = None
+
+    @property
+    def owner(self) -> str | None:
+        """The agent the event is about (the presenter, for ``final``)."""
+        return self.presenter if self.type is EventType.FINAL else self.agent_id
+
+    def to_json(self) -> str:
+        return self.model_dump_json(exclude_unset=True)
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """A whole session as read back from its folder: what the report and ``show`` render."""
+
+    status: StatusRecord
+    result: ResultRecord | None
+    events: list[Event]
+    answers: dict[str, str]  # label -> full text of every answer ever given

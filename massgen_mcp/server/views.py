@@ -1,0 +1,203 @@
+"""What the MCP tools return: the records, shaped and worded for the model that called.
+
+Each tool has an output schema (these pydantic models). Answers are clipped in summaries so a
+``get_result`` stays well under 8k tokens; the full text is always one ``detail="full"`` call or
+one resource read away. Every sentence telling the caller what to do next lives here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from massgen_mcp.records import (
+    PREVIEW_CHARS,
+    FinishReason,
+    Phase,
+    ResultRecord,
+    RunStatus,
+    StatusRecord,
+    Usage,
+    VoteRecord,
+    Winner,
+    clip,
+)
+from massgen_mcp.sessions.store import SessionSummary
+
+SUMMARY_ANSWER_CHARS = 600
+SUMMARY_FINAL_CHARS = 16_000
+Detail = Literal["summary", "full"]
+
+
+def report_uri(session_id: str) -> str:
+    return f"massgen://sessions/{session_id}/report"
+
+
+class UsageView(BaseModel):
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float | None = None
+
+    @classmethod
+    def of(cls, usage: Usage) -> UsageView:
+        return cls(calls=usage.calls, prompt_tokens=usage.prompt_tokens,
+                   completion_tokens=usage.completion_tokens, total_tokens=usage.total_tokens,
+                   cost_usd=usage.cost_usd)
+
+
+class AgentView(BaseModel):
+    agent_id: str
+    model: str
+    phase: str
+    answers: int
+    current_answer: str | None = None
+    voted_for: str | None = None
+    dropped_reason: str | None = None
+
+
+class AnswerView(BaseModel):
+    label: str
+    agent_id: str
+    text: str
+    truncated: bool = False
+
+
+class StatusView(BaseModel):
+    session_id: str
+    status: RunStatus
+    done: bool
+    phase: Phase
+    elapsed_s: float
+    question: str
+    agents: list[AgentView]
+    answers: list[AnswerView]
+    tally: dict[str, int]
+    usage: UsageView
+    finish_reason: FinishReason | None = None
+    revision: int = Field(0, description="grows with every change; pass it back as "
+                                         "after_revision so no update is missed")
+    next_step: str
+
+
+class ResultView(BaseModel):
+    session_id: str
+    status: RunStatus
+    finish_reason: FinishReason | None
+    final_answer: str | None
+    final_answer_truncated: bool = False
+    winner: Winner | None
+    tie_broken: bool
+    timed_out: bool
+    budget_exceeded: bool
+    votes: list[VoteRecord]
+    tally: dict[str, int]
+    answers: list[AnswerView]
+    usage: UsageView
+    errors: list[str]
+    elapsed_s: float | None
+    record_dir: str
+    report: str = Field(description="resource URI of the HTML report (also report.html in "
+                                    "record_dir)")
+    parent_session_id: str | None = None
+
+
+class RunHandle(BaseModel):
+    session_id: str
+    status: RunStatus
+    record_dir: str
+    message: str
+    result: ResultView | None = None
+
+
+class SessionItem(BaseModel):
+    session_id: str
+    status: RunStatus
+    question: str
+    winner: str | None
+    started_at: float | None
+    parent_session_id: str | None = None
+
+
+class SessionPage(BaseModel):
+    sessions: list[SessionItem]
+    next_cursor: str | None = Field(None, description="pass as cursor for the next page")
+
+
+class CancelView(BaseModel):
+    session_id: str
+    status: RunStatus
+    message: str
+
+
+def status_view(status: StatusRecord) -> StatusView:
+    if status.done:
+        next_step = f"finished ({status.status}); call get_result to read the answer"
+    else:
+        next_step = "still running; call get_status again with wait_s=30 to wait for changes"
+    return StatusView(
+        session_id=status.session_id, status=status.status, done=status.done,
+        phase=status.phase, elapsed_s=status.elapsed_s, question=status.question,
+        agents=[AgentView(agent_id=aid, model=a.model, phase=a.phase, answers=a.answers,
+                          current_answer=a.current_answer,
+                          voted_for=a.vote.answer if a.vote else None,
+                          dropped_reason=a.dropped_reason)
+                for aid, a in status.agents.items()],
+        answers=[AnswerView(label=a.label, agent_id=a.agent_id, text=a.preview,
+                            truncated=a.chars > len(a.preview))
+                 for a in status.answers],
+        tally={label: len(voters) for label, voters in status.tally.items()},
+        usage=UsageView.of(status.usage), finish_reason=status.finish_reason,
+        revision=status.revision, next_step=next_step,
+    )
+
+
+def result_view(result: ResultRecord, record_dir: str, detail: Detail = "summary"
+                ) -> ResultView:
+    full = detail == "full"
+    final, final_cut = result.final_answer, False
+    if final is not None and not full:
+        final, final_cut = clip(final, SUMMARY_FINAL_CHARS)
+    answers = []
+    for a in result.answers:
+        text, cut = (a.content, False) if full else clip(a.content, SUMMARY_ANSWER_CHARS)
+        answers.append(AnswerView(label=a.label, agent_id=a.agent_id, text=text, truncated=cut))
+    return ResultView(
+        session_id=result.session_id, status=result.status,
+        finish_reason=result.finish_reason, final_answer=final,
+        final_answer_truncated=final_cut, winner=result.winner, tie_broken=result.tie_broken,
+        timed_out=result.timed_out, budget_exceeded=result.budget_exceeded,
+        votes=result.votes, tally=result.tally, answers=answers,
+        usage=UsageView.of(result.usage), errors=result.errors, elapsed_s=result.elapsed_s,
+        record_dir=record_dir, report=report_uri(result.session_id),
+        parent_session_id=result.parent_session_id,
+    )
+
+
+def session_page(found: list[SessionSummary], next_cursor: str | None) -> SessionPage:
+    return SessionPage(sessions=[
+        SessionItem(session_id=s.session_id, status=s.status,
+                    question=clip(" ".join(s.question.split()), PREVIEW_CHARS)[0],
+                    winner=s.winner, started_at=s.started_at,
+                    parent_session_id=s.parent_session_id)
+        for s in found
+    ], next_cursor=next_cursor)
+
+
+def cancel_view(session_id: str, status: RunStatus, stopped: bool) -> CancelView:
+    message = ("cancelled; get_result shows what was recorded" if stopped
+               else f"already {status}; nothing to cancel")
+    return CancelView(session_id=session_id, status=status, message=message)
+
+
+def progress_message(status: StatusRecord) -> str:
+    """One line for a progress notification: the phase, answers so far, votes so far."""
+    tally = ", ".join(f"{label}:{len(voters)}" for label, voters in status.tally.items() if voters)
+    message = f"{status.phase}: {len(status.answers)} answer(s)"
+    return message + (f", votes {tally}" if tally else "")
+
+
+# What a calling model is told to do when a run it asks about has no result yet.
+NOT_FINISHED_HINT = "poll get_status with wait_s until done"

@@ -1,0 +1,78 @@
+"""Choose the team for a run, in one place.
+
+:func:`choose_team` is the only entry point. A :class:`~massgen_mcp.config.RunSpec` names its
+team in one of three ways, and whichever it is, the spec's ``options`` and ``base_url`` are then
+applied by the same merge (:func:`_with_overrides`):
+
+1. ``models``: one agent per model string (``agent_a``, ``agent_b``, ...);
+   ``provider/model@http://host:port/v1`` gives one agent its own OpenAI-compatible endpoint;
+2. ``config``: a MassGen YAML file (read through the run's workspace) or an ``@preset``;
+3. neither: the default team that :mod:`massgen_mcp.defaults` discovers, with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from massgen_mcp.config import MAX_AGENTS, RunSpec, TeamConfig, build_team
+from massgen_mcp.config_files import load_config_file, resolve_config_path
+from massgen_mcp.context_files import Workspace
+from massgen_mcp.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TeamChoice:
+    team: TeamConfig
+    notes: list[str] = field(default_factory=list)  # config warnings, or why this default team
+
+
+async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
+    """The team for ``spec``, with its option overrides applied; ConfigError if none."""
+    if spec.models and spec.config:
+        raise ConfigError("give either models or config, not both")
+    notes: list[str] = []
+    if spec.models:
+        team = _team_from_models(spec.models)
+    elif spec.config:
+        path = (resolve_config_path(spec.config) if spec.config.startswith("@")
+                else workspace.path(spec.config, "config"))
+        team, notes = load_config_file(path)
+    else:
+        from massgen_mcp.defaults import discover
+
+        found = await discover()
+        if found.team is None:
+            raise ConfigError(f"no team given and none found: {found.reason}")
+        team, notes = found.team, [f"default team ({found.source}): {found.reason}"]
+    return TeamChoice(_with_overrides(team, spec.overrides(), spec.base_url,
+                                      source=spec.config or "models"), notes)
+
+
+def _team_from_models(models: list[str]) -> TeamConfig:
+    models = [m.strip() for m in models if m.strip()]
+    if not models:
+        raise ConfigError("models: give at least one model, e.g. openai/gpt-4o-mini")
+    if len(models) > MAX_AGENTS:
+        raise ConfigError(f"models: at most {MAX_AGENTS} agents per run, got {len(models)}")
+    agents = []
+    for i, spec in enumerate(models):
+        model, _, own_url = spec.partition("@")
+        agents.append({"id": f"agent_{chr(ord('a') + i)}", "model": model,
+                       "base_url": own_url or None})
+    return build_team({"agents": agents}, source="models")
+
+
+def _with_overrides(team: TeamConfig, options: dict[str, Any], base_url: str | None, *,
+                    source: str) -> TeamConfig:
+    """``team`` with ``options`` over its own options and ``base_url`` for every agent that
+    has no endpoint of its own; validated again, so a bad override names its field."""
+    if not options and not base_url:
+        return team
+    merged = team.model_dump(mode="python")
+    merged["options"] = {**merged["options"], **options}
+    for agent, original in zip(merged["agents"], team.agents, strict=True):
+        agent["base_url"] = agent["base_url"] or base_url
+        # model_dump keeps SecretStr objects; pass the plain value so it validates again.
+        agent["api_key"] = original.api_key.get_secret_value() if original.api_key else None
+    return build_team(merged, source=source)
