@@ -61,7 +61,7 @@ async def one_run(server: ScriptedServer, n: int, home: Path, **options: Any) ->
     requests = server.requests[before_requests:]
     tokens = sum(max(1, r.prompt_chars() // 4) for r in requests)
     return {"wall_s": wall, "calls": len(requests), "prompt_tokens": tokens,
-            "status": result["status"]}
+            "status": result.status}
 
 
 def bench_engine(quick: bool) -> dict[str, Any]:
@@ -278,6 +278,61 @@ def print_load(data: dict[str, Any]) -> None:
           f"reads: p50 {data['status_p50_ms']} ms, p95 {data['status_p95_ms']} ms")
 
 
+def _rss_mib() -> float:
+    """Resident memory now (not the peak), from /proc."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _worker_memory(sessions: int) -> dict[str, Any]:
+    """One MCP server runs ``sessions`` short sessions back to back (2 agents, no final
+    presentation, through litellm over HTTP); resident memory after 100 and at the end."""
+    import gc
+
+    from fastmcp import Client
+
+    from massgen_mcp.server.app import create_server
+
+    load_litellm()
+    marks: dict[int, float] = {}
+
+    async def measure(base_url: str, home: Path) -> float:
+        models = [f"openai/m{i}@{base_url}" for i in range(2)]
+        async with Client(create_server(home=home)) as client:
+            started = time.perf_counter()
+            for i in range(1, sessions + 1):
+                handle = (await client.call_tool("run_consensus", {
+                    "question": f"question {i}", "models": models, "wait_s": 30,
+                    "options": {"skip_final_presentation": True}})).structured_content
+                assert handle["status"] == "completed", handle
+                if i in (100, sessions):
+                    gc.collect()
+                    marks[i] = _rss_mib()
+            return time.perf_counter() - started
+
+    with tempfile.TemporaryDirectory() as tmp, ScriptedServer(agree) as srv:
+        total = asyncio.run(measure(srv.base_url, Path(tmp)))
+    first, last = marks[100], marks[sessions]
+    return {"sessions": sessions, "total_s": round(total, 1),
+            "rss_after_100_mib": round(first, 1), f"rss_after_{sessions}_mib": round(last, 1),
+            "growth_pct": round(100 * (last - first) / first, 1), "target_growth_pct": 10}
+
+
+def bench_memory(quick: bool) -> dict[str, Any]:
+    """Flat memory: RSS after 100 and after 2,000 sessions in one server process."""
+    out = subprocess.run([sys.executable, __file__, "--worker", "memory",
+                          "--sessions", "500" if quick else "2000"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def print_memory(data: dict[str, Any]) -> None:
+    n = data["sessions"]
+    print(f"\n{n} sessions back to back in one server: RSS {data['rss_after_100_mib']} MiB "
+          f"after 100, {data[f'rss_after_{n}_mib']} MiB after {n} ({data['growth_pct']:+} %, "
+          f"target within {data['target_growth_pct']} %); {data['total_s']} s")
+
+
 def _site_packages_mib(venv: Path) -> float:
     site = next(venv.glob("lib/python*/site-packages"))
     total = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
@@ -359,6 +414,7 @@ SECTIONS = {
     "status_latency": (bench_status_latency, print_status_latency),
     "tools_list": (bench_tools_list, print_tools_list),
     "load": (bench_load, print_load),
+    "memory": (bench_memory, print_memory),
     "embedded": (bench_embedded, print_embedded),
     "install_size": (bench_install_size, print_install_size),
 }
@@ -368,10 +424,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS))
-    parser.add_argument("--worker", choices=["load"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["load", "memory"], help=argparse.SUPPRESS)
+    parser.add_argument("--sessions", type=int, default=2000, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker == "load":
         print(json.dumps(_worker_load()))
+        return
+    if args.worker == "memory":
+        print(json.dumps(_worker_memory(args.sessions)))
         return
     path = HERE / "results.json"
     # Sections measured separately (--only) accumulate in one file.

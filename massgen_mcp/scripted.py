@@ -1,18 +1,25 @@
-"""A scripted OpenAI-compatible chat-completions server on loopback.
+"""Scripted models: an OpenAI-compatible server on loopback, and the same at the Provider seam.
 
-Tests, benchmarks and demos need models that answer exactly as told, over real HTTP, with no
-network. Point an agent at ``server.base_url`` with ``model: openai/<name>``; the server hands
-each request (parsed: which model, which labels the vote tool allows, which answers the prompt
-shows) to a *policy* that returns a :class:`Reply`: an answer, a vote, plain text, an HTTP error,
+Tests, benchmarks and demos need models that answer exactly as told, with no network. Each
+request (parsed: which model, which labels the vote tool allows, which answers the prompt shows)
+goes to a *policy* that returns a :class:`Reply`: an answer, a vote, plain text, an HTTP error,
 a slow or truncated response, or a dropped connection.
 
-Run it standalone: ``python -m massgen_mcp.scripted --port 8900 --latency 0.2`` serves the
-"everyone agrees" policy (:func:`agree`).
+* :class:`ScriptedServer` serves policies over real HTTP: point an agent at ``server.base_url``
+  with ``model: openai/<name>`` and the whole path (litellm, HTTP, retries) runs for real.
+* :class:`ScriptedProvider` runs the same policies in process at the
+  :class:`~massgen_mcp.providers.base.Provider` seam, for tests of the protocol and the engine
+  that need neither litellm nor a socket.
+
+This module ships in the package (it is not only a test helper) because the README's demo runs
+it standalone: ``python -m massgen_mcp.scripted --port 8900 --latency 0.2`` serves the
+"everyone agrees" policy (:func:`agree`), so anyone can watch a run without a key.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import socket
@@ -23,6 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from massgen_mcp.config import AgentSpec
+from massgen_mcp.errors import ProviderError
+from massgen_mcp.providers.base import Completion, ToolCall
 
 _ANSWER = re.compile(r'<answer label="([A-H][0-9]{1,2})">\n(.*?)\n</answer>', re.DOTALL)
 
@@ -181,6 +192,51 @@ def _completion_body(req: ChatRequest, reply: Reply) -> dict[str, Any]:
         "usage": {"prompt_tokens": prompt, "completion_tokens": _tokens(out_chars),
                   "total_tokens": prompt + _tokens(out_chars)},
     }
+
+
+class ScriptedProvider:
+    """The policies of :class:`ScriptedServer`, in process: a Provider with no HTTP and no
+    litellm. The model name a policy sees is the agent's model without its provider prefix
+    (``openai/a`` -> ``a``). HTTP errors become ProviderErrors (429 and 5xx retryable), and a
+    dropped connection or a garbled body a retryable server error, as litellm would report."""
+
+    def __init__(self, policy: Policy | None = None) -> None:
+        self.policy = policy or agree
+        self.requests: list[ChatRequest] = []
+        self._counts: dict[str, int] = defaultdict(int)
+
+    def calls_by_model(self) -> dict[str, int]:
+        return dict(self._counts)
+
+    async def complete(self, agent: AgentSpec, messages: list[dict[str, Any]], *,
+                       tools: list[dict[str, Any]] | None, timeout_s: float) -> Completion:
+        model = agent.model.split("/", 1)[-1]
+        req = ChatRequest(model, messages, tools or [], self._counts[model],
+                          {"model": model, "messages": messages, "tools": tools})
+        self._counts[model] += 1
+        self.requests.append(req)
+        reply = self.policy(req)
+        if reply.delay_s:
+            await asyncio.sleep(reply.delay_s)  # a slow model, not a synchronisation
+        if reply.kind == "error":
+            retry_after = reply.headers.get("Retry-After")
+            raise ProviderError(
+                f"scripted error {reply.status}: {reply.content}",
+                retryable=reply.status == 429 or reply.status >= 500,
+                status_code=reply.status,
+                retry_after=float(retry_after) if retry_after else None)
+        if reply.kind in ("drop", "raw"):
+            raise ProviderError(f"scripted {reply.kind}: no usable response", retryable=True,
+                                kind="server_error")
+        body = _completion_body(req, reply)
+        message = body["choices"][0]["message"]
+        return Completion(
+            content=message["content"],
+            tool_calls=[ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+                        for c in message.get("tool_calls", [])],
+            prompt_tokens=body["usage"]["prompt_tokens"],
+            completion_tokens=body["usage"]["completion_tokens"],
+        )
 
 
 class ScriptedServer:

@@ -1,7 +1,9 @@
 """Shared fixtures: an isolated record folder, scripted model servers, and a run helper.
 
-Every model call in the tests goes over real HTTP through litellm to a scripted
-OpenAI-compatible server on 127.0.0.1 (:mod:`massgen_mcp.scripted`); nothing reaches the network.
+End-to-end tests send every model call over real HTTP through litellm to a scripted
+OpenAI-compatible server on 127.0.0.1 (:mod:`massgen_mcp.scripted`); tests of the protocol and
+the engine use the same scripts in process (``ScriptedProvider``), without litellm. Nothing
+reaches the network.
 """
 
 from __future__ import annotations
@@ -53,13 +55,13 @@ def nothing_available(monkeypatch: pytest.MonkeyPatch) -> None:
                         lambda: None)
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def _litellm_loaded() -> None:
     load_litellm()  # once per test session, so no test pays the ~3 s import on its clock
 
 
 @pytest.fixture
-def scripted() -> Iterator[Callable[..., ScriptedServer]]:
+def scripted(_litellm_loaded: None) -> Iterator[Callable[..., ScriptedServer]]:
     """Start scripted servers: ``server = scripted(policy, latency_s=0.0)``."""
     servers: list[ScriptedServer] = []
 

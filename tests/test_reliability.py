@@ -20,11 +20,11 @@ from test_transports import HEADERS, INIT, TOKEN, http_server, server_env  # noq
 
 from massgen_mcp.cli import main
 from massgen_mcp.providers.registry import ProviderRouter
+from massgen_mcp.records import RunStatus
 from massgen_mcp.scripted import ChatRequest, Reply, agree, answer, drop, error, raw, text
 from massgen_mcp.scripted import tool_calls as calls
 from massgen_mcp.server.app import create_server
 from massgen_mcp.sessions.runner import SessionRunner
-from massgen_mcp.records import RunStatus
 from massgen_mcp.sessions.store import SessionStore
 
 

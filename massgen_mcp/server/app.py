@@ -222,6 +222,8 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
                         "['openai/gpt-4o-mini', 'anthropic/claude-haiku-4-5']")] = None,
         config: Annotated[str | None, Field(
             description="instead of models: a MassGen YAML config path or @preset")] = None,
+        base_url: Annotated[str | None, Field(
+            description="OpenAI-compatible endpoint for agents without their own")] = None,
         context: Annotated[str | None, Field(max_length=MAX_CONTEXT_CHARS,
                                              description="background text for every agent")
                            ] = None,
@@ -237,8 +239,8 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         session_id at once; then poll get_status(wait_s=30) and read get_result."""
         with _tool_errors():
             started = await _service(ctx).start(RunSpec(
-                question=question, models=models, config=config, context=context,
-                context_files=context_files or [], options=options))
+                question=question, models=models, config=config, base_url=base_url,
+                context=context, context_files=context_files or [], options=options))
             return await _wait_and_wrap(
                 ctx, started, wait_s,
                 "started; call get_status with wait_s=30 until done, then get_result")

@@ -1,0 +1,144 @@
+"""The engine and the runner with scripted models in process, at the Provider seam.
+
+No litellm and no sockets: :class:`~massgen_mcp.scripted.ScriptedProvider` runs the same
+policies as the HTTP server. The end-to-end versions of these paths (through litellm, over
+HTTP) live in test_engine.py and test_reliability.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from massgen_mcp.config import AgentSpec, TeamConfig, build_team
+from massgen_mcp.providers.base import Completion
+from massgen_mcp.records import EventType, FinishReason, ResultRecord, RunStatus
+from massgen_mcp.scripted import ChatRequest, Reply, ScriptedProvider, agree, error, text
+from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.store import SessionStore
+
+
+def team(models: str = "abc", **options: Any) -> TeamConfig:
+    return build_team({"agents": [{"id": f"agent_{m}", "model": f"openai/{m}"} for m in models],
+                       "options": {"retry_backoff_s": 0.001, **options}})
+
+
+async def run(provider: ScriptedProvider, team_: TeamConfig) -> tuple[ResultRecord, SessionStore,
+                                                                       SessionRunner]:
+    store = SessionStore()
+    runner = SessionRunner(store, provider)
+    live = await runner.start("What is 6*7?", team_)
+    return await live.task, store, runner
+
+
+async def test_unanimous_run_in_process() -> None:
+    provider = ScriptedProvider(agree)
+    result, store, runner = await run(provider, team())
+    assert result.status is RunStatus.COMPLETED and result.finish_reason is FinishReason.CONSENSUS
+    assert result.usage.calls == 7 == sum(provider.calls_by_model().values())
+    assert result.presented_by == result.winner.agent_id if result.winner else False
+    assert store.read_result(result.session_id) == result, "the record on disk is the result"
+    assert runner.runs == {}, "a finished run is forgotten; its record is the truth"
+    assert runner.status(result.session_id).status is RunStatus.COMPLETED
+
+
+async def test_invalid_replies_get_corrective_retries_then_drop() -> None:
+    def policy(req: ChatRequest) -> Reply:
+        if req.model == "a" and not req.vote_labels and not req.is_retry:
+            return text("I think 42.")  # no tool call: corrected, then fine
+        if req.model == "c":
+            return text("never a tool call")
+        return agree(req)
+
+    provider = ScriptedProvider(policy)
+    result, store, _ = await run(provider, team())
+    events = store.read_events(result.session_id)
+    invalid = [e for e in events if e.type is EventType.INVALID_ACTION]
+    assert [(e.agent_id, e.attempt) for e in invalid if e.agent_id == "agent_a"] == [
+        ("agent_a", 1)]
+    assert [e.attempt for e in invalid if e.agent_id == "agent_c"] == [1, 2, 3]
+    assert result.agents["agent_c"].dropped_reason == (
+        "3 invalid actions in one turn (last: no_action)")
+    assert result.status is RunStatus.COMPLETED
+    retried = next(r for r in provider.requests if r.model == "a" and r.is_retry)
+    assert retried.messages[-1]["content"].startswith("Invalid action: you did not call a tool.")
+
+
+async def test_budget_stops_the_run_with_the_best_answer() -> None:
+    result, _, _ = await run(ScriptedProvider(agree), team(max_total_tokens=300))
+    assert result.finish_reason is FinishReason.BUDGET_EXCEEDED and result.budget_exceeded
+    assert result.status is RunStatus.COMPLETED and result.final_answer
+
+
+async def test_retryable_errors_are_retried_and_others_drop_the_agent() -> None:
+    def policy(req: ChatRequest) -> Reply:
+        if req.model == "a" and req.call_index == 0:
+            return error(503, "busy")
+        if req.model == "b":
+            return error(400, "no such model")
+        return agree(req)
+
+    result, store, _ = await run(ScriptedProvider(policy), team())
+    retries = [e for e in store.read_events(result.session_id) if e.type is EventType.RETRY]
+    assert [(e.agent_id, e.status_code) for e in retries] == [("agent_a", 503)]
+    assert "no such model" in (result.agents["agent_b"].dropped_reason or "")
+    assert result.status is RunStatus.COMPLETED
+
+
+class Stubborn:
+    """A provider whose calls ignore the first cancellation until released."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def complete(self, agent: AgentSpec, messages: list[dict[str, Any]], *,
+                       tools: list[dict[str, Any]] | None, timeout_s: float) -> Completion:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await self.release.wait()
+            raise
+        raise AssertionError("unreachable")
+
+
+async def test_aclose_waits_at_most_its_deadline(caplog: pytest.LogCaptureFixture) -> None:
+    provider = Stubborn()
+    runner = SessionRunner(SessionStore(), provider)
+    live = await runner.start("q", team("a"))
+    await provider.started.wait()
+    with caplog.at_level(logging.WARNING):
+        await runner.aclose(deadline_s=0.05)
+    assert not live.done and "did not stop within 0.05 s" in caplog.text
+    provider.release.set()
+    await asyncio.gather(live.task, return_exceptions=True)
+    status = runner.store.read_status(live.session_id)
+    assert status.status is RunStatus.CANCELLED and runner.runs == {}
+
+
+def test_the_engine_path_does_not_import_litellm(tmp_path: Path) -> None:
+    code = f"""
+import asyncio, sys
+from pathlib import Path
+from massgen_mcp.config import build_team
+from massgen_mcp.scripted import ScriptedProvider
+from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.store import SessionStore
+
+async def main():
+    runner = SessionRunner(SessionStore(Path({str(tmp_path)!r})), ScriptedProvider())
+    live = await runner.start("q", build_team({{"agents": [{{"id": "a", "model": "openai/a"}}]}}))
+    print((await live.task).status, "litellm" in sys.modules)
+
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["completed", "False"]

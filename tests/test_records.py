@@ -1,0 +1,119 @@
+"""The typed records: old folders still read, new ones keep the same JSON, one door for all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastmcp import Client
+
+from massgen_mcp.cli import main
+from massgen_mcp.config import RunSpec
+from massgen_mcp.context_files import Workspace
+from massgen_mcp.errors import SessionStateError
+from massgen_mcp.records import SCHEMA_VERSION, EventType, RunStatus
+from massgen_mcp.scripted import ScriptedProvider, agree
+from massgen_mcp.server.app import create_server
+from massgen_mcp.service import ConsensusService
+from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.store import SessionStore
+
+RELEASE = Path(__file__).parent / "fixtures" / "release-0.1.0"
+OLD_ID = "01M825WQ0MVBEB1ZBBVMKK79J8"
+
+
+@pytest.fixture
+def old_home(home: Path) -> Path:
+    """A record folder written by release 0.1.0 (before schema_version existed)."""
+    shutil.copytree(RELEASE, home)
+    return home
+
+
+def in_process(home: Path) -> ConsensusService:
+    store = SessionStore(home)
+    return ConsensusService(store, SessionRunner(store, ScriptedProvider(agree)),
+                            Workspace(home))
+
+
+def test_a_record_written_by_release_0_1_0_still_reads(old_home: Path) -> None:
+    service = in_process(old_home)
+    status, result = service.status(OLD_ID), service.result(OLD_ID)
+    assert status.status is RunStatus.COMPLETED and status.schema_version == SCHEMA_VERSION
+    assert result.winner is not None and result.winner.label in result.tally
+    assert result.final_answer and not result.timed_out and not result.budget_exceeded
+    assert status.agents["agent_a"].vote is not None
+    events = service.events(OLD_ID)
+    assert events[0].type is EventType.STARTED and events[-1].type is EventType.FINISHED
+    assert [s.session_id for s in service.list_sessions()[0]] == [OLD_ID]
+    page = service.report(OLD_ID)
+    assert "What is 6*7?" in page and result.winner.label in page
+
+
+async def test_an_old_session_can_be_continued(old_home: Path) -> None:
+    service = in_process(old_home)
+    started = await service.continue_session(OLD_ID, "And 6*8?")
+    done = await service.wait(started.session_id, None, until_done=True)
+    assert done.status is RunStatus.COMPLETED and done.parent_session_id == OLD_ID
+    assert service.events(OLD_ID)[-1].child_session_id == started.session_id
+
+
+async def test_new_records_keep_the_release_0_1_0_json(old_home: Path) -> None:
+    service = in_process(old_home)
+    started = await service.start(RunSpec(
+        question="What is 6*7?", models=["openai/a", "openai/b", "openai/c"],
+        base_url="http://127.0.0.1:9/v1", context="Answer with a number."))
+    await service.wait(started.session_id, None, until_done=True)
+    old, new = old_home / "sessions" / OLD_ID, started.record_dir
+    for name in ("status.json", "result.json", "request.json"):
+        old_keys = set(json.loads((old / name).read_text()))
+        new_keys = set(json.loads((new / name).read_text()))
+        assert new_keys - old_keys == {"schema_version"}, name
+        assert old_keys <= new_keys, name
+    old_events = {json.loads(line)["type"]: set(json.loads(line))
+                  for line in (old / "events.jsonl").read_text().splitlines()}
+    for line in (new / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        assert set(event) == old_events[event["type"]], event["type"]
+
+
+def test_a_record_from_a_newer_release_is_refused_clearly(old_home: Path) -> None:
+    path = old_home / "sessions" / OLD_ID / "result.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "schema_version": 99}))
+    with pytest.raises(SessionStateError, match=r"newer massgen-mcp .*upgrade"):
+        in_process(old_home).result(OLD_ID)
+
+
+def test_cli_and_mcp_take_the_same_inputs_through_one_door(
+        scripted, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """`massgen-mcp run` and `run_consensus` both call ConsensusService.start: the same
+    base_url, context, context files and options give the same record."""
+    server = scripted(agree)
+    (tmp_path / "notes.md").write_text("The answer must be a number.")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "What is 6*7?", "--models", "openai/a,openai/b",
+                 "--base-url", server.base_url, "--context", "Be brief.",
+                 "--context-file", "notes.md", "--timeout", "60", "--json"]) == 0
+    cli_dir = Path(json.loads(capsys.readouterr().out)["session_dir"])
+
+    async def over_mcp() -> dict[str, Any]:
+        async with Client(create_server(root=tmp_path)) as client:
+            return (await client.call_tool("run_consensus", {
+                "question": "What is 6*7?", "models": ["openai/a", "openai/b"],
+                "base_url": server.base_url, "context": "Be brief.",
+                "context_files": ["notes.md"], "options": {"timeout_s": 60}, "wait_s": 30,
+            })).structured_content
+
+    handle = asyncio.run(over_mcp())
+    assert handle["status"] == "completed"
+    mcp_dir = Path(handle["record_dir"])
+    for name in ("config.json", "request.json"):
+        assert json.loads((cli_dir / name).read_text()) == json.loads((mcp_dir / name).read_text())
+    request = json.loads((mcp_dir / "request.json").read_text())
+    assert request["context"].startswith("Be brief.") and "must be a number" in request["context"]
+    config = json.loads((mcp_dir / "config.json").read_text())
+    assert config["options"]["timeout_s"] == 60
+    assert {a["base_url"] for a in config["agents"]} == {server.base_url}
