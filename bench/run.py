@@ -285,8 +285,9 @@ def _rss_mib() -> float:
 
 
 def _worker_memory(sessions: int) -> dict[str, Any]:
-    """One MCP server runs ``sessions`` short sessions back to back (2 agents, no final
-    presentation, through litellm over HTTP); resident memory after 100 and at the end."""
+    """One MCP server (in-memory client) runs ``sessions`` short sessions back to back
+    (2 agents, no final presentation, through litellm over HTTP to scripted models); resident
+    memory after 100 sessions and at the end."""
     import gc
 
     from fastmcp import Client
@@ -310,8 +311,18 @@ def _worker_memory(sessions: int) -> dict[str, Any]:
                     marks[i] = _rss_mib()
             return time.perf_counter() - started
 
-    with tempfile.TemporaryDirectory() as tmp, ScriptedServer(agree) as srv:
-        total = asyncio.run(measure(srv.base_url, Path(tmp)))
+    # The scripted models run in a process of their own, so the figure is the server's alone
+    # (the scripted server keeps every request it was sent).
+    models = subprocess.Popen([sys.executable, "-m", "massgen_mcp.scripted", "--port", "0"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert models.stdout is not None
+        base_url = models.stdout.readline().strip()
+        with tempfile.TemporaryDirectory() as tmp:
+            total = asyncio.run(measure(base_url, Path(tmp)))
+    finally:
+        models.kill()
+        models.wait()
     first, last = marks[100], marks[sessions]
     return {"sessions": sessions, "total_s": round(total, 1),
             "rss_after_100_mib": round(first, 1), f"rss_after_{sessions}_mib": round(last, 1),

@@ -40,7 +40,7 @@ from massgen_mcp.records import (
 )
 from massgen_mcp.sessions.runner import SessionRunner, StatusCallback
 from massgen_mcp.sessions.store import SessionStore, SessionSummary, check_session_id
-from massgen_mcp.team import choose_team
+from massgen_mcp.team import choose_team, with_overrides
 
 
 @dataclass(frozen=True)
@@ -140,12 +140,11 @@ class ConsensusService:
                    "</earlier_final_answer>")
         if request.context:
             earlier = request.context + "\n\n" + earlier
-        config = self.store.read_config(session_id)
+        team = self._recorded_team(session_id)
         if options:
-            config["options"] = {**config.get("options", {}),
-                                 **options.model_dump(exclude_unset=True)}
-        started = await self._launch(follow_up, self._recorded_team(session_id, config),
-                                     earlier, session_id, [])
+            team = with_overrides(team, options.model_dump(exclude_unset=True),
+                                  source=f"session {session_id} options")
+        started = await self._launch(follow_up, team, earlier, session_id, [])
         self.store.append_event(session_id, EventType.CONTINUED,
                                 child_session_id=started.session_id)
         return started
@@ -157,7 +156,7 @@ class ConsensusService:
             raise SessionStateError(f"session {session_id} is {status.status}; only "
                                     "interrupted runs can be resumed")
         request = self.store.read_request(session_id)
-        team = self._recorded_team(session_id, self.store.read_config(session_id))
+        team = self._recorded_team(session_id)
         events = self.store.read_events(session_id)
         answers = tuple(
             (e.agent_id, self.store.read_answer(session_id, e.label).rstrip("\n"))
@@ -170,15 +169,14 @@ class ConsensusService:
             prior_calls=calls, prior_event_count=len(events))
         return Started(session_id, run.recorder.folder, [])
 
-    @staticmethod
-    def _recorded_team(session_id: str, config: dict[str, object]) -> TeamConfig:
+    def _recorded_team(self, session_id: str) -> TeamConfig:
         """The team a session ran with, from its config.json (keys are not stored there)."""
-        agents = config.get("agents")
-        if isinstance(agents, list) and any(
-                isinstance(a, dict) and a.get("api_key") for a in agents):
+        team = build_team(self.store.read_config(session_id),
+                          source=f"session {session_id} config.json")
+        if any(agent.api_key is not None for agent in team.agents):  # recorded as "***"
             raise SessionStateError(f"session {session_id} used inline api_keys, which are not "
                                     "stored; start a new run with the same config")
-        return build_team(dict(config), source=f"session {session_id} config.json")
+        return team
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 :func:`choose_team` is the only entry point. A :class:`~massgen_mcp.config.RunSpec` names its
 team in one of three ways, and whichever it is, the spec's ``options`` and ``base_url`` are then
-applied by the same merge (:func:`_with_overrides`):
+applied by the same merge (:func:`with_overrides`, which also serves ``continue_session``):
 
 1. ``models``: one agent per model string (``agent_a``, ``agent_b``, ...);
    ``provider/model@http://host:port/v1`` gives one agent its own OpenAI-compatible endpoint;
@@ -45,7 +45,7 @@ async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
         if found.team is None:
             raise ConfigError(f"no team given and none found: {found.reason}")
         team, notes = found.team, [f"default team ({found.source}): {found.reason}"]
-    return TeamChoice(_with_overrides(team, spec.overrides(), spec.base_url,
+    return TeamChoice(with_overrides(team, spec.overrides(), spec.base_url,
                                       source=spec.config or "models"), notes)
 
 
@@ -63,8 +63,8 @@ def _team_from_models(models: list[str]) -> TeamConfig:
     return build_team({"agents": agents}, source="models")
 
 
-def _with_overrides(team: TeamConfig, options: dict[str, Any], base_url: str | None, *,
-                    source: str) -> TeamConfig:
+def with_overrides(team: TeamConfig, options: dict[str, Any], base_url: str | None = None, *,
+                   source: str) -> TeamConfig:
     """``team`` with ``options`` over its own options and ``base_url`` for every agent that
     has no endpoint of its own; validated again, so a bad override names its field."""
     if not options and not base_url:

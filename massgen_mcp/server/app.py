@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastmcp import Context, FastMCP
 from fastmcp.apps import AppConfig
@@ -53,6 +53,9 @@ from massgen_mcp.server.views import (
 )
 from massgen_mcp.service import ConsensusService, SetupView, Started
 from massgen_mcp.sessions.runner import StatusCallback
+
+if TYPE_CHECKING:  # the auth stack costs ~0.3 s to import; stdio never needs it
+    from fastmcp.server.auth import AuthProvider
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +166,7 @@ WaitS = Annotated[float, Field(ge=0, le=600, description=(
 
 
 def create_server(*, home: Path | None = None, root: Path | None = None,
-                  auth: Any = None, token: str | None = None) -> FastMCP:
+                  auth: AuthProvider | None = None, token: str | None = None) -> FastMCP:
     """Build the FastMCP app. ``home`` holds the records (default ./.massgen or
     $MASSGEN_HOME); ``root`` is the folder ``context_files`` are read from (default cwd);
     ``token`` guards the live HTTP pages the same way ``auth`` guards /mcp."""

@@ -14,10 +14,13 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.sessions.store import default_home
+
+if TYPE_CHECKING:
+    from fastmcp.server.auth import TokenVerifier
 
 TOKEN_ENV = "MASSGEN_MCP_TOKEN"
 MAX_BODY_ENV = "MASSGEN_MCP_MAX_BODY_BYTES"
@@ -67,7 +70,7 @@ class _TooLarge(Exception):
     pass
 
 
-def bearer_token_auth(token: str) -> Any:
+def bearer_token_auth(token: str) -> TokenVerifier:
     """An auth provider accepting exactly ``token``, compared in constant time.
 
     fastmcp's auth stack costs ~0.3 s to import, so stdio (which needs no auth) never loads it.
