@@ -12,11 +12,12 @@ import pytest
 from fastmcp import Client
 
 from massgen_mcp.cli import main
-from massgen_mcp.config import RunSpec
+from massgen_mcp.config import AgentSpec, RunSpec
 from massgen_mcp.context_files import Workspace
 from massgen_mcp.errors import SessionStateError
+from massgen_mcp.providers.base import Completion
 from massgen_mcp.records import SCHEMA_VERSION, EventType, RunStatus
-from massgen_mcp.scripted import ScriptedProvider, agree
+from massgen_mcp.scripted import ChatRequest, Reply, ScriptedProvider, agree, answer
 from massgen_mcp.server.app import create_server
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.sessions.runner import SessionRunner
@@ -117,3 +118,34 @@ def test_cli_and_mcp_take_the_same_inputs_through_one_door(
     config = json.loads((mcp_dir / "config.json").read_text())
     assert config["options"]["timeout_s"] == 60
     assert {a["base_url"] for a in config["agents"]} == {server.base_url}
+
+
+async def test_the_live_status_is_masked_like_the_record(home: Path, monkeypatch) -> None:
+    """get_status serves the in-memory status while a run goes on: it must carry no key."""
+    canary = "sk-canary-live-0123456789"
+    monkeypatch.setenv("LIVE_TEST_API_KEY", canary)
+    gate = asyncio.Event()
+
+    def policy(req: ChatRequest) -> Reply:
+        if req.model == "a" and not req.vote_labels:
+            return answer(f"My key is {canary}.")
+        return agree(req)
+
+    class Gated(ScriptedProvider):
+        async def complete(self, agent: AgentSpec, *args: Any, **kwargs: Any) -> Completion:
+            if agent.id == "agent_b":
+                await gate.wait()  # b stays in flight until the test has looked
+            return await super().complete(agent, *args, **kwargs)
+
+    store = SessionStore(home)
+    service = ConsensusService(store, SessionRunner(store, Gated(policy)), Workspace(home))
+    started = await service.start(RunSpec(question="q", models=["openai/a", "openai/b"],
+                                          base_url="http://127.0.0.1:9/v1"))
+    status = service.status(started.session_id)
+    while not status.answers:
+        status = await service.wait(started.session_id, 10, after_revision=status.revision)
+    assert not status.done and "***" in status.answers[0].preview
+    assert canary not in status.model_dump_json()
+    gate.set()
+    done = await service.wait(started.session_id, None, until_done=True)
+    assert done.status is RunStatus.COMPLETED

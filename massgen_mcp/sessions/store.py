@@ -147,10 +147,13 @@ class FileRecorder:
             self.on_event(event)
 
     def status(self, status: StatusRecord) -> None:
-        text = redact(_dump_record(status.model_copy(update={"pid": os.getpid()})))
+        status = status.model_copy(update={"pid": os.getpid()})
+        raw = _dump_record(status)
+        text = redact(raw)
         atomic_write(self.folder / "status.json", text)
-        # Readers of the live status get exactly what is on disk, secrets masked.
-        self.latest_status = StatusRecord.model_validate_json(text)
+        # Readers of the live status get exactly what is on disk, secrets masked (parsed back
+        # only when redaction changed something: the common case costs nothing extra).
+        self.latest_status = status if text == raw else StatusRecord.model_validate_json(text)
         if self.on_status is not None:
             self.on_status(self.latest_status)
 
