@@ -23,8 +23,9 @@ from pydantic import ValidationError
 
 from massgen_mcp import __version__
 from massgen_mcp.config import RunOptions, RunSpec, check_question, format_validation_error
-from massgen_mcp.errors import ConfigError, MassgenError
+from massgen_mcp.errors import ConfigError, MassgenError, RecordWriteError
 from massgen_mcp.records import Event, ResultRecord, RunStatus
+from massgen_mcp.secrets import RedactingFormatter, redact
 from massgen_mcp.sessions.store import SessionStore, default_home
 
 if TYPE_CHECKING:
@@ -83,9 +84,9 @@ def _spec(args: argparse.Namespace) -> RunSpec:
 def _progress(_session_id: str, event: Event) -> None:
     from massgen_mcp.render import describe_event
 
-    line = describe_event(event)
+    line = describe_event(event)  # events reach listeners masked; redact again, cheaply
     if line:
-        print(line, file=sys.stderr, flush=True)
+        print(redact(line), file=sys.stderr, flush=True)
 
 
 async def _run(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord, Path]:
@@ -119,9 +120,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         summary = {key: data[key] for key in JSON_SUMMARY_KEYS}
         summary["cost"] = result.usage.cost_usd
         summary["session_dir"] = str(folder)
-        print(json.dumps(summary, ensure_ascii=False, indent=2))
+        print(redact(json.dumps(summary, ensure_ascii=False, indent=2)))
     elif result.final_answer is not None:
-        print(result.final_answer)
+        print(redact(result.final_answer))
     if result.status is not RunStatus.COMPLETED or result.budget_exceeded:
         _err(f"run ended {result.status} ({result.finish_reason}); record: {folder}")
         for problem in result.errors:
@@ -132,6 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from massgen_mcp.config import missing_credentials
     from massgen_mcp.config_files import load_config_file, resolve_config_path
+    from massgen_mcp.trust import key_destinations
 
     team, warnings = load_config_file(resolve_config_path(args.file))
     print(f"{args.file}: {len(team.agents)} agent(s)")
@@ -147,8 +149,31 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print("  options: " + ", ".join(f"{k}={v}" for k, v in team.options.model_dump().items()))
     for warning in warnings:
         print(f"  warning: {warning}")
+    for line in key_destinations(team):
+        print(f"  note: {line}; as a project config this needs 'massgen-mcp trust'")
     for problem in missing_credentials(team):
         print(f"  warning: {problem}")
+    return EXIT_OK
+
+
+def cmd_trust(args: argparse.Namespace) -> int:
+    from massgen_mcp import trust
+    from massgen_mcp.config_files import parse_yaml, read_config_text, team_from_mapping
+    from massgen_mcp.defaults import project_config_path
+
+    path = Path(args.file) if args.file else project_config_path()
+    if args.revoke:
+        print(f"{path}: consent withdrawn" if trust.revoke(path)
+              else f"{path}: was not trusted")
+        return EXIT_OK
+    text = read_config_text(path)
+    team, _ = team_from_mapping(parse_yaml(text, str(path)), source=path.name)
+    where = trust.trust(path, text)
+    print(f"{path}: trusted as it is now (sha256 {trust.digest(text)[:12]}…; any change asks "
+          f"again); recorded in {where}")
+    for line in trust.key_destinations(team) or ["it sends no key from your environment "
+                                                  "to a foreign host"]:
+        print(f"  {line}")
     return EXIT_OK
 
 
@@ -301,6 +326,13 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("file", help="YAML file or @preset")
     validate.set_defaults(func=cmd_validate)
 
+    trust = sub.add_parser("trust", help="allow a project's config to send your keys to the "
+                                         "servers it names (recorded with the file's hash)")
+    trust.add_argument("file", nargs="?",
+                       help="config file (default: the project's .massgen/config.yaml)")
+    trust.add_argument("--revoke", action="store_true", help="withdraw consent")
+    trust.set_defaults(func=cmd_trust)
+
     sessions = sub.add_parser("sessions", help="list past runs, newest first")
     sessions.add_argument("--status", choices=[str(s) for s in RunStatus])
     sessions.add_argument("--limit", type=int, default=20)
@@ -347,8 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:  # what MCP hosts spawn: serve over stdio
@@ -356,8 +389,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         return code
+    except RecordWriteError as exc:  # the input was fine; the disk was not
+        _err(redact(str(exc)))
+        return EXIT_EXECUTION
     except MassgenError as exc:
-        _err(str(exc))
+        _err(redact(str(exc)))
         return EXIT_INPUT
 
 

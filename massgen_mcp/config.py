@@ -20,8 +20,8 @@ MAX_AGENTS = 8
 MAX_QUESTION_CHARS = 50_000
 MAX_CONTEXT_CHARS = 200_000
 
-_AGENT_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-_MODEL = re.compile(r"^[A-Za-z0-9_.:@\-/]{1,200}$")
+_AGENT_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_MODEL = re.compile(r"[A-Za-z0-9_.:@\-/]{1,200}")
 
 # Which environment variable a provider reads its key from (litellm's own names). A model behind
 # an explicit base_url is a self-hosted endpoint and needs no key.
@@ -44,6 +44,15 @@ PROVIDER_KEY_ENV: dict[str, tuple[str, ...]] = {
 }
 
 
+def provider_key(provider: str) -> str | None:
+    """The first of the provider's own key variables that is set, else None."""
+    for name in PROVIDER_KEY_ENV.get(provider, ()):
+        value = getenv(name)
+        if value:
+            return value
+    return None
+
+
 class AgentSpec(BaseModel):
     """One agent: a model (litellm model string), an optional persona and sampling settings."""
 
@@ -63,14 +72,14 @@ class AgentSpec(BaseModel):
     @field_validator("id")
     @classmethod
     def _check_id(cls, value: str) -> str:
-        if not _AGENT_ID.match(value):
+        if not _AGENT_ID.fullmatch(value):
             raise ValueError("use 1-64 letters, digits, '_', '-' or '.'")
         return value
 
     @field_validator("model")
     @classmethod
     def _check_model(cls, value: str) -> str:
-        if not _MODEL.match(value):
+        if not _MODEL.fullmatch(value):
             raise ValueError(
                 "expected a litellm model string such as 'openai/gpt-4o-mini' or "
                 "'anthropic/claude-sonnet-4-5' (no spaces)"
@@ -80,7 +89,7 @@ class AgentSpec(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _check_base_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"^https?://[^\s]+$", value):
+        if value is not None and not re.fullmatch(r"https?://\S+", value):
             raise ValueError("expected an http(s) URL such as 'http://127.0.0.1:11434/v1'")
         return value
 
@@ -95,18 +104,31 @@ class AgentSpec(BaseModel):
 
     def resolved_api_key(self) -> str | None:
         """The key this agent sends: its own ``api_key``, else ``api_key_env``, else (only
-        for the provider's own API, never a custom ``base_url``) the provider's variable."""
+        for the provider's own API, never a custom ``base_url``) the provider's variable.
+
+        The value is registered for redaction here, the one place a credential is resolved,
+        so it is masked on every way out whatever the variable was called."""
+        key = self._find_api_key()
+        register_secret(key)
+        return key
+
+    def _find_api_key(self) -> str | None:
         if self.api_key is not None:
             return self.api_key.get_secret_value()
         if self.api_key_env:
             return getenv(self.api_key_env)
+        return None if self.base_url else provider_key(self.provider)
+
+    def key_source(self) -> str | None:
+        """Where the key comes from, as a person would say it (None: no key is sent)."""
+        if self.api_key is not None:
+            return "an inline api_key"
+        if self.api_key_env:
+            return f"${self.api_key_env}" if getenv(self.api_key_env) else None
         if self.base_url:
             return None
-        for name in PROVIDER_KEY_ENV.get(self.provider, ()):
-            value = getenv(name)
-            if value:
-                return value
-        return None
+        names = [n for n in PROVIDER_KEY_ENV.get(self.provider, ()) if getenv(n)]
+        return f"${names[0]}" if names else None
 
 
 class RunOptions(BaseModel):

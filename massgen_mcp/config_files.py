@@ -18,6 +18,7 @@ import yaml
 from massgen_mcp.config import TeamConfig, build_team
 from massgen_mcp.env import getenv
 from massgen_mcp.errors import ConfigError
+from massgen_mcp.secrets import looks_secret
 
 # MassGen backend type -> (litellm provider prefix, default base_url or None).
 BACKEND_TYPES: dict[str, tuple[str, str | None]] = {
@@ -74,6 +75,8 @@ _TIMEOUT_IGNORED = {
 _TOP_KEYS = {"agents", "agent", "orchestrator", "timeout_settings", "options"}
 _TOP_IGNORED = {"ui", "logging", "memory", "description"}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+MAX_CONFIG_BYTES = 1_000_000
+MAX_YAML_NODES = 10_000
 
 
 def _unknown(key: str, where: str, known: set[str]) -> ConfigError:
@@ -83,10 +86,17 @@ def _unknown(key: str, where: str, known: set[str]) -> ConfigError:
 
 
 def _expand(value: Any, where: str) -> Any:
-    """Replace ``${VAR}`` in strings with the environment variable; unset variables are errors."""
+    """Replace ``${VAR}`` in strings with the environment variable; unset variables are errors.
+
+    A credential-named variable may only be a whole ``api_key`` (see :func:`_agent`): anywhere
+    else its value would travel as plain text, in a prompt or a URL, to whichever server."""
     if isinstance(value, str):
         def sub(match: re.Match[str]) -> str:
             name = match.group(1)
+            if looks_secret(name):
+                raise ConfigError(f"{where}: ${{{name}}} looks like a credential; use it only "
+                                  f"as the whole api_key (api_key: \"${{{name}}}\") or as "
+                                  f"api_key_env: {name}")
             value = getenv(name)
             if value is None:
                 raise ConfigError(f"{where}: environment variable {name} is not set")
@@ -164,6 +174,15 @@ def _agent(raw: Any, index: int, warnings: list[str]) -> dict[str, Any]:
     for key in ("api_key", "api_key_env", "temperature", "top_p", "max_tokens", "tool_calling"):
         if key in backend:
             agent[key] = backend[key]
+    reference = _VAR.fullmatch(str(backend.get("api_key", "")))
+    if reference:
+        # api_key: "${NAME}" is recorded as the reference, never the value, so the record
+        # holds no key and a resumed run reads the variable again.
+        name = reference.group(1)
+        if getenv(name) is None:
+            raise ConfigError(f"{where}.backend.api_key: environment variable {name} is not set")
+        del agent["api_key"]
+        agent["api_key_env"] = name
     return agent
 
 
@@ -210,6 +229,24 @@ def _options(data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     return options
 
 
+def _expand_backend(raw: Any, index: int) -> Any:
+    """An agent with ``${VAR}`` expanded everywhere except a whole-``${VAR}`` api_key, which
+    :func:`_agent` keeps as a reference."""
+    if not isinstance(raw, dict):
+        return raw
+    where = f"agents[{index}]"
+    expanded = {k: _expand(v, f"{where}.{k}") for k, v in raw.items() if k != "backend"}
+    backend = raw.get("backend")
+    if isinstance(backend, dict):
+        key = backend.get("api_key")
+        keep = isinstance(key, str) and _VAR.fullmatch(key) is not None
+        backend = {k: v if k == "api_key" and keep else _expand(v, f"{where}.backend.{k}")
+                   for k, v in backend.items()}
+    if "backend" in raw:
+        expanded["backend"] = backend
+    return expanded
+
+
 def team_from_mapping(data: Any, *, source: str = "config") -> tuple[TeamConfig, list[str]]:
     """Translate a MassGen-format mapping; returns the team and warnings about ignored keys."""
     if not isinstance(data, dict):
@@ -220,36 +257,100 @@ def team_from_mapping(data: Any, *, source: str = "config") -> tuple[TeamConfig,
             warnings.append(f"{key}: not used by massgen-mcp; ignored")
         elif key not in _TOP_KEYS:
             raise _unknown(key, "", _TOP_KEYS | _TOP_IGNORED)
-    data = _expand(data, source)
     raw_agents = data.get("agents")
     if raw_agents is None and "agent" in data:
         raw_agents = [data["agent"]]
     if not isinstance(raw_agents, list) or not raw_agents:
         raise ConfigError("agents: required, a list of 1-8 agents")
-    agents = [_agent(raw, i, warnings) for i, raw in enumerate(raw_agents)]
+    agents = [_agent(_expand_backend(raw, i), i, warnings) for i, raw in enumerate(raw_agents)]
+    data = {k: _expand(v, k) for k, v in data.items() if k not in ("agents", "agent")}
     team = build_team({"agents": agents, "options": _options(data, warnings)}, source=source)
     return team, warnings
 
 
-def load_config_file(path: str | Path) -> tuple[TeamConfig, list[str]]:
-    """Load a YAML (or JSON) config file; errors name the file and the key."""
-    path = Path(path)
+def read_config_text(path: Path) -> str:
+    """The file's text, refusing anything over :data:`MAX_CONFIG_BYTES` before reading it."""
     try:
-        text = path.read_text(encoding="utf-8")
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {str(path)!r} is {size} bytes; the limit is "
+                              f"{MAX_CONFIG_BYTES} (a team config is a few hundred bytes)")
+        with path.open("rb") as handle:  # the file may grow between stat and read
+            data = handle.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"config file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {str(path)!r} cannot be read: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {str(path)!r} cannot be read: {exc.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {str(path)!r} is over {MAX_CONFIG_BYTES} bytes")
     try:
-        data = yaml.safe_load(text)
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text") from None
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Safe YAML, refusing documents whose aliases (``&a`` ... ``*a``) expand past
+    :data:`MAX_YAML_NODES` values: a few hundred bytes of nested aliases can otherwise expand
+    into billions of values for whoever walks the result."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expanded_size(node, source)
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+        raise ConfigError(f"config file {source!r} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {source!r} nests too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def _check_expanded_size(root: yaml.Node, source: str) -> None:
+    sizes: dict[int, int] = {}  # id(node) -> values under it with aliases expanded
+
+    def size(node: yaml.Node, depth: int) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if depth > 100:
+            raise ConfigError(f"config file {source!r} nests deeper than 100 levels")
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k, depth + 1) + size(v, depth + 1) for k, v in node.value)
+        sizes[id(node)] = total
+        if total > MAX_YAML_NODES:
+            raise ConfigError(f"config file {source!r} expands to more than {MAX_YAML_NODES} "
+                              "values through YAML aliases (&name / *name); write it out plainly")
+        return total
+
+    size(root, 0)
+
+
+def load_config_file(path: str | Path, *, check_trust: bool = False
+                     ) -> tuple[TeamConfig, list[str]]:
+    """Load a YAML (or JSON) config file; errors name the file and the key.
+
+    Blocking (it reads a file): call it off the event loop. ``check_trust`` applies the
+    project-config rule of :mod:`massgen_mcp.trust` to the team it describes.
+    """
+    path = Path(path)
+    text = read_config_text(path)
+    data = parse_yaml(text, str(path))
     try:
-        return team_from_mapping(data, source=path.name)
+        team, warnings = team_from_mapping(data, source=path.name)
     except ConfigError as exc:
         message = str(exc)
         raise ConfigError(message if message.startswith(path.name) else f"{path.name}: {message}"
                           ) from None
+    if check_trust:
+        from massgen_mcp import trust
+
+        trust.check(team, path, text)
+    return team, warnings
 
 
 def presets_dir() -> Path:

@@ -29,6 +29,7 @@ from massgen_mcp.config import PROVIDER_KEY_ENV, TeamConfig, build_team
 from massgen_mcp.config_files import load_config_file
 from massgen_mcp.env import getenv
 from massgen_mcp.errors import ConfigError
+from massgen_mcp.trust import UntrustedConfigError
 
 TEAM_SIZE = 3
 DEFAULT_LOCAL_PORTS = (11434, 1234, 8000, 8080)
@@ -135,18 +136,27 @@ async def find_local_servers(ports: tuple[int, ...] | None = None) -> list[Local
     return servers
 
 
+def project_config_path() -> Path:
+    """The project's config: ``$MASSGEN_HOME/config.yaml``, else ``./.massgen/config.yaml``."""
+    home = os.environ.get("MASSGEN_HOME")
+    return (Path(home) if home else Path.cwd() / ".massgen") / "config.yaml"
+
+
 def configured_team() -> tuple[TeamConfig, str] | None:
-    """A default team from the project's or the user's config file, if either exists."""
+    """A default team from the project's or the user's config file, if either exists.
+
+    The project's file may have come with a cloned repository, so it is held to the consent
+    rule of :mod:`massgen_mcp.trust`; the user's own file is not. Blocking: reads files.
+    """
     import platformdirs
 
-    home = os.environ.get("MASSGEN_HOME")
     candidates = [
-        (Path(home) if home else Path.cwd() / ".massgen") / "config.yaml",
-        Path(platformdirs.user_config_dir("massgen-mcp")) / "config.yaml",
+        (project_config_path(), True),
+        (Path(platformdirs.user_config_dir("massgen-mcp")) / "config.yaml", False),
     ]
-    for path in candidates:
+    for path, from_project in candidates:
         if path.is_file():
-            team, _ = load_config_file(path)
+            team, _ = load_config_file(path, check_trust=from_project)
             return team, str(path)
     return None
 
@@ -164,9 +174,17 @@ async def discover(*, survey: bool = False) -> Discovery:
     found.embedded_model = embedded_model_name()
     options: dict[str, Any] = {}
 
-    configured = configured_team()
+    try:
+        configured = await asyncio.to_thread(configured_team)
+    except UntrustedConfigError as exc:
+        if not survey:
+            raise
+        found.reason = str(exc)  # doctor and check_setup show what needs consent
+        configured = None
     if survey or (configured is None and not found.providers_with_keys):
         found.local_servers = await find_local_servers()
+    if found.reason:
+        return found
     if configured is not None:
         found.team, path = configured
         found.source, found.reason = "config", f"the team in {path}"

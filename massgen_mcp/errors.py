@@ -9,13 +9,15 @@ MassgenError
 ├── ConfigError            bad config file, model string, option or tool input (exit code 1)
 ├── ProviderError          one model call failed after retries; carries .retryable, .status_code
 ├── SessionNotFoundError   no session with that id in this store
-└── SessionStateError      the session is in a state that does not allow the request
-    └── RunNotFinishedError  it has no result yet; carries .session_id and .status
+├── SessionStateError      the session is in a state that does not allow the request
+│   └── RunNotFinishedError  it has no result yet; carries .session_id and .status
+└── RecordWriteError       the record folder cannot be written (disk full, I/O, permissions)
 ```
 """
 
 from __future__ import annotations
 
+import errno
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -69,3 +71,20 @@ class RunNotFinishedError(SessionStateError):
         super().__init__(f"session {session_id} is {status} and has no result yet")
         self.session_id = session_id
         self.status = status
+
+
+class RecordWriteError(MassgenError):
+    """A session record could not be written: the disk is full, failing or read-only."""
+
+
+def describe_write_error(exc: OSError, home: object) -> str:
+    """One line for a failed record write that says where and what to do."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        what = f"no space left in {home}"
+    elif exc.errno == errno.EFBIG:
+        what = f"a record file is larger than this process may write in {home}"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        what = f"{home} cannot be written ({exc.strerror})"
+    else:
+        what = f"the record in {home} cannot be written ({exc.strerror or exc})"
+    return f"{what}; free some space or set MASSGEN_HOME to another folder"

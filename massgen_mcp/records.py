@@ -59,11 +59,15 @@ class Phase(StrEnum):
 class FinishReason(StrEnum):
     CONSENSUS = "consensus"
     ALL_AGENTS_FAILED = "all_agents_failed"
+    # Every agent was dropped after answers existed: the best recorded answer is returned,
+    # flagged as not agreed.
+    AGENTS_DROPPED = "agents_dropped"
     TIMEOUT = "timeout"
     BUDGET_EXCEEDED = "budget_exceeded"
     CANCELLED = "cancelled"
     INTERNAL_ERROR = "internal_error"
     INTERRUPTED = "interrupted"
+    RECORD_WRITE_FAILED = "record_write_failed"  # the disk refused the record (full, failing)
 
 
 # Why a model was called.

@@ -1,18 +1,28 @@
-"""Keep API keys out of every record, log line, event, result and error message.
+"""Keep API keys out of every record, log line, event, result, error message and output.
 
-Provider error texts sometimes echo part of a key, and configs may carry keys inline. Rather
-than trusting each call site, every string that leaves the engine goes through :func:`redact`,
-which masks every secret value we know of: keys from config files (registered when the config
-is loaded) and any environment variable whose name looks like it holds a credential.
+Redaction is by *value*: whatever name a key was read under (``OPENAI_API_KEY``, an
+``api_key_env: LLM_CRED``, a ``${VAR}`` in a config, an inline ``api_key``), the value itself is
+registered the moment a run resolves it (:meth:`~massgen_mcp.config.AgentSpec.resolved_api_key`)
+and masked wherever it appears, together with the encodings a provider or a library may echo it
+in (URL-quoted, JSON-escaped, base64). Environment variables whose names look like credentials
+are masked too, and so is anything shaped like a well-known key format.
+
+Every way out calls :func:`redact`: model output as it enters the engine (so an echoed key never
+reaches a peer from another provider), the record files, the live status, events handed to the
+CLI, tool errors, CLI output, and log lines (:class:`RedactingFormatter`).
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
 import os
 import re
 import threading
+from urllib.parse import quote
 
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CRED)", re.IGNORECASE)
 _KEY_SHAPES = re.compile(r"\b(sk|pk|rk|gsk|xai|AIza)[-_][A-Za-z0-9_\-]{12,}")
 _MIN_SECRET_LEN = 6
 MASK = "***"
@@ -26,11 +36,25 @@ def looks_secret(name: str) -> bool:
     return _SECRET_NAME.search(name) is not None
 
 
+def encodings(value: str) -> set[str]:
+    """``value`` and the forms it takes when a library or a provider echoes it."""
+    raw = value.encode()
+    forms = {
+        value,
+        quote(value, safe=""),
+        json.dumps(value)[1:-1],
+        base64.b64encode(raw).decode().rstrip("="),
+        base64.urlsafe_b64encode(raw).decode().rstrip("="),
+    }
+    return {form for form in forms if len(form) >= _MIN_SECRET_LEN}
+
+
 def register_secret(value: str | None) -> None:
-    """Remember a secret value (e.g. an ``api_key`` from a config) so it is always masked."""
+    """Remember a credential value so it is masked everywhere from now on."""
     if value and len(value) >= _MIN_SECRET_LEN:
+        forms = encodings(value)
         with _lock:
-            _registered.add(value)
+            _registered.update(forms)
 
 
 def _known_secrets() -> list[str]:
@@ -53,3 +77,11 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, MASK)
     return _KEY_SHAPES.sub(MASK, text)
+
+
+class RedactingFormatter(logging.Formatter):
+    """A log formatter whose output (message, arguments and traceback) is redacted."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+

@@ -100,8 +100,10 @@ class ConsensusService:
         return cls(store, SessionRunner(store, ProviderRouter()),
                    workspace or Workspace(Path.cwd()))
 
-    async def aclose(self) -> None:
-        await self.runner.aclose()
+    async def aclose(self, *, interrupt: bool = False) -> None:
+        """Stop what still runs: ``interrupt`` when the server stops (resumable), else the
+        runs are cancelled (the CLI's Ctrl-C)."""
+        await self.runner.aclose(interrupt=interrupt)
 
     # -- starting runs ------------------------------------------------------------------------
 
@@ -195,7 +197,7 @@ class ConsensusService:
 
     def result(self, session_id: str) -> ResultRecord:
         """The outcome of a finished run; RunNotFinishedError while it goes on."""
-        result = self.store.read_result(check_session_id(session_id))
+        result = self.runner.result(check_session_id(session_id))
         if result is None:
             raise RunNotFinishedError(session_id, self.status(session_id).status)
         return result
@@ -226,7 +228,7 @@ class ConsensusService:
         check_session_id(session_id)
         if await self.runner.cancel(session_id):
             return RunStatus.CANCELLED, True
-        status = self.store.read_status(session_id)
+        status = self.runner.status(session_id)
         if status.status is RunStatus.RUNNING:
             raise SessionStateError(
                 f"session {session_id} is running in another massgen-mcp process "

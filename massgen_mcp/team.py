@@ -12,6 +12,7 @@ applied by the same merge (:func:`with_overrides`, which also serves ``continue_
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,9 +36,14 @@ async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
     if spec.models:
         team = _team_from_models(spec.models)
     elif spec.config:
-        path = (resolve_config_path(spec.config) if spec.config.startswith("@")
-                else workspace.path(spec.config, "config"))
-        team, notes = load_config_file(path)
+        # A file a model names may have come with the project, so it needs the user's
+        # consent to send their keys abroad (massgen_mcp.trust); the user's own CLI flag and
+        # our presets do not.
+        preset = spec.config.startswith("@")
+        path = resolve_config_path(spec.config) if preset else workspace.path(spec.config,
+                                                                               "config")
+        team, notes = await asyncio.to_thread(
+            load_config_file, path, check_trust=workspace.confined and not preset)
     else:
         from massgen_mcp.defaults import discover
 

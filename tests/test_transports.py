@@ -88,11 +88,11 @@ class RawStdio:
         return reply["result"]
 
 
-async def start_raw(home: Path, **env: str) -> RawStdio:
+async def start_raw(home: Path, cwd: Path | None = None, **env: str) -> RawStdio:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "massgen_mcp", stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=server_env(home, **env))
+        env=server_env(home, **env), cwd=cwd)
     raw = RawStdio(proc)
     await raw.send("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
                                   "clientInfo": {"name": "raw-test", "version": "1"}})

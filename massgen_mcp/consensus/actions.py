@@ -14,6 +14,8 @@ from massgen_mcp.consensus.state import View, normalise
 from massgen_mcp.providers.base import Completion
 
 MAX_REASON_CHARS = 2_000
+# Every answer goes to every peer on every turn and into the record: a runaway reply must not.
+MAX_ANSWER_CHARS = 100_000
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,10 @@ def _check_answer(content: object, view: View) -> NewAnswer | Invalid:
         return Invalid("you have no answers left; you can only vote.", "answer_limit")
     if not isinstance(content, str) or not content.strip():
         return Invalid("new_answer needs a non-empty 'content' string.", "empty_answer")
+    if len(content) > MAX_ANSWER_CHARS:
+        return Invalid(f"your answer is {len(content)} characters; the limit is "
+                       f"{MAX_ANSWER_CHARS}. Shorten it and call new_answer again.",
+                       "answer_too_long")
     wanted = normalise(content)
     for answer in view.answers:
         if normalise(answer.content) == wanted:

@@ -14,6 +14,7 @@ Everything that happens is reported to a :class:`Recorder` as typed records
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -22,9 +23,16 @@ from typing import Any, Protocol
 from massgen_mcp.config import AgentSpec, TeamConfig
 from massgen_mcp.consensus import prompts
 from massgen_mcp.consensus.accounting import BudgetExceeded, UsageMeter, check_budget
-from massgen_mcp.consensus.actions import Action, CastVote, Invalid, NewAnswer, parse_action
+from massgen_mcp.consensus.actions import (
+    MAX_ANSWER_CHARS,
+    Action,
+    CastVote,
+    Invalid,
+    NewAnswer,
+    parse_action,
+)
 from massgen_mcp.consensus.state import Answer, Coordination, View
-from massgen_mcp.errors import ProviderError
+from massgen_mcp.errors import ProviderError, RecordWriteError
 from massgen_mcp.providers.base import Completion, Provider, complete_with_retries
 from massgen_mcp.records import (
     PREVIEW_CHARS,
@@ -67,7 +75,12 @@ class RunRequest:
 
 class Recorder(Protocol):
     """Where a run reports what happens; the session store's
-    :class:`~massgen_mcp.sessions.store.FileRecorder` writes it to disk."""
+    :class:`~massgen_mcp.sessions.store.FileRecorder` writes it to disk.
+
+    A method may raise :class:`~massgen_mcp.errors.RecordWriteError` once, when the store
+    refuses a write; the run then ends ``failed`` (``record_write_failed``) and every later
+    call must keep working in memory without raising again.
+    """
 
     def event(self, event: Event) -> None: ...
     def status(self, status: StatusRecord) -> None: ...
@@ -108,6 +121,7 @@ class ConsensusRun:
         self._outcome = RunStatus.FAILED  # what status becomes when the run ends
         self.finish_reason: FinishReason | None = None
         self.errors: list[str] = []
+        self._interrupting = False
         self._seq = request.prior_event_count
         self._revision = 0  # bumped on every published status, so pollers can tell news
         self._t0 = time.monotonic()
@@ -183,6 +197,7 @@ class ConsensusRun:
             timeout_s=self.options.call_timeout_s, max_retries=self.options.max_retries,
             backoff_s=self.options.retry_backoff_s, on_retry=on_retry,
         )
+        completion = completion.redacted()
         self._count(agent.id, completion)
         self._emit(EventType.CALL, agent_id=agent.id, purpose=purpose,
                    prompt_tokens=completion.prompt_tokens,
@@ -298,8 +313,10 @@ class ConsensusRun:
             self._emit(EventType.FINAL_FALLBACK, agent_id=presenter.id, reason=str(exc))
             return winner.content, None
         text = (completion.content or "").strip()
-        if not text:
-            self._emit(EventType.FINAL_FALLBACK, agent_id=presenter.id, reason="empty reply")
+        problem = ("empty reply" if not text else f"{len(text)} characters; the limit is "
+                   f"{MAX_ANSWER_CHARS}" if len(text) > MAX_ANSWER_CHARS else None)
+        if problem:
+            self._emit(EventType.FINAL_FALLBACK, agent_id=presenter.id, reason=problem)
             return winner.content, None
         return text, presenter.id
 
@@ -307,6 +324,21 @@ class ConsensusRun:
 
     def _end(self, status: RunStatus, reason: FinishReason) -> None:
         self._outcome, self.finish_reason = status, reason
+
+    def interrupt(self) -> None:
+        """Mark the coming cancellation as a stop of the whole server (not the user's
+        cancel): the run is then recorded ``interrupted`` and can be resumed."""
+        self._interrupting = True
+
+    def _no_consensus(self) -> None:
+        """Every agent is gone. If answers exist, the best one is still worth returning,
+        flagged as not agreed (``agents_dropped``); with none the run failed."""
+        if self.coord.current_answers():
+            self._end(RunStatus.COMPLETED, FinishReason.AGENTS_DROPPED)
+            self.errors.append("no consensus: every agent was dropped; the final answer is "
+                               "the best recorded answer, not an agreed one")
+        else:
+            self._end(RunStatus.FAILED, FinishReason.ALL_AGENTS_FAILED)
 
     async def run(self) -> ResultRecord:
         """Run to the end and return the result (also handed to ``recorder.finish``).
@@ -335,7 +367,8 @@ class ConsensusRun:
                         self._end(RunStatus.COMPLETED, FinishReason.CONSENSUS)
                         final, presenter = await self._present(allow_call=True)
                     else:
-                        self._end(RunStatus.FAILED, FinishReason.ALL_AGENTS_FAILED)
+                        self._no_consensus()
+                        final, presenter = await self._present(allow_call=False)
             except TimeoutError:
                 self._emit(EventType.TIMEOUT, after_s=self.options.timeout_s)
                 self._end(RunStatus.TIMED_OUT, FinishReason.TIMEOUT)
@@ -349,10 +382,16 @@ class ConsensusRun:
                           FinishReason.BUDGET_EXCEEDED)
         except asyncio.CancelledError:
             await self._stop_turns()
-            self._end(RunStatus.CANCELLED, FinishReason.CANCELLED)
-            self._emit(EventType.CANCELLED)
-            self._finish(None, None)
+            if self._interrupting:
+                self._record_interruption()
+            else:
+                self._end(RunStatus.CANCELLED, FinishReason.CANCELLED)
+                self._emit(EventType.CANCELLED)
+                self._finish(None, None)
             raise
+        except RecordWriteError as exc:
+            await self._stop_turns()
+            return self._finish_unrecorded(exc)
         except Exception as exc:  # a bug: still leave a complete, readable record
             log.exception("run %s crashed", self.request.session_id)
             await self._stop_turns()
@@ -361,7 +400,32 @@ class ConsensusRun:
             return self._finish(None, None)
         return self._finish(final, presenter)
 
+    def _record_interruption(self) -> None:
+        """The server is stopping: leave the record as a crash would (no result), marked
+        ``interrupted`` at once, so ``resume_session`` continues from the recorded answers."""
+        self.status, self.phase = RunStatus.INTERRUPTED, Phase.DONE
+        self.finish_reason = FinishReason.INTERRUPTED
+        with contextlib.suppress(RecordWriteError):
+            self._emit(EventType.INTERRUPTED, reason="the server stopped while the run was "
+                                                     "in progress")
+            self._publish_status()
+
+    def _finish_unrecorded(self, exc: RecordWriteError) -> ResultRecord:
+        """The disk refused part of the record: the run ends failed. The recorder keeps
+        memory current from now on and writes what still fits (see :class:`Recorder`)."""
+        self._end(RunStatus.FAILED, FinishReason.RECORD_WRITE_FAILED)
+        self.errors.append(str(exc))
+        return self._finish(None, None)
+
     def _finish(self, final: str | None, presenter: str | None) -> ResultRecord:
+        try:
+            return self._close_record(final, presenter)
+        except RecordWriteError as exc:
+            if self.finish_reason is FinishReason.RECORD_WRITE_FAILED:
+                raise  # a recorder that raises twice breaks its contract
+            return self._finish_unrecorded(exc)
+
+    def _close_record(self, final: str | None, presenter: str | None) -> ResultRecord:
         # The status turns terminal only here, after the final answer exists, so a reader
         # that sees a terminal status in status.json always finds result.json too.
         self.status = self._outcome
@@ -370,7 +434,7 @@ class ConsensusRun:
             self._emit(EventType.FINAL, presenter=presenter, chars=len(final))
         winner: Answer | None = None
         tie = False
-        if self.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+        if final is not None:
             winner, tie = self.coord.winner()
         result = self._result(final, presenter, winner, tie)
         self._emit(EventType.FINISHED, status=self.status, finish_reason=self.finish_reason)

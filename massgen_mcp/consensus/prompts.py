@@ -7,6 +7,7 @@ elements whose closing tag cannot be forged from inside an answer.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from massgen_mcp.consensus.state import View
@@ -52,13 +53,17 @@ FINAL_PRESENTATION = (
 )
 
 
+_OUR_TAGS = re.compile(r"<(/?)(answers?|question|context)\b", re.IGNORECASE)
+
+
 def _escape(text: str) -> str:
-    """Stop an answer from closing its own element or opening a fake one."""
-    return text.replace("</answer", "<\\/answer").replace("<answer", "<\\answer")
+    """Stop quoted text from closing its own element or opening a fake one, in any case
+    (``</ANSWER>`` too): ``<answer`` becomes ``<\\answer``, ``</answer`` ``<\\/answer``."""
+    return _OUR_TAGS.sub(lambda m: "<\\" + m.group(1) + m.group(2), text)
 
 
 def render_question(question: str, context: str | None) -> str:
-    parts = [f"<question>\n{question}\n</question>"]
+    parts = [f"<question>\n{_escape(question)}\n</question>"]
     if context:
         parts.append(f"<context>\n{_escape(context)}\n</context>")
     return "\n".join(parts)

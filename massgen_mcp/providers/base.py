@@ -11,11 +11,12 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from massgen_mcp.config import AgentSpec
 from massgen_mcp.errors import ProviderError
+from massgen_mcp.secrets import redact
 
 MAX_RETRY_AFTER_S = 60.0
 
@@ -35,6 +36,12 @@ class Completion:
     completion_tokens: int = 0
     cost_usd: float | None = None  # None: the provider's price is unknown
     latency_s: float = 0.0
+
+    def redacted(self) -> Completion:
+        """This reply with every known secret masked: model output is untrusted, and an
+        echoed key must not reach the record, the user or another provider's agent."""
+        return replace(self, content=self.content and redact(self.content), tool_calls=[
+            replace(call, arguments=redact(call.arguments)) for call in self.tool_calls])
 
     def assistant_message(self) -> dict[str, Any]:
         """This reply as an OpenAI-format assistant message, for corrective retries."""

@@ -19,7 +19,7 @@ from typing import Any
 from massgen_mcp.config import AgentSpec
 from massgen_mcp.errors import ProviderError
 from massgen_mcp.providers.base import Completion, ToolCall
-from massgen_mcp.secrets import redact
+from massgen_mcp.secrets import RedactingFormatter, redact
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
@@ -43,7 +43,9 @@ def load_litellm() -> ModuleType:
             for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
                 logger = logging.getLogger(name)
                 logger.handlers.clear()
-                logger.addHandler(logging.StreamHandler(sys.stderr))
+                handler = logging.StreamHandler(sys.stderr)
+                handler.setFormatter(RedactingFormatter(logging.BASIC_FORMAT))
+                logger.addHandler(handler)
                 logger.setLevel(logging.WARNING)
                 logger.propagate = False
             _module = litellm

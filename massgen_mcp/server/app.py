@@ -36,6 +36,7 @@ from massgen_mcp.config import (
 from massgen_mcp.context_files import Workspace
 from massgen_mcp.errors import MassgenError, RunNotFinishedError
 from massgen_mcp.records import RunStatus, StatusRecord
+from massgen_mcp.secrets import redact
 from massgen_mcp.server.session_view import VIEW_URI, view_html
 from massgen_mcp.server.views import (
     NOT_FINISHED_HINT,
@@ -82,7 +83,7 @@ def _tool_errors() -> Iterator[None]:
     except RunNotFinishedError as exc:
         raise ToolError(f"{exc}; {NOT_FINISHED_HINT}") from None
     except MassgenError as exc:
-        raise ToolError(str(exc)) from None
+        raise ToolError(redact(str(exc))) from None
 
 
 def _service(ctx: Context) -> ConsensusService:
@@ -166,16 +167,20 @@ WaitS = Annotated[float, Field(ge=0, le=600, description=(
 
 
 def create_server(*, home: Path | None = None, root: Path | None = None,
-                  auth: AuthProvider | None = None, token: str | None = None) -> FastMCP:
+                  auth: AuthProvider | None = None, token: str | None = None,
+                  service: ConsensusService | None = None) -> FastMCP:
     """Build the FastMCP app. ``home`` holds the records (default ./.massgen or
     $MASSGEN_HOME); ``root`` is the folder ``context_files`` are read from (default cwd);
-    ``token`` guards the live HTTP pages the same way ``auth`` guards /mcp."""
+    ``token`` guards the live HTTP pages the same way ``auth`` guards /mcp; ``service``
+    replaces the one built from ``home`` and ``root`` (the stdio server keeps a handle on it
+    to stop its runs on a signal)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_server: FastMCP) -> AsyncIterator[dict[str, Any]]:
+        nonlocal service
         from massgen_mcp.providers.litellm_provider import warm_up
 
-        service = ConsensusService.local(home, Workspace(root or Path.cwd()))
+        service = service or ConsensusService.local(home, Workspace(root or Path.cwd()))
         interrupted = service.mark_interrupted()
         if interrupted:
             log.warning("marked %d run(s) interrupted: %s", len(interrupted),
@@ -191,7 +196,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         finally:
             warming.cancel()
             await asyncio.gather(warming, return_exceptions=True)
-            await service.aclose()
+            await service.aclose(interrupt=True)  # a host restart: the runs can resume
 
     mcp = FastMCP("massgen", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan,
                   mask_error_details=True, auth=auth)

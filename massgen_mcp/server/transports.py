@@ -8,16 +8,19 @@ time) whenever one is set; binding a non-loopback address without a token is ref
 
 from __future__ import annotations
 
+import asyncio
 import hmac
-import ipaddress
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from massgen_mcp.errors import ConfigError
+from massgen_mcp.secrets import RedactingFormatter
 from massgen_mcp.sessions.store import default_home
+from massgen_mcp.trust import is_loopback
 
 if TYPE_CHECKING:
     from fastmcp.server.auth import TokenVerifier
@@ -97,24 +100,46 @@ def configure_logging(home: Path | None) -> None:
         handlers.append(logging.FileHandler(folder / "server.log", encoding="utf-8"))
     except OSError:
         pass  # a read-only folder must not stop the server; stderr still has the logs
-    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    for handler in handlers:
+        handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: "
+                                                "%(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
 
 
 def serve_stdio(home: Path | None = None) -> None:
+    """Serve until stdin closes, SIGTERM or SIGINT. Each is a graceful stop: runs in flight
+    are recorded ``interrupted`` (so ``resume_session`` continues them) and the process exits
+    promptly, with status 0 and nothing but log lines on stderr."""
+    from massgen_mcp.server import stdio
     from massgen_mcp.server.app import create_server
+    from massgen_mcp.service import ConsensusService
 
+    stdio.install()
     configure_logging(home)
-    create_server(home=home).run(transport="stdio", show_banner=False)
+    service = ConsensusService.local(home)
+    server = create_server(service=service)
+
+    async def stop(signum: int) -> None:
+        logging.getLogger(__name__).info("%s: stopping", signal.Signals(signum).name)
+        await service.aclose(interrupt=True)
+        # stdin is read by a worker thread blocked in read() until the host closes the pipe,
+        # and the server waits for it; the records are closed, so exit without waiting.
+        sys.stdout.flush()
+        logging.shutdown()
+        os._exit(0)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stopping: set[asyncio.Task[None]] = set()  # keep the stop task referenced
+
+        def on_signal(signum: int) -> None:
+            stopping.add(loop.create_task(stop(signum)))
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, on_signal, signum)
+        await server.run_async(transport="stdio", show_banner=False)
+
+    asyncio.run(main())
 
 
 def serve_http(*, host: str, port: int, path: str, home: Path | None = None) -> None:

@@ -76,6 +76,9 @@ class SessionRunner:
         self.provider = provider
         self.max_running = max_running
         self.runs: dict[str, LiveRun] = {}  # only runs still going
+        # Runs that ended while their record could not be written (disk full): their end
+        # lives here, so this process still reports it truly. Rare, and small.
+        self.unrecorded: dict[str, FileRecorder] = {}
         self.listeners: list[EventListener] = []
         self._closed = False
 
@@ -142,15 +145,29 @@ class SessionRunner:
             return await run.engine.run()
         finally:
             run.recorder.close()
+            if run.recorder.write_error is not None:
+                self.unrecorded[run.session_id] = run.recorder
             self.runs.pop(run.session_id, None)  # the record on disk is the truth from now on
             run.changes.pulse()
 
+    def _recorder(self, session_id: str) -> FileRecorder | None:
+        run = self.runs.get(session_id)
+        return run.recorder if run is not None else self.unrecorded.get(session_id)
+
     def status(self, session_id: str) -> StatusRecord:
         """Live status from memory when the run is here, else from its status.json."""
-        run = self.runs.get(session_id)
-        if run is not None and run.recorder.latest_status is not None:
-            return run.recorder.latest_status
+        recorder = self._recorder(session_id)
+        if recorder is not None and recorder.latest_status is not None:
+            return recorder.latest_status
         return self.store.read_status(session_id)
+
+    def result(self, session_id: str) -> ResultRecord | None:
+        """The result of a finished run (None while it goes on), from memory when its record
+        could not be written, else from result.json."""
+        recorder = self.unrecorded.get(session_id)
+        if recorder is not None and recorder.result is not None:
+            return recorder.result
+        return self.store.read_result(session_id)
 
     async def wait(self, session_id: str, timeout_s: float | None, *, until_done: bool = False,
                    after_revision: int | None = None, on_change: StatusCallback | None = None
@@ -190,14 +207,20 @@ class SessionRunner:
         await asyncio.gather(run.task, return_exceptions=True)
         return True
 
-    async def aclose(self, deadline_s: float = CLOSE_DEADLINE_S) -> None:
-        """Cancel every run still going and wait up to ``deadline_s`` for their records to be
-        closed; a run that does not stop in time is logged and left behind (its record will
-        read ``interrupted`` to the next server)."""
+    async def aclose(self, deadline_s: float = CLOSE_DEADLINE_S, *, interrupt: bool = False
+                     ) -> None:
+        """Stop every run still going and wait up to ``deadline_s`` for their records to be
+        closed. ``interrupt`` (the server is stopping, not the user cancelling) records them
+        ``interrupted``, so they can be resumed; otherwise they are ``cancelled``. A run that
+        does not stop in time is logged and left behind (the next server marks it
+        ``interrupted``)."""
         self._closed = True
-        tasks = [r.task for r in self.runs.values()]
-        for task in tasks:
-            task.cancel()
+        tasks = []
+        for run in self.runs.values():
+            if interrupt:
+                run.engine.interrupt()
+            run.task.cancel()
+            tasks.append(run.task)
         if not tasks:
             return
         _, stuck = await asyncio.wait(tasks, timeout=deadline_s)

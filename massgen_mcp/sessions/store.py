@@ -20,6 +20,8 @@ Session ids are ULIDs: they sort by creation time, carry 80 random bits, and con
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import os
@@ -34,7 +36,12 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from massgen_mcp.errors import SessionNotFoundError, SessionStateError
+from massgen_mcp.errors import (
+    RecordWriteError,
+    SessionNotFoundError,
+    SessionStateError,
+    describe_write_error,
+)
 from massgen_mcp.records import (
     Event,
     EventType,
@@ -52,9 +59,10 @@ from massgen_mcp.secrets import redact
 log = logging.getLogger(__name__)
 
 HOME_ENV = "MASSGEN_HOME"
+MIN_FREE_BYTES = 256 * 1024  # refuse to start a run that could not even write its first events
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_SESSION_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
-_LABEL = re.compile(r"^[A-H][0-9]{1,2}$")
+_SESSION_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
+_LABEL = re.compile(r"[A-H][0-9]{1,2}")
 _R = TypeVar("_R", bound=VersionedRecord)
 
 
@@ -84,19 +92,25 @@ def new_session_id(now: float | None = None) -> str:
     return "".join(reversed(chars))
 
 
-def check_session_id(session_id: str) -> str:
-    if not isinstance(session_id, str) or not _SESSION_ID.match(session_id):
+def check_session_id(session_id: str, field: str = "session_id") -> str:
+    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
         raise SessionNotFoundError(
-            f"session_id {str(session_id)[:60]!r} is not a session id; ids are 26 characters "
+            f"{field} {str(session_id)[:60]!r} is not a session id; ids are 26 characters "
             "like 01JD3V6Y8T2K6Q3M1R5X0B7N4C (see list_sessions)"
         )
     return session_id
 
 
 def atomic_write(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` all at once; on failure the old file stays and no
+    temporary file is left behind."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _dump(data: Any) -> str:
@@ -111,13 +125,29 @@ EventHook = Callable[[Event], None]
 StatusHook = Callable[[StatusRecord], None]
 
 
+_M = TypeVar("_M", Event, StatusRecord, ResultRecord)
+
+
+def masked(record: _M) -> tuple[_M, str]:
+    """``record`` with every secret masked, and its JSON text (parsed back only when the
+    redaction changed something: the common case costs nothing extra)."""
+    raw = record.to_json() if isinstance(record, Event) else _dump_record(record)
+    text = redact(raw)
+    return (record if text == raw else type(record).model_validate_json(text)), text
+
+
 class FileRecorder:
     """Writes one session's record: the engine's :class:`~massgen_mcp.consensus.engine.Recorder`
-    for files. Every string is passed through :func:`redact` on its way to disk.
+    for files. Every record is masked (:func:`masked`) before anyone sees it: the files, the
+    live status that ``get_status`` serves, the events the CLI prints and the result.
 
     ``on_event`` and ``on_status`` let whoever runs the session follow it (progress lines,
     waking long polls) without a second layer around the writer. :meth:`close` ends the record
     with its ``report.html``: the recorder owns the folder, so it writes the report too.
+
+    A write the disk refuses raises :class:`RecordWriteError` once (the engine then ends the
+    run ``failed``, ``record_write_failed``); after that the recorder keeps the in-memory state
+    current and writes whatever still fits, so readers in this process see the true end.
     """
 
     def __init__(self, store: SessionStore, session_id: str, *,
@@ -130,45 +160,68 @@ class FileRecorder:
         self.on_status = on_status
         self.latest_status: StatusRecord | None = None
         self.result: ResultRecord | None = None
-        (self.folder / "answers").mkdir(parents=True, exist_ok=True)
-        self._events = os.open(self.folder / "events.jsonl",
-                               os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.write_error: RecordWriteError | None = None
+        try:
+            (self.folder / "answers").mkdir(parents=True, exist_ok=True)
+            self._events = os.open(self.folder / "events.jsonl",
+                                   os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as exc:
+            raise RecordWriteError(describe_write_error(exc, store.home)) from None
+
+    def _failed(self, exc: OSError) -> None:
+        if self.write_error is not None:
+            log.warning("session %s: %s", self.session_id, exc)
+            return
+        self.write_error = RecordWriteError(describe_write_error(exc, self.store.home))
+        log.error("session %s: %s", self.session_id, self.write_error)
+        raise self.write_error from exc
+
+    def _write(self, path: Path, text: str) -> None:
+        try:
+            atomic_write(path, text)
+        except OSError as exc:
+            self._failed(exc)
 
     def write_record(self, name: str, record: VersionedRecord) -> None:
-        atomic_write(self.folder / name, redact(_dump_record(record)))
+        self._write(self.folder / name, redact(_dump_record(record)))
 
     def write_json(self, name: str, data: Any) -> None:
-        atomic_write(self.folder / name, redact(_dump(data)))
+        self._write(self.folder / name, redact(_dump(data)))
 
     def event(self, event: Event) -> None:
-        line = redact(event.to_json()) + "\n"
-        os.write(self._events, line.encode("utf-8"))  # one write: lines never interleave
+        event, line = masked(event)
         if self.on_event is not None:
             self.on_event(event)
+        data = (line + "\n").encode("utf-8")
+        size = os.fstat(self._events).st_size
+        try:
+            # One write, so lines never interleave; a short write (disk full) is undone, so
+            # the file never holds half a line for later events to follow.
+            if os.write(self._events, data) != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._events, size)
+            self._failed(exc)
 
     def status(self, status: StatusRecord) -> None:
-        status = status.model_copy(update={"pid": os.getpid()})
-        raw = _dump_record(status)
-        text = redact(raw)
-        atomic_write(self.folder / "status.json", text)
-        # Readers of the live status get exactly what is on disk, secrets masked (parsed back
-        # only when redaction changed something: the common case costs nothing extra).
-        self.latest_status = status if text == raw else StatusRecord.model_validate_json(text)
+        self.latest_status, text = masked(status.model_copy(update={"pid": os.getpid()}))
         if self.on_status is not None:
             self.on_status(self.latest_status)
+        self._write(self.folder / "status.json", text)
 
     def answer(self, label: str, content: str) -> None:
-        atomic_write(self.folder / "answers" / f"{label}.md", redact(content) + "\n")
+        self._write(self.folder / "answers" / f"{label}.md", redact(content) + "\n")
 
     def finish(self, result: ResultRecord) -> None:
-        self.result = result
-        if result.final_answer is not None:
-            atomic_write(self.folder / "final.md", redact(result.final_answer) + "\n")
-        self.write_record("result.json", result)
+        self.result, text = masked(result)
+        if self.result.final_answer is not None:
+            self._write(self.folder / "final.md", self.result.final_answer + "\n")
+        self._write(self.folder / "result.json", text)
 
     def close(self) -> None:
         os.close(self._events)
-        if self.result is None:
+        if self.result is None or self.write_error is not None:
             return
         try:
             self.store.write_report(self.session_id)
@@ -202,10 +255,22 @@ class SessionStore:
     def create(self, session_id: str, *, config: dict[str, Any], request: RequestRecord,
                on_event: EventHook | None = None, on_status: StatusHook | None = None
                ) -> FileRecorder:
-        self.folder(session_id).mkdir(parents=True, exist_ok=False)
-        recorder = FileRecorder(self, session_id, on_event=on_event, on_status=on_status)
-        recorder.write_json("config.json", config)
-        recorder.write_record("request.json", request)
+        """A new session folder with its config and request, or RecordWriteError (and no
+        folder) when the home cannot take it."""
+        folder = self.folder(session_id)
+        try:
+            self.sessions_dir.mkdir(parents=True, exist_ok=True)
+            if shutil.disk_usage(self.sessions_dir).free < MIN_FREE_BYTES:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            folder.mkdir()
+            recorder = FileRecorder(self, session_id, on_event=on_event, on_status=on_status)
+            recorder.write_json("config.json", config)
+            recorder.write_record("request.json", request)
+        except (OSError, RecordWriteError) as exc:
+            shutil.rmtree(folder, ignore_errors=True)  # never leave an empty session behind
+            if isinstance(exc, RecordWriteError):
+                raise exc from None
+            raise RecordWriteError(describe_write_error(exc, self.home)) from None
         return recorder
 
     def reopen(self, session_id: str, *, on_event: EventHook | None = None,
@@ -288,7 +353,7 @@ class SessionStore:
         return events
 
     def read_answer(self, session_id: str, label: str) -> str:
-        if not _LABEL.match(label):
+        if not _LABEL.fullmatch(label):
             raise SessionNotFoundError(f"{label!r} is not an answer label (like A1 or C2)")
         path = self._existing(session_id) / "answers" / f"{label}.md"
         try:
@@ -322,12 +387,16 @@ class SessionStore:
             pid = status.pid
             if status.status is not RunStatus.RUNNING or (pid is not None and is_alive(pid)):
                 continue
-            self.append_event(sid, EventType.INTERRUPTED,
-                              reason=f"process {pid} ended while the run was in progress")
             ended = status.model_copy(update={
                 "status": RunStatus.INTERRUPTED, "finish_reason": FinishReason.INTERRUPTED,
                 "phase": Phase.DONE})
-            atomic_write(self.folder(sid) / "status.json", redact(_dump_record(ended)))
+            try:
+                self.append_event(sid, EventType.INTERRUPTED,
+                                  reason=f"process {pid} ended while the run was in progress")
+                atomic_write(self.folder(sid) / "status.json", redact(_dump_record(ended)))
+            except (OSError, RecordWriteError) as exc:  # a full disk must not stop start-up
+                log.warning("could not mark session %s interrupted: %s", sid, exc)
+                continue
             marked.append(sid)
         return marked
 
@@ -352,7 +421,7 @@ class SessionStore:
         """Ids newest first."""
         if not self.sessions_dir.is_dir():
             return iter(())
-        names = [p.name for p in self.sessions_dir.iterdir() if _SESSION_ID.match(p.name)]
+        names = [p.name for p in self.sessions_dir.iterdir() if _SESSION_ID.fullmatch(p.name)]
         return iter(sorted(names, reverse=True))
 
     def summary(self, session_id: str) -> SessionSummary | None:
@@ -372,7 +441,7 @@ class SessionStore:
              cursor: str | None = None) -> tuple[list[SessionSummary], str | None]:
         """A page of sessions newest first, and the cursor for the next page (or None)."""
         if cursor is not None:
-            check_session_id(cursor)
+            check_session_id(cursor, "cursor")
         found: list[SessionSummary] = []
         for sid in self.session_ids():
             if cursor is not None and sid >= cursor:
