@@ -44,7 +44,7 @@ def load_litellm() -> ModuleType:
                 logger = logging.getLogger(name)
                 logger.handlers.clear()
                 handler = logging.StreamHandler(sys.stderr)
-                handler.setFormatter(RedactingFormatter(logging.BASIC_FORMAT))
+                handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
                 logger.addHandler(handler)
                 logger.setLevel(logging.WARNING)
                 logger.propagate = False
