@@ -167,12 +167,14 @@ def cmd_trust(args: argparse.Namespace) -> int:
               else f"{path}: was not trusted")
         return EXIT_OK
     text = read_config_text(path)
-    team, _ = team_from_mapping(parse_yaml(text, str(path)), source=path.name)
-    where = trust.trust(path, text)
-    print(f"{path}: trusted as it is now (sha256 {trust.digest(text)[:12]}…; any change asks "
+    expanded: list[tuple[str, str]] = []
+    team, _ = team_from_mapping(parse_yaml(text, str(path)), source=path.name,
+                                expanded=expanded)
+    where = trust.trust(path, text, expanded)
+    print(f"{path}: trusted as it is now (any change to it or to the variables it reads asks "
           f"again); recorded in {where}")
-    for line in trust.key_destinations(team) or ["it sends no key from your environment "
-                                                  "to a foreign host"]:
+    for line in trust.risks(team, expanded) or ["it sends no key from your environment to a "
+                                                 "foreign host"]:
         print(f"  {line}")
     return EXIT_OK
 

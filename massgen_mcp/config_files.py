@@ -85,7 +85,10 @@ def _unknown(key: str, where: str, known: set[str]) -> ConfigError:
     return ConfigError(f"{where + '.' if where else ''}{key}: unknown key{hint}")
 
 
-def _expand(value: Any, where: str) -> Any:
+Expanded = list[tuple[str, str]]  # (variable, where it went) for every ${VAR} expanded
+
+
+def _expand(value: Any, where: str, used: Expanded) -> Any:
     """Replace ``${VAR}`` in strings with the environment variable; unset variables are errors.
 
     A credential-named variable may only be a whole ``api_key`` (see :func:`_agent`): anywhere
@@ -100,12 +103,13 @@ def _expand(value: Any, where: str) -> Any:
             value = getenv(name)
             if value is None:
                 raise ConfigError(f"{where}: environment variable {name} is not set")
+            used.append((name, where))
             return value
         return _VAR.sub(sub, value)
     if isinstance(value, dict):
-        return {k: _expand(v, f"{where}.{k}") for k, v in value.items()}
+        return {k: _expand(v, f"{where}.{k}", used) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_expand(v, f"{where}[{i}]", used) for i, v in enumerate(value)]
     return value
 
 
@@ -229,26 +233,29 @@ def _options(data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     return options
 
 
-def _expand_backend(raw: Any, index: int) -> Any:
+def _expand_backend(raw: Any, index: int, used: Expanded) -> Any:
     """An agent with ``${VAR}`` expanded everywhere except a whole-``${VAR}`` api_key, which
     :func:`_agent` keeps as a reference."""
     if not isinstance(raw, dict):
         return raw
     where = f"agents[{index}]"
-    expanded = {k: _expand(v, f"{where}.{k}") for k, v in raw.items() if k != "backend"}
+    expanded = {k: _expand(v, f"{where}.{k}", used) for k, v in raw.items() if k != "backend"}
     backend = raw.get("backend")
     if isinstance(backend, dict):
         key = backend.get("api_key")
         keep = isinstance(key, str) and _VAR.fullmatch(key) is not None
-        backend = {k: v if k == "api_key" and keep else _expand(v, f"{where}.backend.{k}")
-                   for k, v in backend.items()}
+        backend = {k: v if k == "api_key" and keep
+                   else _expand(v, f"{where}.backend.{k}", used) for k, v in backend.items()}
     if "backend" in raw:
         expanded["backend"] = backend
     return expanded
 
 
-def team_from_mapping(data: Any, *, source: str = "config") -> tuple[TeamConfig, list[str]]:
-    """Translate a MassGen-format mapping; returns the team and warnings about ignored keys."""
+def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded | None = None
+                      ) -> tuple[TeamConfig, list[str]]:
+    """Translate a MassGen-format mapping; returns the team and warnings about ignored keys.
+    ``expanded`` collects each ``${VAR}`` put into the config (a trust check needs them)."""
+    used: Expanded = [] if expanded is None else expanded
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping with an 'agents' list")
     warnings: list[str] = []
@@ -262,8 +269,9 @@ def team_from_mapping(data: Any, *, source: str = "config") -> tuple[TeamConfig,
         raw_agents = [data["agent"]]
     if not isinstance(raw_agents, list) or not raw_agents:
         raise ConfigError("agents: required, a list of 1-8 agents")
-    agents = [_agent(_expand_backend(raw, i), i, warnings) for i, raw in enumerate(raw_agents)]
-    data = {k: _expand(v, k) for k, v in data.items() if k not in ("agents", "agent")}
+    agents = [_agent(_expand_backend(raw, i, used), i, warnings)
+              for i, raw in enumerate(raw_agents)]
+    data = {k: _expand(v, k, used) for k, v in data.items() if k not in ("agents", "agent")}
     team = build_team({"agents": agents, "options": _options(data, warnings)}, source=source)
     return team, warnings
 
@@ -340,8 +348,9 @@ def load_config_file(path: str | Path, *, check_trust: bool = False
     path = Path(path)
     text = read_config_text(path)
     data = parse_yaml(text, str(path))
+    expanded: Expanded = []
     try:
-        team, warnings = team_from_mapping(data, source=path.name)
+        team, warnings = team_from_mapping(data, source=path.name, expanded=expanded)
     except ConfigError as exc:
         message = str(exc)
         raise ConfigError(message if message.startswith(path.name) else f"{path.name}: {message}"
@@ -349,7 +358,7 @@ def load_config_file(path: str | Path, *, check_trust: bool = False
     if check_trust:
         from massgen_mcp import trust
 
-        trust.check(team, path, text)
+        trust.check(team, path, text, expanded)
     return team, warnings
 
 

@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import threading
+from typing import Any
 from urllib.parse import quote
 
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CRED)", re.IGNORECASE)
@@ -77,6 +78,18 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, MASK)
     return _KEY_SHAPES.sub(MASK, text)
+
+
+def redact_data(value: Any) -> Any:
+    """JSON-ready data with every string (keys included) redacted: unlike redacting the JSON
+    text, this can never break the document's structure, whatever the secret looks like."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [redact_data(v) for v in value]
+    if isinstance(value, dict):
+        return {redact(str(k)): redact_data(v) for k, v in value.items()}
+    return value
 
 
 class RedactingFormatter(logging.Formatter):

@@ -16,6 +16,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from massgen_mcp import trust
 from massgen_mcp.config import MAX_AGENTS, RunSpec, TeamConfig, build_team
 from massgen_mcp.config_files import load_config_file, resolve_config_path
 from massgen_mcp.context_files import Workspace
@@ -51,8 +52,11 @@ async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
         if found.team is None:
             raise ConfigError(f"no team given and none found: {found.reason}")
         team, notes = found.team, [f"default team ({found.source}): {found.reason}"]
-    return TeamChoice(with_overrides(team, spec.overrides(), spec.base_url,
-                                      source=spec.config or "models"), notes)
+    final = with_overrides(team, spec.overrides(), spec.base_url,
+                           source=spec.config or "models")
+    if spec.base_url and workspace.confined:
+        trust.check_override(team, final, spec.base_url)
+    return TeamChoice(final, notes)
 
 
 def _team_from_models(models: list[str]) -> TeamConfig:

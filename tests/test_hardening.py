@@ -200,6 +200,59 @@ async def test_a_config_named_over_mcp_needs_consent(tmp_path: Path, monkeypatch
         assert started.structured_content["session_id"]
 
 
+def test_consent_covers_env_values_other_providers_keys_and_call_overrides(
+        tmp_path: Path, monkeypatch) -> None:
+    from massgen_mcp import trust
+    from massgen_mcp.config_files import parse_yaml, read_config_text, team_from_mapping
+    from massgen_mcp.trust import UntrustedConfigError
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("PROXY_HOST", "proxy.example.invalid")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-canary-000000000")
+    path = tmp_path / "cfg.yaml"
+
+    def consent(body: str) -> None:
+        path.write_text("agents:\n  - id: a\n    backend: " + body + "\n")
+        load_config_file(path, check_trust=True)
+
+    # An environment value copied into a URL goes wherever the URL says.
+    with pytest.raises(UntrustedConfigError, match=r"base_url reads \$PROXY_HOST"):
+        consent("{type: chatcompletion, model: m, base_url: 'https://${PROXY_HOST}/v1'}")
+    text = read_config_text(path)
+    expanded: list[tuple[str, str]] = []
+    team_from_mapping(parse_yaml(text, "cfg"), expanded=expanded)
+    trust.trust(path, text, expanded)
+    load_config_file(path, check_trust=True)  # trusted as it is
+    monkeypatch.setenv("PROXY_HOST", "elsewhere.example.invalid")  # a new .env: ask again
+    with pytest.raises(UntrustedConfigError):
+        load_config_file(path, check_trust=True)
+    # Another provider's key, even to that provider's own host, or with no base_url at all.
+    with pytest.raises(UntrustedConfigError, match=r"would send \$ANTHROPIC_API_KEY"):
+        consent("{type: openai, model: gpt-4o, api_key_env: ANTHROPIC_API_KEY}")
+    with pytest.raises(UntrustedConfigError, match=r"would send \$ANTHROPIC_API_KEY"):
+        consent("{type: openai, model: gpt-4o, api_key_env: ANTHROPIC_API_KEY, "
+                "base_url: 'https://api.openai.com/v1'}")
+    # A URL no parser agrees on is foreign, not a crash.
+    with pytest.raises(UntrustedConfigError, match="would send"):
+        consent("{type: openai, model: gpt-4o, api_key_env: OPENAI_API_KEY, "
+                "base_url: 'https://e.example\uff03@api.openai.com/v1'}")
+    consent("{type: claude, model: claude-haiku-4-5, api_key_env: ANTHROPIC_API_KEY}")
+
+
+async def test_a_base_url_in_the_call_cannot_receive_an_environment_key(
+        tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
+    (tmp_path / "team.yaml").write_text(
+        "agents:\n  - id: a\n    backend: {type: openai, model: gpt-4o-mini, "
+        "api_key_env: OPENAI_API_KEY}\n")
+    async with Client(create_server(root=tmp_path)) as client:
+        refused = await client.call_tool("run_consensus", {
+            "question": "q", "config": "team.yaml",
+            "base_url": "http://collector.example.invalid/v1"}, raise_on_error=False)
+    assert refused.is_error
+    assert "cannot receive a key from your environment" in refused.content[0].text
+
+
 def test_credential_variables_only_as_api_keys() -> None:
     from massgen_mcp.config_files import team_from_mapping
 
@@ -365,6 +418,33 @@ async def test_full_disk_ends_the_run_cleanly(scripted, home: Path) -> None:
     assert shell.stderr.strip().splitlines() == [
         f"massgen-mcp: no space left in {home}; free some space or set MASSGEN_HOME to "
         "another folder"], shell.stderr
+
+
+def test_a_refused_write_ends_a_cli_run_failed(scripted, home: Path) -> None:
+    """Runs on any machine (no mount needed): RLIMIT_FSIZE makes the kernel refuse any record
+    file over 200 KB (EFBIG), as a full disk would; result.json (~300 KB) is refused."""
+    import resource
+    import signal
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG, not a killing signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    server = scripted(big_answers)
+    proc = subprocess.run(
+        [sys.executable, "-m", "massgen_mcp", "run", "q", "--json", "--models",
+         ",".join(models_for(server))],
+        capture_output=True, text=True, env=server_env(home), timeout=120, preexec_fn=limit)
+    assert proc.returncode == 2, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert (summary["status"], summary["finish_reason"]) == ("failed", "record_write_failed")
+    assert "Traceback" not in proc.stderr
+    assert "run ended failed (record_write_failed)" in proc.stderr
+    [folder] = (home / "sessions").iterdir()
+    status = json.loads((folder / "status.json").read_text())
+    assert (status["status"], status["finish_reason"]) == ("failed", "record_write_failed")
+    assert not (folder / "result.json").exists()
+    assert not list(folder.rglob("*.tmp"))
 
 
 # -- small input checks ------------------------------------------------------------------------

@@ -345,17 +345,17 @@ class ConsensusRun:
 
         Cancelling the task that awaits this records ``cancelled`` and re-raises.
         """
-        if self.request.prior_answers:
-            self._emit(EventType.RESUMED,
-                       labels=[a.label for a in self.coord.current_answers()])
-        else:
-            self._emit(EventType.STARTED, question=self.request.question,
-                       agents={a.id: a.model for a in self.agents.values()},
-                       parent_session_id=self.request.parent_session_id)
         final: str | None = None
         presenter: str | None = None
         try:
             try:
+                if self.request.prior_answers:
+                    self._emit(EventType.RESUMED,
+                               labels=[a.label for a in self.coord.current_answers()])
+                else:
+                    self._emit(EventType.STARTED, question=self.request.question,
+                               agents={a.id: a.model for a in self.agents.values()},
+                               parent_session_id=self.request.parent_session_id)
                 async with asyncio.timeout(self.options.timeout_s):
                     try:
                         await self._coordinate()
@@ -439,7 +439,10 @@ class ConsensusRun:
         result = self._result(final, presenter, winner, tie)
         self._emit(EventType.FINISHED, status=self.status, finish_reason=self.finish_reason)
         self.recorder.finish(result)
-        self._publish_status()
+        # The result is recorded: the run's outcome stands even if this last status write is
+        # refused (the recorder still holds it in memory; the next server reads result.json).
+        with contextlib.suppress(RecordWriteError):
+            self._publish_status()
         return result
 
     def _result(self, final: str | None, presenter: str | None, winner: Answer | None,

@@ -104,6 +104,11 @@ def configure_logging(home: Path | None) -> None:
         handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: "
                                                 "%(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
+    # fastmcp logs through its own (rich) handler, which would bypass the redaction: send its
+    # records to ours instead, so they reach server.log too.
+    fastmcp_log = logging.getLogger("fastmcp")
+    fastmcp_log.handlers.clear()
+    fastmcp_log.propagate = True
 
 
 def serve_stdio(home: Path | None = None) -> None:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from massgen_mcp.config import TeamConfig
 from massgen_mcp.consensus.engine import ConsensusRun, RunRequest
-from massgen_mcp.errors import SessionStateError
+from massgen_mcp.errors import RecordWriteError, SessionStateError
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.records import Event, RequestRecord, ResultRecord, StatusRecord
 from massgen_mcp.sessions.store import FileRecorder, SessionStore, new_session_id
@@ -135,7 +136,13 @@ class SessionRunner:
                 ) -> LiveRun:
         engine = ConsensusRun(request, self.provider, recorder)
         run = LiveRun(request.session_id, engine, recorder, changes)
-        recorder.status(engine.snapshot())
+        try:
+            recorder.status(engine.snapshot())
+        except RecordWriteError:
+            recorder.close()
+            if not request.prior_answers and not request.prior_event_count:
+                shutil.rmtree(recorder.folder, ignore_errors=True)  # a new run: no trace
+            raise
         run.task = asyncio.create_task(self._execute(run), name=f"session:{request.session_id}")
         self.runs[request.session_id] = run
         return run

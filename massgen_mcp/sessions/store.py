@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from massgen_mcp.errors import (
+    MassgenError,
     RecordWriteError,
     SessionNotFoundError,
     SessionStateError,
@@ -54,7 +55,7 @@ from massgen_mcp.records import (
     StatusRecord,
     VersionedRecord,
 )
-from massgen_mcp.secrets import redact
+from massgen_mcp.secrets import redact, redact_data
 
 log = logging.getLogger(__name__)
 
@@ -125,15 +126,23 @@ EventHook = Callable[[Event], None]
 StatusHook = Callable[[StatusRecord], None]
 
 
-_M = TypeVar("_M", Event, StatusRecord, ResultRecord)
+_M = TypeVar("_M", Event, StatusRecord, ResultRecord, RequestRecord)
 
 
 def masked(record: _M) -> tuple[_M, str]:
-    """``record`` with every secret masked, and its JSON text (parsed back only when the
-    redaction changed something: the common case costs nothing extra)."""
-    raw = record.to_json() if isinstance(record, Event) else _dump_record(record)
-    text = redact(raw)
-    return (record if text == raw else type(record).model_validate_json(text)), text
+    """``record`` with every secret masked, and its JSON text. The common case (nothing to
+    mask) costs one scan of the text; otherwise the strings are masked one by one, so the
+    record stays valid whatever the secret looks like."""
+    raw = _record_json(record)
+    if redact(raw) == raw:
+        return record, raw
+    data = record.model_dump(mode="json", exclude_unset=isinstance(record, Event))
+    clean = type(record).model_validate(redact_data(data))
+    return clean, _record_json(clean)
+
+
+def _record_json(record: Event | VersionedRecord) -> str:
+    return record.to_json() if isinstance(record, Event) else _dump_record(record)
 
 
 class FileRecorder:
@@ -182,11 +191,11 @@ class FileRecorder:
         except OSError as exc:
             self._failed(exc)
 
-    def write_record(self, name: str, record: VersionedRecord) -> None:
-        self._write(self.folder / name, redact(_dump_record(record)))
+    def write_record(self, name: str, record: RequestRecord) -> None:
+        self._write(self.folder / name, masked(record)[1])
 
     def write_json(self, name: str, data: Any) -> None:
-        self._write(self.folder / name, redact(_dump(data)))
+        self._write(self.folder / name, _dump(redact_data(data)))
 
     def event(self, event: Event) -> None:
         event, line = masked(event)
@@ -387,14 +396,20 @@ class SessionStore:
             pid = status.pid
             if status.status is not RunStatus.RUNNING or (pid is not None and is_alive(pid)):
                 continue
-            ended = status.model_copy(update={
-                "status": RunStatus.INTERRUPTED, "finish_reason": FinishReason.INTERRUPTED,
-                "phase": Phase.DONE})
             try:
-                self.append_event(sid, EventType.INTERRUPTED,
-                                  reason=f"process {pid} ended while the run was in progress")
-                atomic_write(self.folder(sid) / "status.json", redact(_dump_record(ended)))
-            except (OSError, RecordWriteError) as exc:  # a full disk must not stop start-up
+                result = self.read_result(sid)
+                if result is not None:  # it finished, but its last status write was lost
+                    ended = status.model_copy(update={
+                        "status": result.status, "finish_reason": result.finish_reason,
+                        "phase": Phase.DONE})
+                else:
+                    ended = status.model_copy(update={
+                        "status": RunStatus.INTERRUPTED,
+                        "finish_reason": FinishReason.INTERRUPTED, "phase": Phase.DONE})
+                    self.append_event(sid, EventType.INTERRUPTED, reason=f"process {pid} "
+                                      "ended while the run was in progress")
+                atomic_write(self.folder(sid) / "status.json", masked(ended)[1])
+            except (OSError, MassgenError) as exc:  # a full disk must not stop start-up
                 log.warning("could not mark session %s interrupted: %s", sid, exc)
                 continue
             marked.append(sid)
