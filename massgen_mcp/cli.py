@@ -145,6 +145,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             extras.append(f"temperature={agent.temperature}")
         if agent.system_message:
             extras.append("persona")
+        if team.options.workspace_tools and agent.uses_native_tools():
+            extras.append("tools=list_files,read_file,search_text")
         print(f"  {agent.id}: {agent.model} {' '.join(extras)}".rstrip())
     print("  options: " + ", ".join(f"{k}={v}" for k, v in team.options.model_dump().items()))
     for warning in warnings:

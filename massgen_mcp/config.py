@@ -144,6 +144,11 @@ class RunOptions(BaseModel):
     max_cost_usd: Annotated[float | None, Field(gt=0)] = None
     max_total_tokens: Annotated[int | None, Field(gt=0)] = None
     skip_final_presentation: bool = False
+    workspace_tools: bool = Field(False, description=(
+        "let agents read the project's files (read-only; secret files never) before they "
+        "decide; what they read is sent to their providers"))
+    max_tool_calls_per_turn: Annotated[int, Field(ge=1, le=64)] = 8
+    max_tool_calls_per_run: Annotated[int, Field(ge=1, le=1_000)] = 64
 
 
 class RunSpec(BaseModel):

@@ -75,6 +75,7 @@ class CallPurpose(StrEnum):
     ANSWER = "answer"  # round one
     EVALUATE = "evaluate"  # later turns: vote or a new answer
     FINAL = "final"  # the winner's final presentation
+    EVIDENCE = "evidence"  # a call that came back with evidence tool calls (read_file, ...)
 
 
 # Every kind of line in events.jsonl.
@@ -98,6 +99,7 @@ class EventType(StrEnum):
     FINISHED = "finished"
     INTERRUPTED = "interrupted"  # written by the next server when it finds the run orphaned
     CONTINUED = "continued"  # a follow-up session was started from this one
+    TOOL_CALL = "tool_call"  # an agent used an evidence tool within its turn
 
 
 class Record(BaseModel):
@@ -149,6 +151,7 @@ class AgentStatus(Record):
     vote: VoteRef | None = None
     dropped_reason: str | None = None
     usage: Usage = Usage()
+    activity: str | None = None  # the evidence tool it is using now, e.g. "read_file a.py"
 
 
 class AnswerRef(Record):
@@ -254,6 +257,7 @@ class RequestRecord(VersionedRecord):
     question: str
     context: str | None = None
     parent_session_id: str | None = None
+    workspace: str | None = None  # the root the workspace tools read, when they are on
 
 
 class Event(Record):
@@ -294,6 +298,8 @@ class Event(Record):
     child_session_id: str | None = None
     status: RunStatus | None = None
     finish_reason: FinishReason | None = None
+    tool: str | None = None
+    arguments: str | None = None  # the tool call's arguments, clipped
 
     @property
     def owner(self) -> str | None:

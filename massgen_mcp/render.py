@@ -31,6 +31,9 @@ def describe_event(event: Event) -> str | None:
     if kind is EventType.RETRY:
         return (f"{t} {who} provider {event.kind}, retry {event.attempt} "
                 f"in {event.delay_s or 0:.1f}s")
+    if kind is EventType.TOOL_CALL:
+        outcome = f"error: {_short(event.error)}" if event.error else f"{event.chars} chars"
+        return f"{t} {who} {event.tool} {_short(event.arguments, 60)} → {outcome}"
     if kind is EventType.AGENT_DROPPED:
         return f"{t} {who} dropped: {_short(event.reason, 160)}"
     if kind in (EventType.CONSENSUS, EventType.TIMEOUT, EventType.BUDGET_EXCEEDED,

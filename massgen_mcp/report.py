@@ -25,6 +25,7 @@ _MARKS = {
     EventType.VOTES_INVALIDATED: ("✗", "votes invalidated"),
     EventType.INVALID_ACTION: ("!", "invalid action"),
     EventType.RETRY: ("↻", "provider retry"),
+    EventType.TOOL_CALL: ("◆", "tool call"),
     EventType.AGENT_DROPPED: ("■", "dropped"),
     EventType.FINAL: ("★", "final answer"),
 }
@@ -105,7 +106,8 @@ def _inline(text: str) -> str:
 
 def _event_title(event: Event) -> str:
     parts = [f"{_MARKS[event.type][1]} at {event.t or 0:.2f}s"]
-    for key in ("label", "reason", "problem", "error", "by", "count"):
+    for key in ("tool", "arguments", "chars", "label", "reason", "problem", "error", "by",
+                "count"):
         value = getattr(event, key)
         if value not in (None, ""):
             parts.append(f"{key}: {value}")

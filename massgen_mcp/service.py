@@ -127,7 +127,8 @@ class ConsensusService:
         if problems:
             raise ConfigError("missing API keys:\n" + "\n".join(problems))
         run = await self.runner.start(question, team, context=context,
-                                      parent_session_id=parent_session_id)
+                                      parent_session_id=parent_session_id,
+                                      workspace=self.workspace.root.resolve())
         return Started(run.session_id, run.recorder.folder, notes)
 
     async def continue_session(self, session_id: str, follow_up: str, *,
@@ -168,7 +169,8 @@ class ConsensusService:
         run = await self.runner.resume(
             session_id, request.question, team, context=request.context,
             parent_session_id=request.parent_session_id, prior_answers=answers,
-            prior_calls=calls, prior_event_count=len(events))
+            prior_calls=calls, prior_event_count=len(events),
+            workspace=Path(request.workspace) if request.workspace else None)
         return Started(session_id, run.recorder.folder, [])
 
     def _recorded_team(self, session_id: str) -> TeamConfig:
@@ -260,7 +262,9 @@ class ConsensusService:
                 "set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, "
                 "XAI_API_KEY, OPENROUTER_API_KEY, ...) in the environment or a .env file; "
                 "start Ollama or LM Studio; pip install 'massgen-mcp[local]' for the offline "
-                "model; or set a team in .massgen/config.yaml"),
+                "model; or set a team in .massgen/config.yaml. options.workspace_tools lets "
+                "agents read the project's files (read-only, secret files never), which sends "
+                "what they read to their providers"),
         )
 
     def mark_interrupted(self) -> list[str]:

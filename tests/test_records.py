@@ -72,7 +72,8 @@ async def test_new_records_keep_the_release_0_1_0_json(old_home: Path) -> None:
     for name in ("status.json", "result.json", "request.json"):
         old_keys = set(json.loads((old / name).read_text()))
         new_keys = set(json.loads((new / name).read_text()))
-        assert new_keys - old_keys == {"schema_version"}, name
+        # Added since 0.1.0, optional and ignored by older readers (extra="ignore").
+        assert new_keys - old_keys <= {"schema_version", "workspace"}, name
         assert old_keys <= new_keys, name
     old_events = {json.loads(line)["type"]: set(json.loads(line))
                   for line in (old / "events.jsonl").read_text().splitlines()}

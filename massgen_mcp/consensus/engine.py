@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 from massgen_mcp.config import AgentSpec, TeamConfig
@@ -33,7 +35,7 @@ from massgen_mcp.consensus.actions import (
 )
 from massgen_mcp.consensus.state import Answer, Coordination, View
 from massgen_mcp.errors import ProviderError, RecordWriteError
-from massgen_mcp.providers.base import Completion, Provider, complete_with_retries
+from massgen_mcp.providers.base import Completion, Provider, ToolCall, complete_with_retries
 from massgen_mcp.records import (
     PREVIEW_CHARS,
     AgentResult,
@@ -51,10 +53,14 @@ from massgen_mcp.records import (
     VoteRecord,
     VoteRef,
     Winner,
+    clip,
 )
 from massgen_mcp.secrets import redact
+from massgen_mcp.tools.workspace import WorkspaceTools
 
 log = logging.getLogger(__name__)
+
+TOOL_TIMEOUT_S = 10.0  # one evidence tool call (they only read capped local files)
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class RunRequest:
     prior_answers: tuple[tuple[str, str], ...] = ()
     prior_calls: tuple[Event, ...] = ()
     prior_event_count: int = 0  # event numbering continues after the recorded events
+    workspace: Path | None = None  # the root the evidence tools read (when they are on)
 
 
 class Recorder(Protocol):
@@ -116,6 +123,10 @@ class ConsensusRun:
         self.usage = {aid: UsageMeter() for aid in self.agents}
         self.total = UsageMeter()
         self.in_flight: dict[str, asyncio.Task[TurnOutcome]] = {}
+        self.tools = (WorkspaceTools(request.workspace)
+                      if self.options.workspace_tools and request.workspace else None)
+        self._tool_calls = 0  # evidence tool calls in the whole run
+        self._activity: dict[str, str] = {}  # agent -> the tool it is using now
         self.phase = Phase.ANSWERING
         self.status = RunStatus.RUNNING
         self._outcome = RunStatus.FAILED  # what status becomes when the run ends
@@ -161,6 +172,7 @@ class ConsensusRun:
                 vote=None if state.vote is None else
                 VoteRef(answer=state.vote.label, reason=state.vote.reason),
                 dropped_reason=state.drop_reason, usage=self.usage[aid].record(),
+                activity=self._activity.get(aid),
             )
         return StatusRecord(
             session_id=self.request.session_id, status=self.status, phase=self.phase,
@@ -198,6 +210,9 @@ class ConsensusRun:
             backoff_s=self.options.retry_backoff_s, on_retry=on_retry,
         )
         completion = completion.redacted()
+        if completion.tool_calls and all(c.name in WorkspaceTools.NAMES
+                                         for c in completion.tool_calls):
+            purpose = CallPurpose.EVIDENCE  # usage tells tool rounds from decisions
         self._count(agent.id, completion)
         self._emit(EventType.CALL, agent_id=agent.id, purpose=purpose,
                    prompt_tokens=completion.prompt_tokens,
@@ -213,15 +228,27 @@ class ConsensusRun:
             question=self.request.question, context=self.request.context,
             persona=agent.system_message, view=view, native_tools=native,
         )
-        tools = prompts.workflow_tools(view) if native else None
+        decide = prompts.workflow_tools(view) if native else None
+        evidence = self.tools if native else None
+        tools = decide + evidence.specs() if decide is not None and evidence else decide
         purpose = CallPurpose.ANSWER if view.first_round else CallPurpose.EVALUATE
         attempt = 1
+        used = 0
         while True:
             try:
                 completion = await self._call(agent, messages, tools, purpose)
             except ProviderError as exc:
                 return TurnOutcome(agent.id, view, Dropped(f"provider failed: {exc}"))
             check_budget(self.total, self.options)  # never reached by the final presentation
+            looked = [c for c in completion.tool_calls if c.name in WorkspaceTools.NAMES]
+            if evidence is not None and looked and len(looked) == len(completion.tool_calls):
+                messages, used = await self._use_tools(agent, messages, completion, used)
+                if not self._tools_left(used):
+                    tools = decide  # told so in the tool results: now it must decide
+                continue
+            if looked:  # a decision next to evidence calls: the decision stands
+                completion = replace(completion, tool_calls=[
+                    c for c in completion.tool_calls if c.name not in WorkspaceTools.NAMES])
             action = parse_action(completion, view, native_tools=native)
             if not isinstance(action, Invalid):
                 return TurnOutcome(agent.id, view, action)
@@ -233,6 +260,62 @@ class ConsensusRun:
             messages = prompts.retry_messages(messages, completion, action.problem, view,
                                               native_tools=native)
             attempt += 1
+
+    def _tools_left(self, used_this_turn: int) -> bool:
+        return (used_this_turn < self.options.max_tool_calls_per_turn
+                and self._tool_calls < self.options.max_tool_calls_per_run)
+
+    async def _use_tools(self, agent: AgentSpec, messages: list[dict[str, Any]],
+                         completion: Completion, used: int) -> tuple[list[dict[str, Any]], int]:
+        """Run the evidence calls of one reply (within the caps) and return the conversation
+        with their results appended, and the calls used this turn."""
+        assert self.tools is not None
+        limit = (f"tool limit reached (max_tool_calls_per_turn "
+                 f"{self.options.max_tool_calls_per_turn}, max_tool_calls_per_run "
+                 f"{self.options.max_tool_calls_per_run}); decide now with what you have: "
+                 "call new_answer or vote")
+        results = []
+        for call in completion.tool_calls:
+            if not self._tools_left(used):
+                text = f"error: {limit}"
+            else:
+                used += 1
+                self._tool_calls += 1
+                text = await self._run_tool(agent, call)
+            results.append({"role": "tool", "tool_call_id": call.id, "content": text})
+        if not self._tools_left(used) and not results[-1]["content"].startswith("error: tool"):
+            results[-1]["content"] += f"\n[{limit}]"
+        return [*messages, completion.assistant_message(), *results], used
+
+    async def _run_tool(self, agent: AgentSpec, call: ToolCall) -> str:
+        assert self.tools is not None
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError:
+            arguments = None
+        if not isinstance(arguments, dict):
+            text = f"error: the arguments of {call.name} are not a JSON object"
+        else:
+            target = arguments.get("path") or arguments.get("pattern") or ""
+            self._activity[agent.id] = clip(f"{call.name} {target}".strip(), 120)[0]
+            self._publish_status()
+            t0 = time.monotonic()
+            try:
+                text = await asyncio.wait_for(
+                    asyncio.to_thread(self.tools.run, call.name, arguments), TOOL_TIMEOUT_S)
+            except TimeoutError:
+                text = f"error: {call.name} took longer than {TOOL_TIMEOUT_S:g} s"
+            finally:
+                self._activity.pop(agent.id, None)
+            text = redact(text)  # a file may hold a key the run knows
+            self._emit(EventType.TOOL_CALL, agent_id=agent.id, tool=call.name,
+                       arguments=clip(call.arguments, 300)[0], chars=len(text),
+                       latency_s=round(time.monotonic() - t0, 3),
+                       error=text[7:] if text.startswith("error: ") else None)
+            return text
+        self._emit(EventType.TOOL_CALL, agent_id=agent.id, tool=call.name,
+                   arguments=clip(call.arguments, 300)[0], error=text[7:])
+        return text
 
     def _start_turns(self) -> None:
         for aid, agent in self.agents.items():

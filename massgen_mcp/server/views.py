@@ -56,6 +56,7 @@ class AgentView(BaseModel):
     current_answer: str | None = None
     voted_for: str | None = None
     dropped_reason: str | None = None
+    activity: str | None = Field(None, description="the tool it is using, e.g. 'read_file a.py'")
 
 
 class AnswerView(BaseModel):
@@ -143,7 +144,7 @@ def status_view(status: StatusRecord) -> StatusView:
         agents=[AgentView(agent_id=aid, model=a.model, phase=a.phase, answers=a.answers,
                           current_answer=a.current_answer,
                           voted_for=a.vote.answer if a.vote else None,
-                          dropped_reason=a.dropped_reason)
+                          dropped_reason=a.dropped_reason, activity=a.activity)
                 for aid, a in status.agents.items()],
         answers=[AnswerView(label=a.label, agent_id=a.agent_id, text=a.preview,
                             truncated=a.chars > len(a.preview))

@@ -16,6 +16,7 @@ import logging
 import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from massgen_mcp.config import TeamConfig
 from massgen_mcp.consensus.engine import ConsensusRun, RunRequest
@@ -96,30 +97,35 @@ class SessionRunner:
 
     async def start(
         self, question: str, team: TeamConfig, *, context: str | None = None,
-        parent_session_id: str | None = None,
+        parent_session_id: str | None = None, workspace: Path | None = None,
     ) -> LiveRun:
-        """Create the record and start the run in the background; returns at once."""
+        """Create the record and start the run in the background; returns at once.
+        ``workspace`` is the root the evidence tools read, when the team's options turn
+        them on."""
         self._check_capacity()
         session_id = new_session_id()
         changes = ChangeSignal()
+        if not team.options.workspace_tools:
+            workspace = None
         recorder = self.store.create(
             session_id, config=team.redacted(),
             request=RequestRecord(question=question, context=context,
-                                  parent_session_id=parent_session_id),
+                                  parent_session_id=parent_session_id,
+                                  workspace=str(workspace) if workspace else None),
             on_event=self._forward(session_id), on_status=changes.pulse_on)
-        return self._launch(RunRequest(session_id, question, team, context, parent_session_id),
-                            recorder, changes)
+        return self._launch(RunRequest(session_id, question, team, context, parent_session_id,
+                                       workspace=workspace), recorder, changes)
 
     async def resume(
         self, session_id: str, question: str, team: TeamConfig, *, context: str | None,
         parent_session_id: str | None, prior_answers: tuple[tuple[str, str], ...],
-        prior_calls: tuple[Event, ...], prior_event_count: int,
+        prior_calls: tuple[Event, ...], prior_event_count: int, workspace: Path | None = None,
     ) -> LiveRun:
         """Continue a recorded run in its own folder, starting from its recorded answers."""
         self._check_capacity()
         request = RunRequest(session_id, question, team, context, parent_session_id,
                              prior_answers=prior_answers, prior_calls=prior_calls,
-                             prior_event_count=prior_event_count)
+                             prior_event_count=prior_event_count, workspace=workspace)
         changes = ChangeSignal()
         recorder = self.store.reopen(session_id, on_event=self._forward(session_id),
                                      on_status=changes.pulse_on)

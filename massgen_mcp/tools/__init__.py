@@ -1,0 +1,1 @@
+"""Evidence tools an agent may call within its turn (read-only, confined, capped)."""

@@ -1,0 +1,239 @@
+"""Read-only workspace tools: ``list_files``, ``read_file`` and ``search_text``.
+
+They let an agent look at the project it is asked about. Everything they return is sent to the
+agent's provider, so they are off unless a run asks for them, and they are careful:
+
+* **confined** to the workspace root: relative paths only, no ``..`` escape, every path resolved
+  (symlinks included) and checked to stay inside the root;
+* **never secret files**: the deny-list below (``.env*``, keys, credentials, ``.ssh/``, ...) is
+  neither listed nor read nor searched; ``.git/`` internals are skipped;
+* **text only and capped**: regular files only (no FIFOs, devices or ``/proc``), binary files
+  refused, at most :data:`MAX_READ_BYTES` per read and :data:`MAX_RUN_BYTES` per run, at most
+  :data:`MAX_LISTED` entries and :data:`MAX_MATCHES` search hits per call.
+
+Errors come back as the tool's text (``error: ...``) for the agent to read; the turn goes on.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import stat
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+MAX_READ_BYTES = 100_000
+MAX_RUN_BYTES = 2_000_000
+MAX_FILE_BYTES = 5_000_000  # larger files are not read or searched at all
+MAX_LISTED = 500
+MAX_MATCHES = 100
+MAX_PATTERN_CHARS = 500
+
+# Never listed, read or searched (matched against every path component, case-insensitive).
+DENY_NAMES = (
+    ".env", ".env.*", "*.env", ".envrc", "*.pem", "*.key", "*.p12", "*.pfx", "*.keystore",
+    "*.jks", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".npmrc", ".pypirc", ".netrc",
+    ".git-credentials", "credentials*", "*.kdbx", ".aws", ".ssh", ".gnupg", ".docker",
+    ".kube", "secrets.*", "*.secret", "*.tfstate", "*.tfstate.*",
+)
+SKIP_DIRS = (".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", ".massgen")
+
+
+class ToolRefused(Exception):
+    """A call the tools will not serve; the message is shown to the agent."""
+
+
+def is_denied(relative: PurePosixPath, deny: tuple[str, ...] = DENY_NAMES) -> bool:
+    return any(fnmatch.fnmatch(part.lower(), pattern) for part in relative.parts
+               for pattern in deny)
+
+
+@dataclass
+class WorkspaceTools:
+    """The three tools over one root, with a byte budget shared by the whole run."""
+
+    root: Path
+    deny: tuple[str, ...] = DENY_NAMES
+    bytes_left: int = MAX_RUN_BYTES
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.root = self.root.resolve()
+
+    # -- schemas -----------------------------------------------------------------------------
+
+    @staticmethod
+    def specs() -> list[dict[str, Any]]:
+        """The tools as OpenAI function definitions."""
+        def tool(name: str, description: str, properties: dict[str, Any],
+                 required: list[str]) -> dict[str, Any]:
+            return {"type": "function", "function": {
+                "name": name, "description": description,
+                "parameters": {"type": "object", "properties": properties,
+                               "required": required}}}
+
+        path = {"type": "string", "description": "relative to the project root; '.' for it"}
+        glob = {"type": "string", "description": "e.g. '*.py' or 'src/**/*.ts'"}
+        return [
+            tool("list_files", "List files under a folder of the project (read-only).",
+                 {"path": path, "glob": glob}, ["path"]),
+            tool("read_file", "Read a text file of the project, optionally lines start..end "
+                 "(1-based, inclusive).", {"path": path, "start": {"type": "integer"},
+                                            "end": {"type": "integer"}}, ["path"]),
+            tool("search_text", "Search the project's text files with a regular expression; "
+                 "returns path:line: text for each match.",
+                 {"pattern": {"type": "string"}, "path": path, "glob": glob}, ["pattern"]),
+        ]
+
+    NAMES = ("list_files", "read_file", "search_text")
+
+    def run(self, name: str, arguments: dict[str, Any]) -> str:
+        """Run one tool; its text result, or ``error: ...`` for the agent to read."""
+        try:
+            if name == "list_files":
+                return self.list_files(_text(arguments, "path", "."), _opt(arguments, "glob"))
+            if name == "read_file":
+                return self.read_file(_text(arguments, "path"), _int(arguments, "start"),
+                                      _int(arguments, "end"))
+            if name == "search_text":
+                return self.search_text(_text(arguments, "pattern"),
+                                        _text(arguments, "path", "."), _opt(arguments, "glob"))
+            raise ToolRefused(f"there is no tool named {name!r}")
+        except ToolRefused as exc:
+            return f"error: {exc}"
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    def _resolve(self, name: str) -> tuple[Path, PurePosixPath]:
+        if "\x00" in name or not name.strip():
+            raise ToolRefused(f"{name!r} is not a path")
+        given = PurePosixPath(name.strip())
+        if given.is_absolute() or name.startswith("~"):
+            raise ToolRefused(f"{name!r} is absolute; give a path relative to the project root")
+        resolved = (self.root / given).resolve()
+        if not resolved.is_relative_to(self.root):
+            raise ToolRefused(f"{name!r} is outside the project")
+        relative = PurePosixPath(resolved.relative_to(self.root).as_posix())
+        if is_denied(relative, self.deny):
+            raise ToolRefused(f"{name!r} may hold secrets; it is never read or listed")
+        if any(part in SKIP_DIRS[:3] for part in relative.parts):
+            raise ToolRefused(f"{name!r} is version-control internals")
+        return resolved, relative
+
+    def _walk(self, folder: Path, glob: str | None) -> list[tuple[Path, PurePosixPath]]:
+        """Regular, allowed files under ``folder``, sorted, symlinks not followed."""
+        found: list[tuple[Path, PurePosixPath]] = []
+        for here, dirs, files in os.walk(folder):
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS
+                             and not is_denied(PurePosixPath(d), self.deny))
+            for name in sorted(files):
+                path = Path(here) / name
+                relative = PurePosixPath(path.relative_to(self.root).as_posix())
+                if is_denied(relative, self.deny) or not path.is_file() or path.is_symlink():
+                    continue
+                if glob and not (fnmatch.fnmatch(str(relative), glob)
+                                 or fnmatch.fnmatch(name, glob)):
+                    continue
+                found.append((path, relative))
+        return found
+
+    def _take(self, size: int) -> None:
+        with self._lock:
+            if size > self.bytes_left:
+                raise ToolRefused(f"this run has read its {MAX_RUN_BYTES} bytes of files; "
+                                  "decide with what you have")
+            self.bytes_left -= size
+
+    # -- the tools ---------------------------------------------------------------------------
+
+    def list_files(self, path: str = ".", glob: str | None = None) -> str:
+        folder, relative = self._resolve(path)
+        if not folder.is_dir():
+            raise ToolRefused(f"{path!r} is not a folder")
+        found = self._walk(folder, glob)
+        lines = [f"{rel}  ({p.stat().st_size} bytes)" for p, rel in found[:MAX_LISTED]]
+        if len(found) > MAX_LISTED:
+            lines.append(f"[{len(found) - MAX_LISTED} more not shown; narrow path or glob]")
+        return "\n".join(lines) or f"no files under {relative or '.'}"
+
+    def read_file(self, path: str, start: int | None = None, end: int | None = None) -> str:
+        resolved, relative = self._resolve(path)
+        text = self._read_text(resolved, relative)
+        lines = text.splitlines()
+        first = max(1, start or 1)
+        last = min(len(lines), end or len(lines))
+        body = "\n".join(lines[first - 1:last])
+        note = ""
+        if len(body.encode()) > MAX_READ_BYTES:
+            body = body.encode()[:MAX_READ_BYTES].decode(errors="ignore")
+            note = f"\n[truncated at {MAX_READ_BYTES} bytes; read a line range for more]"
+        self._take(len(body.encode()))
+        return f"{relative} lines {first}-{last} of {len(lines)}:\n{body}{note}"
+
+    def search_text(self, pattern: str, path: str = ".", glob: str | None = None) -> str:
+        if len(pattern) > MAX_PATTERN_CHARS:
+            raise ToolRefused(f"the pattern is over {MAX_PATTERN_CHARS} characters")
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ToolRefused(f"bad regular expression: {exc}") from None
+        folder, _ = self._resolve(path)
+        targets = self._walk(folder, glob) if folder.is_dir() else [self._resolve(path)]
+        hits: list[str] = []
+        for file, relative in targets:
+            try:
+                text = self._read_text(file, relative)
+            except ToolRefused:
+                continue  # binary or too big: not searched
+            for number, line in enumerate(text.splitlines(), 1):
+                if regex.search(line[:2000]):
+                    hits.append(f"{relative}:{number}: {line[:300]}")
+                    if len(hits) == MAX_MATCHES:
+                        hits.append(f"[stopped at {MAX_MATCHES} matches; narrow the search]")
+                        result = "\n".join(hits)
+                        self._take(len(result.encode()))
+                        return result
+        result = "\n".join(hits) or "no matches"
+        self._take(len(result.encode()))
+        return result
+
+    def _read_text(self, path: Path, relative: PurePosixPath) -> str:
+        try:  # non-blocking, then checked on the open file: a FIFO can neither hang nor pass
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            raise ToolRefused(f"{relative} does not exist or cannot be read") from None
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise ToolRefused(f"{relative} is not a regular file")
+            if info.st_size > MAX_FILE_BYTES:
+                raise ToolRefused(f"{relative} is {info.st_size} bytes; files over "
+                                  f"{MAX_FILE_BYTES} are not read")
+            data = handle.read(MAX_FILE_BYTES + 1)
+        if b"\x00" in data[:8192]:
+            raise ToolRefused(f"{relative} looks binary; only text files are read")
+        return data.decode("utf-8", errors="replace")
+
+
+def _text(arguments: dict[str, Any], key: str, default: str | None = None) -> str:
+    value = arguments.get(key, default)
+    if not isinstance(value, str):
+        raise ToolRefused(f"{key}: expected a string")
+    return value
+
+
+def _opt(arguments: dict[str, Any], key: str) -> str | None:
+    value = arguments.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def _int(arguments: dict[str, Any], key: str) -> int | None:
+    value = arguments.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ToolRefused(f"{key}: expected a whole number")
+    return value

@@ -1,0 +1,150 @@
+"""Agents that look before they answer: the read-only workspace tools, in a real run over MCP
+and against hostile paths."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from fastmcp import Client
+
+from massgen_mcp.scripted import ChatRequest, Reply, agree, answer, tool_calls
+from massgen_mcp.server.app import create_server
+from massgen_mcp.tools.workspace import WorkspaceTools
+
+CANARY = "sk-canary-dotenv-7777777777"
+LINE = "RETRY_LIMIT = 3  # charges are retried at most three times"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / "src" / "payments").mkdir(parents=True)
+    (root / "src" / "payments" / "charge.py").write_text(f"import time\n\n{LINE}\n")
+    (root / ".env").write_text(f"OPENAI_API_KEY={CANARY}\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    return root
+
+
+def tool_results(req: ChatRequest) -> list[str]:
+    return [m["content"] for m in req.messages if m["role"] == "tool"]
+
+
+def investigator(req: ChatRequest) -> Reply:
+    """Agent a looks around, reads the file, tries the .env, then answers quoting the file."""
+    if req.model != "a" or req.vote_labels or req.is_final:
+        return agree(req)
+    seen = tool_results(req)
+    steps = [("list_files", {"path": "."}),
+             ("read_file", {"path": "src/payments/charge.py"}),
+             ("read_file", {"path": ".env"}),
+             ("search_text", {"pattern": "RETRY_LIMIT", "glob": "*.py"})]
+    if len(seen) < len(steps):
+        name, args = steps[len(seen)]
+        return tool_calls((name, json.dumps(args)))
+    quoted = next(line for line in seen[1].splitlines() if "RETRY_LIMIT" in line)
+    return answer(f"Charges retry at most 3 times: `{quoted}`")
+
+
+async def test_an_agent_reads_the_project_before_answering(scripted, project: Path,
+                                                           monkeypatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server = scripted(investigator)
+    models = [f"openai/{m}@{server.base_url}" for m in "abc"]
+    async with Client(create_server(root=project)) as client:
+        done = (await client.call_tool("run_consensus", {
+            "question": "How often are charges retried?", "models": models,
+            "options": {"workspace_tools": True, "retry_backoff_s": 0.01},
+            "wait_s": 30})).structured_content
+        sid = done["session_id"]
+        result = (await client.call_tool("get_result", {
+            "session_id": sid, "detail": "full"})).structured_content
+        report = (await client.read_resource(f"massgen://sessions/{sid}/report"))[0].text
+        events = [json.loads(line) for line in (await client.read_resource(
+            f"massgen://sessions/{sid}/events"))[0].text.splitlines()]
+    assert result["status"] == "completed"
+    a_answer = next(x for x in result["answers"] if x["agent_id"] == "agent_a")
+    assert LINE in a_answer["text"]
+    calls = [e for e in events if e["type"] == "tool_call"]
+    assert [(e["agent_id"], e["tool"]) for e in calls] == [
+        ("agent_a", "list_files"), ("agent_a", "read_file"), ("agent_a", "read_file"),
+        ("agent_a", "search_text")]
+    assert calls[2]["error"] and "secrets" in calls[2]["error"]
+    assert "read_file" in report and "charge.py" in report  # who read what
+    listing = tool_results(next(r for r in server.requests if len(tool_results(r)) == 1))[0]
+    assert "charge.py" in listing and ".env" not in listing and ".git" not in listing
+    assert "id_rsa" not in listing
+    for request in server.requests:  # the canary never left the machine
+        assert CANARY not in json.dumps(request.body)
+    purposes = {e.get("purpose") for e in events if e["type"] == "call"}
+    assert "evidence" in purposes
+
+
+async def test_tools_are_off_unless_asked(scripted, project: Path) -> None:
+    server = scripted(agree)
+    async with Client(create_server(root=project)) as client:
+        await client.call_tool("run_consensus", {
+            "question": "q", "models": [f"openai/a@{server.base_url}"], "wait_s": 30})
+    assert all("read_file" not in json.dumps(r.tools) for r in server.requests)
+
+
+async def test_the_per_turn_cap_makes_the_agent_decide(scripted, project: Path) -> None:
+    def greedy(req: ChatRequest) -> Reply:
+        if req.is_final or req.vote_labels:
+            return agree(req)
+        if any(t["function"]["name"] == "read_file" for t in req.tools):
+            return tool_calls(("list_files", '{"path": "."}'))
+        return answer("decided after the cap")
+
+    server = scripted(greedy)
+    async with Client(create_server(root=project)) as client:
+        done = (await client.call_tool("run_consensus", {
+            "question": "q", "models": [f"openai/a@{server.base_url}"], "wait_s": 30,
+            "options": {"workspace_tools": True, "max_tool_calls_per_turn": 2}},
+        )).structured_content
+    assert done["result"]["final_answer"] is not None
+    told = [r for r in server.requests if "tool limit reached" in json.dumps(r.messages)]
+    assert told and all("read_file" not in json.dumps(r.tools) for r in told)
+    assert sum(len(tool_results(r)) for r in told[:1]) == 2  # two calls, then decide
+
+
+@pytest.mark.parametrize("path, why", [
+    ("../../etc/passwd", "outside the project"),
+    ("/etc/passwd", "absolute"),
+    ("~/.ssh/id_rsa", "absolute"),
+    ("../../../proc/self/environ", "outside the project"),
+    (".env", "secrets"),
+    ("config/.env.production", "secrets"),
+    ("deploy/server.pem", "secrets"),
+    (".aws/credentials", "secrets"),
+    ("link-out", "outside the project"),
+    ("fifo", "not a regular file"),
+    ("huge.log", "are not read"),
+    ("image.png", "binary"),
+    (".git/config", "version-control"),
+])
+def test_hostile_paths_are_refused(tmp_path: Path, path: str, why: str) -> None:
+    root = tmp_path / "root"
+    (root / "config").mkdir(parents=True)
+    (root / "deploy").mkdir()
+    (root / ".aws").mkdir()
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("x")
+    for name in ("config/.env.production", "deploy/server.pem", ".aws/credentials", ".env"):
+        (root / name).write_text(CANARY)
+    (tmp_path / "outside.txt").write_text(CANARY)
+    (root / "link-out").symlink_to(tmp_path / "outside.txt")
+    os.mkfifo(root / "fifo")
+    with (root / "huge.log").open("w") as handle:
+        handle.truncate(50_000_000)
+    (root / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00" + b"x" * 100)
+    tools = WorkspaceTools(root)
+    text = tools.run("read_file", {"path": path})
+    assert text.startswith("error: ") and why in text, text
+    assert CANARY not in text
+    found = tools.run("search_text", {"pattern": "canary"})
+    assert found == "no matches"  # secrets and links out are not searched either
