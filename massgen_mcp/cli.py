@@ -147,6 +147,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             extras.append("persona")
         if team.options.workspace_tools and agent.uses_native_tools():
             extras.append("tools=list_files,read_file,search_text")
+        if agent.mcp_servers:
+            extras.append("mcp=" + ",".join(s.name for s in agent.mcp_servers)
+                          + ("" if agent.uses_native_tools() else " (unused: no tool calling)"))
         print(f"  {agent.id}: {agent.model} {' '.join(extras)}".rstrip())
     print("  options: " + ", ".join(f"{k}={v}" for k, v in team.options.model_dump().items()))
     for warning in warnings:

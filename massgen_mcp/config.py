@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from massgen_mcp.env import getenv
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.secrets import register_secret
+from massgen_mcp.tools.mcp_servers import McpServerSpec
 
 MAX_AGENTS = 8
 MAX_QUESTION_CHARS = 50_000
@@ -68,6 +69,10 @@ class AgentSpec(BaseModel):
     api_key: SecretStr | None = None
     api_key_env: str | None = None
     tool_calling: bool | None = None
+    # MCP servers whose tools this agent may call (massgen_mcp.tools.mcp_servers).
+    mcp_servers: list[McpServerSpec] = []
+    allowed_tools: list[str] | None = None
+    exclude_tools: list[str] | None = None
 
     @field_validator("id")
     @classmethod
@@ -186,11 +191,20 @@ class TeamConfig(BaseModel):
     @classmethod
     def _unique_ids(cls, agents: list[AgentSpec]) -> list[AgentSpec]:
         seen: set[str] = set()
+        servers: dict[str, McpServerSpec] = {}
         for agent in agents:
             if agent.id in seen:
                 raise ValueError(f"agent id {agent.id!r} is used twice; give each agent its own id")
             seen.add(agent.id)
+            for server in agent.mcp_servers:  # one run starts each named server once
+                if servers.setdefault(server.name, server) != server:
+                    raise ValueError(f"two different MCP servers are named {server.name!r}; "
+                                     "give each its own name")
         return agents
+
+    def mcp_servers(self) -> list[McpServerSpec]:
+        """Every MCP server the run's agents name, once each."""
+        return list({s.name: s for a in self.agents for s in a.mcp_servers}.values())
 
     def redacted(self) -> dict[str, Any]:
         """The config as JSON-ready data with every api_key replaced by '***'."""

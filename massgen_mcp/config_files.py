@@ -19,6 +19,7 @@ from massgen_mcp.config import TeamConfig, build_team
 from massgen_mcp.env import getenv
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.secrets import looks_secret
+from massgen_mcp.tools.mcp_servers import parse_servers
 
 # MassGen backend type -> (litellm provider prefix, default base_url or None).
 BACKEND_TYPES: dict[str, tuple[str, str | None]] = {
@@ -53,12 +54,13 @@ _AGENT_IGNORED = {"voting_sensitivity", "subagent_agents", "skills"}
 _BACKEND_KEYS = {
     "type", "model", "base_url", "api_key", "api_key_env",
     "temperature", "top_p", "max_tokens", "tool_calling",
+    "mcp_servers", "allowed_tools", "exclude_tools",
 }
 _BACKEND_IGNORED = {
     "enable_web_search", "enable_code_interpreter", "enable_code_execution", "cwd",
-    "mcp_servers", "custom_tools", "reasoning", "text", "enable_mcp_command_line",
-    "command_line_execution_mode", "command_line_docker_image", "allowed_tools",
-    "exclude_tools", "context_paths", "max_retries", "instructions",
+    "custom_tools", "reasoning", "text", "enable_mcp_command_line",
+    "command_line_execution_mode", "command_line_docker_image", "context_paths",
+    "max_retries", "instructions",
 }
 _ORCHESTRATOR_IGNORED = {
     "snapshot_storage", "agent_temporary_workspace", "context_paths", "voting_sensitivity",
@@ -175,9 +177,13 @@ def _agent(raw: Any, index: int, warnings: list[str]) -> dict[str, Any]:
         "system_message": raw.get("system_message"),
         "base_url": base_url,
     }
-    for key in ("api_key", "api_key_env", "temperature", "top_p", "max_tokens", "tool_calling"):
+    for key in ("api_key", "api_key_env", "temperature", "top_p", "max_tokens", "tool_calling",
+                "allowed_tools", "exclude_tools"):
         if key in backend:
             agent[key] = backend[key]
+    if "mcp_servers" in backend:
+        agent["mcp_servers"] = [s.model_dump() for s in parse_servers(
+            backend["mcp_servers"], f"{where}.backend.mcp_servers")]
     reference = _VAR.fullmatch(str(backend.get("api_key", "")))
     if reference:
         # api_key: "${NAME}" is recorded as the reference, never the value, so the record
@@ -244,7 +250,8 @@ def _expand_backend(raw: Any, index: int, used: Expanded) -> Any:
     if isinstance(backend, dict):
         key = backend.get("api_key")
         keep = isinstance(key, str) and _VAR.fullmatch(key) is not None
-        backend = {k: v if k == "api_key" and keep
+        # mcp_servers keep their ${VAR}s: resolved when the server starts, never recorded.
+        backend = {k: v if (k == "api_key" and keep) or k == "mcp_servers"
                    else _expand(v, f"{where}.backend.{k}", used) for k, v in backend.items()}
     if "backend" in raw:
         expanded["backend"] = backend

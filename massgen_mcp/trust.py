@@ -9,7 +9,8 @@ would hand that server your key. The rule, like direnv's:
 * it needs consent when an agent would send a key from your environment (``api_key_env`` or
   ``${VAR}``) to a ``base_url`` that is neither on loopback nor the provider's own API host, or
   another provider's key to any host, or when the file copies any other environment variable
-  (``${VAR}``) into a field such as ``base_url`` or a prompt;
+  (``${VAR}``) into a field such as ``base_url`` or a prompt, or when it starts MCP servers
+  (a command of the file's choosing);
 * ``massgen-mcp trust PATH`` records consent for the file's exact contents and the values it
   reads from the environment (one SHA-256) in the user config folder; any change asks again;
 * a ``base_url`` passed with an MCP call may not redirect an agent that sends a key from your
@@ -95,8 +96,10 @@ def key_destinations(team: TeamConfig) -> list[str]:
 def risks(team: TeamConfig, expanded: list[tuple[str, str]]) -> list[str]:
     """What in a config needs consent: keys sent abroad, and environment values the file
     copies into its fields (a URL or a prompt could carry them anywhere)."""
-    return key_destinations(team) + [f"{where} reads ${name} from your environment"
-                                     for name, where in expanded]
+    servers = [f"it starts the MCP server {s.name!r}: {s.describe()}"
+               for s in team.mcp_servers()]
+    return key_destinations(team) + servers + [
+        f"{where} reads ${name} from your environment" for name, where in expanded]
 
 
 def _trust_file() -> Path:

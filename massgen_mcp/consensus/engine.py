@@ -56,11 +56,18 @@ from massgen_mcp.records import (
     clip,
 )
 from massgen_mcp.secrets import redact
+from massgen_mcp.tools.mcp_servers import PREFIX as MCP_PREFIX
+from massgen_mcp.tools.mcp_servers import McpToolbox
 from massgen_mcp.tools.workspace import WorkspaceTools
 
 log = logging.getLogger(__name__)
 
-TOOL_TIMEOUT_S = 10.0  # one evidence tool call (they only read capped local files)
+TOOL_TIMEOUT_S = 10.0  # one workspace tool call (they only read capped local files)
+
+
+def is_evidence(name: str) -> bool:
+    """Whether a tool gathers evidence (workspace or MCP) rather than deciding."""
+    return name in WorkspaceTools.NAMES or name.startswith(MCP_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,8 @@ class ConsensusRun:
         self.in_flight: dict[str, asyncio.Task[TurnOutcome]] = {}
         self.tools = (WorkspaceTools(request.workspace)
                       if self.options.workspace_tools and request.workspace else None)
+        servers = request.team.mcp_servers()
+        self.mcp = McpToolbox(servers) if servers else None
         self._tool_calls = 0  # evidence tool calls in the whole run
         self._activity: dict[str, str] = {}  # agent -> the tool it is using now
         self.phase = Phase.ANSWERING
@@ -210,8 +219,7 @@ class ConsensusRun:
             backoff_s=self.options.retry_backoff_s, on_retry=on_retry,
         )
         completion = completion.redacted()
-        if completion.tool_calls and all(c.name in WorkspaceTools.NAMES
-                                         for c in completion.tool_calls):
+        if completion.tool_calls and all(is_evidence(c.name) for c in completion.tool_calls):
             purpose = CallPurpose.EVIDENCE  # usage tells tool rounds from decisions
         self._count(agent.id, completion)
         self._emit(EventType.CALL, agent_id=agent.id, purpose=purpose,
@@ -229,8 +237,8 @@ class ConsensusRun:
             persona=agent.system_message, view=view, native_tools=native,
         )
         decide = prompts.workflow_tools(view) if native else None
-        evidence = self.tools if native else None
-        tools = decide + evidence.specs() if decide is not None and evidence else decide
+        evidence = self._evidence_specs(agent) if native else []
+        tools = decide + evidence if decide is not None and evidence else decide
         purpose = CallPurpose.ANSWER if view.first_round else CallPurpose.EVALUATE
         attempt = 1
         used = 0
@@ -240,15 +248,15 @@ class ConsensusRun:
             except ProviderError as exc:
                 return TurnOutcome(agent.id, view, Dropped(f"provider failed: {exc}"))
             check_budget(self.total, self.options)  # never reached by the final presentation
-            looked = [c for c in completion.tool_calls if c.name in WorkspaceTools.NAMES]
-            if evidence is not None and looked and len(looked) == len(completion.tool_calls):
+            looked = [c for c in completion.tool_calls if is_evidence(c.name)]
+            if evidence and looked and len(looked) == len(completion.tool_calls):
                 messages, used = await self._use_tools(agent, messages, completion, used)
                 if not self._tools_left(used):
                     tools = decide  # told so in the tool results: now it must decide
                 continue
             if looked:  # a decision next to evidence calls: the decision stands
                 completion = replace(completion, tool_calls=[
-                    c for c in completion.tool_calls if c.name not in WorkspaceTools.NAMES])
+                    c for c in completion.tool_calls if not is_evidence(c.name)])
             action = parse_action(completion, view, native_tools=native)
             if not isinstance(action, Invalid):
                 return TurnOutcome(agent.id, view, action)
@@ -261,6 +269,14 @@ class ConsensusRun:
                                               native_tools=native)
             attempt += 1
 
+    def _evidence_specs(self, agent: AgentSpec) -> list[dict[str, Any]]:
+        """The evidence tools ``agent`` is offered: the workspace's and its MCP servers'."""
+        specs = self.tools.specs() if self.tools else []
+        if self.mcp is not None:
+            specs += self.mcp.specs_for([s.name for s in agent.mcp_servers],
+                                        agent.allowed_tools, agent.exclude_tools)
+        return specs
+
     def _tools_left(self, used_this_turn: int) -> bool:
         return (used_this_turn < self.options.max_tool_calls_per_turn
                 and self._tool_calls < self.options.max_tool_calls_per_run)
@@ -269,7 +285,6 @@ class ConsensusRun:
                          completion: Completion, used: int) -> tuple[list[dict[str, Any]], int]:
         """Run the evidence calls of one reply (within the caps) and return the conversation
         with their results appended, and the calls used this turn."""
-        assert self.tools is not None
         limit = (f"tool limit reached (max_tool_calls_per_turn "
                  f"{self.options.max_tool_calls_per_turn}, max_tool_calls_per_run "
                  f"{self.options.max_tool_calls_per_run}); decide now with what you have: "
@@ -288,7 +303,6 @@ class ConsensusRun:
         return [*messages, completion.assistant_message(), *results], used
 
     async def _run_tool(self, agent: AgentSpec, call: ToolCall) -> str:
-        assert self.tools is not None
         try:
             arguments = json.loads(call.arguments or "{}")
         except json.JSONDecodeError:
@@ -301,10 +315,7 @@ class ConsensusRun:
             self._publish_status()
             t0 = time.monotonic()
             try:
-                text = await asyncio.wait_for(
-                    asyncio.to_thread(self.tools.run, call.name, arguments), TOOL_TIMEOUT_S)
-            except TimeoutError:
-                text = f"error: {call.name} took longer than {TOOL_TIMEOUT_S:g} s"
+                text = await self._dispatch(call.name, arguments)
             finally:
                 self._activity.pop(agent.id, None)
             text = redact(text)  # a file may hold a key the run knows
@@ -316,6 +327,19 @@ class ConsensusRun:
         self._emit(EventType.TOOL_CALL, agent_id=agent.id, tool=call.name,
                    arguments=clip(call.arguments, 300)[0], error=text[7:])
         return text
+
+    async def _dispatch(self, name: str, arguments: dict[str, Any]) -> str:
+        if name.startswith(MCP_PREFIX):
+            if self.mcp is None:
+                return f"error: there is no tool named {name!r}"
+            return await self.mcp.call(name, arguments)  # bounded by the client's timeout
+        if self.tools is None:
+            return f"error: there is no tool named {name!r}"
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(self.tools.run, name, arguments),
+                                          TOOL_TIMEOUT_S)
+        except TimeoutError:
+            return f"error: {name} took longer than {TOOL_TIMEOUT_S:g} s"
 
     def _start_turns(self) -> None:
         for aid, agent in self.agents.items():
@@ -428,10 +452,19 @@ class ConsensusRun:
 
         Cancelling the task that awaits this records ``cancelled`` and re-raises.
         """
+        try:
+            return await self._run()
+        finally:
+            if self.mcp is not None:  # every server stops with the run, however it ends
+                await self.mcp.aclose()
+
+    async def _run(self) -> ResultRecord:
         final: str | None = None
         presenter: str | None = None
         try:
             try:
+                if self.mcp is not None:
+                    await self.mcp.start()
                 if self.request.prior_answers:
                     self._emit(EventType.RESUMED,
                                labels=[a.label for a in self.coord.current_answers()])

@@ -1,0 +1,212 @@
+"""MCP servers as agent tools, in MassGen's config shape.
+
+An agent's backend may name MCP servers (``mcp_servers``, as a mapping ``name -> server`` or a
+list of servers with a ``name``), stdio (``command``, ``args``, ``env``, ``cwd``) or streamable
+HTTP (``url``, ``headers``), and filter their tools with ``allowed_tools`` / ``exclude_tools``.
+Their tools reach the agent as ``mcp__<server>__<tool>``, as in MassGen. Agents' tools are
+read-only: unless ``allowed_tools`` names a tool, only tools their server declares read-only
+(``readOnlyHint``) are offered.
+
+A :class:`McpToolbox` belongs to one run: it starts each server the run's agents name once (so
+agents naming the same server share it), and :meth:`McpToolbox.aclose` shuts every one down when
+the run ends, fails or is cancelled; a stdio server is a child process that does not outlive it.
+A server that fails to start, or dies mid-run, answers its tools with an error result; the run
+goes on. ``${VAR}`` in ``env`` and ``headers`` is resolved when the server starts and never
+recorded. A child process gets only the variables its ``env`` names (plus the basic ones such as
+``PATH`` and ``HOME``): never our API keys unless the config asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from massgen_mcp.env import getenv
+from massgen_mcp.errors import ConfigError
+from massgen_mcp.secrets import looks_secret, redact, register_secret
+
+if TYPE_CHECKING:
+    from fastmcp import Client
+
+log = logging.getLogger(__name__)
+
+PREFIX = "mcp__"
+START_TIMEOUT_S = 30.0
+CALL_TIMEOUT_S = 60.0
+MAX_RESULT_CHARS = 50_000
+_NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class McpServerSpec(BaseModel):
+    """One MCP server an agent may use."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    type: Literal["stdio", "streamable-http", "http"] = "stdio"
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = {}
+
+    def describe(self) -> str:
+        if self.type == "stdio":
+            return " ".join([self.command or "", *self.args]).strip()
+        return self.url or ""
+
+
+def parse_servers(raw: Any, where: str) -> list[McpServerSpec]:
+    """MassGen's ``mcp_servers`` (mapping or list form) as specs; ConfigError naming the key."""
+    items: list[tuple[str, Any]]
+    if isinstance(raw, dict):
+        items = [(str(name), body) for name, body in raw.items()]
+    elif isinstance(raw, list):
+        items = [(str(body.get("name", "")) if isinstance(body, dict) else "", body)
+                 for body in raw]
+    else:
+        raise ConfigError(f"{where}: expected a mapping of name -> server, or a list of servers")
+    servers = []
+    for i, (name, body) in enumerate(items):
+        here = f"{where}.{name}" if isinstance(raw, dict) else f"{where}[{i}]"
+        if not isinstance(body, dict):
+            raise ConfigError(f"{here}: expected a mapping with type and command or url")
+        if not _NAME.fullmatch(name):
+            raise ConfigError(f"{here}.name: use 1-64 letters, digits, '_' or '-'")
+        data = {k: v for k, v in body.items() if k != "name"}
+        try:
+            spec = McpServerSpec(name=name, **data)
+        except Exception as exc:  # pydantic's message, one line
+            raise ConfigError(f"{here}: {str(exc).splitlines()[-1].strip()}") from None
+        if spec.type == "stdio" and not spec.command:
+            raise ConfigError(f"{here}.command: required for a stdio server")
+        if spec.type != "stdio" and not (spec.url or "").startswith(("http://", "https://")):
+            raise ConfigError(f"{here}.url: required, an http(s) URL, for a {spec.type} server")
+        for key, value in {**spec.env, **spec.headers}.items():
+            if looks_secret(key) or key.lower() == "authorization":
+                register_secret(value)  # a literal credential: masked wherever it appears
+        servers.append(spec)
+    names = [s.name for s in servers]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: two servers share a name")
+    return servers
+
+
+def _resolve(values: dict[str, str], where: str) -> dict[str, str]:
+    """``${VAR}`` resolved now; every resolved value is registered as a secret."""
+    def sub(match: re.Match[str]) -> str:
+        value = getenv(match.group(1))
+        if value is None:
+            raise ConfigError(f"{where}: environment variable {match.group(1)} is not set")
+        register_secret(value)
+        return value
+    return {key: _VAR.sub(sub, value) for key, value in values.items()}
+
+
+def tool_name(server: str, tool: str) -> str:
+    return f"{PREFIX}{server}__{tool}"
+
+
+class McpToolbox:
+    """The MCP servers of one run: started once, shared, always shut down."""
+
+    def __init__(self, servers: list[McpServerSpec]) -> None:
+        self.servers = {s.name: s for s in servers}
+        self._clients: dict[str, Client[Any]] = {}
+        self._tools: dict[str, list[dict[str, Any]]] = {}  # server -> function specs
+        self._failed: dict[str, str] = {}
+        self._read_only: set[str] = set()  # tools their server declares read-only
+        self._stack = contextlib.AsyncExitStack()
+
+    async def start(self) -> None:
+        """Start every server, one after the other in the calling task (their connections
+        must be closed by the task that opened them); one that fails is remembered."""
+        for spec in self.servers.values():
+            await self._start(spec)
+
+    async def _start(self, spec: McpServerSpec) -> None:
+        from fastmcp import Client
+        from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
+
+        transport: Any
+        try:
+            if spec.type == "stdio":
+                transport = StdioTransport(
+                    command=spec.command or "", args=list(spec.args),
+                    env=_resolve(spec.env, f"mcp server {spec.name}.env"), cwd=spec.cwd,
+                    keep_alive=False)
+            else:
+                transport = StreamableHttpTransport(
+                    spec.url or "", headers=_resolve(spec.headers,
+                                                     f"mcp server {spec.name}.headers"))
+            client: Client[Any] = Client(transport, timeout=CALL_TIMEOUT_S)
+            async with asyncio.timeout(START_TIMEOUT_S):
+                await self._stack.enter_async_context(client)
+                listed = await client.list_tools()
+        except Exception as exc:  # any failure: its tools answer with this error
+            self._failed[spec.name] = redact(f"{type(exc).__name__}: {exc}")[:500]
+            log.warning("MCP server %s did not start: %s", spec.name, self._failed[spec.name])
+            return
+        self._clients[spec.name] = client
+        self._tools[spec.name] = [{
+            "type": "function",
+            "function": {"name": tool_name(spec.name, t.name),
+                         "description": (t.description or "")[:1000],
+                         "parameters": t.input_schema or {"type": "object"}}}
+            for t in listed]
+        self._read_only.update(tool_name(spec.name, t.name) for t in listed
+                               if t.annotations is not None and t.annotations.read_only_hint)
+
+    def specs_for(self, servers: list[str], allowed: list[str] | None,
+                  excluded: list[str] | None) -> list[dict[str, Any]]:
+        """The function specs one agent is offered (``allowed``/``excluded`` match the tool's
+        own name or its ``mcp__`` name). Agents' tools are read-only: without ``allowed``,
+        only the tools their server declares read-only (``readOnlyHint``) are offered; any
+        other tool must be named in ``allowed_tools``."""
+        found = []
+        for server in servers:
+            for spec in self._tools.get(server, []):
+                full = spec["function"]["name"]
+                short = full.removeprefix(f"{PREFIX}{server}__")
+                if allowed is None:
+                    if full not in self._read_only:
+                        continue
+                elif short not in allowed and full not in allowed:
+                    continue
+                if excluded and (short in excluded or full in excluded):
+                    continue
+                found.append(spec)
+        return found
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> str:
+        """Call ``mcp__server__tool``; the text of its result, or ``error: ...``."""
+        server, _, tool = name.removeprefix(PREFIX).partition("__")
+        if server in self._failed:
+            return f"error: MCP server {server} is not available ({self._failed[server]})"
+        client = self._clients.get(server)
+        if client is None:
+            return f"error: there is no MCP server named {server!r}"
+        try:
+            result = await client.call_tool(tool, arguments, raise_on_error=False)
+        except Exception as exc:  # a dead server, a broken pipe, a timeout
+            return f"error: MCP server {server} failed: {type(exc).__name__}: {exc}"[:2000]
+        texts = [getattr(block, "text", None) or f"[{getattr(block, 'type', 'content')}]"
+                 for block in result.content]
+        text = "\n".join(texts)
+        if len(text) > MAX_RESULT_CHARS:
+            text = text[:MAX_RESULT_CHARS] + f"\n[truncated at {MAX_RESULT_CHARS} characters]"
+        return f"error: {text}" if result.is_error else text
+
+    async def aclose(self) -> None:
+        """Shut every server down (stdio children are terminated)."""
+        try:
+            await self._stack.aclose()
+        except Exception:  # a server that died first must not spoil the run's end
+            log.warning("closing MCP servers", exc_info=True)
