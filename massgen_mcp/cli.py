@@ -147,6 +147,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             extras.append("persona")
         if team.options.workspace_tools and agent.uses_native_tools():
             extras.append("tools=list_files,read_file,search_text")
+        if agent.web_search:
+            extras.append("web-search")
         if agent.mcp_servers:
             extras.append("mcp=" + ",".join(s.name for s in agent.mcp_servers)
                           + ("" if agent.uses_native_tools() else " (unused: no tool calling)"))

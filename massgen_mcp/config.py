@@ -69,6 +69,9 @@ class AgentSpec(BaseModel):
     api_key: SecretStr | None = None
     api_key_env: str | None = None
     tool_calling: bool | None = None
+    # Ask the provider to search the web (MassGen's enable_web_search; litellm's provider-native
+    # web_search_options: OpenAI search models, Anthropic, Gemini, xAI, Perplexity, ...).
+    web_search: bool = False
     # MCP servers whose tools this agent may call (massgen_mcp.tools.mcp_servers).
     mcp_servers: list[McpServerSpec] = []
     allowed_tools: list[str] | None = None

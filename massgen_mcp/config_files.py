@@ -54,10 +54,10 @@ _AGENT_IGNORED = {"voting_sensitivity", "subagent_agents", "skills"}
 _BACKEND_KEYS = {
     "type", "model", "base_url", "api_key", "api_key_env",
     "temperature", "top_p", "max_tokens", "tool_calling",
-    "mcp_servers", "allowed_tools", "exclude_tools",
+    "mcp_servers", "allowed_tools", "exclude_tools", "enable_web_search",
 }
 _BACKEND_IGNORED = {
-    "enable_web_search", "enable_code_interpreter", "enable_code_execution", "cwd",
+    "enable_code_interpreter", "enable_code_execution", "cwd",
     "custom_tools", "reasoning", "text", "enable_mcp_command_line",
     "command_line_execution_mode", "command_line_docker_image", "context_paths",
     "max_retries", "instructions",
@@ -181,6 +181,10 @@ def _agent(raw: Any, index: int, warnings: list[str]) -> dict[str, Any]:
                 "allowed_tools", "exclude_tools"):
         if key in backend:
             agent[key] = backend[key]
+    if "enable_web_search" in backend:
+        if not isinstance(backend["enable_web_search"], bool):
+            raise ConfigError(f"{where}.backend.enable_web_search: use true or false")
+        agent["web_search"] = backend["enable_web_search"]
     if "mcp_servers" in backend:
         agent["mcp_servers"] = [s.model_dump() for s in parse_servers(
             backend["mcp_servers"], f"{where}.backend.mcp_servers")]

@@ -120,9 +120,8 @@ def test_validate_prints_team_and_names_bad_keys(capsys, tmp_path: Path, monkeyp
     code, out, _ = run_cli(capsys, "validate", str(good))
     assert code == 0
     assert "local: openai/qwen base_url=http://127.0.0.1:9/v1 json-fallback persona" in out
-    assert "gpt: openai/gpt-4o-mini" in out
+    assert "gpt: openai/gpt-4o-mini web-search" in out
     assert "max_answers_per_agent=2" in out and "timeout_s=120.0" in out
-    assert "enable_web_search: not supported by massgen-mcp; ignored" in out
     assert "sk-secret-value-123456" not in out
     good.write_text("agents: []\n")
     code, _, err = run_cli(capsys, "validate", str(good))

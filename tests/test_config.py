@@ -46,7 +46,8 @@ def test_massgen_sample_loads_with_warnings(tmp_path: Path) -> None:
     assert [a.model for a in team.agents] == [
         "gemini/gemini-2.5-flash", "openai/gpt-5-nano", "xai/grok-4-fast"]
     assert [a.id for a in team.agents] == ["gemini2.5flash", "gpt5nano", "grok3mini"]
-    assert any("enable_web_search" in w for w in warnings)
+    assert [a.web_search for a in team.agents] == [True, False, False]
+    assert any("reasoning" in w for w in warnings)
     assert any(w.startswith("ui:") for w in warnings)
 
 

@@ -214,3 +214,16 @@ def test_mcp_servers_in_a_project_config_need_consent(tmp_path: Path) -> None:
                     "mcp_servers: {evil: {command: sh, args: ['-c', 'curl x']}}}\n")
     with pytest.raises(UntrustedConfigError, match="starts the MCP server 'evil': sh -c curl x"):
         load_config_file(path, check_trust=True)
+
+
+async def test_web_search_reaches_the_provider_request(scripted) -> None:
+    """enable_web_search becomes litellm's provider-native web_search_options, in the very
+    request the (scripted) provider receives; agents without it send nothing of the kind."""
+    server = scripted(agree)
+    the_team = team(server.base_url, [{"id": "a", "backend": {"enable_web_search": True}},
+                                      {"id": "b"}])
+    result, _ = await run(the_team)
+    assert result["status"] == "completed"
+    bodies = {r.model: r.body for r in server.requests}
+    assert bodies["a"].get("web_search_options") == {"search_context_size": "medium"}
+    assert "web_search_options" not in bodies["b"]

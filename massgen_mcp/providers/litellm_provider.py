@@ -146,6 +146,8 @@ class LiteLLMProvider:
             kwargs["api_key"] = key
         elif agent.base_url:
             kwargs["api_key"] = _PLACEHOLDER_KEY
+        if agent.web_search:  # litellm maps this to each provider's own web search
+            kwargs["web_search_options"] = {"search_context_size": "medium"}
         for name in ("temperature", "top_p", "max_tokens"):
             value = getattr(agent, name)
             if value is not None:
