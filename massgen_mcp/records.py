@@ -131,6 +131,9 @@ class Usage(Record):
     total_tokens: int = 0
     cost_usd: float | None = None  # None: at least one call had an unknown price
     latency_s: float = 0.0
+    evidence_calls: int = 0  # of ``calls``: tool rounds (the reply asked for evidence tools)
+    evidence_tokens: int = 0  # of ``total_tokens``: spent in those tool rounds
+    tool_calls: int = 0  # evidence tools run (read_file, mcp__..., ...)
 
 
 class VoteRef(Record):

@@ -82,6 +82,9 @@ async def test_an_agent_reads_the_project_before_answering(scripted, project: Pa
         assert CANARY not in json.dumps(request.body)
     purposes = {e.get("purpose") for e in events if e["type"] == "call"}
     assert "evidence" in purposes
+    usage = result["usage"]  # tool rounds are counted apart from decisions
+    assert (usage["evidence_calls"], usage["tool_calls"]) == (4, 4)
+    assert usage["calls"] > usage["evidence_calls"]
 
 
 async def test_tools_are_off_unless_asked(scripted, project: Path) -> None:

@@ -28,8 +28,15 @@ class UsageMeter:
     known_cost_usd: float = 0.0
     cost_unknown: bool = False
     latency_s: float = 0.0
+    evidence_calls: int = 0
+    evidence_tokens: int = 0
+    tool_calls: int = 0
 
-    def add(self, completion: Completion) -> None:
+    def add(self, completion: Completion, *, evidence: bool = False) -> None:
+        """Count one model call; ``evidence`` when it was a tool round, not a decision."""
+        if evidence:
+            self.evidence_calls += 1
+            self.evidence_tokens += completion.prompt_tokens + completion.completion_tokens
         self.calls += 1
         self.prompt_tokens += completion.prompt_tokens
         self.completion_tokens += completion.completion_tokens
@@ -48,7 +55,8 @@ class UsageMeter:
             calls=self.calls, prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens, total_tokens=self.total_tokens,
             cost_usd=None if self.cost_unknown else round(self.known_cost_usd, 6),
-            latency_s=round(self.latency_s, 3),
+            latency_s=round(self.latency_s, 3), evidence_calls=self.evidence_calls,
+            evidence_tokens=self.evidence_tokens, tool_calls=self.tool_calls,
         )
 
 

@@ -152,7 +152,7 @@ class ConsensusRun:
             self._count(call.agent_id, Completion(
                 None, prompt_tokens=call.prompt_tokens or 0,
                 completion_tokens=call.completion_tokens or 0, cost_usd=call.cost_usd,
-                latency_s=call.latency_s or 0.0))
+                latency_s=call.latency_s or 0.0), evidence=call.purpose is CallPurpose.EVIDENCE)
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -199,10 +199,11 @@ class ConsensusRun:
 
     # -- model calls -------------------------------------------------------------------------
 
-    def _count(self, agent_id: str | None, completion: Completion) -> None:
+    def _count(self, agent_id: str | None, completion: Completion, *,
+               evidence: bool = False) -> None:
         if agent_id in self.usage:
-            self.usage[agent_id].add(completion)
-        self.total.add(completion)
+            self.usage[agent_id].add(completion, evidence=evidence)
+        self.total.add(completion, evidence=evidence)
 
     async def _call(
         self, agent: AgentSpec, messages: list[dict[str, Any]],
@@ -221,7 +222,7 @@ class ConsensusRun:
         completion = completion.redacted()
         if completion.tool_calls and all(is_evidence(c.name) for c in completion.tool_calls):
             purpose = CallPurpose.EVIDENCE  # usage tells tool rounds from decisions
-        self._count(agent.id, completion)
+        self._count(agent.id, completion, evidence=purpose is CallPurpose.EVIDENCE)
         self._emit(EventType.CALL, agent_id=agent.id, purpose=purpose,
                    prompt_tokens=completion.prompt_tokens,
                    completion_tokens=completion.completion_tokens,
@@ -296,6 +297,8 @@ class ConsensusRun:
             else:
                 used += 1
                 self._tool_calls += 1
+                self.usage[agent.id].tool_calls += 1
+                self.total.tool_calls += 1
                 text = await self._run_tool(agent, call)
             results.append({"role": "tool", "tool_call_id": call.id, "content": text})
         if not self._tools_left(used) and not results[-1]["content"].startswith("error: tool"):

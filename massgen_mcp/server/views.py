@@ -40,12 +40,15 @@ class UsageView(BaseModel):
     completion_tokens: int = 0
     total_tokens: int = 0
     cost_usd: float | None = None
+    evidence_calls: int = Field(0, description="of calls: tool rounds, not decisions")
+    tool_calls: int = 0
 
     @classmethod
     def of(cls, usage: Usage) -> UsageView:
         return cls(calls=usage.calls, prompt_tokens=usage.prompt_tokens,
                    completion_tokens=usage.completion_tokens, total_tokens=usage.total_tokens,
-                   cost_usd=usage.cost_usd)
+                   cost_usd=usage.cost_usd, evidence_calls=usage.evidence_calls,
+                   tool_calls=usage.tool_calls)
 
 
 class AgentView(BaseModel):
