@@ -155,6 +155,9 @@ class RunOptions(BaseModel):
     workspace_tools: bool = Field(False, description=(
         "let agents read the project's files (read-only; secret files never) before they "
         "decide; what they read is sent to their providers"))
+    context_paths: Annotated[list[str], Field(max_length=20, description=(
+        "with workspace_tools: only these files or folders (inside the workspace) are "
+        "visible"))] = []
     max_tool_calls_per_turn: Annotated[int, Field(ge=1, le=64)] = 8
     max_tool_calls_per_run: Annotated[int, Field(ge=1, le=1_000)] = 64
 

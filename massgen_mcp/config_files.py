@@ -59,11 +59,11 @@ _BACKEND_KEYS = {
 _BACKEND_IGNORED = {
     "enable_code_interpreter", "enable_code_execution", "cwd",
     "custom_tools", "reasoning", "text", "enable_mcp_command_line",
-    "command_line_execution_mode", "command_line_docker_image", "context_paths",
-    "max_retries", "instructions",
+    "command_line_execution_mode", "command_line_docker_image", "max_retries",
+    "instructions",
 }
 _ORCHESTRATOR_IGNORED = {
-    "snapshot_storage", "agent_temporary_workspace", "context_paths", "voting_sensitivity",
+    "snapshot_storage", "agent_temporary_workspace", "voting_sensitivity",
     "voting_threshold", "answer_novelty_requirement", "max_new_answers_global",
     "fairness_enabled", "fairness_lead_cap_answers", "max_midstream_injections_per_round",
     "defer_peer_updates_until_restart", "defer_voting_until_all_answered", "disable_injection",
@@ -206,7 +206,7 @@ def _options(data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     if not isinstance(orchestrator, dict):
         raise ConfigError("orchestrator: expected a mapping")
     supported = {"max_new_answers_per_agent", "skip_final_presentation", "final_answer_strategy",
-                 "coordination_mode"}
+                 "coordination_mode", "context_paths"}
     for key, value in orchestrator.items():
         if key == "max_new_answers_per_agent":
             options["max_answers_per_agent"] = value
@@ -221,6 +221,9 @@ def _options(data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
             elif value != "winner_present":
                 raise ConfigError("orchestrator.final_answer_strategy: use winner_present "
                                   "or winner_reuse")
+        elif key == "context_paths":
+            options["workspace_tools"] = True
+            options["context_paths"] = _context_paths(value, warnings)
         elif key == "coordination_mode":
             if value != "voting":
                 raise ConfigError(f"orchestrator.coordination_mode: {value!r} is not "
@@ -260,6 +263,23 @@ def _expand_backend(raw: Any, index: int, used: Expanded) -> Any:
     if "backend" in raw:
         expanded["backend"] = backend
     return expanded
+
+
+def _context_paths(value: Any, warnings: list[str]) -> list[str]:
+    """MassGen's ``[{path, permission}]`` (or plain strings) as paths the workspace tools
+    may read; write permission is not granted (agents' tools are read-only)."""
+    if not isinstance(value, list):
+        raise ConfigError("orchestrator.context_paths: expected a list of {path, permission}")
+    paths = []
+    for i, item in enumerate(value):
+        entry = {"path": item} if isinstance(item, str) else item
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            raise ConfigError(f"orchestrator.context_paths[{i}].path: required, a path")
+        if entry.get("permission", "read") != "read":
+            warnings.append(f"orchestrator.context_paths[{i}].permission: agents' tools are "
+                            "read-only in massgen-mcp; read access only")
+        paths.append(entry["path"])
+    return paths
 
 
 def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded | None = None

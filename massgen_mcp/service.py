@@ -41,6 +41,7 @@ from massgen_mcp.records import (
 from massgen_mcp.sessions.runner import SessionRunner, StatusCallback
 from massgen_mcp.sessions.store import SessionStore, SessionSummary, check_session_id
 from massgen_mcp.team import choose_team, with_overrides
+from massgen_mcp.tools.workspace import WorkspaceTools
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,8 @@ class ConsensusService:
         problems = missing_credentials(team)
         if problems:
             raise ConfigError("missing API keys:\n" + "\n".join(problems))
+        if team.options.workspace_tools:  # context_paths must exist inside the workspace
+            WorkspaceTools(self.workspace.root, tuple(team.options.context_paths))
         run = await self.runner.start(question, team, context=context,
                                       parent_session_id=parent_session_id,
                                       workspace=self.workspace.root.resolve())

@@ -151,3 +151,25 @@ def test_hostile_paths_are_refused(tmp_path: Path, path: str, why: str) -> None:
     assert CANARY not in text
     found = tools.run("search_text", {"pattern": "canary"})
     assert found == "no matches"  # secrets and links out are not searched either
+
+
+def test_context_paths_narrow_what_is_visible(project: Path) -> None:
+    from massgen_mcp.config_files import team_from_mapping
+    from massgen_mcp.errors import ConfigError
+
+    (project / "docs").mkdir()
+    (project / "docs" / "notes.md").write_text("RETRY_LIMIT is documented here\n")
+    team, warnings = team_from_mapping({
+        "agents": [{"backend": {"type": "openai", "model": "gpt-4o"}}],
+        "orchestrator": {"context_paths": [{"path": "src/payments", "permission": "write"}]}})
+    assert team.options.workspace_tools and team.options.context_paths == ["src/payments"]
+    assert any("read access only" in w for w in warnings)
+    tools = WorkspaceTools(project, tuple(team.options.context_paths))
+    assert "charge.py" in tools.run("list_files", {"path": "."})
+    assert "notes.md" not in tools.run("list_files", {"path": "."})
+    assert "outside this run's context_paths" in tools.run("read_file",
+                                                           {"path": "docs/notes.md"})
+    assert "docs/" not in tools.run("search_text", {"pattern": "RETRY_LIMIT"})
+    assert LINE in tools.run("read_file", {"path": "src/payments/charge.py"})
+    with pytest.raises(ConfigError, match=r"context_paths: '\.\./elsewhere'"):
+        WorkspaceTools(project, ("../elsewhere",))

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from massgen_mcp.errors import ConfigError
+
 MAX_READ_BYTES = 100_000
 MAX_RUN_BYTES = 2_000_000
 MAX_FILE_BYTES = 5_000_000  # larger files are not read or searched at all
@@ -56,12 +58,29 @@ class WorkspaceTools:
     """The three tools over one root, with a byte budget shared by the whole run."""
 
     root: Path
+    only: tuple[str, ...] = ()  # context_paths: when given, nothing else is visible
     deny: tuple[str, ...] = DENY_NAMES
     bytes_left: int = MAX_RUN_BYTES
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _only: tuple[PurePosixPath, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
+        narrowed = []
+        for given in self.only:
+            path = (self.root / Path(given).expanduser()).resolve()
+            if not path.is_relative_to(self.root) or not path.exists():
+                raise ConfigError(f"context_paths: {given!r} is not a file or folder inside "
+                                  f"the workspace {self.root}")
+            narrowed.append(PurePosixPath(path.relative_to(self.root).as_posix()))
+        self._only = tuple(narrowed)
+
+    def _visible(self, relative: PurePosixPath, *, on_the_way: bool = False) -> bool:
+        """Inside one of the context paths (or, ``on_the_way``, a folder leading to one)."""
+        if not self._only:
+            return True
+        return any(relative == o or o in relative.parents or o == PurePosixPath(".")
+                   or (on_the_way and relative in o.parents) for o in self._only)
 
     # -- schemas -----------------------------------------------------------------------------
 
@@ -121,18 +140,23 @@ class WorkspaceTools:
             raise ToolRefused(f"{name!r} may hold secrets; it is never read or listed")
         if any(part in SKIP_DIRS[:3] for part in relative.parts):
             raise ToolRefused(f"{name!r} is version-control internals")
+        if not self._visible(relative, on_the_way=resolved.is_dir()):
+            raise ToolRefused(f"{name!r} is outside this run's context_paths")
         return resolved, relative
 
     def _walk(self, folder: Path, glob: str | None) -> list[tuple[Path, PurePosixPath]]:
         """Regular, allowed files under ``folder``, sorted, symlinks not followed."""
         found: list[tuple[Path, PurePosixPath]] = []
         for here, dirs, files in os.walk(folder):
+            base = PurePosixPath(Path(here).relative_to(self.root).as_posix())
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS
-                             and not is_denied(PurePosixPath(d), self.deny))
+                             and not is_denied(PurePosixPath(d), self.deny)
+                             and self._visible(base / d, on_the_way=True))
             for name in sorted(files):
                 path = Path(here) / name
                 relative = PurePosixPath(path.relative_to(self.root).as_posix())
-                if is_denied(relative, self.deny) or not path.is_file() or path.is_symlink():
+                if (is_denied(relative, self.deny) or not self._visible(relative)
+                        or not path.is_file() or path.is_symlink()):
                     continue
                 if glob and not (fnmatch.fnmatch(str(relative), glob)
                                  or fnmatch.fnmatch(name, glob)):
