@@ -173,3 +173,36 @@ def test_context_paths_narrow_what_is_visible(project: Path) -> None:
     assert LINE in tools.run("read_file", {"path": "src/payments/charge.py"})
     with pytest.raises(ConfigError, match=r"context_paths: '\.\./elsewhere'"):
         WorkspaceTools(project, ("../elsewhere",))
+
+
+def test_a_catastrophic_pattern_is_stopped(project: Path, monkeypatch) -> None:
+    monkeypatch.setattr("massgen_mcp.tools.workspace.SEARCH_TIMEOUT_S", 0.5)
+    (project / "long.txt").write_text("x" * 1900 + "\n")
+    text = WorkspaceTools(project).run("search_text", {"pattern": "(x+x+)+y"})
+    assert text.startswith("error: the search took over 0.5 s")
+
+
+def test_undecodable_file_names_come_back_as_valid_text(project: Path) -> None:
+    with open(os.path.join(os.fsencode(project), b"bad\xff.txt"), "w") as handle:
+        handle.write("hello\n")
+    listing = WorkspaceTools(project).run("list_files", {"path": "."})
+    listing.encode("utf-8")  # would raise on a lone surrogate
+    assert "bad\ufffd" in listing and "charge.py" in listing
+
+
+async def test_evidence_calls_after_the_cap_are_invalid_not_endless(scripted, project: Path
+                                                                    ) -> None:
+    def stubborn(req: ChatRequest) -> Reply:
+        if req.model == "a" and not req.is_final:
+            return tool_calls(("list_files", '{"path": "."}'))
+        return agree(req)
+
+    server = scripted(stubborn)
+    async with Client(create_server(root=project)) as client:
+        done = (await client.call_tool("run_consensus", {
+            "question": "q", "models": [f"openai/{m}@{server.base_url}" for m in "ab"],
+            "wait_s": 30, "options": {"workspace_tools": True, "max_tool_calls_per_turn": 2,
+                                      "retry_backoff_s": 0.01}})).structured_content
+    assert done["status"] == "completed"
+    calls_by_a = [r for r in server.requests if r.model == "a"]
+    assert len(calls_by_a) <= 2 + 3  # two served rounds, then three invalid attempts

@@ -250,12 +250,15 @@ class ConsensusRun:
                 return TurnOutcome(agent.id, view, Dropped(f"provider failed: {exc}"))
             check_budget(self.total, self.options)  # never reached by the final presentation
             looked = [c for c in completion.tool_calls if is_evidence(c.name)]
-            if evidence and looked and len(looked) == len(completion.tool_calls):
+            # Evidence calls are served only while the tools are offered; after the cap they
+            # are invalid actions like any unknown tool (retried, then the agent is dropped).
+            if tools is not decide and looked and len(looked) == len(completion.tool_calls):
                 messages, used = await self._use_tools(agent, messages, completion, used)
                 if not self._tools_left(used):
                     tools = decide  # told so in the tool results: now it must decide
                 continue
-            if looked:  # a decision next to evidence calls: the decision stands
+            if looked and len(looked) < len(completion.tool_calls):
+                # A decision next to evidence calls: the decision stands.
                 completion = replace(completion, tool_calls=[
                     c for c in completion.tool_calls if not is_evidence(c.name)])
             action = parse_action(completion, view, native_tools=native)
@@ -466,8 +469,6 @@ class ConsensusRun:
         presenter: str | None = None
         try:
             try:
-                if self.mcp is not None:
-                    await self.mcp.start()
                 if self.request.prior_answers:
                     self._emit(EventType.RESUMED,
                                labels=[a.label for a in self.coord.current_answers()])
@@ -476,6 +477,8 @@ class ConsensusRun:
                                agents={a.id: a.model for a in self.agents.values()},
                                parent_session_id=self.request.parent_session_id)
                 async with asyncio.timeout(self.options.timeout_s):
+                    if self.mcp is not None:  # servers start within the run's time limit
+                        await self.mcp.start()
                     try:
                         await self._coordinate()
                     finally:

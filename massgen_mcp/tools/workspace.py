@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 import stat
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -33,6 +33,7 @@ MAX_FILE_BYTES = 5_000_000  # larger files are not read or searched at all
 MAX_LISTED = 500
 MAX_MATCHES = 100
 MAX_PATTERN_CHARS = 500
+SEARCH_TIMEOUT_S = 5.0
 
 # Never listed, read or searched (matched against every path component, case-insensitive).
 DENY_NAMES = (
@@ -110,7 +111,12 @@ class WorkspaceTools:
     NAMES = ("list_files", "read_file", "search_text")
 
     def run(self, name: str, arguments: dict[str, Any]) -> str:
-        """Run one tool; its text result, or ``error: ...`` for the agent to read."""
+        """Run one tool; its text result, or ``error: ...`` for the agent to read (always
+        valid UTF-8: a file name that is not becomes U+FFFD)."""
+        text = self._run(name, arguments)
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+    def _run(self, name: str, arguments: dict[str, Any]) -> str:
         try:
             if name == "list_files":
                 return self.list_files(_text(arguments, "path", "."), _opt(arguments, "glob"))
@@ -198,12 +204,15 @@ class WorkspaceTools:
         return f"{relative} lines {first}-{last} of {len(lines)}:\n{body}{note}"
 
     def search_text(self, pattern: str, path: str = ".", glob: str | None = None) -> str:
+        import regex as regex_engine  # timeouts, and matching releases the GIL
+
         if len(pattern) > MAX_PATTERN_CHARS:
             raise ToolRefused(f"the pattern is over {MAX_PATTERN_CHARS} characters")
         try:
-            regex = re.compile(pattern)
-        except re.error as exc:
+            compiled = regex_engine.compile(pattern)
+        except regex_engine.error as exc:
             raise ToolRefused(f"bad regular expression: {exc}") from None
+        deadline = time.monotonic() + SEARCH_TIMEOUT_S
         folder, _ = self._resolve(path)
         targets = self._walk(folder, glob) if folder.is_dir() else [self._resolve(path)]
         hits: list[str] = []
@@ -213,7 +222,15 @@ class WorkspaceTools:
             except ToolRefused:
                 continue  # binary or too big: not searched
             for number, line in enumerate(text.splitlines(), 1):
-                if regex.search(line[:2000]):
+                left = deadline - time.monotonic()
+                try:
+                    if left <= 0:
+                        raise TimeoutError
+                    found = compiled.search(line[:2000], timeout=left)
+                except TimeoutError:
+                    raise ToolRefused(f"the search took over {SEARCH_TIMEOUT_S:g} s; use a "
+                                      "simpler pattern or a narrower path") from None
+                if found:
                     hits.append(f"{relative}:{number}: {line[:300]}")
                     if len(hits) == MAX_MATCHES:
                         hits.append(f"[stopped at {MAX_MATCHES} matches; narrow the search]")
