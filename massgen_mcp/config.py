@@ -23,6 +23,7 @@ MAX_CONTEXT_CHARS = 200_000
 
 _AGENT_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _MODEL = re.compile(r"[A-Za-z0-9_.:@\-/]{1,200}")
+_REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 # Which environment variable a provider reads its key from (litellm's own names). A model behind
 # an explicit base_url is a self-hosted endpoint and needs no key.
@@ -218,6 +219,10 @@ class TeamConfig(BaseModel):
         for agent in data["agents"]:
             if agent.get("api_key"):
                 agent["api_key"] = "***"
+            for server in agent.get("mcp_servers", []):  # only ${VAR} references are kept
+                for part in ("env", "headers"):
+                    server[part] = {k: v if _REFERENCE.fullmatch(v) else "***"
+                                    for k, v in server[part].items()}
         return data
 
 

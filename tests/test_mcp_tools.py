@@ -227,3 +227,30 @@ async def test_web_search_reaches_the_provider_request(scripted) -> None:
     bodies = {r.model: r.body for r in server.requests}
     assert bodies["a"].get("web_search_options") == {"search_context_size": "medium"}
     assert "web_search_options" not in bodies["b"]
+
+
+@needs_fs
+async def test_a_tool_that_was_not_offered_cannot_be_called(scripted, tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "keep.txt").write_text("original\n")
+
+    def policy(req: ChatRequest) -> Reply:
+        if req.vote_labels or req.is_final or req.model != "a":
+            return agree(req)
+        got = results(req)
+        if not got:  # not offered (not read-only), called anyway
+            return tool_calls(("mcp__fs__write_file", json.dumps(
+                {"path": str(project / "keep.txt"), "content": "PWNED"})))
+        return answer(f"tried: {got[0]}")
+
+    server = scripted(policy)
+    the_team = team(server.base_url, [
+        {"id": "a", "backend": {"mcp_servers": {"fs": {
+            "command": "node", "args": [str(FS_SERVER), str(project)]}}}},
+        {"id": "b"}])
+    result, events = await run(the_team)
+    assert (project / "keep.txt").read_text() == "original\n"
+    [call] = [e for e in events if e["type"] == "tool_call"]
+    assert "no tool named 'mcp__fs__write_file' for you" in call["error"]
+    assert result["status"] == "completed"

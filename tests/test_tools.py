@@ -206,3 +206,16 @@ async def test_evidence_calls_after_the_cap_are_invalid_not_endless(scripted, pr
     assert done["status"] == "completed"
     calls_by_a = [r for r in server.requests if r.model == "a"]
     assert len(calls_by_a) <= 2 + 3  # two served rounds, then three invalid attempts
+
+
+def test_folders_records_and_hard_links_are_refused_not_fatal(project: Path) -> None:
+    (project / ".massgen" / "sessions").mkdir(parents=True)
+    (project / ".massgen" / "sessions" / "request.json").write_text("db password pw123456789")
+    os.link(project / ".env", project / "notes.txt")  # another name for the secret file
+    tools = WorkspaceTools(project)
+    assert tools.run("read_file", {"path": "src"}).startswith("error: src is not a regular")
+    assert "records" in tools.run("read_file", {"path": ".massgen/sessions/request.json"})
+    assert "records" in tools.run("list_files", {"path": ".massgen"})
+    assert "hard links" in tools.run("read_file", {"path": "notes.txt"})
+    assert CANARY not in tools.run("search_text", {"pattern": "sk-"})
+    assert "pw123456789" not in tools.run("search_text", {"pattern": "password"})

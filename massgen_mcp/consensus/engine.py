@@ -321,7 +321,7 @@ class ConsensusRun:
             self._publish_status()
             t0 = time.monotonic()
             try:
-                text = await self._dispatch(call.name, arguments)
+                text = await self._dispatch(agent, call.name, arguments)
             finally:
                 self._activity.pop(agent.id, None)
             text = redact(text)  # a file may hold a key the run knows
@@ -334,13 +334,16 @@ class ConsensusRun:
                    arguments=clip(call.arguments, 300)[0], error=text[7:])
         return text
 
-    async def _dispatch(self, name: str, arguments: dict[str, Any]) -> str:
+    async def _dispatch(self, agent: AgentSpec, name: str, arguments: dict[str, Any]) -> str:
+        # Only what this agent was offered runs: a name it invents (another agent's server, a
+        # write tool its allowed_tools leave out) is refused here, not just left unlisted.
+        offered = {spec["function"]["name"] for spec in self._evidence_specs(agent)}
+        if name not in offered:
+            return f"error: there is no tool named {name!r} for you"
         if name.startswith(MCP_PREFIX):
-            if self.mcp is None:
-                return f"error: there is no tool named {name!r}"
+            assert self.mcp is not None
             return await self.mcp.call(name, arguments)  # bounded by the client's timeout
-        if self.tools is None:
-            return f"error: there is no tool named {name!r}"
+        assert self.tools is not None
         try:
             return await asyncio.wait_for(asyncio.to_thread(self.tools.run, name, arguments),
                                           TOOL_TIMEOUT_S)

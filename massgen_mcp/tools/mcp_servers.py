@@ -39,7 +39,7 @@ PREFIX = "mcp__"
 START_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 60.0
 MAX_RESULT_CHARS = 50_000
-_NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
+_NAME = re.compile(r"[A-Za-z0-9_\-]{1,40}")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -78,8 +78,9 @@ def parse_servers(raw: Any, where: str) -> list[McpServerSpec]:
         here = f"{where}.{name}" if isinstance(raw, dict) else f"{where}[{i}]"
         if not isinstance(body, dict):
             raise ConfigError(f"{here}: expected a mapping with type and command or url")
-        if not _NAME.fullmatch(name):
-            raise ConfigError(f"{here}.name: use 1-64 letters, digits, '_' or '-'")
+        if not _NAME.fullmatch(name) or "__" in name:
+            raise ConfigError(f"{here}.name: use 1-40 letters, digits, '_' or '-' (no '__', "
+                              "which separates server and tool in mcp__server__tool)")
         data = {k: v for k, v in body.items() if k != "name"}
         try:
             spec = McpServerSpec(name=name, **data)

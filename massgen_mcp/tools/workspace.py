@@ -31,6 +31,8 @@ MAX_READ_BYTES = 100_000
 MAX_RUN_BYTES = 2_000_000
 MAX_FILE_BYTES = 5_000_000  # larger files are not read or searched at all
 MAX_LISTED = 500
+MAX_WALKED = 20_000  # entries one listing or search may walk
+MAX_SCANNED_BYTES = 20_000_000  # file bytes one search may read
 MAX_MATCHES = 100
 MAX_PATTERN_CHARS = 500
 SEARCH_TIMEOUT_S = 5.0
@@ -43,6 +45,7 @@ DENY_NAMES = (
     ".kube", "secrets.*", "*.secret", "*.tfstate", "*.tfstate.*",
 )
 SKIP_DIRS = (".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", ".massgen")
+HIDDEN_DIRS = (".git", ".hg", ".svn", ".massgen")  # not even when named: internals, records
 
 
 class ToolRefused(Exception):
@@ -129,6 +132,8 @@ class WorkspaceTools:
             raise ToolRefused(f"there is no tool named {name!r}")
         except ToolRefused as exc:
             return f"error: {exc}"
+        except OSError as exc:  # anything the file system says: the agent reads it, the run goes on
+            return f"error: {exc.strerror or type(exc).__name__}"
 
     # -- paths ---------------------------------------------------------------------------------
 
@@ -144,8 +149,8 @@ class WorkspaceTools:
         relative = PurePosixPath(resolved.relative_to(self.root).as_posix())
         if is_denied(relative, self.deny):
             raise ToolRefused(f"{name!r} may hold secrets; it is never read or listed")
-        if any(part in SKIP_DIRS[:3] for part in relative.parts):
-            raise ToolRefused(f"{name!r} is version-control internals")
+        if any(part in HIDDEN_DIRS for part in relative.parts):
+            raise ToolRefused(f"{name!r} is version-control internals or massgen's records")
         if not self._visible(relative, on_the_way=resolved.is_dir()):
             raise ToolRefused(f"{name!r} is outside this run's context_paths")
         return resolved, relative
@@ -153,7 +158,12 @@ class WorkspaceTools:
     def _walk(self, folder: Path, glob: str | None) -> list[tuple[Path, PurePosixPath]]:
         """Regular, allowed files under ``folder``, sorted, symlinks not followed."""
         found: list[tuple[Path, PurePosixPath]] = []
+        seen = 0
         for here, dirs, files in os.walk(folder):
+            seen += len(dirs) + len(files)
+            if seen > MAX_WALKED:
+                raise ToolRefused(f"more than {MAX_WALKED} entries under {folder.name or '.'}; "
+                                  "give a narrower path")
             base = PurePosixPath(Path(here).relative_to(self.root).as_posix())
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS
                              and not is_denied(PurePosixPath(d), self.deny)
@@ -170,7 +180,9 @@ class WorkspaceTools:
                 found.append((path, relative))
         return found
 
-    def _take(self, size: int) -> None:
+    def _take(self, text: str) -> None:
+        """Charge ``text`` to the run's byte budget (ToolRefused once it is spent)."""
+        size = len(text.encode("utf-8", "surrogatepass"))
         with self._lock:
             if size > self.bytes_left:
                 raise ToolRefused(f"this run has read its {MAX_RUN_BYTES} bytes of files; "
@@ -187,7 +199,9 @@ class WorkspaceTools:
         lines = [f"{rel}  ({p.stat().st_size} bytes)" for p, rel in found[:MAX_LISTED]]
         if len(found) > MAX_LISTED:
             lines.append(f"[{len(found) - MAX_LISTED} more not shown; narrow path or glob]")
-        return "\n".join(lines) or f"no files under {relative or '.'}"
+        result = "\n".join(lines) or f"no files under {relative or '.'}"
+        self._take(result)
+        return result
 
     def read_file(self, path: str, start: int | None = None, end: int | None = None) -> str:
         resolved, relative = self._resolve(path)
@@ -200,7 +214,7 @@ class WorkspaceTools:
         if len(body.encode()) > MAX_READ_BYTES:
             body = body.encode()[:MAX_READ_BYTES].decode(errors="ignore")
             note = f"\n[truncated at {MAX_READ_BYTES} bytes; read a line range for more]"
-        self._take(len(body.encode()))
+        self._take(body)
         return f"{relative} lines {first}-{last} of {len(lines)}:\n{body}{note}"
 
     def search_text(self, pattern: str, path: str = ".", glob: str | None = None) -> str:
@@ -216,11 +230,16 @@ class WorkspaceTools:
         folder, _ = self._resolve(path)
         targets = self._walk(folder, glob) if folder.is_dir() else [self._resolve(path)]
         hits: list[str] = []
+        scanned = 0
         for file, relative in targets:
             try:
                 text = self._read_text(file, relative)
             except ToolRefused:
-                continue  # binary or too big: not searched
+                continue  # binary, too big or linked elsewhere: not searched
+            scanned += len(text)
+            if scanned > MAX_SCANNED_BYTES:
+                raise ToolRefused(f"the search would read over {MAX_SCANNED_BYTES} bytes; give "
+                                  "a narrower path or glob")
             for number, line in enumerate(text.splitlines(), 1):
                 left = deadline - time.monotonic()
                 try:
@@ -235,10 +254,10 @@ class WorkspaceTools:
                     if len(hits) == MAX_MATCHES:
                         hits.append(f"[stopped at {MAX_MATCHES} matches; narrow the search]")
                         result = "\n".join(hits)
-                        self._take(len(result.encode()))
+                        self._take(result)
                         return result
         result = "\n".join(hits) or "no matches"
-        self._take(len(result.encode()))
+        self._take(result)
         return result
 
     def _read_text(self, path: Path, relative: PurePosixPath) -> str:
@@ -246,14 +265,21 @@ class WorkspaceTools:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             raise ToolRefused(f"{relative} does not exist or cannot be read") from None
-        with os.fdopen(fd, "rb") as handle:
+        try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise ToolRefused(f"{relative} is not a regular file")
+            if info.st_nlink > 1:  # another name of it may be a secret file
+                raise ToolRefused(f"{relative} has other names (hard links); it is not read")
             if info.st_size > MAX_FILE_BYTES:
                 raise ToolRefused(f"{relative} is {info.st_size} bytes; files over "
                                   f"{MAX_FILE_BYTES} are not read")
-            data = handle.read(MAX_FILE_BYTES + 1)
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                data = handle.read(MAX_FILE_BYTES + 1)
+        except OSError:
+            raise ToolRefused(f"{relative} cannot be read") from None
+        finally:
+            os.close(fd)
         if b"\x00" in data[:8192]:
             raise ToolRefused(f"{relative} looks binary; only text files are read")
         return data.decode("utf-8", errors="replace")
