@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from massgen_mcp.env import getenv
+from massgen_mcp.env import VAR_REFERENCE, getenv
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.secrets import register_secret
 from massgen_mcp.tools.mcp_servers import McpServerSpec
@@ -23,7 +23,6 @@ MAX_CONTEXT_CHARS = 200_000
 
 _AGENT_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _MODEL = re.compile(r"[A-Za-z0-9_.:@\-/]{1,200}")
-_REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
 
 # Which environment variable a provider reads its key from (litellm's own names). A model behind
 # an explicit base_url is a self-hosted endpoint and needs no key.
@@ -221,7 +220,7 @@ class TeamConfig(BaseModel):
                 agent["api_key"] = "***"
             for server in agent.get("mcp_servers", []):  # only ${VAR} references are kept
                 for part in ("env", "headers"):
-                    server[part] = {k: v if _REFERENCE.fullmatch(v) else "***"
+                    server[part] = {k: v if VAR_REFERENCE.fullmatch(v) else "***"
                                     for k, v in server[part].items()}
         return data
 

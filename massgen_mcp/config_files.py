@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from massgen_mcp.config import TeamConfig, build_team
-from massgen_mcp.env import getenv
+from massgen_mcp.env import VAR_REFERENCE, getenv
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.secrets import looks_secret
 from massgen_mcp.tools.mcp_servers import parse_servers
@@ -76,7 +76,6 @@ _TIMEOUT_IGNORED = {
 }
 _TOP_KEYS = {"agents", "agent", "orchestrator", "timeout_settings", "options"}
 _TOP_IGNORED = {"ui", "logging", "memory", "description"}
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 MAX_CONFIG_BYTES = 1_000_000
 MAX_YAML_NODES = 10_000
 
@@ -107,7 +106,7 @@ def _expand(value: Any, where: str, used: Expanded) -> Any:
                 raise ConfigError(f"{where}: environment variable {name} is not set")
             used.append((name, where))
             return value
-        return _VAR.sub(sub, value)
+        return VAR_REFERENCE.sub(sub, value)
     if isinstance(value, dict):
         return {k: _expand(v, f"{where}.{k}", used) for k, v in value.items()}
     if isinstance(value, list):
@@ -188,7 +187,7 @@ def _agent(raw: Any, index: int, warnings: list[str]) -> dict[str, Any]:
     if "mcp_servers" in backend:
         agent["mcp_servers"] = [s.model_dump() for s in parse_servers(
             backend["mcp_servers"], f"{where}.backend.mcp_servers")]
-    reference = _VAR.fullmatch(str(backend.get("api_key", "")))
+    reference = VAR_REFERENCE.fullmatch(str(backend.get("api_key", "")))
     if reference:
         # api_key: "${NAME}" is recorded as the reference, never the value, so the record
         # holds no key and a resumed run reads the variable again.
@@ -256,7 +255,7 @@ def _expand_backend(raw: Any, index: int, used: Expanded) -> Any:
     backend = raw.get("backend")
     if isinstance(backend, dict):
         key = backend.get("api_key")
-        keep = isinstance(key, str) and _VAR.fullmatch(key) is not None
+        keep = isinstance(key, str) and VAR_REFERENCE.fullmatch(key) is not None
         # mcp_servers keep their ${VAR}s: resolved when the server starts, never recorded.
         backend = {k: v if (k == "api_key" and keep) or k == "mcp_servers"
                    else _expand(v, f"{where}.backend.{k}", used) for k, v in backend.items()}

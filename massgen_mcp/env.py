@@ -14,6 +14,8 @@ from pathlib import Path
 
 from massgen_mcp.secrets import looks_secret, register_secret
 
+# ``${NAME}``: a reference to an environment variable in a config file.
+VAR_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")
 _cache: dict[Path, tuple[int, dict[str, str]]] = {}
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from massgen_mcp.env import getenv
+from massgen_mcp.env import VAR_REFERENCE, getenv
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.secrets import looks_secret, redact, register_secret
 
@@ -40,7 +40,6 @@ START_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 60.0
 MAX_RESULT_CHARS = 50_000
 _NAME = re.compile(r"[A-Za-z0-9_\-]{1,40}")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class McpServerSpec(BaseModel):
@@ -108,7 +107,7 @@ def _resolve(values: dict[str, str], where: str) -> dict[str, str]:
             raise ConfigError(f"{where}: environment variable {match.group(1)} is not set")
         register_secret(value)
         return value
-    return {key: _VAR.sub(sub, value) for key, value in values.items()}
+    return {key: VAR_REFERENCE.sub(sub, value) for key, value in values.items()}
 
 
 def tool_name(server: str, tool: str) -> str:
