@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from massgen_mcp import __version__
 from massgen_mcp.config import RunOptions, RunSpec, check_question, format_validation_error
 from massgen_mcp.errors import ConfigError, MassgenError, RecordWriteError
-from massgen_mcp.records import Event, ResultRecord, RunStatus
+from massgen_mcp.records import Event, EventType, ResultRecord, RunStatus
 from massgen_mcp.secrets import RedactingFormatter, redact
 from massgen_mcp.sessions.store import SessionStore, default_home
 
@@ -202,7 +202,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from massgen_mcp.render import coordination_table
+    from massgen_mcp.render import coordination_table, describe_event
 
     service = _service(args)
     if args.html:
@@ -229,6 +229,11 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"{usage.completion_tokens} completion tokens, cost {usage.cost_usd}")
     print()
     print(coordination_table(record.events, list(status.agents)))
+    tool_lines = [describe_event(e) for e in record.events if e.type is EventType.TOOL_CALL]
+    if tool_lines:
+        print("\ntool calls")
+        for line in tool_lines:
+            print(f"  {line}")
     if result and result.final_answer is not None:
         print("\n" + result.final_answer)
     return EXIT_OK

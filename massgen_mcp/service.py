@@ -128,7 +128,8 @@ class ConsensusService:
         if problems:
             raise ConfigError("missing API keys:\n" + "\n".join(problems))
         if team.options.workspace_tools:  # context_paths must exist inside the workspace
-            WorkspaceTools(self.workspace.root, tuple(team.options.context_paths))
+            WorkspaceTools(self.workspace.root, tuple(team.options.context_paths),
+                           tuple(team.options.allow_secret_files))
         run = await self.runner.start(question, team, context=context,
                                       parent_session_id=parent_session_id,
                                       workspace=self.workspace.root.resolve())

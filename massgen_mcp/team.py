@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from massgen_mcp import trust
@@ -40,11 +41,9 @@ async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
         # A file a model names may have come with the project, so it needs the user's
         # consent to send their keys abroad (massgen_mcp.trust); the user's own CLI flag and
         # our presets do not.
-        preset = spec.config.startswith("@")
-        path = resolve_config_path(spec.config) if preset else workspace.path(spec.config,
-                                                                               "config")
+        path, own = _config_path(spec.config, workspace)
         team, notes = await asyncio.to_thread(
-            load_config_file, path, check_trust=workspace.confined and not preset)
+            load_config_file, path, check_trust=workspace.confined and not own)
     else:
         from massgen_mcp.defaults import discover
 
@@ -57,6 +56,22 @@ async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
     if spec.base_url and workspace.confined:
         trust.check_override(team, final, spec.base_url)
     return TeamChoice(final, notes)
+
+
+def _config_path(ref: str, workspace: Workspace) -> tuple[Path, bool]:
+    """The config file ``ref`` names, and whether it is the user's own or ours (a preset, or
+    a file in the user config folder, accepted by path even outside the workspace)."""
+    if ref.startswith("@"):
+        return resolve_config_path(ref), True
+    import platformdirs
+
+    user_dir = Path(platformdirs.user_config_dir("massgen-mcp")).resolve()
+    given = Path(ref).expanduser()
+    if given.is_absolute() and given.resolve().is_relative_to(user_dir):
+        if not given.is_file():
+            raise ConfigError(f"config: {ref!r} does not exist or is not a file")
+        return given.resolve(), True
+    return workspace.path(ref, "config"), False
 
 
 def _team_from_models(models: list[str]) -> TeamConfig:

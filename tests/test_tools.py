@@ -219,3 +219,49 @@ def test_folders_records_and_hard_links_are_refused_not_fatal(project: Path) -> 
     assert "hard links" in tools.run("read_file", {"path": "notes.txt"})
     assert CANARY not in tools.run("search_text", {"pattern": "sk-"})
     assert "pw123456789" not in tools.run("search_text", {"pattern": "password"})
+
+
+def test_the_deny_list_can_be_lifted_pattern_by_pattern(project: Path) -> None:
+    from massgen_mcp.errors import ConfigError
+
+    (project / ".env.example").write_text("OPENAI_API_KEY=your-key-here\n")
+    default = WorkspaceTools(project)
+    assert "secrets" in default.run("read_file", {"path": ".env.example"})
+    lifted = WorkspaceTools(project, allow=(".env.*",))
+    assert "your-key-here" in lifted.run("read_file", {"path": ".env.example"})
+    assert "secrets" in lifted.run("read_file", {"path": ".env"})  # .env itself stays denied
+    with pytest.raises(ConfigError, match=r"allow_secret_files: '\.env\.local' is not on"):
+        WorkspaceTools(project, allow=(".env.local",))
+
+
+async def test_a_config_in_the_user_config_folder_is_accepted_by_path(
+        scripted, project: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    server = scripted(agree)
+    folder = tmp_path / "xdg" / "massgen-mcp"
+    folder.mkdir(parents=True)
+    (folder / "team.yaml").write_text(
+        "agents:\n  - id: a\n    backend: {type: chatcompletion, model: a, "
+        f"base_url: '{server.base_url}'}}\n")
+    async with Client(create_server(root=project)) as client:
+        done = (await client.call_tool("run_consensus", {
+            "question": "q", "config": str(folder / "team.yaml"), "wait_s": 30})
+        ).structured_content
+        elsewhere = await client.call_tool("run_consensus", {
+            "question": "q", "config": str(tmp_path / "other.yaml")}, raise_on_error=False)
+    assert done["status"] == "completed"
+    assert elsewhere.is_error and "is absolute" in elsewhere.content[0].text
+
+
+async def test_show_lists_the_tool_calls(scripted, project: Path, capsys) -> None:
+    from massgen_mcp.cli import main
+
+    server = scripted(investigator)
+    async with Client(create_server(root=project)) as client:
+        done = (await client.call_tool("run_consensus", {
+            "question": "q", "models": [f"openai/{m}@{server.base_url}" for m in "ab"],
+            "options": {"workspace_tools": True}, "wait_s": 30})).structured_content
+    capsys.readouterr()
+    assert main(["show", done["session_id"]]) == 0
+    out = capsys.readouterr().out
+    assert "tool calls" in out and "agent_a read_file" in out and "charge.py" in out

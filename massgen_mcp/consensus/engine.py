@@ -130,7 +130,8 @@ class ConsensusRun:
         self.usage = {aid: UsageMeter() for aid in self.agents}
         self.total = UsageMeter()
         self.in_flight: dict[str, asyncio.Task[TurnOutcome]] = {}
-        self.tools = (WorkspaceTools(request.workspace, tuple(self.options.context_paths))
+        self.tools = (WorkspaceTools(request.workspace, tuple(self.options.context_paths),
+                                     tuple(self.options.allow_secret_files))
                       if self.options.workspace_tools and request.workspace else None)
         servers = request.team.mcp_servers()
         self.mcp = McpToolbox(servers) if servers else None

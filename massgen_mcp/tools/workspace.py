@@ -63,6 +63,7 @@ class WorkspaceTools:
 
     root: Path
     only: tuple[str, ...] = ()  # context_paths: when given, nothing else is visible
+    allow: tuple[str, ...] = ()  # deny-list patterns the run lifts (allow_secret_files)
     deny: tuple[str, ...] = DENY_NAMES
     bytes_left: int = MAX_RUN_BYTES
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -70,6 +71,11 @@ class WorkspaceTools:
 
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
+        unknown = [p for p in self.allow if p not in self.deny]
+        if unknown:
+            raise ConfigError(f"allow_secret_files: {unknown[0]!r} is not on the deny-list; "
+                              f"use one of its patterns: {', '.join(self.deny)}")
+        self.deny = tuple(p for p in self.deny if p not in self.allow)
         narrowed = []
         for given in self.only:
             path = (self.root / Path(given).expanduser()).resolve()
