@@ -108,31 +108,35 @@ class ConsensusService:
 
     # -- starting runs ------------------------------------------------------------------------
 
-    async def start(self, spec: RunSpec) -> Started:
-        """Check ``spec``, choose its team and start the run in the background."""
+    async def start(self, spec: RunSpec, workspace: Workspace | None = None) -> Started:
+        """Check ``spec``, choose its team and start the run in the background. File inputs
+        and the agents' tools use ``workspace`` (e.g. the MCP client's root) if given, else
+        the service's own."""
+        workspace = workspace or self.workspace
         question = check_question(spec.question)
         parts = [spec.context.strip()] if spec.context and spec.context.strip() else []
         if spec.context_files:
-            parts.append(self.workspace.read_context_files(spec.context_files))
+            parts.append(workspace.read_context_files(spec.context_files))
         context = "\n\n".join(parts) or None
         if context and len(context) > MAX_CONTEXT_CHARS:
             raise ConfigError(f"context: {len(context)} characters; the limit is "
                               f"{MAX_CONTEXT_CHARS}")
-        choice = await choose_team(spec, self.workspace)
+        choice = await choose_team(spec, workspace)
         return await self._launch(question, choice.team, context, spec.parent_session_id,
-                                  choice.notes)
+                                  choice.notes, workspace)
 
     async def _launch(self, question: str, team: TeamConfig, context: str | None,
-                      parent_session_id: str | None, notes: list[str]) -> Started:
+                      parent_session_id: str | None, notes: list[str],
+                      workspace: Workspace | None = None) -> Started:
         problems = missing_credentials(team)
         if problems:
             raise ConfigError("missing API keys:\n" + "\n".join(problems))
+        root = (workspace or self.workspace).root.resolve()
         if team.options.workspace_tools:  # context_paths must exist inside the workspace
-            WorkspaceTools(self.workspace.root, tuple(team.options.context_paths),
+            WorkspaceTools(root, tuple(team.options.context_paths),
                            tuple(team.options.allow_secret_files))
         run = await self.runner.start(question, team, context=context,
-                                      parent_session_id=parent_session_id,
-                                      workspace=self.workspace.root.resolve())
+                                      parent_session_id=parent_session_id, workspace=root)
         return Started(run.session_id, run.recorder.folder, notes)
 
     async def continue_session(self, session_id: str, follow_up: str, *,

@@ -265,3 +265,24 @@ async def test_show_lists_the_tool_calls(scripted, project: Path, capsys) -> Non
     assert main(["show", done["session_id"]]) == 0
     out = capsys.readouterr().out
     assert "tool calls" in out and "agent_a read_file" in out and "charge.py" in out
+
+
+async def test_a_client_root_is_the_workspace(scripted, project: Path, tmp_path: Path) -> None:
+    """A client that advertises roots gets files from its root, not the server's folder."""
+    elsewhere = tmp_path / "server-cwd"
+    elsewhere.mkdir()
+    server = scripted(agree)
+    # Hosts on the pre-2026-07-28 protocol (legacy mode) can answer roots/list; on the
+    # stateless 2026-07-28 protocol a server cannot ask, and its own folder is used.
+    async with Client(create_server(root=elsewhere), roots=[project.as_uri()],
+                      mode="legacy") as client:
+        done = (await client.call_tool("run_consensus", {
+            "question": "q", "models": [f"openai/a@{server.base_url}"],
+            "context_files": ["src/payments/charge.py"], "wait_s": 30})).structured_content
+    assert done["status"] == "completed"
+    assert LINE in json.dumps([r.messages for r in server.requests])
+    async with Client(create_server(root=elsewhere)) as client:  # no roots: the server's own
+        refused = await client.call_tool("run_consensus", {
+            "question": "q", "models": [f"openai/a@{server.base_url}"],
+            "context_files": ["src/payments/charge.py"]}, raise_on_error=False)
+    assert refused.is_error and "does not exist" in refused.content[0].text

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -60,6 +61,7 @@ if TYPE_CHECKING:  # the auth stack costs ~0.3 s to import; stdio never needs it
 
 log = logging.getLogger(__name__)
 
+ROOTS_TIMEOUT_S = 5.0  # asking the client for its roots, once per run_consensus
 WARM_UP_DELAY_S = 1.0  # let the handshake go first; litellm's import holds the GIL for seconds
 
 INSTRUCTIONS = """\
@@ -90,6 +92,37 @@ def _service(ctx: Context) -> ConsensusService:
     service = ctx.lifespan_context["service"]
     assert isinstance(service, ConsensusService)
     return service
+
+
+async def _client_root(ctx: Context) -> Workspace | None:
+    """The client's first ``file://`` root as the run's workspace, asked afresh on every call
+    (so a changed root list is never stale); None when the client has no roots.
+
+    Roots are deprecated as of the 2026-07-28 spec (SEP-2577) but hosts still send them; a
+    client that cannot answer costs nothing here: the server's own folder is used.
+    """
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    from mcp.types import ClientCapabilities, RootsCapability
+
+    try:
+        session = ctx.session
+        if not session.check_client_capability(ClientCapabilities(roots=RootsCapability())):
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the deprecation notice, once per call
+            async with asyncio.timeout(ROOTS_TIMEOUT_S):
+                listed = await session.list_roots()
+    except Exception:  # no back-channel, a timeout, a client error: use the server's folder
+        log.debug("roots/list failed", exc_info=True)
+        return None
+    for root in listed.roots:
+        uri = urlparse(str(root.uri))
+        path = Path(url2pathname(uri.path))
+        if uri.scheme == "file" and path.is_dir():
+            return Workspace(path)
+    return None
 
 
 def _progress_reporter(ctx: Context) -> StatusCallback:
@@ -248,7 +281,8 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         with _tool_errors():
             started = await _service(ctx).start(RunSpec(
                 question=question, models=models, config=config, base_url=base_url,
-                context=context, context_files=context_files or [], options=options))
+                context=context, context_files=context_files or [], options=options),
+                await _client_root(ctx))
             return await _wait_and_wrap(
                 ctx, started, wait_s,
                 "started; call get_status with wait_s=30 until done, then get_result")
