@@ -318,17 +318,22 @@ async def test_graceful_stop_records_interrupted_and_resume_works(
         f"  - id: {m}\n    backend: {{type: chatcompletion, model: {m}, "
         f"base_url: '{server.base_url}', api_key: '${{MY_VAR}}'}}\n" for m in "abc"))
     raw = await start_raw(home, cwd=tmp_path, MY_VAR="resumable-secret-0042")
-    started = await raw.call("run_consensus", question="What is 6*7?", config="team.yaml")
-    assert not started.get("isError"), started
-    sid = started["structuredContent"]["session_id"]
-    for _ in range(3):
-        assert await asyncio.to_thread(voting.acquire, True, 30)
-    t0 = time.monotonic()
-    if how == "stdin closed":
-        raw.proc.stdin.close()
-    else:
-        raw.proc.send_signal(getattr(__import__("signal"), how))
-    _, err = await asyncio.wait_for(raw.proc.communicate(), 30)
+    try:
+        started = await raw.call("run_consensus", question="What is 6*7?", config="team.yaml")
+        assert not started.get("isError"), started
+        sid = started["structuredContent"]["session_id"]
+        for _ in range(3):
+            assert await asyncio.to_thread(voting.acquire, True, 30)
+        t0 = time.monotonic()
+        if how == "stdin closed":
+            raw.proc.stdin.close()
+        else:
+            raw.proc.send_signal(getattr(__import__("signal"), how))
+        _, err = await asyncio.wait_for(raw.proc.communicate(), 30)
+    finally:
+        if raw.proc.returncode is None:  # a failed step must not leave the server running
+            raw.proc.kill()
+            await raw.proc.wait()
     stop_s = time.monotonic() - t0
     assert raw.proc.returncode == 0, err.decode()
     assert b"Traceback" not in err, err.decode()

@@ -198,11 +198,14 @@ async def test_cancel_leaves_no_server_process(scripted) -> None:
     notes = {"notes": {"command": sys.executable, "args": [str(NOTES), "cancel-marker"]}}
     the_team = team(server.base_url, [{"id": "a", "backend": {"mcp_servers": notes}}])
     runner = SessionRunner(SessionStore(), LiteLLMProvider())
-    live = await runner.start("q", the_team)
-    assert await asyncio.to_thread(asked.wait, 30)
-    assert len(processes_with("cancel-marker")) == 1  # the server is up while the run goes on
-    assert await runner.cancel(live.session_id)
-    assert processes_with("cancel-marker") == []
+    try:
+        live = await runner.start("q", the_team)
+        assert await asyncio.to_thread(asked.wait, 30)
+        assert len(processes_with("cancel-marker")) == 1  # up while the run goes on
+        assert await runner.cancel(live.session_id)
+        assert processes_with("cancel-marker") == []
+    finally:
+        await runner.aclose()  # a failed assertion must not leave the server running
 
 
 def test_mcp_servers_in_a_project_config_need_consent(tmp_path: Path) -> None:
