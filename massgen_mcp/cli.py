@@ -165,7 +165,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_trust(args: argparse.Namespace) -> int:
     from massgen_mcp import trust
-    from massgen_mcp.config_files import parse_yaml, read_config_text, team_from_mapping
+    from massgen_mcp.config_files import read_config_file
     from massgen_mcp.defaults import project_config_path
 
     path = Path(args.file) if args.file else project_config_path()
@@ -173,15 +173,12 @@ def cmd_trust(args: argparse.Namespace) -> int:
         print(f"{path}: consent withdrawn" if trust.revoke(path)
               else f"{path}: was not trusted")
         return EXIT_OK
-    text = read_config_text(path)
-    expanded: list[tuple[str, str]] = []
-    team, _ = team_from_mapping(parse_yaml(text, str(path)), source=path.name,
-                                expanded=expanded)
-    where = trust.trust(path, text, expanded)
+    loaded = read_config_file(path)
+    where = trust.trust(path, loaded.text, loaded.expanded)
     print(f"{path}: trusted as it is now (any change to it or to the variables it reads asks "
           f"again); recorded in {where}")
-    for line in trust.risks(team, expanded) or ["it sends no key from your environment to a "
-                                                 "foreign host"]:
+    for line in trust.risks(loaded.team, loaded.expanded) or [
+            "it sends no key from your environment to a foreign host"]:
         print(f"  {line}")
     return EXIT_OK
 

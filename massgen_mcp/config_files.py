@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -368,13 +369,21 @@ def _check_expanded_size(root: yaml.Node, source: str) -> None:
     size(root, 0)
 
 
-def load_config_file(path: str | Path, *, check_trust: bool = False
-                     ) -> tuple[TeamConfig, list[str]]:
-    """Load a YAML (or JSON) config file; errors name the file and the key.
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A config file as read: the team, the warnings, and what a trust decision hashes (the
+    text and the ``${VAR}`` values it expands)."""
 
-    Blocking (it reads a file): call it off the event loop. ``check_trust`` applies the
-    project-config rule of :mod:`massgen_mcp.trust` to the team it describes.
-    """
+    path: Path
+    team: TeamConfig
+    warnings: list[str]
+    text: str
+    expanded: Expanded
+
+
+def read_config_file(path: str | Path) -> LoadedConfig:
+    """Read and validate a YAML (or JSON) config file; errors name the file and the key.
+    Blocking (it reads a file): call it off the event loop."""
     path = Path(path)
     text = read_config_text(path)
     data = parse_yaml(text, str(path))
@@ -385,11 +394,19 @@ def load_config_file(path: str | Path, *, check_trust: bool = False
         message = str(exc)
         raise ConfigError(message if message.startswith(path.name) else f"{path.name}: {message}"
                           ) from None
+    return LoadedConfig(path, team, warnings, text, expanded)
+
+
+def load_config_file(path: str | Path, *, check_trust: bool = False
+                     ) -> tuple[TeamConfig, list[str]]:
+    """The team and warnings of a config file (see :func:`read_config_file`); ``check_trust``
+    applies the project-config rule of :mod:`massgen_mcp.trust` to it."""
+    loaded = read_config_file(path)
     if check_trust:
         from massgen_mcp import trust
 
-        trust.check(team, path, text, expanded)
-    return team, warnings
+        trust.check(loaded.team, loaded.path, loaded.text, loaded.expanded)
+    return loaded.team, loaded.warnings
 
 
 def presets_dir() -> Path:

@@ -241,6 +241,9 @@ class ConsensusRun:
         decide = prompts.workflow_tools(view) if native else None
         evidence = self._evidence_specs(agent) if native else []
         tools = decide + evidence if decide is not None and evidence else decide
+        # Only what this agent is offered runs: a name it invents (another agent's server, a
+        # write tool its allowed_tools leave out) gets an error result, not just no listing.
+        offered = {spec["function"]["name"] for spec in evidence}
         purpose = CallPurpose.ANSWER if view.first_round else CallPurpose.EVALUATE
         attempt = 1
         used = 0
@@ -253,10 +256,11 @@ class ConsensusRun:
             looked = [c for c in completion.tool_calls if is_evidence(c.name)]
             # Evidence calls are served only while the tools are offered; after the cap they
             # are invalid actions like any unknown tool (retried, then the agent is dropped).
-            if tools is not decide and looked and len(looked) == len(completion.tool_calls):
-                messages, used = await self._use_tools(agent, messages, completion, used)
+            if offered and looked and len(looked) == len(completion.tool_calls):
+                messages, used = await self._use_tools(agent, messages, completion, used,
+                                                       offered)
                 if not self._tools_left(used):
-                    tools = decide  # told so in the tool results: now it must decide
+                    tools, offered = decide, set()  # told so in the results: now decide
                 continue
             if looked and len(looked) < len(completion.tool_calls):
                 # A decision next to evidence calls: the decision stands.
@@ -287,7 +291,8 @@ class ConsensusRun:
                 and self._tool_calls < self.options.max_tool_calls_per_run)
 
     async def _use_tools(self, agent: AgentSpec, messages: list[dict[str, Any]],
-                         completion: Completion, used: int) -> tuple[list[dict[str, Any]], int]:
+                         completion: Completion, used: int, offered: set[str]
+                         ) -> tuple[list[dict[str, Any]], int]:
         """Run the evidence calls of one reply (within the caps) and return the conversation
         with their results appended, and the calls used this turn."""
         limit = (f"tool limit reached (max_tool_calls_per_turn "
@@ -303,53 +308,46 @@ class ConsensusRun:
                 self._tool_calls += 1
                 self.usage[agent.id].tool_calls += 1
                 self.total.tool_calls += 1
-                text = await self._run_tool(agent, call)
+                text = await self._run_tool(agent, call, offered)
             results.append({"role": "tool", "tool_call_id": call.id, "content": text})
         if not self._tools_left(used) and not results[-1]["content"].startswith("error: tool"):
             results[-1]["content"] += f"\n[{limit}]"
         return [*messages, completion.assistant_message(), *results], used
 
-    async def _run_tool(self, agent: AgentSpec, call: ToolCall) -> str:
+    async def _run_tool(self, agent: AgentSpec, call: ToolCall, offered: set[str]) -> str:
+        """One evidence call's result (redacted: a file may hold a key the run knows), recorded
+        as a ``tool_call`` event."""
+        t0 = time.monotonic()
+        text = redact(await self._tool_result(agent, call, offered))
+        self._emit(EventType.TOOL_CALL, agent_id=agent.id, tool=call.name,
+                   arguments=clip(call.arguments, 300)[0], chars=len(text),
+                   latency_s=round(time.monotonic() - t0, 3),
+                   error=text[7:] if text.startswith("error: ") else None)
+        return text
+
+    async def _tool_result(self, agent: AgentSpec, call: ToolCall, offered: set[str]) -> str:
+        if call.name not in offered:
+            return f"error: there is no tool named {call.name!r} for you"
         try:
             arguments = json.loads(call.arguments or "{}")
         except json.JSONDecodeError:
             arguments = None
         if not isinstance(arguments, dict):
-            text = f"error: the arguments of {call.name} are not a JSON object"
-        else:
-            target = arguments.get("path") or arguments.get("pattern") or ""
-            self._activity[agent.id] = clip(f"{call.name} {target}".strip(), 120)[0]
-            self._publish_status()
-            t0 = time.monotonic()
-            try:
-                text = await self._dispatch(agent, call.name, arguments)
-            finally:
-                self._activity.pop(agent.id, None)
-            text = redact(text)  # a file may hold a key the run knows
-            self._emit(EventType.TOOL_CALL, agent_id=agent.id, tool=call.name,
-                       arguments=clip(call.arguments, 300)[0], chars=len(text),
-                       latency_s=round(time.monotonic() - t0, 3),
-                       error=text[7:] if text.startswith("error: ") else None)
-            return text
-        self._emit(EventType.TOOL_CALL, agent_id=agent.id, tool=call.name,
-                   arguments=clip(call.arguments, 300)[0], error=text[7:])
-        return text
-
-    async def _dispatch(self, agent: AgentSpec, name: str, arguments: dict[str, Any]) -> str:
-        # Only what this agent was offered runs: a name it invents (another agent's server, a
-        # write tool its allowed_tools leave out) is refused here, not just left unlisted.
-        offered = {spec["function"]["name"] for spec in self._evidence_specs(agent)}
-        if name not in offered:
-            return f"error: there is no tool named {name!r} for you"
-        if name.startswith(MCP_PREFIX):
-            assert self.mcp is not None
-            return await self.mcp.call(name, arguments)  # bounded by the client's timeout
-        assert self.tools is not None
+            return f"error: the arguments of {call.name} are not a JSON object"
+        target = arguments.get("path") or arguments.get("pattern") or ""
+        self._activity[agent.id] = clip(f"{call.name} {target}".strip(), 120)[0]
+        self._publish_status()
         try:
-            return await asyncio.wait_for(asyncio.to_thread(self.tools.run, name, arguments),
-                                          TOOL_TIMEOUT_S)
+            if call.name.startswith(MCP_PREFIX):
+                assert self.mcp is not None
+                return await self.mcp.call(call.name, arguments)  # the client's timeout
+            assert self.tools is not None
+            return await asyncio.wait_for(
+                asyncio.to_thread(self.tools.run, call.name, arguments), TOOL_TIMEOUT_S)
         except TimeoutError:
-            return f"error: {name} took longer than {TOOL_TIMEOUT_S:g} s"
+            return f"error: {call.name} took longer than {TOOL_TIMEOUT_S:g} s"
+        finally:
+            self._activity.pop(agent.id, None)
 
     def _start_turns(self) -> None:
         for aid, agent in self.agents.items():
