@@ -10,7 +10,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from massgen_mcp.env import VAR_REFERENCE, getenv
 from massgen_mcp.errors import ConfigError
@@ -20,6 +28,13 @@ from massgen_mcp.tools.mcp_servers import McpServerSpec
 MAX_AGENTS = 8
 MAX_QUESTION_CHARS = 50_000
 MAX_CONTEXT_CHARS = 200_000
+
+# Coding-agent CLIs that can sit on a team as cli/<name> or cli/<name>/<model>
+# (massgen_mcp.providers.cli_agents runs them).
+CLI_NAMES = ("claude", "codex", "gemini")
+# Agent settings a CLI agent cannot honour: it samples with its own settings and has no tools.
+_NOT_FOR_CLI = ("temperature", "top_p", "max_tokens", "tool_calling", "web_search",
+                "mcp_servers", "allowed_tools", "exclude_tools")
 
 _AGENT_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _MODEL = re.compile(r"[A-Za-z0-9_.:@\-/]{1,200}")
@@ -94,6 +109,21 @@ class AgentSpec(BaseModel):
             )
         return value
 
+    @model_validator(mode="after")
+    def _check_cli(self) -> AgentSpec:
+        if not self.model.startswith("cli/"):
+            return self
+        name = self.model.split("/")[1]
+        if name not in CLI_NAMES or self.model.count("/") > 2 or self.model.endswith("/"):
+            raise ValueError(f"model {self.model!r}: a coding-agent CLI is cli/<name> or "
+                             f"cli/<name>/<model>, with <name> one of {', '.join(CLI_NAMES)}")
+        for name in _NOT_FOR_CLI:
+            if name in self.model_fields_set:
+                raise ValueError(f"{name}: not available for a coding-agent CLI agent "
+                                 f"({self.model}); remove it (the CLI runs read-only with "
+                                 "its own settings)")
+        return self
+
     @field_validator("base_url")
     @classmethod
     def _check_base_url(cls, value: str | None) -> str | None:
@@ -102,12 +132,26 @@ class AgentSpec(BaseModel):
         return value
 
     @property
+    def cli(self) -> str | None:
+        """The coding-agent CLI this agent runs ('claude' for cli/claude/opus), else None."""
+        return self.model.split("/")[1] if self.model.startswith("cli/") else None
+
+    @property
+    def cli_model(self) -> str | None:
+        """The model a CLI agent asks its CLI for ('opus' for cli/claude/opus), else None."""
+        parts = self.model.split("/", 2)
+        return parts[2] if self.cli and len(parts) == 3 else None
+
+    @property
     def provider(self) -> str:
         """The litellm provider prefix ('openai' for 'openai/gpt-4o'); '' when there is none."""
         return self.model.split("/", 1)[0] if "/" in self.model else ""
 
     def uses_native_tools(self) -> bool:
-        """Whether to offer the workflow actions as tools rather than the JSON fallback."""
+        """Whether to offer the workflow actions as tools rather than the JSON fallback (a
+        CLI's final message is text, so CLI agents always decide in JSON)."""
+        if self.cli:
+            return False
         return True if self.tool_calling is None else self.tool_calling
 
     def resolved_api_key(self) -> str | None:
@@ -147,6 +191,9 @@ class RunOptions(BaseModel):
     max_answers_per_agent: Annotated[int, Field(ge=1, le=20)] = 3
     timeout_s: Annotated[float, Field(gt=0, le=86_400)] = 600.0
     call_timeout_s: Annotated[float, Field(gt=0, le=3_600)] = 120.0
+    # One turn of a coding-agent CLI (cli/* agents): a process start plus an agentic turn,
+    # often a minute or more. A CLI that times out is dropped, not retried.
+    cli_call_timeout_s: Annotated[float, Field(gt=0, le=3_600)] = 300.0
     max_retries: Annotated[int, Field(ge=0, le=10)] = 3
     retry_backoff_s: Annotated[float, Field(ge=0, le=30)] = 1.0
     max_cost_usd: Annotated[float | None, Field(gt=0)] = None

@@ -48,7 +48,28 @@ BACKEND_TYPES: dict[str, tuple[str, str | None]] = {
     "lmstudio": ("lm_studio", "http://127.0.0.1:1234/v1"),
     "local": ("local", None),  # the embedded llama.cpp model (massgen-mcp[local])
 }
-UNSUPPORTED_BACKENDS = {"claude_code", "codex", "copilot", "gemini_cli", "ag2", "inference"}
+# MassGen's coding-agent CLI backends -> our cli/<name> agents (massgen_mcp.providers.cli_agents).
+CLI_BACKENDS = {"claude_code": "claude", "codex": "codex", "gemini_cli": "gemini"}
+UNSUPPORTED_BACKENDS = {"copilot", "ag2", "inference"}
+# What a CLI backend's keys would do upstream that a read-only panel member does not:
+# one warning each (model, base_url, api_key and the system prompt keys do map).
+_CLI_IGNORED = {
+    "cwd": "the CLI runs in an empty temporary folder, read-only",
+    "allowed_tools": "the CLI runs with no built-in tools",
+    "disallowed_tools": "the CLI runs with no built-in tools",
+    "exclude_tools": "the CLI runs with no built-in tools",
+    "permission_mode": "the CLI always runs in its read-only mode",
+    "approval_mode": "the CLI always runs in its read-only mode",
+    "sandbox": "the CLI always runs in its read-only mode",
+    "max_thinking_tokens": "the CLI uses its own settings",
+    "temperature": "the CLI uses its own sampling settings",
+    "top_p": "the CLI uses its own sampling settings",
+    "max_tokens": "the CLI uses its own settings",
+    "tool_calling": "CLI agents decide in JSON",
+    "mcp_servers": "the CLI starts no MCP servers",
+    "enable_web_search": "the CLI runs with no built-in tools",
+}
+_CLI_SYSTEM_KEYS = ("system_prompt", "append_system_prompt")
 
 _AGENT_KEYS = {"id", "backend", "system_message"}
 _AGENT_IGNORED = {"voting_sensitivity", "subagent_agents", "skills"}
@@ -117,6 +138,13 @@ def _expand(value: Any, where: str, used: Expanded) -> Any:
 
 def _model_string(backend: dict[str, Any], where: str) -> tuple[str, str | None]:
     model = backend.get("model")
+    if backend.get("type") in CLI_BACKENDS:  # the model is optional: the CLI has a default
+        name = CLI_BACKENDS[backend["type"]]
+        if model is not None and (not isinstance(model, str) or not model.strip()):
+            raise ConfigError(f"{where}.model: expected a model name such as 'sonnet', or "
+                              "leave it out for the CLI's default")
+        return (f"cli/{name}/{model.strip()}" if model else f"cli/{name}"), backend.get(
+            "base_url")
     if not isinstance(model, str) or not model.strip():
         raise ConfigError(f"{where}.model: required; e.g. model: gpt-4o-mini")
     backend_type = backend.get("type")
@@ -127,11 +155,13 @@ def _model_string(backend: dict[str, Any], where: str) -> tuple[str, str | None]
         return _infer_provider(model, where) + "/" + model, base_url
     if backend_type in UNSUPPORTED_BACKENDS:
         raise ConfigError(
-            f"{where}.type: backend {backend_type!r} drives a local coding-agent CLI, which "
-            "massgen-mcp does not support; use an API backend such as openai, claude or gemini"
+            f"{where}.type: backend {backend_type!r} is not supported by massgen-mcp; use an "
+            "API backend such as openai, claude or gemini, or a CLI backend (claude_code, "
+            "codex, gemini_cli)"
         )
     if backend_type not in BACKEND_TYPES:
-        raise _unknown(str(backend_type), f"{where}.type", set(BACKEND_TYPES)) from None
+        raise _unknown(str(backend_type), f"{where}.type",
+                       set(BACKEND_TYPES) | set(CLI_BACKENDS)) from None
     prefix, default_url = BACKEND_TYPES[backend_type]
     if backend_type == "chatcompletion" and not base_url:
         raise ConfigError(f"{where}.base_url: required for type chatcompletion")
@@ -165,6 +195,8 @@ def _agent(raw: Any, index: int, warnings: list[str]) -> dict[str, Any]:
     backend = raw.get("backend")
     if not isinstance(backend, dict):
         raise ConfigError(f"{where}.backend: required mapping with at least type and model")
+    if backend.get("type") in CLI_BACKENDS:
+        return _cli_agent(raw, backend, where, index, warnings)
     for key in backend:
         if key in _BACKEND_IGNORED:
             warnings.append(f"{where}.backend.{key}: not supported by massgen-mcp; ignored")
@@ -188,16 +220,45 @@ def _agent(raw: Any, index: int, warnings: list[str]) -> dict[str, Any]:
     if "mcp_servers" in backend:
         agent["mcp_servers"] = [s.model_dump() for s in parse_servers(
             backend["mcp_servers"], f"{where}.backend.mcp_servers")]
+    _api_key_reference(agent, backend, where)
+    return agent
+
+
+def _cli_agent(raw: dict[str, Any], backend: dict[str, Any], where: str, index: int,
+               warnings: list[str]) -> dict[str, Any]:
+    """An agent of a MassGen CLI backend (claude_code, codex, gemini_cli): the keys that mean
+    something for a read-only panel member map, the others are named in a warning."""
+    known = {"type", "model", "base_url", "api_key", "api_key_env", *_CLI_SYSTEM_KEYS}
+    for key in backend:
+        if key in _CLI_IGNORED or key in _BACKEND_IGNORED:
+            why = _CLI_IGNORED.get(key, "not supported by massgen-mcp")
+            warnings.append(f"{where}.backend.{key}: ignored ({why})")
+        elif key not in known:
+            raise _unknown(key, f"{where}.backend", known | set(_CLI_IGNORED))
+    model, base_url = _model_string(backend, f"{where}.backend")
+    system = raw.get("system_message")
+    for key in _CLI_SYSTEM_KEYS:  # Claude Code's names for the same thing
+        if backend.get(key):
+            system = "\n\n".join(s for s in (system, str(backend[key])) if s)
+    agent = {"id": raw.get("id", f"agent{index + 1}"), "model": model,
+             "system_message": system, "base_url": base_url}
+    for key in ("api_key", "api_key_env"):
+        if key in backend:
+            agent[key] = backend[key]
+    _api_key_reference(agent, backend, where)
+    return agent
+
+
+def _api_key_reference(agent: dict[str, Any], backend: dict[str, Any], where: str) -> None:
+    """``api_key: "${NAME}"`` is recorded as the reference, never the value, so the record
+    holds no key and a resumed run reads the variable again."""
     reference = VAR_REFERENCE.fullmatch(str(backend.get("api_key", "")))
     if reference:
-        # api_key: "${NAME}" is recorded as the reference, never the value, so the record
-        # holds no key and a resumed run reads the variable again.
         name = reference.group(1)
         if getenv(name) is None:
             raise ConfigError(f"{where}.backend.api_key: environment variable {name} is not set")
         del agent["api_key"]
         agent["api_key_env"] = name
-    return agent
 
 
 def _options(data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:

@@ -7,6 +7,11 @@ a slow or truncated response, or a dropped connection.
 
 * :class:`ScriptedServer` serves policies over real HTTP: point an agent at ``server.base_url``
   with ``model: openai/<name>`` and the whole path (litellm, HTTP, retries) runs for real.
+* The same server speaks the wire APIs the coding-agent CLIs use, so the real ``claude``,
+  ``codex`` and ``gemini`` binaries can sit on a team offline: Anthropic Messages
+  (``/v1/messages``, SSE), OpenAI Responses (``/v1/responses``, SSE) and Gemini
+  (``:streamGenerateContent?alt=sse``). Their requests are reduced to the same
+  :class:`ChatRequest` (the CLI's own tools are not ours, so ``tools`` stays empty).
 * :class:`ScriptedProvider` runs the same policies in process at the
   :class:`~massgen_mcp.providers.base.Provider` seam, for tests of the protocol and the engine
   that need neither litellm nor a socket.
@@ -33,9 +38,11 @@ from typing import Any
 
 from massgen_mcp.config import AgentSpec
 from massgen_mcp.errors import ProviderError
-from massgen_mcp.providers.base import Completion, ToolCall
+from massgen_mcp.providers.base import CallContext, Completion, ToolCall
 
 _ANSWER = re.compile(r'<answer label="([A-H][0-9]{1,2})">\n(.*?)\n</answer>', re.DOTALL)
+# How the CLI provider puts our system prompt into a CLI's prompt when the CLI has no flag for it.
+_INSTRUCTIONS = re.compile(r"<instructions>\n(.*?)\n</instructions>\n*", re.DOTALL)
 
 
 @dataclass
@@ -194,6 +201,102 @@ def _completion_body(req: ChatRequest, reply: Reply) -> dict[str, Any]:
     }
 
 
+# -- the coding-agent CLIs' wire APIs -----------------------------------------------------------
+
+def _text_of(content: Any) -> str:
+    """The text in a content value of any of the three wire formats: a string, or a list of
+    parts/blocks each with ``text`` (tool blocks and images carry none)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [_text_of(p.get("text", p.get("content", ""))) for p in content
+                 if isinstance(p, dict)]
+        return "\n".join(p for p in parts if p)
+    return ""
+
+
+def _cli_prompt(wire: str, body: dict[str, Any], path: str) -> tuple[str, str, str]:
+    """(model, system, user) of a CLI's request: its own system prompt plus ours, and every
+    user text of the conversation (one CLI process answers one prompt of ours)."""
+    if wire == "anthropic":
+        model = str(body.get("model", ""))
+        system = _text_of(body.get("system", ""))
+        users = [m.get("content") for m in body.get("messages", []) if m.get("role") == "user"]
+    elif wire == "responses":
+        model = str(body.get("model", ""))
+        items = body.get("input", [])
+        system = str(body.get("instructions") or "") + "\n" + "\n".join(
+            _text_of(i.get("content")) for i in items if i.get("role") in ("system", "developer"))
+        users = [i.get("content") for i in items if i.get("role") == "user"]
+    else:  # gemini: the model is in the path, /v1beta/models/<model>:streamGenerateContent
+        model = path.split("/models/", 1)[-1].split(":", 1)[0]
+        system = _text_of((body.get("systemInstruction") or {}).get("parts", []))
+        users = [c.get("parts") for c in body.get("contents", []) if c.get("role") == "user"]
+    user = "\n".join(_text_of(u) for u in users)
+    ours = _INSTRUCTIONS.search(user)
+    if ours:  # our system prompt, carried in the prompt of a CLI that has no flag for it
+        system += "\n" + ours.group(1)
+        user = user[:ours.start()] + user[ours.end():]
+    return model, system, user
+
+
+def _wire_events(wire: str, req: ChatRequest, reply: Reply) -> list[dict[str, Any]]:
+    """The streamed (SSE) response to a CLI, in its wire format: the reply as plain text."""
+    body = _completion_body(req, reply)
+    text = body["choices"][0]["message"]["content"] or ""
+    tokens_in, tokens_out = body["usage"]["prompt_tokens"], body["usage"]["completion_tokens"]
+    if wire == "anthropic":
+        message = {"id": body["id"], "type": "message", "role": "assistant", "model": req.model,
+                   "content": [], "stop_reason": None, "stop_sequence": None,
+                   "usage": {"input_tokens": tokens_in, "output_tokens": 1}}
+        return [
+            {"type": "message_start", "message": message},
+            {"type": "content_block_start", "index": 0,
+             "content_block": {"type": "text", "text": ""}},
+            {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "text_delta", "text": text}},
+            {"type": "content_block_stop", "index": 0},
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+             "usage": {"output_tokens": tokens_out}},
+            {"type": "message_stop"},
+        ]
+    if wire == "responses":
+        item = {"type": "message", "id": "msg_0", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        usage = {"input_tokens": tokens_in, "input_tokens_details": {"cached_tokens": 0},
+                 "output_tokens": tokens_out, "output_tokens_details": {"reasoning_tokens": 0},
+                 "total_tokens": tokens_in + tokens_out}
+        return [
+            {"type": "response.created",
+             "response": {"id": body["id"], "status": "in_progress", "output": []}},
+            {"type": "response.output_item.added", "output_index": 0,
+             "item": {**item, "status": "in_progress", "content": []}},
+            {"type": "response.output_text.delta", "item_id": "msg_0", "output_index": 0,
+             "content_index": 0, "delta": text},
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+            {"type": "response.completed", "response": {
+                "id": body["id"], "status": "completed", "output": [item], "usage": usage}},
+        ]
+    return [{"candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
+                             "finishReason": "STOP", "index": 0}],
+             "usageMetadata": {"promptTokenCount": tokens_in,
+                               "candidatesTokenCount": tokens_out,
+                               "totalTokenCount": tokens_in + tokens_out},
+             "modelVersion": req.model}]
+
+
+def _wire_of(path: str) -> str | None:
+    """Which wire API a POST path speaks; None for the OpenAI chat API."""
+    route = path.split("?", 1)[0].rstrip("/")
+    if route.endswith("/messages"):
+        return "anthropic"
+    if route.endswith("/responses"):
+        return "responses"
+    if route.endswith(":streamGenerateContent"):
+        return "gemini"
+    return None
+
+
 class ScriptedProvider:
     """The policies of :class:`ScriptedServer`, in process: a Provider with no HTTP and no
     litellm. The model name a policy sees is the agent's model without its provider prefix
@@ -209,7 +312,8 @@ class ScriptedProvider:
         return dict(self._counts)
 
     async def complete(self, agent: AgentSpec, messages: list[dict[str, Any]], *,
-                       tools: list[dict[str, Any]] | None, timeout_s: float) -> Completion:
+                       tools: list[dict[str, Any]] | None, timeout_s: float,
+                       context: CallContext | None = None) -> Completion:
         model = agent.model.split("/", 1)[-1]
         req = ChatRequest(model, messages, tools or [], self._counts[model],
                           {"model": model, "messages": messages, "tools": tools})
@@ -280,11 +384,17 @@ class ScriptedServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def _record(self, body: dict[str, Any], headers: dict[str, str]) -> ChatRequest:
-        model = str(body.get("model", ""))
+    def _record(self, body: dict[str, Any], headers: dict[str, str], wire: str | None = None,
+                path: str = "") -> ChatRequest:
+        if wire is None:
+            model = str(body.get("model", ""))
+            messages, tools = body.get("messages", []), body.get("tools") or []
+        else:
+            model, system, user = _cli_prompt(wire, body, path)
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+            tools = []
         with self._lock:
-            req = ChatRequest(model, body.get("messages", []), body.get("tools") or [],
-                              self._counts[model], body, headers)
+            req = ChatRequest(model, messages, tools, self._counts[model], body, headers)
             self._counts[model] += 1
             self.requests.append(req)
         return req
@@ -309,20 +419,49 @@ class ScriptedServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
-                if not self.path.rstrip("/").endswith("/chat/completions"):
+                wire = _wire_of(self.path)
+                route = self.path.split("?", 1)[0].rstrip("/")
+                if route.endswith(":generateContent") or route.endswith(":countTokens") or (
+                        route.endswith("/count_tokens")):
+                    self._aside(route)
+                    return
+                if wire is None and not route.endswith("/chat/completions"):
                     self._send(404, b'{"error": {"message": "not found"}}', {})
                     return
-                req = server._record(body, {k.lower(): v for k, v in self.headers.items()})
+                req = server._record(body, {k.lower(): v for k, v in self.headers.items()},
+                                     wire, self.path)
                 with server._lock:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
-                    self._answer(req)
+                    self._answer(req, wire)
                 finally:
                     with server._lock:
                         server.in_flight -= 1
 
-            def _answer(self, req: ChatRequest) -> None:
+            def _aside(self, route: str) -> None:
+                """A CLI's bookkeeping call (token counting, Gemini's next-speaker check):
+                answered the same way every time and not shown to the policy."""
+                if route.endswith("countTokens") or route.endswith("count_tokens"):
+                    payload: dict[str, Any] = {"totalTokens": 10, "input_tokens": 10}
+                else:
+                    verdict = json.dumps({"next_speaker": "user", "reasoning": "done"})
+                    payload = {"candidates": [{"content": {"role": "model",
+                                                           "parts": [{"text": verdict}]},
+                                               "finishReason": "STOP", "index": 0}]}
+                self._send(200, json.dumps(payload).encode(), {})
+
+            def _stream(self, events: list[dict[str, Any]], wire: str) -> None:
+                head = ["HTTP/1.1 200 OK", "Content-Type: text/event-stream",
+                        "Cache-Control: no-cache", "Connection: close"]
+                self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode())
+                for event in events:
+                    name = "" if wire == "gemini" else f"event: {event['type']}\n"
+                    self.wfile.write(f"{name}data: {json.dumps(event)}\n\n".encode())
+                self.wfile.flush()
+                self.close_connection = True
+
+            def _answer(self, req: ChatRequest, wire: str | None = None) -> None:
                 try:
                     reply = server.policy(req)
                 except Exception as exc:  # a broken script should fail loudly, not hang
@@ -338,6 +477,8 @@ class ScriptedServer:
                     self._send(reply.status, json.dumps(payload).encode(), reply.headers)
                 elif reply.kind == "raw":
                     self._send(reply.status, reply.content.encode(), {})
+                elif wire is not None:
+                    self._stream(_wire_events(wire, req, reply), wire)
                 else:
                     self._send(200, json.dumps(_completion_body(req, reply)).encode(), {})
 

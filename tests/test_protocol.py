@@ -99,7 +99,8 @@ class Stubborn:
         self.started = asyncio.Event()
 
     async def complete(self, agent: AgentSpec, messages: list[dict[str, Any]], *,
-                       tools: list[dict[str, Any]] | None, timeout_s: float) -> Completion:
+                       tools: list[dict[str, Any]] | None, timeout_s: float,
+                       context: Any = None) -> Completion:
         self.started.set()
         try:
             await asyncio.Event().wait()

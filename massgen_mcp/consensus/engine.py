@@ -35,7 +35,13 @@ from massgen_mcp.consensus.actions import (
 )
 from massgen_mcp.consensus.state import Answer, Coordination, View
 from massgen_mcp.errors import ProviderError, RecordWriteError
-from massgen_mcp.providers.base import Completion, Provider, ToolCall, complete_with_retries
+from massgen_mcp.providers.base import (
+    CallContext,
+    Completion,
+    Provider,
+    ToolCall,
+    complete_with_retries,
+)
 from massgen_mcp.records import (
     PREVIEW_CHARS,
     AgentResult,
@@ -85,6 +91,7 @@ class RunRequest:
     prior_calls: tuple[Event, ...] = ()
     prior_event_count: int = 0  # event numbering continues after the recorded events
     workspace: Path | None = None  # the root the evidence tools read (when they are on)
+    log_path: Path | None = None  # where coding-agent CLIs' stderr goes (the session's cli.log)
 
 
 class Recorder(Protocol):
@@ -217,8 +224,11 @@ class ConsensusRun:
 
         completion = await complete_with_retries(
             self.provider, agent, messages, tools=tools,
-            timeout_s=self.options.call_timeout_s, max_retries=self.options.max_retries,
+            timeout_s=(self.options.cli_call_timeout_s if agent.cli
+                       else self.options.call_timeout_s),
+            max_retries=self.options.max_retries,
             backoff_s=self.options.retry_backoff_s, on_retry=on_retry,
+            context=CallContext(self.request.session_id, self.request.log_path),
         )
         completion = completion.redacted()
         if completion.tool_calls and all(is_evidence(c.name) for c in completion.tool_calls):

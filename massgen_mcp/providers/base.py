@@ -12,6 +12,7 @@ import contextlib
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 from massgen_mcp.config import AgentSpec
@@ -55,6 +56,15 @@ class Completion:
         return message
 
 
+@dataclass(frozen=True)
+class CallContext:
+    """What a provider may need to know about the run a call belongs to. Only the CLI agents
+    use it: where their stderr goes (the session's ``cli.log``)."""
+
+    session_id: str
+    log_path: Path | None = None
+
+
 class Provider(Protocol):
     """Anything that can complete a chat for an agent."""
 
@@ -65,6 +75,7 @@ class Provider(Protocol):
         *,
         tools: list[dict[str, Any]] | None,
         timeout_s: float,
+        context: CallContext | None = None,
     ) -> Completion: ...
 
 
@@ -89,6 +100,7 @@ async def complete_with_retries(
     max_retries: int,
     backoff_s: float,
     on_retry: RetryHook,
+    context: CallContext | None = None,
 ) -> Completion:
     """Call the provider, retrying transient failures; raise the last ProviderError."""
     # A provider may bound concurrent calls per endpoint (see ProviderRouter.slots); time spent
@@ -100,11 +112,14 @@ async def complete_with_retries(
             async with slots(agent) if slots else contextlib.nullcontext():
                 async with asyncio.timeout(timeout_s):
                     return await provider.complete(agent, messages, tools=tools,
-                                                   timeout_s=timeout_s)
+                                                   timeout_s=timeout_s, context=context)
         except TimeoutError:
+            # A CLI turn that ran out of time already cost minutes: trying again would only
+            # double the wait, so the agent is dropped instead.
             error = ProviderError(
-                f"no response within {timeout_s:g} s (call_timeout_s)",
-                retryable=True, kind="timeout",
+                f"no response within {timeout_s:g} s "
+                f"({'cli_call_timeout_s' if agent.cli else 'call_timeout_s'})",
+                retryable=agent.cli is None, kind="timeout",
             )
         except ProviderError as exc:
             error = exc

@@ -18,7 +18,7 @@ from typing import Any
 
 from massgen_mcp.config import AgentSpec
 from massgen_mcp.errors import ProviderError
-from massgen_mcp.providers.base import Completion, ToolCall
+from massgen_mcp.providers.base import CallContext, Completion, ToolCall
 from massgen_mcp.secrets import RedactingFormatter, redact
 
 _lock = threading.Lock()
@@ -127,6 +127,7 @@ class LiteLLMProvider:
         *,
         tools: list[dict[str, Any]] | None,
         timeout_s: float,
+        context: CallContext | None = None,
     ) -> Completion:
         litellm = _module if _module is not None else await asyncio.to_thread(load_litellm)
         kwargs: dict[str, Any] = {

@@ -25,7 +25,7 @@ from typing import Any
 
 from massgen_mcp.config import AgentSpec
 from massgen_mcp.errors import ProviderError
-from massgen_mcp.providers.base import Completion, ToolCall
+from massgen_mcp.providers.base import CallContext, Completion, ToolCall
 
 MODEL_ENV = "MASSGEN_LOCAL_MODEL"
 BUNDLED_NAME = "smollm2"
@@ -205,6 +205,7 @@ class LlamaCppProvider:
         *,
         tools: list[dict[str, Any]] | None,
         timeout_s: float,
+        context: CallContext | None = None,
     ) -> Completion:
         name = agent.model.removeprefix("local/")
         if importlib.util.find_spec("llama_cpp") is None:

@@ -1,5 +1,5 @@
 """Route each agent to the provider that serves its model: ``local/*`` runs embedded
-(llama.cpp), everything else goes through litellm.
+(llama.cpp), ``cli/*`` runs a coding-agent CLI, everything else goes through litellm.
 
 The router also bounds how many calls run at once against one provider endpoint, across all
 runs in this process, so a burst of sessions queues here instead of turning into a 429 storm.
@@ -13,7 +13,8 @@ import os
 from typing import Any
 
 from massgen_mcp.config import AgentSpec
-from massgen_mcp.providers.base import Completion, Provider
+from massgen_mcp.providers.base import CallContext, Completion, Provider
+from massgen_mcp.providers.cli_agents import CliProvider
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider
 
@@ -22,9 +23,10 @@ class ProviderRouter:
     """A Provider that dispatches on the model string's prefix."""
 
     def __init__(self, remote: Provider | None = None, local: Provider | None = None,
-                 max_parallel: int | None = None) -> None:
+                 max_parallel: int | None = None, cli: Provider | None = None) -> None:
         self.remote = remote or LiteLLMProvider()
         self.local = local or LlamaCppProvider()
+        self.cli = cli or CliProvider()
         self.max_parallel = max_parallel or int(
             os.environ.get("MASSGEN_MAX_PARALLEL_PER_PROVIDER", "16"))
         self._slots: dict[tuple[str, str], asyncio.Semaphore] = {}
@@ -43,6 +45,9 @@ class ProviderRouter:
         *,
         tools: list[dict[str, Any]] | None,
         timeout_s: float,
+        context: CallContext | None = None,
     ) -> Completion:
-        provider = self.local if agent.model.startswith("local/") else self.remote
-        return await provider.complete(agent, messages, tools=tools, timeout_s=timeout_s)
+        provider = (self.cli if agent.cli else
+                    self.local if agent.model.startswith("local/") else self.remote)
+        return await provider.complete(agent, messages, tools=tools, timeout_s=timeout_s,
+                                       context=context)

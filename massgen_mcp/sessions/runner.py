@@ -15,7 +15,7 @@ import asyncio
 import logging
 import shutil
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from massgen_mcp.config import TeamConfig
@@ -140,6 +140,7 @@ class SessionRunner:
 
     def _launch(self, request: RunRequest, recorder: FileRecorder, changes: ChangeSignal
                 ) -> LiveRun:
+        request = replace(request, log_path=recorder.folder / "cli.log")
         engine = ConsensusRun(request, self.provider, recorder)
         run = LiveRun(request.session_id, engine, recorder, changes)
         try:

@@ -1,0 +1,401 @@
+"""Coding-agent CLIs as team members: Claude Code, Codex and Gemini CLI, no API keys needed.
+
+Many users have a coding CLI logged in to a subscription and no API key. An agent whose model is
+``cli/claude``, ``cli/codex`` or ``cli/gemini`` (optionally ``cli/<name>/<model>``) runs that CLI
+once per call: non-interactively, read-only, with our protocol's prompt on stdin, and its final
+message parsed with the JSON decision format of models without tool calling (a garbled reply gets
+the engine's corrective retry like any other).
+
+Every call is one child process with:
+
+* **read-only flags** (:data:`COMMANDS`): no built-in tool that edits, writes or runs commands,
+  each CLI's own read-only/plan/sandbox mode on top, no session files;
+* **no MCP servers of the user's** (it would start massgen-mcp inside massgen-mcp): an explicit
+  empty MCP configuration, and the user's settings files are not read where the CLI allows it;
+* **a sanitised environment** (:func:`child_env`): the variables that tell a CLI it runs inside
+  another agent session are removed, and so is every credential-named variable, except the CLI's
+  own login token; an API key reaches the child only when the agent's config names one
+  (``api_key``/``api_key_env``, with ``base_url`` for a self-hosted or test endpoint);
+* **an owner and a clean kill**: the child leads its own process group; cancellation, the
+  per-call timeout (``cli_call_timeout_s``), or too much output kill the whole group at once
+  with SIGKILL, and the child is reaped; the group is killed after a normal exit too, so no
+  grandchild outlives the call;
+* **captured stderr**: kept to its last 64 KiB, redacted, appended to the session's
+  ``cli.log`` and quoted in the error when the CLI fails.
+
+The working directory is an empty temporary folder: the agents answer from the question, the
+context and each other's answers. (The CLIs' own file tools cannot be confined to a workspace or
+kept away from secret files: Codex's read-only sandbox reads the whole disk.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from massgen_mcp.config import AgentSpec
+from massgen_mcp.errors import ProviderError
+from massgen_mcp.providers.base import CallContext, Completion
+from massgen_mcp.secrets import looks_secret, redact
+
+MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # a JSON result with a long answer is far below this
+MAX_STDERR_BYTES = 64 * 1024
+ERROR_TAIL_CHARS = 600
+
+# Variables a CLI reads as "you are running inside another agent's session" (found in the
+# binaries; Claude Code itself checks the same list to detect a parent agent). A child that sees
+# them changes its behaviour or refuses to start.
+NESTING_VARS = frozenset({
+    "CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_CHILD_SESSION",
+    "CLAUDE_CODE_SESSION_ID", "CLAUDE_CODE_SSE_PORT", "CLAUDE_CODE_EXECPATH",
+    "CLAUDE_CODE_TASK_LIST_ID", "CLAUDE_CODE_CHILD_NOTES_DIR", "CLAUDE_AGENT_SDK_VERSION",
+    "CLAUDE_AGENT_SDK_CLIENT_APP", "REPL_ID",
+    "CODEX_SANDBOX", "CODEX_SANDBOX_NETWORK_DISABLED", "CODEX_THREAD_ID", "CODEX_CI",
+    "GEMINI_CLI", "GEMINI_CLI_IDE_SERVER_PORT", "GEMINI_CLI_IDE_WORKSPACE_PATH",
+    "GEMINI_CLI_IDE_SERVER_STDIO_ARGS", "COPILOT_CLI", "CURSOR_AGENT", "JUNIE_DATA",
+    "JUNIE_SHIM_PATH",
+})
+
+# The key variable our self-hosted provider entry points Codex at (see _codex_command).
+_CODEX_KEY_VAR = "MASSGEN_CLI_API_KEY"
+PLACEHOLDER_KEY = "no-key-needed"
+
+
+@dataclass(frozen=True)
+class Cli:
+    """One supported CLI: how to find it, run it read-only, and read its answer."""
+
+    name: str  # as in the model string cli/<name>
+    backend: str  # MassGen's backend type
+    executable: str
+    vendor: str
+    own_login_vars: tuple[str, ...]  # the CLI's own credentials, passed through untouched
+    command: Callable[[AgentSpec, str], list[str]]  # (agent, system prompt) -> argv
+    parse: Callable[[bytes], Completion]
+    login_files: Callable[[], list[Path]]  # any of these existing means "looks logged in"
+    system_flag: bool  # True: the system prompt goes in a flag, else at the top of the prompt
+
+
+def _strip_v1(url: str) -> str:
+    """The API root of ``url``: Claude Code and Gemini CLI append their own /v1... paths."""
+    url = url.rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
+
+# -- Claude Code -----------------------------------------------------------------------------------
+
+def _claude_command(agent: AgentSpec, system: str) -> list[str]:
+    argv = [
+        "claude", "--print", "--output-format", "json",
+        "--tools", "",  # no built-in tool at all: nothing to read, write or run
+        "--permission-mode", "dontAsk", "--permission-prompts", "none",
+        "--restricted",  # ignores user/project settings files (hooks, permissions)
+        "--strict-mcp-config", "--mcp-config", '{"mcpServers": {}}',
+        "--no-session-persistence", "--disable-slash-commands",
+        "--append-system-prompt", system,
+    ]
+    if agent.cli_model:
+        argv += ["--model", agent.cli_model]
+    return argv
+
+
+def _claude_parse(stdout: bytes) -> Completion:
+    data = _json_object(stdout, "claude")
+    if data.get("is_error") or data.get("subtype") != "success":
+        status = data.get("api_error_status")
+        raise ProviderError(
+            f"claude: {str(data.get('result') or data.get('subtype'))[:300]}"
+            f"{f' (HTTP {status})' if status else ''}",
+            retryable=status in (429, 500, 502, 503, 529), status_code=status,
+            kind="cli_error")
+    usage = data.get("usage") or {}
+    prompt = sum(int(usage.get(k) or 0) for k in (
+        "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+    cost = data.get("total_cost_usd")
+    return Completion(content=str(data.get("result") or ""), prompt_tokens=prompt,
+                      completion_tokens=int(usage.get("output_tokens") or 0),
+                      cost_usd=float(cost) if isinstance(cost, int | float) else None)
+
+
+def _claude_login_files() -> list[Path]:
+    home = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
+    return [home / ".credentials.json"]
+
+
+# -- Codex -----------------------------------------------------------------------------------------
+
+_CODEX_OFF = ("shell_tool", "unified_exec", "apps", "plugins", "hooks", "browser_use",
+              "computer_use", "view_image")
+
+
+def _codex_command(agent: AgentSpec, system: str) -> list[str]:
+    argv = [
+        "codex", "exec", "--json", "--ephemeral", "--skip-git-repo-check",
+        "--sandbox", "read-only",  # what its shell could do, were it on
+        "--ignore-user-config", "--ignore-rules",  # no MCP servers, rules or hooks of the user's
+        "-c", "mcp_servers={}", "-c", 'web_search="disabled"',
+        "-c", 'approval_policy="never"',
+    ]
+    for feature in _CODEX_OFF:
+        argv += ["--disable", feature]
+    if agent.base_url:  # a self-hosted or test endpoint speaking the Responses API
+        argv += ["-c", "model_provider=massgen",
+                 "-c", "model_providers.massgen.name=massgen",
+                 "-c", f"model_providers.massgen.base_url={json.dumps(agent.base_url)}",
+                 "-c", f"model_providers.massgen.env_key={_CODEX_KEY_VAR}",
+                 "-c", 'model_providers.massgen.wire_api="responses"']
+    if agent.cli_model:
+        argv += ["--model", agent.cli_model]
+    return [*argv, "-"]  # the prompt comes on stdin
+
+
+def _codex_parse(stdout: bytes) -> Completion:
+    text: str | None = None
+    usage: dict[str, Any] = {}
+    failure = ""
+    for line in stdout.decode(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        item = event.get("item") or {}
+        if event.get("type") == "item.completed" and item.get("type") == "agent_message":
+            text = str(item.get("text") or "")
+        elif event.get("type") == "turn.completed":
+            usage = event.get("usage") or {}
+        elif event.get("type") == "turn.failed":
+            failure = str((event.get("error") or {}).get("message") or "turn failed")
+        elif event.get("type") == "error":
+            failure = str(event.get("message") or "error")
+    if text is None:
+        raise ProviderError(f"codex gave no answer: {failure or 'no agent message'}"[:400],
+                            retryable=False, kind="cli_error")
+    return Completion(content=text, prompt_tokens=int(usage.get("input_tokens") or 0),
+                      completion_tokens=int(usage.get("output_tokens") or 0)
+                      + int(usage.get("reasoning_output_tokens") or 0))
+
+
+def _codex_login_files() -> list[Path]:
+    home = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
+    return [home / "auth.json"]
+
+
+# -- Gemini CLI ------------------------------------------------------------------------------------
+
+def _gemini_command(agent: AgentSpec, system: str) -> list[str]:
+    argv = [
+        "gemini", "--output-format", "json",
+        "--approval-mode", "plan",  # its read-only mode
+        "--skip-trust",  # the working folder is our empty temporary one
+        "--allowed-mcp-server-names", "massgen-none",  # no MCP server of the user's starts
+        "--extensions", "none",
+    ]
+    if agent.cli_model:
+        argv += ["--model", agent.cli_model]
+    return [*argv, "--prompt", ""]  # the prompt comes on stdin ("appended to stdin")
+
+
+def _gemini_parse(stdout: bytes) -> Completion:
+    data = _json_object(stdout, "gemini")
+    if data.get("error"):
+        error = data["error"]
+        message = error.get("message") if isinstance(error, dict) else error
+        raise ProviderError(f"gemini reported an error: {str(message)[:300]}",
+                            retryable=False, kind="cli_error")
+    prompt = completion = 0
+    models = ((data.get("stats") or {}).get("models") or {}).values()
+    for model in models:
+        tokens = model.get("tokens") or {} if isinstance(model, dict) else {}
+        prompt += int(tokens.get("prompt") or 0)
+        completion += int(tokens.get("candidates") or 0) + int(tokens.get("thoughts") or 0)
+    return Completion(content=str(data.get("response") or ""), prompt_tokens=prompt,
+                      completion_tokens=completion)
+
+
+def _gemini_login_files() -> list[Path]:
+    home = Path.home() / ".gemini"
+    return [home / "oauth_creds.json", home / "google_accounts.json"]
+
+
+def _json_object(stdout: bytes, name: str) -> dict[str, Any]:
+    """The JSON object a CLI printed (the last line that is one: some print warnings first)."""
+    for line in reversed(stdout.decode(errors="replace").strip().splitlines() or [""]):
+        with contextlib.suppress(json.JSONDecodeError):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                return value
+    with contextlib.suppress(json.JSONDecodeError):
+        value = json.loads(stdout)
+        if isinstance(value, dict):
+            return value
+    tail = redact(stdout[-300:].decode(errors="replace"))
+    raise ProviderError(f"{name} printed no JSON result: {tail!r}", retryable=False,
+                        kind="cli_error")
+
+
+CLIS: dict[str, Cli] = {
+    "claude": Cli("claude", "claude_code", "claude", "Anthropic", ("CLAUDE_CODE_OAUTH_TOKEN",),
+                  _claude_command, _claude_parse, _claude_login_files, system_flag=True),
+    "codex": Cli("codex", "codex", "codex", "OpenAI", (), _codex_command, _codex_parse,
+                 _codex_login_files, system_flag=False),
+    "gemini": Cli("gemini", "gemini_cli", "gemini", "Google", (), _gemini_command,
+                  _gemini_parse, _gemini_login_files, system_flag=False),
+}
+
+
+def child_env(cli: Cli, agent: AgentSpec) -> dict[str, str]:
+    """The environment a CLI child gets: ours without nesting markers and credentials (but the
+    CLI's own login token), plus the agent's own key and endpoint when its config gives them."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in NESTING_VARS
+           and (not looks_secret(name) or name in cli.own_login_vars)}
+    key = agent.resolved_api_key()  # only an explicit api_key/api_key_env for cli/ models
+    if not key and not agent.base_url:
+        return env  # the CLI's own login
+    # A self-hosted endpoint that needs no key still gets one, as with litellm: the CLIs
+    # refuse to start without (and must not fall back to a key of the user's).
+    key = key or PLACEHOLDER_KEY
+    if cli.name == "claude":
+        env["ANTHROPIC_API_KEY"] = key
+        if agent.base_url:
+            env["ANTHROPIC_BASE_URL"] = _strip_v1(agent.base_url)
+    elif cli.name == "codex":
+        env[_CODEX_KEY_VAR if agent.base_url else "CODEX_API_KEY"] = key
+    else:
+        env["GEMINI_API_KEY"] = key
+        env["GEMINI_DEFAULT_AUTH_TYPE"] = "gemini-api-key"
+        if agent.base_url:
+            env["GOOGLE_GEMINI_BASE_URL"] = _strip_v1(agent.base_url)
+    return env
+
+
+def render_prompt(messages: list[dict[str, Any]], *, with_system: bool) -> tuple[str, str]:
+    """(system, prompt) for a CLI from our chat messages: one prompt per process, so a
+    corrective retry is the first prompt, the reply it corrects, and the correction."""
+    system = "\n\n".join(str(m.get("content") or "") for m in messages if m["role"] == "system")
+    parts: list[str] = []
+    for message in messages:
+        content = str(message.get("content") or "")
+        if message["role"] == "user":
+            parts.append(content)
+        elif message["role"] == "assistant":
+            parts.append(f"<your_previous_reply>\n{content}\n</your_previous_reply>")
+    prompt = "\n\n".join(parts)
+    if with_system and system:
+        prompt = f"<instructions>\n{system}\n</instructions>\n\n{prompt}"
+    return system, prompt
+
+
+def find_executable(cli: Cli) -> str | None:
+    """The CLI's path: ``MASSGEN_<NAME>_PATH`` if set (e.g. a pinned install), else PATH."""
+    return os.environ.get(f"MASSGEN_{cli.name.upper()}_PATH") or shutil.which(cli.executable)
+
+
+class CliProvider:
+    """A Provider whose agents are CLI processes; one process per call."""
+
+    async def complete(
+        self,
+        agent: AgentSpec,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None,
+        timeout_s: float,
+        context: CallContext | None = None,
+    ) -> Completion:
+        cli = CLIS[agent.cli or ""]
+        executable = find_executable(cli)
+        if executable is None:
+            raise ProviderError(
+                f"{agent.model}: the {cli.executable!r} command is not on PATH; install it "
+                f"and log in, or set MASSGEN_{cli.name.upper()}_PATH", retryable=False,
+                kind="unavailable")
+        system, prompt = render_prompt(messages, with_system=not cli.system_flag)
+        argv = [executable, *cli.command(agent, system)[1:]]
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="massgen-cli-") as folder:
+            code, stdout, stderr = await run_child(argv, prompt.encode(), Path(folder),
+                                                   child_env(cli, agent))
+        stderr_text = redact(stderr.decode(errors="replace"))
+        if context is not None and context.log_path is not None and stderr_text.strip():
+            _append_log(context.log_path, agent.id, code, stderr_text)
+        try:
+            completion = cli.parse(stdout)
+        except ProviderError as exc:
+            if code == 0:
+                raise
+            raise ProviderError(f"{exc} (exit status {code}; stderr: "
+                                f"{stderr_text.strip()[-ERROR_TAIL_CHARS:]!r})",
+                                retryable=exc.retryable, status_code=exc.status_code,
+                                kind=exc.kind) from None
+        return Completion(content=completion.content, prompt_tokens=completion.prompt_tokens,
+                          completion_tokens=completion.completion_tokens,
+                          cost_usd=completion.cost_usd,
+                          latency_s=time.perf_counter() - started)
+
+
+def _append_log(path: Path, agent_id: str, code: int, text: str) -> None:
+    with contextlib.suppress(OSError), path.open("a", encoding="utf-8") as log:
+        # (a log line must never fail a call)
+            log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} {agent_id} exit {code}\n")
+            log.write(text if text.endswith("\n") else text + "\n")
+
+
+class OutputTooLarge(ProviderError):
+    def __init__(self) -> None:
+        super().__init__(f"the CLI printed more than {MAX_OUTPUT_BYTES // 1024 // 1024} MiB; "
+                         "stopped", retryable=False, kind="cli_error")
+
+
+async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str]
+                    ) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` in its own process group; (exit status, stdout, stderr tail).
+
+    Whatever ends the wait (the end of the process, cancellation, a timeout around this call,
+    too much output) the whole group is killed and the child reaped before this returns."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=cwd, env=env, start_new_session=True)
+    try:
+        assert proc.stdin and proc.stdout and proc.stderr
+        _, stdout, stderr = await asyncio.gather(
+            _feed(proc.stdin, stdin), _read(proc.stdout, MAX_OUTPUT_BYTES, strict=True),
+            _read(proc.stderr, MAX_STDERR_BYTES, strict=False))
+        code = await proc.wait()
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the group: grandchildren too
+        if proc.returncode is None:
+            await proc.wait()
+    return code, stdout, stderr
+
+
+async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        stream.write(data)
+        await stream.drain()
+        stream.close()
+
+
+async def _read(stream: asyncio.StreamReader, limit: int, *, strict: bool) -> bytes:
+    """All of ``stream``; past ``limit`` bytes either fail (``strict``) or keep the tail."""
+    buffer = bytearray()
+    while chunk := await stream.read(65536):
+        buffer += chunk
+        if len(buffer) > limit:
+            if strict:
+                raise OutputTooLarge()
+            del buffer[:len(buffer) - limit]
+    return bytes(buffer)
