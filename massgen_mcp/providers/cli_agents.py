@@ -80,7 +80,8 @@ class Cli:
     executable: str
     vendor: str
     own_login_vars: tuple[str, ...]  # the CLI's own credentials, passed through untouched
-    command: Callable[[AgentSpec, str], list[str]]  # (agent, system prompt) -> argv
+    # (agent, system prompt, the call's private folder) -> argv; may write files in the folder
+    command: Callable[[AgentSpec, str, Path], list[str]]
     parse: Callable[[bytes], Completion]
     login_files: Callable[[], list[Path]]  # any of these existing means "looks logged in"
     system_flag: bool  # True: the system prompt goes in a flag, else at the top of the prompt
@@ -94,7 +95,7 @@ def _strip_v1(url: str) -> str:
 
 # -- Claude Code -----------------------------------------------------------------------------------
 
-def _claude_command(agent: AgentSpec, system: str) -> list[str]:
+def _claude_command(agent: AgentSpec, system: str, folder: Path) -> list[str]:
     argv = [
         "claude", "--print", "--output-format", "json",
         "--tools", "",  # no built-in tool at all: nothing to read, write or run
@@ -135,10 +136,10 @@ def _claude_login_files() -> list[Path]:
 # -- Codex -----------------------------------------------------------------------------------------
 
 _CODEX_OFF = ("shell_tool", "unified_exec", "apps", "plugins", "hooks", "browser_use",
-              "computer_use", "view_image")
+              "computer_use", "view_image", "multi_agent", "goals", "memories")
 
 
-def _codex_command(agent: AgentSpec, system: str) -> list[str]:
+def _codex_command(agent: AgentSpec, system: str, folder: Path) -> list[str]:
     argv = [
         "codex", "exec", "--json", "--ephemeral", "--skip-git-repo-check",
         "--sandbox", "read-only",  # what its shell could do, were it on
@@ -194,10 +195,26 @@ def _codex_login_files() -> list[Path]:
 
 # -- Gemini CLI ------------------------------------------------------------------------------------
 
-def _gemini_command(agent: AgentSpec, system: str) -> list[str]:
+# Gemini CLI's plan mode still lets the model write plan files and search the web; this policy
+# (user tier, above plan mode's own rules) denies every tool that writes, runs or fetches.
+_GEMINI_POLICY = """\
+[[rule]]
+toolName = ["write_file", "replace", "run_shell_command", "web_fetch", "google_web_search",
+            "invoke_agent", "save_memory", "write_todos", "activate_skill", "exit_plan_mode",
+            "enter_plan_mode", "update_topic", "ask_user"]
+decision = "deny"
+priority = 999
+denyMessage = "Read-only panel member: this tool is not available."
+"""
+
+
+def _gemini_command(agent: AgentSpec, system: str, folder: Path) -> list[str]:
+    policy = folder / ".massgen-policy.toml"
+    policy.write_text(_GEMINI_POLICY)
     argv = [
         "gemini", "--output-format", "json",
         "--approval-mode", "plan",  # its read-only mode
+        "--policy", str(policy),
         "--skip-trust",  # the working folder is our empty temporary one
         "--allowed-mcp-server-names", "massgen-none",  # no MCP server of the user's starts
         "--extensions", "none",
@@ -274,8 +291,9 @@ def child_env(cli: Cli, agent: AgentSpec) -> dict[str, str]:
     elif cli.name == "codex":
         env[_CODEX_KEY_VAR if agent.base_url else "CODEX_API_KEY"] = key
     else:
+        # Gemini CLI takes its auth method only from the user's settings
+        # (security.auth.selectedType: gemini-api-key), never from a project or the call.
         env["GEMINI_API_KEY"] = key
-        env["GEMINI_DEFAULT_AUTH_TYPE"] = "gemini-api-key"
         if agent.base_url:
             env["GOOGLE_GEMINI_BASE_URL"] = _strip_v1(agent.base_url)
     return env
@@ -323,9 +341,9 @@ class CliProvider:
                 f"and log in, or set MASSGEN_{cli.name.upper()}_PATH", retryable=False,
                 kind="unavailable")
         system, prompt = render_prompt(messages, with_system=not cli.system_flag)
-        argv = [executable, *cli.command(agent, system)[1:]]
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="massgen-cli-") as folder:
+            argv = [executable, *cli.command(agent, system, Path(folder))[1:]]
             code, stdout, stderr = await run_child(argv, prompt.encode(), Path(folder),
                                                    child_env(cli, agent))
         stderr_text = redact(stderr.decode(errors="replace"))
