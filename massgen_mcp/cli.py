@@ -242,6 +242,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(setup.model_dump_json(indent=2))
         return EXIT_OK
     print("API keys:      " + (", ".join(setup.providers_with_keys) or "none found"))
+    clis = [f"{c.model} ({'logged in' if c.logged_in else 'not logged in'}, {c.path})"
+            for c in setup.coding_clis]
+    print("coding CLIs:   " + ("; ".join(clis) or "none on PATH (claude, codex, gemini)"))
     servers = [f"{s.url} ({', '.join(s.models[:3])})" for s in setup.local_servers]
     print("local servers: " + ("; ".join(servers) or "none on the probed ports"))
     print("embedded:      " + (setup.embedded_model or "not installed"))

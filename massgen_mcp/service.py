@@ -58,9 +58,16 @@ class LocalServerView(BaseModel):
     models: list[str]
 
 
+class CliView(BaseModel):
+    model: str = Field(description="the model string that puts it on a team, e.g. cli/claude")
+    path: str
+    logged_in: bool = Field(description="judged from where its login lives; no network call")
+
+
 class SetupView(BaseModel):
     providers_with_keys: list[str] = Field(description="provider names only, never key values")
     providers_without_keys: list[str]
+    coding_clis: list[CliView]
     local_servers: list[LocalServerView]
     embedded_model: str | None
     default_team: list[str] = Field(description="models used when a run names none")
@@ -258,6 +265,8 @@ class ConsensusService:
         return SetupView(
             providers_with_keys=found.providers_with_keys,
             providers_without_keys=sorted(set(PROVIDER_KEY_ENV) - set(found.providers_with_keys)),
+            coding_clis=[CliView(model=f"cli/{c.name}", path=c.path, logged_in=c.logged_in)
+                         for c in found.clis],
             local_servers=[LocalServerView(url=s.url, models=list(s.models))
                            for s in found.local_servers],
             embedded_model=f"local/{found.embedded_model}" if found.embedded_model else None,
@@ -269,7 +278,8 @@ class ConsensusService:
             how_to_add_more=(
                 "set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, "
                 "XAI_API_KEY, OPENROUTER_API_KEY, ...) in the environment or a .env file; "
-                "start Ollama or LM Studio; pip install 'massgen-mcp[local]' for the offline "
+                "log in to Claude Code, Codex or Gemini CLI (used when no key is set, or as "
+                "cli/claude, cli/codex, cli/gemini); start Ollama or LM Studio; pip install 'massgen-mcp[local]' for the offline "
                 "model; or set a team in .massgen/config.yaml. options.workspace_tools lets "
                 "agents read the project's files (read-only, secret files never), which sends "
                 "what they read to their providers"),

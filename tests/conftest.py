@@ -41,6 +41,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MASSGEN_HOME", str(folder))
     monkeypatch.setenv("MASSGEN_LOCAL_PORTS", str(unused_port()))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("MASSGEN_CLIS", "none")  # the developer's own CLIs stay out
     defaults._probe_cache.clear()
     return folder
 

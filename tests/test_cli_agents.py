@@ -12,6 +12,9 @@ import asyncio
 import hashlib
 import json
 import os
+import re
+import subprocess
+import sys
 import tempfile
 import threading
 import uuid
@@ -29,7 +32,7 @@ from massgen_mcp.sessions.store import SessionStore
 from tests.conftest import FAST, by_model
 
 BIN = Path(__file__).parent / "clients" / "node_modules" / ".bin"
-pytestmark = pytest.mark.skipif(
+needs_clis = pytest.mark.skipif(
     not (BIN / "claude").exists() and not os.environ.get("MASSGEN_REQUIRE_CLIENTS"),
     reason="the coding-agent CLIs are not installed (npm ci in tests/clients)")
 
@@ -114,6 +117,7 @@ async def run(team, question: str = "What is 6*7?"):
     return result, store.folder(live.session_id), store
 
 
+@needs_clis
 async def test_claude_code_codex_gemini_and_an_api_model_reach_consensus(
         scripted, user: dict[str, Any]) -> None:
     server = scripted(agree)
@@ -160,6 +164,7 @@ def _offered_tools(body: dict[str, Any]) -> set[str]:
     return names - {""}
 
 
+@needs_clis
 async def test_a_cli_that_hangs_is_timed_out_dropped_and_killed(
         scripted, user: dict[str, Any]) -> None:
     seen = threading.Event()
@@ -203,6 +208,7 @@ def _environ_of_claude(mark: str) -> dict[str, str]:
     raise AssertionError("the claude process was not found")
 
 
+@needs_clis
 async def test_cancel_kills_every_cli_at_once(scripted, user: dict[str, Any]) -> None:
     waiting: set[str] = set()
     both = threading.Event()
@@ -225,6 +231,7 @@ async def test_cancel_kills_every_cli_at_once(scripted, user: dict[str, Any]) ->
     assert marked_processes(user["mark"]) == []  # none alive, no zombie
 
 
+@needs_clis
 async def test_a_cli_that_prints_garbage_gets_the_corrective_retry(
         scripted, user: dict[str, Any]) -> None:
     def garbled_first(req: ChatRequest) -> Reply:
@@ -242,3 +249,186 @@ async def test_a_cli_that_prints_garbage_gets_the_corrective_retry(
     assert [e.agent_id for e in invalid] == ["codex"]
     retry = [r for r in server.requests if r.model == "scripted-codex"][1]
     assert "<your_previous_reply>" in retry.user and "Sure! I would love" in retry.user
+
+
+# -- discovery and the default team ------------------------------------------------------------
+
+def log_in(user: dict[str, Any], *clis: str) -> None:
+    """Leave the files a logged-in CLI keeps (a Claude Code OAuth login the real binary
+    accepts, a Codex API-key login, a Gemini OAuth login), and no key in the project's .env."""
+    (user["project"] / ".env").unlink()
+    home = user["home"]
+    if "claude" in clis:
+        (home / ".claude").mkdir(exist_ok=True)
+        (home / ".claude" / ".credentials.json").write_text(json.dumps({"claudeAiOauth": {
+            "accessToken": "sk-ant-oat01-" + "x" * 24, "refreshToken": "sk-ant-ort01-x",
+            "expiresAt": 4_102_444_800_000, "scopes": ["user:inference"],
+            "subscriptionType": "pro"}}))
+    if "codex" in clis:
+        (home / ".codex" / "auth.json").write_text('{"auth_mode": "apikey"}')
+    if "gemini" in clis:
+        (home / ".gemini" / "oauth_creds.json").write_text("{}")
+
+
+@needs_clis
+async def test_logged_in_clis_make_the_default_team_when_there_are_no_keys(
+        user: dict[str, Any], nothing_available: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    from massgen_mcp.defaults import discover
+
+    monkeypatch.setenv("MASSGEN_CLIS", "claude,codex,gemini")
+    log_in(user, "claude", "codex")
+    found = await discover()
+    assert found.source == "coding-agent CLIs"
+    assert [a.model for a in found.team.agents] == ["cli/claude", "cli/codex", "cli/claude"]
+    assert found.team.options.timeout_s == 1800
+    assert [(c.name, c.logged_in) for c in found.clis] == [
+        ("claude", True), ("codex", True), ("gemini", False)]
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-" + "k" * 30)  # keys win; CLIs listed
+    found = await discover()
+    assert found.source == "keys" and len(found.clis) == 3
+
+
+@needs_clis
+def test_doctor_lists_the_clis_and_whether_each_is_logged_in(
+        user: dict[str, Any], nothing_available: None, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from massgen_mcp.cli import main
+
+    monkeypatch.setenv("MASSGEN_CLIS", "claude,gemini")
+    log_in(user, "claude")
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert f"cli/claude (logged in, {BIN / 'claude'})" in out
+    assert f"cli/gemini (not logged in, {BIN / 'gemini'})" in out
+    assert "default team:  cli/claude, cli/claude, cli/claude" in out
+    assert "sk-ant-oat01" not in out
+
+
+@needs_clis
+def test_massgen_mcp_run_with_no_keys_uses_the_logged_in_cli(
+        scripted, user: dict[str, Any], nothing_available: None, home: Path) -> None:
+    """The whole path as a user meets it: no API key, Claude Code logged in (its API root is
+    the scripted server, as a proxy setting would make it), `massgen-mcp run` answers."""
+    server = scripted(agree)
+    log_in(user, "claude")
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    env.update(MASSGEN_CLIS="claude", ANTHROPIC_BASE_URL=server.base_url.removesuffix("/v1"))
+    done = subprocess.run([sys.executable, "-m", "massgen_mcp", "run", "What is 6*7?"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Final: The answer from" in done.stdout
+    assert "default team (coding-agent CLIs)" in done.stderr
+    assert server.calls_by_model()  # every call went to the CLI's API root
+    assert all(r.headers.get("authorization", "").startswith("Bearer sk-ant-oat01")
+               for r in server.requests)  # its own login, not a key of ours
+
+
+# -- without the binaries: config, output parsing, the child's environment ----------------------
+
+@pytest.mark.parametrize(("model", "message"), [
+    ("cli/cursor", "with <name> one of claude, codex, gemini"),
+    ("cli/claude/opus/x", "cli/<name>/<model>"),
+    ("cli/claude/", "cli/<name>/<model>"),
+])
+def test_a_bad_cli_model_string_names_the_fix(model: str, message: str) -> None:
+    from massgen_mcp.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        build_team({"agents": [{"id": "a", "model": model}]})
+
+
+def test_sampling_settings_on_a_cli_agent_are_refused_by_name() -> None:
+    from massgen_mcp.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"agents\[0\]: temperature: not available for a "
+                                          r"coding-agent CLI agent"):
+        build_team({"agents": [{"id": "a", "model": "cli/codex", "temperature": 0.5}]})
+
+
+def test_massgen_cli_backend_configs_load_with_warnings(tmp_path: Path) -> None:
+    from massgen_mcp.config_files import team_from_mapping
+
+    team, warnings = team_from_mapping({"agents": [
+        {"id": "cc", "backend": {"type": "claude_code", "model": "sonnet", "cwd": "ws",
+                                 "permission_mode": "bypassPermissions",
+                                 "append_system_prompt": "Be brief.",
+                                 "allowed_tools": ["Read", "Bash"]}},
+        {"id": "cx", "backend": {"type": "codex"}},
+        {"id": "gm", "system_message": "Be kind.", "backend": {"type": "gemini_cli",
+                                                               "model": "gemini-2.5-pro"}},
+    ]})
+    assert [a.model for a in team.agents] == ["cli/claude/sonnet", "cli/codex",
+                                              "cli/gemini/gemini-2.5-pro"]
+    assert team.agents[0].system_message == "Be brief."
+    assert team.agents[2].system_message == "Be kind."
+    assert any("agents[0].backend.cwd: ignored (the CLI runs in an empty temporary folder"
+               in w for w in warnings)
+    assert any("permission_mode: ignored (the CLI always runs in its read-only mode)" in w
+               for w in warnings)
+    assert any("allowed_tools: ignored" in w for w in warnings)
+
+
+def test_each_cli_output_is_parsed_with_its_usage_and_errors_are_named() -> None:
+    from massgen_mcp.errors import ProviderError
+    from massgen_mcp.providers.cli_agents import CLIS
+
+    claude = CLIS["claude"].parse(json.dumps({
+        "type": "result", "subtype": "success", "is_error": False, "result": '{"action": 1}',
+        "total_cost_usd": 0.0123, "usage": {"input_tokens": 10, "cache_read_input_tokens": 90,
+                                            "cache_creation_input_tokens": 5,
+                                            "output_tokens": 7}}).encode())
+    assert (claude.content, claude.prompt_tokens, claude.completion_tokens,
+            claude.cost_usd) == ('{"action": 1}', 105, 7, 0.0123)
+    with pytest.raises(ProviderError, match=r"claude: Not logged in .*\(HTTP 401\)"):
+        CLIS["claude"].parse(json.dumps({"type": "result", "subtype": "success",
+                                         "is_error": True, "result": "Not logged in",
+                                         "api_error_status": 401}).encode())
+
+    codex = CLIS["codex"].parse(b"\n".join(json.dumps(e).encode() for e in [
+        {"type": "thread.started"},
+        {"type": "item.completed", "item": {"type": "reasoning", "text": "hmm"}},
+        {"type": "item.completed", "item": {"type": "agent_message", "text": "draft"}},
+        {"type": "item.completed", "item": {"type": "agent_message", "text": "final"}},
+        {"type": "turn.completed", "usage": {"input_tokens": 40, "output_tokens": 6,
+                                             "reasoning_output_tokens": 4}}]))
+    assert (codex.content, codex.prompt_tokens, codex.completion_tokens,
+            codex.cost_usd) == ("final", 40, 10, None)
+    with pytest.raises(ProviderError, match="codex gave no answer: usage limit reached"):
+        CLIS["codex"].parse(json.dumps({"type": "turn.failed", "error": {
+            "message": "usage limit reached"}}).encode())
+
+    gemini = CLIS["gemini"].parse(b"Loaded cached credentials.\n" + json.dumps({
+        "response": "ok", "stats": {"models": {"g": {"tokens": {
+            "prompt": 30, "candidates": 5, "thoughts": 2}}}}}).encode())
+    assert (gemini.content, gemini.prompt_tokens, gemini.completion_tokens) == ("ok", 30, 7)
+    with pytest.raises(ProviderError, match="gemini printed no JSON result"):
+        CLIS["gemini"].parse(b"Segmentation fault")
+
+
+def test_the_child_environment_keeps_the_login_and_drops_keys_and_nesting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from massgen_mcp.config import AgentSpec
+    from massgen_mcp.providers.cli_agents import CLIS, child_env
+
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY)
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-" + "s" * 20)
+    monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-" + "o" * 20)
+    monkeypatch.setenv("CLAUDECODE", "1")
+    monkeypatch.setenv("CODEX_SANDBOX", "seatbelt")
+    monkeypatch.setenv("GEMINI_CLI", "1")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    claude = child_env(CLIS["claude"], AgentSpec(id="a", model="cli/claude"))
+    assert claude["CLAUDE_CODE_OAUTH_TOKEN"].startswith("sk-ant-oat01")  # its own login
+    assert claude["LANG"] == "C.UTF-8"
+    for gone in ("OPENAI_API_KEY", "MY_SERVICE_TOKEN", "CLAUDECODE", "CODEX_SANDBOX",
+                 "GEMINI_CLI", "ANTHROPIC_API_KEY"):
+        assert gone not in claude
+    codex = child_env(CLIS["codex"], AgentSpec(id="b", model="cli/codex"))
+    assert "CLAUDE_CODE_OAUTH_TOKEN" not in codex and "OPENAI_API_KEY" not in codex
+
+    # A key only when the agent's config asks for one, under the name the CLI reads.
+    monkeypatch.setenv("TEAM_CODEX_KEY", "sk-team-" + "t" * 20)
+    asked = child_env(CLIS["codex"], AgentSpec(id="b", model="cli/codex",
+                                               api_key_env="TEAM_CODEX_KEY"))
+    assert asked["CODEX_API_KEY"] == "sk-team-" + "t" * 20 and "TEAM_CODEX_KEY" not in asked

@@ -83,7 +83,9 @@ class Cli:
     # (agent, system prompt, the call's private folder) -> argv; may write files in the folder
     command: Callable[[AgentSpec, str, Path], list[str]]
     parse: Callable[[bytes], Completion]
-    login_files: Callable[[], list[Path]]  # any of these existing means "looks logged in"
+    # Whether the CLI looks logged in, from where it keeps its login: files that exist (never
+    # their contents, never a network call).
+    login_state: Callable[[], bool]
     system_flag: bool  # True: the system prompt goes in a flag, else at the top of the prompt
 
 
@@ -128,9 +130,17 @@ def _claude_parse(stdout: bytes) -> Completion:
                       cost_usd=float(cost) if isinstance(cost, int | float) else None)
 
 
-def _claude_login_files() -> list[Path]:
-    home = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
-    return [home / ".credentials.json"]
+def _claude_logged_in() -> bool:
+    """Linux keeps the login in ~/.claude/.credentials.json; macOS in the Keychain, with the
+    account (no secret) named in ~/.claude.json."""
+    folder = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
+    if (folder / ".credentials.json").is_file():
+        return True
+    state = Path.home() / ".claude.json"
+    with contextlib.suppress(OSError, ValueError):
+        if state.is_file() and state.stat().st_size < 20_000_000:
+            return "oauthAccount" in json.loads(state.read_text(encoding="utf-8"))
+    return False
 
 
 # -- Codex -----------------------------------------------------------------------------------------
@@ -188,9 +198,8 @@ def _codex_parse(stdout: bytes) -> Completion:
                       + int(usage.get("reasoning_output_tokens") or 0))
 
 
-def _codex_login_files() -> list[Path]:
-    home = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
-    return [home / "auth.json"]
+def _codex_logged_in() -> bool:
+    return (Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "auth.json").is_file()
 
 
 # -- Gemini CLI ------------------------------------------------------------------------------------
@@ -241,9 +250,8 @@ def _gemini_parse(stdout: bytes) -> Completion:
                       completion_tokens=completion)
 
 
-def _gemini_login_files() -> list[Path]:
-    home = Path.home() / ".gemini"
-    return [home / "oauth_creds.json", home / "google_accounts.json"]
+def _gemini_logged_in() -> bool:
+    return (Path.home() / ".gemini" / "oauth_creds.json").is_file()
 
 
 def _json_object(stdout: bytes, name: str) -> dict[str, Any]:
@@ -264,11 +272,11 @@ def _json_object(stdout: bytes, name: str) -> dict[str, Any]:
 
 CLIS: dict[str, Cli] = {
     "claude": Cli("claude", "claude_code", "claude", "Anthropic", ("CLAUDE_CODE_OAUTH_TOKEN",),
-                  _claude_command, _claude_parse, _claude_login_files, system_flag=True),
+                  _claude_command, _claude_parse, _claude_logged_in, system_flag=True),
     "codex": Cli("codex", "codex", "codex", "OpenAI", (), _codex_command, _codex_parse,
-                 _codex_login_files, system_flag=False),
+                 _codex_logged_in, system_flag=False),
     "gemini": Cli("gemini", "gemini_cli", "gemini", "Google", (), _gemini_command,
-                  _gemini_parse, _gemini_login_files, system_flag=False),
+                  _gemini_parse, _gemini_logged_in, system_flag=False),
 }
 
 
@@ -319,6 +327,28 @@ def render_prompt(messages: list[dict[str, Any]], *, with_system: bool) -> tuple
 def find_executable(cli: Cli) -> str | None:
     """The CLI's path: ``MASSGEN_<NAME>_PATH`` if set (e.g. a pinned install), else PATH."""
     return os.environ.get(f"MASSGEN_{cli.name.upper()}_PATH") or shutil.which(cli.executable)
+
+
+@dataclass(frozen=True)
+class FoundCli:
+    name: str
+    vendor: str
+    path: str
+    logged_in: bool
+
+
+def find_clis() -> list[FoundCli]:
+    """The supported CLIs on this machine, in :data:`CLIS` order (``MASSGEN_CLIS``, e.g.
+    ``claude,codex`` or ``none``, limits which are looked for). A login held in the environment
+    (Claude Code's ``CLAUDE_CODE_OAUTH_TOKEN``) counts; its value is not read."""
+    wanted = os.environ.get("MASSGEN_CLIS", ",".join(CLIS)).replace(" ", "").split(",")
+    found = []
+    for cli in (CLIS[n] for n in CLIS if n in wanted):
+        path = find_executable(cli)
+        if path:
+            logged_in = cli.login_state() or any(os.environ.get(n) for n in cli.own_login_vars)
+            found.append(FoundCli(cli.name, cli.vendor, path, logged_in))
+    return found
 
 
 class CliProvider:
