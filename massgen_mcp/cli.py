@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from massgen_mcp import __version__
-from massgen_mcp.config import RunOptions, RunSpec, check_question, format_validation_error
+from massgen_mcp.config import (
+    RunOptions,
+    RunSpec,
+    TeamConfig,
+    check_question,
+    format_validation_error,
+)
 from massgen_mcp.errors import ConfigError, MassgenError, RecordWriteError
 from massgen_mcp.records import Event, EventType, ResultRecord, RunStatus
 from massgen_mcp.secrets import RedactingFormatter, redact
@@ -141,6 +147,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         extras = [f"base_url={agent.base_url}"] if agent.base_url else []
         if agent.tool_calling is False:
             extras.append("json-fallback")
+        if agent.cli:
+            extras.append("coding-agent CLI (read-only, JSON decisions)")
         if agent.temperature is not None:
             extras.append(f"temperature={agent.temperature}")
         if agent.system_message:
@@ -158,9 +166,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"  warning: {warning}")
     for line in key_destinations(team):
         print(f"  note: {line}; as a project config this needs 'massgen-mcp trust'")
-    for problem in missing_credentials(team):
+    for problem in missing_credentials(team) + cli_problems(team):
         print(f"  warning: {problem}")
     return EXIT_OK
+
+
+def cli_problems(team: TeamConfig) -> list[str]:
+    """One line per CLI agent whose CLI is missing, or not logged in while no key is given."""
+    from massgen_mcp.providers.cli_agents import CLIS, look_for
+
+    problems = []
+    for agent in team.agents:
+        if not agent.cli:
+            continue
+        cli = look_for(agent.cli)
+        if cli is None:
+            problems.append(f"agent {agent.id!r} ({agent.model}): the {agent.cli!r} command is "
+                            f"not on PATH; install it and log in, or set "
+                            f"MASSGEN_{agent.cli.upper()}_PATH")
+        elif not cli.logged_in and not (agent.api_key or agent.api_key_env or agent.base_url):
+            problems.append(f"agent {agent.id!r} ({agent.model}): {CLIS[agent.cli].executable} "
+                            "does not look logged in; run it once and log in")
+    return problems
 
 
 def cmd_trust(args: argparse.Namespace) -> int:

@@ -32,6 +32,7 @@ MAX_CONTEXT_CHARS = 200_000
 # Coding-agent CLIs that can sit on a team as cli/<name> or cli/<name>/<model>
 # (massgen_mcp.providers.cli_agents runs them).
 CLI_NAMES = ("claude", "codex", "gemini")
+CLI_PROVIDERS = {"claude": "anthropic", "codex": "openai", "gemini": "gemini"}  # whose API
 # Agent settings a CLI agent cannot honour: it samples with its own settings and has no tools.
 _NOT_FOR_CLI = ("temperature", "top_p", "max_tokens", "tool_calling", "web_search",
                 "mcp_servers", "allowed_tools", "exclude_tools")

@@ -279,10 +279,11 @@ class ConsensusService:
                 "set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, "
                 "XAI_API_KEY, OPENROUTER_API_KEY, ...) in the environment or a .env file; "
                 "log in to Claude Code, Codex or Gemini CLI (used when no key is set, or as "
-                "cli/claude, cli/codex, cli/gemini); start Ollama or LM Studio; pip install 'massgen-mcp[local]' for the offline "
-                "model; or set a team in .massgen/config.yaml. options.workspace_tools lets "
-                "agents read the project's files (read-only, secret files never), which sends "
-                "what they read to their providers"),
+                "cli/claude, cli/codex, cli/gemini); start Ollama or LM Studio; pip install "
+                "'massgen-mcp[local]' for the offline model; or set a team in "
+                ".massgen/config.yaml. options.workspace_tools lets agents (not CLI agents) "
+                "read the project's files (read-only, secret files never), which sends what "
+                "they read to their providers"),
         )
 
     def mark_interrupted(self) -> list[str]:

@@ -29,7 +29,7 @@ import json
 from pathlib import Path
 from urllib.parse import urlparse
 
-from massgen_mcp.config import PROVIDER_KEY_ENV, TeamConfig
+from massgen_mcp.config import CLI_PROVIDERS, PROVIDER_KEY_ENV, TeamConfig
 from massgen_mcp.env import getenv
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.sessions.store import atomic_write
@@ -80,15 +80,17 @@ def key_destinations(team: TeamConfig) -> list[str]:
     for agent in team.agents:
         if not agent.api_key_env:
             continue
-        own_hosts = PROVIDER_HOSTS.get(agent.provider, ())
+        # A CLI agent's key goes to its CLI's vendor (Claude Code: Anthropic's API).
+        own = CLI_PROVIDERS[agent.cli] if agent.cli else agent.provider
+        own_hosts = PROVIDER_HOSTS.get(own, ())
         host = _host(agent.base_url) if agent.base_url else (own_hosts[0] if own_hosts else "")
         if agent.base_url and is_loopback(host):
             continue
         others_key = any(agent.api_key_env in names for provider, names
-                         in PROVIDER_KEY_ENV.items() if provider != agent.provider)
+                         in PROVIDER_KEY_ENV.items() if provider != own)
         if host in own_hosts and not others_key:
             continue
-        where = agent.base_url or f"the {agent.provider or 'default'} API"
+        where = agent.base_url or f"the {own or 'default'} API"
         found.append(f"agent {agent.id!r} would send ${agent.api_key_env} to {where}")
     return found
 

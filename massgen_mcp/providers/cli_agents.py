@@ -342,13 +342,17 @@ def find_clis() -> list[FoundCli]:
     ``claude,codex`` or ``none``, limits which are looked for). A login held in the environment
     (Claude Code's ``CLAUDE_CODE_OAUTH_TOKEN``) counts; its value is not read."""
     wanted = os.environ.get("MASSGEN_CLIS", ",".join(CLIS)).replace(" ", "").split(",")
-    found = []
-    for cli in (CLIS[n] for n in CLIS if n in wanted):
-        path = find_executable(cli)
-        if path:
-            logged_in = cli.login_state() or any(os.environ.get(n) for n in cli.own_login_vars)
-            found.append(FoundCli(cli.name, cli.vendor, path, logged_in))
-    return found
+    return [found for name in CLIS if name in wanted and (found := look_for(name))]
+
+
+def look_for(name: str) -> FoundCli | None:
+    """The CLI ``name`` if it is installed, with whether it looks logged in."""
+    cli = CLIS[name]
+    path = find_executable(cli)
+    if path is None:
+        return None
+    logged_in = cli.login_state() or any(os.environ.get(n) for n in cli.own_login_vars)
+    return FoundCli(cli.name, cli.vendor, path, logged_in)
 
 
 class CliProvider:

@@ -260,7 +260,8 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         models: Annotated[list[str] | None, Field(
             min_length=1, max_length=MAX_AGENTS,
             description="litellm model strings, one agent each, e.g. "
-                        "['openai/gpt-4o-mini', 'anthropic/claude-haiku-4-5']")] = None,
+                        "['openai/gpt-4o-mini', 'anthropic/claude-haiku-4-5']; cli/claude, "
+                        "cli/codex, cli/gemini run the user's logged-in coding CLI")] = None,
         config: Annotated[str | None, Field(
             description="instead of models: a MassGen YAML config path or @preset")] = None,
         base_url: Annotated[str | None, Field(
@@ -361,8 +362,9 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
 
     @mcp.tool(annotations=READ)
     async def check_setup(ctx: Context) -> SetupView:
-        """What this server can use: providers with keys (names only), local servers, the
-        embedded model, the default team and why, where records are stored."""
+        """What this server can use: providers with keys (names only), coding-agent CLIs and
+        whether each is logged in, local servers, the embedded model, the default team and
+        why, where records are stored."""
         with _tool_errors():
             return await _service(ctx).check_setup()
 
