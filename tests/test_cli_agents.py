@@ -119,10 +119,12 @@ async def run(team, question: str = "What is 6*7?"):
 
 @needs_clis
 async def test_claude_code_codex_gemini_and_an_api_model_reach_consensus(
-        scripted, user: dict[str, Any]) -> None:
+        scripted, user: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     server = scripted(agree)
     before = tree_digest(user["project"])
-    left_before = set(Path(tempfile.gettempdir()).glob("massgen-cli-*"))
+    scratch = user["home"].parent / "tmp"  # where the calls' temporary folders go
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     result, folder, _store = await run(cli_team(server, ("claude", "codex", "gemini"), ("a",)))
 
     assert result.status is RunStatus.COMPLETED, result.errors
@@ -141,7 +143,7 @@ async def test_claude_code_codex_gemini_and_an_api_model_reach_consensus(
     # that writes or runs commands offered, our key never sent, no temporary folder left.
     assert not user["marker"].exists()
     assert tree_digest(user["project"]) == before
-    assert set(Path(tempfile.gettempdir()).glob("massgen-cli-*")) == left_before
+    assert list(scratch.iterdir()) == []
     for req in server.requests:
         if req.model.startswith("scripted-"):
             assert CANARY not in json.dumps(req.headers) + json.dumps(req.body)
