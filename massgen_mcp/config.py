@@ -115,7 +115,8 @@ class AgentSpec(BaseModel):
         if not self.model.startswith("cli/"):
             return self
         name = self.model.split("/")[1]
-        if name not in CLI_NAMES or self.model.count("/") > 2 or self.model.endswith("/"):
+        if (name not in CLI_NAMES or self.model.count("/") > 2 or self.model.endswith("/")
+                or self.model.split("/")[-1].startswith("-")):
             raise ValueError(f"model {self.model!r}: a coding-agent CLI is cli/<name> or "
                              f"cli/<name>/<model>, with <name> one of {', '.join(CLI_NAMES)}")
         for name in _NOT_FOR_CLI:

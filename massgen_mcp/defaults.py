@@ -180,7 +180,7 @@ async def discover(*, survey: bool = False) -> Discovery:
 
     found = Discovery()
     found.providers_with_keys = providers_with_keys()
-    found.clis = find_clis()
+    found.clis = await asyncio.to_thread(find_clis)  # reads files
     found.embedded_model = embedded_model_name()
     options: dict[str, Any] = {}
 

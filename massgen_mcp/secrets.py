@@ -58,6 +58,12 @@ def register_secret(value: str | None) -> None:
             _registered.update(forms)
 
 
+def is_registered(value: str) -> bool:
+    """Whether ``value`` is a credential some agent resolved (whatever its variable's name)."""
+    with _lock:
+        return value in _registered
+
+
 def _known_secrets() -> list[str]:
     env_values = [
         value

@@ -49,8 +49,12 @@ def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     (home / ".codex").mkdir(parents=True)
     (home / ".gemini").mkdir()
     (home / ".claude.json").write_text(json.dumps({"mcpServers": {"spy": spy}}))
+    touch = f"touch {marker}"
     (home / ".gemini" / "settings.json").write_text(json.dumps({
-        "mcpServers": {"spy": spy}, "security": {"auth": {"selectedType": "gemini-api-key"}}}))
+        "mcpServers": {"spy": spy}, "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "tools": {"discoveryCommand": touch},
+        "hooks": {event: [{"matcher": "*", "hooks": [{"type": "command", "command": touch}]}]
+                  for event in ("SessionStart", "BeforeAgent", "AfterAgent")}}))
     (home / ".codex" / "config.toml").write_text(
         f'[mcp_servers.spy]\ncommand = "sh"\nargs = ["-c", "touch {marker}; sleep 30"]\n')
     mark = uuid.uuid4().hex
@@ -141,7 +145,8 @@ async def test_claude_code_codex_gemini_and_an_api_model_reach_consensus(
     assert usage["gemini"].usage.prompt_tokens > 0
     # Read-only and nothing of the user's: no MCP server started, no file changed, no tool
     # that writes or runs commands offered, our key never sent, no temporary folder left.
-    assert not user["marker"].exists()
+    assert not user["marker"].exists()  # no MCP server, hook or discovery command ran
+    assert not (user["home"] / ".gemini" / "tmp").exists()  # no transcript of our prompts
     assert tree_digest(user["project"]) == before
     assert list(scratch.iterdir()) == []
     for req in server.requests:
@@ -330,6 +335,7 @@ def test_massgen_mcp_run_with_no_keys_uses_the_logged_in_cli(
 
 @pytest.mark.parametrize(("model", "message"), [
     ("cli/cursor", "with <name> one of claude, codex, gemini"),
+    ("cli/codex/--dangerously-bypass-approvals-and-sandbox", "cli/<name>/<model>"),
     ("cli/claude/opus/x", "cli/<name>/<model>"),
     ("cli/claude/", "cli/<name>/<model>"),
 ])
@@ -434,3 +440,99 @@ def test_the_child_environment_keeps_the_login_and_drops_keys_and_nesting(
     asked = child_env(CLIS["codex"], AgentSpec(id="b", model="cli/codex",
                                                api_key_env="TEAM_CODEX_KEY"))
     assert asked["CODEX_API_KEY"] == "sk-team-" + "t" * 20 and "TEAM_CODEX_KEY" not in asked
+
+
+# -- process handling, with small stand-in CLIs ---------------------------------------------------
+
+LEAKED = "sk-leaked-" + "q" * 30
+
+
+def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    """Put a small program in place of the claude binary."""
+    script = tmp_path / "claude"
+    script.write_text(f"#!{sys.executable}\nimport json, os, subprocess, sys\n{body}\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("MASSGEN_CLAUDE_PATH", str(script))
+
+
+def claude_result(text: str = '{"action": "new_answer", "content": "42"}') -> str:
+    return json.dumps({"type": "result", "subtype": "success", "is_error": False,
+                       "result": text, "usage": {"input_tokens": 3, "output_tokens": 2}})
+
+
+async def call_stand_in(log: Path | None = None, system: str = "s"):
+    from massgen_mcp.config import AgentSpec
+    from massgen_mcp.providers.base import CallContext
+    from massgen_mcp.providers.cli_agents import CliProvider
+
+    spec = AgentSpec(id="c", model="cli/claude")
+    return await CliProvider().complete(
+        spec, [{"role": "system", "content": system}, {"role": "user", "content": "q"}],
+        tools=None, timeout_s=60, context=CallContext("sid", log))
+
+
+async def test_stderr_goes_to_cli_log_with_keys_masked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from massgen_mcp.secrets import register_secret
+
+    register_secret(LEAKED)
+    # A key at the very end of 100 KiB of stderr: cut to its last 64 KiB, it must still be
+    # masked whole, not left as a fragment.
+    stand_in(tmp_path, monkeypatch, f"sys.stderr.write('x' * 100_000 + ' {LEAKED}')\n"
+                                    f"print({claude_result()!r})")
+    log = tmp_path / "cli.log"
+    completion = await call_stand_in(log)
+    assert completion.content == '{"action": "new_answer", "content": "42"}'
+    text = log.read_text()
+    assert "exit 0" in text and text.rstrip().endswith("***") and "sk-leaked" not in text
+
+
+async def test_a_grandchild_holding_the_output_open_does_not_hold_the_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    stand_in(tmp_path, monkeypatch,
+             f"child = subprocess.Popen(['sleep', '300'])\n"  # inherits stdout
+             f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+             f"print({claude_result()!r}, flush=True)")
+    completion = await call_stand_in()
+    assert completion.content and "42" in completion.content
+    pid = int(pid_file.read_text())
+    assert not Path(f"/proc/{pid}").exists() or (
+        Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+async def test_too_much_output_stops_the_cli(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from massgen_mcp.errors import ProviderError
+
+    stand_in(tmp_path, monkeypatch, "sys.stdout.write('y' * 9_000_000)")
+    with pytest.raises(ProviderError, match="printed more than 8 MiB"):
+        await call_stand_in()
+
+
+async def test_a_cli_that_cannot_start_is_an_error_not_a_crash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from massgen_mcp.errors import ProviderError
+
+    stand_in(tmp_path, monkeypatch, f"print({claude_result()!r})")
+    with pytest.raises(ProviderError, match="could not start claude"):
+        await call_stand_in(system="nul\x00byte")
+    monkeypatch.setenv("MASSGEN_CLAUDE_PATH", str(tmp_path / "missing"))
+    with pytest.raises(ProviderError, match="'claude' command is not on PATH"):
+        await call_stand_in()
+
+
+def test_hostile_cli_output_is_read_safely() -> None:
+    from massgen_mcp.providers.cli_agents import CLIS
+
+    odd = CLIS["claude"].parse(json.dumps({
+        "type": "result", "subtype": "success", "result": "ok", "total_cost_usd": -1e308,
+        "usage": {"input_tokens": "lots", "output_tokens": True}}).encode())
+    assert (odd.prompt_tokens, odd.completion_tokens, odd.cost_usd) == (0, 0, None)
+    assert CLIS["claude"].parse(json.dumps({"subtype": "success", "result": "ok",
+                                            "usage": [1]}).encode()).prompt_tokens == 0
+    # Gemini prints indented JSON, sometimes after warnings; a nested object on its own line
+    # is not the result.
+    printed = "Warning: 256-color support not detected.\n" + json.dumps(
+        {"response": "the answer", "stats": {"models": {}}, "nested": {}}, indent=2)
+    assert CLIS["gemini"].parse(printed.encode()).content == "the answer"

@@ -117,7 +117,8 @@ async def test_choose_team_merges_options_over_a_preset(tmp_path: Path) -> None:
                         options=RunOptions(timeout_s=5))
     assert team.options.timeout_s == 5 and len(team.agents) == 3
     assert team.options.max_answers_per_agent == RunOptions().max_answers_per_agent
-    with pytest.raises(ConfigError, match="no such preset; presets: @cli_team, @debate, @fast_cheap"):
+    with pytest.raises(ConfigError,
+                       match="no such preset; presets: @cli_team, @debate, @fast_cheap"):
         await choose(tmp_path, config="@nope")
     with pytest.raises(ConfigError, match="either models or config"):
         await choose(tmp_path, models=["openai/x"], config="@three_agents_default")

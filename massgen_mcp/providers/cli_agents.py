@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -46,11 +47,13 @@ from typing import Any
 from massgen_mcp.config import AgentSpec
 from massgen_mcp.errors import ProviderError
 from massgen_mcp.providers.base import CallContext, Completion
-from massgen_mcp.secrets import looks_secret, redact
+from massgen_mcp.secrets import is_registered, looks_secret, redact
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # a JSON result with a long answer is far below this
 MAX_STDERR_BYTES = 64 * 1024
 ERROR_TAIL_CHARS = 600
+EXIT_POLL_S = 0.2  # how often a call checks whether its CLI exited with its pipes still held
+PIPE_GRACE_S = 2.0  # after the CLI exits, how long its output may keep coming
 
 # Variables a CLI reads as "you are running inside another agent's session" (found in the
 # binaries; Claude Code itself checks the same list to detect a parent agent). A child that sees
@@ -83,10 +86,22 @@ class Cli:
     # (agent, system prompt, the call's private folder) -> argv; may write files in the folder
     command: Callable[[AgentSpec, str, Path], list[str]]
     parse: Callable[[bytes], Completion]
-    # Whether the CLI looks logged in, from where it keeps its login: files that exist (never
-    # their contents, never a network call).
+    # Whether the CLI looks logged in, from where it keeps its login: files that exist, or a
+    # non-secret account entry (never a token, never a network call).
     login_state: Callable[[], bool]
     system_flag: bool  # True: the system prompt goes in a flag, else at the top of the prompt
+    # Prepares a private home in the call's folder where the CLI would otherwise run the user's
+    # hooks or keep transcripts; returns the variables that point the CLI at it.
+    private_home: Callable[[Path], dict[str, str]] | None = None
+
+
+def _count(value: Any) -> int:
+    """A token count from untrusted output: a non-negative int, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _strip_v1(url: str) -> str:
@@ -108,7 +123,7 @@ def _claude_command(agent: AgentSpec, system: str, folder: Path) -> list[str]:
         "--append-system-prompt", system,
     ]
     if agent.cli_model:
-        argv += ["--model", agent.cli_model]
+        argv.append(f"--model={agent.cli_model}")
     return argv
 
 
@@ -121,13 +136,18 @@ def _claude_parse(stdout: bytes) -> Completion:
             f"{f' (HTTP {status})' if status else ''}",
             retryable=status in (429, 500, 502, 503, 529), status_code=status,
             kind="cli_error")
-    usage = data.get("usage") or {}
-    prompt = sum(int(usage.get(k) or 0) for k in (
+    usage = _mapping(data.get("usage"))
+    prompt = sum(_count(usage.get(k)) for k in (
         "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
     cost = data.get("total_cost_usd")
+    # A price from untrusted output counts only if it is a real one: a negative or infinite
+    # figure would defeat max_cost_usd.
+    if (not isinstance(cost, int | float) or isinstance(cost, bool)
+            or not math.isfinite(cost) or cost < 0):
+        cost = None
     return Completion(content=str(data.get("result") or ""), prompt_tokens=prompt,
-                      completion_tokens=int(usage.get("output_tokens") or 0),
-                      cost_usd=float(cost) if isinstance(cost, int | float) else None)
+                      completion_tokens=_count(usage.get("output_tokens")),
+                      cost_usd=None if cost is None else float(cost))
 
 
 def _claude_logged_in() -> bool:
@@ -166,7 +186,7 @@ def _codex_command(agent: AgentSpec, system: str, folder: Path) -> list[str]:
                  "-c", f"model_providers.massgen.env_key={_CODEX_KEY_VAR}",
                  "-c", 'model_providers.massgen.wire_api="responses"']
     if agent.cli_model:
-        argv += ["--model", agent.cli_model]
+        argv.append(f"--model={agent.cli_model}")
     return [*argv, "-"]  # the prompt comes on stdin
 
 
@@ -181,21 +201,21 @@ def _codex_parse(stdout: bytes) -> Completion:
             continue
         if not isinstance(event, dict):
             continue
-        item = event.get("item") or {}
+        item = _mapping(event.get("item"))
         if event.get("type") == "item.completed" and item.get("type") == "agent_message":
             text = str(item.get("text") or "")
         elif event.get("type") == "turn.completed":
-            usage = event.get("usage") or {}
+            usage = _mapping(event.get("usage"))
         elif event.get("type") == "turn.failed":
-            failure = str((event.get("error") or {}).get("message") or "turn failed")
+            failure = str(_mapping(event.get("error")).get("message") or "turn failed")
         elif event.get("type") == "error":
             failure = str(event.get("message") or "error")
     if text is None:
         raise ProviderError(f"codex gave no answer: {failure or 'no agent message'}"[:400],
                             retryable=False, kind="cli_error")
-    return Completion(content=text, prompt_tokens=int(usage.get("input_tokens") or 0),
-                      completion_tokens=int(usage.get("output_tokens") or 0)
-                      + int(usage.get("reasoning_output_tokens") or 0))
+    return Completion(content=text, prompt_tokens=_count(usage.get("input_tokens")),
+                      completion_tokens=_count(usage.get("output_tokens"))
+                      + _count(usage.get("reasoning_output_tokens")))
 
 
 def _codex_logged_in() -> bool:
@@ -229,7 +249,7 @@ def _gemini_command(agent: AgentSpec, system: str, folder: Path) -> list[str]:
         "--extensions", "none",
     ]
     if agent.cli_model:
-        argv += ["--model", agent.cli_model]
+        argv.append(f"--model={agent.cli_model}")
     return [*argv, "--prompt", ""]  # the prompt comes on stdin ("appended to stdin")
 
 
@@ -241,11 +261,10 @@ def _gemini_parse(stdout: bytes) -> Completion:
         raise ProviderError(f"gemini reported an error: {str(message)[:300]}",
                             retryable=False, kind="cli_error")
     prompt = completion = 0
-    models = ((data.get("stats") or {}).get("models") or {}).values()
-    for model in models:
-        tokens = model.get("tokens") or {} if isinstance(model, dict) else {}
-        prompt += int(tokens.get("prompt") or 0)
-        completion += int(tokens.get("candidates") or 0) + int(tokens.get("thoughts") or 0)
+    for model in _mapping(_mapping(data.get("stats")).get("models")).values():
+        tokens = _mapping(_mapping(model).get("tokens"))
+        prompt += _count(tokens.get("prompt"))
+        completion += _count(tokens.get("candidates")) + _count(tokens.get("thoughts"))
     return Completion(content=str(data.get("response") or ""), prompt_tokens=prompt,
                       completion_tokens=completion)
 
@@ -254,20 +273,51 @@ def _gemini_logged_in() -> bool:
     return (Path.home() / ".gemini" / "oauth_creds.json").is_file()
 
 
+_GEMINI_LOGIN_FILES = ("oauth_creds.json", "google_accounts.json", "installation_id")
+
+
+def _gemini_home(folder: Path) -> dict[str, str]:
+    """Gemini CLI runs the hooks and the tool-discovery command of the user's settings and
+    writes a transcript of every chat under ~/.gemini, whatever the flags: it gets a private
+    home per call holding a copy of its login and the user's choice of auth method only."""
+    user = Path.home() / ".gemini"
+    private = folder / "home"
+    (private / ".gemini").mkdir(parents=True, mode=0o700)
+    for name in _GEMINI_LOGIN_FILES:
+        with contextlib.suppress(OSError):
+            if (user / name).is_file():
+                shutil.copyfile(user / name, private / ".gemini" / name)
+    auth: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        settings = json.loads((user / "settings.json").read_text(encoding="utf-8"))
+        auth = _mapping(_mapping(_mapping(settings).get("security")).get("auth"))
+    keep = {k: v for k, v in auth.items() if k in ("selectedType", "enforcedType")}
+    (private / ".gemini" / "settings.json").write_text(json.dumps({
+        "security": {"auth": keep}, "hooksConfig": {"enabled": False}}))
+    return {"GEMINI_CLI_HOME": str(private)}
+
+
 def _json_object(stdout: bytes, name: str) -> dict[str, Any]:
-    """The JSON object a CLI printed (the last line that is one: some print warnings first)."""
-    for line in reversed(stdout.decode(errors="replace").strip().splitlines() or [""]):
-        with contextlib.suppress(json.JSONDecodeError):
-            value = json.loads(line)
-            if isinstance(value, dict):
-                return value
-    with contextlib.suppress(json.JSONDecodeError):
-        value = json.loads(stdout)
-        if isinstance(value, dict):
-            return value
-    tail = redact(stdout[-300:].decode(errors="replace"))
-    raise ProviderError(f"{name} printed no JSON result: {tail!r}", retryable=False,
-                        kind="cli_error")
+    """The JSON object a CLI printed last, on one line or many (some print warnings first):
+    from the first line starting with '{' whose object runs to the end of the output."""
+    text = stdout.decode(errors="replace")
+    decoder = json.JSONDecoder()
+    start = 0
+    for line in text.splitlines(keepends=True):
+        if line.startswith("{"):
+            with contextlib.suppress(json.JSONDecodeError):
+                value, end = decoder.raw_decode(text, start)
+                if isinstance(value, dict) and not text[end:].strip():
+                    return value
+        start += len(line)
+    raise ProviderError(f"{name} printed no JSON result: {tail(text, 300)!r}",
+                        retryable=False, kind="cli_error")
+
+
+def tail(text: str, chars: int) -> str:
+    """The last ``chars`` characters of ``text``, redacted before it is cut (a cut through a
+    key would leave a piece that no longer matches it)."""
+    return redact(text[-(chars + 4096):])[-chars:]
 
 
 CLIS: dict[str, Cli] = {
@@ -276,17 +326,20 @@ CLIS: dict[str, Cli] = {
     "codex": Cli("codex", "codex", "codex", "OpenAI", (), _codex_command, _codex_parse,
                  _codex_logged_in, system_flag=False),
     "gemini": Cli("gemini", "gemini_cli", "gemini", "Google", (), _gemini_command,
-                  _gemini_parse, _gemini_logged_in, system_flag=False),
+                  _gemini_parse, _gemini_logged_in, system_flag=False,
+                  private_home=_gemini_home),
 }
 
 
 def child_env(cli: Cli, agent: AgentSpec) -> dict[str, str]:
     """The environment a CLI child gets: ours without nesting markers and credentials (but the
     CLI's own login token), plus the agent's own key and endpoint when its config gives them."""
-    env = {name: value for name, value in os.environ.items()
-           if name not in NESTING_VARS
-           and (not looks_secret(name) or name in cli.own_login_vars)}
     key = agent.resolved_api_key()  # only an explicit api_key/api_key_env for cli/ models
+    own_login = () if key or agent.base_url else cli.own_login_vars
+    # By name and by value: another agent's api_key_env may be called anything.
+    env = {name: value for name, value in os.environ.items()
+           if name not in NESTING_VARS and not is_registered(value)
+           and (not looks_secret(name) or name in own_login)}
     if not key and not agent.base_url:
         return env  # the CLI's own login
     # A self-hosted endpoint that needs no key still gets one, as with litellm: the CLIs
@@ -325,8 +378,10 @@ def render_prompt(messages: list[dict[str, Any]], *, with_system: bool) -> tuple
 
 
 def find_executable(cli: Cli) -> str | None:
-    """The CLI's path: ``MASSGEN_<NAME>_PATH`` if set (e.g. a pinned install), else PATH."""
-    return os.environ.get(f"MASSGEN_{cli.name.upper()}_PATH") or shutil.which(cli.executable)
+    """The CLI's path: ``MASSGEN_<NAME>_PATH`` if set (e.g. a pinned install), else PATH;
+    None unless it is an executable file."""
+    path = os.environ.get(f"MASSGEN_{cli.name.upper()}_PATH") or shutil.which(cli.executable)
+    return path if path and os.path.isfile(path) and os.access(path, os.X_OK) else None
 
 
 @dataclass(frozen=True)
@@ -376,11 +431,17 @@ class CliProvider:
                 kind="unavailable")
         system, prompt = render_prompt(messages, with_system=not cli.system_flag)
         started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="massgen-cli-") as folder:
-            argv = [executable, *cli.command(agent, system, Path(folder))[1:]]
-            code, stdout, stderr = await run_child(argv, prompt.encode(), Path(folder),
-                                                   child_env(cli, agent))
-        stderr_text = redact(stderr.decode(errors="replace"))
+        # The call's private folder: the CLI works in an empty ``work`` inside it; its
+        # policy files and private home sit beside, out of its reach.
+        with tempfile.TemporaryDirectory(prefix="massgen-cli-") as name:
+            folder = Path(name)
+            (folder / "work").mkdir()
+            env = child_env(cli, agent)
+            if cli.private_home is not None:
+                env.update(cli.private_home(folder))
+            argv = [executable, *cli.command(agent, system, folder)[1:]]
+            code, stdout, stderr = await run_child(argv, prompt.encode(), folder / "work", env)
+        stderr_text = tail(stderr.decode(errors="replace"), MAX_STDERR_BYTES)
         if context is not None and context.log_path is not None and stderr_text.strip():
             _append_log(context.log_path, agent.id, code, stderr_text)
         try:
@@ -389,7 +450,7 @@ class CliProvider:
             if code == 0:
                 raise
             raise ProviderError(f"{exc} (exit status {code}; stderr: "
-                                f"{stderr_text.strip()[-ERROR_TAIL_CHARS:]!r})",
+                                f"{tail(stderr_text.strip(), ERROR_TAIL_CHARS)!r})",
                                 retryable=exc.retryable, status_code=exc.status_code,
                                 kind=exc.kind) from None
         return Completion(content=completion.content, prompt_tokens=completion.prompt_tokens,
@@ -415,23 +476,48 @@ async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str
                     ) -> tuple[int, bytes, bytes]:
     """Run ``argv`` in its own process group; (exit status, stdout, stderr tail).
 
-    Whatever ends the wait (the end of the process, cancellation, a timeout around this call,
-    too much output) the whole group is killed and the child reaped before this returns."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, cwd=cwd, env=env, start_new_session=True)
+    Whatever ends the call (the CLI's exit, cancellation, a timeout around this call, too much
+    output) the whole group is killed and the CLI reaped before this returns. Output is read
+    until the CLI exits and its pipes close; a pipe that something it started keeps open is
+    given ``PIPE_GRACE_S`` after the exit, then abandoned."""
     try:
-        assert proc.stdin and proc.stdout and proc.stderr
-        _, stdout, stderr = await asyncio.gather(
-            _feed(proc.stdin, stdin), _read(proc.stdout, MAX_OUTPUT_BYTES, strict=True),
-            _read(proc.stderr, MAX_STDERR_BYTES, strict=False))
-        code = await proc.wait()
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, cwd=cwd, env=env, start_new_session=True)
+    except (OSError, ValueError) as exc:  # not executable, or a NUL byte in an argument
+        raise ProviderError(f"could not start {Path(argv[0]).name}: {exc}", retryable=False,
+                            kind="unavailable") from None
+    assert proc.stdin and proc.stdout and proc.stderr
+    stdout, stderr = bytearray(), bytearray()
+    io = asyncio.gather(_feed(proc.stdin, stdin),
+                        _read(proc.stdout, stdout, MAX_OUTPUT_BYTES, strict=True),
+                        _read(proc.stderr, stderr, MAX_STDERR_BYTES + 4096, strict=False))
+    try:
+        while not io.done():
+            await asyncio.wait({io}, timeout=EXIT_POLL_S)
+            if proc.returncode is not None and not io.done():
+                _kill_group(proc)  # the CLI is gone: what it started goes too
+                await asyncio.wait({io}, timeout=PIPE_GRACE_S)
+                break
+        if io.done():
+            io.result()  # OutputTooLarge
+        code = await proc.wait()  # at once: the exit status is known once the CLI is gone
     finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # the group: grandchildren too
+        io.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ProviderError):
+            await io
+        _kill_group(proc)
         if proc.returncode is None:
-            await proc.wait()
-    return code, stdout, stderr
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    await proc.wait()
+    return code, bytes(stdout), bytes(stderr)
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the CLI's process group: it only reads, so there is nothing to save."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
@@ -441,13 +527,13 @@ async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:
         stream.close()
 
 
-async def _read(stream: asyncio.StreamReader, limit: int, *, strict: bool) -> bytes:
-    """All of ``stream``; past ``limit`` bytes either fail (``strict``) or keep the tail."""
-    buffer = bytearray()
+async def _read(stream: asyncio.StreamReader, buffer: bytearray, limit: int, *,
+                strict: bool) -> None:
+    """Append ``stream`` to ``buffer``; past ``limit`` bytes either fail (``strict``) or keep
+    the tail. The buffer keeps what came even if the read is cancelled."""
     while chunk := await stream.read(65536):
         buffer += chunk
         if len(buffer) > limit:
             if strict:
                 raise OutputTooLarge()
             del buffer[:len(buffer) - limit]
-    return bytes(buffer)
