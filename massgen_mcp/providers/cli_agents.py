@@ -11,7 +11,8 @@ Every call is one child process with:
 * **read-only flags** (:data:`COMMANDS`): no built-in tool that edits, writes or runs commands,
   each CLI's own read-only/plan/sandbox mode on top, no session files;
 * **no MCP servers of the user's** (it would start massgen-mcp inside massgen-mcp): an explicit
-  empty MCP configuration, and the user's settings files are not read where the CLI allows it;
+  empty MCP configuration, and the user's settings files are not read where the CLI allows it
+  (Gemini CLI, which always reads them, gets a private home with a copy of its login);
 * **a sanitised environment** (:func:`child_env`): the variables that tell a CLI it runs inside
   another agent session are removed, and so is every credential-named variable, except the CLI's
   own login token; an API key reaches the child only when the agent's config names one
@@ -23,8 +24,8 @@ Every call is one child process with:
 * **captured stderr**: kept to its last 64 KiB, redacted, appended to the session's
   ``cli.log`` and quoted in the error when the CLI fails.
 
-The working directory is an empty temporary folder: the agents answer from the question, the
-context and each other's answers. (The CLIs' own file tools cannot be confined to a workspace or
+The working directory is an empty folder in the call's private temporary folder: the agents
+answer from the question, the context and each other's answers. (The CLIs' own file tools cannot be confined to a workspace or
 kept away from secret files: Codex's read-only sandbox reads the whole disk.)
 """
 
@@ -113,6 +114,8 @@ def _strip_v1(url: str) -> str:
 # -- Claude Code -----------------------------------------------------------------------------------
 
 def _claude_command(agent: AgentSpec, system: str, folder: Path) -> list[str]:
+    # The system prompt goes in a file: a command line is readable by every local user.
+    (folder / "system.md").write_text(system, encoding="utf-8")
     argv = [
         "claude", "--print", "--output-format", "json",
         "--tools", "",  # no built-in tool at all: nothing to read, write or run
@@ -120,7 +123,7 @@ def _claude_command(agent: AgentSpec, system: str, folder: Path) -> list[str]:
         "--restricted",  # ignores user/project settings files (hooks, permissions)
         "--strict-mcp-config", "--mcp-config", '{"mcpServers": {}}',
         "--no-session-persistence", "--disable-slash-commands",
-        "--append-system-prompt", system,
+        "--append-system-prompt-file", str(folder / "system.md"),
     ]
     if agent.cli_model:
         argv.append(f"--model={agent.cli_model}")
