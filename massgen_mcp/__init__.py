@@ -1,8 +1,11 @@
 """massgen-mcp: a team of models answers, votes, and agrees on one answer.
 
 Importing this package is cheap: neither fastmcp nor litellm is loaded until a server or a
-model call needs it.
+model call needs it. ``run``/``arun`` (:mod:`massgen_mcp.api`) and ``register_with_litellm``
+(:mod:`massgen_mcp.litellm_team`) load on first use.
 """
+
+from typing import Any
 
 from massgen_mcp.errors import (
     ConfigError,
@@ -21,4 +24,20 @@ __all__ = [
     "SessionNotFoundError",
     "SessionStateError",
     "__version__",
+    "arun",
+    "register_with_litellm",
+    "run",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The Python API, imported when first used (it brings the service and pydantic models)."""
+    if name in ("run", "arun"):
+        from massgen_mcp import api
+
+        return getattr(api, name)
+    if name == "register_with_litellm":
+        from massgen_mcp.litellm_team import register_with_litellm
+
+        return register_with_litellm
+    raise AttributeError(f"module 'massgen_mcp' has no attribute {name!r}")

@@ -331,7 +331,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     home = Path(args.home) if args.home else None
     if args.http:
-        serve_http(host=args.host, port=args.port, path=args.path, home=home)
+        serve_http(host=args.host, port=args.port, path=args.path, home=home,
+                   api=args.api)
     else:
         serve_stdio(home)
     return EXIT_OK
@@ -415,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
     serve.add_argument("--path", default="/mcp")
+    serve.add_argument("--api", choices=["both", "mcp", "openai"], default="both",
+                       help="with --http: MCP at --path, the OpenAI-compatible "
+                            "/v1/chat/completions and /v1/models, or both (default)")
     serve.set_defaults(func=cmd_serve, http=False)
     return parser
 

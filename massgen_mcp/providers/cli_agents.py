@@ -25,8 +25,9 @@ Every call is one child process with:
   ``cli.log`` and quoted in the error when the CLI fails.
 
 The working directory is an empty folder in the call's private temporary folder: the agents
-answer from the question, the context and each other's answers. (The CLIs' own file tools cannot be confined to a workspace or
-kept away from secret files: Codex's read-only sandbox reads the whole disk.)
+answer from the question, the context and each other's answers. (The CLIs' own file tools
+cannot be confined to a workspace or kept away from secret files: Codex's read-only sandbox
+reads the whole disk.)
 """
 
 from __future__ import annotations

@@ -201,12 +201,14 @@ WaitS = Annotated[float, Field(ge=0, le=600, description=(
 
 def create_server(*, home: Path | None = None, root: Path | None = None,
                   auth: AuthProvider | None = None, token: str | None = None,
-                  service: ConsensusService | None = None) -> FastMCP:
+                  service: ConsensusService | None = None, openai_api: bool = False
+                  ) -> FastMCP:
     """Build the FastMCP app. ``home`` holds the records (default ./.massgen or
     $MASSGEN_HOME); ``root`` is the folder ``context_files`` are read from (default cwd);
     ``token`` guards the live HTTP pages the same way ``auth`` guards /mcp; ``service``
     replaces the one built from ``home`` and ``root`` (the stdio server keeps a handle on it
-    to stop its runs on a signal)."""
+    to stop its runs on a signal); ``openai_api`` adds ``/v1/chat/completions`` and
+    ``/v1/models`` (HTTP only)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_server: FastMCP) -> AsyncIterator[dict[str, Any]]:
@@ -405,6 +407,14 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         return view_html()
 
     add_live_pages(mcp, token, home)
+    if openai_api:
+        from massgen_mcp.server.openai_api import add_openai_routes
+
+        def running_service() -> ConsensusService:
+            assert service is not None, "the server's lifespan has not started"
+            return service
+
+        add_openai_routes(mcp, token, running_service)
 
     @mcp.prompt
     def consensus(question: str) -> str:

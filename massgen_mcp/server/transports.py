@@ -147,7 +147,10 @@ def serve_stdio(home: Path | None = None) -> None:
     asyncio.run(main())
 
 
-def serve_http(*, host: str, port: int, path: str, home: Path | None = None) -> None:
+def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
+               api: str = "both") -> None:
+    """Serve over HTTP: MCP at ``path`` and/or (``api``) the OpenAI-compatible endpoint, one
+    token for both."""
     from massgen_mcp.server.app import create_server
 
     token = os.environ.get(TOKEN_ENV)
@@ -158,12 +161,18 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None) -> 
             "'Authorization: Bearer <token>'), or bind 127.0.0.1")
     configure_logging(home)
     server = create_server(home=home, auth=bearer_token_auth(token) if token else None,
-                           token=token)
-    logging.getLogger(__name__).info("serving MCP on http://%s:%d%s (token %s)", host, port,
-                                     path, "required" if token else "off")
+                           token=token, openai_api=api in ("both", "openai"))
+    logging.getLogger(__name__).info(
+        "serving %s on http://%s:%d (token %s)",
+        {"both": f"MCP at {path} and /v1", "mcp": f"MCP at {path}", "openai": "/v1"}[api],
+        host, port, "required" if token else "off")
     from starlette.middleware import Middleware
 
     limit = int(os.environ.get(MAX_BODY_ENV, DEFAULT_MAX_BODY))
-    server.run(transport="http", host=host, port=port, path=path, show_banner=False,
-               host_origin_protection="auto",
-               middleware=[Middleware(BodySizeLimit, limit=limit)])
+    app = server.http_app(path=path, middleware=[Middleware(BodySizeLimit, limit=limit)],
+                          host_origin_protection="auto")
+    if api == "openai":  # the MCP endpoint is not served at all
+        app.router.routes = [r for r in app.router.routes if getattr(r, "path", "") != path]
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)

@@ -1,0 +1,314 @@
+"""``/v1/chat/completions`` and ``/v1/models`` on the HTTP server: the team as one
+OpenAI-compatible model, for any OpenAI SDK client or app that lets you set a base URL.
+
+* ``model`` names the team (:mod:`massgen_mcp.api`): ``massgen``, ``massgen/@preset`` or
+  ``massgen/<name>`` (a config in the user config folder); ``/v1/models`` lists them.
+* The last user message is the question, earlier messages are the context.
+* The reply's ``content`` is the final answer and ``usage`` the whole team's. The session id,
+  winner, tally and status travel in the extra field ``massgen`` and the header
+  ``X-Massgen-Session-Id``, so the caller can open the record.
+* ``stream: true`` sends the run's progress as ``reasoning_content`` deltas (a channel standard
+  clients ignore or show as thinking), then the final answer as ``content``. A client that
+  disconnects, streaming or not, cancels the run.
+* ``tools``, ``n > 1`` and any parameter a team cannot honour get a 400 in OpenAI's error
+  format; sampling settings (``temperature``, ``max_tokens``, ...) are accepted and ignored
+  (each agent has its own).
+
+The same bearer token as ``/mcp`` is required when one is set, and a request from a browser
+page of another origin, or with a Host header that is not this server's, is refused (403): a
+page the user visits must not be able to run models on their keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from massgen_mcp.api import UnknownTeamError, follow, split_messages, team_config, team_names
+from massgen_mcp.config import RunSpec
+from massgen_mcp.errors import MassgenError
+from massgen_mcp.records import ResultRecord, StatusRecord
+from massgen_mcp.secrets import redact
+from massgen_mcp.server.views import progress_message
+from massgen_mcp.trust import is_loopback
+
+if TYPE_CHECKING:
+    from fastmcp import FastMCP
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from massgen_mcp.service import ConsensusService
+
+SESSION_HEADER = "X-Massgen-Session-Id"
+# Accepted and ignored: each agent samples with its own settings.
+IGNORED = frozenset({
+    "temperature", "top_p", "max_tokens", "max_completion_tokens", "user", "metadata",
+    "store", "stream_options", "frequency_penalty", "presence_penalty", "seed",
+    "parallel_tool_calls", "reasoning_effort",
+})
+UNSUPPORTED = {
+    "tools": "the team answers in text; it does not call your tools",
+    "functions": "the team answers in text; it does not call your functions",
+    "tool_choice": "the team answers in text; it does not call your tools",
+    "logprobs": "a team's answer has no token log-probabilities",
+    "top_logprobs": "a team's answer has no token log-probabilities",
+    "response_format": "structured output is not supported; ask for the format in the message",
+    "audio": "only text is supported",
+    "modalities": "only text is supported",
+    "prediction": "predicted outputs are not supported",
+    "logit_bias": "per-token biases do not apply to a team",
+    "stop": "stop sequences do not apply to a team's final answer",
+}
+DISCONNECT_POLL_S = 0.5
+# A stream with nothing to say checks that its client is still there this often, and sends an
+# SSE comment (clients ignore it) so proxies keep the connection open.
+KEEPALIVE_S = 1.0
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's format."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None,
+                 kind: str = "invalid_request_error", code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param, self.kind, self.code = status, param, kind, code
+
+    def response(self, headers: dict[str, str] | None = None) -> Response:
+        from starlette.responses import JSONResponse
+
+        body = {"error": {"message": redact(str(self)), "type": self.kind,
+                          "param": self.param, "code": self.code}}
+        return JSONResponse(body, status_code=self.status, headers=headers)
+
+
+def check_request(body: Any) -> tuple[str, RunSpec, bool, bool]:
+    """(model, the run, stream?, include usage in the stream?) from a request body, or an
+    ApiError naming the parameter."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    for name, why in UNSUPPORTED.items():
+        if body.get(name) not in (None, [], "none", {"type": "text"}):
+            raise ApiError(400, f"{name}: not supported ({why})", param=name)
+    if body.get("n") not in (None, 1):
+        raise ApiError(400, "n: only 1 is supported (the team gives one answer)", param="n")
+    known = {"model", "messages", "stream", "n", *IGNORED, *UNSUPPORTED}
+    for name in body:
+        if name not in known:
+            raise ApiError(400, f"{name}: unknown parameter; remove it", param=name)
+    model = body.get("model")
+    if not isinstance(model, str):
+        raise ApiError(400, "model: required; use 'massgen' or one of GET /v1/models",
+                       param="model")
+    try:
+        config = team_config(model)
+    except UnknownTeamError as exc:
+        raise ApiError(404, str(exc), param="model", code="model_not_found") from None
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise ApiError(400, "messages: required list of chat messages", param="messages")
+    try:
+        question, context = split_messages(messages)
+        spec = RunSpec(question=question, context=context, config=config)
+    except MassgenError as exc:
+        raise ApiError(400, str(exc), param="messages") from None
+    except ValueError as exc:  # pydantic
+        raise ApiError(400, f"messages: {exc}", param="messages") from None
+    stream = body.get("stream") is True
+    options = body.get("stream_options")
+    usage = isinstance(options, dict) and options.get("include_usage") is True
+    return model, spec, stream, usage
+
+
+def add_openai_routes(mcp: FastMCP, token: str | None,
+                      service: Callable[[], ConsensusService]) -> None:
+    """Add the two routes to ``mcp``'s HTTP app. ``service`` returns the running server's
+    service (the runs share its runner and its limits)."""
+    from starlette.responses import JSONResponse, StreamingResponse
+
+    def refused(request: Request) -> Response | None:
+        origin = request.headers.get("origin")
+        if origin and not is_loopback(urlparse(origin).hostname or ""):
+            return ApiError(403, f"requests from the web page {origin} are refused",
+                            kind="permission_error").response()
+        host = (request.headers.get("host") or "").rsplit(":", 1)[0].strip("[]")
+        server = request.url.hostname or ""
+        if is_loopback(server) and not is_loopback(host):
+            return ApiError(403, f"Host {host!r} is not this server",
+                            kind="permission_error").response()
+        if token is not None:
+            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                return ApiError(401, "missing or wrong token: send 'Authorization: Bearer "
+                                     "<MASSGEN_MCP_TOKEN>'", kind="authentication_error"
+                                ).response({"WWW-Authenticate": "Bearer"})
+        return None
+
+    @mcp.custom_route("/v1/models", methods=["GET"])
+    async def models(request: Request) -> Response:
+        if (denied := refused(request)) is not None:
+            return denied
+        names = await asyncio.to_thread(team_names)
+        return JSONResponse({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "massgen-mcp"}
+            for name in names]})
+
+    @mcp.custom_route("/v1/chat/completions", methods=["POST"])
+    async def chat_completions(request: Request) -> Response:
+        if (denied := refused(request)) is not None:
+            return denied
+        try:
+            body = json.loads(await request.body() or b"null")
+        except json.JSONDecodeError:
+            return ApiError(400, "the body is not valid JSON").response()
+        try:
+            model, spec = (parts := await asyncio.to_thread(check_request, body))[:2]
+        except ApiError as exc:
+            return exc.response()
+        stream, include_usage = parts[2], parts[3]
+        try:
+            started = await service().start(spec)
+        except MassgenError as exc:
+            return ApiError(400, str(exc)).response()
+        sid = started.session_id
+        headers = {SESSION_HEADER: sid}
+        if stream:
+            progress = Progress()
+            run = _own(follow(service(), sid, progress.update))
+            run.add_done_callback(lambda _: progress.changed.set())
+            _own(_cancel_on_disconnect(request, run))
+            return StreamingResponse(_stream(run, progress, model, sid, include_usage),
+                                     media_type="text/event-stream",
+                                     headers={**headers, "Cache-Control": "no-cache"})
+        return await _complete(request, service(), model, sid)
+
+
+class Progress:
+    """The latest status of a streamed run, and a flag raised when it changes."""
+
+    def __init__(self) -> None:
+        self.latest: StatusRecord | None = None
+        self.changed = asyncio.Event()
+
+    async def update(self, status: StatusRecord) -> None:
+        self.latest = status
+        self.changed.set()
+
+
+_tasks: set[asyncio.Task[Any]] = set()
+
+
+def _own(coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+    """A task kept alive until it ends: a streamed response's run must not depend on the
+    response body being iterated (a body dropped on disconnect is never finalised)."""
+    task = asyncio.ensure_future(coroutine)
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+    return task
+
+
+async def _cancel_on_disconnect(request: Request, run: asyncio.Task[Any]) -> None:
+    while not run.done():
+        await asyncio.wait({run}, timeout=DISCONNECT_POLL_S)
+        if not run.done() and await request.is_disconnected():
+            run.cancel()
+
+
+async def _complete(request: Request, service: ConsensusService, model: str,
+                    session_id: str) -> Response:
+    """Wait for the run's end, cancelling it if the client goes away."""
+    from starlette.responses import JSONResponse
+
+    headers = {SESSION_HEADER: session_id}
+    run = asyncio.create_task(follow(service, session_id))
+    try:
+        await _cancel_on_disconnect(request, run)
+        result = await run
+    except asyncio.CancelledError:
+        if run.cancelled():  # the client went away
+            return ApiError(499, "the client went away; the run was cancelled"
+                            ).response(headers)
+        raise
+    finally:
+        if not run.done():  # this handler was cancelled: so is the run
+            run.cancel()
+    if result.final_answer is None:
+        return ApiError(502, f"the run ended {result.status.value} "
+                             f"({result.finish_reason}) with no answer: "
+                             f"{'; '.join(result.errors) or 'no details'}",
+                        kind="server_error").response(headers)
+    return JSONResponse(completion(model, result), headers=headers)
+
+
+def _extra(result: ResultRecord) -> dict[str, Any]:
+    """The ``massgen`` field: what a caller needs to open the record."""
+    return {"session_id": result.session_id, "status": result.status.value,
+            "finish_reason": result.finish_reason,
+            "winner": result.winner.model_dump(mode="json") if result.winner else None,
+            "tally": result.tally, "cost_usd": result.usage.cost_usd}
+
+
+def _usage(result: ResultRecord) -> dict[str, int]:
+    return {"prompt_tokens": result.usage.prompt_tokens,
+            "completion_tokens": result.usage.completion_tokens,
+            "total_tokens": result.usage.total_tokens}
+
+
+def completion(model: str, result: ResultRecord) -> dict[str, Any]:
+    """A finished run as an OpenAI ``chat.completion``."""
+    return {
+        "id": f"chatcmpl-{result.session_id}", "object": "chat.completion",
+        "created": int(result.started_at or time.time()), "model": model,
+        "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                     "message": {"role": "assistant", "content": result.final_answer}}],
+        "usage": _usage(result), "massgen": _extra(result),
+    }
+
+
+async def _stream(run: asyncio.Task[ResultRecord], progress: Progress, model: str,
+                  session_id: str, include_usage: bool) -> AsyncIterator[str]:
+    """The run as ``chat.completion.chunk`` events: progress as reasoning, then the answer.
+    The run is owned by the route (a disconnect cancels it there); closing this generator
+    cancels it too."""
+    created = int(time.time())
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+        body = {"id": f"chatcmpl-{session_id}", "object": "chat.completion.chunk",
+                "created": created, "model": model, "choices": choices, **extra}
+        return f"data: {json.dumps(body)}\n\n"
+
+    def delta(content: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
+        return [{"index": 0, "delta": content, "finish_reason": finish}]
+
+    try:
+        yield chunk(delta({"role": "assistant", "content": ""}))
+        last = ""
+        while not run.done():
+            try:
+                async with asyncio.timeout(KEEPALIVE_S):
+                    await progress.changed.wait()
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+                continue
+            progress.changed.clear()
+            if progress.latest is None:
+                continue
+            line = progress_message(progress.latest)
+            if line != last:
+                last = line
+                yield chunk(delta({"reasoning_content": line + "\n"}))
+        result = run.result()
+        text = result.final_answer or (f"[massgen: the run ended {result.status.value} with "
+                                       f"no answer; session {session_id}]")
+        yield chunk(delta({"content": text}))
+        yield chunk(delta({}, "stop"), massgen=_extra(result))
+        if include_usage:
+            yield chunk([], usage=_usage(result))
+        yield "data: [DONE]\n\n"
+    finally:
+        if not run.done():
+            run.cancel()
