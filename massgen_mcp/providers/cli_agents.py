@@ -493,9 +493,10 @@ async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str
                             kind="unavailable") from None
     assert proc.stdin and proc.stdout and proc.stderr
     stdout, stderr = bytearray(), bytearray()
-    io = asyncio.gather(_feed(proc.stdin, stdin),
-                        _read(proc.stdout, stdout, MAX_OUTPUT_BYTES, strict=True),
-                        _read(proc.stderr, stderr, MAX_STDERR_BYTES + 4096, strict=False))
+    parts = [asyncio.ensure_future(part) for part in (
+        _feed(proc.stdin, stdin), _read(proc.stdout, stdout, MAX_OUTPUT_BYTES, strict=True),
+        _read(proc.stderr, stderr, MAX_STDERR_BYTES + 4096, strict=False))]
+    io = asyncio.gather(*parts)
     try:
         while not io.done():
             await asyncio.wait({io}, timeout=EXIT_POLL_S)
@@ -507,15 +508,22 @@ async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str
             io.result()  # OutputTooLarge
         code = await proc.wait()  # at once: the exit status is known once the CLI is gone
     finally:
-        io.cancel()
-        with contextlib.suppress(asyncio.CancelledError, ProviderError):
-            await io
+        for part in parts:  # a failed gather leaves its other parts running
+            part.cancel()
+        await asyncio.gather(*parts, return_exceptions=True)
         _kill_group(proc)
-        if proc.returncode is None:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
-                    await proc.wait()
+        # Read the pipes to their end (the group is dead, so it comes at once) so that they
+        # close now, not when the garbage collector finds them; an escaped descendant that
+        # still holds one is given up on after the grace.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(PIPE_GRACE_S):
+                await asyncio.gather(_drain(proc.stdout), _drain(proc.stderr), proc.wait())
     return code, bytes(stdout), bytes(stderr)
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.read(65536):
+        pass
 
 
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
