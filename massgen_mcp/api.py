@@ -22,7 +22,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.config import RunOptions, RunSpec
+from pydantic import ValidationError
+
+from massgen_mcp.config import RunOptions, RunSpec, format_validation_error
+from massgen_mcp.context_files import Workspace
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.records import ResultRecord, StatusRecord
 from massgen_mcp.service import ConsensusService
@@ -60,14 +63,17 @@ def team_config(model: str) -> str | None:
         return None
     prefix, _, name = model.partition("/")
     if prefix == DEFAULT_TEAM and name.startswith("@") and _NAME.fullmatch(name[1:]):
-        return name  # resolve_config_path says which presets exist
+        from massgen_mcp.config_files import presets_dir
+
+        if (presets_dir() / f"{name[1:]}.yaml").is_file():
+            return name
     if prefix == DEFAULT_TEAM and _NAME.fullmatch(name):
         path = user_config_dir() / f"{name}.yaml"
         if path.is_file():
             return str(path)
     raise UnknownTeamError(
         f"model {model!r}: no such team; use one of {', '.join(team_names())} (a config "
-        f"<name>.yaml in {user_config_dir()} is massgen/<name>)")
+        "<name>.yaml in the user config folder of massgen-mcp is massgen/<name>)")
 
 
 def split_messages(messages: list[dict[str, Any]]) -> tuple[str, str | None]:
@@ -85,13 +91,16 @@ def split_messages(messages: list[dict[str, Any]]) -> tuple[str, str | None]:
 
     if not messages:
         raise ConfigError("messages: give at least one user message")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ConfigError(f"messages[{i}]: expected an object with role and content")
     last = messages[-1]
     if not isinstance(last, dict) or last.get("role") != "user":
         raise ConfigError("messages: the last message must be the user's question "
                           "(role 'user')")
     question = text(last, f"messages[{len(messages) - 1}]")
     earlier = [f"{m.get('role', 'user')}: {text(m, f'messages[{i}]')}"
-               for i, m in enumerate(messages[:-1]) if isinstance(m, dict)]
+               for i, m in enumerate(messages[:-1])]
     return question, ("\n\n".join(earlier) or None)
 
 
@@ -117,11 +126,16 @@ async def arun(question: str, *, models: list[str] | None = None, config: str | 
     ``@preset``), or neither (the default team). ``home`` is the record folder (default
     ``$MASSGEN_HOME`` or ``./.massgen``). Bad input raises :class:`ConfigError` naming the
     field; a run that fails still returns its record (``status`` says how it ended)."""
-    if isinstance(options, dict):
-        options = RunOptions.model_validate(options)
-    spec = RunSpec(question=question, models=models, config=config, context=context,
-                   options=options, base_url=base_url)
-    service = ConsensusService.local(Path(home) if home else None)
+    try:
+        if isinstance(options, dict):
+            options = RunOptions.model_validate(options)
+        spec = RunSpec(question=question, models=models, config=config, context=context,
+                       options=options, base_url=base_url)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc)) from None
+    # The caller's own paths, as on the command line: not confined to the working folder.
+    service = ConsensusService.local(Path(home) if home else None,
+                                     Workspace(Path.cwd(), confined=False))
     try:
         return await follow(service, (await service.start(spec)).session_id)
     finally:

@@ -43,16 +43,22 @@ def _blocking(model: str, messages: list[dict[str, Any]]) -> ResultRecord:
         return pool.submit(asyncio.run, _consensus(model, messages)).result()
 
 
-def _fill(response: Any, model: str, result: ResultRecord) -> Any:
-    from litellm.types.utils import Usage
-
+def _answer(result: ResultRecord) -> str:
+    """The final answer, or an error saying how the run ended without one."""
     if result.final_answer is None:
         from massgen_mcp.errors import ProviderError
 
         raise ProviderError(f"the team's run ended {result.status.value} "
                             f"({result.finish_reason}) with no answer: "
-                            f"{'; '.join(result.errors) or 'no details'}", retryable=False)
-    response.choices[0].message.content = result.final_answer
+                            f"{'; '.join(result.errors) or 'no details'}; session "
+                            f"{result.session_id}", retryable=False)
+    return result.final_answer
+
+
+def _fill(response: Any, model: str, result: ResultRecord) -> Any:
+    from litellm.types.utils import Usage
+
+    response.choices[0].message.content = _answer(result)
     response.choices[0].finish_reason = "stop"
     response.model = f"{PROVIDER}/{model.removeprefix(f'{PROVIDER}/')}"
     response.usage = Usage(prompt_tokens=result.usage.prompt_tokens,
@@ -73,7 +79,7 @@ def _chunks(result: ResultRecord) -> list[dict[str, Any]]:
     usage = {"prompt_tokens": result.usage.prompt_tokens,
              "completion_tokens": result.usage.completion_tokens,
              "total_tokens": result.usage.total_tokens}
-    return [{"text": result.final_answer or "", "tool_use": None, "is_finished": True,
+    return [{"text": _answer(result), "tool_use": None, "is_finished": True,
              "finish_reason": "stop", "usage": usage, "index": 0,
              "provider_specific_fields": {"massgen": _summary(result)}}]
 

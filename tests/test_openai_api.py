@@ -5,9 +5,11 @@ Python API. Every team here is three scripted agents behind real HTTP."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,8 +44,13 @@ def record(home: Path, session_id: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def api(home: Path) -> Iterator[str]:
-    """`massgen-mcp serve --http` with a token; yields its /v1 base URL."""
+def api(served: tuple[str, subprocess.Popen[bytes]]) -> str:
+    return served[0]
+
+
+@pytest.fixture
+def served(home: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`massgen-mcp serve --http` with a token: its /v1 base URL and its process."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "massgen_mcp", "serve", "--http", "--port", str(port)],
@@ -57,7 +64,7 @@ def api(home: Path) -> Iterator[str]:
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
             assert time.monotonic() < deadline, "the HTTP server did not start"
             time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/v1"
+    yield f"http://127.0.0.1:{port}/v1", proc
     proc.terminate()
     proc.wait(10)
 
@@ -132,17 +139,24 @@ def test_token_origin_and_unsupported_requests_get_clear_errors(api: str) -> Non
     evil = httpx.post(f"{api}/chat/completions", json=body,
                       headers={**auth, "Origin": "http://evil.example"})
     assert evil.status_code == 403
+    other_port = httpx.post(f"{api}/chat/completions", json=body,
+                            headers={**auth, "Origin": "http://127.0.0.1:1"})
+    assert other_port.status_code == 403  # another local page is another origin
     rebound = httpx.get(f"{api}/models", headers={**auth, "Host": "evil.example"})
     assert rebound.status_code in (403, 421)  # fastmcp's guard answers 421 Misdirected
     for extra, param in [({"tools": [{"type": "function", "function": {"name": "f"}}]},
                           "tools"), ({"n": 2}, "n"), ({"logit_bias": {"1": 2}}, "logit_bias"),
-                         ({"frobnicate": 1}, "frobnicate")]:
+                         ({"frobnicate": 1}, "frobnicate"), ({"stream": "yes"}, "stream"),
+                         ({"n": True}, "n")]:
         bad = httpx.post(f"{api}/chat/completions", json={**body, **extra}, headers=auth)
         assert bad.status_code == 400, extra
         assert bad.json()["error"]["param"] == param
     unknown = httpx.post(f"{api}/chat/completions", json={**body, "model": "massgen/nope"},
                          headers=auth)
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    preset = httpx.post(f"{api}/chat/completions", json={**body, "model": "massgen/@nope"},
+                        headers=auth)
+    assert preset.status_code == 404
     no_question = httpx.post(f"{api}/chat/completions", headers=auth, json={
         **body, "messages": [{"role": "assistant", "content": "hi"}]})
     assert no_question.status_code == 400 and "last message" in no_question.text
@@ -167,6 +181,48 @@ def test_a_client_that_disconnects_mid_stream_cancels_the_run(
     while json.loads(status.read_text())["status"] != "cancelled":
         assert time.monotonic() < deadline, status.read_text()
         time.sleep(0.05)
+
+
+def test_a_run_without_an_answer_is_an_error_streaming_or_not(
+        scripted, api: str) -> None:
+    from openai import APIError, InternalServerError, OpenAI
+
+    write_team(scripted(lambda req: Reply("error", content="down", status=400)))
+    client = OpenAI(base_url=api, api_key=TOKEN, max_retries=0)
+    with pytest.raises(InternalServerError, match="with no answer"):  # 502
+        client.chat.completions.create(model="massgen/team", messages=QUESTION)
+    with pytest.raises(APIError, match="with no answer"):
+        for _ in client.chat.completions.create(model="massgen/team", messages=QUESTION,
+                                                stream=True):
+            pass
+
+
+def test_a_server_that_stops_ends_the_stream_and_its_run_resumes(
+        scripted, served: tuple[str, subprocess.Popen[bytes]], home: Path) -> None:
+    from openai import APIError, OpenAI
+
+    api, proc = served
+    arrived = threading.Event()
+
+    def slow(req: ChatRequest) -> Reply:
+        arrived.set()
+        reply = agree(req)
+        reply.delay_s = 20
+        return reply
+
+    write_team(scripted(slow))
+    client = OpenAI(base_url=api, api_key=TOKEN, max_retries=0)
+    stream = client.chat.completions.with_raw_response.create(
+        model="massgen/team", messages=QUESTION, stream=True)
+    session_id = stream.headers["x-massgen-session-id"]
+    assert arrived.wait(30)
+    proc.send_signal(signal.SIGTERM)
+    with pytest.raises(APIError, match=r"shutting down.*resume_session"):
+        for _ in stream.parse():
+            pass
+    proc.wait(30)  # uvicorn ends a graceful stop by raising the signal again: -15
+    status = json.loads((home / "sessions" / session_id / "status.json").read_text())
+    assert status["status"] == "interrupted"
 
 
 # -- in process ---------------------------------------------------------------------------------
@@ -204,5 +260,7 @@ def test_python_api_run(scripted, home: Path) -> None:
 async def test_python_api_arun_names_the_bad_field(home: Path) -> None:
     with pytest.raises(massgen_mcp.ConfigError, match="models: give at least one model"):
         await massgen_mcp.arun("q", models=[" "])
+    with pytest.raises(massgen_mcp.ConfigError, match="bogus: unknown key"):
+        await massgen_mcp.arun("q", models=["openai/a"], options={"bogus": 1})
     with pytest.raises(RuntimeError, match=r"use 'await massgen_mcp\.arun"):
         massgen_mcp.run("q")

@@ -24,14 +24,15 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
+from urllib.parse import urlsplit
 
 from massgen_mcp.api import UnknownTeamError, follow, split_messages, team_config, team_names
-from massgen_mcp.config import RunSpec
-from massgen_mcp.errors import MassgenError
+from massgen_mcp.config import MAX_CONTEXT_CHARS, RunSpec, check_question
+from massgen_mcp.errors import MassgenError, SessionStateError
 from massgen_mcp.records import ResultRecord, StatusRecord
 from massgen_mcp.secrets import redact
 from massgen_mcp.server.views import progress_message
@@ -68,6 +69,11 @@ DISCONNECT_POLL_S = 0.5
 # A stream with nothing to say checks that its client is still there this often, and sends an
 # SSE comment (clients ignore it) so proxies keep the connection open.
 KEEPALIVE_S = 1.0
+# Set when the server starts to stop (serve_http): requests in flight answer at once, and their
+# runs are left to the shutdown, which records them interrupted (resume_session continues them).
+stopping = threading.Event()
+STOPPING = ("the server is shutting down; the run {sid} was interrupted and continues with "
+            "resume_session or 'massgen-mcp resume {sid}'")
 
 
 class ApiError(Exception):
@@ -94,8 +100,11 @@ def check_request(body: Any) -> tuple[str, RunSpec, bool, bool]:
     for name, why in UNSUPPORTED.items():
         if body.get(name) not in (None, [], "none", {"type": "text"}):
             raise ApiError(400, f"{name}: not supported ({why})", param=name)
-    if body.get("n") not in (None, 1):
+    n = body.get("n")
+    if n is not None and (type(n) is not int or n != 1):
         raise ApiError(400, "n: only 1 is supported (the team gives one answer)", param="n")
+    if not isinstance(body.get("stream", False), bool):
+        raise ApiError(400, "stream: use true or false", param="stream")
     known = {"model", "messages", "stream", "n", *IGNORED, *UNSUPPORTED}
     for name in body:
         if name not in known:
@@ -113,11 +122,14 @@ def check_request(body: Any) -> tuple[str, RunSpec, bool, bool]:
         raise ApiError(400, "messages: required list of chat messages", param="messages")
     try:
         question, context = split_messages(messages)
+        check_question(question, "messages[-1].content")
+        if context is not None and len(context) > MAX_CONTEXT_CHARS:
+            raise ApiError(400, f"messages: the earlier messages come to {len(context)} "
+                                f"characters; the limit is {MAX_CONTEXT_CHARS}",
+                           param="messages")
         spec = RunSpec(question=question, context=context, config=config)
     except MassgenError as exc:
         raise ApiError(400, str(exc), param="messages") from None
-    except ValueError as exc:  # pydantic
-        raise ApiError(400, f"messages: {exc}", param="messages") from None
     stream = body.get("stream") is True
     options = body.get("stream_options")
     usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -131,13 +143,19 @@ def add_openai_routes(mcp: FastMCP, token: str | None,
     from starlette.responses import JSONResponse, StreamingResponse
 
     def refused(request: Request) -> Response | None:
+        host = request.headers.get("host") or ""
         origin = request.headers.get("origin")
-        if origin and not is_loopback(urlparse(origin).hostname or ""):
+        # A browser page may call only from this server's own origin: any other page the user
+        # visits (another local port included) must not run models on their keys.
+        if origin and urlsplit(origin).netloc != host:
             return ApiError(403, f"requests from the web page {origin} are refused",
                             kind="permission_error").response()
-        host = (request.headers.get("host") or "").rsplit(":", 1)[0].strip("[]")
-        server = request.url.hostname or ""
-        if is_loopback(server) and not is_loopback(host):
+        try:
+            named = urlsplit(f"//{host}").hostname or ""
+        except ValueError:
+            named = ""
+        bound = (request.scope.get("server") or ("", 0))[0]
+        if is_loopback(str(bound)) and not is_loopback(named):  # DNS rebinding
             return ApiError(403, f"Host {host!r} is not this server",
                             kind="permission_error").response()
         if token is not None:
@@ -163,7 +181,7 @@ def add_openai_routes(mcp: FastMCP, token: str | None,
             return denied
         try:
             body = json.loads(await request.body() or b"null")
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             return ApiError(400, "the body is not valid JSON").response()
         try:
             model, spec = (parts := await asyncio.to_thread(check_request, body))[:2]
@@ -172,6 +190,8 @@ def add_openai_routes(mcp: FastMCP, token: str | None,
         stream, include_usage = parts[2], parts[3]
         try:
             started = await service().start(spec)
+        except SessionStateError as exc:  # too many runs, or shutting down
+            return ApiError(503, str(exc), kind="server_error").response()
         except MassgenError as exc:
             return ApiError(400, str(exc)).response()
         sid = started.session_id
@@ -180,7 +200,7 @@ def add_openai_routes(mcp: FastMCP, token: str | None,
             progress = Progress()
             run = _own(follow(service(), sid, progress.update))
             run.add_done_callback(lambda _: progress.changed.set())
-            _own(_cancel_on_disconnect(request, run))
+            _own(_watch(request, run))
             return StreamingResponse(_stream(run, progress, model, sid, include_usage),
                                      media_type="text/event-stream",
                                      headers={**headers, "Cache-Control": "no-cache"})
@@ -207,15 +227,26 @@ def _own(coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
     response body being iterated (a body dropped on disconnect is never finalised)."""
     task = asyncio.ensure_future(coroutine)
     _tasks.add(task)
-    task.add_done_callback(_tasks.discard)
+    task.add_done_callback(_forget)
     return task
 
 
-async def _cancel_on_disconnect(request: Request, run: asyncio.Task[Any]) -> None:
+def _forget(task: asyncio.Task[Any]) -> None:
+    _tasks.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a run interrupted by a shutdown has no result
+
+
+async def _watch(request: Request, run: asyncio.Task[Any]) -> bool:
+    """Wait for the run; cancel it if the client goes away. False if the server started to
+    stop first (the run is left to the shutdown, which records it interrupted)."""
     while not run.done():
         await asyncio.wait({run}, timeout=DISCONNECT_POLL_S)
+        if stopping.is_set():
+            return False
         if not run.done() and await request.is_disconnected():
             run.cancel()
+    return True
 
 
 async def _complete(request: Request, service: ConsensusService, model: str,
@@ -224,17 +255,21 @@ async def _complete(request: Request, service: ConsensusService, model: str,
     from starlette.responses import JSONResponse
 
     headers = {SESSION_HEADER: session_id}
-    run = asyncio.create_task(follow(service, session_id))
+    run = _own(follow(service, session_id))
     try:
-        await _cancel_on_disconnect(request, run)
+        if not await _watch(request, run):
+            return ApiError(503, STOPPING.format(sid=session_id), kind="server_error"
+                            ).response(headers)
         result = await run
     except asyncio.CancelledError:
         if run.cancelled():  # the client went away
             return ApiError(499, "the client went away; the run was cancelled"
                             ).response(headers)
         raise
+    except MassgenError as exc:
+        return ApiError(500, str(exc), kind="server_error").response(headers)
     finally:
-        if not run.done():  # this handler was cancelled: so is the run
+        if not run.done() and not stopping.is_set():  # this handler was cancelled
             run.cancel()
     if result.final_answer is None:
         return ApiError(502, f"the run ended {result.status.value} "
@@ -284,6 +319,12 @@ async def _stream(run: asyncio.Task[ResultRecord], progress: Progress, model: st
     def delta(content: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
         return [{"index": 0, "delta": content, "finish_reason": finish}]
 
+    def error(message: str) -> str:
+        """An error event: the openai SDK raises it as an APIError."""
+        body = {"error": {"message": redact(message), "type": "server_error", "param": None,
+                          "code": None}}
+        return f"data: {json.dumps(body)}\n\n"
+
     try:
         yield chunk(delta({"role": "assistant", "content": ""}))
         last = ""
@@ -292,6 +333,9 @@ async def _stream(run: asyncio.Task[ResultRecord], progress: Progress, model: st
                 async with asyncio.timeout(KEEPALIVE_S):
                     await progress.changed.wait()
             except TimeoutError:
+                if stopping.is_set():
+                    yield error(STOPPING.format(sid=session_id))
+                    return
                 yield ": keep-alive\n\n"
                 continue
             progress.changed.clear()
@@ -301,14 +345,21 @@ async def _stream(run: asyncio.Task[ResultRecord], progress: Progress, model: st
             if line != last:
                 last = line
                 yield chunk(delta({"reasoning_content": line + "\n"}))
-        result = run.result()
-        text = result.final_answer or (f"[massgen: the run ended {result.status.value} with "
-                                       f"no answer; session {session_id}]")
-        yield chunk(delta({"content": text}))
+        try:
+            result = run.result()
+        except MassgenError as exc:
+            yield error(str(exc))
+            return
+        if result.final_answer is None:
+            yield error(f"the run ended {result.status.value} ({result.finish_reason}) with "
+                        f"no answer: {'; '.join(result.errors) or 'no details'}; session "
+                        f"{session_id}")
+            return
+        yield chunk(delta({"content": result.final_answer}))
         yield chunk(delta({}, "stop"), massgen=_extra(result))
         if include_usage:
             yield chunk([], usage=_usage(result))
         yield "data: [DONE]\n\n"
     finally:
-        if not run.done():
+        if not run.done() and not stopping.is_set():
             run.cancel()

@@ -175,4 +175,13 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
         app.router.routes = [r for r in app.router.routes if getattr(r, "path", "") != path]
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    from massgen_mcp.server import openai_api
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            openai_api.stopping.set()  # requests in flight answer now, their runs resumable
+            super().handle_exit(sig, frame)
+
+    # log_config=None: uvicorn's records go to our (redacting) handlers and server.log.
+    Server(uvicorn.Config(app, host=host, port=port, log_config=None,
+                          timeout_graceful_shutdown=5)).run()
