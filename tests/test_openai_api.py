@@ -157,6 +157,9 @@ def test_token_origin_and_unsupported_requests_get_clear_errors(api: str) -> Non
     preset = httpx.post(f"{api}/chat/completions", json={**body, "model": "massgen/@nope"},
                         headers=auth)
     assert preset.status_code == 404
+    huge = httpx.post(f"{api}/chat/completions", headers=auth, timeout=30, json={
+        **body, "messages": [{"role": "user", "content": "x" * (5 * 1024 * 1024)}]})
+    assert huge.status_code == 413 and huge.json()["error"]["code"] == "request_too_large"
     no_question = httpx.post(f"{api}/chat/completions", headers=auth, json={
         **body, "messages": [{"role": "assistant", "content": "hi"}]})
     assert no_question.status_code == 400 and "last message" in no_question.text

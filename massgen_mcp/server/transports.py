@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import os
 import signal
@@ -62,7 +63,11 @@ class BodySizeLimit:
             await self._reject(send)
 
     async def _reject(self, send: Any) -> None:
-        body = f'{{"error": "request body over {self.limit} bytes"}}'.encode()
+        # OpenAI's error shape, which the /v1 clients parse; MCP clients only need the status.
+        body = json.dumps({"error": {
+            "message": f"request body over {self.limit} bytes (the limit is "
+                       f"{MAX_BODY_ENV})", "type": "invalid_request_error", "param": None,
+            "code": "request_too_large"}}).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode())]})
