@@ -8,7 +8,7 @@ messages that name the field and the fix, so the engine can trust what it gets.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -191,6 +191,8 @@ class RunOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_answers_per_agent: Annotated[int, Field(ge=1, le=20)] = 3
+    # MassGen's answer_novelty_requirement (massgen_mcp.consensus.actions.NOVELTY_LIMITS).
+    answer_novelty: Literal["lenient", "balanced", "strict"] = "lenient"
     timeout_s: Annotated[float, Field(gt=0, le=86_400)] = 600.0
     call_timeout_s: Annotated[float, Field(gt=0, le=3_600)] = 120.0
     # One turn of a coding-agent CLI (cli/* agents): a process start plus an agentic turn,

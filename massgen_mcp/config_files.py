@@ -16,9 +16,10 @@ from typing import Any
 
 import yaml
 
-from massgen_mcp.config import TeamConfig, build_team
+from massgen_mcp.config import MAX_AGENTS, TeamConfig, build_team
 from massgen_mcp.env import VAR_REFERENCE, getenv
 from massgen_mcp.errors import ConfigError
+from massgen_mcp.massgen_keys import check_keys
 from massgen_mcp.secrets import looks_secret
 from massgen_mcp.tools.mcp_servers import parse_servers
 
@@ -71,33 +72,17 @@ _CLI_IGNORED = {
 }
 _CLI_SYSTEM_KEYS = ("system_prompt", "append_system_prompt")
 
+# The keys we implement; MassGen's others are warned about (massgen_mcp.massgen_keys).
 _AGENT_KEYS = {"id", "backend", "system_message"}
-_AGENT_IGNORED = {"voting_sensitivity", "subagent_agents", "skills"}
 _BACKEND_KEYS = {
     "type", "model", "base_url", "api_key", "api_key_env",
     "temperature", "top_p", "max_tokens", "tool_calling",
     "mcp_servers", "allowed_tools", "exclude_tools", "enable_web_search",
 }
-_BACKEND_IGNORED = {
-    "enable_code_interpreter", "enable_code_execution", "cwd",
-    "custom_tools", "reasoning", "text", "enable_mcp_command_line",
-    "command_line_execution_mode", "command_line_docker_image", "max_retries",
-    "instructions",
-}
-_ORCHESTRATOR_IGNORED = {
-    "snapshot_storage", "agent_temporary_workspace", "voting_sensitivity",
-    "voting_threshold", "answer_novelty_requirement", "max_new_answers_global",
-    "fairness_enabled", "fairness_lead_cap_answers", "max_midstream_injections_per_round",
-    "defer_peer_updates_until_restart", "defer_voting_until_all_answered", "disable_injection",
-    "skip_voting", "skip_coordination_rounds", "presenter_agent", "coordination",
-    "session_storage", "timeout",
-}
-_TIMEOUT_IGNORED = {
-    "initial_round_timeout_seconds", "subsequent_round_timeout_seconds",
-    "round_timeout_grace_seconds",
-}
+_ORCHESTRATOR_KEYS = {"max_new_answers_per_agent", "skip_final_presentation",
+                      "final_answer_strategy", "coordination_mode", "context_paths",
+                      "answer_novelty_requirement"}
 _TOP_KEYS = {"agents", "agent", "orchestrator", "timeout_settings", "options"}
-_TOP_IGNORED = {"ui", "logging", "memory", "description"}
 MAX_CONFIG_BYTES = 1_000_000
 MAX_YAML_NODES = 10_000
 
@@ -187,21 +172,13 @@ def _agent(raw: Any, index: int, warnings: list[str]) -> dict[str, Any]:
     where = f"agents[{index}]"
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping with id, backend and system_message")
-    for key in raw:
-        if key in _AGENT_IGNORED:
-            warnings.append(f"{where}.{key}: not supported by massgen-mcp; ignored")
-        elif key not in _AGENT_KEYS:
-            raise _unknown(key, where, _AGENT_KEYS | _AGENT_IGNORED)
+    check_keys(raw, where, "agent", _AGENT_KEYS, warnings)
     backend = raw.get("backend")
     if not isinstance(backend, dict):
         raise ConfigError(f"{where}.backend: required mapping with at least type and model")
     if backend.get("type") in CLI_BACKENDS:
         return _cli_agent(raw, backend, where, index, warnings)
-    for key in backend:
-        if key in _BACKEND_IGNORED:
-            warnings.append(f"{where}.backend.{key}: not supported by massgen-mcp; ignored")
-        elif key not in _BACKEND_KEYS:
-            raise _unknown(key, f"{where}.backend", _BACKEND_KEYS | _BACKEND_IGNORED)
+    check_keys(backend, f"{where}.backend", "backend", _BACKEND_KEYS, warnings)
     model, base_url = _model_string(backend, f"{where}.backend")
     agent = {
         "id": raw.get("id", f"agent{index + 1}"),
@@ -229,12 +206,7 @@ def _cli_agent(raw: dict[str, Any], backend: dict[str, Any], where: str, index: 
     """An agent of a MassGen CLI backend (claude_code, codex, gemini_cli): the keys that mean
     something for a read-only panel member map, the others are named in a warning."""
     known = {"type", "model", "base_url", "api_key", "api_key_env", *_CLI_SYSTEM_KEYS}
-    for key in backend:
-        if key in _CLI_IGNORED or key in _BACKEND_IGNORED:
-            why = _CLI_IGNORED.get(key, "not supported by massgen-mcp")
-            warnings.append(f"{where}.backend.{key}: ignored ({why})")
-        elif key not in known:
-            raise _unknown(key, f"{where}.backend", known | set(_CLI_IGNORED))
+    check_keys(backend, f"{where}.backend", "backend", known, warnings, reasons=_CLI_IGNORED)
     model, base_url = _model_string(backend, f"{where}.backend")
     system = raw.get("system_message")
     for key in _CLI_SYSTEM_KEYS:  # Claude Code's names for the same thing
@@ -266,8 +238,7 @@ def _options(data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
     orchestrator = data.get("orchestrator") or {}
     if not isinstance(orchestrator, dict):
         raise ConfigError("orchestrator: expected a mapping")
-    supported = {"max_new_answers_per_agent", "skip_final_presentation", "final_answer_strategy",
-                 "coordination_mode", "context_paths"}
+    check_keys(orchestrator, "orchestrator", "orchestrator", _ORCHESTRATOR_KEYS, warnings)
     for key, value in orchestrator.items():
         if key == "max_new_answers_per_agent":
             options["max_answers_per_agent"] = value
@@ -289,21 +260,15 @@ def _options(data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
             if value != "voting":
                 raise ConfigError(f"orchestrator.coordination_mode: {value!r} is not "
                                   "supported; massgen-mcp implements 'voting'")
-        elif key in _ORCHESTRATOR_IGNORED:
-            warnings.append(f"orchestrator.{key}: not supported by massgen-mcp; ignored")
-        else:
-            raise _unknown(key, "orchestrator", supported | _ORCHESTRATOR_IGNORED)
+        elif key == "answer_novelty_requirement":
+            options["answer_novelty"] = value
     timeouts = data.get("timeout_settings") or {}
     if not isinstance(timeouts, dict):
         raise ConfigError("timeout_settings: expected a mapping")
-    for key, value in timeouts.items():
-        if key == "orchestrator_timeout_seconds":
-            options["timeout_s"] = value
-        elif key in _TIMEOUT_IGNORED:
-            warnings.append(f"timeout_settings.{key}: not supported by massgen-mcp; ignored")
-        else:
-            raise _unknown(key, "timeout_settings", {"orchestrator_timeout_seconds"}
-                           | _TIMEOUT_IGNORED)
+    check_keys(timeouts, "timeout_settings", "timeout_settings",
+               {"orchestrator_timeout_seconds"}, warnings)
+    if "orchestrator_timeout_seconds" in timeouts:
+        options["timeout_s"] = timeouts["orchestrator_timeout_seconds"]
     return options
 
 
@@ -351,16 +316,19 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping with an 'agents' list")
     warnings: list[str] = []
-    for key in data:
-        if key in _TOP_IGNORED:
-            warnings.append(f"{key}: not used by massgen-mcp; ignored")
-        elif key not in _TOP_KEYS:
-            raise _unknown(key, "", _TOP_KEYS | _TOP_IGNORED)
+    check_keys(data, "", "top", _TOP_KEYS, warnings)
     raw_agents = data.get("agents")
     if raw_agents is None and "agent" in data:
         raw_agents = [data["agent"]]
     if not isinstance(raw_agents, list) or not raw_agents:
         raise ConfigError("agents: required, a list of 1-8 agents")
+    if len(raw_agents) > MAX_AGENTS:
+        raise ConfigError(
+            f"agents: {len(raw_agents)} agents; massgen-mcp runs at most {MAX_AGENTS}. Every "
+            "agent reads every current answer on every turn, so a round's tokens grow with "
+            f"the square of the team (a round of {len(raw_agents)} reads "
+            f"~{(len(raw_agents) / 3) ** 2:.0f}x what a round of 3 does) and votes split; "
+            "keep the 8 most different models")
     agents = [_agent(_expand_backend(raw, i, used), i, warnings)
               for i, raw in enumerate(raw_agents)]
     data = {k: _expand(v, k, used) for k, v in data.items() if k not in ("agents", "agent")}

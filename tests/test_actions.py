@@ -71,3 +71,39 @@ def test_json_fallback(text: str, expected: object) -> None:
         assert isinstance(action, Invalid) and action.kind == expected.kind
     else:
         assert action == expected
+
+
+@pytest.mark.parametrize(("novelty", "expected_kind"), [
+    ("lenient", None), ("balanced", "not_novel"), ("strict", "not_novel")])
+def test_a_rephrased_answer_is_refused_by_the_novelty_requirement(
+        novelty: str, expected_kind: str | None) -> None:
+    view = View(2, (Answer("A1", "x", 1, "The capital of France is Paris, on the Seine.", 1),),
+                may_answer=True, first_round=False)
+    rephrased = calls(("new_answer", '{"content": "Paris, on the Seine, is the capital of '
+                                     'France."}'))
+    action = parse_action(rephrased, view, native_tools=True, novelty=novelty)
+    if expected_kind is None:
+        assert isinstance(action, NewAnswer)
+    else:
+        assert isinstance(action, Invalid) and action.kind == expected_kind
+        assert "shares 100% of its words with A1" in action.problem
+        assert "vote for it" in action.problem
+
+
+def test_novelty_limits_per_level() -> None:
+    from massgen_mcp.consensus.actions import similarity
+
+    base = "one two three four five six seven eight nine ten"
+    # 6 of 14 distinct words shared: 43 %, under both limits.
+    other = "one two three four five six alpha beta gamma delta"
+    assert round(similarity(base, other), 2) == 0.43
+    view = View(2, (Answer("A1", "x", 1, base, 1),), may_answer=True, first_round=False)
+    close = "one two three four five six seven eight nine eleven"  # 9 of 11: 82 %
+    middle = "one two three four five six seven eight alpha beta"  # 8 of 12: 67 %
+    for content, balanced, strict in [(other, True, True), (middle, True, False),
+                                      (close, False, False)]:
+        reply = calls(("new_answer", f'{{"content": "{content}"}}'))
+        assert isinstance(parse_action(reply, view, native_tools=True, novelty="balanced"),
+                          NewAnswer) is balanced
+        assert isinstance(parse_action(reply, view, native_tools=True, novelty="strict"),
+                          NewAnswer) is strict

@@ -60,8 +60,13 @@ def test_massgen_sample_loads_with_warnings(tmp_path: Path) -> None:
          "did you mean 'openai'?"),
         ({"agents": [{"backend": {"type": "copilot", "model": "x"}}]},
          "is not supported by massgen-mcp"),
-        ({"agents": [{"backend": {"type": "claude_code", "permision_mode": "plan"}}]},
-         "permision_mode: unknown key; did you mean 'permission_mode'?"),
+        ({"agents": [{"backend": {"type": "claude_code", "api_kye": "x"}}]},
+         "api_kye: unknown key; did you mean 'api_key'?"),
+        ({"agents": [{"backend": {"type": "openai", "model": "m", "temprature": 0.3}}]},
+         "temprature: unknown key; did you mean 'temperature'?"),
+        ({"agents": [{"backend": {"type": "openai", "model": "m"}}],
+          "orchestrator": {"max_new_answer_per_agent": 2}},
+         "max_new_answer_per_agent: unknown key; did you mean 'max_new_answers_per_agent'?"),
         ({"agents": [{"backend": {"type": "chatcompletion", "model": "x"}}]},
          "base_url: required for type chatcompletion"),
         ({"agents": [{"backend": {"model": "mystery"}}]}, "cannot tell the provider"),
@@ -72,7 +77,7 @@ def test_massgen_sample_loads_with_warnings(tmp_path: Path) -> None:
         ({"agents": [{"id": "x", "backend": {"type": "openai", "model": "m"}}] * 2},
          "agent id 'x' is used twice"),
         ({"agents": [{"backend": {"type": "openai", "model": "m"}}] * 9},
-         "agents: List should have at most 8 items"),
+         "agents: 9 agents; massgen-mcp runs at most 8"),
         ({"agents": [{"backend": {"type": "openai", "model": "m"}}],
           "orchestrator": {"coordination_mode": "decomposition"}}, "'decomposition' is not"),
         ({"agents": [{"backend": {"type": "openai", "model": "m"}}],
@@ -148,3 +153,32 @@ async def test_models_list_limits(tmp_path: Path) -> None:
         await choose(tmp_path, models=[f"openai/m{i}" for i in range(9)])
     with pytest.raises(ConfigError, match="model string"):
         await choose(tmp_path, models=["not a model"])
+
+
+def test_massgen_features_we_lack_load_with_a_warning_each() -> None:
+    """Mirrors MassGen's own example configs (basic/, providers/) that used to be refused."""
+    team, warnings = team_from_mapping({
+        "display": {"type": "rich_terminal"},
+        "agents": [
+            {"id": "a", "backend": {"type": "openai", "model": "gpt-4o",
+                                    "enable_audio_generation": True,
+                                    "enable_image_generation": True,
+                                    "upload_files": [{"image_path": "x.png"}]}},
+            {"id": "b", "backend": {"type": "chatcompletion", "model": "qwen",
+                                    "base_url": "http://127.0.0.1:8000/v1",
+                                    "chat_template_kwargs": {"enable_thinking": False},
+                                    "extra_body": {"x": 1}, "brand_new_option": 1}},
+        ],
+        "orchestrator": {"dspy": {"enabled": True}, "answer_novelty_requirement": "strict"},
+        "some_other_tool": {"x": 1},
+    })
+    assert len(team.agents) == 2 and team.options.answer_novelty == "strict"
+    text = "\n".join(warnings)
+    for key, upstream in [("display", "terminal display settings"),
+                          ("agents[0].backend.enable_audio_generation", "audio generation"),
+                          ("agents[0].backend.upload_files", "files uploaded"),
+                          ("agents[1].backend.chat_template_kwargs", "chat template"),
+                          ("orchestrator.dspy", "DSPy")]:
+        assert f"{key}: ignored (MassGen: {upstream}" in text, key
+    assert "agents[1].backend.brand_new_option: not a key massgen-mcp knows" in text
+    assert "some_other_tool: not a key massgen-mcp knows; ignored" in text

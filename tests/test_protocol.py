@@ -19,7 +19,15 @@ import pytest
 from massgen_mcp.config import AgentSpec, TeamConfig, build_team
 from massgen_mcp.providers.base import Completion
 from massgen_mcp.records import EventType, FinishReason, ResultRecord, RunStatus
-from massgen_mcp.scripted import ChatRequest, Reply, ScriptedProvider, agree, error, text
+from massgen_mcp.scripted import (
+    ChatRequest,
+    Reply,
+    ScriptedProvider,
+    agree,
+    answer,
+    error,
+    text,
+)
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
 
@@ -68,6 +76,23 @@ async def test_invalid_replies_get_corrective_retries_then_drop() -> None:
     assert result.status is RunStatus.COMPLETED
     retried = next(r for r in provider.requests if r.model == "a" and r.is_retry)
     assert retried.messages[-1]["content"].startswith("Invalid action: you did not call a tool.")
+
+
+async def test_strict_novelty_turns_a_rephrasing_into_a_vote() -> None:
+    """Agent b, shown the answers, rephrases agent a's: refused under strict, it votes."""
+    def policy(req: ChatRequest) -> Reply:
+        if req.model == "b" and req.vote_labels and not req.is_retry:
+            first = req.answers[req.label_of("from a")]
+            return answer(first.replace("The answer", "Indeed, the answer"))
+        return agree(req)
+
+    provider = ScriptedProvider(policy)
+    result, store, _ = await run(provider, team(answer_novelty="strict"))
+    invalid = [e for e in store.read_events(result.session_id)
+               if e.type is EventType.INVALID_ACTION]
+    assert [(e.agent_id, e.reason) for e in invalid] == [("agent_b", "not_novel")]
+    assert result.status is RunStatus.COMPLETED and len(result.answers) == 3
+    assert {v.voter for v in result.votes} == {"agent_a", "agent_b", "agent_c"}
 
 
 async def test_budget_stops_the_run_with_the_best_answer() -> None:

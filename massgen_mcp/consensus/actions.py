@@ -8,6 +8,7 @@ sent back to it as the corrective retry.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from massgen_mcp.consensus.state import View, normalise
@@ -36,6 +37,22 @@ class Invalid:
 
 
 Action = NewAnswer | CastVote
+
+# MassGen's answer_novelty_requirement, measured without a model call: the share of words a new
+# answer has in common with a current answer (Jaccard similarity of their lower-cased word
+# sets). A new answer at or above the level's limit against any current answer (its author's
+# own included) only rephrases it, and is refused with a corrective retry that says to vote.
+# lenient: only identical answers are refused (as always).
+NOVELTY_LIMITS = {"balanced": 0.70, "strict": 0.50}
+_WORD = re.compile(r"\w+")
+
+
+def similarity(a: str, b: str) -> float:
+    """Jaccard similarity of two texts' word sets (0: no word in common, 1: the same words)."""
+    left, right = set(_WORD.findall(a.lower())), set(_WORD.findall(b.lower()))
+    if not left or not right:
+        return 0.0
+    return len(left & right) / len(left | right)
 
 
 def _extract_json(text: str) -> object | None:
@@ -80,8 +97,10 @@ def _calls_from_tools(completion: Completion) -> list[tuple[str, object]] | Inva
     return calls
 
 
-def parse_action(completion: Completion, view: View, *, native_tools: bool) -> Action | Invalid:
-    """Validate one reply against the view it was given."""
+def parse_action(completion: Completion, view: View, *, native_tools: bool,
+                 novelty: str = "lenient") -> Action | Invalid:
+    """Validate one reply against the view it was given (``novelty``: the run's
+    answer_novelty_requirement)."""
     calls = _calls_from_tools(completion) if native_tools else _calls_from_json(completion.content)
     if isinstance(calls, Invalid):
         return calls
@@ -92,11 +111,12 @@ def parse_action(completion: Completion, view: View, *, native_tools: bool) -> A
     if not isinstance(arguments, dict):
         return Invalid(f"the arguments of {name} must be a JSON object.", "bad_arguments")
     if name == "new_answer":
-        return _check_answer(arguments.get("content"), view)
+        return _check_answer(arguments.get("content"), view, novelty)
     return _check_vote(arguments.get("answer"), arguments.get("reason"), view)
 
 
-def _check_answer(content: object, view: View) -> NewAnswer | Invalid:
+def _check_answer(content: object, view: View, novelty: str = "lenient"
+                  ) -> NewAnswer | Invalid:
     if not view.may_answer:
         return Invalid("you have no answers left; you can only vote.", "answer_limit")
     if not isinstance(content, str) or not content.strip():
@@ -112,6 +132,16 @@ def _check_answer(content: object, view: View) -> NewAnswer | Invalid:
                 f"your answer is identical to {answer.label}; vote for it instead.",
                 "duplicate_answer",
             )
+    limit = NOVELTY_LIMITS.get(novelty)
+    if limit is not None:
+        for answer in view.answers:
+            shared = similarity(content, answer.content)
+            if shared >= limit:
+                return Invalid(
+                    f"your answer shares {shared:.0%} of its words with {answer.label}; this "
+                    f"run requires new answers to differ more ({novelty}: under "
+                    f"{limit:.0%}). If {answer.label} is right, vote for it; otherwise give "
+                    "an answer that is substantially different.", "not_novel")
     return NewAnswer(content.strip())
 
 

@@ -276,7 +276,8 @@ class ConsensusRun:
                 # A decision next to evidence calls: the decision stands.
                 completion = replace(completion, tool_calls=[
                     c for c in completion.tool_calls if not is_evidence(c.name)])
-            action = parse_action(completion, view, native_tools=native)
+            action = parse_action(completion, view, native_tools=native,
+                                  novelty=self.options.answer_novelty)
             if not isinstance(action, Invalid):
                 return TurnOutcome(agent.id, view, action)
             self._emit(EventType.INVALID_ACTION, agent_id=agent.id, attempt=attempt,
