@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import logging
+import re
 import signal
 import sys
 from pathlib import Path
@@ -134,6 +135,45 @@ def cmd_run(args: argparse.Namespace) -> int:
         for problem in result.errors:
             _err(f"  {problem}")
     return EXIT_BY_STATUS[result.status]
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from massgen_mcp.evaluate import evaluate, format_table, load_questions
+
+    if args.questions == "@sample":
+        path = Path(__file__).parent / "data" / "eval_sample.jsonl"
+    else:
+        path = Path(args.questions)
+        if not path.is_file():
+            raise ConfigError(f"questions: {args.questions!r} is not a file (a JSONL file of "
+                              "{\"question\", \"answer\"} lines, or @sample)")
+    items = load_questions(path)
+    options = RunOptions(timeout_s=args.timeout) if args.timeout else None
+    team = {"models": args.models.split(",") if args.models else None, "config": args.config}
+    service = _service(args)
+    name = args.name or f"{path.stem}-{(args.config or args.models or 'default').strip('@')}"
+    folder = service.store.sessions_dir.parent / "evals" / re.sub(r"[^\w.\-]+", "_", name)
+
+    def progress(index: int, row: dict[str, Any]) -> None:
+        mark = "right" if row["consensus"]["correct"] else "wrong"
+        _err(f"[{index + 1}/{len(items)}] consensus {mark}: {row['question'][:60]}")
+
+    async def go() -> Any:
+        try:
+            return await evaluate(service, items, folder,
+                                  lambda q: RunSpec(question=q, options=options, **team),
+                                  progress)
+        finally:
+            await service.aclose()
+
+    try:
+        evaluation = asyncio.run(go())
+    except KeyboardInterrupt:
+        _err(f"interrupted; run the same command again to resume ({folder})")
+        return EXIT_CANCELLED
+    print(format_table(evaluation.summary()))
+    _err(f"results: {folder / 'results.json'}; summary: {folder / 'summary.html'}")
+    return EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -363,6 +403,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-tokens", type=int, help="stop at this many tokens in total")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
     run.set_defaults(func=cmd_run)
+
+    evals = sub.add_parser("eval", help="score each member alone, majority vote over first "
+                                        "drafts and the consensus on questions with answers")
+    evals.add_argument("questions", help="JSONL file of {question, answer} lines, or @sample")
+    team = evals.add_mutually_exclusive_group()
+    team.add_argument("--models", help="comma-separated litellm models")
+    team.add_argument("--config", help="MassGen-format YAML file, or @preset")
+    evals.add_argument("--name", help="results folder name under <home>/evals (default: "
+                                      "file and team)")
+    evals.add_argument("--timeout", type=float, help="per-question run timeout in seconds")
+    evals.set_defaults(func=cmd_eval)
 
     validate = sub.add_parser("validate", help="check a config file and print the team")
     validate.add_argument("file", help="YAML file or @preset")
