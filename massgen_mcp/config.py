@@ -191,6 +191,9 @@ class RunOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_answers_per_agent: Annotated[int, Field(ge=1, le=20)] = 3
+    # After the final answer, the winner checks it against the question; "restart" (with
+    # feedback for every agent) starts a new coordination round, at most this many times.
+    max_orchestration_restarts: Annotated[int, Field(ge=0, le=5)] = 0
     # MassGen's answer_novelty_requirement (massgen_mcp.consensus.actions.NOVELTY_LIMITS).
     answer_novelty: Literal["lenient", "balanced", "strict"] = "lenient"
     timeout_s: Annotated[float, Field(gt=0, le=86_400)] = 600.0

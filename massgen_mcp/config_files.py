@@ -81,7 +81,7 @@ _BACKEND_KEYS = {
 }
 _ORCHESTRATOR_KEYS = {"max_new_answers_per_agent", "skip_final_presentation",
                       "final_answer_strategy", "coordination_mode", "context_paths",
-                      "answer_novelty_requirement"}
+                      "answer_novelty_requirement", "max_orchestration_restarts"}
 _TOP_KEYS = {"agents", "agent", "orchestrator", "timeout_settings", "options"}
 MAX_CONFIG_BYTES = 1_000_000
 MAX_YAML_NODES = 10_000
@@ -262,6 +262,8 @@ def _options(data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
                                   "supported; massgen-mcp implements 'voting'")
         elif key == "answer_novelty_requirement":
             options["answer_novelty"] = value
+        elif key == "max_orchestration_restarts":
+            options["max_orchestration_restarts"] = value
     timeouts = data.get("timeout_settings") or {}
     if not isinstance(timeouts, dict):
         raise ConfigError("timeout_settings: expected a mapping")

@@ -87,8 +87,6 @@ UPSTREAM: dict[str, dict[str, str]] = {
         "session_storage": "where MassGen keeps sessions",
         "timeout": "orchestrator timeouts (massgen-mcp: timeout_settings)",
         "dspy": "DSPy question paraphrasing for diversity",
-        "max_orchestration_restarts": "re-running coordination when the final answer fails "
-                                      "its check",
         "enable_planning_mode": "agents plan before acting",
         "use_two_tier_workspaces": "separate scratch and deliverable folders",
     },

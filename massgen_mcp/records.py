@@ -52,6 +52,7 @@ class Phase(StrEnum):
     ANSWERING = "answering"  # round one: independent answers
     VOTING = "voting"  # every live agent has answered; votes and new answers
     PRESENTING = "presenting"  # the winner writes the final answer
+    CHECKING = "checking"  # the winner checks it against the question (restarts on)
     DONE = "done"
 
 
@@ -76,6 +77,7 @@ class CallPurpose(StrEnum):
     EVALUATE = "evaluate"  # later turns: vote or a new answer
     FINAL = "final"  # the winner's final presentation
     EVIDENCE = "evidence"  # a call that came back with evidence tool calls (read_file, ...)
+    CHECK = "check"  # the winner checks the final answer (max_orchestration_restarts)
 
 
 # Every kind of line in events.jsonl.
@@ -100,6 +102,8 @@ class EventType(StrEnum):
     INTERRUPTED = "interrupted"  # written by the next server when it finds the run orphaned
     CONTINUED = "continued"  # a follow-up session was started from this one
     TOOL_CALL = "tool_call"  # an agent used an evidence tool within its turn
+    CHECK = "check"  # the final answer's check: reason accept|restart, detail the feedback
+    RESTART = "restart"  # a new coordination round with the check's feedback (count: which)
 
 
 class Record(BaseModel):

@@ -36,6 +36,11 @@ def describe_event(event: Event) -> str | None:
         return f"{t} {who} {event.tool} {_short(event.arguments, 60)} → {outcome}"
     if kind is EventType.AGENT_DROPPED:
         return f"{t} {who} dropped: {_short(event.reason, 160)}"
+    if kind is EventType.CHECK:
+        detail = f": {_short(event.detail, 160)}" if event.detail else ""
+        return f"{t} {who} checked the final answer: {event.reason}{detail}"
+    if kind is EventType.RESTART:
+        return f"{t} restart {event.count}: the team goes again with the check's feedback"
     if kind in (EventType.CONSENSUS, EventType.TIMEOUT, EventType.BUDGET_EXCEEDED,
                 EventType.CANCELLED, EventType.FINAL_FALLBACK):
         detail = event.detail or event.reason or ""

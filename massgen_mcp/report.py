@@ -28,6 +28,8 @@ _MARKS = {
     EventType.TOOL_CALL: ("◆", "tool call"),
     EventType.AGENT_DROPPED: ("■", "dropped"),
     EventType.FINAL: ("★", "final answer"),
+    EventType.CHECK: ("✓", "final answer checked"),
+    EventType.RESTART: ("⟲", "restart"),
 }
 
 _LIST_MARK = re.compile(r"^\s*([-*]|\d+\.)\s+")
@@ -107,7 +109,7 @@ def _inline(text: str) -> str:
 def _event_title(event: Event) -> str:
     parts = [f"{_MARKS[event.type][1]} at {event.t or 0:.2f}s"]
     for key in ("tool", "arguments", "chars", "label", "reason", "problem", "error", "by",
-                "count"):
+                "count", "detail"):
         value = getattr(event, key)
         if value not in (None, ""):
             parts.append(f"{key}: {value}")
@@ -120,8 +122,8 @@ def _timeline(events: list[Event], agents: list[str]) -> str:
     for aid in agents:
         marks = []
         for e in events:
-            if e.type not in _MARKS or (e.owner != aid
-                                        and e.type is not EventType.VOTES_INVALIDATED):
+            if e.type not in _MARKS or (e.owner != aid and e.type not in (
+                    EventType.VOTES_INVALIDATED, EventType.RESTART)):
                 continue
             left = 100 * (e.t or 0) / end
             marks.append(f'<span class="ev {e.type}" style="left:{left:.2f}%" '

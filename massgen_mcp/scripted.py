@@ -85,6 +85,11 @@ class ChatRequest:
         return not self.tools and "selected your answer" in self.system
 
     @property
+    def is_check(self) -> bool:
+        """The winner's check of the final answer (max_orchestration_restarts)."""
+        return not self.tools and "check it against the question" in self.system
+
+    @property
     def wants_json(self) -> bool:
         return not self.tools and '"action"' in self.system
 
@@ -157,6 +162,8 @@ def agree(req: ChatRequest) -> Reply:
     """Scenario A of the benchmarks: answer first, then vote for the first valid choice."""
     if req.is_final:
         return text("Final: " + next(iter(req.answers.values()), "no answer"))
+    if req.is_check:
+        return text('{"verdict": "accept"}')
     if req.vote_labels:
         return vote(req.vote_labels[0], "it answers the question")
     if req.wants_json and "<answers>" in req.user:

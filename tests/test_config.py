@@ -169,10 +169,12 @@ def test_massgen_features_we_lack_load_with_a_warning_each() -> None:
                                     "chat_template_kwargs": {"enable_thinking": False},
                                     "extra_body": {"x": 1}, "brand_new_option": 1}},
         ],
-        "orchestrator": {"dspy": {"enabled": True}, "answer_novelty_requirement": "strict"},
+        "orchestrator": {"dspy": {"enabled": True}, "answer_novelty_requirement": "strict",
+                         "max_orchestration_restarts": 2},
         "some_other_tool": {"x": 1},
     })
     assert len(team.agents) == 2 and team.options.answer_novelty == "strict"
+    assert team.options.max_orchestration_restarts == 2
     text = "\n".join(warnings)
     for key, upstream in [("display", "terminal display settings"),
                           ("agents[0].backend.enable_audio_generation", "audio generation"),

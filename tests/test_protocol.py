@@ -95,6 +95,61 @@ async def test_strict_novelty_turns_a_rephrasing_into_a_vote() -> None:
     assert {v.voter for v in result.votes} == {"agent_a", "agent_b", "agent_c"}
 
 
+def checker(verdicts: list[str]):
+    """agree, except that the final answer's checks answer ``verdicts`` in turn (the last
+    one repeats): 'restart' sends it back with feedback."""
+    checks: list[ChatRequest] = []
+
+    def policy(req: ChatRequest) -> Reply:
+        if req.is_check:
+            checks.append(req)
+            verdict = verdicts[min(len(checks), len(verdicts)) - 1]
+            if verdict == "restart":
+                return text('{"verdict": "restart", "feedback": "say which unit the 42 is in"}')
+            return text('{"verdict": "accept"}')
+        return agree(req)
+
+    return policy, checks
+
+
+async def test_a_final_answer_sent_back_by_its_check_restarts_the_team_once() -> None:
+    policy, checks = checker(["restart", "accept"])
+    provider = ScriptedProvider(policy)
+    result, store, _ = await run(provider, team(max_orchestration_restarts=2))
+    events = store.read_events(result.session_id)
+    kinds = [e.type for e in events]
+    assert kinds.count(EventType.CONSENSUS) == 2 and kinds.count(EventType.RESTART) == 1
+    assert [(e.reason, e.detail) for e in events if e.type is EventType.CHECK] == [
+        ("restart", "say which unit the 42 is in"), ("accept", None)]
+    assert result.status is RunStatus.COMPLETED and result.finish_reason is FinishReason.CONSENSUS
+    # 7 calls, the check, 3 new turns (everyone votes again), the new final, its check.
+    assert result.usage.calls == 13 == sum(provider.calls_by_model().values())
+    after = [r for r in provider.requests if "<feedback>" in r.user]
+    assert len(after) == 3 and "say which unit the 42 is in" in after[0].user
+    assert "It answers: What is 6*7?" in checks[0].system  # the checklist, from the question
+    assert store.read_status(result.session_id).phase.value == "done"
+    from massgen_mcp.render import describe_event
+    from massgen_mcp.report import render_report
+
+    lines = [describe_event(e) for e in events]
+    assert any(line and "restart 1: the team goes again" in line for line in lines)
+    assert any(line and "checked the final answer: restart: say which unit" in line
+               for line in lines)
+    page = render_report(store.read_record(result.session_id))
+    assert "⟲" in page and "final answer checked" in page
+
+
+async def test_restarts_stop_at_their_cap() -> None:
+    policy, checks = checker(["restart"])
+    result, store, _ = await run(ScriptedProvider(policy), team(max_orchestration_restarts=1))
+    kinds = [e.type for e in store.read_events(result.session_id)]
+    assert kinds.count(EventType.RESTART) == 1 and len(checks) == 1
+    assert result.usage.calls == 12 and result.final_answer
+    off, none = checker(["restart"])
+    result, _, _ = await run(ScriptedProvider(off), team())  # default 0: no check at all
+    assert none == [] and result.usage.calls == 7
+
+
 async def test_budget_stops_the_run_with_the_best_answer() -> None:
     result, _, _ = await run(ScriptedProvider(agree), team(max_total_tokens=300))
     assert result.finish_reason is FinishReason.BUDGET_EXCEEDED and result.budget_exceeded

@@ -71,6 +71,22 @@ log = logging.getLogger(__name__)
 TOOL_TIMEOUT_S = 10.0  # one workspace tool call (they only read capped local files)
 
 
+def parse_check(text: str) -> tuple[str, str | None]:
+    """(verdict, feedback) from a check reply; anything but a well-formed restart accepts."""
+    start = text.find("{")
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text, start) if start >= 0 else (None, 0)
+    except json.JSONDecodeError:
+        value = None
+    if isinstance(value, dict) and value.get("verdict") == "restart":
+        feedback = str(value.get("feedback") or "").strip()[:2_000]
+        if feedback:
+            return "restart", feedback
+    if isinstance(value, dict) and value.get("verdict") == "accept":
+        return "accept", None
+    return "accept", "the check's reply was not a verdict; the answer stands"
+
+
 def is_evidence(name: str) -> bool:
     """Whether a tool gathers evidence (workspace or MCP) rather than deciding."""
     return name in WorkspaceTools.NAMES or name.startswith(MCP_PREFIX)
@@ -150,6 +166,8 @@ class ConsensusRun:
         self.finish_reason: FinishReason | None = None
         self.errors: list[str] = []
         self._interrupting = False
+        self._restarts = 0  # coordination rounds started again by the final answer's check
+        self._feedback: str | None = None  # the check's feedback, shown to every agent
         self._seq = request.prior_event_count
         self._revision = 0  # bumped on every published status, so pollers can tell news
         self._t0 = time.monotonic()
@@ -247,6 +265,7 @@ class ConsensusRun:
         messages = prompts.turn_messages(
             question=self.request.question, context=self.request.context,
             persona=agent.system_message, view=view, native_tools=native,
+            feedback=self._feedback,
         )
         decide = prompts.workflow_tools(view) if native else None
         evidence = self._evidence_specs(agent) if native else []
@@ -446,6 +465,37 @@ class ConsensusRun:
             return winner.content, None
         return text, presenter.id
 
+    async def _restart_after_check(self, final: str | None, presenter: str | None) -> bool:
+        """With restarts left, the presenter checks the final answer against the question;
+        True if it sent the answer back (a new coordination round has begun, its feedback
+        shown to every agent). An unreadable reply or a failed call accepts the answer."""
+        if (final is None or presenter is None
+                or self._restarts >= self.options.max_orchestration_restarts):
+            return False
+        self.phase = Phase.CHECKING
+        self._publish_status()
+        agent = self.agents[presenter]
+        messages = prompts.check_messages(question=self.request.question,
+                                          context=self.request.context,
+                                          persona=agent.system_message, final=final)
+        try:
+            completion = await self._call(agent, messages, None, CallPurpose.CHECK)
+        except ProviderError as exc:
+            self._emit(EventType.CHECK, agent_id=presenter, reason="accept",
+                       detail=f"the check failed ({exc}); the answer stands")
+            return False
+        check_budget(self.total, self.options)
+        verdict, feedback = parse_check(completion.content or "")
+        self._emit(EventType.CHECK, agent_id=presenter, reason=verdict, detail=feedback)
+        if verdict != "restart":
+            return False
+        self._restarts += 1
+        self._feedback = feedback
+        self.coord.restart()
+        self.phase = Phase.VOTING
+        self._emit(EventType.RESTART, count=self._restarts, detail=feedback)
+        return True
+
     # -- the whole run -----------------------------------------------------------------------
 
     def _end(self, status: RunStatus, reason: FinishReason) -> None:
@@ -492,18 +542,21 @@ class ConsensusRun:
                 async with asyncio.timeout(self.options.timeout_s):
                     if self.mcp is not None:  # servers start within the run's time limit
                         await self.mcp.start()
-                    try:
-                        await self._coordinate()
-                    finally:
-                        await self._stop_turns()
-                    if self.coord.consensus():
+                    while True:
+                        try:
+                            await self._coordinate()
+                        finally:
+                            await self._stop_turns()
+                        if not self.coord.consensus():
+                            self._no_consensus()
+                            final, presenter = await self._present(allow_call=False)
+                            break
                         self._emit(EventType.CONSENSUS, tally={
                             k: len(v) for k, v in self.coord.tally().items()})
                         self._end(RunStatus.COMPLETED, FinishReason.CONSENSUS)
                         final, presenter = await self._present(allow_call=True)
-                    else:
-                        self._no_consensus()
-                        final, presenter = await self._present(allow_call=False)
+                        if not await self._restart_after_check(final, presenter):
+                            break
             except TimeoutError:
                 self._emit(EventType.TIMEOUT, after_s=self.options.timeout_s)
                 self._end(RunStatus.TIMED_OUT, FinishReason.TIMEOUT)

@@ -51,9 +51,17 @@ FINAL_PRESENTATION = (
     "anything important from the other answers or the voters' reasons. Reply with the final "
     "answer only, in Markdown, without mentioning the team, labels or votes."
 )
+CHECK_FINAL = (
+    "Before the team's final answer goes to the user, check it against the question. "
+    "Checklist:\n{checklist}\n"
+    'Reply with one JSON object and nothing else: {{"verdict": "accept"}} if it passes, or '
+    '{{"verdict": "restart", "feedback": "<what is wrong or missing, for the whole team>"}} '
+    "if the team must try again."
+)
+MAX_CHECKLIST_ITEMS = 5
 
 
-_OUR_TAGS = re.compile(r"<(/?)(answers?|question|context)\b", re.IGNORECASE)
+_OUR_TAGS = re.compile(r"<(/?)(answers?|question|context|feedback)\b", re.IGNORECASE)
 
 
 def _escape(text: str) -> str:
@@ -90,11 +98,15 @@ def system_message(persona: str | None, view: View, native_tools: bool) -> str:
 
 
 def turn_messages(
-    *, question: str, context: str | None, persona: str | None, view: View, native_tools: bool
+    *, question: str, context: str | None, persona: str | None, view: View, native_tools: bool,
+    feedback: str | None = None,
 ) -> list[dict[str, Any]]:
     user = render_question(question, context)
     if not view.first_round:
         user += "\n" + render_answers(view)
+    if feedback:  # the last final answer was sent back by its check
+        user += ("\n<feedback>\nThe team's last final answer was checked against the question "
+                 f"and sent back: {_escape(feedback)}\nTake this into account.\n</feedback>")
     return [
         {"role": "system", "content": system_message(persona, view, native_tools)},
         {"role": "user", "content": user},
@@ -154,6 +166,27 @@ def final_messages(
         + render_answers(view)
         + f"\nSelected answer: {winner_label}\nVoters' reasons:\n{reason_lines}"
     )
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def checklist(question: str) -> str:
+    """A short checklist from the question: each question it asks must be answered, plus the
+    two checks every answer needs."""
+    asked = [s.strip() for s in re.findall(r"[^.?!\n]*\?", question) if s.strip()]
+    items = [f"- It answers: {_escape(s)}" for s in asked[:MAX_CHECKLIST_ITEMS]]
+    if not items:
+        items = ["- It does what the question asks, completely."]
+    return "\n".join([*items, "- It is correct and consistent.",
+                      "- Nothing the question asks for is missing."])
+
+
+def check_messages(*, question: str, context: str | None, persona: str | None,
+                   final: str) -> list[dict[str, Any]]:
+    """The winner's check of the final answer (max_orchestration_restarts)."""
+    system = "\n\n".join(p for p in ((persona or "").strip(),
+                                      CHECK_FINAL.format(checklist=checklist(question))) if p)
+    user = (render_question(question, context)
+            + f"\n<answer label=\"final\">\n{_escape(final)}\n</answer>")
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

@@ -14,6 +14,8 @@ every protocol rule lives (and is unit-tested) in one place:
 * Consensus: every live agent holds a vote cast since the last new answer.
 * Winner: most votes; a tie goes to the agent listed first in the config (reproducible, and
   under the user's control); with no votes at all (timeouts), the newest answer.
+* A restart (the final answer failed its check) clears every vote and bumps ``version``, like a
+  new answer: every live agent takes another turn. Answers, labels and answer caps carry on.
 """
 
 from __future__ import annotations
@@ -214,6 +216,12 @@ class Coordination:
             raise ValueError(f"no current answer is labelled {label!r}")
         self.agents[agent_id].vote = Vote(agent_id, label, reason)
         return True
+
+    def restart(self) -> None:
+        """Start a new coordination round on the same answers (see the rules above)."""
+        self.version += 1
+        for state in self.agents.values():
+            state.vote = None
 
     def drop(self, agent_id: str, reason: str) -> None:
         state = self.agents[agent_id]
