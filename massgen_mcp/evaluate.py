@@ -208,13 +208,13 @@ class Evaluation:
 
     def summary(self) -> dict[str, Any]:
         rows = [self.done[self.key(i)] for i in self.items if self.key(i) in self.done]
-        methods: dict[str, list[dict[str, Any]]] = {"majority": [], "consensus": []}
+        methods: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             for agent_id, method in row["alone"].items():
                 methods.setdefault(f"alone:{agent_id} ({row['models'][agent_id]})",
                                    []).append(method)
-            methods["majority"].append(row["majority"])
-            methods["consensus"].append(row["consensus"])
+        methods["majority"] = [row["majority"] for row in rows]
+        methods["consensus"] = [row["consensus"] for row in rows]
         table = {name: _aggregate(found) for name, found in methods.items() if found}
         alone = {k: v for k, v in table.items() if k.startswith("alone:")}
         best = max(alone, key=lambda k: alone[k]["accuracy"]) if alone else None
