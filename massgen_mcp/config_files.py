@@ -196,7 +196,7 @@ def _agent(raw: Any, index: int, warnings: list[str]) -> dict[str, Any]:
         agent["web_search"] = backend["enable_web_search"]
     if "mcp_servers" in backend:
         agent["mcp_servers"] = [s.model_dump() for s in parse_servers(
-            backend["mcp_servers"], f"{where}.backend.mcp_servers")]
+            backend["mcp_servers"], f"{where}.backend.mcp_servers", warnings)]
     _api_key_reference(agent, backend, where)
     return agent
 

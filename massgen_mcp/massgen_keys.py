@@ -61,6 +61,7 @@ UPSTREAM: dict[str, dict[str, str]] = {
         "websocket_mode": "a WebSocket connection to the provider",
         "timeout": "the provider SDK's request timeout (massgen-mcp: call_timeout_s)",
         "include_reasoning": "the provider's reasoning text in the output",
+        "enable_tool_search": "tool definitions deferred behind a search tool",
         "top_k": "top-k sampling",
         "min_p": "min-p sampling",
         "repetition_penalty": "a repetition penalty",

@@ -62,6 +62,9 @@ def test_massgen_sample_loads_with_warnings(tmp_path: Path) -> None:
          "is not supported by massgen-mcp"),
         ({"agents": [{"backend": {"type": "claude_code", "api_kye": "x"}}]},
          "api_kye: unknown key; did you mean 'api_key'?"),
+        ({"agents": [{"backend": {"type": "openai", "model": "m", "mcp_servers": [
+            {"name": "x", "type": "stdio", "command": "c", "bogus": 1}]}}]},
+         "agents[0].backend.mcp_servers[0].bogus: unknown key; remove it"),
         ({"agents": [{"backend": {"type": "openai", "model": "m", "temprature": 0.3}}]},
          "temprature: unknown key; did you mean 'temperature'?"),
         ({"agents": [{"backend": {"type": "openai", "model": "m"}}],

@@ -24,7 +24,7 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from massgen_mcp.env import VAR_REFERENCE, getenv
 from massgen_mcp.errors import ConfigError
@@ -62,8 +62,14 @@ class McpServerSpec(BaseModel):
         return self.url or ""
 
 
-def parse_servers(raw: Any, where: str) -> list[McpServerSpec]:
-    """MassGen's ``mcp_servers`` (mapping or list form) as specs; ConfigError naming the key."""
+# MassGen server keys with no meaning here: ignored with a warning saying what they do upstream.
+_SERVER_IGNORED = {"defer_loading": "deferring the server's tools behind tool search"}
+
+
+def parse_servers(raw: Any, where: str, warnings: list[str] | None = None
+                  ) -> list[McpServerSpec]:
+    """MassGen's ``mcp_servers`` (mapping or list form) as specs; ConfigError naming the key.
+    Keys of :data:`_SERVER_IGNORED` are dropped, with a line in ``warnings``."""
     items: list[tuple[str, Any]]
     if isinstance(raw, dict):
         items = [(str(name), body) for name, body in raw.items()]
@@ -80,11 +86,19 @@ def parse_servers(raw: Any, where: str) -> list[McpServerSpec]:
         if not _NAME.fullmatch(name) or "__" in name:
             raise ConfigError(f"{here}.name: use 1-40 letters, digits, '_' or '-' (no '__', "
                               "which separates server and tool in mcp__server__tool)")
-        data = {k: v for k, v in body.items() if k != "name"}
+        for key in set(body) & set(_SERVER_IGNORED):
+            if warnings is not None:
+                warnings.append(f"{here}.{key}: ignored (MassGen: {_SERVER_IGNORED[key]}; not "
+                                "in massgen-mcp)")
+        data = {k: v for k, v in body.items() if k != "name" and k not in _SERVER_IGNORED}
         try:
             spec = McpServerSpec(name=name, **data)
-        except Exception as exc:  # pydantic's message, one line
-            raise ConfigError(f"{here}: {str(exc).splitlines()[-1].strip()}") from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            message = ("unknown key; remove it" if first["type"] == "extra_forbidden"
+                       else first["msg"])
+            raise ConfigError(f"{here}{'.' + field if field else ''}: {message}") from None
         if spec.type == "stdio" and not spec.command:
             raise ConfigError(f"{here}.command: required for a stdio server")
         if spec.type != "stdio" and not (spec.url or "").startswith(("http://", "https://")):
