@@ -265,6 +265,8 @@ class RequestRecord(VersionedRecord):
     context: str | None = None
     parent_session_id: str | None = None
     workspace: str | None = None  # the root the workspace tools read, when they are on
+    # What the user was told about the team: config keys ignored, or why this default team.
+    notes: list[str] = []
 
 
 class Event(Record):

@@ -143,7 +143,8 @@ class ConsensusService:
             WorkspaceTools(root, tuple(team.options.context_paths),
                            tuple(team.options.allow_secret_files))
         run = await self.runner.start(question, team, context=context,
-                                      parent_session_id=parent_session_id, workspace=root)
+                                      parent_session_id=parent_session_id, workspace=root,
+                                      notes=notes)
         return Started(run.session_id, run.recorder.folder, notes)
 
     async def continue_session(self, session_id: str, follow_up: str, *,

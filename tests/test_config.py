@@ -187,3 +187,26 @@ def test_massgen_features_we_lack_load_with_a_warning_each() -> None:
         assert f"{key}: ignored (MassGen: {upstream}" in text, key
     assert "agents[1].backend.brand_new_option: not a key massgen-mcp knows" in text
     assert "some_other_tool: not a key massgen-mcp knows; ignored" in text
+
+
+async def test_the_ignored_keys_are_in_the_runs_record(scripted, tmp_path: Path,
+                                                      home: Path) -> None:
+    from massgen_mcp.api import follow
+    from massgen_mcp.config import RunSpec
+    from massgen_mcp.context_files import Workspace
+    from massgen_mcp.scripted import agree
+    from massgen_mcp.service import ConsensusService
+
+    server = scripted(agree)
+    config = tmp_path / "team.yaml"
+    config.write_text(
+        "display: {type: rich_terminal}\nagents:\n"
+        + "".join(f"  - {{id: {m}, backend: {{type: chatcompletion, model: {m}, "
+                  f"base_url: '{server.base_url}', upload_files: []}}}}\n" for m in "ab"))
+    service = ConsensusService.local(home, Workspace(tmp_path, confined=False))
+    started = await service.start(RunSpec(question="6*7?", config=str(config)))
+    await follow(service, started.session_id)
+    await service.aclose()
+    notes = service.store.read_request(started.session_id).notes
+    assert notes == started.notes and any(n.startswith("display: ignored") for n in notes)
+    assert any("agents[1].backend.upload_files: ignored" in n for n in notes)

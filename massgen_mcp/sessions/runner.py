@@ -98,6 +98,7 @@ class SessionRunner:
     async def start(
         self, question: str, team: TeamConfig, *, context: str | None = None,
         parent_session_id: str | None = None, workspace: Path | None = None,
+        notes: list[str] | None = None,
     ) -> LiveRun:
         """Create the record and start the run in the background; returns at once.
         ``workspace`` is the root the evidence tools read, when the team's options turn
@@ -111,7 +112,8 @@ class SessionRunner:
             session_id, config=team.redacted(),
             request=RequestRecord(question=question, context=context,
                                   parent_session_id=parent_session_id,
-                                  workspace=str(workspace) if workspace else None),
+                                  workspace=str(workspace) if workspace else None,
+                                  notes=notes or []),
             on_event=self._forward(session_id), on_status=changes.pulse_on)
         return self._launch(RunRequest(session_id, question, team, context, parent_session_id,
                                        workspace=workspace), recorder, changes)
