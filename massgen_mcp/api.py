@@ -104,6 +104,22 @@ def split_messages(messages: list[dict[str, Any]]) -> tuple[str, str | None]:
     return question, ("\n\n".join(earlier) or None)
 
 
+def run_summary(result: ResultRecord) -> dict[str, Any]:
+    """What a caller of the team-as-a-model needs to open the record: the ``massgen`` field
+    of the OpenAI endpoint's replies and the LiteLLM provider's ``_hidden_params``."""
+    return {"session_id": result.session_id, "status": result.status.value,
+            "finish_reason": result.finish_reason,
+            "winner": result.winner.model_dump(mode="json") if result.winner else None,
+            "tally": result.tally, "cost_usd": result.usage.cost_usd}
+
+
+def usage_counts(result: ResultRecord) -> dict[str, int]:
+    """The whole team's tokens, in OpenAI's ``usage`` shape."""
+    return {"prompt_tokens": result.usage.prompt_tokens,
+            "completion_tokens": result.usage.completion_tokens,
+            "total_tokens": result.usage.total_tokens}
+
+
 async def follow(service: ConsensusService, session_id: str,
                  on_status: Callable[[StatusRecord], Awaitable[None]] | None = None
                  ) -> ResultRecord:

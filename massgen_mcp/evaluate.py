@@ -141,6 +141,7 @@ def score_run(service: ConsensusService, session_id: str, expected: str) -> dict
         if event.type is EventType.ANSWER and event.agent_id and event.agent_id not in first:
             first[event.agent_id] = event
     alone: dict[str, Method] = {}
+    round_one: list[Event] = []  # every agent's calls up to its first draft
     for agent_id in result.agents:
         draft = first.get(agent_id)
         text = service.store.read_answer(session_id, draft.label) if draft and draft.label \
@@ -148,6 +149,7 @@ def score_run(service: ConsensusService, session_id: str, expected: str) -> dict
         calls = [e for e in events if e.type is EventType.CALL and e.agent_id == agent_id
                  and e.purpose in (CallPurpose.ANSWER, CallPurpose.EVIDENCE)
                  and (draft is None or e.seq < draft.seq)]
+        round_one += calls
         alone[agent_id] = Method(text, is_correct(text, expected), **_cost(calls),
                                  seconds=round((draft.t or 0.0) if draft else 0.0, 3))
     drafts = [(first[a].seq, alone[a].answer) for a in alone if a in first]
@@ -158,9 +160,6 @@ def score_run(service: ConsensusService, session_id: str, expected: str) -> dict
         top = max(counts.values())
         majority_text = next(text for key, _, text in keyed
                              if key is not None and counts[key] == top)
-    round_one = [e for a in alone for e in events if e.type is EventType.CALL
-                 and e.agent_id == a and e.purpose in (CallPurpose.ANSWER, CallPurpose.EVIDENCE)
-                 and (a not in first or e.seq < first[a].seq)]
     majority = Method(majority_text, is_correct(majority_text, expected), **_cost(round_one),
                       seconds=max((m.seconds for m in alone.values()), default=0.0))
     usage = result.usage

@@ -16,7 +16,14 @@ import concurrent.futures
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from massgen_mcp.api import DEFAULT_TEAM, arun, split_messages, team_config
+from massgen_mcp.api import (
+    DEFAULT_TEAM,
+    arun,
+    run_summary,
+    split_messages,
+    team_config,
+    usage_counts,
+)
 from massgen_mcp.records import ResultRecord
 
 PROVIDER = "massgen"
@@ -61,27 +68,19 @@ def _fill(response: Any, model: str, result: ResultRecord) -> Any:
     response.choices[0].message.content = _answer(result)
     response.choices[0].finish_reason = "stop"
     response.model = f"{PROVIDER}/{model.removeprefix(f'{PROVIDER}/')}"
-    response.usage = Usage(prompt_tokens=result.usage.prompt_tokens,
-                           completion_tokens=result.usage.completion_tokens,
-                           total_tokens=result.usage.total_tokens)
+    counts = usage_counts(result)
+    response.usage = Usage(prompt_tokens=counts["prompt_tokens"],
+                           completion_tokens=counts["completion_tokens"],
+                           total_tokens=counts["total_tokens"])
     response._hidden_params["response_cost"] = result.usage.cost_usd
-    response._hidden_params["massgen"] = _summary(result)
+    response._hidden_params["massgen"] = run_summary(result)
     return response
 
 
-def _summary(result: ResultRecord) -> dict[str, Any]:
-    return {"session_id": result.session_id, "status": result.status.value,
-            "winner": result.winner.model_dump(mode="json") if result.winner else None,
-            "tally": result.tally, "cost_usd": result.usage.cost_usd}
-
-
 def _chunks(result: ResultRecord) -> list[dict[str, Any]]:
-    usage = {"prompt_tokens": result.usage.prompt_tokens,
-             "completion_tokens": result.usage.completion_tokens,
-             "total_tokens": result.usage.total_tokens}
     return [{"text": _answer(result), "tool_use": None, "is_finished": True,
-             "finish_reason": "stop", "usage": usage, "index": 0,
-             "provider_specific_fields": {"massgen": _summary(result)}}]
+             "finish_reason": "stop", "usage": usage_counts(result), "index": 0,
+             "provider_specific_fields": {"massgen": run_summary(result)}}]
 
 
 def _handler() -> Any:

@@ -30,7 +30,15 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from massgen_mcp.api import UnknownTeamError, follow, split_messages, team_config, team_names
+from massgen_mcp.api import (
+    UnknownTeamError,
+    follow,
+    run_summary,
+    split_messages,
+    team_config,
+    team_names,
+    usage_counts,
+)
 from massgen_mcp.config import MAX_CONTEXT_CHARS, RunSpec, check_question
 from massgen_mcp.errors import MassgenError, SessionStateError
 from massgen_mcp.records import ResultRecord, StatusRecord
@@ -279,20 +287,6 @@ async def _complete(request: Request, service: ConsensusService, model: str,
     return JSONResponse(completion(model, result), headers=headers)
 
 
-def _extra(result: ResultRecord) -> dict[str, Any]:
-    """The ``massgen`` field: what a caller needs to open the record."""
-    return {"session_id": result.session_id, "status": result.status.value,
-            "finish_reason": result.finish_reason,
-            "winner": result.winner.model_dump(mode="json") if result.winner else None,
-            "tally": result.tally, "cost_usd": result.usage.cost_usd}
-
-
-def _usage(result: ResultRecord) -> dict[str, int]:
-    return {"prompt_tokens": result.usage.prompt_tokens,
-            "completion_tokens": result.usage.completion_tokens,
-            "total_tokens": result.usage.total_tokens}
-
-
 def completion(model: str, result: ResultRecord) -> dict[str, Any]:
     """A finished run as an OpenAI ``chat.completion``."""
     return {
@@ -300,7 +294,7 @@ def completion(model: str, result: ResultRecord) -> dict[str, Any]:
         "created": int(result.started_at or time.time()), "model": model,
         "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
                      "message": {"role": "assistant", "content": result.final_answer}}],
-        "usage": _usage(result), "massgen": _extra(result),
+        "usage": usage_counts(result), "massgen": run_summary(result),
     }
 
 
@@ -356,9 +350,9 @@ async def _stream(run: asyncio.Task[ResultRecord], progress: Progress, model: st
                         f"{session_id}")
             return
         yield chunk(delta({"content": result.final_answer}))
-        yield chunk(delta({}, "stop"), massgen=_extra(result))
+        yield chunk(delta({}, "stop"), massgen=run_summary(result))
         if include_usage:
-            yield chunk([], usage=_usage(result))
+            yield chunk([], usage=usage_counts(result))
         yield "data: [DONE]\n\n"
     finally:
         if not run.done() and not stopping.is_set():
