@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from massgen_mcp.config import RunOptions, RunSpec, format_validation_error
 from massgen_mcp.context_files import Workspace
+from massgen_mcp.env import user_config_dir
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.records import ResultRecord, StatusRecord
 from massgen_mcp.service import ConsensusService
@@ -36,12 +37,6 @@ _NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
 
 class UnknownTeamError(ConfigError):
     """A team model name that names no team."""
-
-
-def user_config_dir() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_config_dir("massgen-mcp"))
 
 
 def team_names() -> list[str]:

@@ -31,7 +31,7 @@ import yaml
 
 from massgen_mcp.config import PROVIDER_KEY_ENV, TeamConfig, build_team
 from massgen_mcp.config_files import load_config_file
-from massgen_mcp.env import getenv
+from massgen_mcp.env import getenv, user_config_dir
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.providers.cli_agents import FoundCli, find_clis
 from massgen_mcp.trust import UntrustedConfigError
@@ -157,11 +157,9 @@ def configured_team() -> tuple[TeamConfig, str] | None:
     The project's file may have come with a cloned repository, so it is held to the consent
     rule of :mod:`massgen_mcp.trust`; the user's own file is not. Blocking: reads files.
     """
-    import platformdirs
-
     candidates = [
         (project_config_path(), True),
-        (Path(platformdirs.user_config_dir("massgen-mcp")) / "config.yaml", False),
+        (user_config_dir() / "config.yaml", False),
     ]
     for path, from_project in candidates:
         if path.is_file():

@@ -54,3 +54,11 @@ def getenv(name: str) -> str | None:
     if name in os.environ:
         return os.environ[name]
     return dotenv_values().get(name)
+
+
+def user_config_dir() -> Path:
+    """The user's own massgen-mcp folder (``~/.config/massgen-mcp`` on Linux): their default
+    team, named teams, and the consent file live there."""
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("massgen-mcp"))

@@ -21,6 +21,7 @@ from massgen_mcp import trust
 from massgen_mcp.config import MAX_AGENTS, RunSpec, TeamConfig, build_team
 from massgen_mcp.config_files import load_config_file, resolve_config_path
 from massgen_mcp.context_files import Workspace
+from massgen_mcp.env import user_config_dir
 from massgen_mcp.errors import ConfigError
 
 
@@ -63,9 +64,7 @@ def _config_path(ref: str, workspace: Workspace) -> tuple[Path, bool]:
     a file in the user config folder, accepted by path even outside the workspace)."""
     if ref.startswith("@"):
         return resolve_config_path(ref), True
-    import platformdirs
-
-    user_dir = Path(platformdirs.user_config_dir("massgen-mcp")).resolve()
+    user_dir = user_config_dir().resolve()
     given = Path(ref).expanduser()
     if given.is_absolute() and given.resolve().is_relative_to(user_dir):
         if not given.is_file():

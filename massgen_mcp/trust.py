@@ -30,7 +30,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from massgen_mcp.config import CLI_PROVIDERS, PROVIDER_KEY_ENV, TeamConfig
-from massgen_mcp.env import getenv
+from massgen_mcp.env import getenv, user_config_dir
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.sessions.store import atomic_write
 
@@ -105,9 +105,7 @@ def risks(team: TeamConfig, expanded: list[tuple[str, str]]) -> list[str]:
 
 
 def _trust_file() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_config_dir("massgen-mcp")) / "trusted.json"
+    return user_config_dir() / "trusted.json"
 
 
 def _trusted() -> dict[str, str]:

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 import massgen_mcp
+from massgen_mcp.env import user_config_dir
 from massgen_mcp.scripted import ChatRequest, Reply, ScriptedServer, agree
 from tests.test_transports import TOKEN, free_port, server_env
 
@@ -28,9 +29,7 @@ QUESTION = [{"role": "system", "content": "Answer briefly."},
 
 def write_team(server: ScriptedServer, name: str = "team") -> None:
     """A config named ``name`` in the user config folder: team model massgen/<name>."""
-    import platformdirs
-
-    folder = Path(platformdirs.user_config_dir("massgen-mcp"))
+    folder = user_config_dir()
     folder.mkdir(parents=True, exist_ok=True)
     agents = [{"id": f"agent_{m}", "backend": {"type": "openai", "model": m,
                                                 "base_url": server.base_url}}
