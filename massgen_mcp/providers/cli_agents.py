@@ -42,7 +42,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -457,17 +457,14 @@ class CliProvider:
                                 f"{tail(stderr_text.strip(), ERROR_TAIL_CHARS)!r})",
                                 retryable=exc.retryable, status_code=exc.status_code,
                                 kind=exc.kind) from None
-        return Completion(content=completion.content, prompt_tokens=completion.prompt_tokens,
-                          completion_tokens=completion.completion_tokens,
-                          cost_usd=completion.cost_usd,
-                          latency_s=time.perf_counter() - started)
+        return replace(completion, latency_s=time.perf_counter() - started)
 
 
 def _append_log(path: Path, agent_id: str, code: int, text: str) -> None:
+    # A log line must never fail a call.
     with contextlib.suppress(OSError), path.open("a", encoding="utf-8") as log:
-        # (a log line must never fail a call)
-            log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} {agent_id} exit {code}\n")
-            log.write(text if text.endswith("\n") else text + "\n")
+        log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} {agent_id} exit {code}\n")
+        log.write(text if text.endswith("\n") else text + "\n")
 
 
 class OutputTooLarge(ProviderError):
