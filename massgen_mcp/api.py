@@ -124,7 +124,7 @@ async def follow(service: ConsensusService, session_id: str,
     except asyncio.CancelledError:
         await service.cancel(session_id)
         raise
-    return service.result(session_id)
+    return await service.result(session_id)
 
 
 async def arun(question: str, *, models: list[str] | None = None, config: str | None = None,

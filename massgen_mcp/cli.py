@@ -111,7 +111,7 @@ async def _run(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord, P
         loop.add_signal_handler(signal.SIGTERM, lambda: loop.create_task(
             service.cancel(started.session_id)))
         await service.wait(started.session_id, None, until_done=True)
-        return service.result(started.session_id), started.record_dir
+        return await service.result(started.session_id), started.record_dir
     finally:
         await service.aclose()  # Ctrl-C: the run is cancelled and its record closed
 

@@ -132,9 +132,9 @@ class Method:
         return self.__dict__.copy()
 
 
-def score_run(service: ConsensusService, session_id: str, expected: str) -> dict[str, Any]:
+async def score_run(service: ConsensusService, session_id: str, expected: str) -> dict[str, Any]:
     """The three methods' results for one finished run, from its record."""
-    result = service.result(session_id)
+    result = await service.result(session_id)
     events = service.store.read_events(session_id)
     first: dict[str, Event] = {}
     for event in events:
@@ -251,7 +251,7 @@ async def evaluate(service: ConsensusService, items: list[Item], folder: Path,
             continue
         started = await service.start(make_spec(item.question + ANSWER_LINE))
         await follow(service, started.session_id)
-        row = score_run(service, started.session_id, item.answer)
+        row = await score_run(service, started.session_id, item.answer)
         evaluation.done[key] = {"question": item.question, "expected": item.answer, **row}
         evaluation.save()
         if on_question is not None:

@@ -145,14 +145,14 @@ class ConsensusService:
         run = await self.runner.start(question, team, context=context,
                                       parent_session_id=parent_session_id, workspace=root,
                                       notes=notes)
-        return Started(run.session_id, run.recorder.folder, notes)
+        return Started(run.session_id, run.record_dir, notes)
 
     async def continue_session(self, session_id: str, follow_up: str, *,
                                options: RunOptions | None = None) -> Started:
         """A new run on ``follow_up`` by the same team, with the earlier question and final
         answer as context; linked to its parent in both records."""
         follow_up = check_question(follow_up, "follow_up")
-        parent = self.result(session_id)
+        parent = await self.result(session_id)
         request = self.store.read_request(session_id)
         earlier = (f"<earlier_question>\n{parent.question}\n</earlier_question>\n"
                    f"<earlier_final_answer>\n{parent.final_answer or '(none)'}\n"
@@ -169,25 +169,14 @@ class ConsensusService:
         return started
 
     async def resume_session(self, session_id: str) -> Started:
-        """Continue an interrupted run from its recorded answers, in the same record."""
-        status = self.store.read_status(session_id)
+        """Continue an interrupted run from its recorded answers and votes, in the same
+        record."""
+        status = await self.status(session_id)
         if status.status is not RunStatus.INTERRUPTED:
             raise SessionStateError(f"session {session_id} is {status.status}; only "
                                     "interrupted runs can be resumed")
-        request = self.store.read_request(session_id)
-        team = self._recorded_team(session_id)
-        events = self.store.read_events(session_id)
-        answers = tuple(
-            (e.agent_id, self.store.read_answer(session_id, e.label).rstrip("\n"))
-            for e in events
-            if e.type is EventType.ANSWER and e.agent_id is not None and e.label is not None)
-        calls = tuple(e for e in events if e.type is EventType.CALL)
-        run = await self.runner.resume(
-            session_id, request.question, team, context=request.context,
-            parent_session_id=request.parent_session_id, prior_answers=answers,
-            prior_calls=calls, prior_event_count=len(events),
-            workspace=Path(request.workspace) if request.workspace else None)
-        return Started(session_id, run.recorder.folder, [])
+        run = await self.runner.resume(session_id, self._recorded_team(session_id))
+        return Started(session_id, run.record_dir, [])
 
     def _recorded_team(self, session_id: str) -> TeamConfig:
         """The team a session ran with, from its config.json (keys are not stored there)."""
@@ -200,24 +189,24 @@ class ConsensusService:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def status(self, session_id: str) -> StatusRecord:
-        """The live status: from memory while this process runs it, else from its record."""
-        return self.runner.status(check_session_id(session_id))
+    async def status(self, session_id: str) -> StatusRecord:
+        """The live status, from whichever process runs it, else from its record."""
+        return await self.runner.status(check_session_id(session_id))
 
     async def wait(self, session_id: str, wait_s: float | None, *, until_done: bool = False,
                    after_revision: int | None = None, on_change: StatusCallback | None = None
                    ) -> StatusRecord:
         """The status once the run changes (since ``after_revision`` if given), or with
         ``until_done`` once it has finished, or after ``wait_s`` seconds (None: no limit)."""
-        self.status(session_id)  # an unknown id fails now, not after the wait
+        await self.status(session_id)  # an unknown id fails now, not after the wait
         return await self.runner.wait(session_id, wait_s, until_done=until_done,
                                       after_revision=after_revision, on_change=on_change)
 
-    def result(self, session_id: str) -> ResultRecord:
+    async def result(self, session_id: str) -> ResultRecord:
         """The outcome of a finished run; RunNotFinishedError while it goes on."""
-        result = self.runner.result(check_session_id(session_id))
+        result = await self.runner.result(check_session_id(session_id))
         if result is None:
-            raise RunNotFinishedError(session_id, self.status(session_id).status)
+            raise RunNotFinishedError(session_id, (await self.status(session_id)).status)
         return result
 
     def record(self, session_id: str) -> SessionRecord:
@@ -246,7 +235,7 @@ class ConsensusService:
         check_session_id(session_id)
         if await self.runner.cancel(session_id):
             return RunStatus.CANCELLED, True
-        status = self.runner.status(session_id)
+        status = await self.runner.status(session_id)
         if status.status is RunStatus.RUNNING:
             raise SessionStateError(
                 f"session {session_id} is running in another massgen-mcp process "

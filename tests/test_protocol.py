@@ -53,7 +53,7 @@ async def test_unanimous_run_in_process() -> None:
     assert result.presented_by == result.winner.agent_id if result.winner else False
     assert store.read_result(result.session_id) == result, "the record on disk is the result"
     assert runner.runs == {}, "a finished run is forgotten; its record is the truth"
-    assert runner.status(result.session_id).status is RunStatus.COMPLETED
+    assert (await runner.status(result.session_id)).status is RunStatus.COMPLETED
 
 
 async def test_invalid_replies_get_corrective_retries_then_drop() -> None:
@@ -223,3 +223,48 @@ asyncio.run(main())
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.split() == ["completed", "False"]
+
+
+async def test_resume_replays_answers_and_standing_votes(tmp_path: Path) -> None:
+    """A run stopped with every answer in and two votes cast continues with only the
+    missing vote and the final answer: no call whose outcome is recorded is made again."""
+    class Blocked(ScriptedProvider):
+        """Agent c never finishes its vote while ``block`` is set."""
+
+        def __init__(self) -> None:
+            super().__init__(agree)
+            self.block = True
+            self.votes_in = asyncio.Event()
+            self.turns: list[tuple[str, bool]] = []  # (agent, is a vote turn)
+
+        async def complete(self, agent: AgentSpec, messages: list[dict[str, Any]],
+                           **kwargs: Any) -> Completion:
+            voting = kwargs.get("tools") is not None and "vote" in str(kwargs["tools"])
+            if voting and agent.id == "agent_c" and self.block:
+                self.votes_in.set()
+                await asyncio.Event().wait()
+            self.turns.append((agent.id, voting))
+            return await super().complete(agent, messages, **kwargs)
+
+    store = SessionStore(tmp_path)
+    provider = Blocked()
+    runner = SessionRunner(store, provider)
+    live = await runner.start("What is 6*7?", team())
+    await provider.votes_in.wait()
+    while sum(1 for e in store.read_events(live.session_id) if e.type is EventType.VOTE) < 2:
+        await runner.wait(live.session_id, 5)
+    await runner.aclose(interrupt=True)
+    assert store.read_status(live.session_id).status is RunStatus.INTERRUPTED
+
+    provider.block, provider.turns = False, []
+    again = SessionRunner(store, provider)
+    resumed = await again.resume(live.session_id, team())
+    result = await resumed.task
+    assert result.status is RunStatus.COMPLETED and len(result.tally) == 3
+    votes = [r for r in provider.turns if r[1]]
+    assert votes == [("agent_c", True)], "only the missing vote is asked for"
+    assert len(provider.turns) == 2, "then the final answer, nothing else"
+    assert sum(result.tally.values()) == 3
+    types = [e.type for e in store.read_events(live.session_id)]
+    assert types.count(EventType.ANSWER) == 3 and types.count(EventType.VOTE) == 3
+    assert EventType.RESUMED in types

@@ -40,9 +40,9 @@ def in_process(home: Path) -> ConsensusService:
                             Workspace(home))
 
 
-def test_a_record_written_by_release_0_1_0_still_reads(old_home: Path) -> None:
+async def test_a_record_written_by_release_0_1_0_still_reads(old_home: Path) -> None:
     service = in_process(old_home)
-    status, result = service.status(OLD_ID), service.result(OLD_ID)
+    status, result = await service.status(OLD_ID), await service.result(OLD_ID)
     assert status.status is RunStatus.COMPLETED and status.schema_version == SCHEMA_VERSION
     assert result.winner is not None and result.winner.label in result.tally
     assert result.final_answer and not result.timed_out and not result.budget_exceeded
@@ -82,11 +82,11 @@ async def test_new_records_keep_the_release_0_1_0_json(old_home: Path) -> None:
         assert set(event) == old_events[event["type"]], event["type"]
 
 
-def test_a_record_from_a_newer_release_is_refused_clearly(old_home: Path) -> None:
+async def test_a_record_from_a_newer_release_is_refused_clearly(old_home: Path) -> None:
     path = old_home / "sessions" / OLD_ID / "result.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "schema_version": 99}))
     with pytest.raises(SessionStateError, match=r"newer massgen-mcp .*upgrade"):
-        in_process(old_home).result(OLD_ID)
+        await in_process(old_home).result(OLD_ID)
 
 
 def test_cli_and_mcp_take_the_same_inputs_through_one_door(
@@ -142,7 +142,7 @@ async def test_the_live_status_is_masked_like_the_record(home: Path, monkeypatch
     service = ConsensusService(store, SessionRunner(store, Gated(policy)), Workspace(home))
     started = await service.start(RunSpec(question="q", models=["openai/a", "openai/b"],
                                           base_url="http://127.0.0.1:9/v1"))
-    status = service.status(started.session_id)
+    status = await service.status(started.session_id)
     while not status.answers:
         status = await service.wait(started.session_id, 10, after_revision=status.revision)
     assert not status.done and "***" in status.answers[0].preview

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -93,6 +94,55 @@ def is_evidence(name: str) -> bool:
 
 
 @dataclass(frozen=True)
+class PriorAnswer:
+    agent_id: str
+    content: str
+
+
+@dataclass(frozen=True)
+class PriorVote:
+    agent_id: str
+    label: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PriorRestart:
+    feedback: str | None
+
+
+PriorStep = PriorAnswer | PriorVote | PriorRestart
+
+
+@dataclass(frozen=True)
+class Prior:
+    """A recorded run's progress, replayed into the state machine when the run continues
+    (``resume_session``, or a worker taking over from one that died), so that no call whose
+    outcome is recorded is made again: answers, the votes still standing, restarts, and the
+    calls already paid for (usage and budget carry on)."""
+
+    steps: tuple[PriorStep, ...]
+    calls: tuple[Event, ...]
+    event_count: int  # event numbering continues after the recorded events
+
+    @classmethod
+    def from_events(cls, events: list[Event], answer: Callable[[str], str]) -> Prior:
+        """Read the progress out of a record's events; ``answer`` gives an answer's text by
+        label. Accepted answers and votes replay in recorded order, so labels, versions and
+        the votes a later answer invalidated come out as they were."""
+        steps: list[PriorStep] = []
+        for e in events:
+            if e.type is EventType.ANSWER and e.agent_id and e.label:
+                steps.append(PriorAnswer(e.agent_id, answer(e.label).rstrip("\n")))
+            elif e.type is EventType.VOTE and e.agent_id and e.label:
+                steps.append(PriorVote(e.agent_id, e.label, e.reason or ""))
+            elif e.type is EventType.RESTART:
+                steps.append(PriorRestart(e.detail))
+        return cls(tuple(steps), tuple(e for e in events if e.type is EventType.CALL),
+                   len(events))
+
+
+@dataclass(frozen=True)
 class RunRequest:
     """Everything needed to run (or re-run) a session."""
 
@@ -101,11 +151,8 @@ class RunRequest:
     team: TeamConfig
     context: str | None = None
     parent_session_id: str | None = None
-    # Resuming an interrupted run: answers already given, as (agent_id, content) in the order
-    # they were accepted, and the calls already paid for.
-    prior_answers: tuple[tuple[str, str], ...] = ()
-    prior_calls: tuple[Event, ...] = ()
-    prior_event_count: int = 0  # event numbering continues after the recorded events
+    # Resuming a run that stopped part-way: what its record had settled (see :class:`Prior`).
+    prior: Prior | None = None
     workspace: Path | None = None  # the root the evidence tools read (when they are on)
     log_path: Path | None = None  # where coding-agent CLIs' stderr goes (the session's cli.log)
 
@@ -168,13 +215,26 @@ class ConsensusRun:
         self._interrupting = False
         self._restarts = 0  # coordination rounds started again by the final answer's check
         self._feedback: str | None = None  # the check's feedback, shown to every agent
-        self._seq = request.prior_event_count
+        self._seq = request.prior.event_count if request.prior else 0
         self._revision = 0  # bumped on every published status, so pollers can tell news
         self._t0 = time.monotonic()
         self._started_at = time.time()
-        for agent_id, content in request.prior_answers:
-            self.coord.add_answer(agent_id, content)
-        for call in request.prior_calls:
+        if request.prior is not None:
+            self._replay(request.prior)
+
+    def _replay(self, prior: Prior) -> None:
+        for step in prior.steps:
+            if isinstance(step, PriorAnswer) and step.agent_id in self.agents:
+                self.coord.add_answer(step.agent_id, step.content)
+            elif isinstance(step, PriorVote) and step.agent_id in self.agents:
+                with contextlib.suppress(ValueError):  # a record edited by hand
+                    self.coord.add_vote(step.agent_id, step.label, step.reason,
+                                        self.coord.version)
+            elif isinstance(step, PriorRestart):
+                self.coord.restart()
+                self._restarts += 1
+                self._feedback = step.feedback
+        for call in prior.calls:
             self._count(call.agent_id, Completion(
                 None, prompt_tokens=call.prompt_tokens or 0,
                 completion_tokens=call.completion_tokens or 0, cost_usd=call.cost_usd,
@@ -532,7 +592,7 @@ class ConsensusRun:
         presenter: str | None = None
         try:
             try:
-                if self.request.prior_answers:
+                if self.request.prior is not None:
                     self._emit(EventType.RESUMED,
                                labels=[a.label for a in self.coord.current_answers()])
                 else:

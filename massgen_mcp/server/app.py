@@ -241,7 +241,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         """The handle of a run just started; with ``wait_s``, wait that long for it to finish
         (sending progress) and include the result if it did."""
         service = _service(ctx)
-        status = service.status(started.session_id)
+        status = await service.status(started.session_id)
         wait = min(wait_s, max_wait_s())
         if wait > 0:
             status = await service.wait(started.session_id, wait, until_done=True,
@@ -249,7 +249,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         handle = RunHandle(session_id=started.session_id, status=status.status,
                            record_dir=str(started.record_dir), message=message)
         if status.done:
-            handle.result = result_view(service.result(started.session_id),
+            handle.result = result_view(await service.result(started.session_id),
                                         str(started.record_dir))
             handle.message = "finished; the result is included"
         return handle
@@ -303,7 +303,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
             service = _service(ctx)
             wait = min(wait_s, max_wait_s())
             status = (await service.wait(session_id, wait, after_revision=after_revision)
-                      if wait > 0 else service.status(session_id))
+                      if wait > 0 else await service.status(session_id))
             return status_view(status)
 
     @mcp.tool(annotations=READ, app=AppConfig(resource_uri=VIEW_URI))
@@ -317,7 +317,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         agent's last answer, usage and cost."""
         with _tool_errors():
             service = _service(ctx)
-            return result_view(service.result(session_id),
+            return result_view(await service.result(session_id),
                                str(service.store.folder(session_id)), detail)
 
     @mcp.tool(annotations=READ)
@@ -374,13 +374,13 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
     async def status_resource(session_id: str, ctx: Context) -> str:
         """status.json of a session."""
         with _tool_errors():
-            return _service(ctx).status(session_id).model_dump_json(indent=2)
+            return (await _service(ctx).status(session_id)).model_dump_json(indent=2)
 
     @mcp.resource("massgen://sessions/{session_id}/result", mime_type="application/json")
     async def result_resource(session_id: str, ctx: Context) -> str:
         """result.json of a finished session (full answers)."""
         with _tool_errors():
-            return _service(ctx).result(session_id).model_dump_json(indent=2)
+            return (await _service(ctx).result(session_id)).model_dump_json(indent=2)
 
     @mcp.resource("massgen://sessions/{session_id}/events", mime_type="application/jsonl")
     async def events_resource(session_id: str, ctx: Context) -> str:

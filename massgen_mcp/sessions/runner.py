@@ -17,19 +17,57 @@ import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypedDict
 
 from massgen_mcp.config import TeamConfig
-from massgen_mcp.consensus.engine import ConsensusRun, RunRequest
+from massgen_mcp.consensus.engine import ConsensusRun, Prior, RunRequest
 from massgen_mcp.errors import RecordWriteError, SessionStateError
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.records import Event, RequestRecord, ResultRecord, StatusRecord
-from massgen_mcp.sessions.store import FileRecorder, SessionStore, new_session_id
+from massgen_mcp.sessions.store import (
+    EventHook,
+    FileRecorder,
+    SessionStore,
+    StatusHook,
+    new_session_id,
+)
 
 log = logging.getLogger(__name__)
 
 EventListener = Callable[[str, Event], None]
 StatusCallback = Callable[[StatusRecord], Awaitable[None]]
 CLOSE_DEADLINE_S = 10.0
+
+
+class RecorderHooks(TypedDict):
+    on_event: EventHook
+    on_status: StatusHook
+
+
+@dataclass
+class Launched:
+    """A run handed to an executor: where its record is."""
+
+    session_id: str
+    record_dir: Path
+
+
+def create_record(store: SessionStore, session_id: str, question: str, team: TeamConfig, *,
+                  context: str | None, parent_session_id: str | None,
+                  workspace: Path | None, notes: list[str] | None,
+                  hooks: RecorderHooks | None = None) -> FileRecorder:
+    """A new session's folder with its config (keys masked) and request: everything any
+    process needs to run it. ``workspace`` is recorded only when the team's tools read it."""
+    if not team.options.workspace_tools:
+        workspace = None
+    return store.create(
+        session_id, config=team.redacted(),
+        request=RequestRecord(question=question, context=context,
+                              parent_session_id=parent_session_id,
+                              workspace=str(workspace) if workspace else None,
+                              notes=notes or []),
+        on_event=hooks["on_event"] if hooks else None,
+        on_status=hooks["on_status"] if hooks else None)
 
 
 class ChangeSignal:
@@ -42,10 +80,6 @@ class ChangeSignal:
         self._event.set()
         self._event = asyncio.Event()
 
-    def pulse_on(self, _status: StatusRecord) -> None:
-        """A recorder's ``on_status`` hook: every published status wakes the waiters."""
-        self.pulse()
-
     async def wait(self, timeout_s: float | None) -> None:
         event = self._event
         try:
@@ -56,10 +90,9 @@ class ChangeSignal:
 
 
 @dataclass
-class LiveRun:
+class LiveRun(Launched):
     """A run executing in this process."""
 
-    session_id: str
     engine: ConsensusRun
     recorder: FileRecorder
     changes: ChangeSignal
@@ -82,6 +115,7 @@ class SessionRunner:
         # lives here, so this process still reports it truly. Rare, and small.
         self.unrecorded: dict[str, FileRecorder] = {}
         self.listeners: list[EventListener] = []
+        self.status_listeners: list[Callable[[StatusRecord], None]] = []
         self._closed = False
 
     def running_count(self) -> int:
@@ -106,50 +140,54 @@ class SessionRunner:
         self._check_capacity()
         session_id = new_session_id()
         changes = ChangeSignal()
-        if not team.options.workspace_tools:
-            workspace = None
-        recorder = self.store.create(
-            session_id, config=team.redacted(),
-            request=RequestRecord(question=question, context=context,
-                                  parent_session_id=parent_session_id,
-                                  workspace=str(workspace) if workspace else None,
-                                  notes=notes or []),
-            on_event=self._forward(session_id), on_status=changes.pulse_on)
-        return self._launch(RunRequest(session_id, question, team, context, parent_session_id,
-                                       workspace=workspace), recorder, changes)
-
-    async def resume(
-        self, session_id: str, question: str, team: TeamConfig, *, context: str | None,
-        parent_session_id: str | None, prior_answers: tuple[tuple[str, str], ...],
-        prior_calls: tuple[Event, ...], prior_event_count: int, workspace: Path | None = None,
-    ) -> LiveRun:
-        """Continue a recorded run in its own folder, starting from its recorded answers."""
-        self._check_capacity()
+        recorder = create_record(self.store, session_id, question, team, context=context,
+                                 parent_session_id=parent_session_id, workspace=workspace,
+                                 notes=notes, hooks=self._hooks(session_id, changes))
         request = RunRequest(session_id, question, team, context, parent_session_id,
-                             prior_answers=prior_answers, prior_calls=prior_calls,
-                             prior_event_count=prior_event_count, workspace=workspace)
-        changes = ChangeSignal()
-        recorder = self.store.reopen(session_id, on_event=self._forward(session_id),
-                                     on_status=changes.pulse_on)
-        return self._launch(request, recorder, changes)
+                             workspace=workspace if team.options.workspace_tools else None)
+        return self._launch(request, recorder, changes, fresh=True)
 
-    def _forward(self, session_id: str) -> Callable[[Event], None]:
-        """Hand each event of a run to the listeners (the CLI's progress lines)."""
+    async def resume(self, session_id: str, team: TeamConfig) -> LiveRun:
+        """Run a recorded session from where its record stands: from the start if it has no
+        events yet (a queued run), else from its recorded answers and votes (see
+        :class:`~massgen_mcp.consensus.engine.Prior`)."""
+        self._check_capacity()
+        recorded = self.store.read_request(session_id)
+        events = self.store.read_events(session_id)
+        prior = (Prior.from_events(events, lambda label: self.store.read_answer(session_id,
+                                                                                 label))
+                 if events else None)
+        request = RunRequest(session_id, recorded.question, team, recorded.context,
+                             recorded.parent_session_id, prior=prior,
+                             workspace=Path(recorded.workspace) if recorded.workspace else None)
+        changes = ChangeSignal()
+        recorder = self.store.reopen(session_id, **self._hooks(session_id, changes))
+        return self._launch(request, recorder, changes, fresh=False)
+
+    def _hooks(self, session_id: str, changes: ChangeSignal) -> RecorderHooks:
+        """The recorder's hooks: every event to the event listeners (the CLI's progress
+        lines, a worker's publisher), every status to the status listeners and the run's
+        change signal (waking long polls)."""
         def on_event(event: Event) -> None:
             for listener in self.listeners:
                 listener(session_id, event)
-        return on_event
 
-    def _launch(self, request: RunRequest, recorder: FileRecorder, changes: ChangeSignal
-                ) -> LiveRun:
+        def on_status(status: StatusRecord) -> None:
+            changes.pulse()
+            for listener in self.status_listeners:
+                listener(status)
+        return {"on_event": on_event, "on_status": on_status}
+
+    def _launch(self, request: RunRequest, recorder: FileRecorder, changes: ChangeSignal, *,
+                fresh: bool) -> LiveRun:
         request = replace(request, log_path=recorder.folder / "cli.log")
         engine = ConsensusRun(request, self.provider, recorder)
-        run = LiveRun(request.session_id, engine, recorder, changes)
+        run = LiveRun(request.session_id, recorder.folder, engine, recorder, changes)
         try:
             recorder.status(engine.snapshot())
         except RecordWriteError:
             recorder.close()
-            if not request.prior_answers and not request.prior_event_count:
+            if fresh:
                 shutil.rmtree(recorder.folder, ignore_errors=True)  # a new run: no trace
             raise
         run.task = asyncio.create_task(self._execute(run), name=f"session:{request.session_id}")
@@ -170,14 +208,14 @@ class SessionRunner:
         run = self.runs.get(session_id)
         return run.recorder if run is not None else self.unrecorded.get(session_id)
 
-    def status(self, session_id: str) -> StatusRecord:
+    async def status(self, session_id: str) -> StatusRecord:
         """Live status from memory when the run is here, else from its status.json."""
         recorder = self._recorder(session_id)
         if recorder is not None and recorder.latest_status is not None:
             return recorder.latest_status
         return self.store.read_status(session_id)
 
-    def result(self, session_id: str) -> ResultRecord | None:
+    async def result(self, session_id: str) -> ResultRecord | None:
         """The result of a finished run (None while it goes on), from memory when its record
         could not be written, else from result.json."""
         recorder = self.unrecorded.get(session_id)
@@ -199,7 +237,7 @@ class SessionRunner:
         deadline = None if timeout_s is None else loop.time() + timeout_s
         seen = after_revision
         while True:
-            status = self.status(session_id)
+            status = await self.status(session_id)
             run = self.runs.get(session_id)
             if run is None or status.done:
                 return status
