@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import re
 import signal
 import sys
@@ -36,7 +37,8 @@ from massgen_mcp.secrets import RedactingFormatter, redact
 from massgen_mcp.sessions.store import SessionStore, default_home
 
 if TYPE_CHECKING:
-    from massgen_mcp.service import ConsensusService
+    from massgen_mcp.pool.live import PoolConfig
+    from massgen_mcp.service import ConsensusService, SetupView
 
 EXIT_OK, EXIT_INPUT, EXIT_EXECUTION, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3, 4
 EXIT_BY_STATUS = {
@@ -304,7 +306,18 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    setup = asyncio.run(_service(args).check_setup())
+    from massgen_mcp.service import ConsensusService
+
+    async def survey() -> SetupView:
+        pool = _pool(args)
+        service = (await ConsensusService.pool(pool, _home(args)) if pool
+                   else _service(args))
+        try:
+            return await service.check_setup()
+        finally:
+            await service.aclose()
+
+    setup = asyncio.run(survey())
     if args.json:
         print(setup.model_dump_json(indent=2))
         return EXIT_OK
@@ -318,6 +331,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     print("default team:  " + (", ".join(setup.default_team) or "none"))
     print("  why:         " + setup.default_team_reason)
     print("records:       " + setup.storage)
+    if setup.mode == "pool":
+        print(f"runs:          on the worker pool at {setup.redis_url}; "
+              f"{len(setup.workers)} worker(s) live"
+              + (f" ({', '.join(setup.workers)})" if setup.workers else
+                 ": start one with massgen-mcp worker --redis URL"))
+    else:
+        print("runs:          in this process (embedded; --redis URL for a worker pool)")
     print("versions:      " + ", ".join(f"{k} {v}" for k, v in setup.versions.items()))
     print("add more:      " + setup.how_to_add_more)
     return EXIT_OK
@@ -366,15 +386,49 @@ def cmd_install(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _pool(args: argparse.Namespace) -> PoolConfig | None:
+    """The worker pool named by --redis (or $MASSGEN_REDIS_URL), if any."""
+    from massgen_mcp.pool.live import URL_ENV, PoolConfig
+
+    url = getattr(args, "redis", None) or os.environ.get(URL_ENV)
+    if not url:
+        return None
+    return PoolConfig(url, name=args.pool_name,
+                      redelivery_timeout_s=getattr(args, "redelivery_timeout", 30.0))
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from massgen_mcp.server.transports import serve_http, serve_stdio
 
     home = Path(args.home) if args.home else None
+    pool = _pool(args)
     if args.http:
         serve_http(host=args.host, port=args.port, path=args.path, home=home,
-                   api=args.api)
+                   api=args.api, pool=pool, tasks=args.tasks)
+    elif pool is not None:
+        raise ConfigError("--redis: a pool front end serves over HTTP; add --http (hosts "
+                          "that spawn a stdio server run it embedded)")
     else:
-        serve_stdio(home)
+        serve_stdio(home, tasks=args.tasks)
+    return EXIT_OK
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from massgen_mcp.pool.worker import PoolWorker
+    from massgen_mcp.providers.registry import ProviderRouter
+    from massgen_mcp.server.transports import configure_logging
+
+    pool = _pool(args)
+    if pool is None:
+        raise ConfigError("worker: give the pool's Redis with --redis redis://host:6379/0 "
+                          "(or set MASSGEN_REDIS_URL)")
+    if not 1 <= args.concurrency <= 1000:
+        raise ConfigError("--concurrency: between 1 and 1000 runs at once")
+    home = Path(args.home) if args.home else None
+    configure_logging(home, log_file=None)
+    worker = PoolWorker(pool, SessionStore(home), ProviderRouter(),
+                        concurrency=args.concurrency)
+    asyncio.run(worker.serve())
     return EXIT_OK
 
 
@@ -448,6 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="show keys, local servers, the default team and why")
     doctor.add_argument("--json", action="store_true")
+    _pool_arguments(doctor)
     doctor.set_defaults(func=cmd_doctor)
 
     from massgen_mcp.hosts import HOSTS
@@ -470,8 +525,30 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api", choices=["both", "mcp", "openai"], default="both",
                        help="with --http: MCP at --path, the OpenAI-compatible "
                             "/v1/chat/completions and /v1/models, or both (default)")
+    serve.add_argument("--tasks", action="store_true",
+                       help="make run_consensus an MCP task for clients that ask (always on "
+                            "with --redis)")
+    _pool_arguments(serve)
     serve.set_defaults(func=cmd_serve, http=False)
+
+    worker = sub.add_parser("worker", help="run sessions from a pool's Redis queue (start "
+                                           "front ends with serve --http --redis)")
+    _pool_arguments(worker)
+    worker.add_argument("--concurrency", type=int, default=32,
+                        help="runs at once in this process (default 32)")
+    worker.add_argument("--redelivery-timeout", type=float, default=30.0, metavar="S",
+                        help="a run whose worker is silent this long goes to another worker "
+                             "(default 30)")
+    worker.set_defaults(func=cmd_worker)
     return parser
+
+
+def _pool_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--redis", metavar="URL",
+                        help="a worker pool's Redis, e.g. redis://localhost:6379/0 (default: "
+                             "$MASSGEN_REDIS_URL; none: runs in this process)")
+    parser.add_argument("--pool-name", default="massgen",
+                        help="the pool's name in Redis (default massgen)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,6 +49,7 @@ class RunStatus(StrEnum):
 
 # What the run as a whole is doing.
 class Phase(StrEnum):
+    QUEUED = "queued"  # waiting for a worker of the pool (massgen-mcp worker) to take it
     ANSWERING = "answering"  # round one: independent answers
     VOTING = "voting"  # every live agent has answered; votes and new answers
     PRESENTING = "presenting"  # the winner writes the final answer
@@ -100,6 +101,7 @@ class EventType(StrEnum):
     FINAL = "final"
     FINISHED = "finished"
     INTERRUPTED = "interrupted"  # written by the next server when it finds the run orphaned
+    REQUEUED = "requeued"  # a pool worker stopped and handed the run back to the queue
     CONTINUED = "continued"  # a follow-up session was started from this one
     TOOL_CALL = "tool_call"  # an agent used an evidence tool within its turn
     CHECK = "check"  # the final answer's check: reason accept|restart, detail the feedback
@@ -189,6 +191,9 @@ class StatusRecord(VersionedRecord):
     tally: dict[str, list[str]] = {}  # answer label -> agent ids voting for it
     usage: Usage = Usage()
     pid: int | None = None  # the process running it (to tell orphaned runs)
+    # The pool worker running it ("host#pid"), when a worker pool owns the run: its death is
+    # handled by redelivery to another worker, not by the next server marking it interrupted.
+    worker: str | None = None
 
     @property
     def done(self) -> bool:

@@ -14,6 +14,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -24,7 +25,6 @@ from massgen_mcp.config import (
     RunOptions,
     RunSpec,
     TeamConfig,
-    build_team,
     check_question,
     missing_credentials,
 )
@@ -38,10 +38,13 @@ from massgen_mcp.records import (
     SessionRecord,
     StatusRecord,
 )
-from massgen_mcp.sessions.runner import SessionRunner, StatusCallback
+from massgen_mcp.sessions.runner import Executor, SessionRunner, StatusCallback, recorded_team
 from massgen_mcp.sessions.store import SessionStore, SessionSummary, check_session_id
 from massgen_mcp.team import choose_team, with_overrides
 from massgen_mcp.tools.workspace import WorkspaceTools
+
+if TYPE_CHECKING:
+    from massgen_mcp.pool.live import PoolConfig
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,9 @@ class SetupView(BaseModel):
     default_team: list[str] = Field(description="models used when a run names none")
     default_team_reason: str
     storage: str
+    mode: str = Field(description="embedded (runs in this process) or pool (Redis workers)")
+    redis_url: str | None = Field(description="the pool's Redis, password masked")
+    workers: list[str] = Field(description="pool workers seen recently")
     sessions_running: int
     versions: dict[str, str]
     how_to_add_more: str
@@ -91,8 +97,7 @@ def _pid_alive(pid: int) -> bool:
 class ConsensusService:
     """Runs and their records, for every front end."""
 
-    def __init__(self, store: SessionStore, runner: SessionRunner, workspace: Workspace
-                 ) -> None:
+    def __init__(self, store: SessionStore, runner: Executor, workspace: Workspace) -> None:
         self.store = store
         self.runner = runner
         self.workspace = workspace
@@ -106,6 +111,17 @@ class ConsensusService:
 
         store = SessionStore(home)
         return cls(store, SessionRunner(store, ProviderRouter()),
+                   workspace or Workspace(Path.cwd()))
+
+    @classmethod
+    async def pool(cls, config: PoolConfig, home: Path | None = None,
+                   workspace: Workspace | None = None) -> ConsensusService:
+        """A front end of a worker pool: records under ``home`` (shared with the workers),
+        runs on ``massgen-mcp worker`` processes through Redis."""
+        from massgen_mcp.pool.executor import PoolRunner
+
+        store = SessionStore(home)
+        return cls(store, await PoolRunner(store, config).open(),
                    workspace or Workspace(Path.cwd()))
 
     async def aclose(self, *, interrupt: bool = False) -> None:
@@ -179,13 +195,7 @@ class ConsensusService:
         return Started(session_id, run.record_dir, [])
 
     def _recorded_team(self, session_id: str) -> TeamConfig:
-        """The team a session ran with, from its config.json (keys are not stored there)."""
-        team = build_team(self.store.read_config(session_id),
-                          source=f"session {session_id} config.json")
-        if any(agent.api_key is not None for agent in team.agents):  # recorded as "***"
-            raise SessionStateError(f"session {session_id} used inline api_keys, which are not "
-                                    "stored; start a new run with the same config")
-        return team
+        return recorded_team(self.store, session_id)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -246,8 +256,9 @@ class ConsensusService:
         from massgen_mcp.defaults import discover
 
         found = await discover(survey=True)
+        info = await self.runner.describe()
         versions = {"massgen-mcp": __version__, "python": sys.version.split()[0]}
-        for dist in ("fastmcp", "mcp", "litellm", "llama-cpp-python"):
+        for dist in ("fastmcp", "mcp", "litellm", "llama-cpp-python", "pydocket"):
             try:
                 versions[dist] = importlib.metadata.version(dist)
             except importlib.metadata.PackageNotFoundError:
@@ -263,7 +274,8 @@ class ConsensusService:
             default_team=[a.model for a in found.team.agents] if found.team else [],
             default_team_reason=found.reason,
             storage=str(self.store.sessions_dir),
-            sessions_running=self.runner.running_count(),
+            mode=info.mode, redis_url=info.redis_url, workers=list(info.workers),
+            sessions_running=await self.runner.count_running(),
             versions=versions,
             how_to_add_more=(
                 "set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, "

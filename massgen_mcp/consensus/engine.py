@@ -212,7 +212,7 @@ class ConsensusRun:
         self._outcome = RunStatus.FAILED  # what status becomes when the run ends
         self.finish_reason: FinishReason | None = None
         self.errors: list[str] = []
-        self._interrupting = False
+        self._stopping: str | None = None  # "interrupt" or "hand_back": why a cancel came
         self._restarts = 0  # coordination rounds started again by the final answer's check
         self._feedback: str | None = None  # the check's feedback, shown to every agent
         self._seq = request.prior.event_count if request.prior else 0
@@ -564,7 +564,24 @@ class ConsensusRun:
     def interrupt(self) -> None:
         """Mark the coming cancellation as a stop of the whole server (not the user's
         cancel): the run is then recorded ``interrupted`` and can be resumed."""
-        self._interrupting = True
+        self._stopping = "interrupt"
+
+    def hand_back(self) -> None:
+        """Mark the coming cancellation as a pool worker stopping: the run is recorded
+        ``running``/``queued`` (not finished, so pollers keep waiting) for another worker to
+        continue from its record."""
+        self._stopping = "hand_back"
+
+    def end_unstarted(self, status: RunStatus, reason: FinishReason, error: str | None = None
+                      ) -> ResultRecord:
+        """End a run that never started (cancelled while queued, or a worker that cannot
+        run it): a complete record with its result, and no model call."""
+        self._end(status, reason)
+        if error:
+            self.errors.append(error)
+        if status is RunStatus.CANCELLED:
+            self._emit(EventType.CANCELLED)
+        return self._finish(None, None)
 
     def _no_consensus(self) -> None:
         """Every agent is gone. If answers exist, the best one is still worth returning,
@@ -630,8 +647,8 @@ class ConsensusRun:
                           FinishReason.BUDGET_EXCEEDED)
         except asyncio.CancelledError:
             await self._stop_turns()
-            if self._interrupting:
-                self._record_interruption()
+            if self._stopping is not None:
+                self._record_stop(self._stopping)
             else:
                 self._end(RunStatus.CANCELLED, FinishReason.CANCELLED)
                 self._emit(EventType.CANCELLED)
@@ -648,14 +665,20 @@ class ConsensusRun:
             return self._finish(None, None)
         return self._finish(final, presenter)
 
-    def _record_interruption(self) -> None:
-        """The server is stopping: leave the record as a crash would (no result), marked
-        ``interrupted`` at once, so ``resume_session`` continues from the recorded answers."""
-        self.status, self.phase = RunStatus.INTERRUPTED, Phase.DONE
-        self.finish_reason = FinishReason.INTERRUPTED
+    def _record_stop(self, why: str) -> None:
+        """The process is stopping: leave the record as a crash would (no result). Marked
+        ``interrupted`` at once, so ``resume_session`` continues from the recorded answers;
+        or, handed back to a pool, still running and queued for the next worker."""
         with contextlib.suppress(RecordWriteError):
-            self._emit(EventType.INTERRUPTED, reason="the server stopped while the run was "
-                                                     "in progress")
+            if why == "hand_back":
+                self.phase = Phase.QUEUED
+                self._emit(EventType.REQUEUED, reason="the worker running it stopped; the "
+                                                      "next worker continues from the record")
+            else:
+                self.status, self.phase = RunStatus.INTERRUPTED, Phase.DONE
+                self.finish_reason = FinishReason.INTERRUPTED
+                self._emit(EventType.INTERRUPTED, reason="the server stopped while the run "
+                                                         "was in progress")
             self._publish_status()
 
     def _finish_unrecorded(self, exc: RecordWriteError) -> ResultRecord:

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -59,9 +59,12 @@ from massgen_mcp.sessions.runner import StatusCallback
 if TYPE_CHECKING:  # the auth stack costs ~0.3 s to import; stdio never needs it
     from fastmcp.server.auth import AuthProvider
 
+    from massgen_mcp.pool.live import PoolConfig
+
 log = logging.getLogger(__name__)
 
 ROOTS_TIMEOUT_S = 5.0  # asking the client for its roots, once per run_consensus
+TASK_CONCURRENCY = 200  # MCP tasks one front end follows at once (each only waits)
 WARM_UP_DELAY_S = 1.0  # let the handshake go first; litellm's import holds the GIL for seconds
 
 INSTRUCTIONS = """\
@@ -138,6 +141,48 @@ def _progress_reporter(ctx: Context) -> StatusCallback:
     return report
 
 
+async def _run_as_task(ctx: Context, task_id: str, spec: RunSpec) -> RunHandle:
+    """Run ``spec`` to the end for an MCP task. A task delivered again (its front end died)
+    follows the session it started the first time instead of starting another."""
+    service = _service(ctx)
+    session_id = await service.runner.recall(task_id)
+    if session_id is None:
+        started = await service.start(spec, await _client_root(ctx))
+        session_id = started.session_id
+        await service.runner.remember(task_id, session_id)
+    try:
+        status = await service.wait(session_id, None, until_done=True,
+                                    on_change=_progress_reporter(ctx))
+    except asyncio.CancelledError:  # tasks/cancel: the task's session stops with it
+        await asyncio.shield(service.cancel(session_id))
+        raise
+    record_dir = str(service.store.folder(session_id))
+    return RunHandle(session_id=session_id, status=status.status, record_dir=record_dir,
+                     message="finished; the result is included",
+                     result=result_view(await service.result(session_id), record_dir))
+
+
+def add_health_route(mcp: FastMCP, pool: PoolConfig | None,
+                     service: Callable[[], ConsensusService | None]) -> None:
+    """``GET /healthz`` for load balancers: 200 when this front end can take runs (in a
+    pool: Redis answers and a worker was seen within Docket's heartbeat window), else 503
+    with the reason. No token: it says nothing about sessions."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+
+    @mcp.custom_route("/healthz", methods=["GET"])
+    async def healthz(_request: Request) -> Response:
+        running = service()
+        if running is None:
+            return JSONResponse({"status": "starting"}, status_code=503)
+        info = await running.runner.describe()
+        body = {"status": "ok", "mode": info.mode, "workers": len(info.workers)}
+        if info.problem:
+            return JSONResponse({**body, "status": "unavailable", "problem": info.problem},
+                                status_code=503)
+        return JSONResponse(body)
+
+
 def add_live_pages(mcp: FastMCP, token: str | None, home: Path | None) -> None:
     """``/sessions`` and ``/sessions/{id}`` on the HTTP server: the report, refreshing every
     2 s while a run goes on. Same token as /mcp, as ``Authorization: Bearer`` or ``?token=``
@@ -201,22 +246,28 @@ WaitS = Annotated[float, Field(ge=0, le=600, description=(
 
 def create_server(*, home: Path | None = None, root: Path | None = None,
                   auth: AuthProvider | None = None, token: str | None = None,
-                  service: ConsensusService | None = None, openai_api: bool = False
-                  ) -> FastMCP:
+                  service: ConsensusService | None = None, openai_api: bool = False,
+                  pool: PoolConfig | None = None, tasks: bool = False) -> FastMCP:
     """Build the FastMCP app. ``home`` holds the records (default ./.massgen or
     $MASSGEN_HOME); ``root`` is the folder ``context_files`` are read from (default cwd);
     ``token`` guards the live HTTP pages the same way ``auth`` guards /mcp; ``service``
     replaces the one built from ``home`` and ``root`` (the stdio server keeps a handle on it
     to stop its runs on a signal); ``openai_api`` adds ``/v1/chat/completions`` and
-    ``/v1/models`` (HTTP only)."""
+    ``/v1/models`` (HTTP only). ``pool`` makes this a front end of a worker pool: runs go to
+    ``massgen-mcp worker`` processes through Redis. ``tasks`` makes ``run_consensus``
+    task-capable (the MCP tasks extension), on the pool's Redis or in memory without one."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_server: FastMCP) -> AsyncIterator[dict[str, Any]]:
         nonlocal service
         from massgen_mcp.providers.litellm_provider import warm_up
 
-        service = service or ConsensusService.local(home, Workspace(root or Path.cwd()))
-        interrupted = service.mark_interrupted()
+        workspace = Workspace(root or Path.cwd())
+        if service is None and pool is not None:
+            service = await ConsensusService.pool(pool, home, workspace)
+        service = service or ConsensusService.local(home, workspace)
+        # In a pool, a run whose process is gone is redelivered to another worker instead.
+        interrupted = service.mark_interrupted() if pool is None else []
         if interrupted:
             log.warning("marked %d run(s) interrupted: %s", len(interrupted),
                         ", ".join(interrupted))
@@ -235,6 +286,18 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
 
     mcp = FastMCP("massgen", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan,
                   mask_error_details=True, auth=auth)
+    task_config = None
+    if tasks:
+        from fastmcp.utilities.tasks import TaskConfig
+        from fastmcp_tasks import TasksExtension
+
+        # The tasks' own Docket, next to the pool's: a task only waits on its session,
+        # which the pool's workers run, so every front end takes many of them.
+        mcp.add_extension(TasksExtension(url=pool.url if pool else "memory://",
+                                         name=f"{pool.name if pool else 'massgen'}-tasks",
+                                         concurrency=TASK_CONCURRENCY))
+        task_config = TaskConfig(mode="optional")
+    add_health_route(mcp, pool, lambda: service)
 
     async def _wait_and_wrap(ctx: Context, started: Started, wait_s: float, message: str
                              ) -> RunHandle:
@@ -254,7 +317,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
             handle.message = "finished; the result is included"
         return handle
 
-    @mcp.tool(annotations=START)
+    @mcp.tool(annotations=START, task=task_config)
     async def run_consensus(
         question: Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS,
                                        description="the question for the team")],
@@ -282,10 +345,13 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         """Ask a team of models to answer a question and agree on one answer. Returns a
         session_id at once; then poll get_status(wait_s=30) and read get_result."""
         with _tool_errors():
-            started = await _service(ctx).start(RunSpec(
-                question=question, models=models, config=config, base_url=base_url,
-                context=context, context_files=context_files or [], options=options),
-                await _client_root(ctx))
+            spec = RunSpec(question=question, models=models, config=config,
+                           base_url=base_url, context=context,
+                           context_files=context_files or [], options=options)
+            task_id = ctx.task_id
+            if task_id is not None:  # an MCP task: its result is the run's result
+                return await _run_as_task(ctx, task_id, spec)
+            started = await _service(ctx).start(spec, await _client_root(ctx))
             return await _wait_and_wrap(
                 ctx, started, wait_s,
                 "started; call get_status with wait_s=30 until done, then get_result")

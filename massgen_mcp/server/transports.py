@@ -26,6 +26,8 @@ from massgen_mcp.trust import is_loopback
 if TYPE_CHECKING:
     from fastmcp.server.auth import TokenVerifier
 
+    from massgen_mcp.pool.live import PoolConfig
+
 TOKEN_ENV = "MASSGEN_MCP_TOKEN"
 MAX_BODY_ENV = "MASSGEN_MCP_MAX_BODY_BYTES"
 DEFAULT_MAX_BODY = 4 * 1024 * 1024  # a maximal question plus context fits with room to spare
@@ -96,13 +98,14 @@ def bearer_token_auth(token: str) -> TokenVerifier:
     return BearerToken()
 
 
-def configure_logging(home: Path | None) -> None:
-    """Logs to stderr and ``<home>/server.log``; never to stdout."""
+def configure_logging(home: Path | None, log_file: str | None = "server.log") -> None:
+    """Logs to stderr and ``<home>/<log_file>`` (None: stderr only); never to stdout."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     folder = home or default_home()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(folder / "server.log", encoding="utf-8"))
+        if log_file is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            handlers.append(logging.FileHandler(folder / log_file, encoding="utf-8"))
     except OSError:
         pass  # a read-only folder must not stop the server; stderr still has the logs
     for handler in handlers:
@@ -116,7 +119,7 @@ def configure_logging(home: Path | None) -> None:
     fastmcp_log.propagate = True
 
 
-def serve_stdio(home: Path | None = None) -> None:
+def serve_stdio(home: Path | None = None, *, tasks: bool = False) -> None:
     """Serve until stdin closes, SIGTERM or SIGINT. Each is a graceful stop: runs in flight
     are recorded ``interrupted`` (so ``resume_session`` continues them) and the process exits
     promptly, with status 0 and nothing but log lines on stderr."""
@@ -127,7 +130,7 @@ def serve_stdio(home: Path | None = None) -> None:
     stdio.install()
     configure_logging(home)
     service = ConsensusService.local(home)
-    server = create_server(service=service)
+    server = create_server(service=service, tasks=tasks)
 
     async def stop(signum: int) -> None:
         logging.getLogger(__name__).info("%s: stopping", signal.Signals(signum).name)
@@ -153,9 +156,9 @@ def serve_stdio(home: Path | None = None) -> None:
 
 
 def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
-               api: str = "both") -> None:
+               api: str = "both", pool: PoolConfig | None = None, tasks: bool = False) -> None:
     """Serve over HTTP: MCP at ``path`` and/or (``api``) the OpenAI-compatible endpoint, one
-    token for both."""
+    token for both. With ``pool``, a front end: runs go to the pool's workers."""
     from massgen_mcp.server.app import create_server
 
     token = os.environ.get(TOKEN_ENV)
@@ -164,13 +167,17 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
             f"refusing to serve on {host} without a token: anyone on the network could run "
             f"models on your keys. Set {TOKEN_ENV} to a long random string (clients send "
             "'Authorization: Bearer <token>'), or bind 127.0.0.1")
+    from massgen_mcp.pool.live import redact_url
+
     configure_logging(home)
     server = create_server(home=home, auth=bearer_token_auth(token) if token else None,
-                           token=token, openai_api=api in ("both", "openai"))
+                           token=token, openai_api=api in ("both", "openai"), pool=pool,
+                           tasks=tasks or pool is not None)
     logging.getLogger(__name__).info(
-        "serving %s on http://%s:%d (token %s)",
+        "serving %s on http://%s:%d (token %s; %s)",
         {"both": f"MCP at {path} and /v1", "mcp": f"MCP at {path}", "openai": "/v1"}[api],
-        host, port, "required" if token else "off")
+        host, port, "required" if token else "off",
+        f"runs on the pool at {redact_url(pool.url)}" if pool else "runs in this process")
     from starlette.middleware import Middleware
 
     limit = int(os.environ.get(MAX_BODY_ENV, DEFAULT_MAX_BODY))

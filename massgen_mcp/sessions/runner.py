@@ -5,8 +5,9 @@ there is a cap on how many run at once, a run is forgotten as soon as it ends (i
 disk is the truth from then on, so a server that has run 10,000 sessions holds none of them in
 memory), and :meth:`SessionRunner.aclose` cancels what is left and waits at most a deadline.
 
-The runner is the executor seam: the service only uses ``start``/``resume``/``status``/
-``wait``/``cancel``, so a worker pool (e.g. Docket on Redis) can take over execution later.
+The runner is one of two executors behind the :class:`Executor` seam: the service only uses
+its methods, so the pool's :class:`~massgen_mcp.pool.executor.PoolRunner` (Docket on Redis,
+runs on ``massgen-mcp worker`` processes) takes over execution with nothing else changed.
 """
 
 from __future__ import annotations
@@ -17,13 +18,21 @@ import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, Protocol, TypedDict
 
-from massgen_mcp.config import TeamConfig
+from massgen_mcp.config import AgentSpec, TeamConfig, build_team
 from massgen_mcp.consensus.engine import ConsensusRun, Prior, RunRequest
 from massgen_mcp.errors import RecordWriteError, SessionStateError
-from massgen_mcp.providers.base import Provider
-from massgen_mcp.records import Event, RequestRecord, ResultRecord, StatusRecord
+from massgen_mcp.providers.base import CallContext, Completion, Provider
+from massgen_mcp.records import (
+    Event,
+    FinishReason,
+    Phase,
+    RequestRecord,
+    ResultRecord,
+    RunStatus,
+    StatusRecord,
+)
 from massgen_mcp.sessions.store import (
     EventHook,
     FileRecorder,
@@ -70,6 +79,103 @@ def create_record(store: SessionStore, session_id: str, question: str, team: Tea
         on_status=hooks["on_status"] if hooks else None)
 
 
+@dataclass(frozen=True)
+class ExecutorInfo:
+    """Where runs execute, for doctor, check_setup and /healthz."""
+
+    mode: str  # "embedded" (this process) or "pool" (Docket workers over Redis)
+    redis_url: str | None = None  # password masked
+    workers: tuple[str, ...] = ()  # pool workers seen within Docket's heartbeat window
+    problem: str | None = None  # why this front end cannot take runs now
+
+
+class Executor(Protocol):
+    """Where runs execute: this process (:class:`SessionRunner`) or a worker pool."""
+
+    store: SessionStore
+    listeners: list[EventListener]  # every event of every run followed here
+    status_listeners: list[Callable[[StatusRecord], None]]
+
+    async def start(self, question: str, team: TeamConfig, *, context: str | None = None,
+                    parent_session_id: str | None = None, workspace: Path | None = None,
+                    notes: list[str] | None = None) -> Launched: ...
+    async def resume(self, session_id: str, team: TeamConfig) -> Launched: ...
+    async def status(self, session_id: str) -> StatusRecord: ...
+    async def result(self, session_id: str) -> ResultRecord | None: ...
+    async def wait(self, session_id: str, timeout_s: float | None, *, until_done: bool = False,
+                   after_revision: int | None = None, on_change: StatusCallback | None = None
+                   ) -> StatusRecord: ...
+    async def cancel(self, session_id: str) -> bool: ...
+    async def count_running(self) -> int: ...
+    async def describe(self) -> ExecutorInfo: ...
+    async def recall(self, key: str) -> str | None: ...
+    async def remember(self, key: str, session_id: str) -> None: ...
+    async def aclose(self, deadline_s: float = ..., *, interrupt: bool = False) -> None: ...
+
+
+def recorded_team(store: SessionStore, session_id: str) -> TeamConfig:
+    """The team a session ran with, from its config.json (keys are not stored there: each
+    process resolves them from its own environment)."""
+    team = build_team(store.read_config(session_id),
+                      source=f"session {session_id} config.json")
+    if any(agent.api_key is not None for agent in team.agents):  # recorded as "***"
+        raise SessionStateError(f"session {session_id} used inline api_keys, which are not "
+                                "stored; start a new run with the same config")
+    return team
+
+
+def recorded_request(store: SessionStore, session_id: str, team: TeamConfig) -> RunRequest:
+    """What a recorded session asks, with the progress its events hold: from the start if
+    it has none yet (a queued run), else from its recorded answers and votes (see
+    :class:`~massgen_mcp.consensus.engine.Prior`)."""
+    recorded = store.read_request(session_id)
+    events = store.read_events(session_id)
+    prior = (Prior.from_events(events, lambda label: store.read_answer(session_id, label))
+             if events else None)
+    return RunRequest(session_id, recorded.question, team, recorded.context,
+                      recorded.parent_session_id, prior=prior,
+                      workspace=Path(recorded.workspace) if recorded.workspace else None)
+
+
+class _NoCalls:
+    """The provider of an engine built only to write a record: it never calls a model."""
+
+    async def complete(self, agent: AgentSpec, messages: list[dict[str, Any]], *,
+                       tools: list[dict[str, Any]] | None, timeout_s: float,
+                       context: CallContext | None = None) -> Completion:
+        raise RuntimeError("this engine only writes records")
+
+
+def _record_only(store: SessionStore, session_id: str, team: TeamConfig,
+                 write: Callable[[ConsensusRun, FileRecorder], object]) -> StatusRecord | None:
+    """Write to a recorded session with the engine's own record code, in no process's
+    name (nobody runs it while this writes); returns the status written."""
+    recorder = store.reopen(session_id)
+    recorder.stamp = {"pid": None, "worker": None}
+    try:
+        write(ConsensusRun(recorded_request(store, session_id, team), _NoCalls(), recorder),
+              recorder)
+    finally:
+        recorder.close()
+    return recorder.latest_status
+
+
+def mark_queued(store: SessionStore, session_id: str, team: TeamConfig) -> StatusRecord | None:
+    """Record the session as waiting for a pool worker (status running, phase queued)."""
+    def write(engine: ConsensusRun, recorder: FileRecorder) -> None:
+        engine.phase = Phase.QUEUED
+        recorder.status(engine.snapshot())
+    return _record_only(store, session_id, team, write)
+
+
+def end_unstarted(store: SessionStore, session_id: str, team: TeamConfig, status: RunStatus,
+                  reason: FinishReason, error: str | None = None) -> StatusRecord | None:
+    """End a recorded session that will not run (cancelled while queued, or no worker can
+    run it): a complete record with its result, and no model call."""
+    return _record_only(store, session_id, team,
+                        lambda engine, _: engine.end_unstarted(status, reason, error))
+
+
 class ChangeSignal:
     """Lets readers wait for "anything changed": each pulse wakes every current waiter."""
 
@@ -106,20 +212,36 @@ class LiveRun(Launched):
 class SessionRunner:
     """Starts runs as background tasks in this process, at most ``max_running`` at once."""
 
-    def __init__(self, store: SessionStore, provider: Provider, *, max_running: int = 256) -> None:
+    def __init__(self, store: SessionStore, provider: Provider, *, max_running: int = 256,
+                 worker: str | None = None) -> None:
         self.store = store
         self.provider = provider
         self.max_running = max_running
+        self.worker = worker  # the pool worker this runner serves ("host#pid"), if any
         self.runs: dict[str, LiveRun] = {}  # only runs still going
         # Runs that ended while their record could not be written (disk full): their end
         # lives here, so this process still reports it truly. Rare, and small.
         self.unrecorded: dict[str, FileRecorder] = {}
         self.listeners: list[EventListener] = []
         self.status_listeners: list[Callable[[StatusRecord], None]] = []
+        self._keys: dict[str, str] = {}  # MCP task id -> the session it started
         self._closed = False
 
     def running_count(self) -> int:
         return len(self.runs)
+
+    async def count_running(self) -> int:
+        return len(self.runs)
+
+    async def describe(self) -> ExecutorInfo:
+        return ExecutorInfo("embedded")
+
+    async def recall(self, key: str) -> str | None:
+        """The session started for ``key`` (an MCP task id), if this process started one."""
+        return self._keys.get(key)
+
+    async def remember(self, key: str, session_id: str) -> None:
+        self._keys[key] = session_id
 
     def _check_capacity(self) -> None:
         if self._closed:
@@ -148,18 +270,9 @@ class SessionRunner:
         return self._launch(request, recorder, changes, fresh=True)
 
     async def resume(self, session_id: str, team: TeamConfig) -> LiveRun:
-        """Run a recorded session from where its record stands: from the start if it has no
-        events yet (a queued run), else from its recorded answers and votes (see
-        :class:`~massgen_mcp.consensus.engine.Prior`)."""
+        """Run a recorded session from where its record stands (:func:`recorded_request`)."""
         self._check_capacity()
-        recorded = self.store.read_request(session_id)
-        events = self.store.read_events(session_id)
-        prior = (Prior.from_events(events, lambda label: self.store.read_answer(session_id,
-                                                                                 label))
-                 if events else None)
-        request = RunRequest(session_id, recorded.question, team, recorded.context,
-                             recorded.parent_session_id, prior=prior,
-                             workspace=Path(recorded.workspace) if recorded.workspace else None)
+        request = recorded_request(self.store, session_id, team)
         changes = ChangeSignal()
         recorder = self.store.reopen(session_id, **self._hooks(session_id, changes))
         return self._launch(request, recorder, changes, fresh=False)
@@ -181,6 +294,8 @@ class SessionRunner:
     def _launch(self, request: RunRequest, recorder: FileRecorder, changes: ChangeSignal, *,
                 fresh: bool) -> LiveRun:
         request = replace(request, log_path=recorder.folder / "cli.log")
+        if self.worker is not None:
+            recorder.stamp = {**recorder.stamp, "worker": self.worker}
         engine = ConsensusRun(request, self.provider, recorder)
         run = LiveRun(request.session_id, recorder.folder, engine, recorder, changes)
         try:

@@ -170,6 +170,8 @@ class FileRecorder:
         self.latest_status: StatusRecord | None = None
         self.result: ResultRecord | None = None
         self.write_error: RecordWriteError | None = None
+        # Who runs the session, stamped on every status: this process, or a pool worker.
+        self.stamp: dict[str, Any] = {"pid": os.getpid()}
         try:
             (self.folder / "answers").mkdir(parents=True, exist_ok=True)
             self._events = os.open(self.folder / "events.jsonl",
@@ -214,7 +216,7 @@ class FileRecorder:
             self._failed(exc)
 
     def status(self, status: StatusRecord) -> None:
-        self.latest_status, text = masked(status.model_copy(update={"pid": os.getpid()}))
+        self.latest_status, text = masked(status.model_copy(update=self.stamp))
         if self.on_status is not None:
             self.on_status(self.latest_status)
         self._write(self.folder / "status.json", text)
@@ -396,6 +398,8 @@ class SessionStore:
             pid = status.pid
             if status.status is not RunStatus.RUNNING or (pid is not None and is_alive(pid)):
                 continue
+            if status.worker is not None or status.phase is Phase.QUEUED:
+                continue  # a worker pool owns it: redelivery, not this server, continues it
             try:
                 result = self.read_result(sid)
                 if result is not None:  # it finished, but its last status write was lost

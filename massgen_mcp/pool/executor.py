@@ -1,0 +1,256 @@
+"""The front end's executor: runs go onto Docket's queue, workers run them.
+
+:class:`PoolRunner` has the same methods as the in-process
+:class:`~massgen_mcp.sessions.runner.SessionRunner`, so the service, the MCP tools and the
+OpenAI endpoint cannot tell them apart. It keeps nothing about a run in memory: whichever
+front end is asked reads the status from Redis (falling back to status.json), wakes on the
+pool's live channel, and cancels through Redis, so any front end serves any session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from massgen_mcp.config import TeamConfig
+from massgen_mcp.errors import ConfigError
+from massgen_mcp.pool import live
+from massgen_mcp.pool.live import PoolConfig
+from massgen_mcp.records import Event, FinishReason, Phase, ResultRecord, RunStatus, StatusRecord
+from massgen_mcp.sessions.runner import (
+    ChangeSignal,
+    EventListener,
+    ExecutorInfo,
+    Launched,
+    StatusCallback,
+    create_record,
+    end_unstarted,
+    mark_queued,
+    recorded_team,
+)
+from massgen_mcp.sessions.store import SessionStore, new_session_id
+
+if TYPE_CHECKING:
+    from docket import Docket
+    from redis.asyncio import Redis
+
+log = logging.getLogger(__name__)
+
+RECHECK_S = 2.0  # a waiter re-reads at least this often, whatever the live channel says
+CANCEL_WAIT_S = 15.0  # how long cancel waits for the worker to record the end
+
+
+class PoolRunner:
+    """Queues runs for the pool's workers and follows them through Redis."""
+
+    def __init__(self, store: SessionStore, config: PoolConfig) -> None:
+        self.store = store
+        self.config = config
+        self.listeners: list[EventListener] = []
+        self.status_listeners: list[Callable[[StatusRecord], None]] = []
+        self._signals: dict[str, ChangeSignal] = {}  # sessions someone waits on
+        self._waiters: dict[str, int] = {}
+        self._redis: Redis | None = None
+        self._docket: Docket | None = None
+        self._stack = contextlib.AsyncExitStack()
+        self._feed: asyncio.Task[None] | None = None
+
+    async def open(self) -> PoolRunner:
+        """Connect to Redis and Docket and follow the live channel."""
+        from docket import Docket
+
+        self._redis = live.connect(self.config)
+        self._docket = await self._stack.enter_async_context(
+            Docket(name=self.config.name, url=self.config.url))
+        self._docket.register(live.run_session, names=[live.TASK_NAME])
+        self._feed = asyncio.create_task(live.subscribe(
+            self.config, self.config.live_channel, self._on_message, self._pulse_all),
+            name="massgen-pool-feed")
+        return self
+
+    @property
+    def redis(self) -> Redis:
+        if self._redis is None:
+            raise RuntimeError("PoolRunner.open() was not awaited")
+        return self._redis
+
+    @property
+    def docket(self) -> Docket:
+        if self._docket is None:
+            raise RuntimeError("PoolRunner.open() was not awaited")
+        return self._docket
+
+    async def aclose(self, deadline_s: float = 5.0, *, interrupt: bool = False) -> None:
+        """Stop following; the runs go on in the workers (``interrupt`` changes nothing)."""
+        if self._feed is not None:
+            self._feed.cancel()
+            await asyncio.gather(self._feed, return_exceptions=True)
+        await self._stack.aclose()
+        if self._redis is not None:
+            await self._redis.aclose()
+
+    # -- starting ------------------------------------------------------------------------------
+
+    async def start(
+        self, question: str, team: TeamConfig, *, context: str | None = None,
+        parent_session_id: str | None = None, workspace: Path | None = None,
+        notes: list[str] | None = None,
+    ) -> Launched:
+        """Write the record, mark it queued and put it on the queue; returns at once."""
+        inline = [a.id for a in team.agents if a.api_key is not None]
+        if inline:
+            raise ConfigError(
+                f"agents {', '.join(inline)}: an inline api_key cannot travel to a pool "
+                "worker (keys never go through Redis); set the key in the workers' "
+                "environment and name it with api_key_env")
+        session_id = new_session_id()
+        recorder = create_record(self.store, session_id, question, team, context=context,
+                                 parent_session_id=parent_session_id, workspace=workspace,
+                                 notes=notes)
+        recorder.close()
+        await self._enqueue(session_id, team)
+        return Launched(session_id, recorder.folder)
+
+    async def resume(self, session_id: str, team: TeamConfig) -> Launched:
+        """Queue a recorded run again; the worker continues from its record."""
+        await self._enqueue(session_id, team)
+        return Launched(session_id, self.store.folder(session_id))
+
+    async def _enqueue(self, session_id: str, team: TeamConfig) -> None:
+        queued = mark_queued(self.store, session_id, team)
+        await self.redis.delete(self.config.key("claim", session_id),
+                                self.config.key("cancel", session_id))
+        await self._publish(queued)
+        await self.docket.add(live.TASK_NAME)(session_id)
+
+    async def _publish(self, status: StatusRecord | None) -> None:
+        """What this front end wrote to a record, for every reader (Redis's copy would
+        otherwise still say what the last worker left)."""
+        if status is not None:
+            await live.put_status(self.redis, self.config, status)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def status(self, session_id: str) -> StatusRecord:
+        """The latest status a worker published, else status.json (Redis away, or a run
+        from before the pool)."""
+        try:
+            body = await self.redis.get(self.config.key("status", session_id))
+        except Exception as exc:  # any redis failure: the files still answer
+            log.debug("status from redis failed: %s", exc)
+            body = None
+        if body:
+            with contextlib.suppress(ValidationError):
+                return StatusRecord.model_validate_json(body)
+        return await asyncio.to_thread(self.store.read_status, session_id)
+
+    async def result(self, session_id: str) -> ResultRecord | None:
+        return await asyncio.to_thread(self.store.read_result, session_id)
+
+    async def count_running(self) -> int:
+        """Runs a worker holds now (claims), across the pool."""
+        count = 0
+        async for key in self.redis.scan_iter(match=self.config.key("claim", "*"), count=500):
+            count += (await self.redis.get(key)) != live.CANCELLED
+        return count
+
+    async def describe(self) -> ExecutorInfo:
+        url = live.redact_url(self.config.url)
+        try:
+            await self.redis.ping()
+            workers = tuple(sorted(w.name for w in await self.docket.workers()))
+        except Exception as exc:  # any failure to reach Redis is the answer itself
+            return ExecutorInfo("pool", url, problem=f"redis unreachable: {exc}")
+        return ExecutorInfo("pool", url, workers, None if workers else
+                            "no worker seen recently; start massgen-mcp worker")
+
+    async def recall(self, key: str) -> str | None:
+        found = await self.redis.get(self.config.key("task", key))
+        return str(found) if found else None
+
+    async def remember(self, key: str, session_id: str) -> None:
+        await self.redis.set(self.config.key("task", key), session_id, ex=live.STATUS_TTL_S)
+
+    async def wait(self, session_id: str, timeout_s: float | None, *, until_done: bool = False,
+                   after_revision: int | None = None, on_change: StatusCallback | None = None
+                   ) -> StatusRecord:
+        """As :meth:`SessionRunner.wait`, woken by the pool's live channel."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        signal = self._signals.setdefault(session_id, ChangeSignal())
+        self._waiters[session_id] = self._waiters.get(session_id, 0) + 1
+        seen: tuple[int, Phase, bool] | None = None
+        try:
+            while True:
+                status = await self.status(session_id)
+                # A worker that takes over starts its revisions again: compare more than one.
+                now = (status.revision, status.phase, status.done)
+                if status.done:
+                    return status
+                if (seen is not None and now != seen) or (
+                        seen is None and after_revision is not None
+                        and status.revision != after_revision):
+                    if not until_done:
+                        return status
+                    if on_change is not None:
+                        await on_change(status)
+                seen = now
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    return status
+                await signal.wait(RECHECK_S if remaining is None else min(remaining,
+                                                                           RECHECK_S))
+        finally:
+            self._waiters[session_id] -= 1
+            if not self._waiters[session_id]:
+                del self._waiters[session_id], self._signals[session_id]
+
+    def _on_message(self, data: str) -> None:
+        try:
+            message = json.loads(data)
+            session_id = str(message["sid"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if "event" in message and self.listeners:
+            with contextlib.suppress(ValidationError):
+                event = Event.model_validate(message["event"])
+                for listener in self.listeners:
+                    listener(session_id, event)
+        if "status" in message and self.status_listeners:
+            with contextlib.suppress(ValidationError):
+                status = StatusRecord.model_validate(message["status"])
+                for status_listener in self.status_listeners:
+                    status_listener(status)
+        signal = self._signals.get(session_id)
+        if signal is not None:
+            signal.pulse()
+
+    def _pulse_all(self) -> None:
+        for signal in self._signals.values():
+            signal.pulse()
+
+    # -- cancelling ----------------------------------------------------------------------------
+
+    async def cancel(self, session_id: str) -> bool:
+        """Stop the run wherever it is: still queued, the record is ended here; on a
+        worker, that worker stops it. False if it had already finished."""
+        status = await self.status(session_id)
+        if status.done:
+            return False
+        await self.redis.set(self.config.key("cancel", session_id), "1", ex=live.STATUS_TTL_S)
+        holder = await live.claim(self.redis, self.config, session_id, live.CANCELLED)
+        if holder is None:  # no worker has it: it never runs now
+            await self._publish(end_unstarted(
+                self.store, session_id, recorded_team(self.store, session_id),
+                RunStatus.CANCELLED, FinishReason.CANCELLED))
+            return True
+        await self.redis.publish(self.config.cancel_channel, session_id)
+        status = await self.wait(session_id, CANCEL_WAIT_S, until_done=True)
+        return status.status is RunStatus.CANCELLED

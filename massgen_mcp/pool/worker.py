@@ -1,0 +1,233 @@
+"""``massgen-mcp worker``: takes session ids off the pool's queue and runs them.
+
+One Docket task, :meth:`PoolWorker.run_session`, whatever the session's state:
+
+* it first claims the session in Redis (a lease it renews while the run goes on). Docket
+  delivers at least once, so a second delivery of a session another worker still runs waits
+  for that worker's claim to lapse or the run to end; one cancelled while queued is skipped;
+* then it runs the session *from its record*: from the start if the record holds no events,
+  else from its recorded answers and votes, so a delivery after a worker died repeats only
+  the calls that were in flight when it died;
+* the engine writes the record to the shared ``MASSGEN_HOME`` as in-process runs do, and every
+  status and event also goes to Redis (:class:`~.live.LivePublisher`) for the front ends.
+
+A cancel arrives on the pool's cancel channel (or, if that message was missed, as a flag read
+at the next lease renewal) and stops the run like a local cancel. SIGTERM or SIGINT hands
+every run back: each is recorded ``requeued`` (still running, phase ``queued``), queued again
+and released at once, so another worker continues it without waiting for a redelivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from massgen_mcp.config import missing_credentials
+from massgen_mcp.errors import MassgenError
+from massgen_mcp.pool import live
+from massgen_mcp.pool.live import LivePublisher, PoolConfig
+from massgen_mcp.providers.base import Provider
+from massgen_mcp.records import FinishReason, RunStatus
+from massgen_mcp.sessions.runner import LiveRun, SessionRunner, end_unstarted, recorded_team
+from massgen_mcp.sessions.store import SessionStore, check_session_id
+
+if TYPE_CHECKING:
+    from docket import Docket
+    from redis.asyncio import Redis
+
+log = logging.getLogger(__name__)
+
+STOP_DEADLINE_S = 10.0  # after SIGTERM, how long handing back may take before runs are cut
+
+
+class PoolWorker:
+    """One worker process: a Docket worker whose only task is running sessions."""
+
+    def __init__(self, config: PoolConfig, store: SessionStore, provider: Provider, *,
+                 concurrency: int = 32) -> None:
+        self.config = config
+        self.store = store
+        self.name = live.worker_name()
+        self.concurrency = concurrency
+        self.runner = SessionRunner(store, provider, max_running=concurrency, worker=self.name)
+        self._handing_back: set[str] = set()  # runs stopping because this worker stops
+        self._stopping = False
+        self._redis: Redis | None = None
+        self._docket: Docket | None = None
+
+    @property
+    def redis(self) -> Redis:
+        if self._redis is None:
+            raise RuntimeError("the worker is not serving")
+        return self._redis
+
+    async def serve(self, stop: asyncio.Event | None = None) -> None:
+        """Take runs until ``stop`` is set or SIGTERM/SIGINT arrives, then hand back the
+        runs in flight and return."""
+        from docket import Docket, Worker
+
+        stop = stop or asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        self._redis = live.connect(self.config)
+        publisher = LivePublisher(self._redis, self.config)
+        self.runner.listeners.append(publisher.event)
+        self.runner.status_listeners.append(publisher.status)
+        background = [
+            asyncio.create_task(publisher.run(), name="massgen-publisher"),
+            asyncio.create_task(live.subscribe(self.config, self.config.cancel_channel,
+                                               self._on_cancel, lambda: None),
+                                name="massgen-cancel-feed"),
+        ]
+        try:
+            async with Docket(name=self.config.name, url=self.config.url) as docket:
+                self._docket = docket
+                docket.register(self.run_session, names=[live.TASK_NAME])
+                async with Worker(
+                        docket, name=self.name, concurrency=self.concurrency,
+                        redelivery_timeout=timedelta(seconds=self.config.redelivery_timeout_s),
+                        reconnection_delay=timedelta(seconds=live.RECONNECT_S),
+                        minimum_check_interval=timedelta(milliseconds=50)) as worker:
+                    taking = asyncio.create_task(worker.run_forever(), name="massgen-worker")
+                    log.info("worker %s taking runs from %s (pool %s, %d at once)", self.name,
+                             live.redact_url(self.config.url), self.config.name,
+                             self.concurrency)
+                    await asyncio.wait({taking, asyncio.ensure_future(stop.wait())},
+                                       return_when=asyncio.FIRST_COMPLETED)
+                    await self._stop(taking)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2):
+                    await publisher.flush()
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            await self._redis.aclose()
+        log.info("worker %s stopped", self.name)
+
+    async def _stop(self, taking: asyncio.Task[None]) -> None:
+        """Stop taking runs, hand back the ones in flight, and give up on any that will
+        not stop within the deadline (Docket redelivers those)."""
+        self._stopping = True
+        taking.cancel()  # Docket stops claiming and waits for the tasks in flight
+        for run in list(self.runner.runs.values()):
+            self._handing_back.add(run.session_id)
+            run.engine.hand_back()
+            run.task.cancel()
+        log.info("stopping: handing back %d run(s)", len(self._handing_back))
+        _, late = await asyncio.wait({taking}, timeout=STOP_DEADLINE_S)
+        if late:
+            taking.cancel()  # a second cancel cuts the tasks in flight
+            await asyncio.gather(taking, return_exceptions=True)
+        with contextlib.suppress(asyncio.CancelledError):
+            await taking
+
+    def _on_cancel(self, session_id: str) -> None:
+        run = self.runner.runs.get(session_id)
+        if run is not None and not run.done:
+            log.info("session %s: cancelled from a front end", session_id)
+            run.task.cancel()
+
+    # -- the task --------------------------------------------------------------------------------
+
+    async def run_session(self, session_id: str) -> None:
+        """Docket's task: run (or continue) one recorded session, once, here."""
+        try:
+            check_session_id(session_id)
+        except MassgenError:
+            log.error("dropping a queued item that is not a session id")
+            return
+        if not await self._claim(session_id):
+            return
+        run: LiveRun | None = None
+        try:
+            run = await self._start(session_id)
+            if run is not None:
+                await self._follow(run)
+        finally:
+            with contextlib.suppress(Exception):
+                await live.release(self.redis, self.config, session_id, self.name)
+        if session_id in self._handing_back:
+            self._handing_back.discard(session_id)
+            assert self._docket is not None
+            await self._docket.add(live.TASK_NAME)(session_id)
+            log.info("session %s: handed back to the queue", session_id)
+
+    async def _claim(self, session_id: str) -> bool:
+        """Claim the session; False when it is not ours to run (cancelled while queued,
+        finished, or still run by a worker that is alive)."""
+        while True:
+            holder = await live.claim(self.redis, self.config, session_id, self.name)
+            if holder is None:
+                return True
+            if holder == live.CANCELLED:
+                return False
+            status = await asyncio.to_thread(self.store.read_status, session_id)
+            if status.done:
+                return False
+            log.info("session %s is held by %s; waiting for its claim to lapse",
+                     session_id, holder)
+            await asyncio.sleep(self.config.lease_s / 4)
+
+    async def _start(self, session_id: str) -> LiveRun | None:
+        """The session's run started here, or None if it ended without running."""
+        status = await asyncio.to_thread(self.store.read_status, session_id)
+        if status.done:
+            return None
+        try:
+            team = recorded_team(self.store, session_id)
+        except MassgenError as exc:
+            log.error("session %s cannot run: %s", session_id, exc)
+            return None
+        problem: tuple[RunStatus, FinishReason, str | None] | None = None
+        if await self.redis.get(self.config.key("cancel", session_id)):
+            problem = (RunStatus.CANCELLED, FinishReason.CANCELLED, None)
+        elif missing := missing_credentials(team):
+            problem = (RunStatus.FAILED, FinishReason.ALL_AGENTS_FAILED,
+                       f"missing API keys on worker {self.name}:\n" + "\n".join(missing))
+        if problem is not None:
+            ended = await asyncio.to_thread(end_unstarted, self.store, session_id, team,
+                                            *problem)
+            if ended is not None:
+                await live.put_status(self.redis, self.config, ended)
+            return None
+        return await self.runner.resume(session_id, team)
+
+    async def _follow(self, run: LiveRun) -> None:
+        """Wait for the run, renewing the claim; a lost claim or a missed cancel stops it."""
+        renewing = asyncio.create_task(self._renew(run), name=f"renew:{run.session_id}")
+        try:
+            await asyncio.wait({run.task})
+        except asyncio.CancelledError:  # Docket cut this task (shutdown deadline)
+            self._handing_back.add(run.session_id)
+            run.engine.hand_back()
+            run.task.cancel()
+            await asyncio.gather(run.task, return_exceptions=True)
+            raise
+        finally:
+            renewing.cancel()
+            await asyncio.gather(renewing, return_exceptions=True)
+
+    async def _renew(self, run: LiveRun) -> None:
+        while True:
+            await asyncio.sleep(self.config.lease_s / 4)
+            try:
+                ours = await live.renew(self.redis, self.config, run.session_id, self.name)
+                cancelled = await self.redis.get(self.config.key("cancel", run.session_id))
+            except Exception as exc:  # Redis away: keep running; the record goes on
+                log.warning("session %s: cannot renew its claim (%s)", run.session_id, exc)
+                continue
+            if cancelled and not run.done:
+                run.task.cancel()
+            elif not ours and not run.done:
+                log.warning("session %s: another worker took it over; stopping here",
+                            run.session_id)
+                run.engine.hand_back()
+                run.task.cancel()

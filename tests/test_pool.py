@@ -1,0 +1,410 @@
+"""The worker pool for real: redis-server, two front ends and two workers as processes.
+
+Each test starts its own Redis (Debian's redis-server, a free port, a throwaway folder) and
+``massgen-mcp serve --http --redis`` / ``massgen-mcp worker --redis`` processes; the models are
+the scripted server in this process, so every call is counted where it lands. ``.ci/run``
+installs redis-server and sets MASSGEN_REQUIRE_REDIS=1, so a missing server fails there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastmcp import Client
+
+from massgen_mcp.pool.live import redact_url
+from massgen_mcp.scripted import ChatRequest, Reply, ScriptedServer, agree
+
+REDIS = shutil.which("redis-server")
+pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
+                                reason="redis-server is not installed")
+CANARY = "sk-canary-5f1e2d3c4b5a69788796a5b4c3d2e1f0"
+REDELIVERY_S = 2.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Pool:
+    """Redis plus massgen-mcp processes, all stopped at the end of the test."""
+
+    def __init__(self, tmp: Path, home: Path, *, aof: bool = False) -> None:
+        self.tmp, self.home, self.aof = tmp, home, aof
+        self.redis_port = free_port()
+        self.url = f"redis://127.0.0.1:{self.redis_port}/0"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.front_ends: list[str] = []
+        self.workers: list[subprocess.Popen[bytes]] = []
+        (tmp / "redis").mkdir(exist_ok=True)
+        self.start_redis()
+
+    def start_redis(self) -> None:
+        assert REDIS is not None
+        subprocess.run([REDIS, "--port", str(self.redis_port), "--bind", "127.0.0.1",
+                        "--dir", str(self.tmp / "redis"), "--save", "",
+                        "--appendonly", "yes" if self.aof else "no", "--daemonize", "yes",
+                        "--pidfile", str(self.tmp / "redis" / "redis.pid")], check=True,
+                       capture_output=True)
+        self._until(self._redis_answers, "redis did not start")
+
+    def stop_redis(self) -> None:
+        subprocess.run(["redis-cli", "-p", str(self.redis_port), "shutdown", "nosave"],
+                       capture_output=True)
+        self._until(lambda: not self._redis_answers(), "redis did not stop")
+
+    def _redis_answers(self) -> bool:
+        return subprocess.run(["redis-cli", "-p", str(self.redis_port), "ping"],
+                              capture_output=True, text=True).stdout.strip() == "PONG"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        env.update(MASSGEN_HOME=str(self.home), OPENAI_API_KEY=CANARY)
+        return env
+
+    def _spawn(self, *args: str, log: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([sys.executable, "-m", "massgen_mcp", *args], env=self.env(),
+                                stdout=subprocess.DEVNULL,
+                                stderr=(self.tmp / log).open("wb"))
+        self.procs.append(proc)
+        return proc
+
+    def front_end(self) -> str:
+        port = free_port()
+        self._spawn("serve", "--http", "--port", str(port), "--redis", self.url,
+                    log=f"front-{port}.log")
+        url = f"http://127.0.0.1:{port}"
+        self._until(lambda: self._health(url) is not None, "front end did not start")
+        self.front_ends.append(url)
+        return url
+
+    def worker(self) -> subprocess.Popen[bytes]:
+        proc = self._spawn("worker", "--redis", self.url, "--redelivery-timeout",
+                           str(REDELIVERY_S), log=f"worker-{len(self.workers)}.log")
+        self.workers.append(proc)
+        return proc
+
+    def wait_workers(self, n: int) -> None:
+        self._until(lambda: (self._health(self.front_ends[0]) or {}).get("workers") == n,
+                    f"{n} workers did not show up")
+
+    def worker_name(self, proc: subprocess.Popen[bytes]) -> str:
+        return f"{socket.gethostname()}#{proc.pid}"
+
+    def _health(self, url: str) -> dict[str, Any] | None:
+        try:
+            body: dict[str, Any] = httpx.get(f"{url}/healthz", timeout=2).json()
+            return body
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    @staticmethod
+    def _until(check: Any, message: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, message
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        self.stop_redis()
+
+
+@pytest.fixture
+def pool(tmp_path: Path, home: Path) -> Iterator[Pool]:
+    running = Pool(tmp_path, home)
+    yield running
+    running.close()
+
+
+def models(server: ScriptedServer) -> list[str]:
+    return [f"openai/{m}@{server.base_url}" for m in "abc"]
+
+
+def is_answer_call(req: ChatRequest) -> bool:
+    return not req.vote_labels and not req.is_final and not req.is_check
+
+
+async def start(url: str, server: ScriptedServer, question: str = "What is 6*7?") -> str:
+    async with Client(f"{url}/mcp") as client:
+        started = await client.call_tool("run_consensus", {"question": question,
+                                                           "models": models(server)})
+    return str(started.structured_content["session_id"])
+
+
+async def follow(url: str, session_id: str) -> dict[str, Any]:
+    """Poll get_status on ``url`` until the run is done; the last status."""
+    async with Client(f"{url}/mcp") as client:
+        while True:
+            status = (await client.call_tool("get_status", {
+                "session_id": session_id, "wait_s": 20})).structured_content
+            if status["status"] != "running":
+                return dict(status)
+
+
+def record(home: Path, session_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    folder = home / "sessions" / session_id
+    events = [json.loads(x) for x in (folder / "events.jsonl").read_text().splitlines()]
+    return json.loads((folder / "result.json").read_text()), events
+
+
+async def test_a_run_started_on_one_front_end_is_followed_on_another(
+        pool: Pool, scripted: Any, home: Path) -> None:
+    server = scripted(agree, latency_s=0.05)
+    front_1, front_2 = pool.front_end(), pool.front_end()
+    pool.worker()
+    pool.wait_workers(1)
+    sid = await start(front_1, server)
+    status = await follow(front_2, sid)
+    assert status["status"] == "completed"
+    async with Client(f"{front_2}/mcp") as client:
+        result = (await client.call_tool("get_result", {"session_id": sid})).structured_content
+        listed = (await client.call_tool("list_sessions", {})).structured_content
+        setup = (await client.call_tool("check_setup", {})).structured_content
+    assert result["final_answer"].startswith("Final: ") and result["winner"]
+    assert listed["sessions"][0]["session_id"] == sid
+    assert setup["mode"] == "pool" and setup["workers"] == [pool.worker_name(pool.workers[0])]
+    recorded, events = record(home, sid)
+    assert recorded["status"] == "completed" and len(server.requests) == 7
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert (home / "sessions" / sid / "report.html").is_file()
+    status_file = json.loads((home / "sessions" / sid / "status.json").read_text())
+    assert status_file["worker"] == pool.worker_name(pool.workers[0])
+
+
+async def test_a_killed_worker_s_run_finishes_on_the_other_without_repeating_calls(
+        pool: Pool, scripted: Any, home: Path) -> None:
+    voting = threading.Semaphore(0)
+    hang = threading.Event()
+    hang.set()
+
+    def policy(req: ChatRequest) -> Reply:
+        if req.vote_labels and hang.is_set():
+            voting.release()
+            return Reply("text", delay_s=60)  # the worker dies while these are in flight
+        return agree(req)
+
+    server = scripted(policy)
+    front = pool.front_end()
+    first, second = pool.worker(), pool.worker()
+    pool.wait_workers(2)
+    sid = await start(front, server)
+    for _ in range(3):  # every answer is recorded; the three votes hang
+        assert await asyncio.to_thread(voting.acquire, True, 30)
+    holder = json.loads((home / "sessions" / sid / "status.json").read_text())["worker"]
+    victim = first if holder == pool.worker_name(first) else second
+    survivor = second if victim is first else first
+    hang.clear()
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+
+    status = await follow(front, sid)
+    assert status["status"] == "completed"
+    answers = [r for r in server.requests if is_answer_call(r)]
+    assert len(answers) == 3, "the recorded answers were not asked for again"
+    recorded, events = record(home, sid)
+    types = [e["type"] for e in events]
+    assert types.count("answer") == 3 and "resumed" in types and types[-1] == "finished"
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert recorded["final_answer"].startswith("Final: ")
+    final_status = json.loads((home / "sessions" / sid / "status.json").read_text())
+    assert final_status["worker"] == pool.worker_name(survivor)
+
+
+async def test_cancel_from_another_front_end_stops_the_run_on_its_worker(
+        pool: Pool, scripted: Any, home: Path) -> None:
+    voting = threading.Semaphore(0)
+
+    def policy(req: ChatRequest) -> Reply:
+        if req.vote_labels:
+            voting.release()
+            return Reply("text", delay_s=60)
+        return agree(req)
+
+    server = scripted(policy)
+    front_1, front_2 = pool.front_end(), pool.front_end()
+    pool.worker()
+    pool.wait_workers(1)
+    sid = await start(front_1, server)
+    assert await asyncio.to_thread(voting.acquire, True, 30)
+    async with Client(f"{front_2}/mcp") as client:
+        cancelled = (await client.call_tool("cancel_session", {"session_id": sid})
+                     ).structured_content
+    assert cancelled["status"] == "cancelled", cancelled
+    assert cancelled["message"].startswith("cancelled"), "this call stopped it"
+    recorded, events = record(home, sid)
+    assert recorded["status"] == "cancelled" and events[-1]["type"] == "finished"
+
+
+async def test_a_queued_run_cancelled_with_no_worker_never_runs(
+        pool: Pool, scripted: Any, home: Path) -> None:
+    server = scripted(agree)
+    front = pool.front_end()
+    assert httpx.get(f"{front}/healthz").status_code == 503  # no worker yet
+    sid = await start(front, server)
+    async with Client(f"{front}/mcp") as client:
+        status = (await client.call_tool("get_status", {"session_id": sid})).structured_content
+        assert status["phase"] == "queued"
+        cancelled = (await client.call_tool("cancel_session", {"session_id": sid})
+                     ).structured_content
+    assert cancelled["status"] == "cancelled"
+    pool.worker()
+    pool.wait_workers(1)
+    sid_2 = await start(front, server)  # the worker skips the cancelled one, runs this one
+    assert (await follow(front, sid_2))["status"] == "completed"
+    assert record(home, sid)[0]["status"] == "cancelled"
+    assert len(server.requests) == 7, "the cancelled run made no call"
+
+
+async def test_a_stopped_worker_hands_its_run_back(pool: Pool, scripted: Any,
+                                                   home: Path) -> None:
+    voting = threading.Semaphore(0)
+    hang = threading.Event()
+    hang.set()
+
+    def policy(req: ChatRequest) -> Reply:
+        if req.vote_labels and hang.is_set():
+            voting.release()
+            return Reply("text", delay_s=60)
+        return agree(req)
+
+    server = scripted(policy)
+    front = pool.front_end()
+    first = pool.worker()
+    pool.wait_workers(1)
+    sid = await start(front, server)
+    for _ in range(3):
+        assert await asyncio.to_thread(voting.acquire, True, 30)
+    hang.clear()
+    first.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(first.wait, 20) == 0
+    status = json.loads((home / "sessions" / sid / "status.json").read_text())
+    assert status["status"] == "running" and status["phase"] == "queued"
+    pool.worker()
+    assert (await follow(front, sid))["status"] == "completed"
+    types = [e["type"] for e in record(home, sid)[1]]
+    assert "requeued" in types and "resumed" in types
+    assert len([r for r in server.requests if is_answer_call(r)]) == 3
+
+
+async def test_a_hundred_sessions_across_two_workers(pool: Pool, scripted: Any,
+                                                     home: Path) -> None:
+    server = scripted(agree, latency_s=0.02)
+    fronts = [pool.front_end(), pool.front_end()]
+    workers = [pool.worker(), pool.worker()]
+    pool.wait_workers(2)
+    sids = await asyncio.gather(*(start(fronts[i % 2], server, f"question {i}")
+                                  for i in range(100)))
+    finals = await asyncio.gather(*(follow(fronts[(i + 1) % 2], sid)
+                                    for i, sid in enumerate(sids)))
+    assert [s["status"] for s in finals] == ["completed"] * 100
+    ran_on = set()
+    for sid in sids:
+        recorded, events = record(home, sid)
+        assert recorded["final_answer"] and events[-1]["type"] == "finished"
+        assert (home / "sessions" / sid / "report.html").is_file()
+        ran_on.add(json.loads((home / "sessions" / sid / "status.json").read_text())["worker"])
+    assert ran_on == {pool.worker_name(w) for w in workers}, "both workers took runs"
+    assert len(server.requests) == 700
+
+
+async def test_no_key_reaches_redis(pool: Pool, scripted: Any, tmp_path: Path) -> None:
+    server = scripted(agree)
+    front = pool.front_end()
+    pool.worker()
+    pool.wait_workers(1)
+    sid = await start(front, server)
+    await follow(front, sid)
+    dump = tmp_path / "dump.rdb"
+    subprocess.run(["redis-cli", "-p", str(pool.redis_port), "--rdb", str(dump)], check=True,
+                   capture_output=True)
+    keys = subprocess.run(["redis-cli", "-p", str(pool.redis_port), "--scan"], check=True,
+                          capture_output=True, text=True).stdout.split()
+    assert any(sid in k for k in keys), "the run's live state is in Redis"
+    assert dump.stat().st_size > 0 and CANARY.encode() not in dump.read_bytes()
+
+
+async def test_redis_restarted_mid_run_loses_no_run(tmp_path: Path, home: Path,
+                                                    scripted: Any) -> None:
+    pool = Pool(tmp_path, home, aof=True)
+    try:
+        server = scripted(agree, latency_s=0.3)
+        front = pool.front_end()
+        pool.worker()
+        pool.wait_workers(1)
+        sids = [await start(front, server, f"q{i}") for i in range(5)]
+        while len(server.requests) < 3:  # the runs are under way
+            await asyncio.sleep(0.05)
+        pool.stop_redis()
+        pool.start_redis()
+        finals = await asyncio.gather(*(follow(front, sid) for sid in sids))
+        assert [s["status"] for s in finals] == ["completed"] * 5
+        for sid in sids:
+            assert record(home, sid)[0]["final_answer"]
+    finally:
+        pool.close()
+
+
+async def test_an_mcp_task_client_gets_the_result_and_can_cancel(
+        pool: Pool, scripted: Any, home: Path) -> None:
+    from fastmcp_tasks import call_tool_task
+
+    voting = threading.Semaphore(0)
+
+    def policy(req: ChatRequest) -> Reply:
+        if req.vote_labels and "slow" in json.dumps(req.messages):
+            voting.release()
+            return Reply("text", delay_s=60)
+        return agree(req)
+
+    server = scripted(policy)
+    front_1, front_2 = pool.front_end(), pool.front_end()
+    pool.worker()
+    pool.wait_workers(1)
+    async with Client(f"{front_1}/mcp") as client:
+        task = await call_tool_task(client, "run_consensus", {
+            "question": "What is 6*7?", "models": models(server)})
+        result = await task.result()
+        handle = result.structured_content
+        assert handle["status"] == "completed" and handle["result"]["final_answer"]
+        slow = await call_tool_task(client, "run_consensus", {
+            "question": "a slow one", "models": models(server)})
+        assert await asyncio.to_thread(voting.acquire, True, 30)
+        async with Client(f"{front_2}/mcp") as other:  # any front end sees the sessions
+            listed = (await other.call_tool("list_sessions", {})
+                      ).structured_content["sessions"]
+        assert handle["session_id"] in {s["session_id"] for s in listed}
+        await slow.cancel()
+    slow_sid = listed[0]["session_id"]
+    assert (await follow(front_2, slow_sid))["status"] == "cancelled"
+
+
+def test_doctor_shows_the_pool(pool: Pool) -> None:
+    proc = subprocess.run([sys.executable, "-m", "massgen_mcp", "doctor", "--redis", pool.url],
+                          env=pool.env(), capture_output=True, text=True, timeout=60)
+    assert f"on the worker pool at {pool.url}; 0 worker(s) live" in proc.stdout, proc.stderr
+
+
+def test_a_redis_password_is_never_shown() -> None:
+    assert redact_url("redis://:s3cret@host:6379/0") == "redis://:***@host:6379/0"
+    assert redact_url("redis://user:s3cret@host/0") == "redis://user:***@host/0"
+    assert redact_url("redis://host:6379/0") == "redis://host:6379/0"
