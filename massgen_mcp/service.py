@@ -33,6 +33,7 @@ from massgen_mcp.errors import ConfigError, RunNotFinishedError, SessionStateErr
 from massgen_mcp.records import (
     Event,
     EventType,
+    Phase,
     ResultRecord,
     RunStatus,
     SessionRecord,
@@ -188,7 +189,10 @@ class ConsensusService:
         """Continue an interrupted run from its recorded answers and votes, in the same
         record."""
         status = await self.status(session_id)
-        if status.status is not RunStatus.INTERRUPTED:
+        # A queued run whose place in a pool's queue was lost (Redis without persistence)
+        # can be queued again: a duplicate delivery finds it claimed or finished.
+        lost = status.status is RunStatus.RUNNING and status.phase is Phase.QUEUED
+        if status.status is not RunStatus.INTERRUPTED and not lost:
             raise SessionStateError(f"session {session_id} is {status.status}; only "
                                     "interrupted runs can be resumed")
         run = await self.runner.resume(session_id, self._recorded_team(session_id))

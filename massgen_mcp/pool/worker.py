@@ -70,6 +70,8 @@ class PoolWorker:
         runs in flight and return."""
         from docket import Docket, Worker
 
+        from massgen_mcp.providers.litellm_provider import warm_up
+
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -79,6 +81,7 @@ class PoolWorker:
         self.runner.listeners.append(publisher.event)
         self.runner.status_listeners.append(publisher.status)
         background = [
+            asyncio.create_task(warm_up(), name="litellm-warm-up"),  # not on the first run
             asyncio.create_task(publisher.run(), name="massgen-publisher"),
             asyncio.create_task(live.subscribe(self.config, self.config.cancel_channel,
                                                self._on_cancel, lambda: None),
