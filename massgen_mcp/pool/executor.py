@@ -125,8 +125,7 @@ class PoolRunner:
 
     async def _enqueue(self, session_id: str, team: TeamConfig) -> None:
         queued = mark_queued(self.store, session_id, team)
-        await self.redis.delete(self.config.key("claim", session_id),
-                                self.config.key("cancel", session_id))
+        await self.redis.delete(self.config.key("cancel", session_id))
         await self._publish(queued)
         await self.docket.add(live.TASK_NAME)(session_id)
 
@@ -246,6 +245,10 @@ class PoolRunner:
             return False
         await self.redis.set(self.config.key("cancel", session_id), "1", ex=live.STATUS_TTL_S)
         holder = await live.claim(self.redis, self.config, session_id, live.CANCELLED)
+        if holder is None and (await asyncio.to_thread(self.store.read_status, session_id)
+                               ).done:  # it ended just now; Redis had not heard yet
+            await live.release(self.redis, self.config, session_id, live.CANCELLED)
+            return False
         if holder is None:  # no worker has it: it never runs now
             await self._publish(end_unstarted(
                 self.store, session_id, recorded_team(self.store, session_id),

@@ -11,9 +11,11 @@ Keys (``<name>`` is the pool's name, ``massgen`` by default):
 channel ``<name>:live``      ``{"sid", "status"}`` and ``{"sid", "event"}`` as the run goes
 channel ``<name>:cancel``    session ids to stop
 
-Nothing here holds a key or a prompt: statuses and events are masked before they are
-recorded (:class:`~massgen_mcp.sessions.store.FileRecorder`), and that masked copy is what is
-published. Redis is not the record: every status is also in the session's status.json, so
+Nothing here holds a key: statuses and events are masked before they are recorded
+(:class:`~massgen_mcp.sessions.store.FileRecorder`), and that masked copy is what is
+published (it includes the question and answer previews, as status.json does). MCP tasks'
+own keys hold their call's arguments and, encrypted with FASTMCP_TASKS_ENCRYPTION_KEY, the
+caller's headers. Redis is not the record: every status is also in the session's status.json, so
 readers fall back to the files while Redis is away.
 """
 

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,7 @@ class PoolWorker:
         self._stopping = False
         self._redis: Redis | None = None
         self._docket: Docket | None = None
+        self._publisher: LivePublisher
 
     @property
     def redis(self) -> Redis:
@@ -77,7 +79,7 @@ class PoolWorker:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         self._redis = live.connect(self.config)
-        publisher = LivePublisher(self._redis, self.config)
+        publisher = self._publisher = LivePublisher(self._redis, self.config)
         self.runner.listeners.append(publisher.event)
         self.runner.status_listeners.append(publisher.status)
         background = [
@@ -147,36 +149,43 @@ class PoolWorker:
         except MassgenError:
             log.error("dropping a queued item that is not a session id")
             return
-        if not await self._claim(session_id):
+        if session_id in self.runner.runs:
+            return  # a second delivery of a run this process already has
+        holder = f"{self.name}/{uuid.uuid4().hex[:12]}"  # one claim per delivery
+        if not await self._claim(session_id, holder):
             return
         run: LiveRun | None = None
         try:
             run = await self._start(session_id)
             if run is not None:
-                await self._follow(run)
+                await self._follow(run, holder)
         finally:
             with contextlib.suppress(Exception):
-                await live.release(self.redis, self.config, session_id, self.name)
+                # The final status reaches Redis before anyone may claim the session again
+                # (a cancel that took the claim next would otherwise end a finished run).
+                async with asyncio.timeout(5):
+                    await self._publisher.flush()
+                await live.release(self.redis, self.config, session_id, holder)
         if session_id in self._handing_back:
             self._handing_back.discard(session_id)
             assert self._docket is not None
             await self._docket.add(live.TASK_NAME)(session_id)
             log.info("session %s: handed back to the queue", session_id)
 
-    async def _claim(self, session_id: str) -> bool:
+    async def _claim(self, session_id: str, holder: str) -> bool:
         """Claim the session; False when it is not ours to run (cancelled while queued,
         finished, or still run by a worker that is alive)."""
         while True:
-            holder = await live.claim(self.redis, self.config, session_id, self.name)
-            if holder is None:
+            other = await live.claim(self.redis, self.config, session_id, holder)
+            if other is None:
                 return True
-            if holder == live.CANCELLED:
+            if other == live.CANCELLED:
                 return False
             status = await asyncio.to_thread(self.store.read_status, session_id)
             if status.done:
                 return False
             log.info("session %s is held by %s; waiting for its claim to lapse",
-                     session_id, holder)
+                     session_id, other)
             await asyncio.sleep(self.config.lease_s / 4)
 
     async def _start(self, session_id: str) -> LiveRun | None:
@@ -203,9 +212,10 @@ class PoolWorker:
             return None
         return await self.runner.resume(session_id, team)
 
-    async def _follow(self, run: LiveRun) -> None:
+    async def _follow(self, run: LiveRun, holder: str) -> None:
         """Wait for the run, renewing the claim; a lost claim or a missed cancel stops it."""
-        renewing = asyncio.create_task(self._renew(run), name=f"renew:{run.session_id}")
+        renewing = asyncio.create_task(self._renew(run, holder),
+                                       name=f"renew:{run.session_id}")
         try:
             await asyncio.wait({run.task})
         except asyncio.CancelledError:  # Docket cut this task (shutdown deadline)
@@ -218,11 +228,11 @@ class PoolWorker:
             renewing.cancel()
             await asyncio.gather(renewing, return_exceptions=True)
 
-    async def _renew(self, run: LiveRun) -> None:
+    async def _renew(self, run: LiveRun, holder: str) -> None:
         while True:
             await asyncio.sleep(self.config.lease_s / 4)
             try:
-                ours = await live.renew(self.redis, self.config, run.session_id, self.name)
+                ours = await live.renew(self.redis, self.config, run.session_id, holder)
                 cancelled = await self.redis.get(self.config.key("cancel", run.session_id))
             except Exception as exc:  # Redis away: keep running; the record goes on
                 log.warning("session %s: cannot renew its claim (%s)", run.session_id, exc)

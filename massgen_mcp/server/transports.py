@@ -169,6 +169,11 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
             "'Authorization: Bearer <token>'), or bind 127.0.0.1")
     from massgen_mcp.pool.live import redact_url
 
+    if pool is not None and token and not os.environ.get("FASTMCP_TASKS_ENCRYPTION_KEY"):
+        raise ConfigError(
+            "a pool front end with a token needs FASTMCP_TASKS_ENCRYPTION_KEY: MCP tasks keep "
+            "each request's headers (the bearer token among them) in Redis, encrypted only "
+            "with that key. Set it to the same long random string on every front end")
     configure_logging(home)
     server = create_server(home=home, auth=bearer_token_auth(token) if token else None,
                            token=token, openai_api=api in ("both", "openai"), pool=pool,

@@ -171,7 +171,10 @@ def mark_queued(store: SessionStore, session_id: str, team: TeamConfig) -> Statu
 def end_unstarted(store: SessionStore, session_id: str, team: TeamConfig, status: RunStatus,
                   reason: FinishReason, error: str | None = None) -> StatusRecord | None:
     """End a recorded session that will not run (cancelled while queued, or no worker can
-    run it): a complete record with its result, and no model call."""
+    run it): a complete record with its result, and no model call. A session that already
+    has its result is left as it is."""
+    if store.read_result(session_id) is not None:
+        return None
     return _record_only(store, session_id, team,
                         lambda engine, _: engine.end_unstarted(status, reason, error))
 
