@@ -140,6 +140,29 @@ def models(server: ScriptedServer) -> list[str]:
     return [f"openai/{m}@{server.base_url}" for m in "abc"]
 
 
+class HangingVotes:
+    """A policy whose vote calls hang (60 s) while ``hang`` is set, for the calls in
+    flight when a worker dies, stops or is cancelled; ``voting`` counts them arriving.
+    ``only`` limits it to requests whose messages contain that text."""
+
+    def __init__(self, only: str | None = None) -> None:
+        self.voting = threading.Semaphore(0)
+        self.hang = threading.Event()
+        self.hang.set()
+        self.only = only
+
+    def __call__(self, req: ChatRequest) -> Reply:
+        if req.vote_labels and self.hang.is_set() and (
+                self.only is None or self.only in json.dumps(req.messages)):
+            self.voting.release()
+            return Reply("text", delay_s=60)
+        return agree(req)
+
+    async def arrived(self, n: int = 1) -> None:
+        for _ in range(n):
+            assert await asyncio.to_thread(self.voting.acquire, True, 30)
+
+
 def is_answer_call(req: ChatRequest) -> bool:
     return not req.vote_labels and not req.is_final and not req.is_check
 
@@ -193,27 +216,17 @@ async def test_a_run_started_on_one_front_end_is_followed_on_another(
 
 async def test_a_killed_worker_s_run_finishes_on_the_other_without_repeating_calls(
         pool: Pool, scripted: Any, home: Path) -> None:
-    voting = threading.Semaphore(0)
-    hang = threading.Event()
-    hang.set()
-
-    def policy(req: ChatRequest) -> Reply:
-        if req.vote_labels and hang.is_set():
-            voting.release()
-            return Reply("text", delay_s=60)  # the worker dies while these are in flight
-        return agree(req)
-
-    server = scripted(policy)
+    votes = HangingVotes()  # the worker dies while these are in flight
+    server = scripted(votes)
     front = pool.front_end()
     first, second = pool.worker(), pool.worker()
     pool.wait_workers(2)
     sid = await start(front, server)
-    for _ in range(3):  # every answer is recorded; the three votes hang
-        assert await asyncio.to_thread(voting.acquire, True, 30)
+    await votes.arrived(3)  # every answer is recorded; the three votes hang
     holder = json.loads((home / "sessions" / sid / "status.json").read_text())["worker"]
     victim = first if holder == pool.worker_name(first) else second
     survivor = second if victim is first else first
-    hang.clear()
+    votes.hang.clear()
     victim.send_signal(signal.SIGKILL)
     victim.wait()
 
@@ -232,20 +245,13 @@ async def test_a_killed_worker_s_run_finishes_on_the_other_without_repeating_cal
 
 async def test_cancel_from_another_front_end_stops_the_run_on_its_worker(
         pool: Pool, scripted: Any, home: Path) -> None:
-    voting = threading.Semaphore(0)
-
-    def policy(req: ChatRequest) -> Reply:
-        if req.vote_labels:
-            voting.release()
-            return Reply("text", delay_s=60)
-        return agree(req)
-
-    server = scripted(policy)
+    votes = HangingVotes()
+    server = scripted(votes)
     front_1, front_2 = pool.front_end(), pool.front_end()
     pool.worker()
     pool.wait_workers(1)
     sid = await start(front_1, server)
-    assert await asyncio.to_thread(voting.acquire, True, 30)
+    await votes.arrived()
     async with Client(f"{front_2}/mcp") as client:
         cancelled = (await client.call_tool("cancel_session", {"session_id": sid})
                      ).structured_content
@@ -277,24 +283,14 @@ async def test_a_queued_run_cancelled_with_no_worker_never_runs(
 
 async def test_a_stopped_worker_hands_its_run_back(pool: Pool, scripted: Any,
                                                    home: Path) -> None:
-    voting = threading.Semaphore(0)
-    hang = threading.Event()
-    hang.set()
-
-    def policy(req: ChatRequest) -> Reply:
-        if req.vote_labels and hang.is_set():
-            voting.release()
-            return Reply("text", delay_s=60)
-        return agree(req)
-
-    server = scripted(policy)
+    votes = HangingVotes()
+    server = scripted(votes)
     front = pool.front_end()
     first = pool.worker()
     pool.wait_workers(1)
     sid = await start(front, server)
-    for _ in range(3):
-        assert await asyncio.to_thread(voting.acquire, True, 30)
-    hang.clear()
+    await votes.arrived(3)
+    votes.hang.clear()
     first.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(first.wait, 20) == 0
     status = json.loads((home / "sessions" / sid / "status.json").read_text())
@@ -368,15 +364,8 @@ async def test_an_mcp_task_client_gets_the_result_and_can_cancel(
         pool: Pool, scripted: Any, home: Path) -> None:
     from fastmcp_tasks import call_tool_task
 
-    voting = threading.Semaphore(0)
-
-    def policy(req: ChatRequest) -> Reply:
-        if req.vote_labels and "slow" in json.dumps(req.messages):
-            voting.release()
-            return Reply("text", delay_s=60)
-        return agree(req)
-
-    server = scripted(policy)
+    votes = HangingVotes(only="slow")
+    server = scripted(votes)
     front_1, front_2 = pool.front_end(), pool.front_end()
     pool.worker()
     pool.wait_workers(1)
@@ -388,7 +377,7 @@ async def test_an_mcp_task_client_gets_the_result_and_can_cancel(
         assert handle["status"] == "completed" and handle["result"]["final_answer"]
         slow = await call_tool_task(client, "run_consensus", {
             "question": "a slow one", "models": models(server)})
-        assert await asyncio.to_thread(voting.acquire, True, 30)
+        await votes.arrived()
         async with Client(f"{front_2}/mcp") as other:  # any front end sees the sessions
             listed = (await other.call_tool("list_sessions", {})
                       ).structured_content["sessions"]

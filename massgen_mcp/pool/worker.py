@@ -56,7 +56,6 @@ class PoolWorker:
         self.concurrency = concurrency
         self.runner = SessionRunner(store, provider, max_running=concurrency, worker=self.name)
         self._handing_back: set[str] = set()  # runs stopping because this worker stops
-        self._stopping = False
         self._redis: Redis | None = None
         self._docket: Docket | None = None
         self._publisher: LivePublisher
@@ -120,7 +119,6 @@ class PoolWorker:
     async def _stop(self, taking: asyncio.Task[None]) -> None:
         """Stop taking runs, hand back the ones in flight, and give up on any that will
         not stop within the deadline (Docket redelivers those)."""
-        self._stopping = True
         taking.cancel()  # Docket stops claiming and waits for the tasks in flight
         for run in list(self.runner.runs.values()):
             self._handing_back.add(run.session_id)
