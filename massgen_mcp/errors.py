@@ -11,7 +11,8 @@ MassgenError
 ├── SessionNotFoundError   no session with that id in this store
 ├── SessionStateError      the session is in a state that does not allow the request
 │   └── RunNotFinishedError  it has no result yet; carries .session_id and .status
-└── RecordWriteError       the record folder cannot be written (disk full, I/O, permissions)
+├── RecordWriteError       the record folder cannot be written (disk full, I/O, permissions)
+└── PoolUnavailableError   a worker pool's Redis did not take a run (front ends of a pool)
 ```
 """
 
@@ -75,6 +76,10 @@ class RunNotFinishedError(SessionStateError):
 
 class RecordWriteError(MassgenError):
     """A session record could not be written: the disk is full, failing or read-only."""
+
+
+class PoolUnavailableError(MassgenError):
+    """The worker pool's Redis could not be reached, so a run was not queued."""
 
 
 def describe_write_error(exc: OSError, home: object) -> str:

@@ -136,26 +136,50 @@ def pool(tmp_path: Path, home: Path) -> Iterator[Pool]:
     running.close()
 
 
+@pytest.fixture
+def task_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fastmcp Clients that declare the MCP tasks extension, for this test only: once
+    ``fastmcp_tasks`` is imported every Client declares it, and a pool front end then runs
+    each run_consensus as a task, whose plain call_tool returns only when the run ends."""
+    from fastmcp.client import extension_hooks
+    from fastmcp_tasks import _build_tasks_client_extension
+
+    monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])
+    extension_hooks.register_internal_client_extension_factory(_build_tasks_client_extension)
+
+
+@pytest.fixture(autouse=True)
+def plain_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other tests' Clients do not declare tasks, whatever was imported before."""
+    from fastmcp.client import extension_hooks
+
+    monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])
+
+
 def models(server: ScriptedServer) -> list[str]:
     return [f"openai/{m}@{server.base_url}" for m in "abc"]
 
 
 class HangingVotes:
-    """A policy whose vote calls hang (60 s) while ``hang`` is set, for the calls in
-    flight when a worker dies, stops or is cancelled; ``voting`` counts them arriving.
-    ``only`` limits it to requests whose messages contain that text."""
+    """A policy whose vote calls hang (up to 60 s, in the scripted server's request thread)
+    until :meth:`release`, for the calls in flight when a worker dies, stops or is
+    cancelled; ``voting`` counts them arriving. ``only`` limits it to requests whose
+    messages contain that text."""
 
     def __init__(self, only: str | None = None) -> None:
         self.voting = threading.Semaphore(0)
-        self.hang = threading.Event()
-        self.hang.set()
+        self.released = threading.Event()
         self.only = only
 
+    def release(self) -> None:
+        """Every vote from now on, and the ones hanging, is answered at once."""
+        self.released.set()
+
     def __call__(self, req: ChatRequest) -> Reply:
-        if req.vote_labels and self.hang.is_set() and (
+        if req.vote_labels and not self.released.is_set() and (
                 self.only is None or self.only in json.dumps(req.messages)):
             self.voting.release()
-            return Reply("text", delay_s=60)
+            self.released.wait(60)
         return agree(req)
 
     async def arrived(self, n: int = 1) -> None:
@@ -226,7 +250,7 @@ async def test_a_killed_worker_s_run_finishes_on_the_other_without_repeating_cal
     holder = json.loads((home / "sessions" / sid / "status.json").read_text())["worker"]
     victim = first if holder == pool.worker_name(first) else second
     survivor = second if victim is first else first
-    votes.hang.clear()
+    votes.release()
     victim.send_signal(signal.SIGKILL)
     victim.wait()
 
@@ -290,7 +314,7 @@ async def test_a_stopped_worker_hands_its_run_back(pool: Pool, scripted: Any,
     pool.wait_workers(1)
     sid = await start(front, server)
     await votes.arrived(3)
-    votes.hang.clear()
+    votes.release()
     first.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(first.wait, 20) == 0
     status = json.loads((home / "sessions" / sid / "status.json").read_text())
@@ -360,6 +384,7 @@ async def test_redis_restarted_mid_run_loses_no_run(tmp_path: Path, home: Path,
         pool.close()
 
 
+@pytest.mark.usefixtures("task_clients")
 async def test_an_mcp_task_client_gets_the_result_and_can_cancel(
         pool: Pool, scripted: Any, home: Path) -> None:
     from fastmcp_tasks import call_tool_task
@@ -385,6 +410,65 @@ async def test_an_mcp_task_client_gets_the_result_and_can_cancel(
         await slow.cancel()
     slow_sid = listed[0]["session_id"]
     assert (await follow(front_2, slow_sid))["status"] == "cancelled"
+
+
+async def test_a_worker_cut_off_from_redis_stops_writing_and_its_run_goes_on(
+        tmp_path: Path, home: Path, scripted: Any) -> None:
+    pool = Pool(tmp_path, home, aof=True)
+    try:
+        votes = HangingVotes()
+        server = scripted(votes)
+        front = pool.front_end()
+        pool.worker()
+        pool.wait_workers(1)
+        sid = await start(front, server)
+        await votes.arrived(3)
+        events = home / "sessions" / sid / "events.jsonl"
+        pool.stop_redis()
+        log = tmp_path / "worker-0.log"
+        await asyncio.to_thread(pool._until, lambda: b"without writing" in log.read_bytes(),
+                                "the worker did not fence itself")
+        left = events.read_bytes()
+        votes.release()
+        pool.start_redis()
+        assert (await follow(front, sid))["status"] == "completed"
+        after = events.read_bytes()
+        assert after.startswith(left)
+        types = [json.loads(line)["type"] for line in after[len(left):].splitlines()]
+        assert types[0] == "resumed", "the fenced worker wrote nothing after it stopped"
+        assert "requeued" not in types and "cancelled" not in types
+        assert len([r for r in server.requests if is_answer_call(r)]) == 3
+    finally:
+        pool.close()
+
+
+@pytest.mark.usefixtures("task_clients")
+async def test_a_front_end_that_stops_leaves_its_task_s_run_going(
+        pool: Pool, scripted: Any, home: Path, tmp_path: Path) -> None:
+    from fastmcp_tasks import call_tool_task
+
+    votes = HangingVotes()
+    server = scripted(votes)
+    front_1 = pool.front_end()  # alone, so it is the one following the task
+    pool.worker()
+    pool.wait_workers(1)
+    async with Client(f"{front_1}/mcp") as client:
+        await call_tool_task(client, "run_consensus", {
+            "question": "What is 6*7?", "models": models(server)})
+        await votes.arrived(3)
+        sid = (await client.call_tool("list_sessions", {})
+               ).structured_content["sessions"][0]["session_id"]
+    front_2 = pool.front_end()
+    proc = pool.procs[0]
+    proc.send_signal(signal.SIGTERM)
+    # Within the drain: the task steps aside instead of holding the shutdown for the run.
+    assert await asyncio.to_thread(proc.wait, 30) in (0, -signal.SIGTERM)
+    log = next(tmp_path.glob(f"front-{front_1.rsplit(':', 1)[1]}.log")).read_text()
+    assert "Application shutdown complete" in log
+    status = json.loads((home / "sessions" / sid / "status.json").read_text())
+    assert status["status"] == "running", "the session was not cancelled with the task"
+    votes.release()
+    assert (await follow(front_2, sid))["status"] == "completed"
 
 
 def test_doctor_shows_the_pool(pool: Pool) -> None:

@@ -13,14 +13,16 @@ import asyncio
 import contextlib
 import json
 import logging
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
+from redis.exceptions import RedisError
 
 from massgen_mcp.config import TeamConfig
-from massgen_mcp.errors import ConfigError
+from massgen_mcp.errors import ConfigError, PoolUnavailableError
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.records import Event, FinishReason, Phase, ResultRecord, RunStatus, StatusRecord
@@ -111,23 +113,38 @@ class PoolRunner:
                 "worker (keys never go through Redis); set the key in the workers' "
                 "environment and name it with api_key_env")
         session_id = new_session_id()
-        recorder = create_record(self.store, session_id, question, team, context=context,
-                                 parent_session_id=parent_session_id, workspace=workspace,
-                                 notes=notes)
+        # Record files may live on a network share: their I/O stays off the event loop.
+        recorder = await asyncio.to_thread(
+            create_record, self.store, session_id, question, team, context=context,
+            parent_session_id=parent_session_id, workspace=workspace, notes=notes)
         recorder.close()
-        await self._enqueue(session_id, team)
+        try:
+            await self._enqueue(session_id, team)
+        except BaseException:
+            # Not queued: no record either, so nothing waits for a worker that never comes.
+            await asyncio.to_thread(shutil.rmtree, recorder.folder, True)
+            raise
         return Launched(session_id, recorder.folder)
 
     async def resume(self, session_id: str, team: TeamConfig) -> Launched:
-        """Queue a recorded run again; the worker continues from its record."""
+        """Queue a recorded run again; the worker continues from its record. If Redis
+        fails half-way, the record says queued with nothing on the queue: resume_session
+        takes such a run again (the error says so)."""
         await self._enqueue(session_id, team)
         return Launched(session_id, self.store.folder(session_id))
 
     async def _enqueue(self, session_id: str, team: TeamConfig) -> None:
-        queued = mark_queued(self.store, session_id, team)
-        await self.redis.delete(self.config.key("cancel", session_id))
-        await self._publish(queued)
-        await self.docket.add(live.TASK_NAME)(session_id)
+        try:
+            # Redis first: while it is away nothing is written and the caller is told.
+            await self.redis.delete(self.config.key("cancel", session_id))
+            queued = await asyncio.to_thread(mark_queued, self.store, session_id, team)
+            await self._publish(queued)
+            await self.docket.add(live.TASK_NAME)(session_id)
+        except RedisError as exc:
+            raise PoolUnavailableError(
+                f"the pool's Redis ({live.redact_url(self.config.url)}) did not take the "
+                f"run: {exc}. Check that Redis is up; a resumed run can be resumed again "
+                "once it is") from exc
 
     async def _publish(self, status: StatusRecord | None) -> None:
         """What this front end wrote to a record, for every reader (Redis's copy would
@@ -250,9 +267,10 @@ class PoolRunner:
             await live.release(self.redis, self.config, session_id, live.CANCELLED)
             return False
         if holder is None:  # no worker has it: it never runs now
-            await self._publish(end_unstarted(
-                self.store, session_id, recorded_team(self.store, session_id),
-                RunStatus.CANCELLED, FinishReason.CANCELLED))
+            team = await asyncio.to_thread(recorded_team, self.store, session_id)
+            await self._publish(await asyncio.to_thread(
+                end_unstarted, self.store, session_id, team, RunStatus.CANCELLED,
+                FinishReason.CANCELLED))
             return True
         await self.redis.publish(self.config.cancel_channel, session_id)
         status = await self.wait(session_id, CANCEL_WAIT_S, until_done=True)

@@ -15,6 +15,11 @@ A cancel arrives on the pool's cancel channel (or, if that message was missed, a
 at the next lease renewal) and stops the run like a local cancel. SIGTERM or SIGINT hands
 every run back: each is recorded ``requeued`` (still running, phase ``queued``), queued again
 and released at once, so another worker continues it without waiting for a redelivery.
+
+A worker that cannot renew its claim for most of a lease (cut off from Redis, or another
+worker took the run over) stops the run *without writing to its record*: by the time its
+lease lapses someone else may own that record. A run cut off that way is queued again as soon
+as Redis answers, so it is never left without a worker.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from massgen_mcp.config import missing_credentials
-from massgen_mcp.errors import MassgenError
+from massgen_mcp.errors import MassgenError, SessionStateError
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import LivePublisher, PoolConfig
 from massgen_mcp.providers.base import Provider
@@ -43,6 +48,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STOP_DEADLINE_S = 10.0  # after SIGTERM, how long handing back may take before runs are cut
+CUT_DEADLINE_S = 5.0  # then how long cut runs may take to stop before the worker exits anyway
+# A run stops writing once its claim has gone unrenewed for this share of the lease, so it
+# has stopped before the lease lapses and another worker may take the run.
+FENCE_SHARE = 0.75
 
 
 class PoolWorker:
@@ -55,7 +64,8 @@ class PoolWorker:
         self.name = live.worker_name()
         self.concurrency = concurrency
         self.runner = SessionRunner(store, provider, max_running=concurrency, worker=self.name)
-        self._handing_back: set[str] = set()  # runs stopping because this worker stops
+        self._handing_back: set[str] = set()  # runs to queue again when they have stopped
+        self._stopping = False  # SIGTERM: deliveries still claiming are handed back too
         self._redis: Redis | None = None
         self._docket: Docket | None = None
         self._publisher: LivePublisher
@@ -119,6 +129,8 @@ class PoolWorker:
     async def _stop(self, taking: asyncio.Task[None]) -> None:
         """Stop taking runs, hand back the ones in flight, and give up on any that will
         not stop within the deadline (Docket redelivers those)."""
+        self._stopping = True
+        self.runner.stop_taking()  # a delivery still starting hands its run back instead
         taking.cancel()  # Docket stops claiming and waits for the tasks in flight
         for run in list(self.runner.runs.values()):
             self._handing_back.add(run.session_id)
@@ -128,7 +140,11 @@ class PoolWorker:
         _, late = await asyncio.wait({taking}, timeout=STOP_DEADLINE_S)
         if late:
             taking.cancel()  # a second cancel cuts the tasks in flight
-            await asyncio.gather(taking, return_exceptions=True)
+            _, stuck = await asyncio.wait({taking}, timeout=CUT_DEADLINE_S)
+            if stuck:
+                log.warning("runs did not stop within %g s; exiting anyway (Docket "
+                            "redelivers them)", STOP_DEADLINE_S + CUT_DEADLINE_S)
+                return
         with contextlib.suppress(asyncio.CancelledError):
             await taking
 
@@ -151,6 +167,8 @@ class PoolWorker:
             return  # a second delivery of a run this process already has
         holder = f"{self.name}/{uuid.uuid4().hex[:12]}"  # one claim per delivery
         if not await self._claim(session_id, holder):
+            if self._stopping:
+                await self._requeue(session_id)
             return
         run: LiveRun | None = None
         try:
@@ -163,17 +181,30 @@ class PoolWorker:
                 # (a cancel that took the claim next would otherwise end a finished run).
                 async with asyncio.timeout(5):
                     await self._publisher.flush()
+            if session_id in self._handing_back:
+                self._handing_back.discard(session_id)
+                await self._requeue(session_id)  # queued again before the claim goes
+            with contextlib.suppress(Exception):
                 await live.release(self.redis, self.config, session_id, holder)
-        if session_id in self._handing_back:
-            self._handing_back.discard(session_id)
-            assert self._docket is not None
-            await self._docket.add(live.TASK_NAME)(session_id)
-            log.info("session %s: handed back to the queue", session_id)
+
+    async def _requeue(self, session_id: str) -> None:
+        """Put the session on the queue again, retrying while Redis is away; a worker that
+        stops gives up at its deadline (the delivery then stays pending, and Docket hands
+        it to another worker after the redelivery timeout)."""
+        assert self._docket is not None
+        while True:
+            try:
+                await self._docket.add(live.TASK_NAME)(session_id)
+                log.info("session %s: handed back to the queue", session_id)
+                return
+            except Exception as exc:  # redis errors of every kind
+                log.warning("session %s: cannot queue it again yet (%s)", session_id, exc)
+            await asyncio.sleep(live.RECONNECT_S)
 
     async def _claim(self, session_id: str, holder: str) -> bool:
         """Claim the session; False when it is not ours to run (cancelled while queued,
         finished, or still run by a worker that is alive)."""
-        while True:
+        while not self._stopping:
             other = await live.claim(self.redis, self.config, session_id, holder)
             if other is None:
                 return True
@@ -185,6 +216,7 @@ class PoolWorker:
             log.info("session %s is held by %s; waiting for its claim to lapse",
                      session_id, other)
             await asyncio.sleep(self.config.lease_s / 4)
+        return False
 
     async def _start(self, session_id: str) -> LiveRun | None:
         """The session's run started here, or None if it ended without running."""
@@ -192,7 +224,7 @@ class PoolWorker:
         if status.done:
             return None
         try:
-            team = recorded_team(self.store, session_id)
+            team = await asyncio.to_thread(recorded_team, self.store, session_id)
         except MassgenError as exc:
             log.error("session %s cannot run: %s", session_id, exc)
             return None
@@ -208,7 +240,11 @@ class PoolWorker:
             if ended is not None:
                 await live.put_status(self.redis, self.config, ended)
             return None
-        return await self.runner.resume(session_id, team)
+        try:
+            return await self.runner.resume(session_id, team)
+        except SessionStateError:  # stopping: it was not started, so it goes back as it is
+            self._handing_back.add(session_id)
+            return None
 
     async def _follow(self, run: LiveRun, holder: str) -> None:
         """Wait for the run, renewing the claim; a lost claim or a missed cancel stops it."""
@@ -227,18 +263,36 @@ class PoolWorker:
             await asyncio.gather(renewing, return_exceptions=True)
 
     async def _renew(self, run: LiveRun, holder: str) -> None:
-        while True:
+        """Renew the claim every quarter lease; stop the run on a missed cancel, and stop
+        it without a word to its record once the claim is gone or may be (see module)."""
+        loop = asyncio.get_running_loop()
+        renewed = loop.time()
+        while not run.done:
             await asyncio.sleep(self.config.lease_s / 4)
             try:
                 ours = await live.renew(self.redis, self.config, run.session_id, holder)
                 cancelled = await self.redis.get(self.config.key("cancel", run.session_id))
-            except Exception as exc:  # Redis away: keep running; the record goes on
-                log.warning("session %s: cannot renew its claim (%s)", run.session_id, exc)
-                continue
+            except Exception as exc:  # redis errors of every kind
+                if loop.time() - renewed < self.config.lease_s * FENCE_SHARE:
+                    log.warning("session %s: cannot renew its claim (%s)", run.session_id,
+                                exc)
+                    continue
+                log.warning("session %s: claim unrenewed for %.0f s; stopping here without "
+                            "writing, to queue it again once redis answers", run.session_id,
+                            loop.time() - renewed)
+                self._handing_back.add(run.session_id)
+                self._abandon(run)
+                return
+            renewed = loop.time()
             if cancelled and not run.done:
                 run.task.cancel()
             elif not ours and not run.done:
                 log.warning("session %s: another worker took it over; stopping here",
                             run.session_id)
-                run.engine.hand_back()
-                run.task.cancel()
+                self._abandon(run)
+
+    @staticmethod
+    def _abandon(run: LiveRun) -> None:
+        run.recorder.detach()
+        run.engine.hand_back()
+        run.task.cancel()

@@ -38,6 +38,7 @@ from massgen_mcp.context_files import Workspace
 from massgen_mcp.errors import MassgenError, RunNotFinishedError
 from massgen_mcp.records import RunStatus, StatusRecord
 from massgen_mcp.secrets import redact
+from massgen_mcp.server import shutdown
 from massgen_mcp.server.session_view import VIEW_URI, view_html
 from massgen_mcp.server.views import (
     NOT_FINISHED_HINT,
@@ -65,6 +66,11 @@ log = logging.getLogger(__name__)
 
 ROOTS_TIMEOUT_S = 5.0  # asking the client for its roots, once per run_consensus
 TASK_CONCURRENCY = 200  # MCP tasks one front end follows at once (each only waits)
+# A front end that stops: an MCP task notices within STOP_POLL_S and steps aside after
+# TASK_HANDOFF_S, longer than uvicorn's 5 s graceful shutdown so the tasks' worker is
+# draining by then (a task that steps aside then stays queued for another front end).
+STOP_POLL_S = 1.0
+TASK_HANDOFF_S = 8.0
 WARM_UP_DELAY_S = 1.0  # let the handshake go first; litellm's import holds the GIL for seconds
 
 INSTRUCTIONS = """\
@@ -142,19 +148,32 @@ def _progress_reporter(ctx: Context) -> StatusCallback:
 
 
 async def _run_as_task(ctx: Context, task_id: str, spec: RunSpec) -> RunHandle:
-    """Run ``spec`` to the end for an MCP task. A task delivered again (its front end died)
-    follows the session it started the first time instead of starting another."""
+    """Run ``spec`` to the end for an MCP task. A task delivered again (its front end died
+    or stopped) follows the session it started the first time instead of starting another.
+
+    When this front end stops, the task steps aside after :data:`TASK_HANDOFF_S` (by then the
+    tasks' worker is draining, so the task stays queued for another front end) and the
+    session goes on: only ``tasks/cancel`` cancels it."""
     service = _service(ctx)
     session_id = await service.runner.recall(task_id)
     if session_id is None:
         started = await service.start(spec, await _client_root(ctx))
         session_id = started.session_id
         await service.runner.remember(task_id, session_id)
+    waiting = asyncio.create_task(service.wait(session_id, None, until_done=True,
+                                               on_change=_progress_reporter(ctx)))
     try:
-        status = await service.wait(session_id, None, until_done=True,
-                                    on_change=_progress_reporter(ctx))
-    except asyncio.CancelledError:  # tasks/cancel: the task's session stops with it
-        await asyncio.shield(service.cancel(session_id))
+        while not waiting.done() and not shutdown.stopping.is_set():
+            await asyncio.wait({waiting}, timeout=STOP_POLL_S)
+        if not waiting.done():
+            await asyncio.wait({waiting}, timeout=TASK_HANDOFF_S)
+        if not waiting.done():
+            raise asyncio.CancelledError  # not a cancel of the run: see above
+        status = waiting.result()
+    except asyncio.CancelledError:
+        waiting.cancel()
+        if not shutdown.stopping.is_set():  # tasks/cancel: the task's session stops with it
+            await asyncio.shield(service.cancel(session_id))
         raise
     record_dir = str(service.store.folder(session_id))
     return RunHandle(session_id=session_id, status=status.status, record_dir=record_dir,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -43,6 +42,7 @@ from massgen_mcp.config import MAX_CONTEXT_CHARS, RunSpec, check_question
 from massgen_mcp.errors import MassgenError, SessionStateError
 from massgen_mcp.records import ResultRecord, StatusRecord
 from massgen_mcp.secrets import redact
+from massgen_mcp.server.shutdown import stopping
 from massgen_mcp.server.views import progress_message
 from massgen_mcp.trust import is_loopback
 
@@ -77,9 +77,6 @@ DISCONNECT_POLL_S = 0.5
 # A stream with nothing to say checks that its client is still there this often, and sends an
 # SSE comment (clients ignore it) so proxies keep the connection open.
 KEEPALIVE_S = 1.0
-# Set when the server starts to stop (serve_http): requests in flight answer at once, and their
-# runs are left to the shutdown, which records them interrupted (resume_session continues them).
-stopping = threading.Event()
 STOPPING = ("the server is shutting down; the run {sid} was interrupted and continues with "
             "resume_session or 'massgen-mcp resume {sid}'")
 

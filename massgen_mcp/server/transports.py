@@ -192,11 +192,11 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
         app.router.routes = [r for r in app.router.routes if getattr(r, "path", "") != path]
     import uvicorn
 
-    from massgen_mcp.server import openai_api
+    from massgen_mcp.server import shutdown
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
-            openai_api.stopping.set()  # requests in flight answer now, their runs resumable
+            shutdown.stopping.set()  # calls in flight answer now (see server/shutdown.py)
             super().handle_exit(sig, frame)
 
     # log_config=None: uvicorn's records go to our (redacting) handlers and server.log.

@@ -246,6 +246,10 @@ class SessionRunner:
     async def remember(self, key: str, session_id: str) -> None:
         self._keys[key] = session_id
 
+    def stop_taking(self) -> None:
+        """Refuse every new run from now on (a pool worker that stops)."""
+        self._closed = True
+
     def _check_capacity(self) -> None:
         if self._closed:
             raise SessionStateError("the server is shutting down; start the run again later")
@@ -275,7 +279,10 @@ class SessionRunner:
     async def resume(self, session_id: str, team: TeamConfig) -> LiveRun:
         """Run a recorded session from where its record stands (:func:`recorded_request`)."""
         self._check_capacity()
-        request = recorded_request(self.store, session_id, team)
+        request = await asyncio.to_thread(recorded_request, self.store, session_id, team)
+        self._check_capacity()  # again: the runner may have closed while the record was read
+        if session_id in self.runs:
+            raise SessionStateError(f"session {session_id} is already running")
         changes = ChangeSignal()
         recorder = self.store.reopen(session_id, **self._hooks(session_id, changes))
         return self._launch(request, recorder, changes, fresh=False)

@@ -157,6 +157,9 @@ class FileRecorder:
     A write the disk refuses raises :class:`RecordWriteError` once (the engine then ends the
     run ``failed``, ``record_write_failed``); after that the recorder keeps the in-memory state
     current and writes whatever still fits, so readers in this process see the true end.
+
+    :meth:`detach` makes every later write a no-op, hooks included: a pool worker that lost
+    its claim on the run must not write a record another worker now owns.
     """
 
     def __init__(self, store: SessionStore, session_id: str, *,
@@ -170,6 +173,7 @@ class FileRecorder:
         self.latest_status: StatusRecord | None = None
         self.result: ResultRecord | None = None
         self.write_error: RecordWriteError | None = None
+        self.detached = False
         # Who runs the session, stamped on every status: this process, or a pool worker.
         self.stamp: dict[str, Any] = {"pid": os.getpid()}
         try:
@@ -187,7 +191,13 @@ class FileRecorder:
         log.error("session %s: %s", self.session_id, self.write_error)
         raise self.write_error from exc
 
+    def detach(self) -> None:
+        """Write nothing more, anywhere: the record belongs to someone else now."""
+        self.detached = True
+
     def _write(self, path: Path, text: str) -> None:
+        if self.detached:
+            return
         try:
             atomic_write(path, text)
         except OSError as exc:
@@ -200,6 +210,8 @@ class FileRecorder:
         self._write(self.folder / name, _dump(redact_data(data)))
 
     def event(self, event: Event) -> None:
+        if self.detached:
+            return
         event, line = masked(event)
         if self.on_event is not None:
             self.on_event(event)
@@ -216,6 +228,8 @@ class FileRecorder:
             self._failed(exc)
 
     def status(self, status: StatusRecord) -> None:
+        if self.detached:
+            return
         self.latest_status, text = masked(status.model_copy(update=self.stamp))
         if self.on_status is not None:
             self.on_status(self.latest_status)
@@ -225,6 +239,8 @@ class FileRecorder:
         self._write(self.folder / "answers" / f"{label}.md", redact(content) + "\n")
 
     def finish(self, result: ResultRecord) -> None:
+        if self.detached:
+            return
         self.result, text = masked(result)
         if self.result.final_answer is not None:
             self._write(self.folder / "final.md", self.result.final_answer + "\n")
