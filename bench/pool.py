@@ -7,6 +7,9 @@ Starts redis-server (Debian's, a free port, no persistence), front ends and 1 or
   answering at once (0 ms: CPU-bound) and after 200 ms (I/O-bound): ``--sessions`` runs of
   3 agents (7 calls each) started together through one front end, timed until the last one's
   status says done;
+* where the CPU went in each timed window, per session: workers, the front end, Redis, and
+  this process (the scripted models and the MCP clients). Everything shares this machine's
+  cores, so when the sum reaches them a second worker cannot add throughput;
 * ``get_status`` latency (p50/p95) across two front ends while 200 sessions are in flight.
 
 The embedded mode's figures are bench/run.py's (the pool code is not imported there).
@@ -41,19 +44,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Deployment:
     def __init__(self, folder: Path, workers: int, front_ends: int = 1) -> None:
         self.folder = folder
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         subprocess.run(["redis-server", "--port", str(self.port), "--save", "",
-                        "--appendonly", "no", "--daemonize", "yes",
-                        "--dir", str(folder)], check=True, capture_output=True)
+                        "--appendonly", "no", "--daemonize", "yes", "--dir", str(folder),
+                        "--pidfile", str(folder / "redis.pid")], check=True,
+                       capture_output=True)
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
         env.update(MASSGEN_HOME=str(folder / "home"), MASSGEN_REDIS_URL=self.url)
-        self.procs = [subprocess.Popen(
+        self.workers = [subprocess.Popen(
             [sys.executable, "-m", "massgen_mcp", "worker", "--concurrency", "256"],
             env=env, stderr=subprocess.DEVNULL) for _ in range(workers)]
+        self.procs = list(self.workers)
         self.fronts = []
         for _ in range(front_ends):
             port = free_port()
@@ -65,6 +76,14 @@ class Deployment:
         while self._workers() != workers:
             assert time.monotonic() < deadline, "the pool did not start"
             time.sleep(0.1)
+
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds used so far by each part of the deployment."""
+        redis_pid = int((self.folder / "redis.pid").read_text())
+        fronts = [p for p in self.procs if p not in self.workers]
+        return {"workers": sum(cpu_s(p.pid) for p in self.workers),
+                "front end": sum(cpu_s(p.pid) for p in fronts),
+                "redis": cpu_s(redis_pid), "models+clients": cpu_s(os.getpid())}
 
     def _workers(self) -> int | None:
         try:
@@ -105,10 +124,15 @@ async def throughput(workers: int, latency_s: float, sessions: int) -> float:
         try:
             await start_all(pool.fronts[0], server, 3)  # warm: litellm loaded in every worker
             await until_done(pool.fronts[0], await start_all(pool.fronts[0], server, 6))
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), pool.cpu()
             sids = await start_all(pool.fronts[0], server, sessions)
             await until_done(pool.fronts[0], sids)
-            return sessions / (time.perf_counter() - t0)
+            elapsed = time.perf_counter() - t0
+            used = {k: v - cpu0[k] for k, v in pool.cpu().items()}
+            print(f"{'':>8} {'':>8} {'':>11}  CPU ms/session: " + ", ".join(
+                f"{k} {v / sessions * 1000:.0f}" for k, v in used.items())
+                + f"; busy {sum(used.values()) / elapsed:.2f} of {os.cpu_count()} cores")
+            return sessions / elapsed
         finally:
             pool.close()
 

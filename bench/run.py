@@ -209,12 +209,19 @@ def bench_tools_list(quick: bool) -> dict[str, Any]:
 
     tools = asyncio.run(listed())
     chars = len(json.dumps(tools, separators=(",", ":")))
-    return {"tools": len(tools), "chars": chars, "tokens_approx": chars // 4}
+    # Claude Code and Codex turn each MCP tool into a function definition for their model:
+    # name, description and input schema; the rest (annotations, _meta) stays in the host.
+    in_context = len(json.dumps([{k: t[k] for k in ("name", "description", "inputSchema")}
+                                 for t in tools], separators=(",", ":")))
+    return {"tools": len(tools), "chars": chars, "tokens_approx": chars // 4,
+            "model_context_chars": in_context, "target_chars": 10_000}
 
 
 def print_tools_list(data: dict[str, Any]) -> None:
     print(f"\ntools/list: {data['tools']} tools, {data['chars']} characters "
-          f"(~{data['tokens_approx']} tokens at 4 characters per token)")
+          f"(~{data['tokens_approx']} tokens at 4 characters per token; target <= "
+          f"{data['target_chars']}); name + description + input schema, what Claude Code and "
+          f"Codex give their model: {data['model_context_chars']} characters")
 
 
 def _worker_load() -> dict[str, Any]:

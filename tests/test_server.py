@@ -272,7 +272,9 @@ async def test_tools_list_matches_snapshot(tmp_path: Path) -> None:
         hints = tool["annotations"]
         assert {"readOnlyHint", "destructiveHint"} <= set(hints), tool["name"]
         assert hints["destructiveHint"] is False
-        assert "outputSchema" in tool
+        assert "outputSchema" not in tool
+    # What every host conversation carries (issue 19's budget): compact JSON, all tools.
+    assert len(json.dumps(tools, separators=(",", ":"))) <= 10_000
 
 
 def test_importing_the_server_does_not_import_litellm() -> None:

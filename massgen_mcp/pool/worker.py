@@ -270,9 +270,11 @@ class PoolWorker:
         while not run.done:
             await asyncio.sleep(self.config.lease_s / 4)
             try:
-                ours = await live.renew(self.redis, self.config, run.session_id, holder)
-                cancelled = await self.redis.get(self.config.key("cancel", run.session_id))
-            except Exception as exc:  # redis errors of every kind
+                async with asyncio.timeout(self.config.lease_s / 4):  # a hung Redis too
+                    ours = await live.renew(self.redis, self.config, run.session_id, holder)
+                    cancelled = await self.redis.get(self.config.key("cancel",
+                                                                     run.session_id))
+            except Exception as exc:  # redis errors of every kind, and the timeout
                 if loop.time() - renewed < self.config.lease_s * FENCE_SHARE:
                     log.warning("session %s: cannot renew its claim (%s)", run.session_id,
                                 exc)

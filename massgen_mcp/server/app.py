@@ -18,7 +18,7 @@ import os
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastmcp import Context, FastMCP
 from fastmcp.apps import AppConfig
@@ -69,6 +69,7 @@ TASK_CONCURRENCY = 200  # MCP tasks one front end follows at once (each only wai
 # A front end that stops: an MCP task notices within STOP_POLL_S and steps aside after
 # TASK_HANDOFF_S, longer than uvicorn's 5 s graceful shutdown so the tasks' worker is
 # draining by then (a task that steps aside then stays queued for another front end).
+ToolFn = TypeVar("ToolFn", bound=Callable[..., Any])
 STOP_POLL_S = 1.0
 TASK_HANDOFF_S = 8.0
 WARM_UP_DELAY_S = 1.0  # let the handshake go first; litellm's import holds the GIL for seconds
@@ -318,6 +319,13 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         task_config = TaskConfig(mode="optional")
     add_health_route(mcp, pool, lambda: service)
 
+    def tool(**options: Any) -> Callable[[ToolFn], ToolFn]:
+        """``mcp.tool`` without an output schema. No host puts output schemas into the
+        model's context, yet they were two thirds of tools/list (~15k characters, carried in
+        every host conversation); results still come as structuredContent and as text."""
+        decorate: Callable[[ToolFn], ToolFn] = mcp.tool(output_schema=None, **options)
+        return decorate
+
     async def _wait_and_wrap(ctx: Context, started: Started, wait_s: float, message: str
                              ) -> RunHandle:
         """The handle of a run just started; with ``wait_s``, wait that long for it to finish
@@ -336,7 +344,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
             handle.message = "finished; the result is included"
         return handle
 
-    @mcp.tool(annotations=START, task=task_config)
+    @tool(annotations=START, task=task_config)
     async def run_consensus(
         question: Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS,
                                        description="the question for the team")],
@@ -375,7 +383,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
                 ctx, started, wait_s,
                 "started; call get_status with wait_s=30 until done, then get_result")
 
-    @mcp.tool(annotations=READ)
+    @tool(annotations=READ)
     async def get_status(
         session_id: SessionId, ctx: Context, wait_s: WaitS = 0,
         after_revision: Annotated[int | None, Field(ge=0, description=(
@@ -391,7 +399,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
                       if wait > 0 else await service.status(session_id))
             return status_view(status)
 
-    @mcp.tool(annotations=READ, app=AppConfig(resource_uri=VIEW_URI))
+    @tool(annotations=READ, app=AppConfig(resource_uri=VIEW_URI))
     async def get_result(
         session_id: SessionId, ctx: Context,
         detail: Annotated[Detail, Field(
@@ -405,7 +413,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
             return result_view(await service.result(session_id),
                                str(service.store.folder(session_id)), detail)
 
-    @mcp.tool(annotations=READ)
+    @tool(annotations=READ)
     async def list_sessions(
         ctx: Context,
         status: Annotated[RunStatus | None, Field(description="filter")] = None,
@@ -417,7 +425,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         with _tool_errors():
             return session_page(*_service(ctx).list_sessions(status, limit, cursor))
 
-    @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+    @tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                           idempotent_hint=True, open_world_hint=False))
     async def cancel_session(session_id: SessionId, ctx: Context) -> CancelView:
         """Stop a running session; what was recorded so far is kept."""
@@ -425,7 +433,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
             status, stopped = await _service(ctx).cancel(session_id)
             return cancel_view(session_id, status, stopped)
 
-    @mcp.tool(annotations=START)
+    @tool(annotations=START)
     async def continue_session(
         session_id: SessionId,
         follow_up: Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS)],
@@ -438,7 +446,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
             return await _wait_and_wrap(ctx, started, wait_s,
                                         "follow-up started; poll get_status")
 
-    @mcp.tool(annotations=START)
+    @tool(annotations=START)
     async def resume_session(session_id: SessionId, ctx: Context, wait_s: WaitS = 0
                              ) -> RunHandle:
         """Continue an interrupted run (the server stopped mid-run) from its recorded
@@ -447,7 +455,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
             started = await _service(ctx).resume_session(session_id)
             return await _wait_and_wrap(ctx, started, wait_s, "resumed; poll get_status")
 
-    @mcp.tool(annotations=READ)
+    @tool(annotations=READ)
     async def check_setup(ctx: Context) -> SetupView:
         """What this server can use: providers with keys (names only), coding-agent CLIs and
         whether each is logged in, local servers, the embedded model, the default team and

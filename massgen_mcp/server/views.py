@@ -1,6 +1,7 @@
 """What the MCP tools return: the records, shaped and worded for the model that called.
 
-Each tool has an output schema (these pydantic models). Answers are clipped in summaries so a
+Each tool returns one of these pydantic models as structuredContent (and as text); tools/list
+carries no output schemas (see ``create_server``). Answers are clipped in summaries so a
 ``get_result`` stays well under 8k tokens; the full text is always one ``detail="full"`` call or
 one resource read away. Every sentence telling the caller what to do next lives here.
 """
