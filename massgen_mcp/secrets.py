@@ -78,9 +78,11 @@ def _known_secrets() -> list[str]:
 
 def redact(text: str) -> str:
     """Return ``text`` with every known secret and anything shaped like an API key masked."""
-    if not text:
-        return text
-    for secret in _known_secrets():
+    return _redact(text, _known_secrets()) if text else text
+
+
+def _redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
         if secret in text:
             text = text.replace(secret, MASK)
     return _KEY_SHAPES.sub(MASK, text)
@@ -88,13 +90,19 @@ def redact(text: str) -> str:
 
 def redact_data(value: Any) -> Any:
     """JSON-ready data with every string (keys included) redacted: unlike redacting the JSON
-    text, this can never break the document's structure, whatever the secret looks like."""
+    text, this can never break the document's structure, whatever the secret looks like.
+    The known secrets are gathered once per call (reading the environment for every string
+    was most of the CPU a record write cost)."""
+    return _redact_data(value, _known_secrets())
+
+
+def _redact_data(value: Any, secrets: list[str]) -> Any:
     if isinstance(value, str):
-        return redact(value)
+        return _redact(value, secrets) if value else value
     if isinstance(value, list):
-        return [redact_data(v) for v in value]
+        return [_redact_data(v, secrets) for v in value]
     if isinstance(value, dict):
-        return {redact(str(k)): redact_data(v) for k, v in value.items()}
+        return {_redact(str(k), secrets): _redact_data(v, secrets) for k, v in value.items()}
     return value
 
 

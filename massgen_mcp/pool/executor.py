@@ -229,24 +229,31 @@ class PoolRunner:
                 del self._waiters[session_id], self._signals[session_id]
 
     def _on_message(self, data: str) -> None:
+        session_id = live.message_session(data)
+        if session_id is None:
+            return
+        if self.listeners or self.status_listeners:  # the CLI's progress lines
+            self._notify(data)
+        signal = self._signals.get(session_id)
+        if signal is not None:
+            signal.pulse()
+
+    def _notify(self, data: str) -> None:
         try:
             message = json.loads(data)
             session_id = str(message["sid"])
         except (ValueError, KeyError, TypeError):
             return
-        if "event" in message and self.listeners:
+        if "event" in message:
             with contextlib.suppress(ValidationError):
                 event = Event.model_validate(message["event"])
                 for listener in self.listeners:
                     listener(session_id, event)
-        if "status" in message and self.status_listeners:
+        if "status" in message:
             with contextlib.suppress(ValidationError):
                 status = StatusRecord.model_validate(message["status"])
                 for status_listener in self.status_listeners:
                     status_listener(status)
-        signal = self._signals.get(session_id)
-        if signal is not None:
-            signal.pulse()
 
     def _pulse_all(self) -> None:
         for signal in self._signals.values():

@@ -161,8 +161,21 @@ async def put_status(redis: Redis, config: PoolConfig, status: StatusRecord) -> 
         await pipe.execute()
 
 
+_SID_PREFIX = '{"sid":"'
+
+
 def _message(session_id: str, kind: str, body: str) -> str:
     return f'{{"sid":{json.dumps(session_id)},"{kind}":{body}}}'
+
+
+def message_session(data: str) -> str | None:
+    """The session a live message is about, without parsing the rest: a front end hears
+    every message of the pool and most concern runs nobody waits on here. Session ids are
+    plain (letters, digits, ``-``), so the id is the text up to the next quote."""
+    if not data.startswith(_SID_PREFIX):
+        return None
+    end = data.find('"', len(_SID_PREFIX))
+    return data[len(_SID_PREFIX):end] if end > 0 else None
 
 
 # -- publishing a worker's runs --------------------------------------------------------------
