@@ -262,7 +262,7 @@ class ConsensusService:
         found = await discover(survey=True)
         info = await self.runner.describe()
         versions = {"massgen-mcp": __version__, "python": sys.version.split()[0]}
-        for dist in ("fastmcp", "mcp", "litellm", "llama-cpp-python", "pydocket"):
+        for dist in ("fastmcp", "mcp", "litellm", "xllamacpp", "pydocket"):
             try:
                 versions[dist] = importlib.metadata.version(dist)
             except importlib.metadata.PackageNotFoundError:
