@@ -61,7 +61,10 @@ class Deployment:
                        capture_output=True)
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
         self.home = folder / "home"
-        env.update(MASSGEN_HOME=str(self.home), MASSGEN_REDIS_URL=self.url)
+        # One scripted endpoint stands in for many providers: lift the per-provider cap on
+        # calls in flight (16 per process), which would otherwise be what is measured.
+        env.update(MASSGEN_HOME=str(self.home), MASSGEN_REDIS_URL=self.url,
+                   MASSGEN_MAX_PARALLEL_PER_PROVIDER="256")
         self.workers = [subprocess.Popen(
             [sys.executable, "-m", "massgen_mcp", "worker"],
             env=env, stderr=subprocess.DEVNULL) for _ in range(workers)]
