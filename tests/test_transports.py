@@ -131,6 +131,53 @@ async def test_stdout_carries_only_json_rpc_while_providers_fail(scripted, home:
     assert (home / "server.log").is_file()
 
 
+async def spawn_raw(home: Path, **env: str) -> RawStdio:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "massgen_mcp", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=server_env(home, **env))
+    return RawStdio(proc)
+
+
+async def stop_raw(raw: RawStdio) -> str:
+    raw.proc.stdin.close()
+    _, err = await asyncio.wait_for(raw.proc.communicate(), 30)
+    return err.decode()
+
+
+@pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25", "2026-07-28"])
+async def test_initialize_is_answered_early_and_exactly_as_the_sdk_would(
+        tmp_path: Path, version: str) -> None:
+    """The launcher answers initialize before fastmcp is imported; the reply must be the
+    SDK's own, to the byte of JSON, and sent once."""
+    replies = {}
+    for early in ("1", "0"):
+        home = tmp_path / early
+        raw = await spawn_raw(home, MASSGEN_EARLY_INITIALIZE=early)
+        replies[early] = await raw.send("initialize", {
+            "protocolVersion": version, "capabilities": {},
+            "clientInfo": {"name": "raw-test", "version": "1"}})
+        await raw.send("notifications/initialized", notify=True)
+        tools = await raw.send("tools/list")
+        assert tools is not None and len(tools["result"]["tools"]) == 8
+        err = await stop_raw(raw)
+        assert [json.loads(line)["id"] for line in raw.lines] == [1, 2], "one reply each"
+        assert "differed" not in err + (home / "server.log").read_text()
+    assert replies["1"] == replies["0"]
+
+
+async def test_a_first_line_that_is_not_initialize_reaches_the_server(home: Path) -> None:
+    raw = await spawn_raw(home)
+    raw.proc.stdin.write(b'{"jsonrpc": "2.0", "id": 41, "method": \n')
+    await raw.proc.stdin.drain()
+    parse_error = json.loads(await asyncio.wait_for(raw.proc.stdout.readline(), 60))
+    assert parse_error["error"]["code"] == -32700
+    reply = await raw.send("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                          "clientInfo": {"name": "raw-test", "version": "1"}})
+    assert reply is not None and reply["result"]["serverInfo"]["name"] == "massgen"
+    await stop_raw(raw)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -39,6 +39,7 @@ from massgen_mcp.errors import MassgenError, RunNotFinishedError
 from massgen_mcp.records import RunStatus, StatusRecord
 from massgen_mcp.secrets import redact
 from massgen_mcp.server import shutdown
+from massgen_mcp.server.handshake import INSTRUCTIONS
 from massgen_mcp.server.session_view import VIEW_URI, view_html
 from massgen_mcp.server.views import (
     NOT_FINISHED_HINT,
@@ -73,15 +74,6 @@ ToolFn = TypeVar("ToolFn", bound=Callable[..., Any])
 STOP_POLL_S = 1.0
 TASK_HANDOFF_S = 8.0
 WARM_UP_DELAY_S = 1.0  # let the handshake go first; litellm's import holds the GIL for seconds
-
-INSTRUCTIONS = """\
-massgen runs a team of AI models on one question: they answer independently, read each \
-other's anonymised answers, vote, and agree on a final answer. Use it when a question is worth \
-several models' opinions (hard, ambiguous or high-stakes); it costs several model calls and \
-usually 10 s to a few minutes. Start with run_consensus (returns a session_id at once), then \
-call get_status with wait_s=30 until done, then get_result. Cite the winner and vote tally \
-when you use the answer. check_setup shows which providers have keys."""
-
 
 def max_wait_s() -> float:
     return float(os.environ.get("MASSGEN_MCP_MAX_WAIT_S", "50"))

@@ -9,19 +9,29 @@ reads but pydantic's parser refuses. Over HTTP the same request already gets ``-
 request's id when Python's ``json`` can still read it (the client drops error replies whose id
 is null). fastmcp opens the transport through its module attribute ``stdio_server``;
 :func:`install` points that at ours.
+
+It also takes over from the launcher, which may have read the host's first line already and
+answered its ``initialize`` (:mod:`massgen_mcp.server.handshake`): that line is the first one
+the server receives, and the SDK's own reply to it is dropped, being the one already sent.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import mcp_types
 from mcp.server.stdio import stdio_server as mcp_stdio_server
 from mcp.shared.message import SessionMessage
 from mcp.types import PARSE_ERROR, ErrorData, JSONRPCError
+
+from massgen_mcp.server import handshake
+
+log = logging.getLogger(__name__)
 
 
 def parse_error_reply(exc: Exception) -> JSONRPCError | None:
@@ -44,10 +54,11 @@ def parse_error_reply(exc: Exception) -> JSONRPCError | None:
 
 
 class _AnsweringReader:
-    """mcp's read stream, minus the parse failures, which are answered on the write stream."""
+    """mcp's read stream, minus the parse failures, which are answered on the write stream;
+    ``first`` (a line the launcher read) comes before anything from stdin."""
 
-    def __init__(self, inner: Any, write: Any) -> None:
-        self._inner, self._write = inner, write
+    def __init__(self, inner: Any, write: Any, first: bytes | None = None) -> None:
+        self._inner, self._write, self._first = inner, write, first
 
     @property
     def last_context(self) -> Any:  # the dispatcher reads the sender's contextvars here
@@ -55,12 +66,20 @@ class _AnsweringReader:
 
     async def receive(self) -> Any:
         while True:
-            item = await self._inner.receive()
+            item = self._replayed() if self._first is not None else await self._inner.receive()
             if not isinstance(item, Exception):
                 return item
             reply = parse_error_reply(item)
             if reply is not None:
                 await self._write.send(SessionMessage(reply))
+
+    def _replayed(self) -> Any:
+        line, self._first = self._first or b"", None
+        try:
+            return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(
+                line, by_name=False))
+        except Exception as exc:  # answered like any line mcp could not parse
+            return exc
 
     def __aiter__(self) -> _AnsweringReader:
         return self
@@ -82,10 +101,44 @@ class _AnsweringReader:
         return await self._inner.__aexit__(*exc)
 
 
+class _AfterEarlyReply:
+    """mcp's write stream, minus the SDK's reply to the ``initialize`` the launcher already
+    answered; a reply that differs from ours is logged (a test keeps them equal)."""
+
+    def __init__(self, inner: Any, early: handshake.Early) -> None:
+        self._inner, self._early = inner, early
+
+    async def send(self, item: Any) -> None:
+        message = getattr(item, "message", None)
+        if (message is not None and self._early.result is not None
+                and getattr(message, "id", None) == self._early.request_id
+                and hasattr(message, "result")):
+            ours, self._early.result = self._early.result, None
+            theirs = message.model_dump(by_alias=True, exclude_unset=True, mode="json")
+            if theirs.get("result") != ours:
+                log.warning("the early initialize reply differed from the SDK's: sent %s, "
+                            "the SDK's is %s", json.dumps(ours), json.dumps(theirs))
+            return
+        await self._inner.send(item)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def __aenter__(self) -> _AfterEarlyReply:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> Any:
+        return await self._inner.__aexit__(*exc)
+
+
 @contextlib.asynccontextmanager
 async def stdio_server(*args: Any, **kwargs: Any) -> AsyncIterator[tuple[Any, Any]]:
+    early, handshake.taken = handshake.taken, None
     async with mcp_stdio_server(*args, **kwargs) as (read, write):
-        yield _AnsweringReader(read, write), write
+        if early is not None:
+            write = _AfterEarlyReply(write, early)
+        yield _AnsweringReader(read, write, early.line if early else None), write
 
 
 def install() -> None:
