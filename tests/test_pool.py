@@ -344,7 +344,8 @@ async def test_a_hundred_sessions_across_two_workers(pool: Pool, scripted: Any,
         assert (home / "sessions" / sid / "report.html").is_file()
         ran_on.add(json.loads((home / "sessions" / sid / "status.json").read_text())["worker"])
     assert ran_on == {pool.worker_name(w) for w in workers}, "both workers took runs"
-    assert len(server.requests) == 700
+    assert len(server.requests) == 700, (  # 7 per run: none repeated, none lost
+        f"{len(server.requests)} requests; by model {server.calls_by_model()}")
 
 
 async def test_no_key_reaches_redis(pool: Pool, scripted: Any, tmp_path: Path) -> None:

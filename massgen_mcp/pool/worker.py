@@ -166,9 +166,10 @@ class PoolWorker:
         if session_id in self.runner.runs:
             return  # a second delivery of a run this process already has
         holder = f"{self.name}/{uuid.uuid4().hex[:12]}"  # one claim per delivery
-        if not await self._claim(session_id, holder):
-            if self._stopping:
-                await self._requeue(session_id)
+        claimed = await self._claim(session_id, holder)
+        if claimed is None:  # this worker stops: the session goes back to the queue
+            await self._requeue(session_id)
+        if not claimed:
             return
         run: LiveRun | None = None
         try:
@@ -201,9 +202,9 @@ class PoolWorker:
                 log.warning("session %s: cannot queue it again yet (%s)", session_id, exc)
             await asyncio.sleep(live.RECONNECT_S)
 
-    async def _claim(self, session_id: str, holder: str) -> bool:
+    async def _claim(self, session_id: str, holder: str) -> bool | None:
         """Claim the session; False when it is not ours to run (cancelled while queued,
-        finished, or still run by a worker that is alive)."""
+        finished), None when this worker stops before the holder's claim lapses."""
         while not self._stopping:
             other = await live.claim(self.redis, self.config, session_id, holder)
             if other is None:
@@ -216,7 +217,7 @@ class PoolWorker:
             log.info("session %s is held by %s; waiting for its claim to lapse",
                      session_id, other)
             await asyncio.sleep(self.config.lease_s / 4)
-        return False
+        return None
 
     async def _start(self, session_id: str) -> LiveRun | None:
         """The session's run started here, or None if it ended without running."""
