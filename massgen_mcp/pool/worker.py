@@ -133,9 +133,7 @@ class PoolWorker:
         self.runner.stop_taking()  # a delivery still starting hands its run back instead
         taking.cancel()  # Docket stops claiming and waits for the tasks in flight
         for run in list(self.runner.runs.values()):
-            self._handing_back.add(run.session_id)
-            run.engine.hand_back()
-            run.task.cancel()
+            self._stop_run(run, requeue=True)
         log.info("stopping: handing back %d run(s)", len(self._handing_back))
         _, late = await asyncio.wait({taking}, timeout=STOP_DEADLINE_S)
         if late:
@@ -254,9 +252,7 @@ class PoolWorker:
         try:
             await asyncio.wait({run.task})
         except asyncio.CancelledError:  # Docket cut this task (shutdown deadline)
-            self._handing_back.add(run.session_id)
-            run.engine.hand_back()
-            run.task.cancel()
+            self._stop_run(run, requeue=True)
             await asyncio.gather(run.task, return_exceptions=True)
             raise
         finally:
@@ -283,8 +279,8 @@ class PoolWorker:
                 log.warning("session %s: claim unrenewed for %.0f s; stopping here without "
                             "writing, to queue it again once redis answers", run.session_id,
                             loop.time() - renewed)
-                self._handing_back.add(run.session_id)
-                self._abandon(run)
+                run.recorder.detach()
+                self._stop_run(run, requeue=True)
                 return
             renewed = loop.time()
             if cancelled and not run.done:
@@ -292,10 +288,13 @@ class PoolWorker:
             elif not ours and not run.done:
                 log.warning("session %s: another worker took it over; stopping here",
                             run.session_id)
-                self._abandon(run)
+                run.recorder.detach()
+                self._stop_run(run, requeue=False)
 
-    @staticmethod
-    def _abandon(run: LiveRun) -> None:
-        run.recorder.detach()
+    def _stop_run(self, run: LiveRun, *, requeue: bool) -> None:
+        """Stop ``run`` as handed back (recorded ``requeued``, unless its recorder was
+        detached); with ``requeue`` it goes on the queue again once it has stopped."""
+        if requeue:
+            self._handing_back.add(run.session_id)
         run.engine.hand_back()
         run.task.cancel()

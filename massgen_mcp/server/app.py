@@ -67,10 +67,10 @@ log = logging.getLogger(__name__)
 
 ROOTS_TIMEOUT_S = 5.0  # asking the client for its roots, once per run_consensus
 TASK_CONCURRENCY = 200  # MCP tasks one front end follows at once (each only waits)
+ToolFn = TypeVar("ToolFn", bound=Callable[..., Any])
 # A front end that stops: an MCP task notices within STOP_POLL_S and steps aside after
 # TASK_HANDOFF_S, longer than uvicorn's 5 s graceful shutdown so the tasks' worker is
 # draining by then (a task that steps aside then stays queued for another front end).
-ToolFn = TypeVar("ToolFn", bound=Callable[..., Any])
 STOP_POLL_S = 1.0
 TASK_HANDOFF_S = 8.0
 WARM_UP_DELAY_S = 1.0  # let the handshake go first; litellm's import holds the GIL for seconds

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO, Any
 
 from massgen_mcp import __version__
@@ -49,10 +49,15 @@ class Early:
 
     line: bytes
     request_id: str | int | None = None
-    result: dict[str, Any] | None = field(default=None)
+    result: dict[str, Any] | None = None
 
 
 taken: Early | None = None  # what the launcher read, for the stdio transport to hand on
+
+
+def request_id(value: object) -> str | int | None:
+    """``value`` if it can be a JSON-RPC request id (a string or an integer), else None."""
+    return value if isinstance(value, str | int) and not isinstance(value, bool) else None
 
 
 def initialize_result(requested: object) -> dict[str, Any]:
@@ -88,14 +93,14 @@ def answer_early(stdin: IO[bytes], stdout: IO[bytes]) -> Early | None:
         message = json.loads(line)
     except ValueError:
         return early  # the server answers it with a parse error
-    request_id = message.get("id") if isinstance(message, dict) else None
-    if (message.get("method") != "initialize" if isinstance(message, dict) else True) or \
-            not isinstance(request_id, str | int) or isinstance(request_id, bool) or \
-            not isinstance(message.get("params"), dict):
+    if not isinstance(message, dict) or message.get("method") != "initialize":
         return early
-    early.request_id = request_id
-    early.result = initialize_result(message["params"].get("protocolVersion"))
-    reply = {"jsonrpc": "2.0", "id": request_id, "result": early.result}
+    early.request_id = request_id(message.get("id"))
+    params = message.get("params")
+    if early.request_id is None or not isinstance(params, dict):
+        return early  # the server answers it with the SDK's own error
+    early.result = initialize_result(params.get("protocolVersion"))
+    reply = {"jsonrpc": "2.0", "id": early.request_id, "result": early.result}
     stdout.write(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
     stdout.flush()
     return early

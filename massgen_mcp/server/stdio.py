@@ -46,9 +46,7 @@ def parse_error_reply(exc: Exception) -> JSONRPCError | None:
         if isinstance(parsed, dict):
             if "method" in parsed and "id" not in parsed:
                 return None
-            found = parsed.get("id")
-            if isinstance(found, str | int) and not isinstance(found, bool):
-                request_id = found
+            request_id = handshake.request_id(parsed.get("id"))
     return JSONRPCError(jsonrpc="2.0", id=request_id,
                         error=ErrorData(code=PARSE_ERROR, message=f"Parse error: {detail}"))
 
