@@ -39,8 +39,9 @@ from massgen_mcp.records import (
     SessionRecord,
     StatusRecord,
 )
-from massgen_mcp.sessions.runner import Executor, SessionRunner, StatusCallback, recorded_team
+from massgen_mcp.sessions.runner import Executor, SessionRunner, recorded_team
 from massgen_mcp.sessions.store import SessionStore, SessionSummary, check_session_id
+from massgen_mcp.sessions.waiting import StatusCallback
 from massgen_mcp.team import choose_team, with_overrides
 from massgen_mcp.tools.workspace import WorkspaceTools
 

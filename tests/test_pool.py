@@ -52,6 +52,7 @@ class Pool:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.front_ends: list[str] = []
         self.workers: list[subprocess.Popen[bytes]] = []
+        self.extra_env: dict[str, str] = {}  # for the processes started from now on
         (tmp / "redis").mkdir(exist_ok=True)
         self.start_redis()
 
@@ -75,7 +76,7 @@ class Pool:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-        env.update(MASSGEN_HOME=str(self.home), OPENAI_API_KEY=CANARY)
+        env.update(MASSGEN_HOME=str(self.home), OPENAI_API_KEY=CANARY, **self.extra_env)
         return env
 
     def _spawn(self, *args: str, log: str) -> subprocess.Popen[bytes]:

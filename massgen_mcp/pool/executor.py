@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -25,19 +26,18 @@ from massgen_mcp.config import TeamConfig
 from massgen_mcp.errors import ConfigError, PoolUnavailableError
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import PoolConfig
-from massgen_mcp.records import Event, FinishReason, Phase, ResultRecord, RunStatus, StatusRecord
+from massgen_mcp.records import Event, FinishReason, ResultRecord, RunStatus, StatusRecord
 from massgen_mcp.sessions.runner import (
-    ChangeSignal,
     EventListener,
     ExecutorInfo,
     Launched,
-    StatusCallback,
     create_record,
     end_unstarted,
     mark_queued,
     recorded_team,
 )
 from massgen_mcp.sessions.store import SessionStore, new_session_id
+from massgen_mcp.sessions.waiting import ChangeSignal, StatusCallback, wait_for_status
 
 if TYPE_CHECKING:
     from docket import Docket
@@ -45,8 +45,24 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RECHECK_S = 2.0  # a waiter re-reads at least this often, whatever the live channel says
+# A waiter re-reads at least this often, whatever the live channel says (a message dropped
+# while Redis was away). MASSGEN_POOL_RECHECK_S changes it; the tests set it high to prove
+# that the live channel alone wakes every waiter in time.
+RECHECK_S = 2.0
+RECHECK_ENV = "MASSGEN_POOL_RECHECK_S"
 CANCEL_WAIT_S = 15.0  # how long cancel waits for the worker to record the end
+
+
+def _recheck_s() -> float:
+    raw = os.environ.get(RECHECK_ENV, "")
+    try:
+        value = float(raw) if raw else RECHECK_S
+    except ValueError:
+        value = -1.0
+    if not 0.05 <= value <= 3600:
+        raise ConfigError(f"{RECHECK_ENV}={raw!r}: seconds between 0.05 and 3600 "
+                          f"(default {RECHECK_S:g})")
+    return value
 
 
 class PoolRunner:
@@ -63,6 +79,7 @@ class PoolRunner:
         self._docket: Docket | None = None
         self._stack = contextlib.AsyncExitStack()
         self._feed: asyncio.Task[None] | None = None
+        self.recheck_s = _recheck_s()
 
     async def open(self) -> PoolRunner:
         """Connect to Redis and Docket and follow the live channel."""
@@ -197,32 +214,18 @@ class PoolRunner:
     async def wait(self, session_id: str, timeout_s: float | None, *, until_done: bool = False,
                    after_revision: int | None = None, on_change: StatusCallback | None = None
                    ) -> StatusRecord:
-        """As :meth:`SessionRunner.wait`, woken by the pool's live channel."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout_s is None else loop.time() + timeout_s
+        """As :meth:`SessionRunner.wait`, woken by the pool's live channel (and re-reading
+        every :attr:`recheck_s` in case the channel dropped a message)."""
         signal = self._signals.setdefault(session_id, ChangeSignal())
         self._waiters[session_id] = self._waiters.get(session_id, 0) + 1
-        seen: tuple[int, Phase, bool] | None = None
+
+        async def read() -> tuple[StatusRecord, bool]:
+            return await self.status(session_id), True
+
         try:
-            while True:
-                status = await self.status(session_id)
-                # A worker that takes over starts its revisions again: compare more than one.
-                now = (status.revision, status.phase, status.done)
-                if status.done:
-                    return status
-                if (seen is not None and now != seen) or (
-                        seen is None and after_revision is not None
-                        and status.revision != after_revision):
-                    if not until_done:
-                        return status
-                    if on_change is not None:
-                        await on_change(status)
-                seen = now
-                remaining = None if deadline is None else deadline - loop.time()
-                if remaining is not None and remaining <= 0:
-                    return status
-                await signal.wait(RECHECK_S if remaining is None else min(remaining,
-                                                                           RECHECK_S))
+            return await wait_for_status(read, signal, timeout_s, until_done=until_done,
+                                         after_revision=after_revision, on_change=on_change,
+                                         recheck_s=self.recheck_s)
         finally:
             self._waiters[session_id] -= 1
             if not self._waiters[session_id]:

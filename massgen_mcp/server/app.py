@@ -56,7 +56,7 @@ from massgen_mcp.server.views import (
     status_view,
 )
 from massgen_mcp.service import ConsensusService, SetupView, Started
-from massgen_mcp.sessions.runner import StatusCallback
+from massgen_mcp.sessions.waiting import StatusCallback
 
 if TYPE_CHECKING:  # the auth stack costs ~0.3 s to import; stdio never needs it
     from fastmcp.server.auth import AuthProvider

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
@@ -40,11 +40,11 @@ from massgen_mcp.sessions.store import (
     StatusHook,
     new_session_id,
 )
+from massgen_mcp.sessions.waiting import ChangeSignal, StatusCallback, wait_for_status
 
 log = logging.getLogger(__name__)
 
 EventListener = Callable[[str, Event], None]
-StatusCallback = Callable[[StatusRecord], Awaitable[None]]
 CLOSE_DEADLINE_S = 10.0
 
 
@@ -177,25 +177,6 @@ def end_unstarted(store: SessionStore, session_id: str, team: TeamConfig, status
         return None
     return _record_only(store, session_id, team,
                         lambda engine, _: engine.end_unstarted(status, reason, error))
-
-
-class ChangeSignal:
-    """Lets readers wait for "anything changed": each pulse wakes every current waiter."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    def pulse(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
-
-    async def wait(self, timeout_s: float | None) -> None:
-        event = self._event
-        try:
-            async with asyncio.timeout(timeout_s):
-                await event.wait()
-        except TimeoutError:
-            pass
 
 
 @dataclass
@@ -352,30 +333,16 @@ class SessionRunner:
                    after_revision: int | None = None, on_change: StatusCallback | None = None
                    ) -> StatusRecord:
         """The run's status once it has changed, or (``until_done``) once it has finished,
-        or when ``timeout_s`` has passed (None: no limit).
+        or when ``timeout_s`` has passed: see :func:`wait_for_status`."""
+        run = self.runs.get(session_id)
+        if run is None:  # not running here: what the record says is all there is
+            return await self.status(session_id)
 
-        "Changed" means since ``after_revision`` (the ``revision`` the caller last saw) if
-        given, so a change that landed between two polls is never waited past; else since
-        now. With ``until_done``, ``on_change`` is awaited with every status seen on the way.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout_s is None else loop.time() + timeout_s
-        seen = after_revision
-        while True:
-            status = await self.status(session_id)
-            run = self.runs.get(session_id)
-            if run is None or status.done:
-                return status
-            if seen is not None and status.revision != seen:
-                if not until_done:
-                    return status
-                if on_change is not None:
-                    await on_change(status)
-            seen = status.revision
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                return status
-            await run.changes.wait(remaining)
+        async def read() -> tuple[StatusRecord, bool]:
+            return await self.status(session_id), session_id in self.runs
+
+        return await wait_for_status(read, run.changes, timeout_s, until_done=until_done,
+                                     after_revision=after_revision, on_change=on_change)
 
     async def cancel(self, session_id: str) -> bool:
         """Cancel a run in this process; False if it was not running here."""
