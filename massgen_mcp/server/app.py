@@ -303,6 +303,10 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         from fastmcp.utilities.tasks import TaskConfig
         from fastmcp_tasks import TasksExtension
 
+        if pool is not None:  # the tasks' Docket reads Redis too: see pool/payloads.py
+            from massgen_mcp.pool.payloads import guard_docket
+
+            guard_docket()
         # The tasks' own Docket, next to the pool's: a task only waits on its session,
         # which the pool's workers run, so every front end takes many of them.
         mcp.add_extension(TasksExtension(url=pool.url if pool else "memory://",
