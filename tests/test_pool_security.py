@@ -8,10 +8,14 @@ attacker is this test, writing Docket's streams and keys with a Redis client the
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import pickle
 import re
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +25,12 @@ import pytest
 from fastmcp import Client
 from mcp.shared.exceptions import MCPError
 from redis import Redis
-from test_pool import REDIS, Pool, follow, models, start
+from redis.exceptions import RedisError
+from test_pool import REDIS, Pool, follow, free_port, models, start
 
+from massgen_mcp.errors import ConfigError
 from massgen_mcp.pool import payloads
+from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.scripted import agree
 
 pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
@@ -152,7 +159,6 @@ def test_the_guard_is_checked_against_this_pydocket() -> None:
 
 def test_only_plain_data_and_our_records_load() -> None:
     from massgen_mcp.config import RunOptions
-    from massgen_mcp.errors import ConfigError
 
     payloads.guard_docket()
     plain = ("s", 1, 2.5, None, [1], {"a": (1, 2)}, {3}, frozenset({4}), b"x",
@@ -163,3 +169,69 @@ def test_only_plain_data_and_our_records_load() -> None:
     for hostile in (Command("true"), eval, Path, pickle.Unpickler, Client):
         with pytest.raises(payloads.UnsafePayloadError):
             payloads.loads(pickle.dumps(hostile))
+
+
+def this_host() -> str:
+    """An address of this machine that is not loopback (the one its default route uses)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # a documentation address: nothing is sent
+        except OSError:
+            pytest.skip("this machine has no address but loopback")
+        return str(probe.getsockname()[0])
+
+
+def massgen(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MASSGEN_HOME": str(home)}
+    env.pop("MASSGEN_REDIS_URL", None)
+    return subprocess.run([sys.executable, "-m", "massgen_mcp", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_an_open_redis_on_another_host_is_refused_unless_the_user_accepts_it(
+        tmp_path: Path, home: Path) -> None:
+    assert REDIS is not None
+    host, port = this_host(), free_port()
+    subprocess.run([REDIS, "--port", str(port), "--bind", host, "--protected-mode", "no",
+                    "--save", "", "--dir", str(tmp_path), "--daemonize", "yes"], check=True,
+                   capture_output=True)
+    redis = Redis(host=host, port=port)
+    try:
+        Pool._until(lambda: _answers(redis), "redis did not start")
+        url = f"redis://{host}:{port}/0"
+        for command in (["doctor"], ["worker"], ["serve", "--http", "--port", "0"]):
+            refused = massgen(*command, "--redis", url, home=home)
+            assert refused.returncode != 0
+            message = refused.stderr.strip().splitlines()[-1]
+            assert "no password" in message and "--insecure-redis" in message, refused.stderr
+        accepted = massgen("doctor", "--redis", url, "--insecure-redis", home=home)
+        assert f"on the worker pool at {url}; 0 worker(s) live" in accepted.stdout, (
+            accepted.stderr)
+        redis.config_set("requirepass", "s3cret")
+        secured = massgen("doctor", "--redis", f"redis://:s3cret@{host}:{port}/0", home=home)
+        assert f"on the worker pool at redis://:***@{host}:{port}/0" in secured.stdout, (
+            secured.stderr)
+        assert "s3cret" not in secured.stdout + secured.stderr
+    finally:
+        with contextlib.suppress(RedisError):
+            Redis(host=host, port=port, password="s3cret").shutdown(nosave=True)
+        with contextlib.suppress(RedisError):
+            redis.shutdown(nosave=True)
+
+
+def _answers(redis: Redis) -> bool:
+    try:
+        return bool(redis.ping())
+    except RedisError:
+        return False
+
+
+def test_which_redis_counts_as_protected() -> None:
+    for url in ("redis://127.0.0.1:6379/0", "redis://localhost/0", "redis://[::1]/0",
+                "unix:///run/redis.sock", "redis://:pw@10.0.0.5/0", "rediss://u:pw@h/0",
+                "rediss://h/0?ssl_certfile=/c.pem&ssl_keyfile=/k.pem"):
+        assert PoolConfig(url).url == url
+    for url in ("redis://10.0.0.5:6379/0", "rediss://redis.internal/0", "redis://u@h/0"):
+        with pytest.raises(ConfigError, match="--insecure-redis"):
+            PoolConfig(url)
+        assert PoolConfig(url, insecure=True).url == url
