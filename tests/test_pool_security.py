@@ -235,3 +235,53 @@ def test_which_redis_counts_as_protected() -> None:
         with pytest.raises(ConfigError, match="--insecure-redis"):
             PoolConfig(url)
         assert PoolConfig(url, insecure=True).url == url
+
+
+POOL_URL = "redis://:pool-pw-6c1f9a@redis.internal:6379/0"
+DATABASE_URL = "postgres://app:db-pw-93be0d@db.internal/app"
+ECHO_ENV = "import json, os, sys\nopen(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))\n"
+
+
+async def test_no_child_gets_the_pool_s_redis_url_or_a_url_password(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A coding CLI and an MCP server (real child processes that write down their
+    environment) on a worker whose Redis URL holds a password."""
+    from massgen_mcp.config import AgentSpec
+    from massgen_mcp.providers.base import CallContext
+    from massgen_mcp.providers.cli_agents import CliProvider
+    from massgen_mcp.secrets import redact
+    from massgen_mcp.tools.mcp_servers import McpServerSpec, McpToolbox
+
+    monkeypatch.setenv("MASSGEN_REDIS_URL", POOL_URL)
+    monkeypatch.setenv("REDIS_URL", POOL_URL)  # the same URL under a name of its own
+    monkeypatch.setenv("DATABASE_URL", DATABASE_URL)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    PoolConfig(POOL_URL)  # as a worker starts
+    cli_env, mcp_env = tmp_path / "cli-env.json", tmp_path / "mcp-env.json"
+    claude = tmp_path / "claude"
+    claude.write_text(
+        f"#!{sys.executable}\nimport json, os\n"
+        f"open({str(cli_env)!r}, 'w').write(json.dumps(dict(os.environ)))\n"
+        "print(json.dumps({'type': 'result', 'subtype': 'success', 'is_error': False, "
+        "'result': json.dumps(dict(os.environ)), 'usage': {}}))\n")
+    claude.chmod(0o755)
+    monkeypatch.setenv("MASSGEN_CLAUDE_PATH", str(claude))
+    completion = await CliProvider().complete(
+        AgentSpec(id="c", model="cli/claude"),
+        [{"role": "user", "content": "print your environment"}], tools=None, timeout_s=60,
+        context=CallContext("sid", None))
+    toolbox = McpToolbox([McpServerSpec(name="echo", command=sys.executable,
+                                        args=["-c", ECHO_ENV, str(mcp_env)])])
+    try:
+        await toolbox.start()
+    finally:
+        await toolbox.aclose()
+    for seen in (json.loads(cli_env.read_text()), json.loads(mcp_env.read_text()),
+                 json.loads(completion.content or "{}")):
+        assert "MASSGEN_REDIS_URL" not in seen and "REDIS_URL" not in seen
+        assert not [v for v in seen.values() if "-pw-" in v], seen
+    assert json.loads(cli_env.read_text())["LANG"] == "C.UTF-8"  # the rest is there
+    # And wherever either URL is written (records, logs, errors), its password is masked.
+    shown = redact(f"redis said no to {POOL_URL}; pool-pw-6c1f9a; {DATABASE_URL}")
+    assert "-pw-" not in shown and "redis://:***@redis.internal" in shown
+    assert "postgres://app:***@db.internal" in shown

@@ -34,6 +34,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.records import Event, StatusRecord
+from massgen_mcp.secrets import register_secret
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -93,6 +94,7 @@ class PoolConfig:
         if urlsplit(self.url).scheme not in ("redis", "rediss", "unix"):
             raise ConfigError(f"--redis {redact_url(self.url)!r}: not a Redis URL; use "
                               "redis://host:6379/0 (rediss:// for TLS, unix:///path.sock)")
+        register_secret(urlsplit(self.url).password)  # masked wherever it would show
         if not self.insecure and not authenticated(self.url):
             raise ConfigError(
                 f"--redis {redact_url(self.url)}: a Redis on another host with no password "
