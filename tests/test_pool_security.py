@@ -285,3 +285,50 @@ async def test_no_child_gets_the_pool_s_redis_url_or_a_url_password(
     shown = redact(f"redis said no to {POOL_URL}; pool-pw-6c1f9a; {DATABASE_URL}")
     assert "-pw-" not in shown and "redis://:***@redis.internal" in shown
     assert "postgres://app:***@db.internal" in shown
+
+
+def test_front_ends_of_one_pool_agree_on_token_and_tasks_key(pool: Pool) -> None:
+    """A front end that differs from the live ones refuses to start, with the reason; one
+    without a token never serves a pool that front ends with a token served."""
+
+    def serve(token: str | None, key: str | None, *, port: int = 0
+              ) -> tuple[list[str], dict[str, str]]:
+        env = {k: v for k, v in pool.env().items()
+               if k not in ("MASSGEN_MCP_TOKEN", "FASTMCP_TASKS_ENCRYPTION_KEY")}
+        env.update({name: value for name, value in (
+            ("MASSGEN_MCP_TOKEN", token), ("FASTMCP_TASKS_ENCRYPTION_KEY", key)) if value})
+        return [sys.executable, "-m", "massgen_mcp", "serve", "--http", "--port",
+                str(port or free_port()), "--redis", pool.url], env
+
+    def refused(token: str | None, key: str | None) -> str:
+        command, env = serve(token, key)
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0, proc.stderr
+        return proc.stderr.strip().splitlines()[-1]
+
+    def started(token: str | None, key: str | None) -> subprocess.Popen[bytes]:
+        port = free_port()
+        command, env = serve(token, key, port=port)
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                stderr=(pool.tmp / f"front-{port}.log").open("wb"))
+        pool.procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        pool._until(lambda: pool._health(url) is not None or proc.poll() is not None,
+                    "front end did not start")
+        assert proc.poll() is None, (pool.tmp / f"front-{port}.log").read_text()
+        return proc
+
+    first = started("token-one-" + "1" * 20, "tasks-key-" + "a" * 20)
+    assert "use another MASSGEN_MCP_TOKEN:" in refused("token-two-" + "2" * 20,
+                                                        "tasks-key-" + "a" * 20)
+    assert "use another FASTMCP_TASKS_ENCRYPTION_KEY:" in refused("token-one-" + "1" * 20,
+                                                                   "tasks-key-" + "b" * 20)
+    second = started("token-one-" + "1" * 20, "tasks-key-" + "a" * 20)  # the same: joins
+    assert "not for callers without one: set MASSGEN_MCP_TOKEN" in refused(None, None)
+    stored = Redis.from_url(pool.url).get("massgen:frontends") or b""
+    assert b"token-one" not in stored and b"tasks-key" not in stored
+    for proc in (first, second):
+        proc.terminate()
+        proc.wait(30)
+    # Still, once all are gone: sessions started with a token stay behind one.
+    assert "not for callers without one" in refused(None, None)

@@ -288,12 +288,18 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
             await asyncio.sleep(WARM_UP_DELAY_S)
             await warm_up()
 
-        warming = asyncio.create_task(warm(), name="litellm-warm-up")
+        background = [asyncio.create_task(warm(), name="litellm-warm-up")]
+        if pool is not None:  # serve_http joined the pool; this keeps it knowing us
+            from massgen_mcp.pool.frontends import Membership
+
+            background.append(asyncio.create_task(Membership(pool, token).keep(),
+                                                  name="massgen-pool-membership"))
         try:
             yield {"service": service}
         finally:
-            warming.cancel()
-            await asyncio.gather(warming, return_exceptions=True)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             await service.aclose(interrupt=True)  # a host restart: the runs can resume
 
     mcp = FastMCP("massgen", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan,
