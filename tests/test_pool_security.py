@@ -166,7 +166,8 @@ def test_only_plain_data_and_our_records_load() -> None:
     loaded = payloads.loads(pickle.dumps(plain))
     assert loaded[:9] == plain[:9] and loaded[9] == plain[9]
     assert isinstance(loaded[10], ConfigError) and str(loaded[10]) == "bad"
-    for hostile in (Command("true"), eval, Path, pickle.Unpickler, Client):
+    for hostile in (Command("true"), eval, Path, pickle.Unpickler, Client, SystemExit(0),
+                    KeyboardInterrupt()):
         with pytest.raises(payloads.UnsafePayloadError):
             payloads.loads(pickle.dumps(hostile))
 

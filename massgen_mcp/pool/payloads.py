@@ -14,10 +14,12 @@ below admits only what is needed to rebuild exactly that, and nothing a pickle c
 call code:
 
 * plain values (str, numbers, bytes, lists, dicts, tuples, sets, dates, UUIDs, decimals);
-* pydantic models and enums, and exceptions, defined in massgen_mcp, mcp or fastmcp, from
-  modules already loaded (so a payload never imports a module either). A pickle can only
-  call such a class or restore its fields: a pydantic model cannot be built from positional
-  arguments at all, an enum only looks its value up, and an exception stores its arguments.
+* pydantic models and enums defined in massgen_mcp, mcp or fastmcp(_tasks), and
+  ``Exception`` subclasses from there or builtins (not ``SystemExit`` and the like: Docket
+  raises the error it loads), all from modules already loaded (so a payload never imports a
+  module either). A pickle can only call such a class or restore its fields: a pydantic model
+  cannot be built from positional arguments at all, an enum only looks its value up, and an
+  exception stores its arguments.
 
 Every other global a pickle names (``os.system``, ``builtins.eval``, ``subprocess.Popen``,
 any function) is refused before it is touched. A refused message on a stream is logged and
@@ -82,8 +84,8 @@ def allowed(found: object) -> bool:
     if found in PLAIN:
         return True
     module = found.__module__
-    if issubclass(found, BaseException):
-        return module == "builtins" or _own(module)
+    if issubclass(found, BaseException):  # not SystemExit & co: Docket raises what it loads
+        return issubclass(found, Exception) and (module == "builtins" or _own(module))
     return _own(module) and issubclass(found, (BaseModel, enum.Enum))
 
 
