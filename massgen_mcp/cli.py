@@ -394,7 +394,8 @@ def _pool(args: argparse.Namespace) -> PoolConfig | None:
     if not url:
         return None
     return PoolConfig(url, name=args.pool_name,
-                      redelivery_timeout_s=getattr(args, "redelivery_timeout", 30.0))
+                      redelivery_timeout_s=getattr(args, "redelivery_timeout", 30.0),
+                      insecure=args.insecure_redis)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -549,6 +550,9 @@ def _pool_arguments(parser: argparse.ArgumentParser) -> None:
                              "$MASSGEN_REDIS_URL; none: runs in this process)")
     parser.add_argument("--pool-name", default="massgen",
                         help="the pool's name in Redis (default massgen)")
+    parser.add_argument("--insecure-redis", action="store_true",
+                        help="accept a Redis on another host that has no password (anyone "
+                             "who reaches it can start, cancel and read runs)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,8 @@ from urllib.parse import quote
 
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CRED)", re.IGNORECASE)
 _KEY_SHAPES = re.compile(r"\b(sk|pk|rk|gsk|xai|AIza)[-_][A-Za-z0-9_\-]{12,}")
+# The password in a URL's userinfo (``redis://:PASSWORD@host``, ``postgres://u:PASSWORD@h``).
+_URL_PASSWORD = re.compile(r"\b([a-z][a-z0-9+.\-]*://[^\s/?#@:]*:)[^\s/?#@]+@", re.IGNORECASE)
 _MIN_SECRET_LEN = 6
 MASK = "***"
 
@@ -85,7 +87,16 @@ def _redact(text: str, secrets: list[str]) -> str:
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, MASK)
-    return _KEY_SHAPES.sub(MASK, text)
+    return _URL_PASSWORD.sub(rf"\1{MASK}@", _KEY_SHAPES.sub(MASK, text))
+
+
+def carries_credential(value: str) -> bool:
+    """Whether ``value`` holds a registered credential or a URL with a password in it (a
+    variable that does is not handed to a child process, whatever its name)."""
+    if _URL_PASSWORD.search(value):
+        return True
+    with _lock:
+        return any(secret in value for secret in _registered)
 
 
 def redact_data(value: Any) -> Any:

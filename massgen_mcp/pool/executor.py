@@ -26,6 +26,7 @@ from massgen_mcp.config import TeamConfig
 from massgen_mcp.errors import ConfigError, PoolUnavailableError
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import PoolConfig
+from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.records import Event, FinishReason, ResultRecord, RunStatus, StatusRecord
 from massgen_mcp.sessions.runner import (
     EventListener,
@@ -85,6 +86,7 @@ class PoolRunner:
         """Connect to Redis and Docket and follow the live channel."""
         from docket import Docket
 
+        guard_docket()
         self._redis = live.connect(self.config)
         self._docket = await self._stack.enter_async_context(
             Docket(name=self.config.name, url=self.config.url))

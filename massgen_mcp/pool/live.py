@@ -30,10 +30,11 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.records import Event, StatusRecord
+from massgen_mcp.secrets import register_secret
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -64,6 +65,20 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
 
 
+def authenticated(url: str) -> bool:
+    """Whether only those who hold a secret can use this Redis: one on this machine (a
+    socket, loopback) is as safe as the machine; elsewhere it needs a password, or a client
+    certificate over TLS (``rediss://…?ssl_certfile=…``)."""
+    from massgen_mcp.trust import is_loopback
+
+    parts = urlsplit(url)
+    if parts.scheme == "unix" or is_loopback(parts.hostname or ""):
+        return True
+    if parts.password:
+        return True
+    return parts.scheme == "rediss" and "ssl_certfile" in parse_qs(parts.query)
+
+
 @dataclass(frozen=True)
 class PoolConfig:
     """Where the pool's Redis is and how long a silent worker keeps its runs."""
@@ -73,11 +88,19 @@ class PoolConfig:
     # A run whose worker stops renewing its Docket lease for this long (killed, frozen,
     # cut off) is delivered to another worker, which continues it from its record.
     redelivery_timeout_s: float = 30.0
+    insecure: bool = False  # --insecure-redis: the user accepts an open Redis elsewhere
 
     def __post_init__(self) -> None:
         if urlsplit(self.url).scheme not in ("redis", "rediss", "unix"):
             raise ConfigError(f"--redis {redact_url(self.url)!r}: not a Redis URL; use "
                               "redis://host:6379/0 (rediss:// for TLS, unix:///path.sock)")
+        register_secret(urlsplit(self.url).password)  # masked wherever it would show
+        if not self.insecure and not authenticated(self.url):
+            raise ConfigError(
+                f"--redis {redact_url(self.url)}: a Redis on another host with no password "
+                "lets anyone who reaches it start, cancel and read every run; give it a "
+                "password (redis://:PASSWORD@host/0, rediss:// for TLS) or pass "
+                "--insecure-redis")
         if not self.name.replace("-", "").replace("_", "").isalnum():
             raise ConfigError(f"pool name {self.name!r}: use letters, digits, - and _")
         if not 1 <= self.redelivery_timeout_s <= 3600:

@@ -36,6 +36,7 @@ from massgen_mcp.config import missing_credentials
 from massgen_mcp.errors import MassgenError, SessionStateError
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import LivePublisher, PoolConfig
+from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.records import FinishReason, RunStatus
 from massgen_mcp.sessions.runner import LiveRun, SessionRunner, end_unstarted, recorded_team
@@ -83,6 +84,7 @@ class PoolWorker:
 
         from massgen_mcp.providers.litellm_provider import warm_up
 
+        guard_docket()
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

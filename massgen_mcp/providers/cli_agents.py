@@ -48,8 +48,9 @@ from typing import Any
 
 from massgen_mcp.config import AgentSpec
 from massgen_mcp.errors import ProviderError
+from massgen_mcp.pool.live import URL_ENV as POOL_URL_ENV
 from massgen_mcp.providers.base import CallContext, Completion
-from massgen_mcp.secrets import is_registered, looks_secret, redact
+from massgen_mcp.secrets import carries_credential, looks_secret, redact
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # a JSON result with a long answer is far below this
 MAX_STDERR_BYTES = 64 * 1024
@@ -60,6 +61,10 @@ PIPE_GRACE_S = 2.0  # after the CLI exits, how long its output may keep coming
 # Variables a CLI reads as "you are running inside another agent's session" (found in the
 # binaries; Claude Code itself checks the same list to detect a parent agent). A child that sees
 # them changes its behaviour or refuses to start.
+# The way to the network the user set for every program, password or not: the CLI needs it
+# to reach its provider.
+PROXY_VARS = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
+                        "https_proxy", "all_proxy"})
 NESTING_VARS = frozenset({
     "CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_CHILD_SESSION",
     "CLAUDE_CODE_SESSION_ID", "CLAUDE_CODE_SSE_PORT", "CLAUDE_CODE_EXECPATH",
@@ -340,9 +345,11 @@ def child_env(cli: Cli, agent: AgentSpec) -> dict[str, str]:
     CLI's own login token), plus the agent's own key and endpoint when its config gives them."""
     key = agent.resolved_api_key()  # only an explicit api_key/api_key_env for cli/ models
     own_login = () if key or agent.base_url else cli.own_login_vars
-    # By name and by value: another agent's api_key_env may be called anything.
+    # By name and by value: another agent's api_key_env may be called anything, and a URL
+    # with a password (the pool's Redis among them) is a credential whatever it is called.
     env = {name: value for name, value in os.environ.items()
-           if name not in NESTING_VARS and not is_registered(value)
+           if name not in NESTING_VARS and name != POOL_URL_ENV
+           and (name in PROXY_VARS or not carries_credential(value))
            and (not looks_secret(name) or name in own_login)}
     if not key and not agent.base_url:
         return env  # the CLI's own login

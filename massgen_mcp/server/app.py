@@ -288,12 +288,18 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
             await asyncio.sleep(WARM_UP_DELAY_S)
             await warm_up()
 
-        warming = asyncio.create_task(warm(), name="litellm-warm-up")
+        background = [asyncio.create_task(warm(), name="litellm-warm-up")]
+        if pool is not None:  # serve_http joined the pool; this keeps it knowing us
+            from massgen_mcp.pool.frontends import Membership
+
+            background.append(asyncio.create_task(Membership(pool, token).keep(),
+                                                  name="massgen-pool-membership"))
         try:
             yield {"service": service}
         finally:
-            warming.cancel()
-            await asyncio.gather(warming, return_exceptions=True)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             await service.aclose(interrupt=True)  # a host restart: the runs can resume
 
     mcp = FastMCP("massgen", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan,
@@ -303,6 +309,10 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         from fastmcp.utilities.tasks import TaskConfig
         from fastmcp_tasks import TasksExtension
 
+        if pool is not None:  # the tasks' Docket reads Redis too: see pool/payloads.py
+            from massgen_mcp.pool.payloads import guard_docket
+
+            guard_docket()
         # The tasks' own Docket, next to the pool's: a task only waits on its session,
         # which the pool's workers run, so every front end takes many of them.
         mcp.add_extension(TasksExtension(url=pool.url if pool else "memory://",

@@ -174,6 +174,10 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
             "a pool front end with a token needs FASTMCP_TASKS_ENCRYPTION_KEY: MCP tasks keep "
             "each request's headers (the bearer token among them) in Redis, encrypted only "
             "with that key. Set it to the same long random string on every front end")
+    if pool is not None:  # before serving: the pool's front ends must agree
+        from massgen_mcp.pool.frontends import Membership
+
+        asyncio.run(Membership(pool, token).check())
     configure_logging(home)
     server = create_server(home=home, auth=bearer_token_auth(token) if token else None,
                            token=token, openai_api=api in ("both", "openai"), pool=pool,

@@ -1,0 +1,177 @@
+"""Whatever Docket reads from Redis is data, never code.
+
+Docket keeps task arguments, results, exceptions and strike values as (cloud)pickles, and a
+pickle is a program: one whose ``__reduce__`` names ``os.system`` runs it when loaded. So
+anyone who could write to the pool's Redis could run commands on every worker (through
+``<pool>:stream``) and every front end (through ``<pool>-tasks:stream``, the MCP tasks'
+Docket). This module closes that.
+
+Why an allow-list rather than signatures: signing every payload with a pool secret would
+need one more secret on every machine of the pool, and would still unpickle anything a
+holder of that secret wrote. What the pool really sends is small and fixed (a session id for
+a worker; an MCP tool's arguments, its result or its error for a front end), so the loader
+below admits only what is needed to rebuild exactly that, and nothing a pickle could use to
+call code:
+
+* plain values (str, numbers, bytes, lists, dicts, tuples, sets, dates, UUIDs, decimals);
+* pydantic models and enums defined in massgen_mcp, mcp or fastmcp(_tasks), and
+  ``Exception`` subclasses from there or builtins (not ``SystemExit`` and the like: Docket
+  raises the error it loads), all from modules already loaded (so a payload never imports a
+  module either). A pickle can only call such a class or restore its fields: a pydantic model
+  cannot be built from positional arguments at all, an enum only looks its value up, and an
+  exception stores its arguments.
+
+Every other global a pickle names (``os.system``, ``builtins.eval``, ``subprocess.Popen``,
+any function) is refused before it is touched. A refused message on a stream is logged and
+dropped (a worker or front end goes on taking work); a refused result or stored task makes
+that one read fail with the reason.
+
+It is installed by replacing ``cloudpickle.loads`` in the process, which is the one function
+Docket calls to unpickle (``tests/test_pool_security.py`` reads Docket's source to check that
+it still is), and by wrapping the two places that turn a stream message into an object, so
+that a refusal drops that message instead of stopping the worker's loop. Both depend on
+Docket's internals, so :func:`guard_docket` refuses any pydocket but the one it was checked
+against (:data:`TESTED_PYDOCKET`).
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import decimal
+import enum
+import functools
+import io
+import logging
+import pickle
+import sys
+import uuid
+from importlib import metadata
+from typing import Any
+
+from pydantic import BaseModel
+
+from massgen_mcp.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+TESTED_PYDOCKET = "0.27.0"
+# Where a payload's models, enums and exceptions may come from.
+OWN_MODULES = ("massgen_mcp", "mcp", "fastmcp", "fastmcp_tasks")
+REFUSED_TASK = "massgen.refused-payload"  # what a dropped stream message becomes
+
+PLAIN: frozenset[type] = frozenset({
+    bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset,
+    datetime.datetime, datetime.date, datetime.time, datetime.timedelta, datetime.timezone,
+    decimal.Decimal, uuid.UUID, collections.OrderedDict,
+})
+
+_installed = False
+
+
+class UnsafePayloadError(pickle.UnpicklingError):
+    """A payload from Redis names something other than plain data or our own records."""
+
+
+def _own(module: str) -> bool:
+    return module.split(".", 1)[0] in OWN_MODULES
+
+
+def allowed(found: object) -> bool:
+    """Whether a pickle may name ``found`` (a class; never a function)."""
+    if not isinstance(found, type):
+        return False
+    if found in PLAIN:
+        return True
+    module = found.__module__
+    if issubclass(found, BaseException):  # not SystemExit & co: Docket raises what it loads
+        return issubclass(found, Exception) and (module == "builtins" or _own(module))
+    return _own(module) and issubclass(found, (BaseModel, enum.Enum))
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        # Only modules already loaded: importing one runs its code.
+        loaded = sys.modules.get(module)
+        found: object = loaded
+        for part in name.split("."):
+            found = getattr(found, part, None) if found is not None else None
+        if loaded is None or not allowed(found):
+            raise UnsafePayloadError(f"it names {module}.{name}, which is not plain data")
+        return found
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise UnsafePayloadError("it refers to a persistent object")
+
+
+def loads(data: bytes | bytearray | memoryview, /, **_: Any) -> Any:
+    """``pickle.loads`` that rebuilds only what :func:`allowed` admits."""
+    try:
+        return _Unpickler(io.BytesIO(data)).load()
+    except UnsafePayloadError as exc:
+        log.error("refused a payload read from the pool's Redis: %s", exc)
+        raise
+
+
+def check_version() -> None:
+    """Refuse a pydocket this guard was not checked against (see module)."""
+    found = metadata.version("pydocket")
+    if found != TESTED_PYDOCKET:
+        raise ConfigError(
+            f"pydocket {found} is installed, but the pool's guard against code in Redis "
+            f"payloads was checked against pydocket {TESTED_PYDOCKET} only; install that "
+            f"version (pip install 'pydocket=={TESTED_PYDOCKET}')")
+
+
+async def _refused(*args: Any, **kwargs: Any) -> None:
+    """The task a dropped stream message runs instead: nothing (the refusal was logged),
+    so Docket acknowledges the message and it is gone."""
+
+
+def guard_docket() -> None:
+    """Install the guard in this process, before its first Docket reads from Redis."""
+    global _installed
+    if _installed:
+        return
+    check_version()
+    import cloudpickle  # type: ignore[import-untyped]
+    from docket.execution import Execution
+    from docket.strikelist import Operator, Restore, StrikeInstruction
+
+    cloudpickle.loads = loads
+    read_execution = Execution.from_message.__func__  # type: ignore[attr-defined]
+    read_strike = StrikeInstruction.from_message.__func__  # type: ignore[attr-defined]
+
+    @functools.wraps(read_execution)
+    async def execution_from_message(
+            cls: type[Execution], docket: Any, message: Any, redelivered: bool = False,
+            fallback_task: Any = None, message_id: Any = None, sync: bool = True
+    ) -> Execution:
+        try:
+            found: Execution = await read_execution(cls, docket, message, redelivered,
+                                                    fallback_task, message_id, sync)
+            return found
+        except UnsafePayloadError:
+            log.error("dropped task %r from %s: its arguments were refused",
+                      message.get(b"key", b"?").decode(errors="replace"), docket.name)
+        empty = {b"function": REFUSED_TASK.encode(), b"args": pickle.dumps(()),
+                 b"kwargs": pickle.dumps({})}
+        found = await read_execution(cls, docket, {**message, **empty}, redelivered,
+                                     _refused, message_id, sync)
+        return found
+
+    @functools.wraps(read_strike)
+    def strike_from_message(cls: type[StrikeInstruction], message: Any) -> StrikeInstruction:
+        try:
+            found: StrikeInstruction = read_strike(cls, message)
+            return found
+        except UnsafePayloadError:
+            log.error("dropped a strike instruction: its value was refused")
+        # Docket ignores an instruction whose value cannot be hashed (logged as such).
+        unhashable: Any = []
+        return Restore(None, None, Operator.EQUAL, unhashable)
+
+    Execution.from_message = classmethod(execution_from_message)  # type: ignore[assignment]
+    StrikeInstruction.from_message = classmethod(  # type: ignore[assignment]
+        strike_from_message)
+    _installed = True

@@ -1,0 +1,335 @@
+"""The pool against someone who can write to its Redis: nothing they put there runs.
+
+Real redis-server, front end and worker processes (the helpers of ``test_pool.py``); the
+attacker is this test, writing Docket's streams and keys with a Redis client the way
+``redis-cli XADD`` would.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import pickle
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docket
+import pytest
+from fastmcp import Client
+from mcp.shared.exceptions import MCPError
+from redis import Redis
+from redis.exceptions import RedisError
+from test_pool import REDIS, Pool, follow, free_port, models, start
+
+from massgen_mcp.errors import ConfigError
+from massgen_mcp.pool import payloads
+from massgen_mcp.pool.live import PoolConfig
+from massgen_mcp.scripted import agree
+
+pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
+                                reason="redis-server is not installed")
+
+
+@pytest.fixture
+def pool(tmp_path: Path, home: Path) -> Iterator[Pool]:
+    running = Pool(tmp_path, home)
+    yield running
+    running.close()
+
+
+class Command:
+    """A pickle that runs a shell command when loaded (what an attacker would write)."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (self.command,))
+
+
+def evil(marker: Path) -> bytes:
+    return pickle.dumps((Command(f"touch {marker}"),))
+
+
+def run_message(marker: Path, key: str, function: str) -> dict[str, Any]:
+    """A stream message as Docket writes one, with a command as the task's arguments."""
+    return {"key": key, "when": "2026-01-01T00:00:00+00:00", "function": function,
+            "args": evil(marker), "kwargs": pickle.dumps({}), "attempt": "1",
+            "generation": "0"}
+
+
+def strike_message(marker: Path) -> dict[str, Any]:
+    return {"direction": "strike", "function": "massgen.run_session",
+            "parameter": "session_id", "operator": "==", "value": evil(marker)}
+
+
+def logs(pool: Pool) -> str:
+    return "".join(p.read_text(errors="replace") for p in pool.tmp.glob("*.log"))
+
+
+async def test_no_pickle_from_redis_runs_on_a_worker_or_front_end(
+        pool: Pool, scripted: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastmcp.client import extension_hooks
+    from fastmcp_tasks import _build_tasks_client_extension, call_tool_task
+
+    monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])
+
+    server = scripted(agree)
+    front = pool.front_end()
+    worker = pool.worker()
+    pool.wait_workers(1)
+    redis = Redis.from_url(pool.url)
+    markers = {name: tmp_path / f"pwned-{name}" for name in (
+        "run-stream", "tasks-stream", "strikes", "tasks-strikes", "result", "stored-task")}
+    redis.xadd("massgen:stream", run_message(markers["run-stream"], "evil-1",
+                                             "massgen.run_session"))
+    redis.xadd("massgen-tasks:stream", run_message(markers["tasks-stream"], "evil-2",
+                                                   "run_consensus"))
+    redis.xadd("massgen:strikes", strike_message(markers["strikes"]))
+    redis.xadd("massgen-tasks:strikes", strike_message(markers["tasks-strikes"]))
+
+    # Both still run sessions: a plain run, then an MCP task whose stored result and
+    # stored arguments are swapped for commands before the client reads them.
+    sid = await start(front, server)
+    assert (await follow(front, sid))["status"] == "completed"
+    extension_hooks.register_internal_client_extension_factory(_build_tasks_client_extension)
+    try:
+        async with Client(f"{front}/mcp") as client:
+            task = await call_tool_task(client, "run_consensus", {
+                "question": "What is 6*7?", "models": models(server)})
+            assert (await task.result()).structured_content["status"] == "completed"
+            results = [k for k in redis.scan_iter("massgen-tasks:results:*")]
+            assert results, "no stored task result to tamper with"
+            for key in results:  # py-key-value's entry; Docket's own value inside
+                entry = json.loads(redis.get(key))
+                entry["value"]["data"] = base64.b64encode(evil(markers["result"])).decode()
+                redis.set(key, json.dumps(entry))
+            with pytest.raises(MCPError):
+                await task.status()
+            runs = [k for k in redis.scan_iter("massgen-tasks:runs:*")
+                    if redis.hget(k, "args")]
+            assert runs, "no stored task to tamper with"
+            for key in runs:
+                redis.hset(key, "args", evil(markers["stored-task"]))
+            with pytest.raises(MCPError):
+                await task.status()
+    finally:
+        monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])
+
+    assert [name for name, marker in markers.items() if marker.exists()] == []
+    text = logs(pool)
+    assert len(re.findall(r"refused a payload read from the pool's Redis: it names "
+                          r"posix\.system", text)) >= 6, text[-3000:]
+    assert "dropped task 'evil-1'" in text and "dropped task 'evil-2'" in text
+    assert text.count("dropped a strike instruction") >= 2
+    # Dropped, not left pending for redelivery, and nobody stopped.
+    for group_stream in ("massgen:stream", "massgen-tasks:stream"):
+        for group in redis.xinfo_groups(group_stream):
+            assert group["pending"] == 0, (group_stream, group)
+    assert worker.poll() is None and pool.procs[0].poll() is None
+    sid = await start(front, server, "after the attack")
+    assert (await follow(front, sid))["status"] == "completed"
+
+
+def test_the_guard_is_checked_against_this_pydocket() -> None:
+    """The guard replaces ``cloudpickle.loads`` and wraps the two ``from_message``: a new
+    pydocket must be checked again (guard_docket refuses any other version)."""
+    from importlib import metadata
+
+    assert metadata.version("pydocket") == payloads.TESTED_PYDOCKET
+    root = Path(docket.__file__).parent
+    sites = {}
+    for source in sorted(root.rglob("*.py")):
+        text = source.read_text()
+        assert not re.search(r"\bimport pickle\b|\bfrom (cloud)?pickle import\b|\bmarshal\b",
+                             text), source
+        found = len(re.findall(r"\bloads\(", text)) - len(re.findall(r"json\.loads\(", text))
+        if found:
+            sites[str(source.relative_to(root))] = (
+                found, len(re.findall(r"\bcloudpickle\.loads\(", text)))
+    assert sites == {"execution.py": (4, 4), "strikelist.py": (1, 1), "docket.py": (2, 2)}
+
+
+def test_only_plain_data_and_our_records_load() -> None:
+    from massgen_mcp.config import RunOptions
+
+    payloads.guard_docket()
+    plain = ("s", 1, 2.5, None, [1], {"a": (1, 2)}, {3}, frozenset({4}), b"x",
+             RunOptions(timeout_s=30), ConfigError("bad"), ValueError("x"))
+    loaded = payloads.loads(pickle.dumps(plain))
+    assert loaded[:9] == plain[:9] and loaded[9] == plain[9]
+    assert isinstance(loaded[10], ConfigError) and str(loaded[10]) == "bad"
+    for hostile in (Command("true"), eval, Path, pickle.Unpickler, Client, SystemExit(0),
+                    KeyboardInterrupt()):
+        with pytest.raises(payloads.UnsafePayloadError):
+            payloads.loads(pickle.dumps(hostile))
+
+
+def this_host() -> str:
+    """An address of this machine that is not loopback (the one its default route uses)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # a documentation address: nothing is sent
+        except OSError:
+            pytest.skip("this machine has no address but loopback")
+        return str(probe.getsockname()[0])
+
+
+def massgen(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MASSGEN_HOME": str(home)}
+    env.pop("MASSGEN_REDIS_URL", None)
+    return subprocess.run([sys.executable, "-m", "massgen_mcp", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_an_open_redis_on_another_host_is_refused_unless_the_user_accepts_it(
+        tmp_path: Path, home: Path) -> None:
+    assert REDIS is not None
+    host, port = this_host(), free_port()
+    subprocess.run([REDIS, "--port", str(port), "--bind", host, "--protected-mode", "no",
+                    "--save", "", "--dir", str(tmp_path), "--daemonize", "yes"], check=True,
+                   capture_output=True)
+    redis = Redis(host=host, port=port)
+    try:
+        Pool._until(lambda: _answers(redis), "redis did not start")
+        url = f"redis://{host}:{port}/0"
+        for command in (["doctor"], ["worker"], ["serve", "--http", "--port", "0"]):
+            refused = massgen(*command, "--redis", url, home=home)
+            assert refused.returncode != 0
+            message = refused.stderr.strip().splitlines()[-1]
+            assert "no password" in message and "--insecure-redis" in message, refused.stderr
+        accepted = massgen("doctor", "--redis", url, "--insecure-redis", home=home)
+        assert f"on the worker pool at {url}; 0 worker(s) live" in accepted.stdout, (
+            accepted.stderr)
+        redis.config_set("requirepass", "s3cret")
+        secured = massgen("doctor", "--redis", f"redis://:s3cret@{host}:{port}/0", home=home)
+        assert f"on the worker pool at redis://:***@{host}:{port}/0" in secured.stdout, (
+            secured.stderr)
+        assert "s3cret" not in secured.stdout + secured.stderr
+    finally:
+        with contextlib.suppress(RedisError):
+            Redis(host=host, port=port, password="s3cret").shutdown(nosave=True)
+        with contextlib.suppress(RedisError):
+            redis.shutdown(nosave=True)
+
+
+def _answers(redis: Redis) -> bool:
+    try:
+        return bool(redis.ping())
+    except RedisError:
+        return False
+
+
+def test_which_redis_counts_as_protected() -> None:
+    for url in ("redis://127.0.0.1:6379/0", "redis://localhost/0", "redis://[::1]/0",
+                "unix:///run/redis.sock", "redis://:pw@10.0.0.5/0", "rediss://u:pw@h/0",
+                "rediss://h/0?ssl_certfile=/c.pem&ssl_keyfile=/k.pem"):
+        assert PoolConfig(url).url == url
+    for url in ("redis://10.0.0.5:6379/0", "rediss://redis.internal/0", "redis://u@h/0"):
+        with pytest.raises(ConfigError, match="--insecure-redis"):
+            PoolConfig(url)
+        assert PoolConfig(url, insecure=True).url == url
+
+
+POOL_URL = "redis://:pool-pw-6c1f9a@redis.internal:6379/0"
+DATABASE_URL = "postgres://app:db-pw-93be0d@db.internal/app"
+ECHO_ENV = "import json, os, sys\nopen(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))\n"
+
+
+async def test_no_child_gets_the_pool_s_redis_url_or_a_url_password(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A coding CLI and an MCP server (real child processes that write down their
+    environment) on a worker whose Redis URL holds a password."""
+    from massgen_mcp.config import AgentSpec
+    from massgen_mcp.providers.base import CallContext
+    from massgen_mcp.providers.cli_agents import CliProvider
+    from massgen_mcp.secrets import redact
+    from massgen_mcp.tools.mcp_servers import McpServerSpec, McpToolbox
+
+    monkeypatch.setenv("MASSGEN_REDIS_URL", POOL_URL)
+    monkeypatch.setenv("REDIS_URL", POOL_URL)  # the same URL under a name of its own
+    monkeypatch.setenv("DATABASE_URL", DATABASE_URL)
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    PoolConfig(POOL_URL)  # as a worker starts
+    cli_env, mcp_env = tmp_path / "cli-env.json", tmp_path / "mcp-env.json"
+    claude = tmp_path / "claude"
+    claude.write_text(
+        f"#!{sys.executable}\nimport json, os\n"
+        f"open({str(cli_env)!r}, 'w').write(json.dumps(dict(os.environ)))\n"
+        "print(json.dumps({'type': 'result', 'subtype': 'success', 'is_error': False, "
+        "'result': json.dumps(dict(os.environ)), 'usage': {}}))\n")
+    claude.chmod(0o755)
+    monkeypatch.setenv("MASSGEN_CLAUDE_PATH", str(claude))
+    completion = await CliProvider().complete(
+        AgentSpec(id="c", model="cli/claude"),
+        [{"role": "user", "content": "print your environment"}], tools=None, timeout_s=60,
+        context=CallContext("sid", None))
+    toolbox = McpToolbox([McpServerSpec(name="echo", command=sys.executable,
+                                        args=["-c", ECHO_ENV, str(mcp_env)])])
+    try:
+        await toolbox.start()
+    finally:
+        await toolbox.aclose()
+    for seen in (json.loads(cli_env.read_text()), json.loads(mcp_env.read_text()),
+                 json.loads(completion.content or "{}")):
+        assert "MASSGEN_REDIS_URL" not in seen and "REDIS_URL" not in seen
+        assert not [v for v in seen.values() if "-pw-" in v], seen
+    assert json.loads(cli_env.read_text())["LANG"] == "C.UTF-8"  # the rest is there
+    # And wherever either URL is written (records, logs, errors), its password is masked.
+    shown = redact(f"redis said no to {POOL_URL}; pool-pw-6c1f9a; {DATABASE_URL}")
+    assert "-pw-" not in shown and "redis://:***@redis.internal" in shown
+    assert "postgres://app:***@db.internal" in shown
+
+
+def test_front_ends_of_one_pool_agree_on_token_and_tasks_key(pool: Pool) -> None:
+    """A front end that differs from the live ones refuses to start, with the reason; one
+    without a token never serves a pool that front ends with a token served."""
+
+    def serve(token: str | None, key: str | None, *, port: int = 0
+              ) -> tuple[list[str], dict[str, str]]:
+        env = {k: v for k, v in pool.env().items()
+               if k not in ("MASSGEN_MCP_TOKEN", "FASTMCP_TASKS_ENCRYPTION_KEY")}
+        env.update({name: value for name, value in (
+            ("MASSGEN_MCP_TOKEN", token), ("FASTMCP_TASKS_ENCRYPTION_KEY", key)) if value})
+        return [sys.executable, "-m", "massgen_mcp", "serve", "--http", "--port",
+                str(port or free_port()), "--redis", pool.url], env
+
+    def refused(token: str | None, key: str | None) -> str:
+        command, env = serve(token, key)
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0, proc.stderr
+        return proc.stderr.strip().splitlines()[-1]
+
+    def started(token: str | None, key: str | None) -> subprocess.Popen[bytes]:
+        port = free_port()
+        command, env = serve(token, key, port=port)
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                stderr=(pool.tmp / f"front-{port}.log").open("wb"))
+        pool.procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        pool._until(lambda: pool._health(url) is not None or proc.poll() is not None,
+                    "front end did not start")
+        assert proc.poll() is None, (pool.tmp / f"front-{port}.log").read_text()
+        return proc
+
+    first = started("token-one-" + "1" * 20, "tasks-key-" + "a" * 20)
+    assert "use another MASSGEN_MCP_TOKEN:" in refused("token-two-" + "2" * 20,
+                                                        "tasks-key-" + "a" * 20)
+    assert "use another FASTMCP_TASKS_ENCRYPTION_KEY:" in refused("token-one-" + "1" * 20,
+                                                                   "tasks-key-" + "b" * 20)
+    second = started("token-one-" + "1" * 20, "tasks-key-" + "a" * 20)  # the same: joins
+    assert "not for callers without one: set MASSGEN_MCP_TOKEN" in refused(None, None)
+    stored = Redis.from_url(pool.url).get("massgen:frontends") or b""
+    assert b"token-one" not in stored and b"tasks-key" not in stored
+    for proc in (first, second):
+        proc.terminate()
+        proc.wait(30)
+    # Still, once all are gone: sessions started with a token stay behind one.
+    assert "not for callers without one" in refused(None, None)
