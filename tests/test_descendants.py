@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -123,6 +124,25 @@ async def test_a_cli_that_exits_with_an_error_leaves_no_descendant(
     with pytest.raises(ProviderError, match="exit status 1"):
         await call_claude()
     assert survivors(written_pids(pid_folder)) == {}
+
+
+async def test_a_killed_server_process_leaves_no_descendant_of_its_cli_call(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pid_folder: Path) -> None:
+    # Our own process dies (kill -9) in the middle of a CLI call: nothing is left to stop the
+    # call, and what the CLI started must go anyway.
+    stand_in_claude(tmp_path, monkeypatch, pid_folder, "time.sleep(300)")
+    ours = subprocess.Popen([sys.executable, "-c", (
+        "import asyncio, os, sys\nfrom pathlib import Path\n"
+        "from massgen_mcp.providers.cli_agents import run_child\n"
+        "asyncio.run(run_child([sys.argv[1]], b'', Path(sys.argv[2]), dict(os.environ)))"),
+        str(tmp_path / "claude"), str(tmp_path)])
+    try:
+        pids = await until_written(pid_folder)
+        ours.kill()
+        assert survivors(pids) == {}
+    finally:
+        ours.kill()
+        ours.wait()
 
 
 # -- MCP stdio servers as agent tools ------------------------------------------------------------

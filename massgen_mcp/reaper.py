@@ -1,0 +1,134 @@
+"""The reaper: a small parent that runs one command and leaves nothing of it behind (Linux).
+
+Run by :mod:`massgen_mcp.children` as ``python -I -S reaper.py PARENT UNSET PROGRAM ARGV...``
+(``PARENT`` our server's pid, ``UNSET`` a comma-separated list of variables to remove before
+the command starts, ``PROGRAM`` the resolved path to execute, ``ARGV`` its argument vector,
+``ARGV[0]`` included). It is a plain script: stdlib only, never imports massgen_mcp, so it
+starts in tens of milliseconds whatever the child's environment.
+
+It declares itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``): every process the
+command starts, however deep, and even after ``setsid`` or a double-fork, is re-parented to
+the reaper when its own parent dies, instead of to init. So the reaper's descendants, found by
+walking ``/proc`` by parent pid, are exactly what the command started, with nothing to guess.
+When the command exits, or the reaper gets SIGTERM, SIGHUP or SIGINT (from us, or from
+``PR_SET_PDEATHSIG`` when the thread that started it dies), it SIGKILLs every descendant,
+reaps each one, and only then exits, with the command's exit status (a signal death is
+re-raised on itself, so the caller sees the same status as without the reaper). While the
+command runs it reaps whatever orphan is re-parented to it, so nothing stays a zombie.
+
+Why a process of its own, rather than making the server itself a subreaper: a subreaper
+server would adopt the orphans of *every* child of its process (pip, a test's redis-server,
+libraries' helpers), could not tell which call or run an orphan came from when several run at
+once, and would have to reap them without stealing exit statuses from asyncio's child watcher
+(Python 3.11's ``ThreadedChildWatcher`` calls ``waitpid(pid)`` per child and reports 255 for a
+child reaped behind its back; ``subprocess.Popen`` reads ECHILD as exit 0). Here the server's
+only child is the reaper, watched like any other child; the reaper owns nobody else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import resource
+import signal
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+class _Stop(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum: int, _frame: object) -> None:
+    raise _Stop(signum)
+
+
+def main(argv: list[str]) -> NoReturn:
+    parent, unset, program, args = int(argv[1]), argv[2], argv[3], argv[4:]
+    for name in filter(None, unset.split(",")):  # what Python's start-up added (LC_CTYPE)
+        os.environ.pop(name, None)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _stop)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    status: int | None = None
+    stopped_by: int = signal.SIGTERM
+    try:
+        if os.getppid() != parent:  # it died before PR_SET_PDEATHSIG took effect
+            raise _Stop(signal.SIGTERM)
+        try:
+            # Signals Python ignores for itself go back to their defaults, as subprocess does.
+            child = os.posix_spawn(program, args, os.environ,
+                                   setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        except OSError as exc:
+            sys.stderr.write(f"massgen-mcp: could not start {program}: {exc}\n")
+            os._exit(127)
+        while status is None:
+            pid, code = os.waitpid(-1, 0)  # the command, or an adopted orphan (reaped)
+            if pid == child:
+                status = code
+    except _Stop as stop:
+        stopped_by = stop.signum
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    kill_descendants()
+    _exit_like(status if status is not None else stopped_by)  # a wait status: killed by it
+
+
+def kill_descendants() -> None:
+    """SIGKILL every descendant and reap it, until there is none. Nothing escapes between
+    two rounds: an orphan is re-parented to us, and a process forked meanwhile is found by
+    the next walk."""
+    while True:
+        for pid in descendants(os.getpid()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def descendants(root: int) -> list[int]:
+    """Pids below ``root``, by parent pid in ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone since the listing
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the command name may hold spaces
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, queue = [], [root]
+    while queue:
+        for pid in children.get(queue.pop(), []):
+            found.append(pid)
+            queue.append(pid)
+    return found
+
+
+def _exit_like(status: int) -> NoReturn:
+    """Exit as the command did: its code, or death by its signal (without a core file)."""
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if -code != signal.SIGKILL:
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        code = 128 - code
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
