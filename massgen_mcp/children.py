@@ -40,8 +40,8 @@ _STARTUP_ADDS = ("LC_CTYPE",)
 
 def tracked() -> bool:
     """Whether descendants are tracked beyond the process group (Linux, with /proc)."""
-    return sys.platform.startswith("linux") and bool(sys.executable) and os.path.isdir(
-        "/proc/self")
+    return (sys.platform.startswith("linux") and bool(sys.executable) and REAPER.is_file()
+            and os.path.isdir("/proc/self"))
 
 
 def command(argv: Sequence[str], env: Mapping[str, str], cwd: str | Path | None = None

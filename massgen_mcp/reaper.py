@@ -12,9 +12,10 @@ the reaper when its own parent dies, instead of to init. So the reaper's descend
 walking ``/proc`` by parent pid, are exactly what the command started, with nothing to guess.
 When the command exits, or the reaper gets SIGTERM, SIGHUP or SIGINT (from us, or from
 ``PR_SET_PDEATHSIG`` when the thread that started it dies), it SIGKILLs every descendant,
-reaps each one, and only then exits, with the command's exit status (a signal death is
-re-raised on itself, so the caller sees the same status as without the reaper). While the
-command runs it reaps whatever orphan is re-parented to it, so nothing stays a zombie.
+reaps each one (giving up after ``GIVE_UP_S`` on one it may not kill), and only then
+exits, with the command's exit status (a signal death is re-raised on itself, so the caller
+sees the same status as without the reaper). While the command runs it reaps whatever orphan
+is re-parented to it, so nothing stays a zombie.
 
 Why a process of its own, rather than making the server itself a subreaper: a subreaper
 server would adopt the orphans of *every* child of its process (pip, a test's redis-server,
@@ -39,6 +40,7 @@ from typing import NoReturn
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+GIVE_UP_S = 3
 
 
 class _Stop(Exception):
@@ -80,7 +82,12 @@ def main(argv: list[str]) -> NoReturn:
         stopped_by = stop.signum
     for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
-    kill_descendants()
+    # A descendant we may not signal (another user's, setuid) or stuck in the kernel would
+    # hold us forever: give up on it after GIVE_UP_S, and let the command's status through.
+    signal.signal(signal.SIGALRM, _stop)
+    signal.alarm(GIVE_UP_S)
+    with contextlib.suppress(_Stop):
+        kill_descendants()
     _exit_like(status if status is not None else stopped_by)  # a wait status: killed by it
 
 

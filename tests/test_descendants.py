@@ -145,6 +145,28 @@ async def test_a_killed_server_process_leaves_no_descendant_of_its_cli_call(
         ours.wait()
 
 
+async def test_the_cli_gets_its_environment_and_gives_its_status_as_without_a_reaper(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from massgen_mcp.config import AgentSpec
+    from massgen_mcp.errors import ProviderError
+    from massgen_mcp.providers.cli_agents import CLIS, child_env
+
+    for name in ("LANG", "LC_ALL", "LC_CTYPE"):  # the C locale: Python's start-up coerces it
+        monkeypatch.delenv(name, raising=False)
+    dump = tmp_path / "environ"
+    script = tmp_path / "claude"
+    script.write_text(f"#!/bin/sh\ncat /proc/$$/environ > {dump}\necho '{RESULT}'\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("MASSGEN_CLAUDE_PATH", str(script))
+    assert "42" in (await call_claude() or "")
+    pairs = (item.split("=", 1) for item in dump.read_text().split("\0") if item)
+    assert dict(pairs) == child_env(CLIS["claude"], AgentSpec(id="c", model="cli/claude"))
+
+    script.write_text("#!/bin/sh\nkill -9 $$\n")
+    with pytest.raises(ProviderError, match=r"exit status -9"):
+        await call_claude()
+
+
 # -- MCP stdio servers as agent tools ------------------------------------------------------------
 
 def team(server_url: str, folder: Path, **backend: Any):
