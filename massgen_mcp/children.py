@@ -8,10 +8,11 @@ nobody to signal it.
 
 * **Linux**: the child runs under :mod:`massgen_mcp.reaper`, a small parent that is a child
   subreaper, so every descendant stays below it (orphans are re-parented to it, not to init)
-  and all of them are SIGKILLed and reaped when the command exits, or when :func:`stop` (or
-  the death of the thread that started it) sends it SIGTERM. That module's docstring says why
-  the reaper is a process of its own rather than our server being the subreaper (asyncio's
-  child watcher, concurrent runs). The spawn is in its own session, as before; if the reaper
+  and all of them are SIGKILLed and reaped when the command exits, when :func:`stop` (or the
+  death of the thread that started it) tells the reaper to, or after a short grace when the
+  MCP SDK's shutdown SIGTERMs the group. That module's docstring says why the reaper is a
+  process of its own rather than our server being the subreaper (asyncio's child watcher,
+  concurrent runs). The spawn is in its own session, as before; if the reaper
   does not finish within :data:`STOP_GRACE_S`, :func:`stop` SIGKILLs the group.
 * **Other platforms** (macOS, the BSDs): there is no subreaper; the child leads its own
   process group and :func:`stop` SIGKILLs the group. A descendant that leaves the group
@@ -30,7 +31,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-REAPER = Path(__file__).with_name("reaper.py")
+REAPER = Path(__file__).with_name("reaper.py")  # imported only where tracked (Linux)
 STOP_GRACE_S = 5.0  # for the reaper to kill and reap a tree; SIGKILL to the group after
 _EXIT_POLL_S = 0.01
 # Python's start-up sets LC_CTYPE when the locale is C (PEP 538); the reaper removes it again
@@ -77,13 +78,16 @@ def _resolve(name: str, env: Mapping[str, str], cwd: str | Path | None) -> str:
 async def stop(proc: asyncio.subprocess.Process) -> None:
     """End ``proc`` (spawned from :func:`command`) and everything it started.
 
-    Under the reaper: SIGTERM to the reaper, which SIGKILLs and reaps the whole tree and
-    exits; then, and at once on other platforms or once the process has exited, SIGKILL to
-    its process group, for whatever a stuck reaper left. Returns once the process has exited
-    or :data:`STOP_GRACE_S` has passed after the group kill; its pipes are the caller's."""
+    Under the reaper: :data:`massgen_mcp.reaper.AT_ONCE` to the reaper, which SIGKILLs and
+    reaps the whole tree at once and exits; then, and at once on other platforms or once the
+    process has exited, SIGKILL to its process group, for whatever a stuck reaper left.
+    Returns once the process has exited or :data:`STOP_GRACE_S` has passed after the group
+    kill; its pipes are the caller's."""
     if proc.returncode is None and tracked():
+        from massgen_mcp.reaper import AT_ONCE
+
         with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(AT_ONCE)
         await _exited(proc, STOP_GRACE_S)
     kill_group(proc.pid)
     await _exited(proc, STOP_GRACE_S)

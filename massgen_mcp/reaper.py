@@ -10,12 +10,15 @@ It declares itself a *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``): ever
 command starts, however deep, and even after ``setsid`` or a double-fork, is re-parented to
 the reaper when its own parent dies, instead of to init. So the reaper's descendants, found by
 walking ``/proc`` by parent pid, are exactly what the command started, with nothing to guess.
-When the command exits, or the reaper gets SIGTERM, SIGHUP or SIGINT (from us, or from
-``PR_SET_PDEATHSIG`` when the thread that started it dies), it SIGKILLs every descendant,
-reaps each one (giving up after ``GIVE_UP_S`` on one it may not kill), and only then
-exits, with the command's exit status (a signal death is re-raised on itself, so the caller
-sees the same status as without the reaper). While the command runs it reaps whatever orphan
-is re-parented to it, so nothing stays a zombie.
+When the command exits, or the reaper is told to stop, it SIGKILLs every descendant, reaps
+each one (giving up after ``GIVE_UP_S`` on one it may not kill), and only then exits, with
+the command's exit status (a signal death is re-raised on itself, so the caller sees the same
+status as without the reaper; ``-9`` when the reaper killed the command). Told to stop with
+SIGTERM, SIGHUP or SIGINT (the MCP SDK's shutdown signals the whole group), the command first
+gets ``TERM_GRACE_S`` to exit on its own; with SIGUSR1 (:func:`massgen_mcp.children.stop`, or
+``PR_SET_PDEATHSIG`` when the thread that started the reaper dies) everything goes at once.
+While the command runs the reaper reaps whatever orphan is re-parented to it, so nothing
+stays a zombie.
 
 Why a process of its own, rather than making the server itself a subreaper: a subreaper
 server would adopt the orphans of *every* child of its process (pip, a test's redis-server,
@@ -39,7 +42,13 @@ from typing import NoReturn
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+# The MCP SDK's shutdown SIGTERMs the whole group, the command included, and SIGKILLs it 2 s
+# later: the command gets TERM_GRACE_S to exit on its own before everything is killed.
+GRACEFUL = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+TERM_GRACE_S = 1.0
+# Kill everything now: sent by massgen_mcp.children.stop (a coding CLI only reads: nothing to
+# save), and by the kernel when the thread that started us dies (PR_SET_PDEATHSIG).
+AT_ONCE = signal.SIGUSR1
 GIVE_UP_S = 3
 
 
@@ -57,16 +66,15 @@ def main(argv: list[str]) -> NoReturn:
     parent, unset, program, args = int(argv[1]), argv[2], argv[3], argv[4:]
     for name in filter(None, unset.split(",")):  # what Python's start-up added (LC_CTYPE)
         os.environ.pop(name, None)
-    for signum in STOP_SIGNALS:
+    for signum in (*GRACEFUL, AT_ONCE, signal.SIGALRM):
         signal.signal(signum, _stop)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    status: int | None = None
-    stopped_by: int = signal.SIGTERM
+    libc.prctl(PR_SET_PDEATHSIG, AT_ONCE, 0, 0, 0)
+    child, status = 0, None
     try:
         if os.getppid() != parent:  # it died before PR_SET_PDEATHSIG took effect
-            raise _Stop(signal.SIGTERM)
+            raise _Stop(AT_ONCE)
         try:
             # Signals Python ignores for itself go back to their defaults, as subprocess does.
             child = os.posix_spawn(program, args, os.environ,
@@ -74,21 +82,28 @@ def main(argv: list[str]) -> NoReturn:
         except OSError as exc:
             sys.stderr.write(f"massgen-mcp: could not start {program}: {exc}\n")
             os._exit(127)
-        while status is None:
-            pid, code = os.waitpid(-1, 0)  # the command, or an adopted orphan (reaped)
-            if pid == child:
-                status = code
+        status = _wait_for(child)
     except _Stop as stop:
-        stopped_by = stop.signum
-    for signum in STOP_SIGNALS:
+        if stop.signum in GRACEFUL and child:
+            signal.setitimer(signal.ITIMER_REAL, TERM_GRACE_S)
+            with contextlib.suppress(_Stop):  # the grace is over, or a kill-now came
+                status = _wait_for(child)
+    for signum in (*GRACEFUL, AT_ONCE):
         signal.signal(signum, signal.SIG_IGN)
     # A descendant we may not signal (another user's, setuid) or stuck in the kernel would
     # hold us forever: give up on it after GIVE_UP_S, and let the command's status through.
-    signal.signal(signal.SIGALRM, _stop)
-    signal.alarm(GIVE_UP_S)
+    signal.setitimer(signal.ITIMER_REAL, GIVE_UP_S)
     with contextlib.suppress(_Stop):
         kill_descendants()
-    _exit_like(status if status is not None else stopped_by)  # a wait status: killed by it
+    _exit_like(status if status is not None else signal.SIGKILL)  # a wait status: killed
+
+
+def _wait_for(child: int) -> int:
+    """The command's wait status; orphans re-parented to us meanwhile are reaped."""
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == child:
+            return status
 
 
 def kill_descendants() -> None:

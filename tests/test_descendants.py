@@ -169,8 +169,9 @@ async def test_the_cli_gets_its_environment_and_gives_its_status_as_without_a_re
 
 # -- MCP stdio servers as agent tools ------------------------------------------------------------
 
-def team(server_url: str, folder: Path, **backend: Any):
-    servers = {"escapees": {"command": sys.executable, "args": [str(SERVER), str(folder)]}}
+def team(server_url: str, folder: Path, *flags: str, **backend: Any):
+    servers = {"escapees": {"command": sys.executable,
+                            "args": [str(SERVER), str(folder), *flags]}}
     built, _ = team_from_mapping({"agents": [
         {"id": "a", "backend": {"type": "chatcompletion", "model": "a", "base_url": server_url,
                                 "mcp_servers": servers, **backend}},
@@ -201,6 +202,16 @@ async def test_a_server_that_exits_by_itself_at_the_end_of_a_run_leaves_no_desce
     pids = written_pids(pid_folder)
     assert set(pids) == set(escapees.KINDS)
     assert survivors(pids) == {}
+
+
+async def test_a_server_that_exits_only_on_sigterm_gets_to_save_and_leaves_no_descendant(
+        scripted, pid_folder: Path) -> None:
+    # The MCP SDK's shutdown: stdin closed, then SIGTERM to the group, SIGKILL 2 s later. The
+    # server still gets its SIGTERM and a moment to act on it before everything is killed.
+    result = await run(team(scripted(agree).base_url, pid_folder, "--linger"))
+    assert result["status"] == "completed"
+    assert (pid_folder / "terminated").read_text() == "saved"
+    assert survivors(written_pids(pid_folder)) == {}
 
 
 async def test_a_server_that_dies_mid_run_leaves_no_descendant(scripted,
