@@ -37,6 +37,7 @@ import os
 import resource
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import NoReturn
 
@@ -49,75 +50,87 @@ TERM_GRACE_S = 1.0
 # Kill everything now: sent by massgen_mcp.children.stop (a coding CLI only reads: nothing to
 # save), and by the kernel when the thread that started us dies (PR_SET_PDEATHSIG).
 AT_ONCE = signal.SIGUSR1
-GIVE_UP_S = 3
-
-
-class _Stop(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _stop(signum: int, _frame: object) -> None:
-    raise _Stop(signum)
+GIVE_UP_S = 3.0
+# Blocked, and taken with sigtimedwait: no handler ever interrupts the reaper half-way.
+_WATCHED = {signal.SIGCHLD, *GRACEFUL, AT_ONCE}
 
 
 def main(argv: list[str]) -> NoReturn:
     parent, unset, program, args = int(argv[1]), argv[2], argv[3], argv[4:]
     for name in filter(None, unset.split(",")):  # what Python's start-up added (LC_CTYPE)
         os.environ.pop(name, None)
-    for signum in (*GRACEFUL, AT_ONCE, signal.SIGALRM):
-        signal.signal(signum, _stop)
+    signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        sys.stderr.write("massgen-mcp: not a child subreaper here (prctl refused); what "
+                         f"{program} starts and detaches may outlive it\n")
     libc.prctl(PR_SET_PDEATHSIG, AT_ONCE, 0, 0, 0)
-    child, status = 0, None
+    if os.getppid() != parent:  # it died before PR_SET_PDEATHSIG took effect
+        os._exit(128 + AT_ONCE)
     try:
-        if os.getppid() != parent:  # it died before PR_SET_PDEATHSIG took effect
-            raise _Stop(AT_ONCE)
-        try:
-            # Signals Python ignores for itself go back to their defaults, as subprocess does.
-            child = os.posix_spawn(program, args, os.environ,
-                                   setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
-        except OSError as exc:
-            sys.stderr.write(f"massgen-mcp: could not start {program}: {exc}\n")
-            os._exit(127)
-        status = _wait_for(child)
-    except _Stop as stop:
-        if stop.signum in GRACEFUL and child:
-            signal.setitimer(signal.ITIMER_REAL, TERM_GRACE_S)
-            with contextlib.suppress(_Stop):  # the grace is over, or a kill-now came
-                status = _wait_for(child)
-    for signum in (*GRACEFUL, AT_ONCE):
-        signal.signal(signum, signal.SIG_IGN)
-    # A descendant we may not signal (another user's, setuid) or stuck in the kernel would
-    # hold us forever: give up on it after GIVE_UP_S, and let the command's status through.
-    signal.setitimer(signal.ITIMER_REAL, GIVE_UP_S)
-    with contextlib.suppress(_Stop):
-        kill_descendants()
+        # The command starts with no signal blocked, and with the default action for the
+        # signals Python ignores for itself, as subprocess does.
+        child = os.posix_spawn(program, args, os.environ, setsigmask=(),
+                               setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+    except OSError as exc:
+        sys.stderr.write(f"massgen-mcp: could not start {program}: {exc}\n")
+        os._exit(127)
+    status, stop = _wait(child, None)
+    if stop in GRACEFUL:
+        status, _ = _wait(child, TERM_GRACE_S)
+    kill_descendants(GIVE_UP_S)
     _exit_like(status if status is not None else signal.SIGKILL)  # a wait status: killed
 
 
-def _wait_for(child: int) -> int:
-    """The command's wait status; orphans re-parented to us meanwhile are reaped."""
+def _wait(child: int, within_s: float | None) -> tuple[int | None, int | None]:
+    """Until the command exits (its wait status, first), a stop signal comes (second), or
+    ``within_s`` passes (neither). Orphans re-parented to us meanwhile are reaped."""
+    deadline = None if within_s is None else time.monotonic() + within_s
     while True:
-        pid, status = os.waitpid(-1, 0)
+        status, _ = _reap(child)
+        if status is not None:
+            return status, None
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return None, None
+        got = (signal.sigwaitinfo(_WATCHED) if left is None
+               else signal.sigtimedwait(_WATCHED, left))
+        if got is None:
+            return None, None
+        if got.si_signo != signal.SIGCHLD:
+            return None, got.si_signo
+
+
+def _reap(child: int) -> tuple[int | None, bool]:
+    """Reap every child that has exited: the command's wait status if it was among them, and
+    whether any child is left."""
+    status = None
+    while True:
+        try:
+            pid, code = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status, False
+        if pid == 0:
+            return status, True
         if pid == child:
-            return status
+            status = code
 
 
-def kill_descendants() -> None:
+def kill_descendants(within_s: float) -> None:
     """SIGKILL every descendant and reap it, until there is none. Nothing escapes between
     two rounds: an orphan is re-parented to us, and a process forked meanwhile is found by
-    the next walk."""
+    the next walk. One we may not signal (another user's, setuid) or stuck in the kernel is
+    given up on after ``within_s``."""
+    deadline = time.monotonic() + within_s
     while True:
         for pid in descendants(os.getpid()):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
+        _, left = _reap(0)
+        remaining = deadline - time.monotonic()
+        if not left or remaining <= 0:
             return
+        signal.sigtimedwait({signal.SIGCHLD}, remaining)
 
 
 def descendants(root: int) -> list[int]:
@@ -147,6 +160,7 @@ def _exit_like(status: int) -> NoReturn:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if -code != signal.SIGKILL:
             signal.signal(-code, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {-code})
         os.kill(os.getpid(), -code)
         code = 128 - code
     os._exit(code)
