@@ -89,11 +89,11 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(AT_ONCE)
         await _exited(proc, STOP_GRACE_S)
-    kill_group(proc.pid)
+    _kill_group(proc.pid)
     await _exited(proc, STOP_GRACE_S)
 
 
-def kill_group(pgid: int) -> None:
+def _kill_group(pgid: int) -> None:
     """SIGKILL process group ``pgid`` (a child spawned in its own session leads it)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
