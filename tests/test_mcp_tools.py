@@ -201,7 +201,7 @@ async def test_cancel_leaves_no_server_process(scripted) -> None:
     try:
         live = await runner.start("q", the_team)
         assert await asyncio.to_thread(asked.wait, 30)
-        assert len(processes_with("cancel-marker")) == 1  # up while the run goes on
+        assert processes_with("cancel-marker")  # up while the run goes on (and its reaper)
         assert await runner.cancel(live.session_id)
         assert processes_with("cancel-marker") == []
     finally:

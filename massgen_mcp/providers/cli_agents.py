@@ -17,10 +17,11 @@ Every call is one child process with:
   another agent session are removed, and so is every credential-named variable, except the CLI's
   own login token; an API key reaches the child only when the agent's config names one
   (``api_key``/``api_key_env``, with ``base_url`` for a self-hosted or test endpoint);
-* **an owner and a clean kill**: the child leads its own process group; cancellation, the
-  per-call timeout (``cli_call_timeout_s``), or too much output kill the whole group at once
-  with SIGKILL, and the child is reaped; the group is killed after a normal exit too, so no
-  grandchild outlives the call;
+* **an owner and a clean kill** (:mod:`massgen_mcp.children`): cancellation, the per-call
+  timeout (``cli_call_timeout_s``), or too much output kill everything the CLI started with
+  SIGKILL, and the child is reaped; what it started is killed after a normal exit too, so no
+  grandchild outlives the call: on Linux every descendant, even one that called ``setsid``
+  or daemonized; on other platforms the CLI's process group;
 * **captured stderr**: kept to its last 64 KiB, redacted, appended to the session's
   ``cli.log`` and quoted in the error when the CLI fails.
 
@@ -38,7 +39,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from massgen_mcp import children
 from massgen_mcp.config import AgentSpec
 from massgen_mcp.errors import ProviderError
 from massgen_mcp.pool.live import URL_ENV as POOL_URL_ENV
@@ -482,16 +483,20 @@ class OutputTooLarge(ProviderError):
 
 async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str]
                     ) -> tuple[int, bytes, bytes]:
-    """Run ``argv`` in its own process group; (exit status, stdout, stderr tail).
+    """Run ``argv`` in its own session (:func:`massgen_mcp.children.command`); (exit status,
+    stdout, stderr tail).
 
     Whatever ends the call (the CLI's exit, cancellation, a timeout around this call, too much
-    output) the whole group is killed and the CLI reaped before this returns. Output is read
-    until the CLI exits and its pipes close; a pipe that something it started keeps open is
-    given ``PIPE_GRACE_S`` after the exit, then abandoned."""
+    output) everything the CLI started is killed (:func:`massgen_mcp.children.stop`: on Linux
+    every descendant, ``setsid`` or daemonized ones too; elsewhere its process group) and the
+    CLI reaped before this returns. Output is read until the CLI exits and its pipes close; a
+    pipe that something it started keeps open is given ``PIPE_GRACE_S`` after the exit, then
+    abandoned."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd=cwd, env=env, start_new_session=True)
+            *children.command(argv, env, cwd), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=cwd, env=env,
+            start_new_session=True)
     except (OSError, ValueError) as exc:  # not executable, or a NUL byte in an argument
         raise ProviderError(f"could not start {Path(argv[0]).name}: {exc}", retryable=False,
                             kind="unavailable") from None
@@ -505,7 +510,7 @@ async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str
         while not io.done():
             await asyncio.wait({io}, timeout=EXIT_POLL_S)
             if proc.returncode is not None and not io.done():
-                _kill_group(proc)  # the CLI is gone: what it started goes too
+                await children.stop(proc)  # the CLI is gone: what it started goes too
                 await asyncio.wait({io}, timeout=PIPE_GRACE_S)
                 break
         if io.done():
@@ -515,10 +520,10 @@ async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str
         for part in parts:  # a failed gather leaves its other parts running
             part.cancel()
         await asyncio.gather(*parts, return_exceptions=True)
-        _kill_group(proc)
-        # Read the pipes to their end (the group is dead, so it comes at once) so that they
-        # close now, not when the garbage collector finds them; an escaped descendant that
-        # still holds one is given up on after the grace.
+        await children.stop(proc)
+        # Read the pipes to their end (the tree is dead, so it comes at once) so that they
+        # close now, not when the garbage collector finds them; a descendant that escaped
+        # (possible only where descendants are not tracked) is given up on after the grace.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(PIPE_GRACE_S):
                 await asyncio.gather(_drain(proc.stdout), _drain(proc.stderr), proc.wait())
@@ -528,12 +533,6 @@ async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str
 async def _drain(stream: asyncio.StreamReader) -> None:
     while await stream.read(65536):
         pass
-
-
-def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    """SIGKILL the CLI's process group: it only reads, so there is nothing to save."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 async def _feed(stream: asyncio.StreamWriter, data: bytes) -> None:

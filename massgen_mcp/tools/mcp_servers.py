@@ -9,7 +9,10 @@ read-only: unless ``allowed_tools`` names a tool, only tools their server declar
 
 A :class:`McpToolbox` belongs to one run: it starts each server the run's agents name once (so
 agents naming the same server share it), and :meth:`McpToolbox.aclose` shuts every one down when
-the run ends, fails or is cancelled; a stdio server is a child process that does not outlive it.
+the run ends, fails or is cancelled; a stdio server is a child process that does not outlive it,
+and neither does anything it starts (:mod:`massgen_mcp.children`: on Linux every descendant,
+also one that called ``setsid`` or daemonized, dies when the server exits, by itself or
+stopped; elsewhere its process group is killed when it is stopped).
 A server that fails to start, or dies mid-run, answers its tools with an error result; the run
 goes on. ``${VAR}`` in ``env`` and ``headers`` is resolved when the server starts and never
 recorded. A child process gets only the variables its ``env`` names (plus the basic ones such as
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from massgen_mcp import children
 from massgen_mcp.env import VAR_REFERENCE, getenv
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.secrets import looks_secret, redact, register_secret
@@ -148,14 +152,18 @@ class McpToolbox:
     async def _start(self, spec: McpServerSpec) -> None:
         from fastmcp import Client
         from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
+        from mcp.client.stdio import get_default_environment
 
         transport: Any
         try:
             if spec.type == "stdio":
-                transport = StdioTransport(
-                    command=spec.command or "", args=list(spec.args),
-                    env=_resolve(spec.env, f"mcp server {spec.name}.env"), cwd=spec.cwd,
-                    keep_alive=False)
+                env = _resolve(spec.env, f"mcp server {spec.name}.env")
+                # The SDK spawns it in its own session; under the reaper on Linux, so that
+                # whatever the server starts dies with it, even when it exits by itself.
+                command, *args = children.command([spec.command or "", *spec.args],
+                                                  get_default_environment() | env, spec.cwd)
+                transport = StdioTransport(command=command, args=args, env=env, cwd=spec.cwd,
+                                           keep_alive=False)
             else:
                 transport = StreamableHttpTransport(
                     spec.url or "", headers=_resolve(spec.headers,
