@@ -180,10 +180,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from massgen_mcp.config import missing_credentials
-    from massgen_mcp.config_files import load_config_file, resolve_config_path
-    from massgen_mcp.trust import key_destinations
+    from massgen_mcp.config_files import read_config_file, resolve_config_path
+    from massgen_mcp.trust import risks
 
-    team, warnings = load_config_file(resolve_config_path(args.file))
+    loaded = read_config_file(resolve_config_path(args.file))
+    team, warnings = loaded.team, loaded.warnings
     print(f"{args.file}: {len(team.agents)} agent(s)")
     for agent in team.agents:
         extras = [f"base_url={agent.base_url}"] if agent.base_url else []
@@ -206,8 +207,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print("  options: " + ", ".join(f"{k}={v}" for k, v in team.options.model_dump().items()))
     for warning in warnings:
         print(f"  warning: {warning}")
-    for line in key_destinations(team):
-        print(f"  note: {line}; as a project config this needs 'massgen-mcp trust'")
+    for line in risks(team, loaded.expanded):
+        print(f"  needs consent: {line} (as a project config, or named in a model's call, "
+              "it runs only after 'massgen-mcp trust')")
     for problem in missing_credentials(team) + cli_problems(team):
         print(f"  warning: {problem}")
     return EXIT_OK
