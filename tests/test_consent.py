@@ -219,3 +219,41 @@ def test_allow_secret_files_lifts_a_name_every_pattern_of_it(secret_project: Pat
     for still in ("prod.env", ".env~", ".env.bak", "secret.yaml"):
         assert tools.run("read_file", {"path": still}).startswith("error: "), still
     assert ".env" in tools.run("list_files", {"path": "."}).split()
+
+
+# -- consent belongs to one place ---------------------------------------------------------------
+
+def test_consent_does_not_follow_a_symlinked_project_config(scripted, tmp_path: Path) -> None:
+    server = scripted(agree)
+    config = (f"agents:\n  - id: a\n    backend:\n      type: chatcompletion\n      model: a\n"
+              f"      base_url: '{server.base_url}'\n      mcp_servers:\n"
+              "        helper: {type: stdio, command: ./helper.sh}\n"
+              "options: {max_retries: 0, call_timeout_s: 20}\n")
+    trusted = cloned_repo(tmp_path, config)
+    env = child_env(tmp_path, server)
+    assert cli(trusted, env, "trust").returncode == 0
+    assert "needs your consent" not in cli(trusted, env, "doctor").stdout
+
+    # Another repository links its .massgen (or just config.yaml) to the trusted one; its own
+    # ./helper.sh is what the relative command would start there.
+    linked_dir, linked_file = tmp_path / "linked-dir", tmp_path / "linked-file"
+    for repo in (linked_dir, linked_file):
+        repo.mkdir()
+        marker = repo / "helper-ran"
+        (repo / "helper.sh").write_text(f"#!/bin/sh\ntouch '{marker}'\n")
+        (repo / "helper.sh").chmod(0o755)
+    (linked_dir / ".massgen").symlink_to(trusted / ".massgen")
+    (linked_file / ".massgen").mkdir()
+    (linked_file / ".massgen" / "config.yaml").symlink_to(trusted / ".massgen" / "config.yaml")
+    for repo in (linked_dir, linked_file):
+        refused = cli(repo, env, "run", "What is 6*7?")
+        assert refused.returncode == 1, refused.stderr
+        assert "needs your consent" in refused.stderr and "starts the MCP server" in (
+            refused.stderr)
+        assert "a link to a config trusted elsewhere asks again" in refused.stderr
+        assert not (repo / "helper-ran").exists()
+        assert "needs your consent" in cli(repo, env, "doctor").stdout
+    # Consent given there is that repository's own.
+    assert cli(linked_file, env, "trust").returncode == 0
+    assert "needs your consent" not in cli(linked_file, env, "doctor").stdout
+    assert "needs your consent" in cli(linked_dir, env, "doctor").stdout
