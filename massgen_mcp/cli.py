@@ -212,7 +212,30 @@ def cmd_validate(args: argparse.Namespace) -> int:
               "it runs only after 'massgen-mcp trust')")
     for problem in missing_credentials(team) + cli_problems(team):
         print(f"  warning: {problem}")
+    if team.mcp_servers() and args.servers:
+        for line in asyncio.run(servers_cut(team)):
+            print(f"  warning: {line}")
+    elif team.mcp_servers():
+        print("  (validate --servers starts its MCP servers and checks what they offer)")
     return EXIT_OK
+
+
+async def servers_cut(team: TeamConfig) -> list[str]:
+    """Start the team's MCP servers, offer each agent its tools as a run would, stop them:
+    one line per server that did not start and per thing the size caps cut."""
+    from massgen_mcp.tools.mcp_servers import McpToolbox
+
+    box = McpToolbox(team.mcp_servers())
+    try:
+        await box.start()
+        for agent in team.agents:
+            if agent.mcp_servers:
+                box.specs_for([s.name for s in agent.mcp_servers], agent.allowed_tools,
+                              agent.exclude_tools)
+        return [f"MCP server {name} did not start: {why}"
+                for name, why in box.failed().items()] + box.take_cut()
+    finally:
+        await box.aclose()
 
 
 def cli_problems(team: TeamConfig) -> list[str]:
@@ -249,7 +272,7 @@ def cmd_trust(args: argparse.Namespace) -> int:
     print(f"{path}: trusted as it is now (any change to it or to the variables it reads asks "
           f"again); recorded in {where}")
     for line in trust.risks(loaded.team, loaded.expanded) or [
-            "it sends no key from your environment to a foreign host"]:
+            "it needs no consent: no key, file or command of yours goes anywhere foreign"]:
         print(f"  {line}")
     return EXIT_OK
 
@@ -473,10 +496,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check a config file and print the team")
     validate.add_argument("file", help="YAML file or @preset")
+    validate.add_argument("--servers", action="store_true",
+                          help="start the config's MCP servers (commands it names: only for "
+                               "a file you trust) and warn about tools the size caps cut")
     validate.set_defaults(func=cmd_validate)
 
-    trust = sub.add_parser("trust", help="allow a project's config to send your keys to the "
-                                         "servers it names (recorded with the file's hash)")
+    trust = sub.add_parser("trust", help="allow a project's config to do what needs your "
+                                         "consent (send keys or files to the servers it "
+                                         "names, start MCP servers, open secret files); "
+                                         "recorded with the file's hash and place")
     trust.add_argument("file", nargs="?",
                        help="config file (default: the project's .massgen/config.yaml)")
     trust.add_argument("--revoke", action="store_true", help="withdraw consent")

@@ -39,6 +39,8 @@ def describe_event(event: Event) -> str | None:
     if kind is EventType.CHECK:
         detail = f": {_short(event.detail, 160)}" if event.detail else ""
         return f"{t} {who} checked the final answer: {event.reason}{detail}"
+    if kind is EventType.TOOLS_CUT:
+        return f"{t} {who + ': ' if who else ''}{_short(event.detail, 200)}"
     if kind is EventType.RESTART:
         return f"{t} restart {event.count}: the team goes again with the check's feedback"
     if kind in (EventType.CONSENSUS, EventType.TIMEOUT, EventType.BUDGET_EXCEEDED,
