@@ -53,7 +53,9 @@ JSON_SUMMARY_KEYS = ("session_id", "status", "finish_reason", "winner", "final_a
 
 
 def _err(message: str) -> None:
-    print(f"massgen-mcp: {message}", file=sys.stderr)
+    from massgen_mcp.render import terminal_safe
+
+    print(f"massgen-mcp: {terminal_safe(message)}", file=sys.stderr)
 
 
 def _home(args: argparse.Namespace) -> Path | None:
@@ -91,11 +93,11 @@ def _spec(args: argparse.Namespace) -> RunSpec:
 
 
 def _progress(_session_id: str, event: Event) -> None:
-    from massgen_mcp.render import describe_event
+    from massgen_mcp.render import describe_event, terminal_safe
 
     line = describe_event(event)  # events reach listeners masked; redact again, cheaply
     if line:
-        print(redact(line), file=sys.stderr, flush=True)
+        print(terminal_safe(redact(line)), file=sys.stderr, flush=True)
 
 
 async def _run(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord, Path]:
@@ -119,6 +121,8 @@ async def _run(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord, P
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from massgen_mcp.render import json_terminal_safe, terminal_safe
+
     spec = _spec(args)
     try:
         result, folder = asyncio.run(_run(args, spec))
@@ -129,9 +133,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         summary = {key: data[key] for key in JSON_SUMMARY_KEYS}
         summary["cost"] = result.usage.cost_usd
         summary["session_dir"] = str(folder)
-        print(redact(json.dumps(summary, ensure_ascii=False, indent=2)))
+        print(json_terminal_safe(redact(json.dumps(summary, ensure_ascii=False, indent=2))))
     elif result.final_answer is not None:
-        print(redact(result.final_answer))
+        print(terminal_safe(redact(result.final_answer)))
     if result.status is not RunStatus.COMPLETED or result.budget_exceeded:
         _err(f"run ended {result.status} ({result.finish_reason}); record: {folder}")
         for problem in result.errors:
@@ -278,6 +282,8 @@ def cmd_trust(args: argparse.Namespace) -> int:
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
+    from massgen_mcp.render import terminal_safe
+
     service = _service(args)
     sessions, _ = service.list_sessions(
         RunStatus(args.status) if args.status else None, args.limit)
@@ -287,13 +293,18 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     if not sessions:
         print(f"no sessions in {service.store.sessions_dir}")
     for s in sessions:
-        question = " ".join(s.question.split())[:60]
+        question = terminal_safe(" ".join(s.question.split())[:60])
         print(f"{s.session_id}  {s.status:<11} {s.winner or '-':<4} {question}")
     return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from massgen_mcp.render import coordination_table, describe_event
+    from massgen_mcp.render import (
+        coordination_table,
+        describe_event,
+        json_terminal_safe,
+        terminal_safe,
+    )
 
     service = _service(args)
     if args.html:
@@ -307,10 +318,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     record = service.record(args.session_id)
     status, result = record.status, record.result
     if args.json:
-        print((result or status).model_dump_json(indent=2))
+        print(json_terminal_safe((result or status).model_dump_json(indent=2)))
         return EXIT_OK
     print(f"session  {args.session_id}  ({status.status}, {status.finish_reason})")
-    print(f"question {status.question}")
+    print(terminal_safe(f"question {status.question}"))
     print(f"record   {service.store.folder(args.session_id)}")
     if result and result.winner:
         w = result.winner
@@ -324,9 +335,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     if tool_lines:
         print("\ntool calls")
         for line in tool_lines:
-            print(f"  {line}")
+            print(f"  {terminal_safe(line or '')}")
     if result and result.final_answer is not None:
-        print("\n" + result.final_answer)
+        print("\n" + terminal_safe(result.final_answer))
     return EXIT_OK
 
 

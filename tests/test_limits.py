@@ -52,3 +52,38 @@ def test_validate_servers_warns_about_what_the_caps_cut(tmp_path: Path, home: Pa
     assert probed.returncode == 0, probed.stderr
     assert "warning: MCP server flood: 1 tool(s) dropped" in probed.stdout
     assert "warning: MCP server flood: 2000 tools; only the first 100" in probed.stdout
+
+
+# -- model output on a terminal ----------------------------------------------------------------
+
+PAYLOAD = "\x1b]0;evil\x07 \x1b[2J \x9b31m \x1b[1A\rfake \u202eevil\u202c \x00\x7f"
+OBEYED = ("\x1b", "\x07", "\x9b", "\r", "\u202e", "\x00", "\x7f")
+
+
+def test_control_sequences_in_model_output_are_shown_not_obeyed(scripted, home: Path) -> None:
+    from conftest import hostile
+
+    server = scripted(hostile(PAYLOAD))
+    models = ",".join(f"openai/{m}@{server.base_url}" for m in "abc")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([sys.executable, "-m", "massgen_mcp", *args],
+                              capture_output=True, text=True, env=server_env(home),
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    ran = cli("run", "What is 6*7?", "--models", models)
+    as_json = cli("run", "What is 6*7?", "--models", models, "--json", "--quiet")
+    session_id = json.loads(as_json.stdout)["session_id"]
+    assert PAYLOAD in json.loads(as_json.stdout)["final_answer"]  # the data is kept
+    shown = cli("show", session_id)
+    shown_json = cli("show", session_id, "--json")
+    listed = cli("sessions")
+    for out in (ran.stdout, ran.stderr, as_json.stdout, shown.stdout, shown_json.stdout,
+                listed.stdout):
+        for char in OBEYED:
+            assert char not in out, (char, out)
+    assert "\\x1b]0;evil\\x07" in ran.stdout and "\\x1b[2J" in ran.stdout
+    assert "\\x9b31m" in shown.stdout and "\\u202eevil" in shown.stdout
+    assert "\\x1b]0;evil" in ran.stderr  # the progress line of b's answer
