@@ -228,13 +228,6 @@ def revoke(path: Path) -> bool:
     return True
 
 
-SECRET_FILES_HINT = (
-    "only you can lift the secret-file deny-list, not a model's call: set options: "
-    "{{allow_secret_files: [...]}} in your own config ({folder}), in a file you run yourself "
-    "(massgen-mcp run --config FILE), or in the project's config and trust it "
-    "(massgen-mcp trust)")
-
-
 def check_call(before: TeamConfig, after: TeamConfig, overrides: dict[str, object],
                base_url: str | None) -> None:
     """Refuse what a model's call may not decide (the calling model may have been steered by
@@ -243,8 +236,11 @@ def check_call(before: TeamConfig, after: TeamConfig, overrides: dict[str, objec
     file or models gave it) did not already give them to; and a ``base_url`` that would
     receive a key from the user's environment."""
     if overrides.get("allow_secret_files"):
-        raise UntrustedConfigError("options.allow_secret_files: " + SECRET_FILES_HINT.format(
-            folder=user_config_dir() / "config.yaml"))
+        raise UntrustedConfigError(
+            "options.allow_secret_files: only you can lift the secret-file deny-list, not a "
+            "model's call: set options: {allow_secret_files: [...]} in your own config "
+            f"({user_config_dir() / 'config.yaml'}), in a file you run yourself (massgen-mcp "
+            "run --config FILE), or in the project's config and trust it (massgen-mcp trust)")
     had = _exposed(before)
     new = {where: what for where, what in _exposed(after).items()
            if not what <= had.get(where, set())}
