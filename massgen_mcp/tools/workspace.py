@@ -5,8 +5,10 @@ agent's provider, so they are off unless a run asks for them, and they are caref
 
 * **confined** to the workspace root: relative paths only, no ``..`` escape, every path resolved
   (symlinks included) and checked to stay inside the root;
-* **never secret files**: the deny-list below (``.env*``, keys, credentials, ``.ssh/``, ...) is
-  neither listed nor read nor searched; ``.git/`` internals are skipped;
+* **never secret files**: the deny-list below (``.env*``, keys, credentials, ``.ssh/``, ...,
+  and backups of them such as ``.env~``), matched case-insensitively, is neither listed nor
+  read nor searched; ``allow_secret_files`` lifts only what it names; ``.git/`` internals and
+  ``.massgen/`` are refused in any letter case;
 * **text only and capped**: regular files only (no FIFOs, devices or ``/proc``), binary files
   refused, at most :data:`MAX_READ_BYTES` per read and :data:`MAX_RUN_BYTES` per run, at most
   :data:`MAX_LISTED` entries and :data:`MAX_MATCHES` search hits per call.
