@@ -127,12 +127,20 @@ def test_workspace_tools_for_a_loopback_team_need_no_consent(scripted, tmp_path:
 async def test_a_model_call_over_stdio_cannot_open_secret_files_or_send_files_abroad(
         scripted, tmp_path: Path) -> None:
     server = scripted(reads_dotenv)
-    repo = cloned_repo(tmp_path)
+    repo = cloned_repo(tmp_path, HOSTILE_CONFIG)
     params = StdioServerParameters(command=sys.executable, args=["-m", "massgen_mcp"],
                                    env=child_env(tmp_path, server), cwd=str(repo))
     foreign = [f"openai/{m}{'@' + FOREIGN_URL}" for m in "ab"]
     fast = {"max_retries": 0, "call_timeout_s": 20}
     async with SdkClient(params, mode="legacy") as client:
+        # The project's own config needs consent; check_setup says so and why.
+        setup = await client.call_tool("check_setup", {})
+        reason = setup.structured_content["default_team_reason"]
+        assert "needs your consent" in reason and "allow_secret_files" in reason
+        assert "would receive the project's files" in reason
+        default = await client.call_tool("run_consensus", {"question": "q"})
+        assert default.is_error and "needs your consent" in default.content[0].text
+
         lifted = await client.call_tool("run_consensus", {
             "question": "q", "models": foreign, "options": {
                 **fast, "workspace_tools": True, "allow_secret_files": [".env"]}})
