@@ -16,9 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from mcp import Client as SdkClient
 from mcp.client.stdio import StdioServerParameters
+from test_openai_api import api, served  # noqa: F401  (fixtures: `serve --http` with /v1)
+from test_transports import TOKEN
 
 from massgen_mcp.scripted import ChatRequest, Reply, ScriptedServer, agree, tool_calls
 
@@ -172,6 +175,28 @@ async def test_a_model_call_over_stdio_cannot_open_secret_files_or_send_files_ab
         assert plain.structured_content["status"] == "completed"
     assert server.requests
     assert DB_PASSWORD not in sent(server)
+
+
+def test_the_v1_endpoint_runs_no_project_config_without_consent(
+        scripted, api: str, home: Path) -> None:  # noqa: F811 (the imported fixture)
+    """``/v1`` with the default team: the project's config (here $MASSGEN_HOME/config.yaml)
+    that lifts the deny-list for a foreign team is refused, saying why; a call cannot pass
+    options of its own."""
+    server = scripted(reads_dotenv)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(HOSTILE_CONFIG)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    question = [{"role": "user", "content": "What is 6*7?"}]
+    refused = httpx.post(f"{api}/chat/completions", headers=headers, timeout=60,
+                         json={"model": "massgen", "messages": question})
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error"]["message"]
+    assert "needs your consent" in message and "allow_secret_files" in message
+    options = httpx.post(f"{api}/chat/completions", headers=headers, timeout=60, json={
+        "model": "massgen", "messages": question,
+        "options": {"workspace_tools": True, "allow_secret_files": [".env"]}})
+    assert options.status_code == 400 and "options" in options.json()["error"]["message"]
+    assert server.requests == []
 
 
 # -- the deny-list knows secrets by their common names ------------------------------------------
