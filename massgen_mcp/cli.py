@@ -53,7 +53,9 @@ JSON_SUMMARY_KEYS = ("session_id", "status", "finish_reason", "winner", "final_a
 
 
 def _err(message: str) -> None:
-    print(f"massgen-mcp: {message}", file=sys.stderr)
+    from massgen_mcp.render import terminal_safe
+
+    print(f"massgen-mcp: {terminal_safe(message)}", file=sys.stderr)
 
 
 def _home(args: argparse.Namespace) -> Path | None:
@@ -91,11 +93,11 @@ def _spec(args: argparse.Namespace) -> RunSpec:
 
 
 def _progress(_session_id: str, event: Event) -> None:
-    from massgen_mcp.render import describe_event
+    from massgen_mcp.render import describe_event, terminal_safe
 
     line = describe_event(event)  # events reach listeners masked; redact again, cheaply
     if line:
-        print(redact(line), file=sys.stderr, flush=True)
+        print(terminal_safe(redact(line)), file=sys.stderr, flush=True)
 
 
 async def _run(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord, Path]:
@@ -119,6 +121,8 @@ async def _run(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord, P
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from massgen_mcp.render import json_terminal_safe, terminal_safe
+
     spec = _spec(args)
     try:
         result, folder = asyncio.run(_run(args, spec))
@@ -129,9 +133,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         summary = {key: data[key] for key in JSON_SUMMARY_KEYS}
         summary["cost"] = result.usage.cost_usd
         summary["session_dir"] = str(folder)
-        print(redact(json.dumps(summary, ensure_ascii=False, indent=2)))
+        print(json_terminal_safe(redact(json.dumps(summary, ensure_ascii=False, indent=2))))
     elif result.final_answer is not None:
-        print(redact(result.final_answer))
+        print(terminal_safe(redact(result.final_answer)))
     if result.status is not RunStatus.COMPLETED or result.budget_exceeded:
         _err(f"run ended {result.status} ({result.finish_reason}); record: {folder}")
         for problem in result.errors:
@@ -180,10 +184,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from massgen_mcp.config import missing_credentials
-    from massgen_mcp.config_files import load_config_file, resolve_config_path
-    from massgen_mcp.trust import key_destinations
+    from massgen_mcp.config_files import read_config_file, resolve_config_path
+    from massgen_mcp.trust import risks
 
-    team, warnings = load_config_file(resolve_config_path(args.file))
+    loaded = read_config_file(resolve_config_path(args.file))
+    team, warnings = loaded.team, loaded.warnings
     print(f"{args.file}: {len(team.agents)} agent(s)")
     for agent in team.agents:
         extras = [f"base_url={agent.base_url}"] if agent.base_url else []
@@ -206,11 +211,35 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print("  options: " + ", ".join(f"{k}={v}" for k, v in team.options.model_dump().items()))
     for warning in warnings:
         print(f"  warning: {warning}")
-    for line in key_destinations(team):
-        print(f"  note: {line}; as a project config this needs 'massgen-mcp trust'")
+    for line in risks(team, loaded.expanded):
+        print(f"  needs consent: {line} (as a project config, or named in a model's call, "
+              "it runs only after 'massgen-mcp trust')")
     for problem in missing_credentials(team) + cli_problems(team):
         print(f"  warning: {problem}")
+    if team.mcp_servers() and args.servers:
+        for line in asyncio.run(servers_cut(team)):
+            print(f"  warning: {line}")
+    elif team.mcp_servers():
+        print("  (validate --servers starts its MCP servers and checks what they offer)")
     return EXIT_OK
+
+
+async def servers_cut(team: TeamConfig) -> list[str]:
+    """Start the team's MCP servers, offer each agent its tools as a run would, stop them:
+    one line per server that did not start and per thing the size caps cut."""
+    from massgen_mcp.tools.mcp_servers import McpToolbox
+
+    box = McpToolbox(team.mcp_servers())
+    try:
+        await box.start()
+        for agent in team.agents:
+            if agent.mcp_servers:
+                box.specs_for([s.name for s in agent.mcp_servers], agent.allowed_tools,
+                              agent.exclude_tools)
+        return [f"MCP server {name} did not start: {why}"
+                for name, why in box.failed().items()] + box.take_cut()
+    finally:
+        await box.aclose()
 
 
 def cli_problems(team: TeamConfig) -> list[str]:
@@ -247,12 +276,14 @@ def cmd_trust(args: argparse.Namespace) -> int:
     print(f"{path}: trusted as it is now (any change to it or to the variables it reads asks "
           f"again); recorded in {where}")
     for line in trust.risks(loaded.team, loaded.expanded) or [
-            "it sends no key from your environment to a foreign host"]:
+            "it needs no consent: no key, file or command of yours goes anywhere foreign"]:
         print(f"  {line}")
     return EXIT_OK
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
+    from massgen_mcp.render import terminal_safe
+
     service = _service(args)
     sessions, _ = service.list_sessions(
         RunStatus(args.status) if args.status else None, args.limit)
@@ -262,13 +293,18 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     if not sessions:
         print(f"no sessions in {service.store.sessions_dir}")
     for s in sessions:
-        question = " ".join(s.question.split())[:60]
+        question = terminal_safe(" ".join(s.question.split())[:60])
         print(f"{s.session_id}  {s.status:<11} {s.winner or '-':<4} {question}")
     return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from massgen_mcp.render import coordination_table, describe_event
+    from massgen_mcp.render import (
+        coordination_table,
+        describe_event,
+        json_terminal_safe,
+        terminal_safe,
+    )
 
     service = _service(args)
     if args.html:
@@ -282,10 +318,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     record = service.record(args.session_id)
     status, result = record.status, record.result
     if args.json:
-        print((result or status).model_dump_json(indent=2))
+        print(json_terminal_safe((result or status).model_dump_json(indent=2)))
         return EXIT_OK
     print(f"session  {args.session_id}  ({status.status}, {status.finish_reason})")
-    print(f"question {status.question}")
+    print(terminal_safe(f"question {status.question}"))
     print(f"record   {service.store.folder(args.session_id)}")
     if result and result.winner:
         w = result.winner
@@ -299,9 +335,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     if tool_lines:
         print("\ntool calls")
         for line in tool_lines:
-            print(f"  {line}")
+            print(f"  {terminal_safe(line or '')}")
     if result and result.final_answer is not None:
-        print("\n" + result.final_answer)
+        print("\n" + terminal_safe(result.final_answer))
     return EXIT_OK
 
 
@@ -472,10 +508,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check a config file and print the team")
     validate.add_argument("file", help="YAML file or @preset")
+    validate.add_argument("--servers", action="store_true",
+                          help="start the config's MCP servers (commands it names: only for "
+                               "a file you trust) and warn about tools the size caps cut")
     validate.set_defaults(func=cmd_validate)
 
-    trust = sub.add_parser("trust", help="allow a project's config to send your keys to the "
-                                         "servers it names (recorded with the file's hash)")
+    trust = sub.add_parser("trust", help="allow a project's config to do what needs your "
+                                         "consent (send keys or files to the servers it "
+                                         "names, start MCP servers, open secret files); "
+                                         "recorded with the file's hash and place")
     trust.add_argument("file", nargs="?",
                        help="config file (default: the project's .massgen/config.yaml)")
     trust.add_argument("--revoke", action="store_true", help="withdraw consent")

@@ -212,7 +212,9 @@ class RunOptions(BaseModel):
     context_paths: Annotated[list[str], Field(max_length=20, description=(
         "with workspace_tools: only these files or folders (inside the workspace) are "
         "visible"))] = []
-    # Deny-list patterns to lift for this run, e.g. [".env.*"] so agents may read .env.example.
+    # Secret-file names or deny-list patterns to lift for this run, e.g. [".env.*"] so agents
+    # may read .env.example. The user's decision alone (massgen_mcp.trust): a model's call may
+    # not set it, a project config needs consent.
     allow_secret_files: Annotated[list[str], Field(max_length=30)] = []
     max_tool_calls_per_turn: Annotated[int, Field(ge=1, le=64)] = 8
     max_tool_calls_per_run: Annotated[int, Field(ge=1, le=1_000)] = 64

@@ -2,8 +2,9 @@
 
 A :class:`Workspace` is a root folder plus one rule. Relative paths resolve against the root.
 A *confined* workspace (the MCP server's, whose caller is a model) refuses absolute paths and
-anything that resolves outside the root, symlinks included; the CLI's workspace is not confined,
-because its caller is the user at a shell who can read those files anyway.
+anything that resolves outside the root, symlinks included, and files on the secret-file
+deny-list of :mod:`massgen_mcp.tools.workspace`; the CLI's workspace is not confined, because its
+caller is the user at a shell who can read those files anyway.
 
 Context files are text only and size-capped: at most 20 files, 100,000 bytes per file,
 200,000 characters of context in total; binary and non-UTF-8 files are refused.
@@ -12,10 +13,11 @@ Context files are text only and size-capped: at most 20 files, 100,000 bytes per
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from massgen_mcp.config import MAX_CONTEXT_CHARS
 from massgen_mcp.errors import ConfigError
+from massgen_mcp.tools.workspace import is_denied
 
 MAX_FILES = 20
 MAX_FILE_BYTES = 100_000
@@ -52,6 +54,12 @@ class Workspace:
         total = 0
         for name in names:
             path = self.path(name, "context_files")
+            if self.confined and (is_denied(PurePosixPath(name)) or is_denied(
+                    PurePosixPath(path.relative_to(root).as_posix()))):
+                raise ConfigError(f"context_files: {name!r} may hold secrets; a model's call "
+                                  "cannot share it (the secret-file deny-list of the "
+                                  "workspace tools; pass it yourself with massgen-mcp run "
+                                  "--context-file)")
             size = path.stat().st_size
             if size > MAX_FILE_BYTES:
                 raise ConfigError(

@@ -106,6 +106,7 @@ class EventType(StrEnum):
     TOOL_CALL = "tool_call"  # an agent used an evidence tool within its turn
     CHECK = "check"  # the final answer's check: reason accept|restart, detail the feedback
     RESTART = "restart"  # a new coordination round with the check's feedback (count: which)
+    TOOLS_CUT = "tools_cut"  # MCP tools left out by the size caps (detail: which, why)
 
 
 class Record(BaseModel):

@@ -2,9 +2,36 @@
 
 from __future__ import annotations
 
+import re
+
 from massgen_mcp.records import Event, EventType, clip
 
 PROGRESS_CHARS = 80  # one progress line per event fits a terminal
+# What a terminal obeys rather than shows: C0 controls but tab and newline (ESC starts every
+# ANSI sequence, BEL ends OSC ones, CR rewrites the line), DEL, C1 controls (CSI, OSC, ...) and
+# the bidirectional overrides that reorder what is shown.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e"
+                       "\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` for a terminal: every control character written as a visible escape
+    (``\\x1b]0;evil\\x07``) instead of obeyed, so model output cannot retitle the window,
+    clear the screen, rewrite earlier lines or hide text. Newlines and tabs stay; a Windows
+    line end is a newline."""
+    return _CONTROLS.sub(_escape, text.replace("\r\n", "\n"))
+
+
+def json_terminal_safe(text: str) -> str:
+    """JSON text with the characters :func:`terminal_safe` escapes written as ``\\uXXXX``:
+    the same JSON for a program, nothing for a terminal to obey (``json.dumps`` escapes only
+    C0 controls)."""
+    return _CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _short(text: str | None, limit: int = PROGRESS_CHARS) -> str:
@@ -39,6 +66,8 @@ def describe_event(event: Event) -> str | None:
     if kind is EventType.CHECK:
         detail = f": {_short(event.detail, 160)}" if event.detail else ""
         return f"{t} {who} checked the final answer: {event.reason}{detail}"
+    if kind is EventType.TOOLS_CUT:
+        return f"{t} {who + ': ' if who else ''}{_short(event.detail, 200)}"
     if kind is EventType.RESTART:
         return f"{t} restart {event.count}: the team goes again with the check's feedback"
     if kind in (EventType.CONSENSUS, EventType.TIMEOUT, EventType.BUDGET_EXCEEDED,

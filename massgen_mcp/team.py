@@ -13,6 +13,7 @@ applied by the same merge (:func:`with_overrides`, which also serves ``continue_
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,8 +55,8 @@ async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
         team, notes = found.team, [f"default team ({found.source}): {found.reason}"]
     final = with_overrides(team, spec.overrides(), spec.base_url,
                            source=spec.config or "models")
-    if spec.base_url and workspace.confined:
-        trust.check_override(team, final, spec.base_url)
+    if workspace.confined:  # the caller is a model (MCP, /v1): it decides less than a file
+        trust.check_call(team, final, spec.overrides(), spec.base_url)
     return TeamChoice(final, notes)
 
 
@@ -70,7 +71,9 @@ def _config_path(ref: str, workspace: Workspace) -> tuple[Path, bool]:
         if not given.is_file():
             raise ConfigError(f"config: {ref!r} does not exist or is not a file")
         return given.resolve(), True
-    return workspace.path(ref, "config"), False
+    workspace.path(ref, "config")  # exists, inside the workspace
+    # Consent is recorded for the file where it is reached (massgen_mcp.trust.place).
+    return Path(os.path.abspath(workspace.root / ref)), False
 
 
 def _team_from_models(models: list[str]) -> TeamConfig:

@@ -1,8 +1,9 @@
-"""Consent before a project's config may send your keys to a server it names.
+"""Consent before a project's config may send your keys, or your project's files, elsewhere.
 
-A repository you clone can carry ``.massgen/config.yaml``. Its team runs with *your* keys, so a
-config that points ``base_url`` at its own server and reads ``api_key_env: OPENAI_API_KEY``
-would hand that server your key. The rule, like direnv's:
+A repository you clone can carry ``.massgen/config.yaml``. Its team runs with *your* keys on
+*your* files, so a config that points ``base_url`` at its own server and reads ``api_key_env:
+OPENAI_API_KEY`` would hand that server your key, and one that also turns on the workspace tools
+would hand it whatever its model reads there. The rule, like direnv's:
 
 * a config that comes with the project (the discovered ``.massgen/config.yaml``, or a file an
   MCP caller names) is checked before it runs;
@@ -10,11 +11,19 @@ would hand that server your key. The rule, like direnv's:
   ``${VAR}``) to a ``base_url`` that is neither on loopback nor the provider's own API host, or
   another provider's key to any host, or when the file copies any other environment variable
   (``${VAR}``) into a field such as ``base_url`` or a prompt, or when it starts MCP servers
-  (a command of the file's choosing);
+  (a command of the file's choosing), or when it lifts the secret-file deny-list
+  (``allow_secret_files``), or when it gives agents the workspace tools (``workspace_tools``,
+  ``context_paths``) or MCP servers while one of its agents sits at such a foreign endpoint
+  (what one agent's tools return reaches every agent, in the answers they read);
 * ``massgen-mcp trust PATH`` records consent for the file's exact contents and the values it
-  reads from the environment (one SHA-256) in the user config folder; any change asks again;
-* a ``base_url`` passed with an MCP call may not redirect an agent that sends a key from your
-  environment (:func:`check_override`).
+  reads from the environment (one SHA-256) in the user config folder, for the file *where it
+  is*: the path as reached, symlinks not followed, and the file it resolves to. A repository
+  whose ``.massgen`` links to a config you trusted elsewhere is another place, whose relative
+  commands would run its own files, so it asks again; any change asks again;
+* a model's call (an MCP tool call, the ``/v1`` endpoint) decides less than a file
+  (:func:`check_call`): it may not lift the deny-list at all, may not give the workspace tools
+  to an agent at a foreign endpoint, and its ``base_url`` may not redirect an agent that sends
+  a key from your environment.
 
 Keys written inline in the file belong to its author, and agents without a ``base_url`` talk to
 their provider's own API, so neither needs consent. Your own user config and the CLI's
@@ -26,10 +35,11 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import os
 from pathlib import Path
 from urllib.parse import urlparse
 
-from massgen_mcp.config import CLI_PROVIDERS, PROVIDER_KEY_ENV, TeamConfig
+from massgen_mcp.config import CLI_PROVIDERS, PROVIDER_KEY_ENV, AgentSpec, TeamConfig
 from massgen_mcp.env import getenv, user_config_dir
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.sessions.store import atomic_write
@@ -54,7 +64,8 @@ PROVIDER_HOSTS: dict[str, tuple[str, ...]] = {
 
 
 class UntrustedConfigError(ConfigError):
-    """A project config would send a key from the user's environment to a foreign host."""
+    """A project config, or a model's call, would send a key from the user's environment or
+    the project's files to a foreign host, or lift the secret-file deny-list."""
 
 
 def is_loopback(host: str) -> bool:
@@ -95,12 +106,63 @@ def key_destinations(team: TeamConfig) -> list[str]:
     return found
 
 
+def foreign_endpoint(agent: AgentSpec) -> str | None:
+    """The agent's ``base_url`` when it is neither on loopback nor its provider's own API host
+    (for a CLI agent, its CLI's vendor); None when the agent talks to its provider or to this
+    machine."""
+    if not agent.base_url:
+        return None
+    own = CLI_PROVIDERS[agent.cli] if agent.cli else agent.provider
+    host = _host(agent.base_url)
+    if is_loopback(host) or host in PROVIDER_HOSTS.get(own, ()):
+        return None
+    return agent.base_url
+
+
+def _exposed(team: TeamConfig) -> dict[tuple[str, str], set[str]]:
+    """(agent id, foreign endpoint) -> what of the user's would reach it: the project's files
+    (workspace tools) and MCP servers' results. Every agent counts, tools or not: what one
+    agent reads goes into its answer, and every agent reads every answer."""
+    reach = set()
+    if team.options.workspace_tools:
+        reach.add("the project's files (workspace_tools)")
+    if team.mcp_servers():
+        reach.add("what the team's MCP servers return")
+    if not reach:
+        return {}
+    found = {}
+    for agent in team.agents:
+        url = foreign_endpoint(agent)
+        if url:
+            found[(agent.id, url)] = reach
+    return found
+
+
+def _exposure_lines(exposed: dict[tuple[str, str], set[str]]) -> list[str]:
+    return [f"agent {agent!r} at {url} would receive {' and '.join(sorted(what))}"
+            for (agent, url), what in exposed.items()]
+
+
+def exposures(team: TeamConfig) -> list[str]:
+    """One line per agent at a foreign endpoint that would receive the project's files or MCP
+    servers' results."""
+    return _exposure_lines(_exposed(team))
+
+
+def lifted_secrets(team: TeamConfig) -> list[str]:
+    """A line when the team lifts part of the secret-file deny-list (the user's decision)."""
+    lifted = team.options.allow_secret_files
+    return [f"it lets agents read secret files matching {', '.join(lifted)} "
+            "(allow_secret_files)"] if lifted else []
+
+
 def risks(team: TeamConfig, expanded: list[tuple[str, str]]) -> list[str]:
-    """What in a config needs consent: keys sent abroad, and environment values the file
-    copies into its fields (a URL or a prompt could carry them anywhere)."""
+    """What in a config needs consent: keys sent abroad, commands it starts, secret files it
+    opens, the project's files sent abroad, and environment values the file copies into its
+    fields (a URL or a prompt could carry them anywhere)."""
     servers = [f"it starts the MCP server {s.name!r}: {s.describe()}"
                for s in team.mcp_servers()]
-    return key_destinations(team) + servers + [
+    return key_destinations(team) + servers + lifted_secrets(team) + exposures(team) + [
         f"{where} reads ${name} from your environment" for name, where in expanded]
 
 
@@ -124,22 +186,34 @@ def digest(text: str, expanded: list[tuple[str, str]]) -> str:
                           ).hexdigest()
 
 
+def place(path: Path) -> str:
+    """Where consent for ``path`` is recorded: the path as reached (absolute, symlinks not
+    followed: it names the project the config governs, where its relative commands run) and,
+    when it differs, the file it resolves to."""
+    reached, real = os.path.abspath(path), str(path.resolve())
+    return reached if reached == real else f"{reached} -> {real}"
+
+
 def check(team: TeamConfig, path: Path, text: str, expanded: list[tuple[str, str]]) -> None:
     """Raise UntrustedConfigError unless ``team`` (read from ``path``, whose contents are
-    ``text``, expanding ``expanded``) needs no consent, or the user trusted exactly this."""
+    ``text``, expanding ``expanded``) needs no consent, or the user trusted exactly this,
+    here."""
     found = risks(team, expanded)
-    if not found or _trusted().get(str(path.resolve())) == digest(text, expanded):
+    if not found or _trusted().get(place(path)) == digest(text, expanded):
         return
+    linked = (f" ({path} leads to {path.resolve()}; consent is given per project, so a link "
+              "to a config trusted elsewhere asks again)" if place(path) != str(path.resolve())
+              else "")
     raise UntrustedConfigError(
         f"{path} needs your consent before it runs: " + "; ".join(found)
-        + f". If you trust this file, run: massgen-mcp trust {path}")
+        + f". If you trust this file, run: massgen-mcp trust {path}{linked}")
 
 
 def trust(path: Path, text: str, expanded: list[tuple[str, str]]) -> Path:
-    """Record consent for ``path`` as it is now; returns the trust file."""
+    """Record consent for ``path`` as it is now, where it is; returns the trust file."""
     file = _trust_file()
     entries = _trusted()
-    entries[str(path.resolve())] = digest(text, expanded)
+    entries[place(path)] = digest(text, expanded)
     file.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(file, json.dumps(entries, indent=2) + "\n")
     return file
@@ -148,15 +222,40 @@ def trust(path: Path, text: str, expanded: list[tuple[str, str]]) -> Path:
 def revoke(path: Path) -> bool:
     """Forget consent for ``path``; False if there was none."""
     entries = _trusted()
-    if entries.pop(str(path.resolve()), None) is None:
+    if entries.pop(place(path), None) is None:
         return False
     atomic_write(_trust_file(), json.dumps(entries, indent=2) + "\n")
     return True
 
 
-def check_override(before: TeamConfig, after: TeamConfig, base_url: str) -> None:
-    """Refuse a caller's ``base_url`` that would receive a key from the user's environment
-    (the calling model may have been steered by the repository it reads)."""
+def check_call(before: TeamConfig, after: TeamConfig, overrides: dict[str, object],
+               base_url: str | None) -> None:
+    """Refuse what a model's call may not decide (the calling model may have been steered by
+    the repository it reads): lifting the secret-file deny-list; giving the workspace tools or
+    MCP servers' results to an agent at a foreign endpoint that ``before`` (the team as its
+    file or models gave it) did not already give them to; and a ``base_url`` that would
+    receive a key from the user's environment."""
+    if overrides.get("allow_secret_files"):
+        raise UntrustedConfigError(
+            "options.allow_secret_files: only you can lift the secret-file deny-list, not a "
+            "model's call: set options: {allow_secret_files: [...]} in your own config "
+            f"({user_config_dir() / 'config.yaml'}), in a file you run yourself (massgen-mcp "
+            "run --config FILE), or in the project's config and trust it (massgen-mcp trust)")
+    had = _exposed(before)
+    new = {where: what for where, what in _exposed(after).items()
+           if not what <= had.get(where, set())}
+    if new:
+        raise UntrustedConfigError(
+            "; ".join(_exposure_lines(new)) + ". A model's call cannot send your project's "
+            "files to an endpoint that is neither on this machine nor the provider's own API: "
+            "put the team in a config file and trust it (massgen-mcp trust FILE), or run it "
+            "yourself (massgen-mcp run)")
+    if base_url:
+        _check_override(before, after, base_url)
+
+
+def _check_override(before: TeamConfig, after: TeamConfig, base_url: str) -> None:
+    """Refuse a caller's ``base_url`` that would receive a key from the user's environment."""
     moved = [b for a, b in zip(before.agents, after.agents, strict=True)
              if a.base_url != b.base_url]
     found = key_destinations(TeamConfig(agents=moved)) if moved else []

@@ -230,8 +230,8 @@ def test_the_deny_list_can_be_lifted_pattern_by_pattern(project: Path) -> None:
     lifted = WorkspaceTools(project, allow=(".env.*",))
     assert "your-key-here" in lifted.run("read_file", {"path": ".env.example"})
     assert "secrets" in lifted.run("read_file", {"path": ".env"})  # .env itself stays denied
-    with pytest.raises(ConfigError, match=r"allow_secret_files: '\.env\.local' is not on"):
-        WorkspaceTools(project, allow=(".env.local",))
+    with pytest.raises(ConfigError, match=r"allow_secret_files: 'notes\.txt' is not on"):
+        WorkspaceTools(project, allow=("notes.txt",))
 
 
 async def test_a_config_in_the_user_config_folder_is_accepted_by_path(

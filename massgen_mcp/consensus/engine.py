@@ -374,7 +374,14 @@ class ConsensusRun:
         if self.mcp is not None:
             specs += self.mcp.specs_for([s.name for s in agent.mcp_servers],
                                         agent.allowed_tools, agent.exclude_tools)
+            self._report_cut(agent.id)
         return specs
+
+    def _report_cut(self, agent_id: str | None = None) -> None:
+        """A ``tools_cut`` event for each thing the MCP caps left out, once each."""
+        assert self.mcp is not None
+        for line in self.mcp.take_cut():
+            self._emit(EventType.TOOLS_CUT, agent_id=agent_id, detail=line)
 
     def _tools_left(self, used_this_turn: int) -> bool:
         return (used_this_turn < self.options.max_tool_calls_per_turn
@@ -619,6 +626,7 @@ class ConsensusRun:
                 async with asyncio.timeout(self.options.timeout_s):
                     if self.mcp is not None:  # servers start within the run's time limit
                         await self.mcp.start()
+                        self._report_cut()
                     while True:
                         try:
                             await self._coordinate()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 from typing import TYPE_CHECKING, Any, Literal
@@ -43,6 +44,15 @@ PREFIX = "mcp__"
 START_TIMEOUT_S = 30.0
 CALL_TIMEOUT_S = 60.0
 MAX_RESULT_CHARS = 50_000
+# Every offered tool's spec goes into every call of that agent, so a server cannot be allowed
+# to decide how big calls are: at most this many tools per server, this much JSON per tool's
+# spec (a bigger one is dropped: a cut schema would mislead), and this many tools and this
+# much JSON in all per call. What is cut is a ``tools_cut`` event (and a warning in
+# ``validate --servers``).
+MAX_TOOLS_PER_SERVER = 100
+MAX_SPEC_CHARS = 10_000
+MAX_TOOLS_PER_CALL = 100
+MAX_SPECS_CHARS_PER_CALL = 100_000
 _NAME = re.compile(r"[A-Za-z0-9_\-]{1,40}")
 
 
@@ -141,6 +151,8 @@ class McpToolbox:
         self._tools: dict[str, list[dict[str, Any]]] = {}  # server -> function specs
         self._failed: dict[str, str] = {}
         self._read_only: set[str] = set()  # tools their server declares read-only
+        self._cut: list[str] = []  # what the caps cut, not yet reported (take_cut)
+        self._reported: set[str] = set()
         self._stack = contextlib.AsyncExitStack()
 
     async def start(self) -> None:
@@ -177,12 +189,12 @@ class McpToolbox:
             log.warning("MCP server %s did not start: %s", spec.name, self._failed[spec.name])
             return
         self._clients[spec.name] = client
-        self._tools[spec.name] = [{
+        self._tools[spec.name] = self._capped(spec.name, [{
             "type": "function",
             "function": {"name": tool_name(spec.name, t.name),
                          "description": (t.description or "")[:1000],
                          "parameters": t.input_schema or {"type": "object"}}}
-            for t in listed]
+            for t in listed])
         self._read_only.update(tool_name(spec.name, t.name) for t in listed
                                if t.annotations is not None and t.annotations.read_only_hint)
 
@@ -205,7 +217,54 @@ class McpToolbox:
                 if excluded and (short in excluded or full in excluded):
                     continue
                 found.append(spec)
-        return found
+        return self._within_call_caps(found)
+
+    def _capped(self, server: str, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A server's tools within :data:`MAX_SPEC_CHARS` each and
+        :data:`MAX_TOOLS_PER_SERVER` in all; what is dropped is noted."""
+        kept = [s for s in specs if len(json.dumps(s)) <= MAX_SPEC_CHARS]
+        big = [s["function"]["name"] for s in specs if s not in kept]
+        if big:
+            self._note(f"MCP server {server}: {len(big)} tool(s) dropped, their spec is over "
+                       f"{MAX_SPEC_CHARS} characters: {', '.join(big[:5])}"
+                       + (" ..." if len(big) > 5 else ""))
+        if len(kept) > MAX_TOOLS_PER_SERVER:
+            self._note(f"MCP server {server}: {len(kept)} tools; only the first "
+                       f"{MAX_TOOLS_PER_SERVER} are offered (name the ones you need in "
+                       "allowed_tools)")
+        return kept[:MAX_TOOLS_PER_SERVER]
+
+    def _within_call_caps(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The first specs within :data:`MAX_TOOLS_PER_CALL` and
+        :data:`MAX_SPECS_CHARS_PER_CALL`; what is left out is noted."""
+        kept: list[dict[str, Any]] = []
+        size = 0
+        for spec in specs:
+            size += len(json.dumps(spec))
+            if len(kept) == MAX_TOOLS_PER_CALL or size > MAX_SPECS_CHARS_PER_CALL:
+                break
+            kept.append(spec)
+        if len(kept) < len(specs):
+            self._note(f"{len(specs) - len(kept)} of {len(specs)} MCP tools left out of "
+                       f"each call (at most {MAX_TOOLS_PER_CALL} tools and "
+                       f"{MAX_SPECS_CHARS_PER_CALL} characters of tool specs per call): "
+                       + ", ".join(s["function"]["name"] for s in specs[len(kept):][:5])
+                       + (" ..." if len(specs) - len(kept) > 5 else ""))
+        return kept
+
+    def _note(self, line: str) -> None:
+        if line not in self._reported:
+            self._reported.add(line)
+            self._cut.append(line)
+
+    def failed(self) -> dict[str, str]:
+        """Server name -> why it did not start."""
+        return dict(self._failed)
+
+    def take_cut(self) -> list[str]:
+        """What the caps cut since the last call, each said once per run."""
+        cut, self._cut = self._cut, []
+        return cut
 
     async def call(self, name: str, arguments: dict[str, Any]) -> str:
         """Call ``mcp__server__tool``; the text of its result, or ``error: ...``."""

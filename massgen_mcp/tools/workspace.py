@@ -5,8 +5,10 @@ agent's provider, so they are off unless a run asks for them, and they are caref
 
 * **confined** to the workspace root: relative paths only, no ``..`` escape, every path resolved
   (symlinks included) and checked to stay inside the root;
-* **never secret files**: the deny-list below (``.env*``, keys, credentials, ``.ssh/``, ...) is
-  neither listed nor read nor searched; ``.git/`` internals are skipped;
+* **never secret files**: the deny-list below (``.env*``, keys, credentials, ``.ssh/``, ...,
+  and backups of them such as ``.env~``), matched case-insensitively, is neither listed nor
+  read nor searched; ``allow_secret_files`` lifts only what it names; ``.git/`` internals and
+  ``.massgen/`` are refused in any letter case;
 * **text only and capped**: regular files only (no FIFOs, devices or ``/proc``), binary files
   refused, at most :data:`MAX_READ_BYTES` per read and :data:`MAX_RUN_BYTES` per run, at most
   :data:`MAX_LISTED` entries and :data:`MAX_MATCHES` search hits per call.
@@ -37,13 +39,32 @@ MAX_MATCHES = 100
 MAX_PATTERN_CHARS = 500
 SEARCH_TIMEOUT_S = 5.0
 
-# Never listed, read or searched (matched against every path component, case-insensitive).
+# Never listed, read or searched: matched against every path component, case-insensitively
+# (macOS and Windows folders are), and against the name with backup decorations taken off
+# (:func:`undecorated`: ``.env~``, ``.env.bak``, ``#.env#`` are ``.env``). Listed in the README.
 DENY_NAMES = (
-    ".env", ".env.*", "*.env", ".envrc", "*.pem", "*.key", "*.p12", "*.pfx", "*.keystore",
-    "*.jks", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".npmrc", ".pypirc", ".netrc",
-    ".git-credentials", "credentials*", "*.kdbx", ".aws", ".ssh", ".gnupg", ".docker",
-    ".kube", "secrets.*", "*.secret", "*.tfstate", "*.tfstate.*",
+    # environment files
+    ".env", ".env.*", "*.env", ".envrc", ".secrets", ".secret",
+    # private keys, certificates with keys, key stores
+    "*.pem", "*.key", "*.p8", "*.p12", "*.pfx", "*.ppk", "*.keystore", "*.jks", "*.keytab",
+    "*.kdbx", "*.ovpn", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
+    # credential files of common tools
+    ".npmrc", ".pypirc", ".netrc", ".git-credentials", ".pgpass", ".my.cnf", ".htpasswd",
+    ".boto", ".s3cfg", ".dockercfg", ".vault-token", "credentials*", "*-credentials*",
+    "*_credentials*", "*.credentials", "*service-account*.json", "*service_account*.json",
+    "token.json", "tokens.json", "*-token.json", "*_token.json", "*.token",
+    "kubeconfig", "kubeconfig.*", "*.kubeconfig",
+    # secrets by name
+    "secret", "secrets", "secret.*", "secrets.*", "*.secret", "*.secrets", "*-secret.*",
+    "*_secret.*", "*-secrets.*", "*_secrets.*", "client_secret*",
+    # infrastructure state and variables
+    "*.tfstate", "*.tfstate.*", "*.tfvars", "*.tfvars.json",
+    # folders of credentials
+    ".aws", ".ssh", ".gnupg", ".docker", ".kube", ".azure", ".gcloud",
 )
+# Suffixes editors and people add to a copy: the copy of a secret file is a secret file.
+BACKUP_SUFFIXES = (".bak", ".backup", ".old", ".orig", ".save", ".swp", ".swo", ".tmp",
+                   ".copy", "~")
 SKIP_DIRS = (".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", ".massgen")
 HIDDEN_DIRS = (".git", ".hg", ".svn", ".massgen")  # not even when named: internals, records
 
@@ -52,9 +73,39 @@ class ToolRefused(Exception):
     """A call the tools will not serve; the message is shown to the agent."""
 
 
-def is_denied(relative: PurePosixPath, deny: tuple[str, ...] = DENY_NAMES) -> bool:
-    return any(fnmatch.fnmatch(part.lower(), pattern) for part in relative.parts
-               for pattern in deny)
+def undecorated(name: str) -> str:
+    """``name`` lower-cased without backup decorations: ``.ENV.bak~`` -> ``.env``,
+    ``#.env#`` -> ``.env``, ``..env.swp`` (vim's swap file of ``.env``) -> ``.env``."""
+    name = name.lower()
+    while True:
+        bare = name.strip("#")
+        for suffix in BACKUP_SUFFIXES:
+            if bare.endswith(suffix) and len(bare) > len(suffix):
+                bare = bare[:-len(suffix)]
+        if bare.startswith(".."):
+            bare = bare[1:]
+        if bare == name:
+            return name
+        name = bare
+
+
+def is_denied(relative: PurePosixPath, deny: tuple[str, ...] = DENY_NAMES,
+              allow: tuple[str, ...] = ()) -> bool:
+    """Whether a component of ``relative`` (or its undecorated name) matches a deny pattern
+    that no ``allow`` pattern lifts for that component (``allow: [".env"]`` lifts ``.env``
+    though ``*.env`` matches it too, and leaves ``prod.env`` denied)."""
+    for part in relative.parts:
+        names = {part.lower(), undecorated(part)}
+        if any(fnmatch.fnmatchcase(n, p) for n in names for p in deny) and not any(
+                fnmatch.fnmatchcase(part.lower(), a) for a in allow):
+            return True
+    return False
+
+
+def is_hidden(relative: PurePosixPath, names: tuple[str, ...] = HIDDEN_DIRS) -> bool:
+    """Whether a component is one of ``names``, in any letter case (``.GIT`` is ``.git`` on
+    a case-insensitive disk)."""
+    return any(part.lower() in names for part in relative.parts)
 
 
 @dataclass
@@ -71,11 +122,12 @@ class WorkspaceTools:
 
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
-        unknown = [p for p in self.allow if p not in self.deny]
+        self.allow = tuple(p.lower() for p in self.allow)
+        unknown = [p for p in self.allow if not is_denied(PurePosixPath(p), self.deny)]
         if unknown:
             raise ConfigError(f"allow_secret_files: {unknown[0]!r} is not on the deny-list; "
-                              f"use one of its patterns: {', '.join(self.deny)}")
-        self.deny = tuple(p for p in self.deny if p not in self.allow)
+                              "give a name it denies (e.g. '.env') or one of its patterns: "
+                              f"{', '.join(self.deny)}")
         narrowed = []
         for given in self.only:
             path = (self.root / Path(given).expanduser()).resolve()
@@ -153,9 +205,9 @@ class WorkspaceTools:
         if not resolved.is_relative_to(self.root):
             raise ToolRefused(f"{name!r} is outside the project")
         relative = PurePosixPath(resolved.relative_to(self.root).as_posix())
-        if is_denied(relative, self.deny):
+        if is_denied(relative, self.deny, self.allow):
             raise ToolRefused(f"{name!r} may hold secrets; it is never read or listed")
-        if any(part in HIDDEN_DIRS for part in relative.parts):
+        if is_hidden(relative):
             raise ToolRefused(f"{name!r} is version-control internals or massgen's records")
         if not self._visible(relative, on_the_way=resolved.is_dir()):
             raise ToolRefused(f"{name!r} is outside this run's context_paths")
@@ -171,13 +223,13 @@ class WorkspaceTools:
                 raise ToolRefused(f"more than {MAX_WALKED} entries under {folder.name or '.'}; "
                                   "give a narrower path")
             base = PurePosixPath(Path(here).relative_to(self.root).as_posix())
-            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS
-                             and not is_denied(PurePosixPath(d), self.deny)
+            dirs[:] = sorted(d for d in dirs if not is_hidden(PurePosixPath(d), SKIP_DIRS)
+                             and not is_denied(PurePosixPath(d), self.deny, self.allow)
                              and self._visible(base / d, on_the_way=True))
             for name in sorted(files):
                 path = Path(here) / name
                 relative = PurePosixPath(path.relative_to(self.root).as_posix())
-                if (is_denied(relative, self.deny) or not self._visible(relative)
+                if (is_denied(relative, self.deny, self.allow) or not self._visible(relative)
                         or not path.is_file() or path.is_symlink()):
                     continue
                 if glob and not (fnmatch.fnmatch(str(relative), glob)

@@ -1,0 +1,89 @@
+"""Bounds on what outsiders put into our calls and onto the user's terminal: MCP servers' tool
+lists are capped per server, per tool and per call; model output printed by the CLI has its
+control sequences neutralised."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from test_mcp_tools import offered, run, team
+from test_transports import server_env
+
+from massgen_mcp.scripted import agree
+
+FLOOD = Path(__file__).resolve().parent / "fixtures" / "flood_server.py"
+FLOOD_SERVER = {"flood": {"type": "stdio", "command": sys.executable, "args": [str(FLOOD)]}}
+
+
+async def test_a_flooding_mcp_server_cannot_bloat_every_call(scripted) -> None:
+    server = scripted(agree)
+    result, events = await run(team(server.base_url, [
+        {"id": "a", "backend": {"mcp_servers": {**FLOOD_SERVER, "more": FLOOD_SERVER["flood"]}}},
+        {"id": "b"}]))
+    assert result["status"] == "completed", result["errors"]
+    calls = [r for r in server.requests if r.model == "a" and r.tools]
+    assert calls
+    for req in calls:
+        mcp_tools = [n for n in offered(req) if n.startswith("mcp__")]
+        assert 0 < len(mcp_tools) <= 100 and "mcp__flood__huge" not in mcp_tools
+        assert len(json.dumps(req.body)) < 150_000  # was 5.2 MB per call
+    cut = [e["detail"] for e in events if e["type"] == "tools_cut"]
+    assert any("1 tool(s) dropped" in c and "mcp__flood__huge" in c for c in cut), cut
+    assert any("2000 tools; only the first 100" in c for c in cut), cut
+    assert any("100 of 200 MCP tools left out of each call" in c for c in cut), cut
+    assert len(cut) == len(set(cut))  # said once per run, not once per call
+
+
+def test_validate_servers_warns_about_what_the_caps_cut(tmp_path: Path, home: Path) -> None:
+    config = tmp_path / "team.yaml"
+    config.write_text(json.dumps({"agents": [{"id": "a", "backend": {
+        "type": "chatcompletion", "model": "a", "base_url": "http://127.0.0.1:9/v1",
+        "mcp_servers": FLOOD_SERVER}}]}))
+    plain = subprocess.run([sys.executable, "-m", "massgen_mcp", "validate", str(config)],
+                           capture_output=True, text=True, env=server_env(home), timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    assert "validate --servers" in plain.stdout and "warning: MCP server" not in plain.stdout
+    probed = subprocess.run([sys.executable, "-m", "massgen_mcp", "validate", str(config),
+                             "--servers"], capture_output=True, text=True,
+                            env=server_env(home), timeout=120)
+    assert probed.returncode == 0, probed.stderr
+    assert "warning: MCP server flood: 1 tool(s) dropped" in probed.stdout
+    assert "warning: MCP server flood: 2000 tools; only the first 100" in probed.stdout
+
+
+# -- model output on a terminal ----------------------------------------------------------------
+
+PAYLOAD = "\x1b]0;evil\x07 \x1b[2J \x9b31m \x1b[1A\rfake \u202eevil\u202c \x00\x7f"
+OBEYED = ("\x1b", "\x07", "\x9b", "\r", "\u202e", "\x00", "\x7f")
+
+
+def test_control_sequences_in_model_output_are_shown_not_obeyed(scripted, home: Path) -> None:
+    from conftest import hostile
+
+    server = scripted(hostile(PAYLOAD))
+    models = ",".join(f"openai/{m}@{server.base_url}" for m in "abc")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([sys.executable, "-m", "massgen_mcp", *args],
+                              capture_output=True, text=True, env=server_env(home),
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    ran = cli("run", "What is 6*7?", "--models", models)
+    as_json = cli("run", "What is 6*7?", "--models", models, "--json", "--quiet")
+    session_id = json.loads(as_json.stdout)["session_id"]
+    assert PAYLOAD in json.loads(as_json.stdout)["final_answer"]  # the data is kept
+    shown = cli("show", session_id)
+    shown_json = cli("show", session_id, "--json")
+    listed = cli("sessions")
+    for out in (ran.stdout, ran.stderr, as_json.stdout, shown.stdout, shown_json.stdout,
+                listed.stdout):
+        for char in OBEYED:
+            assert char not in out, (char, out)
+    assert "\\x1b]0;evil\\x07" in ran.stdout and "\\x1b[2J" in ran.stdout
+    assert "\\x9b31m" in shown.stdout and "\\u202eevil" in shown.stdout
+    assert "\\x1b]0;evil" in ran.stderr  # the progress line of b's answer
