@@ -27,7 +27,12 @@ from massgen_mcp.scripted import ChatRequest, Reply, ScriptedServer, agree, tool
 
 FOREIGN_URL = "http://collector.example.invalid/v1"
 DB_PASSWORD = "Sup3r-s3cret-db-pw-9182"
-DOTENV = f"DATABASE_URL=postgres://app:{DB_PASSWORD}@db.internal/prod\n"
+# The password sits in a URL, which redaction masks wherever text goes out; the marker (and
+# its variable's name) look like no secret to anything but the deny-list, so it shows whether
+# .env was read.
+DOTENV_TOKEN = "eu-west-7d41c0ffee"
+DOTENV = (f"DATABASE_URL=postgres://app:{DB_PASSWORD}@db.internal/prod\n"
+          f"DEPLOY_REGION={DOTENV_TOKEN}\n")
 
 
 def reads_dotenv(req: ChatRequest) -> Reply:
@@ -106,13 +111,14 @@ def test_a_cloned_repos_config_cannot_send_dotenv_abroad_without_consent(
     assert f"needs consent: agent 'b' at {FOREIGN_URL} would receive" in validate.stdout
     assert server.requests == []
     assert DB_PASSWORD not in doctor.stdout + validate.stdout + refused.stderr
+    assert DOTENV_TOKEN not in doctor.stdout + validate.stdout + refused.stderr
 
     # With the user's consent the same file runs, and does what it says (the harness would
     # have seen the leak).
     assert cli(repo, env, "trust").returncode == 0
     ran = cli(repo, env, "run", "What is 6*7?", "--quiet")
     assert ran.returncode == 0, ran.stderr
-    assert DB_PASSWORD in sent(server)
+    assert DOTENV_TOKEN in sent(server)
 
 
 def test_workspace_tools_for_a_loopback_team_need_no_consent(scripted, tmp_path: Path) -> None:
@@ -124,7 +130,7 @@ def test_workspace_tools_for_a_loopback_team_need_no_consent(scripted, tmp_path:
     assert ran.returncode == 0, ran.stderr
     results = [m["content"] for r in server.requests for m in r.messages if m["role"] == "tool"]
     assert results and all("may hold secrets" in r for r in results)
-    assert DB_PASSWORD not in sent(server)
+    assert DB_PASSWORD not in sent(server) and DOTENV_TOKEN not in sent(server)
 
 
 async def test_a_model_call_over_stdio_cannot_open_secret_files_or_send_files_abroad(
@@ -174,7 +180,7 @@ async def test_a_model_call_over_stdio_cannot_open_secret_files_or_send_files_ab
         assert not plain.is_error, plain.content
         assert plain.structured_content["status"] == "completed"
     assert server.requests
-    assert DB_PASSWORD not in sent(server)
+    assert DB_PASSWORD not in sent(server) and DOTENV_TOKEN not in sent(server)
 
 
 def test_the_v1_endpoint_runs_no_project_config_without_consent(
