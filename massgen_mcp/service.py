@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from massgen_mcp import __version__
+from massgen_mcp import __version__, trust
 from massgen_mcp.config import (
     MAX_CONTEXT_CHARS,
     PROVIDER_KEY_ENV,
@@ -163,7 +163,15 @@ class ConsensusService:
         run = await self.runner.start(question, team, context=context,
                                       parent_session_id=parent_session_id, workspace=root,
                                       notes=notes)
+        if self._records_in_project():
+            trust.remember_run(run.session_id, team, self.store.read_config(run.session_id),
+                               self.store.read_request(run.session_id).workspace)
         return Started(run.session_id, run.record_dir, notes)
+
+    def _records_in_project(self) -> bool:
+        """Whether the records sit inside the project (the default ./.massgen), where a
+        cloned repository could have put records of its own (:func:`trust.check_recorded`)."""
+        return self.store.sessions_dir.resolve().is_relative_to(self.workspace.root.resolve())
 
     async def continue_session(self, session_id: str, follow_up: str, *,
                                options: RunOptions | None = None) -> Started:
@@ -200,7 +208,13 @@ class ConsensusService:
         return Started(session_id, run.record_dir, [])
 
     def _recorded_team(self, session_id: str) -> TeamConfig:
-        return recorded_team(self.store, session_id)
+        """The team a session ran with, to run it again; a record in the project folder
+        must be one this machine started, when its team needs consent."""
+        team = recorded_team(self.store, session_id)
+        if self._records_in_project():
+            trust.check_recorded(session_id, team, self.store.read_config(session_id),
+                                 self.store.read_request(session_id).workspace)
+        return team
 
     # -- reading ------------------------------------------------------------------------------
 

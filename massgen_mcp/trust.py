@@ -25,6 +25,9 @@ would hand it whatever its model reads there. The rule, like direnv's:
   to an agent at a foreign endpoint, and its ``base_url`` may not redirect an agent that sends
   a key from your environment.
 
+A session record in the project's ``.massgen`` is a project file as well: a recorded team
+that needs consent runs again only if this machine started that run (:func:`check_recorded`).
+
 Keys written inline in the file belong to its author, and agents without a ``base_url`` talk to
 their provider's own API, so neither needs consent. Your own user config and the CLI's
 ``--config`` (you named it at your shell) are trusted.
@@ -264,3 +267,58 @@ def _check_override(before: TeamConfig, after: TeamConfig, base_url: str) -> Non
             f"base_url {base_url}: " + "; ".join(found) + ". A base_url given in the call "
             "cannot receive a key from your environment; set it in the config file and trust "
             "the file (massgen-mcp trust FILE) instead")
+
+
+# -- records in a folder the project controls -------------------------------------------------
+#
+# Records live in ./.massgen by default, inside the project, so a cloned repository can carry
+# a session record of its own making: a "recorded" team with a foreign endpoint, MCP server
+# commands or lifted secret files, and a workspace anywhere on disk. Resuming or continuing it
+# would run that team with no consent asked. So when a run that needs consent starts with its
+# record in the project, its config and workspace are remembered (one SHA-256, in the user
+# config folder, which no repository writes), and only a record that matches is run again.
+
+
+def _run_consent(session_id: str) -> Path:
+    return user_config_dir() / "runs" / session_id
+
+
+def _run_digest(config: dict[str, object], workspace: str | None) -> str:
+    body = json.dumps({"config": config, "workspace": workspace}, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _run_risks(team: TeamConfig) -> list[str]:
+    found = risks(team, [])
+    if team.options.workspace_tools:
+        found.append("it gives agents the workspace tools")
+    return found
+
+
+def remember_run(session_id: str, team: TeamConfig, config: dict[str, object],
+                 workspace: str | None) -> None:
+    """Record that this run (its recorded ``config`` and ``workspace``) was started here,
+    with whatever consent it needed, if it needs any."""
+    if _run_risks(team):
+        file = _run_consent(session_id)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(file, _run_digest(config, workspace) + "\n")
+
+
+def check_recorded(session_id: str, team: TeamConfig, config: dict[str, object],
+                   workspace: str | None) -> None:
+    """Refuse to run a recorded team that needs consent unless this machine started exactly
+    that run (:func:`remember_run`): the record may have come with the repository."""
+    found = _run_risks(team)
+    if not found:
+        return
+    try:
+        known = _run_consent(session_id).read_text(encoding="utf-8").strip()
+    except OSError:
+        known = ""
+    if known != _run_digest(config, workspace):
+        raise UntrustedConfigError(
+            f"session {session_id}'s record asks for what needs your consent ("
+            + "; ".join(found) + "), and it was not started here as it now reads: a record "
+            "in the project folder may have come with the repository. Start a new run with "
+            "the team's config instead (a project config asks for consent: massgen-mcp trust)")
