@@ -172,6 +172,39 @@ def test_only_plain_data_and_our_records_load() -> None:
             payloads.loads(pickle.dumps(hostile))
 
 
+# Only allow-listed names, but BUILD sets attributes: on an enum member that a value lookup
+# returns (RunStatus.COMPLETED now says "failed"), or on a class (its __hash__ gone).
+RETAG_COMPLETED = (b"\x80\x04cmassgen_mcp.records\nRunStatus\n(Vcompleted\ntR"
+                   b"}(V_value_\nVfailed\nub.")
+UNHASH_CLASS = b"\x80\x04cmassgen_mcp.records\nRunStatus\nN}(V__hash__\nNu\x86b."
+
+
+def test_a_pickle_changes_no_object_it_did_not_make() -> None:
+    from massgen_mcp.records import RunStatus
+
+    payloads.guard_docket()
+    for hostile in (RETAG_COMPLETED, UNHASH_CLASS):
+        with pytest.raises(payloads.UnsafePayloadError, match="sets attributes"):
+            payloads.loads(hostile)
+    assert RunStatus.COMPLETED.value == "completed" and hash(RunStatus.COMPLETED)
+
+
+async def test_a_pickle_cannot_change_a_worker_s_enums(pool: Pool, scripted: Any) -> None:
+    server = scripted(agree)
+    front = pool.front_end()
+    worker = pool.worker()
+    pool.wait_workers(1)
+    redis = Redis.from_url(pool.url)
+    redis.xadd("massgen:stream", {
+        "key": "retag", "when": "2026-01-01T00:00:00+00:00", "function": "massgen.run_session",
+        "args": RETAG_COMPLETED, "kwargs": pickle.dumps({}), "attempt": "1",
+        "generation": "0"})
+    sid = await start(front, server)
+    assert (await follow(front, sid))["status"] == "completed"
+    assert "sets attributes on RunStatus" in logs(pool)
+    assert worker.poll() is None
+
+
 def this_host() -> str:
     """An address of this machine that is not loopback (the one its default route uses)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:

@@ -14,7 +14,7 @@ below admits only what is needed to rebuild exactly that, and nothing a pickle c
 call code:
 
 * plain values (str, numbers, bytes, lists, dicts, tuples, sets, dates, UUIDs, decimals);
-* pydantic models and enums defined in massgen_mcp, mcp or fastmcp(_tasks), and
+* pydantic models and enums defined in massgen_mcp, mcp (and mcp_types) or fastmcp(_tasks), and
   ``Exception`` subclasses from there or builtins (not ``SystemExit`` and the like: Docket
   raises the error it loads), all from modules already loaded (so a payload never imports a
   module either). A pickle can only call such a class or restore its fields: a pydantic model
@@ -47,7 +47,7 @@ import pickle
 import sys
 import uuid
 from importlib import metadata
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 TESTED_PYDOCKET = "0.27.0"
 # Where a payload's models, enums and exceptions may come from.
-OWN_MODULES = ("massgen_mcp", "mcp", "fastmcp", "fastmcp_tasks")
+OWN_MODULES = ("massgen_mcp", "mcp", "mcp_types", "fastmcp", "fastmcp_tasks")
 REFUSED_TASK = "massgen.refused-payload"  # what a dropped stream message becomes
 
 PLAIN: frozenset[type] = frozenset({
@@ -89,7 +89,26 @@ def allowed(found: object) -> bool:
     return _own(module) and issubclass(found, (BaseModel, enum.Enum))
 
 
-class _Unpickler(pickle.Unpickler):
+class _Unpickler(pickle._Unpickler):
+    """Python's own unpickler (not the C one, whose opcodes cannot be overridden), with
+    :meth:`find_class` narrowed and BUILD admitted only on a new model or exception: BUILD
+    sets attributes, and on an enum member (which a pickle gets by value lookup) or a class
+    it would change that object for the whole process (``RunStatus.COMPLETED._value_ =
+    "failed"``, or ``__hash__ = None`` on a class)."""
+
+    dispatch: ClassVar[dict[int, Any]] = dict(pickle._Unpickler.dispatch)
+
+    def load_build(self) -> None:
+        target = self.stack[-2]  # type: ignore[attr-defined]
+        if isinstance(target, (type, enum.Enum)) or not isinstance(
+                target, (BaseModel, BaseException)):
+            raise UnsafePayloadError(
+                f"it sets attributes on {type(target).__name__}, which only a new record "
+                "or error may have")
+        super().load_build()  # type: ignore[misc]
+
+    dispatch[pickle.BUILD[0]] = load_build
+
     def find_class(self, module: str, name: str) -> Any:
         # Only modules already loaded: importing one runs its code.
         loaded = sys.modules.get(module)
