@@ -132,7 +132,9 @@ def connect(config: PoolConfig) -> Redis:
     """A client for our keys (Docket keeps its own connections)."""
     from redis.asyncio import Redis
 
-    return Redis.from_url(config.url, decode_responses=True,
+    # Bytes that are no UTF-8 (anyone who can write to Redis can put them in a key or a
+    # message) read as U+FFFD instead of raising inside a worker's or front end's loop.
+    return Redis.from_url(config.url, decode_responses=True, encoding_errors="replace",
                           health_check_interval=10, socket_connect_timeout=5)
 
 
@@ -255,6 +257,16 @@ class LivePublisher:
 
 # -- following the pool ----------------------------------------------------------------------
 
+def _handle_one(channel: str, handle: Callable[[str], None], data: str) -> None:
+    """One message, whatever it holds (anyone who can write to Redis can publish): one that
+    ``handle`` cannot take is logged and dropped, not the subscription with it."""
+    try:
+        handle(data)
+    except Exception as exc:
+        log.error("dropped a message on %s that could not be read (%s: %.80s)", channel,
+                  type(exc).__name__, str(exc))
+
+
 async def subscribe(config: PoolConfig, channel: str, handle: Callable[[str], None],
                     on_gap: Callable[[], None]) -> None:
     """Call ``handle`` with every message on ``channel`` until cancelled; reconnects on its
@@ -268,7 +280,7 @@ async def subscribe(config: PoolConfig, channel: str, handle: Callable[[str], No
                 on_gap()  # anything published before the subscription took hold
                 async for message in pubsub.listen():
                     if message.get("type") == "message":
-                        handle(str(message["data"]))
+                        _handle_one(channel, handle, str(message["data"]))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # connection errors of every kind

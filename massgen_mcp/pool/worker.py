@@ -149,6 +149,11 @@ class PoolWorker:
             await taking
 
     def _on_cancel(self, session_id: str) -> None:
+        try:
+            check_session_id(session_id)
+        except MassgenError as exc:  # anyone who can write to Redis can publish
+            log.error("dropped a cancel that names no session: %s", exc)
+            return
         run = self.runner.runs.get(session_id)
         if run is not None and not run.done:
             log.info("session %s: cancelled from a front end", session_id)
