@@ -7,6 +7,7 @@ attacker is this test, writing Docket's streams and keys with a Redis client the
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -486,3 +487,21 @@ async def test_a_task_s_session_from_redis_that_is_no_session_id_is_not_followed
         assert await runner.recall("t-1") == "01JD3V6Y8T2K6Q3M1R5X0B7N4C"
     finally:
         await runner.aclose()
+
+
+async def test_bytes_that_are_no_text_in_a_queued_run_s_keys_lose_no_run(
+        pool: Pool, scripted: Any) -> None:
+    """A worker reads a queued run's cancel flag and claim before it starts it: bytes that
+    are no UTF-8 there are read as text (a cancel flag is set; a claim is someone's and
+    lapses), instead of failing the delivery and leaving the run queued for ever."""
+    server = scripted(agree)
+    front = pool.front_end()
+    flagged, claimed = await start(front, server, "a"), await start(front, server, "b")
+    redis = Redis.from_url(pool.url)
+    redis.set(f"massgen:cancel:{flagged}", b"\xff\xfe")
+    redis.set(f"massgen:claim:{claimed}", b"\xff\xfe", px=2000)
+    worker = pool.worker()
+    async with asyncio.timeout(60):
+        assert (await follow(front, flagged))["status"] == "cancelled"
+        assert (await follow(front, claimed))["status"] == "completed"
+    assert worker.poll() is None

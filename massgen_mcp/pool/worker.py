@@ -219,7 +219,7 @@ class PoolWorker:
             status = await asyncio.to_thread(self.store.read_status, session_id)
             if status.done:
                 return False
-            log.info("session %s is held by %s; waiting for its claim to lapse",
+            log.info("session %s is held by %.80s; waiting for its claim to lapse",
                      session_id, other)
             await asyncio.sleep(self.config.lease_s / 4)
         return None
