@@ -257,16 +257,6 @@ class LivePublisher:
 
 # -- following the pool ----------------------------------------------------------------------
 
-def _handle_one(channel: str, handle: Callable[[str], None], data: str) -> None:
-    """One message, whatever it holds (anyone who can write to Redis can publish): one that
-    ``handle`` cannot take is logged and dropped, not the subscription with it."""
-    try:
-        handle(data)
-    except Exception as exc:
-        log.error("dropped a message on %s that could not be read (%s: %.80s)", channel,
-                  type(exc).__name__, str(exc))
-
-
 async def subscribe(config: PoolConfig, channel: str, handle: Callable[[str], None],
                     on_gap: Callable[[], None]) -> None:
     """Call ``handle`` with every message on ``channel`` until cancelled; reconnects on its
@@ -280,7 +270,7 @@ async def subscribe(config: PoolConfig, channel: str, handle: Callable[[str], No
                 on_gap()  # anything published before the subscription took hold
                 async for message in pubsub.listen():
                     if message.get("type") == "message":
-                        _handle_one(channel, handle, str(message["data"]))
+                        handle(str(message["data"]))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # connection errors of every kind
