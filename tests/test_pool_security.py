@@ -7,6 +7,7 @@ attacker is this test, writing Docket's streams and keys with a Redis client the
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -366,3 +367,174 @@ def test_front_ends_of_one_pool_agree_on_token_and_tasks_key(pool: Pool) -> None
         proc.wait(30)
     # Still, once all are gone: sessions started with a token stay behind one.
     assert "not for callers without one" in refused(None, None)
+
+
+def docket_message(**fields: Any) -> dict[str, Any]:
+    """A well-formed run-stream message (the pool's task, a session id), with ``fields``
+    changed; a field given as None is left out."""
+    message: dict[str, Any] = {
+        "key": "k", "when": "2026-01-01T00:00:00+00:00", "function": "massgen.run_session",
+        "args": pickle.dumps(("01JD3V6Y8T2K6Q3M1R5X0B7N4C",)), "kwargs": pickle.dumps({}),
+        "attempt": "1", "generation": "0"}
+    message.update(fields)
+    return {k: v for k, v in message.items() if v is not None}
+
+
+MALFORMED = {  # what each message lacks or holds instead
+    "no-key": {"key": None}, "no-when": {"when": None}, "bad-when": {"when": "not a date"},
+    "bad-attempt": {"attempt": "x" * 5000}, "bad-generation": {"generation": "-"},
+    "no-function": {"function": None}, "binary-function": {"function": b"\xff\xfe"},
+    "not-a-pickle": {"args": b"\x00garbage"}, "args-int": {"args": pickle.dumps(5)},
+    "kwargs-list": {"kwargs": pickle.dumps([1])}, "kwargs-keys": {"kwargs": pickle.dumps({1: 2})},
+    "huge-key": {"key": "K" * 1_000_000}, "binary-key": {"key": b"\xff\xfe"},
+    "just-junk": {f: None for f in ("key", "when", "function", "args", "kwargs", "attempt",
+                                    "generation")} | {"junk": "1"},
+}
+BAD_STRIKES = [
+    {"junk": "1"},
+    {"direction": "sideways", "operator": "==", "value": pickle.dumps("x")},
+    {"direction": "strike", "function": "massgen.run_session", "parameter": "session_id",
+     "operator": "~~", "value": pickle.dumps("x")},
+    {"direction": "strike", "operator": "==", "value": b"\x00garbage"},
+    {"direction": b"\xff", "operator": "==", "value": pickle.dumps("x")},
+    {"direction": "strike", "operator": "==", "parameter": "p" * 100_000,
+     "value": pickle.dumps("x")},
+]
+BOGUS_IDS = [b"../../pwned-cancel", b"x" * 1_000_000, b"not-a-ulid", b"\xff\xfe\x00",
+             b'{"sid":"../../pwned-live"}']
+
+
+def outside_home(tmp_path: Path, home: Path) -> set[Path]:
+    """What exists next to the home and in the folders above the test's (where
+    ``../../…`` from the sessions folder would land)."""
+    return {p for p in (*tmp_path.parent.iterdir(), *tmp_path.iterdir(),
+                        *home.iterdir()) if "pwned" in p.name}
+
+
+async def test_no_malformed_message_or_value_in_redis_stops_a_worker_or_front_end(
+        pool: Pool, scripted: Any, tmp_path: Path, home: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stream messages Docket cannot read, strikes it cannot parse, cancels and live
+    messages that name no session, statuses and claims that are no such thing: each is
+    logged once and dropped, nothing outside the home is touched, and the pool then
+    finishes normal runs (a plain one and an MCP task)."""
+    from fastmcp.client import extension_hooks
+    from fastmcp_tasks import _build_tasks_client_extension, call_tool_task
+
+    server = scripted(agree)
+    front = pool.front_end()
+    worker = pool.worker()
+    pool.wait_workers(1)
+    home.mkdir(exist_ok=True)
+    redis = Redis.from_url(pool.url)
+    done = await start(front, server, "before")
+    assert (await follow(front, done))["status"] == "completed"
+
+    sent: dict[str, bytes] = {}
+    for stream in ("massgen:stream", "massgen-tasks:stream"):
+        function = "massgen.run_session" if stream == "massgen:stream" else "run_consensus"
+        for name, fields in MALFORMED.items():
+            fields = {"function": function, **fields} if "function" not in fields else fields
+            sent[f"{stream} {name}"] = redis.xadd(stream, docket_message(**fields))
+    # Well-formed, but the session id escapes the home: the worker's task drops it.
+    redis.xadd("massgen:stream", docket_message(args=pickle.dumps(("../../pwned-run",))))
+    for stream in ("massgen:strikes", "massgen-tasks:strikes"):
+        for strike in BAD_STRIKES:
+            redis.xadd(stream, strike)  # type: ignore[arg-type]
+    for channel in ("massgen:cancel", "massgen:live"):
+        for bogus in BOGUS_IDS:
+            redis.publish(channel, bogus)
+    redis.publish("massgen:live", b'{"sid":"x","event":' + b"[" * 100_000)
+    redis.set("massgen:claim:01JD3V6Y8T2K6Q3M1R5X0B7N4C", b"\xff\xfe")
+    redis.set("massgen:cancel:../../pwned-key", b"\xff")
+
+    def pending() -> list[Any]:
+        return [(s, g["pending"]) for s in ("massgen:stream", "massgen-tasks:stream")
+                for g in redis.xinfo_groups(s) if g["pending"]]
+
+    def all_dropped() -> bool:
+        text = logs(pool)
+        return not pending() and len(re.findall(r"dropped task ", text)) >= len(sent)
+
+    with contextlib.suppress(AssertionError):
+        Pool._until(all_dropped, "", timeout=30)
+    text = logs(pool)
+    assert worker.poll() is None and pool.procs[0].poll() is None, text[-3000:]
+    assert pending() == [], text[-3000:]
+    for what, message_id in sent.items():
+        docket_name = what.split(":")[0]  # stream ids repeat across streams: name both
+        assert len(re.findall(rf"dropped task .* \(message '{message_id.decode()}'\) from "
+                              rf"{docket_name}:", text)) == 1, (what, text[-3000:])
+    assert "dropping a queued item that is not a session id" in text
+    assert "Error monitoring strikes" not in text and "Traceback" not in text, text[-3000:]
+    assert text.count("dropped a strike instruction") >= 3 * len(BAD_STRIKES)
+    assert text.count("dropped a cancel that names no session") == len(BOGUS_IDS)
+    assert "subscription to" not in text, text[-3000:]  # no message cost a subscription
+    assert len(max(text.splitlines(), key=len)) < 2000  # no megabyte echoed to a log
+
+    # A status in Redis that is not this session's (copied from a run elsewhere, or no
+    # status at all) is dropped: the record answers.
+    for garbage in (b"\xff\xfe", b"[" * 100_000, json.dumps(
+            {**json.loads(redis.get(f"massgen:status:{done}") or b"{}"),
+             "session_id": "../../pwned-status", "status": "running"}).encode()):
+        redis.set(f"massgen:status:{done}", garbage)
+        async with Client(f"{front}/mcp") as client:
+            status = (await client.call_tool("get_status", {"session_id": done})
+                      ).structured_content
+            assert (status["session_id"], status["status"]) == (done, "completed")
+            setup = (await client.call_tool("check_setup", {})).structured_content
+            assert setup["sessions_running"] == 1  # the garbage claim, read as text
+        assert redis.get(f"massgen:status:{done}") is None  # dropped
+    assert outside_home(tmp_path, home) == set()
+
+    # And both still finish runs: a plain one and an MCP task.
+    assert worker.poll() is None and pool.procs[0].poll() is None
+    sid = await start(front, server, "after the attack")
+    assert (await follow(front, sid))["status"] == "completed"
+    monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])
+    extension_hooks.register_internal_client_extension_factory(_build_tasks_client_extension)
+    try:
+        async with Client(f"{front}/mcp") as client:
+            task = await call_tool_task(client, "run_consensus", {
+                "question": "a task after the attack", "models": models(server)})
+            assert (await task.result()).structured_content["status"] == "completed"
+    finally:
+        monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])
+
+
+async def test_a_task_s_session_from_redis_that_is_no_session_id_is_not_followed(
+        pool: Pool, home: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``<pool>:task:<id>`` names the session a redelivered MCP task follows; one that
+    names no session (``../../etc``) is dropped, and the task starts its run anew."""
+    from massgen_mcp.pool.executor import PoolRunner
+    from massgen_mcp.sessions.store import SessionStore
+
+    runner = await PoolRunner(SessionStore(home), PoolConfig(pool.url)).open()
+    try:
+        redis = Redis.from_url(pool.url)
+        for bogus in (b"../../etc", b"x" * 100_000, b"\xff\xfe"):
+            redis.set("massgen:task:t-1", bogus)
+            assert await runner.recall("t-1") is None
+        assert caplog.text.count("dropped what redis says it started") == 3
+        await runner.remember("t-1", "01JD3V6Y8T2K6Q3M1R5X0B7N4C")
+        assert await runner.recall("t-1") == "01JD3V6Y8T2K6Q3M1R5X0B7N4C"
+    finally:
+        await runner.aclose()
+
+
+async def test_bytes_that_are_no_text_in_a_queued_run_s_keys_lose_no_run(
+        pool: Pool, scripted: Any) -> None:
+    """A worker reads a queued run's cancel flag and claim before it starts it: bytes that
+    are no UTF-8 there are read as text (a cancel flag is set; a claim is someone's and
+    lapses), instead of failing the delivery and leaving the run queued for ever."""
+    server = scripted(agree)
+    front = pool.front_end()
+    flagged, claimed = await start(front, server, "a"), await start(front, server, "b")
+    redis = Redis.from_url(pool.url)
+    redis.set(f"massgen:cancel:{flagged}", b"\xff\xfe")
+    redis.set(f"massgen:claim:{claimed}", b"\xff\xfe", px=2000)
+    worker = pool.worker()
+    async with asyncio.timeout(60):
+        assert (await follow(front, flagged))["status"] == "cancelled"
+        assert (await follow(front, claimed))["status"] == "completed"
+    assert worker.poll() is None

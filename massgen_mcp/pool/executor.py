@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from massgen_mcp.config import TeamConfig
-from massgen_mcp.errors import ConfigError, PoolUnavailableError
+from massgen_mcp.errors import ConfigError, MassgenError, PoolUnavailableError
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
@@ -37,7 +37,7 @@ from massgen_mcp.sessions.runner import (
     mark_queued,
     recorded_team,
 )
-from massgen_mcp.sessions.store import SessionStore, new_session_id
+from massgen_mcp.sessions.store import SessionStore, check_session_id, new_session_id
 from massgen_mcp.sessions.waiting import ChangeSignal, StatusCallback, wait_for_status
 
 if TYPE_CHECKING:
@@ -183,8 +183,20 @@ class PoolRunner:
             body = None
         if body:
             with contextlib.suppress(ValidationError):
-                return StatusRecord.model_validate_json(body)
+                found = StatusRecord.model_validate_json(body)
+                if found.session_id == session_id:  # not another run's, copied there
+                    return found
+            await self._drop(self.config.key("status", session_id), str(body))
         return await asyncio.to_thread(self.store.read_status, session_id)
+
+    async def _drop(self, key: str, body: str) -> None:
+        """Delete ``key``, which does not hold what a worker puts there (anyone who can
+        write to Redis can): logged once. Should a worker's status land in between, it goes
+        too, and readers read status.json, which the worker wrote first, until the next."""
+        log.warning("dropped %s from redis: it does not hold this session's status (%.80s)",
+                    key, body)
+        with contextlib.suppress(Exception):  # any redis failure: the next read tries again
+            await self.redis.delete(key)
 
     async def result(self, session_id: str) -> ResultRecord | None:
         return await asyncio.to_thread(self.store.read_result, session_id)
@@ -208,7 +220,14 @@ class PoolRunner:
 
     async def recall(self, key: str) -> str | None:
         found = await self.redis.get(self.config.key("task", key))
-        return str(found) if found else None
+        if not found:
+            return None
+        try:
+            return check_session_id(str(found))
+        except MassgenError as exc:  # anyone who can write to Redis can set it
+            log.error("task %.80s: dropped what redis says it started (%s); starting it anew",
+                      key, exc)
+            return None
 
     async def remember(self, key: str, session_id: str) -> None:
         await self.redis.set(self.config.key("task", key), session_id, ex=live.STATUS_TTL_S)
@@ -247,7 +266,7 @@ class PoolRunner:
         try:
             message = json.loads(data)
             session_id = str(message["sid"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # anyone can publish
             return
         if "event" in message:
             with contextlib.suppress(ValidationError):

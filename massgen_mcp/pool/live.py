@@ -132,7 +132,9 @@ def connect(config: PoolConfig) -> Redis:
     """A client for our keys (Docket keeps its own connections)."""
     from redis.asyncio import Redis
 
-    return Redis.from_url(config.url, decode_responses=True,
+    # Bytes that are no UTF-8 (anyone who can write to Redis can put them in a key or a
+    # message) read as U+FFFD instead of raising inside a worker's or front end's loop.
+    return Redis.from_url(config.url, decode_responses=True, encoding_errors="replace",
                           health_check_interval=10, socket_connect_timeout=5)
 
 

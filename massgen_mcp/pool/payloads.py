@@ -26,6 +26,15 @@ any function) is refused before it is touched. A refused message on a stream is 
 dropped (a worker or front end goes on taking work); a refused result or stored task makes
 that one read fail with the reason.
 
+The same goes for a message that is not a pickle problem but simply malformed (a field
+missing, a ``when`` that is no date, an ``attempt`` that is no number, bytes that are no
+UTF-8, arguments that are no tuple, a key of a megabyte): Docket would raise inside its
+worker loop, which stops the worker (and, the message still pending, stops the next one it
+is redelivered to), or inside its strike reader, which then re-reads the same message every
+second and never reports the strikes loaded, so the worker never starts taking work.
+Whoever can write to Redis can empty it, so this is not about keeping them out; it is about
+one stray or hostile message costing one log line, not a worker.
+
 It is installed by replacing ``cloudpickle.loads`` in the process, which is the one function
 Docket calls to unpickle (``tests/test_pool_security.py`` reads Docket's source to check that
 it still is), and by wrapping the two places that turn a stream message into an object, so
@@ -59,6 +68,8 @@ TESTED_PYDOCKET = "0.27.0"
 # Where a payload's models, enums and exceptions may come from.
 OWN_MODULES = ("massgen_mcp", "mcp", "mcp_types", "fastmcp", "fastmcp_tasks")
 REFUSED_TASK = "massgen.refused-payload"  # what a dropped stream message becomes
+MAX_NAME = 1024  # a longer key or function name is no Docket's: every log line shows it
+MAX_SHOWN = 80  # how much of a hostile field a log line shows
 
 PLAIN: frozenset[type] = frozenset({
     bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset,
@@ -116,7 +127,8 @@ class _Unpickler(pickle._Unpickler):
         for part in name.split("."):
             found = getattr(found, part, None) if found is not None else None
         if loaded is None or not allowed(found):
-            raise UnsafePayloadError(f"it names {module}.{name}, which is not plain data")
+            raise UnsafePayloadError(
+                f"it names {f'{module}.{name}'[:MAX_SHOWN]}, which is not plain data")
         return found
 
     def persistent_load(self, pid: Any) -> Any:
@@ -147,6 +159,48 @@ async def _refused(*args: Any, **kwargs: Any) -> None:
     so Docket acknowledges the message and it is gone."""
 
 
+def _text(raw: object) -> str:
+    return raw.decode(errors="replace") if isinstance(raw, bytes | bytearray) else str(raw)
+
+
+def _shown(raw: object) -> str:
+    """A field of a hostile message as a log may show it: decoded, short, quoted."""
+    text = _text(raw)
+    return repr(text[:MAX_SHOWN] + ("…" if len(text) > MAX_SHOWN else ""))
+
+
+def _check_execution(found: Any) -> None:
+    """What Docket would otherwise trip over later, in its loop (``call_repr`` slices the
+    arguments and iterates the keyword arguments; every log line carries the key)."""
+    if not isinstance(found.args, tuple | list):
+        raise ValueError("its arguments are not a tuple")
+    if not isinstance(found.kwargs, dict) or not all(isinstance(k, str) for k in found.kwargs):
+        raise ValueError("its keyword arguments are not a dict of names")
+    if len(found.key) > MAX_NAME or len(found.function_name) > MAX_NAME:
+        raise ValueError(f"its key or function name is longer than {MAX_NAME} characters")
+
+
+def _reason(exc: Exception, refused: str) -> str:
+    if isinstance(exc, UnsafePayloadError):
+        return refused
+    if isinstance(exc, KeyError):
+        return f"it has no {_shown(exc.args[0] if exc.args else '?')} field"
+    return f"it is malformed ({type(exc).__name__}: {str(exc)[:MAX_SHOWN]})"
+
+
+def _read_strike_checked(read_strike: Any, cls: Any, message: Any) -> Any:
+    from docket.strikelist import Operator
+
+    direction = message[b"direction"].decode()
+    if direction not in ("strike", "restore"):
+        raise ValueError(f"direction {_shown(direction)} is neither strike nor restore")
+    Operator(message[b"operator"].decode())  # ValueError for an operator Docket lacks
+    for field in (b"function", b"parameter"):
+        if len(message.get(field, b"")) > MAX_NAME:
+            raise ValueError(f"its {field.decode()} is longer than {MAX_NAME} characters")
+    return read_strike(cls, message)
+
+
 def guard_docket() -> None:
     """Install the guard in this process, before its first Docket reads from Redis."""
     global _installed
@@ -156,6 +210,7 @@ def guard_docket() -> None:
     import cloudpickle  # type: ignore[import-untyped]
     from docket.execution import Execution
     from docket.strikelist import Operator, Restore, StrikeInstruction
+    from redis.exceptions import RedisError
 
     cloudpickle.loads = loads
     read_execution = Execution.from_message.__func__  # type: ignore[attr-defined]
@@ -169,23 +224,31 @@ def guard_docket() -> None:
         try:
             found: Execution = await read_execution(cls, docket, message, redelivered,
                                                     fallback_task, message_id, sync)
+            _check_execution(found)
             return found
-        except UnsafePayloadError:
-            log.error("dropped task %r from %s: its arguments were refused",
-                      message.get(b"key", b"?").decode(errors="replace"), docket.name)
-        empty = {b"function": REFUSED_TASK.encode(), b"args": pickle.dumps(()),
-                 b"kwargs": pickle.dumps({})}
-        found = await read_execution(cls, docket, {**message, **empty}, redelivered,
-                                     _refused, message_id, sync)
+        except RedisError:
+            raise  # Redis trouble, not the message: Docket reconnects and reads it again
+        except Exception as exc:  # whatever a writer to Redis can put in a message
+            log.error("dropped task %s (message %s) from %s: %s",
+                      _shown(message.get(b"key", b"?")), _shown(message_id or "?"),
+                      docket.name, _reason(exc, "its arguments were refused"))
+        # An empty task of our own under a key of our own (never one a real task may
+        # have), so that Docket runs nothing and acknowledges the message.
+        empty = {b"key": f"{REFUSED_TASK}:{_text(message_id)}".encode(),
+                 b"when": datetime.datetime.now(datetime.UTC).isoformat().encode(),
+                 b"function": REFUSED_TASK.encode(), b"args": pickle.dumps(()),
+                 b"kwargs": pickle.dumps({}), b"attempt": b"1", b"generation": b"0"}
+        found = await read_execution(cls, docket, empty, redelivered, _refused, message_id,
+                                     sync)
         return found
 
     @functools.wraps(read_strike)
     def strike_from_message(cls: type[StrikeInstruction], message: Any) -> StrikeInstruction:
         try:
-            found: StrikeInstruction = read_strike(cls, message)
+            found: StrikeInstruction = _read_strike_checked(read_strike, cls, message)
             return found
-        except UnsafePayloadError:
-            log.error("dropped a strike instruction: its value was refused")
+        except Exception as exc:  # as above; a strike message is read by every process
+            log.error("dropped a strike instruction: %s", _reason(exc, "its value was refused"))
         # Docket ignores an instruction whose value cannot be hashed (logged as such).
         unhashable: Any = []
         return Restore(None, None, Operator.EQUAL, unhashable)

@@ -149,6 +149,11 @@ class PoolWorker:
             await taking
 
     def _on_cancel(self, session_id: str) -> None:
+        try:
+            check_session_id(session_id)
+        except MassgenError as exc:  # anyone who can write to Redis can publish
+            log.error("dropped a cancel that names no session: %s", exc)
+            return
         run = self.runner.runs.get(session_id)
         if run is not None and not run.done:
             log.info("session %s: cancelled from a front end", session_id)
@@ -214,7 +219,7 @@ class PoolWorker:
             status = await asyncio.to_thread(self.store.read_status, session_id)
             if status.done:
                 return False
-            log.info("session %s is held by %s; waiting for its claim to lapse",
+            log.info("session %s is held by %.80s; waiting for its claim to lapse",
                      session_id, other)
             await asyncio.sleep(self.config.lease_s / 4)
         return None
