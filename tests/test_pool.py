@@ -164,12 +164,15 @@ class HangingVotes:
     """A policy whose vote calls hang (up to 60 s, in the scripted server's request thread)
     until :meth:`release`, for the calls in flight when a worker dies, stops or is
     cancelled; ``voting`` counts them arriving. ``only`` limits it to requests whose
-    messages contain that text."""
+    messages contain that text, ``first`` to the first that many votes."""
 
-    def __init__(self, only: str | None = None) -> None:
+    def __init__(self, only: str | None = None, first: int | None = None) -> None:
         self.voting = threading.Semaphore(0)
         self.released = threading.Event()
         self.only = only
+        self.first = first
+        self._votes = 0
+        self._lock = threading.Lock()
 
     def release(self) -> None:
         """Every vote from now on, and the ones hanging, is answered at once."""
@@ -178,8 +181,12 @@ class HangingVotes:
     def __call__(self, req: ChatRequest) -> Reply:
         if req.vote_labels and not self.released.is_set() and (
                 self.only is None or self.only in json.dumps(req.messages)):
-            self.voting.release()
-            self.released.wait(60)
+            with self._lock:
+                self._votes += 1
+                hang = self.first is None or self._votes <= self.first
+            if hang:
+                self.voting.release()
+                self.released.wait(60)
         return agree(req)
 
     async def arrived(self, n: int = 1) -> None:
@@ -482,3 +489,60 @@ def test_a_redis_password_is_never_shown() -> None:
     assert redact_url("redis://:s3cret@host:6379/0") == "redis://:***@host:6379/0"
     assert redact_url("redis://user:s3cret@host/0") == "redis://user:***@host/0"
     assert redact_url("redis://host:6379/0") == "redis://host:6379/0"
+
+
+def redis_cli(pool: Pool, *args: str) -> str:
+    return subprocess.run(["redis-cli", "-p", str(pool.redis_port), *args], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file of a record, by path."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+async def test_a_paused_worker_never_writes_again(pool: Pool, scripted: Any, home: Path,
+                                                   tmp_path: Path) -> None:
+    votes = HangingVotes(first=3)  # the owner's votes hang; the next worker's are answered
+    server = scripted(votes)
+    front = pool.front_end()
+    first, second = pool.worker(), pool.worker()
+    pool.wait_workers(2)
+    sid = await start(front, server)
+    await votes.arrived(3)
+    folder = home / "sessions" / sid
+    holder = json.loads((folder / "status.json").read_text())["worker"]
+    owner = first if holder == pool.worker_name(first) else second
+    other = second if owner is first else first
+    owner.send_signal(signal.SIGSTOP)  # frozen past its lease, with its votes in flight
+    try:
+        assert (await follow(front, sid))["status"] == "completed"  # taken over, finished
+        await asyncio.to_thread(pool._until, lambda: redis_cli(
+            pool, "exists", f"massgen:claim:{sid}") == "0", "the claim was not released")
+        settled, calls = snapshot(folder), len(server.requests)
+    finally:
+        owner.send_signal(signal.SIGCONT)
+    votes.release()  # the frozen worker's votes are answered now that it runs again
+    log = tmp_path / f"worker-{pool.workers.index(owner)}.log"
+
+    def stopped() -> bool:
+        return (b"it is another worker's now" in log.read_bytes()
+                or len(server.requests) > calls or snapshot(folder) != settled)
+
+    await asyncio.to_thread(pool._until, stopped, "the paused worker did nothing")
+    text = log.read_text()
+    assert "fenced" in text and "it is another worker's now" in text, text
+    assert len(server.requests) == calls, "the paused worker made no call once it woke"
+    assert snapshot(folder) == settled, "the paused worker wrote nothing once it woke"
+    # 3 answers, the 3 votes in flight at the pause, then the other worker's 3 votes and final.
+    assert calls == 10 and len([r for r in server.requests if is_answer_call(r)]) == 3
+    recorded, events = record(home, sid)
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(1, len(events) + 1)), "seq strictly increasing and unique"
+    types = [e["type"] for e in events]
+    assert types.count("answer") == 3 and types.count("vote") == 3, types
+    assert types.count("finished") == 1 and types[-1] == "finished", types
+    assert recorded["status"] == "completed"
+    published = json.loads(redis_cli(pool, "get", f"massgen:status:{sid}"))
+    assert published["status"] == "completed" and published["worker"] == pool.worker_name(other)

@@ -32,12 +32,16 @@ import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from redis.exceptions import RedisError
+
 from massgen_mcp.config import missing_credentials
 from massgen_mcp.errors import MassgenError, SessionStateError
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import LivePublisher, PoolConfig
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.records import FinishReason, RunStatus
+from massgen_mcp.sessions import fencing
+from massgen_mcp.sessions.fencing import RecordFenced
 from massgen_mcp.sessions.runner import LiveRun, SessionRunner, end_unstarted, recorded_team
 from massgen_mcp.sessions.store import SessionStore, check_session_id
 
@@ -171,20 +175,38 @@ class PoolWorker:
             return
         run: LiveRun | None = None
         try:
-            run = await self._start(session_id)
+            fence = await self._fence(session_id, claimed)
+            run = await self._start(session_id, fence)
             if run is not None:
-                await self._follow(run, holder)
+                await self._follow(run, holder, fence)
+        except RedisError as exc:  # Redis went away before the run started: not done
+            log.warning("session %s: redis failed before the run started (%s); queueing it "
+                        "again", session_id, exc)
+            self._handing_back.add(session_id)
         finally:
             with contextlib.suppress(Exception):
                 # The final status reaches Redis before anyone may claim the session again
                 # (a cancel that took the claim next would otherwise end a finished run).
                 async with asyncio.timeout(5):
                     await self._publisher.flush()
+            self._publisher.fences.pop(session_id, None)
+            if run is not None and run.recorder.refused and session_id not in self._handing_back:
+                log.warning("session %s: stopped here without writing; it is another worker's "
+                            "now", session_id)
             if session_id in self._handing_back:
                 self._handing_back.discard(session_id)
                 await self._requeue(session_id)  # queued again before the claim goes
             with contextlib.suppress(Exception):
                 await live.release(self.redis, self.config, session_id, holder)
+
+    async def _fence(self, session_id: str, token: int) -> int:
+        """Make our claim's fencing token the record's (see sessions/fencing.py), and tell
+        Redis when the record was ahead of it; the token every write of this run carries."""
+        fence = await asyncio.to_thread(fencing.take, self.store.folder(session_id), token)
+        if fence != token:
+            await live.raise_fence(self.redis, self.config, session_id, fence)
+        self._publisher.fences[session_id] = fence
+        return fence
 
     async def _requeue(self, session_id: str) -> None:
         """Put the session on the queue again, retrying while Redis is away; a worker that
@@ -200,13 +222,19 @@ class PoolWorker:
                 log.warning("session %s: cannot queue it again yet (%s)", session_id, exc)
             await asyncio.sleep(live.RECONNECT_S)
 
-    async def _claim(self, session_id: str, holder: str) -> bool | None:
-        """Claim the session; False when it is not ours to run (cancelled while queued,
-        finished), None when this worker stops before the holder's claim lapses."""
+    async def _claim(self, session_id: str, holder: str) -> int | bool | None:
+        """Claim the session: its fencing token; False when it is not ours to run (cancelled
+        while queued, finished), None when this worker stops before the holder's claim
+        lapses or Redis answers again."""
         while not self._stopping:
-            other = await live.claim(self.redis, self.config, session_id, holder)
-            if other is None:
-                return True
+            try:
+                other = await live.claim(self.redis, self.config, session_id, holder)
+            except RedisError as exc:  # still away after the client's retries: wait
+                log.warning("session %s: cannot claim it yet (%s)", session_id, exc)
+                await asyncio.sleep(live.RECONNECT_S)
+                continue
+            if isinstance(other, int):
+                return other
             if other == live.CANCELLED:
                 return False
             status = await asyncio.to_thread(self.store.read_status, session_id)
@@ -217,7 +245,7 @@ class PoolWorker:
             await asyncio.sleep(self.config.lease_s / 4)
         return None
 
-    async def _start(self, session_id: str) -> LiveRun | None:
+    async def _start(self, session_id: str, fence: int) -> LiveRun | None:
         """The session's run started here, or None if it ended without running."""
         status = await asyncio.to_thread(self.store.read_status, session_id)
         if status.done:
@@ -234,20 +262,25 @@ class PoolWorker:
             problem = (RunStatus.FAILED, FinishReason.ALL_AGENTS_FAILED,
                        f"missing API keys on worker {self.name}:\n" + "\n".join(missing))
         if problem is not None:
-            ended = await asyncio.to_thread(end_unstarted, self.store, session_id, team,
-                                            *problem)
+            try:
+                ended = await asyncio.to_thread(end_unstarted, self.store, session_id, team,
+                                                *problem, fence=fence)
+            except RecordFenced:
+                return None  # another claim took it meanwhile (logged by the recorder)
             if ended is not None:
-                await live.put_status(self.redis, self.config, ended)
+                await live.put_status(self.redis, self.config, ended, fence)
             return None
         try:
-            return await self.runner.resume(session_id, team)
+            return await self.runner.resume(session_id, team, fence=fence)
         except SessionStateError:  # stopping: it was not started, so it goes back as it is
             self._handing_back.add(session_id)
             return None
+        except RecordFenced:
+            return None  # another claim took it meanwhile (logged by the recorder)
 
-    async def _follow(self, run: LiveRun, holder: str) -> None:
+    async def _follow(self, run: LiveRun, holder: str, fence: int) -> None:
         """Wait for the run, renewing the claim; a lost claim or a missed cancel stops it."""
-        renewing = asyncio.create_task(self._renew(run, holder),
+        renewing = asyncio.create_task(self._renew(run, holder, fence),
                                        name=f"renew:{run.session_id}")
         try:
             await asyncio.wait({run.task})
@@ -259,7 +292,7 @@ class PoolWorker:
             renewing.cancel()
             await asyncio.gather(renewing, return_exceptions=True)
 
-    async def _renew(self, run: LiveRun, holder: str) -> None:
+    async def _renew(self, run: LiveRun, holder: str, fence: int) -> None:
         """Renew the claim every quarter lease; stop the run on a missed cancel, and stop
         it without a word to its record once the claim is gone or may be (see module)."""
         loop = asyncio.get_running_loop()
@@ -268,7 +301,8 @@ class PoolWorker:
             await asyncio.sleep(self.config.lease_s / 4)
             try:
                 async with asyncio.timeout(self.config.lease_s / 4):  # a hung Redis too
-                    ours = await live.renew(self.redis, self.config, run.session_id, holder)
+                    ours = await live.renew(self.redis, self.config, run.session_id, holder,
+                                            fence)
                     cancelled = await self.redis.get(self.config.key("cancel",
                                                                      run.session_id))
             except Exception as exc:  # redis errors of every kind, and the timeout
@@ -279,16 +313,16 @@ class PoolWorker:
                 log.warning("session %s: claim unrenewed for %.0f s; stopping here without "
                             "writing, to queue it again once redis answers", run.session_id,
                             loop.time() - renewed)
-                run.recorder.detach()
+                run.recorder.detach("the claim went unrenewed while redis was away")
                 self._stop_run(run, requeue=True)
                 return
             renewed = loop.time()
             if cancelled and not run.done:
                 run.task.cancel()
             elif not ours and not run.done:
-                log.warning("session %s: another worker took it over; stopping here",
-                            run.session_id)
-                run.recorder.detach()
+                log.warning("session %s: fenced: another worker took it over; stopping here "
+                            "without writing", run.session_id)
+                run.recorder.detach("another worker took the run over")
                 self._stop_run(run, requeue=False)
 
     def _stop_run(self, run: LiveRun, *, requeue: bool) -> None:
