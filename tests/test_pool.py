@@ -371,23 +371,36 @@ async def test_no_key_reaches_redis(pool: Pool, scripted: Any, tmp_path: Path) -
     assert dump.stat().st_size > 0 and CANARY.encode() not in dump.read_bytes()
 
 
-async def test_redis_restarted_mid_run_loses_no_run(tmp_path: Path, home: Path,
-                                                    scripted: Any) -> None:
-    pool = Pool(tmp_path, home, aof=True)
+@pytest.mark.parametrize("aof", [True, False], ids=["aof", "no-persistence"])
+async def test_a_redis_restart_loses_no_run(tmp_path: Path, home: Path, scripted: Any,
+                                            aof: bool) -> None:
+    """Restarted idle, then with runs in flight: every run started before and after
+    completes, and no request fails once Redis answers again. Without persistence the queue
+    itself is gone: the workers' sweep finds the runs in their records."""
+    pool = Pool(tmp_path, home, aof=aof)
     try:
         server = scripted(agree, latency_s=0.3)
         front = pool.front_end()
         pool.worker()
         pool.wait_workers(1)
-        sids = [await start(front, server, f"q{i}") for i in range(5)]
-        while len(server.requests) < 3:  # the runs are under way
+        pool.stop_redis()  # idle: every pooled connection goes stale
+        pool.start_redis()
+        first = await start(front, server, "after an idle restart")  # no "did not take"
+        assert (await follow(front, first))["status"] == "completed"
+        before = [await start(front, server, f"q{i}") for i in range(5)]
+        while len(server.requests) < 7 + 3:  # the runs are under way
             await asyncio.sleep(0.05)
         pool.stop_redis()
         pool.start_redis()
-        finals = await asyncio.gather(*(follow(front, sid) for sid in sids))
-        assert [s["status"] for s in finals] == ["completed"] * 5
-        for sid in sids:
-            assert record(home, sid)[0]["final_answer"]
+        after = [await start(front, server, f"after {i}") for i in range(2)]
+        finals = await asyncio.gather(*(follow(front, sid) for sid in before + after))
+        assert [s["status"] for s in finals] == ["completed"] * 7
+        for sid in [first, *before, *after]:
+            recorded, events = record(home, sid)
+            assert recorded["final_answer"] and events[-1]["type"] == "finished"
+            assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+            status = json.loads((home / "sessions" / sid / "status.json").read_text())
+            assert status["status"] == "completed"
     finally:
         pool.close()
 

@@ -140,7 +140,8 @@ class PoolRunner:
             await self.redis.delete(self.config.key("cancel", session_id))
             queued = await asyncio.to_thread(mark_queued, self.store, session_id, team)
             await self._publish(queued)
-            await live.retrying(lambda: self.docket.add(live.TASK_NAME)(session_id))
+            await live.mark_queued(self.redis, self.config, session_id)
+            await live.retrying(self.docket.add(live.TASK_NAME), session_id)
         except RedisError as exc:
             raise PoolUnavailableError(
                 f"the pool's Redis ({live.redact_url(self.config.url)}) did not take the "
@@ -182,7 +183,7 @@ class PoolRunner:
         url = live.redact_url(self.config.url)
         try:
             await self.redis.ping()
-            workers = tuple(sorted(w.name for w in await self.docket.workers()))
+            workers = tuple(sorted(w.name for w in await live.retrying(self.docket.workers)))
         except Exception as exc:  # any failure to reach Redis is the answer itself
             return ExecutorInfo("pool", url, problem=f"redis unreachable: {exc}")
         return ExecutorInfo("pool", url, workers, None if workers else

@@ -11,6 +11,9 @@ Keys (``<name>`` is the pool's name, ``massgen`` by default):
 ``<name>:cancel:<session>``  set when a cancel was asked for, for a worker that missed the
                              message
 ``<name>:task:<task id>``    the session an MCP task started (so a redelivered task follows it)
+``<name>:queued:<session>``  set while the session waits on Docket's queue (until claimed)
+``<name>:swept:<session>``   set for a while when the sweep queued an unheld run again
+``<name>:sweep``             the worker sweeping for unheld runs this period
 channel ``<name>:live``      ``{"sid", "status"}`` and ``{"sid", "event"}`` as the run goes
 channel ``<name>:cancel``    session ids to stop
 
@@ -45,6 +48,7 @@ log = logging.getLogger(__name__)
 
 URL_ENV = "MASSGEN_REDIS_URL"
 STATUS_TTL_S = 7 * 86_400  # a finished run's status stays readable from Redis for a week
+QUEUED_TTL_S = 3600  # the longest a run may wait on the queue before the sweep looks at it
 RECONNECT_S = 1.0
 # A command that meets a dropped connection (Redis restarted, a pooled socket gone stale) is
 # tried again on a new one, this many times, waiting 0.1 s, 0.2 s, ... up to 2 s in between:
@@ -103,6 +107,11 @@ class PoolConfig:
         return f"{self.name}:{kind}:{session_id}"
 
     @property
+    def sweep_key(self) -> str:
+        """Held by the worker sweeping the pool for unheld runs this period."""
+        return f"{self.name}:sweep"
+
+    @property
     def live_channel(self) -> str:
         return f"{self.name}:live"
 
@@ -131,19 +140,19 @@ def connect(config: PoolConfig) -> Redis:
                           retry_on_error=[RedisConnectionError, RedisTimeoutError])
 
 
-async def retrying(operation: Callable[[], Awaitable[_T]]) -> _T:
-    """``operation`` (a call into Docket, whose connections we do not configure), tried again
-    on a dropped connection as :func:`connect`'s clients are."""
+async def retrying(operation: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+    """``operation(*args)`` (a call into Docket, whose connections we do not configure),
+    tried again on a dropped connection as :func:`connect`'s clients are."""
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
     for attempt in range(1, RETRIES + 1):
         try:
-            return await operation()
+            return await operation(*args)
         except (RedisConnectionError, RedisTimeoutError) as exc:
             log.info("redis connection lost (%s); trying again", exc)
             await asyncio.sleep(min(RETRY_CAP_S, RETRY_BASE_S * 2 ** attempt))
-    return await operation()
+    return await operation(*args)
 
 
 # -- claims: which worker runs a session ---------------------------------------------------
@@ -155,6 +164,7 @@ local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then return tonumber(redis.call('GET', KEYS[2]) or '0') end
 if holder then return holder end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('DEL', KEYS[3])
 local token = redis.call('INCR', KEYS[2])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 return token
@@ -196,10 +206,19 @@ async def claim(redis: Redis, config: PoolConfig, session_id: str, holder: str) 
     """Claim ``session_id`` for ``holder``: its fencing token if we have it now, else who
     holds it."""
     script: Awaitable[Any] = redis.eval(
-        _CLAIM, 2, config.key("claim", session_id), config.key("fence", session_id), holder,
-        str(int(config.lease_s * 1000)), str(STATUS_TTL_S))
+        _CLAIM, 3, config.key("claim", session_id), config.key("fence", session_id),
+        config.key("queued", session_id), holder, str(int(config.lease_s * 1000)),
+        str(STATUS_TTL_S))
     found = await script
     return found if isinstance(found, int) else str(found)
+
+
+async def mark_queued(redis: Redis, config: PoolConfig, session_id: str) -> None:
+    """Note that the session goes on Docket's queue (just before it is put there), until a
+    claim takes it off: the sweep leaves such a run to its queue entry. A Redis that loses
+    the queue loses this mark with it; a mark whose queueing failed lapses after
+    :data:`QUEUED_TTL_S`."""
+    await redis.set(config.key("queued", session_id), "1", ex=QUEUED_TTL_S)
 
 
 async def raise_fence(redis: Redis, config: PoolConfig, session_id: str, token: int) -> None:

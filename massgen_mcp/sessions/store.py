@@ -291,6 +291,11 @@ class FileRecorder:
                 self._fence.close()
 
 
+def _pool_owned(status: StatusRecord) -> bool:
+    """Whether a worker pool runs this session (a worker's name, or queued for one)."""
+    return status.worker is not None or status.phase is Phase.QUEUED
+
+
 @dataclass(frozen=True)
 class SessionSummary:
     session_id: str
@@ -452,7 +457,7 @@ class SessionStore:
             pid = status.pid
             if status.status is not RunStatus.RUNNING or (pid is not None and is_alive(pid)):
                 continue
-            if status.worker is not None or status.phase is Phase.QUEUED:
+            if _pool_owned(status):
                 continue  # a worker pool owns it: redelivery, not this server, continues it
             try:
                 result = self.read_result(sid)
@@ -472,6 +477,21 @@ class SessionStore:
                 continue
             marked.append(sid)
         return marked
+
+    def pool_unfinished(self, quiet_for_s: float, now: float | None = None) -> list[str]:
+        """Runs a worker pool owns that are still running or queued and whose status has not
+        changed for ``quiet_for_s``: the ones a pool's sweep checks for a live claim."""
+        now = time.time() if now is None else now
+        found = []
+        for sid in self.session_ids():
+            try:
+                status = self.read_status(sid)
+            except (SessionNotFoundError, SessionStateError):
+                continue
+            if (status.status is RunStatus.RUNNING and _pool_owned(status)
+                    and now - status.updated_at >= quiet_for_s):
+                found.append(sid)
+        return found
 
     def prune_candidates(self, older_than_s: float, now: float | None = None
                          ) -> list[SessionSummary]:
