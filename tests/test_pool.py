@@ -94,9 +94,9 @@ class Pool:
         self.front_ends.append(url)
         return url
 
-    def worker(self) -> subprocess.Popen[bytes]:
+    def worker(self, *extra: str) -> subprocess.Popen[bytes]:
         proc = self._spawn("worker", "--redis", self.url, "--redelivery-timeout",
-                           str(REDELIVERY_S), log=f"worker-{len(self.workers)}.log")
+                           str(REDELIVERY_S), *extra, log=f"worker-{len(self.workers)}.log")
         self.workers.append(proc)
         return proc
 
@@ -374,21 +374,22 @@ async def test_no_key_reaches_redis(pool: Pool, scripted: Any, tmp_path: Path) -
 @pytest.mark.parametrize("aof", [True, False], ids=["aof", "no-persistence"])
 async def test_a_redis_restart_loses_no_run(tmp_path: Path, home: Path, scripted: Any,
                                             aof: bool) -> None:
-    """Restarted idle, then with runs in flight: every run started before and after
-    completes, and no request fails once Redis answers again. Without persistence the queue
-    itself is gone: the workers' sweep finds the runs in their records."""
+    """Restarted idle, then with one run in flight and four queued behind it (one run at a
+    time): every run started before and after completes, and no request fails once Redis
+    answers again. Without persistence the queue itself is gone: the worker's sweep finds
+    the queued runs in their records."""
     pool = Pool(tmp_path, home, aof=aof)
     try:
         server = scripted(agree, latency_s=0.3)
         front = pool.front_end()
-        pool.worker()
+        pool.worker("--concurrency", "1")
         pool.wait_workers(1)
         pool.stop_redis()  # idle: every pooled connection goes stale
         pool.start_redis()
         first = await start(front, server, "after an idle restart")  # no "did not take"
         assert (await follow(front, first))["status"] == "completed"
         before = [await start(front, server, f"q{i}") for i in range(5)]
-        while len(server.requests) < 7 + 3:  # the runs are under way
+        while len(server.requests) < 7 + 3:  # the first is under way, four wait
             await asyncio.sleep(0.05)
         pool.stop_redis()
         pool.start_redis()
