@@ -20,6 +20,12 @@ A worker that cannot renew its claim for most of a lease (cut off from Redis, or
 worker took the run over) stops the run *without writing to its record*: by the time its
 lease lapses someone else may own that record. A run cut off that way is queued again as soon
 as Redis answers, so it is never left without a worker.
+
+A worker that cannot notice (frozen past its lease) is stopped by its record instead: every
+claim carries a fencing token, and a write under an older token than the newest is refused
+(:mod:`massgen_mcp.sessions.fencing`), which cancels the run before it calls a model again.
+A run whose queue entry was lost (Redis restarted without persistence) is found by a periodic
+sweep of the records (:meth:`PoolWorker._sweep`) and queued again.
 """
 
 from __future__ import annotations
