@@ -95,9 +95,9 @@ class Pool:
         self.front_ends.append(url)
         return url
 
-    def worker(self) -> subprocess.Popen[bytes]:
+    def worker(self, *extra: str) -> subprocess.Popen[bytes]:
         proc = self._spawn("worker", "--redis", self.url, "--redelivery-timeout",
-                           str(REDELIVERY_S), log=f"worker-{len(self.workers)}.log")
+                           str(REDELIVERY_S), *extra, log=f"worker-{len(self.workers)}.log")
         self.workers.append(proc)
         return proc
 
@@ -165,12 +165,15 @@ class HangingVotes:
     """A policy whose vote calls hang (up to 60 s, in the scripted server's request thread)
     until :meth:`release`, for the calls in flight when a worker dies, stops or is
     cancelled; ``voting`` counts them arriving. ``only`` limits it to requests whose
-    messages contain that text."""
+    messages contain that text, ``first`` to the first that many votes."""
 
-    def __init__(self, only: str | None = None) -> None:
+    def __init__(self, only: str | None = None, first: int | None = None) -> None:
         self.voting = threading.Semaphore(0)
         self.released = threading.Event()
         self.only = only
+        self.first = first
+        self._votes = 0
+        self._lock = threading.Lock()
 
     def release(self) -> None:
         """Every vote from now on, and the ones hanging, is answered at once."""
@@ -179,8 +182,12 @@ class HangingVotes:
     def __call__(self, req: ChatRequest) -> Reply:
         if req.vote_labels and not self.released.is_set() and (
                 self.only is None or self.only in json.dumps(req.messages)):
-            self.voting.release()
-            self.released.wait(60)
+            with self._lock:
+                self._votes += 1
+                hang = self.first is None or self._votes <= self.first
+            if hang:
+                self.voting.release()
+                self.released.wait(60)
         return agree(req)
 
     async def arrived(self, n: int = 1) -> None:
@@ -365,23 +372,37 @@ async def test_no_key_reaches_redis(pool: Pool, scripted: Any, tmp_path: Path) -
     assert dump.stat().st_size > 0 and CANARY.encode() not in dump.read_bytes()
 
 
-async def test_redis_restarted_mid_run_loses_no_run(tmp_path: Path, home: Path,
-                                                    scripted: Any) -> None:
-    pool = Pool(tmp_path, home, aof=True)
+@pytest.mark.parametrize("aof", [True, False], ids=["aof", "no-persistence"])
+async def test_a_redis_restart_loses_no_run(tmp_path: Path, home: Path, scripted: Any,
+                                            aof: bool) -> None:
+    """Restarted idle, then with one run in flight and four queued behind it (one run at a
+    time): every run started before and after completes, and no request fails once Redis
+    answers again. Without persistence the queue itself is gone: the worker's sweep finds
+    the queued runs in their records."""
+    pool = Pool(tmp_path, home, aof=aof)
     try:
         server = scripted(agree, latency_s=0.3)
         front = pool.front_end()
-        pool.worker()
+        pool.worker("--concurrency", "1")
         pool.wait_workers(1)
-        sids = [await start(front, server, f"q{i}") for i in range(5)]
-        while len(server.requests) < 3:  # the runs are under way
+        pool.stop_redis()  # idle: every pooled connection goes stale
+        pool.start_redis()
+        first = await start(front, server, "after an idle restart")  # no "did not take"
+        assert (await follow(front, first))["status"] == "completed"
+        before = [await start(front, server, f"q{i}") for i in range(5)]
+        while len(server.requests) < 7 + 3:  # the first is under way, four wait
             await asyncio.sleep(0.05)
         pool.stop_redis()
         pool.start_redis()
-        finals = await asyncio.gather(*(follow(front, sid) for sid in sids))
-        assert [s["status"] for s in finals] == ["completed"] * 5
-        for sid in sids:
-            assert record(home, sid)[0]["final_answer"]
+        after = [await start(front, server, f"after {i}") for i in range(2)]
+        finals = await asyncio.gather(*(follow(front, sid) for sid in before + after))
+        assert [s["status"] for s in finals] == ["completed"] * 7
+        for sid in [first, *before, *after]:
+            recorded, events = record(home, sid)
+            assert recorded["final_answer"] and events[-1]["type"] == "finished"
+            assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+            status = json.loads((home / "sessions" / sid / "status.json").read_text())
+            assert status["status"] == "completed"
     finally:
         pool.close()
 
@@ -483,3 +504,60 @@ def test_a_redis_password_is_never_shown() -> None:
     assert redact_url("redis://:s3cret@host:6379/0") == "redis://:***@host:6379/0"
     assert redact_url("redis://user:s3cret@host/0") == "redis://user:***@host/0"
     assert redact_url("redis://host:6379/0") == "redis://host:6379/0"
+
+
+def redis_cli(pool: Pool, *args: str) -> str:
+    return subprocess.run(["redis-cli", "-p", str(pool.redis_port), *args], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file of a record, by path."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+async def test_a_paused_worker_never_writes_again(pool: Pool, scripted: Any, home: Path,
+                                                   tmp_path: Path) -> None:
+    votes = HangingVotes(first=3)  # the owner's votes hang; the next worker's are answered
+    server = scripted(votes)
+    front = pool.front_end()
+    first, second = pool.worker(), pool.worker()
+    pool.wait_workers(2)
+    sid = await start(front, server)
+    await votes.arrived(3)
+    folder = home / "sessions" / sid
+    holder = json.loads((folder / "status.json").read_text())["worker"]
+    owner = first if holder == pool.worker_name(first) else second
+    other = second if owner is first else first
+    owner.send_signal(signal.SIGSTOP)  # frozen past its lease, with its votes in flight
+    try:
+        assert (await follow(front, sid))["status"] == "completed"  # taken over, finished
+        await asyncio.to_thread(pool._until, lambda: redis_cli(
+            pool, "exists", f"massgen:claim:{sid}") == "0", "the claim was not released")
+        settled, calls = snapshot(folder), len(server.requests)
+    finally:
+        owner.send_signal(signal.SIGCONT)
+    votes.release()  # the frozen worker's votes are answered now that it runs again
+    log = tmp_path / f"worker-{pool.workers.index(owner)}.log"
+
+    def stopped() -> bool:
+        return (b"it is another worker's now" in log.read_bytes()
+                or len(server.requests) > calls or snapshot(folder) != settled)
+
+    await asyncio.to_thread(pool._until, stopped, "the paused worker did nothing")
+    text = log.read_text()
+    assert "fenced" in text and "it is another worker's now" in text, text
+    assert len(server.requests) == calls, "the paused worker made no call once it woke"
+    assert snapshot(folder) == settled, "the paused worker wrote nothing once it woke"
+    # 3 answers, the 3 votes in flight at the pause, then the other worker's 3 votes and final.
+    assert calls == 10 and len([r for r in server.requests if is_answer_call(r)]) == 3
+    recorded, events = record(home, sid)
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(1, len(events) + 1)), "seq strictly increasing and unique"
+    types = [e["type"] for e in events]
+    assert types.count("answer") == 3 and types.count("vote") == 3, types
+    assert types.count("finished") == 1 and types[-1] == "finished", types
+    assert recorded["status"] == "completed"
+    published = json.loads(redis_cli(pool, "get", f"massgen:status:{sid}"))
+    assert published["status"] == "completed" and published["worker"] == pool.worker_name(other)

@@ -28,6 +28,7 @@ from massgen_mcp.pool import live
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.records import Event, FinishReason, ResultRecord, RunStatus, StatusRecord
+from massgen_mcp.sessions import fencing
 from massgen_mcp.sessions.runner import (
     EventListener,
     ExecutorInfo,
@@ -158,7 +159,8 @@ class PoolRunner:
             await self.redis.delete(self.config.key("cancel", session_id))
             queued = await asyncio.to_thread(mark_queued, self.store, session_id, team)
             await self._publish(queued)
-            await self.docket.add(live.TASK_NAME)(session_id)
+            await live.mark_queued(self.redis, self.config, session_id)
+            await live.retrying(self.docket.add(live.TASK_NAME), session_id)
         except RedisError as exc:
             raise PoolUnavailableError(
                 f"the pool's Redis ({live.redact_url(self.config.url)}) did not take the "
@@ -169,7 +171,7 @@ class PoolRunner:
         """What this front end wrote to a record, for every reader (Redis's copy would
         otherwise still say what the last worker left)."""
         if status is not None:
-            await live.put_status(self.redis, self.config, status)
+            await live.put_status(self.redis, self.config, status, None)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -212,7 +214,7 @@ class PoolRunner:
         url = live.redact_url(self.config.url)
         try:
             await self.redis.ping()
-            workers = tuple(sorted(w.name for w in await self.docket.workers()))
+            workers = tuple(sorted(w.name for w in await live.retrying(self.docket.workers)))
         except Exception as exc:  # any failure to reach Redis is the answer itself
             return ExecutorInfo("pool", url, problem=f"redis unreachable: {exc}")
         return ExecutorInfo("pool", url, workers, None if workers else
@@ -292,16 +294,25 @@ class PoolRunner:
         if status.done:
             return False
         await self.redis.set(self.config.key("cancel", session_id), "1", ex=live.STATUS_TTL_S)
-        holder = await live.claim(self.redis, self.config, session_id, live.CANCELLED)
-        if holder is None and (await asyncio.to_thread(self.store.read_status, session_id)
-                               ).done:  # it ended just now; Redis had not heard yet
-            await live.release(self.redis, self.config, session_id, live.CANCELLED)
+        claimed = await live.claim(self.redis, self.config, session_id, live.CANCELLED)
+        if isinstance(claimed, int) and (await asyncio.to_thread(
+                self.store.read_status, session_id)).done:  # it ended just now; Redis had
+            await live.release(self.redis, self.config, session_id,  # not heard yet
+                               live.CANCELLED)
             return False
-        if holder is None:  # no worker has it: it never runs now
+        if isinstance(claimed, int):  # no worker has it: it never runs now
+            # Fenced like a worker's claim: a worker paused past its lease must not write
+            # into the record this ends.
+            fence = await asyncio.to_thread(fencing.take, self.store.folder(session_id),
+                                            claimed)
+            if fence != claimed:
+                await live.raise_fence(self.redis, self.config, session_id, fence)
             team = await asyncio.to_thread(recorded_team, self.store, session_id)
-            await self._publish(await asyncio.to_thread(
+            ended = await asyncio.to_thread(
                 end_unstarted, self.store, session_id, team, RunStatus.CANCELLED,
-                FinishReason.CANCELLED))
+                FinishReason.CANCELLED, fence=fence)
+            if ended is not None:
+                await live.put_status(self.redis, self.config, ended, fence)
             return True
         await self.redis.publish(self.config.cancel_channel, session_id)
         status = await self.wait(session_id, CANCEL_WAIT_S, until_done=True)

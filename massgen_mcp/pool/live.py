@@ -5,9 +5,15 @@ Keys (``<name>`` is the pool's name, ``massgen`` by default):
 ``<name>:status:<session>``  the run's latest status (masked JSON, as in status.json)
 ``<name>:claim:<session>``   the worker running it (``host#pid``), a lease renewed while it
                              runs; ``cancelled`` when a front end cancelled it while queued
+``<name>:fence:<session>``   the fencing token of the newest claim: every claim takes the
+                             next one, and a worker's writes to Redis and to the record are
+                             refused once a newer one exists (see sessions/fencing.py)
 ``<name>:cancel:<session>``  set when a cancel was asked for, for a worker that missed the
                              message
 ``<name>:task:<task id>``    the session an MCP task started (so a redelivered task follows it)
+``<name>:queued:<session>``  set while the session waits on Docket's queue (until claimed)
+``<name>:swept:<session>``   set for a while when the sweep queued an unheld run again
+``<name>:sweep``             the worker sweeping for unheld runs this period
 channel ``<name>:live``      ``{"sid", "status"}`` and ``{"sid", "event"}`` as the run goes
 channel ``<name>:cancel``    session ids to stop
 
@@ -29,7 +35,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from massgen_mcp.errors import ConfigError
@@ -43,7 +49,15 @@ log = logging.getLogger(__name__)
 
 URL_ENV = "MASSGEN_REDIS_URL"
 STATUS_TTL_S = 7 * 86_400  # a finished run's status stays readable from Redis for a week
+QUEUED_TTL_S = 3600  # the longest a run may wait on the queue before the sweep looks at it
 RECONNECT_S = 1.0
+# A command that meets a dropped connection (Redis restarted, a pooled socket gone stale) is
+# tried again on a new one, this many times, waiting 0.1 s, 0.2 s, ... up to 2 s in between:
+# ~7 s in all, so a restart costs a short wait instead of a failed request.
+RETRIES = 6
+RETRY_BASE_S = 0.1
+RETRY_CAP_S = 2.0
+_T = TypeVar("_T")
 TASK_NAME = "massgen.run_session"  # the Docket task every worker registers
 
 
@@ -116,6 +130,11 @@ class PoolConfig:
         return f"{self.name}:{kind}:{session_id}"
 
     @property
+    def sweep_key(self) -> str:
+        """Held by the worker sweeping the pool for unheld runs this period."""
+        return f"{self.name}:sweep"
+
+    @property
     def live_channel(self) -> str:
         return f"{self.name}:live"
 
@@ -129,25 +148,77 @@ def worker_name() -> str:
 
 
 def connect(config: PoolConfig) -> Redis:
-    """A client for our keys (Docket keeps its own connections)."""
+    """A client for our keys (Docket keeps its own connections) that survives a Redis
+    restart: every command is retried on a new connection (see :data:`RETRIES`)."""
     from redis.asyncio import Redis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
 
     # Bytes that are no UTF-8 (anyone who can write to Redis can put them in a key or a
     # message) read as U+FFFD instead of raising inside a worker's or front end's loop.
     return Redis.from_url(config.url, decode_responses=True, encoding_errors="replace",
-                          health_check_interval=10, socket_connect_timeout=5)
+                          health_check_interval=10, socket_connect_timeout=5,
+                          retry=Retry(ExponentialBackoff(cap=RETRY_CAP_S, base=RETRY_BASE_S),
+                                      RETRIES),
+                          retry_on_error=[RedisConnectionError, RedisTimeoutError])
+
+
+async def retrying(operation: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+    """``operation(*args)`` (a call into Docket, whose connections we do not configure),
+    tried again on a dropped connection as :func:`connect`'s clients are."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    for attempt in range(1, RETRIES + 1):
+        try:
+            return await operation(*args)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            log.info("redis connection lost (%s); trying again", exc)
+            await asyncio.sleep(min(RETRY_CAP_S, RETRY_BASE_S * 2 ** attempt))
+    return await operation(*args)
 
 
 # -- claims: which worker runs a session ---------------------------------------------------
 
-# Renew our claim; take it again if it lapsed while Redis was away; 0 if another has it.
+# Claim the session if nobody holds it and take the next fencing token, atomically: the
+# token, else who holds it. Asked again after a lost reply, it answers the same token.
+_CLAIM = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then return tonumber(redis.call('GET', KEYS[2]) or '0') end
+if holder then return holder end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('DEL', KEYS[3])
+local token = redis.call('INCR', KEYS[2])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return token
+"""
+# Renew our claim; take it again if it lapsed while Redis was away (and put back our token
+# if Redis lost it); 0 if another has it or a newer claim was made since ours.
 _RENEW = """
+if tonumber(redis.call('GET', KEYS[2]) or '0') > tonumber(ARGV[3]) then return 0 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] or not holder then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[4])
   return 1
 end
 return 0
+"""
+# Raise the fencing counter to a token the record already holds (Redis lost the counter).
+_RAISE = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+end
+return 0
+"""
+# Store a status (if any) and publish a message, unless a newer claim than ours exists.
+_PUBLISH = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') > tonumber(ARGV[1]) then return 0 end
+if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3]) end
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return 1
 """
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -156,19 +227,38 @@ return 0
 CANCELLED = "cancelled"  # the claim a front end takes on a queued run it cancels
 
 
-async def claim(redis: Redis, config: PoolConfig, session_id: str, holder: str) -> str | None:
-    """Claim ``session_id`` for ``holder``; None if we have it, else who holds it."""
-    key = config.key("claim", session_id)
-    if await redis.set(key, holder, nx=True, px=int(config.lease_s * 1000)):
-        return None
-    current = await redis.get(key)
-    return None if current == holder else str(current or "")
+async def claim(redis: Redis, config: PoolConfig, session_id: str, holder: str) -> int | str:
+    """Claim ``session_id`` for ``holder``: its fencing token if we have it now, else who
+    holds it."""
+    script: Awaitable[Any] = redis.eval(
+        _CLAIM, 3, config.key("claim", session_id), config.key("fence", session_id),
+        config.key("queued", session_id), holder, str(int(config.lease_s * 1000)),
+        str(STATUS_TTL_S))
+    found = await script
+    return found if isinstance(found, int) else str(found)
 
 
-async def renew(redis: Redis, config: PoolConfig, session_id: str, holder: str) -> bool:
-    """Keep the claim alive; False if another worker holds it now."""
-    script: Awaitable[Any] = redis.eval(_RENEW, 1, config.key("claim", session_id), holder,
-                                        str(int(config.lease_s * 1000)))
+async def mark_queued(redis: Redis, config: PoolConfig, session_id: str) -> None:
+    """Note that the session goes on Docket's queue (just before it is put there), until a
+    claim takes it off: the sweep leaves such a run to its queue entry. A Redis that loses
+    the queue loses this mark with it; a mark whose queueing failed lapses after
+    :data:`QUEUED_TTL_S`."""
+    await redis.set(config.key("queued", session_id), "1", ex=QUEUED_TTL_S)
+
+
+async def raise_fence(redis: Redis, config: PoolConfig, session_id: str, token: int) -> None:
+    """Make Redis's counter agree with the record's when the record's is ahead."""
+    script: Awaitable[Any] = redis.eval(_RAISE, 1, config.key("fence", session_id),
+                                        str(token), str(STATUS_TTL_S))
+    await script
+
+
+async def renew(redis: Redis, config: PoolConfig, session_id: str, holder: str,
+                token: int) -> bool:
+    """Keep the claim alive; False if another worker holds it now, or held it since."""
+    script: Awaitable[Any] = redis.eval(
+        _RENEW, 2, config.key("claim", session_id), config.key("fence", session_id), holder,
+        str(int(config.lease_s * 1000)), str(token), str(STATUS_TTL_S))
     return bool(await script)
 
 
@@ -177,13 +267,28 @@ async def release(redis: Redis, config: PoolConfig, session_id: str, holder: str
     await script
 
 
-async def put_status(redis: Redis, config: PoolConfig, status: StatusRecord) -> None:
-    """Store ``status`` as the session's latest and tell every front end."""
+async def put_status(redis: Redis, config: PoolConfig, status: StatusRecord,
+                     fence: int | None) -> None:
+    """Store ``status`` as the session's latest and tell every front end; written under the
+    claim whose fencing token is ``fence``, unless a newer claim exists (None: a record no
+    claim guards, such as a run just queued)."""
     body = status.model_dump_json()
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.set(config.key("status", status.session_id), body, ex=STATUS_TTL_S)
-        pipe.publish(config.live_channel, _message(status.session_id, "status", body))
+        _put(pipe, config, status.session_id, "status", body, fence)
         await pipe.execute()
+
+
+def _put(pipe: Any, config: PoolConfig, session_id: str, kind: str, body: str,
+         fence: int | None) -> None:
+    message = _message(session_id, kind, body)
+    if fence is None:
+        if kind == "status":
+            pipe.set(config.key("status", session_id), body, ex=STATUS_TTL_S)
+        pipe.publish(config.live_channel, message)
+        return
+    pipe.eval(_PUBLISH, 2, config.key("fence", session_id), config.key("status", session_id),
+              str(fence), body if kind == "status" else "", str(STATUS_TTL_S),
+              config.live_channel, message)
 
 
 _SID_PREFIX = '{"sid":"'
@@ -209,19 +314,26 @@ class LivePublisher:
     """Sends every status and event of this worker's runs to Redis, in order, without ever
     making a run wait: the recorder's hooks only queue, and one task writes in pipelined
     batches. While Redis is away messages are dropped (logged once per outage); the record
-    on disk has them, and the next status supersedes the lost ones."""
+    on disk has them, and the next status supersedes the lost ones.
+
+    Each message carries the fencing token of the claim its run holds here (``fences``), so
+    what a paused worker had queued is refused once another worker took the run over."""
 
     def __init__(self, redis: Redis, config: PoolConfig) -> None:
         self.redis = redis
         self.config = config
-        self._queue: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue()
+        self.fences: dict[str, int] = {}  # session -> the token of this worker's claim
+        self._queue: asyncio.Queue[tuple[str, str, str, int | None]] = asyncio.Queue()
         self._failing = False
 
     def status(self, status: StatusRecord) -> None:
-        self._queue.put_nowait((status.session_id, "status", status.model_dump_json()))
+        session_id = status.session_id
+        self._queue.put_nowait((session_id, "status", status.model_dump_json(),
+                                self.fences.get(session_id)))
 
     def event(self, session_id: str, event: Event) -> None:
-        self._queue.put_nowait((session_id, "event", event.to_json()))
+        self._queue.put_nowait((session_id, "event", event.to_json(),
+                                self.fences.get(session_id)))
 
     async def flush(self) -> None:
         """Wait until everything queued so far has been written (or dropped)."""
@@ -246,12 +358,10 @@ class LivePublisher:
                 for _ in batch:
                     self._queue.task_done()
 
-    async def _write(self, batch: list[tuple[str, str, str]]) -> None:
+    async def _write(self, batch: list[tuple[str, str, str, int | None]]) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
-            for session_id, kind, body in batch:
-                if kind == "status":
-                    pipe.set(self.config.key("status", session_id), body, ex=STATUS_TTL_S)
-                pipe.publish(self.config.live_channel, _message(session_id, kind, body))
+            for session_id, kind, body, fence in batch:
+                _put(pipe, self.config, session_id, kind, body, fence)
             await pipe.execute()
 
 

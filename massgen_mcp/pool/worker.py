@@ -20,6 +20,12 @@ A worker that cannot renew its claim for most of a lease (cut off from Redis, or
 worker took the run over) stops the run *without writing to its record*: by the time its
 lease lapses someone else may own that record. A run cut off that way is queued again as soon
 as Redis answers, so it is never left without a worker.
+
+A worker that cannot notice (frozen past its lease) is stopped by its record instead: every
+claim carries a fencing token, and a write under an older token than the newest is refused
+(:mod:`massgen_mcp.sessions.fencing`), which cancels the run before it calls a model again.
+A run whose queue entry was lost (Redis restarted without persistence) is found by a periodic
+sweep of the records (:meth:`PoolWorker._sweep`) and queued again.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from redis.exceptions import RedisError
+
 from massgen_mcp.config import missing_credentials
 from massgen_mcp.errors import MassgenError, SessionStateError
 from massgen_mcp.pool import live
@@ -39,6 +47,8 @@ from massgen_mcp.pool.live import LivePublisher, PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.records import FinishReason, RunStatus
+from massgen_mcp.sessions import fencing
+from massgen_mcp.sessions.fencing import RecordFenced
 from massgen_mcp.sessions.runner import LiveRun, SessionRunner, end_unstarted, recorded_team
 from massgen_mcp.sessions.store import SessionStore, check_session_id
 
@@ -53,6 +63,12 @@ CUT_DEADLINE_S = 5.0  # then how long cut runs may take to stop before the worke
 # A run stops writing once its claim has gone unrenewed for this share of the lease, so it
 # has stopped before the lease lapses and another worker may take the run.
 FENCE_SHARE = 0.75
+# The sweep (see :meth:`PoolWorker._sweep`), in redelivery timeouts: how often one worker of
+# the pool runs it, how long a record must have been quiet to be a candidate, and how long
+# a run it queued again is left to its new queue entry before it may be queued once more.
+SWEEP_EVERY = 1.0
+SWEEP_QUIET = 2.0
+SWEEP_AGAIN = 10.0
 
 
 class PoolWorker:
@@ -67,6 +83,7 @@ class PoolWorker:
         self.runner = SessionRunner(store, provider, max_running=concurrency, worker=self.name)
         self._handing_back: set[str] = set()  # runs to queue again when they have stopped
         self._stopping = False  # SIGTERM: deliveries still claiming are handed back too
+        self._unheld: set[str] = set()  # runs the last sweep found unheld
         self._redis: Redis | None = None
         self._docket: Docket | None = None
         self._publisher: LivePublisher
@@ -104,6 +121,8 @@ class PoolWorker:
             async with Docket(name=self.config.name, url=self.config.url) as docket:
                 self._docket = docket
                 docket.register(self.run_session, names=[live.TASK_NAME])
+                background.append(asyncio.create_task(self._sweep_forever(),
+                                                      name="massgen-sweep"))
                 async with Worker(
                         docket, name=self.name, concurrency=self.concurrency,
                         redelivery_timeout=timedelta(seconds=self.config.redelivery_timeout_s),
@@ -148,6 +167,51 @@ class PoolWorker:
         with contextlib.suppress(asyncio.CancelledError):
             await taking
 
+    async def _sweep_forever(self) -> None:
+        every = self.config.redelivery_timeout_s * SWEEP_EVERY
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self._sweep()
+            except Exception as exc:  # redis or disk trouble: the next sweep tries again
+                log.warning("sweep for unheld runs failed (%s); trying again in %g s", exc,
+                            every)
+
+    async def _sweep(self) -> None:
+        """Queue again every run whose record says it is running or queued but that no
+        worker holds: its queue entry was lost (Redis restarted without persistence, a
+        queueing that failed half-way, a delivery acked by a worker that was fenced). One
+        worker of the pool sweeps each period; a run it queued again is not queued again
+        until :data:`SWEEP_AGAIN` has passed (a second delivery is harmless, the claim
+        decides, but it costs a slot)."""
+        timeout = self.config.redelivery_timeout_s
+        if not await self.redis.set(self.config.sweep_key, self.name, nx=True,
+                                    px=int(timeout * SWEEP_EVERY * 1000)):
+            return  # another worker sweeps this period
+        quiet = await asyncio.to_thread(self.store.pool_unfinished, timeout * SWEEP_QUIET)
+        unheld = set()
+        for session_id in quiet:
+            if session_id in self.runner.runs or await self.redis.exists(
+                    self.config.key("claim", session_id), self.config.key("queued", session_id)):
+                continue
+            unheld.add(session_id)
+            # Unheld at two sweeps in a row: a holder that was only slow to renew (a busy
+            # event loop) has taken its lapsed claim again by then.
+            if session_id not in self._unheld or not await self.redis.set(
+                    self.config.key("swept", session_id), "1", nx=True,
+                    ex=int(timeout * SWEEP_AGAIN)):
+                continue
+            log.warning("session %s: its record says it is running or queued but no worker "
+                        "holds it and it is not queued; queueing it again", session_id)
+            await self._queue(session_id)
+        self._unheld = unheld
+
+    async def _queue(self, session_id: str) -> None:
+        """Put the session on Docket's queue, marked queued (see :func:`live.mark_queued`)."""
+        assert self._docket is not None
+        await live.mark_queued(self.redis, self.config, session_id)
+        await live.retrying(self._docket.add(live.TASK_NAME), session_id)
+
     def _on_cancel(self, session_id: str) -> None:
         try:
             check_session_id(session_id)
@@ -178,20 +242,40 @@ class PoolWorker:
             return
         run: LiveRun | None = None
         try:
-            run = await self._start(session_id)
-            if run is not None:
-                await self._follow(run, holder)
+            status = await asyncio.to_thread(self.store.read_status, session_id)
+            if not status.done:  # a late second delivery takes no fence from a finished run
+                fence = await self._fence(session_id, claimed)
+                run = await self._start(session_id, fence)
+                if run is not None:
+                    await self._follow(run, holder, fence)
+        except RedisError as exc:  # Redis went away before the run started: not done
+            log.warning("session %s: redis failed before the run started (%s); queueing it "
+                        "again", session_id, exc)
+            self._handing_back.add(session_id)
         finally:
             with contextlib.suppress(Exception):
                 # The final status reaches Redis before anyone may claim the session again
                 # (a cancel that took the claim next would otherwise end a finished run).
                 async with asyncio.timeout(5):
                     await self._publisher.flush()
+            self._publisher.fences.pop(session_id, None)
+            if run is not None and run.recorder.refused and session_id not in self._handing_back:
+                log.warning("session %s: stopped here without writing; it is another worker's "
+                            "now", session_id)
             if session_id in self._handing_back:
                 self._handing_back.discard(session_id)
                 await self._requeue(session_id)  # queued again before the claim goes
             with contextlib.suppress(Exception):
                 await live.release(self.redis, self.config, session_id, holder)
+
+    async def _fence(self, session_id: str, token: int) -> int:
+        """Make our claim's fencing token the record's (see sessions/fencing.py), and tell
+        Redis when the record was ahead of it; the token every write of this run carries."""
+        fence = await asyncio.to_thread(fencing.take, self.store.folder(session_id), token)
+        if fence != token:
+            await live.raise_fence(self.redis, self.config, session_id, fence)
+        self._publisher.fences[session_id] = fence
+        return fence
 
     async def _requeue(self, session_id: str) -> None:
         """Put the session on the queue again, retrying while Redis is away; a worker that
@@ -200,20 +284,26 @@ class PoolWorker:
         assert self._docket is not None
         while True:
             try:
-                await self._docket.add(live.TASK_NAME)(session_id)
+                await self._queue(session_id)
                 log.info("session %s: handed back to the queue", session_id)
                 return
             except Exception as exc:  # redis errors of every kind
                 log.warning("session %s: cannot queue it again yet (%s)", session_id, exc)
             await asyncio.sleep(live.RECONNECT_S)
 
-    async def _claim(self, session_id: str, holder: str) -> bool | None:
-        """Claim the session; False when it is not ours to run (cancelled while queued,
-        finished), None when this worker stops before the holder's claim lapses."""
+    async def _claim(self, session_id: str, holder: str) -> int | bool | None:
+        """Claim the session: its fencing token; False when it is not ours to run (cancelled
+        while queued, finished), None when this worker stops before the holder's claim
+        lapses or Redis answers again."""
         while not self._stopping:
-            other = await live.claim(self.redis, self.config, session_id, holder)
-            if other is None:
-                return True
+            try:
+                other = await live.claim(self.redis, self.config, session_id, holder)
+            except RedisError as exc:  # still away after the client's retries: wait
+                log.warning("session %s: cannot claim it yet (%s)", session_id, exc)
+                await asyncio.sleep(live.RECONNECT_S)
+                continue
+            if isinstance(other, int):
+                return other
             if other == live.CANCELLED:
                 return False
             status = await asyncio.to_thread(self.store.read_status, session_id)
@@ -224,11 +314,8 @@ class PoolWorker:
             await asyncio.sleep(self.config.lease_s / 4)
         return None
 
-    async def _start(self, session_id: str) -> LiveRun | None:
+    async def _start(self, session_id: str, fence: int) -> LiveRun | None:
         """The session's run started here, or None if it ended without running."""
-        status = await asyncio.to_thread(self.store.read_status, session_id)
-        if status.done:
-            return None
         try:
             team = await asyncio.to_thread(recorded_team, self.store, session_id)
         except MassgenError as exc:
@@ -241,61 +328,78 @@ class PoolWorker:
             problem = (RunStatus.FAILED, FinishReason.ALL_AGENTS_FAILED,
                        f"missing API keys on worker {self.name}:\n" + "\n".join(missing))
         if problem is not None:
-            ended = await asyncio.to_thread(end_unstarted, self.store, session_id, team,
-                                            *problem)
+            try:
+                ended = await asyncio.to_thread(end_unstarted, self.store, session_id, team,
+                                                *problem, fence=fence)
+            except RecordFenced:
+                return None  # another claim took it meanwhile (logged by the recorder)
             if ended is not None:
-                await live.put_status(self.redis, self.config, ended)
+                await live.put_status(self.redis, self.config, ended, fence)
             return None
         try:
-            return await self.runner.resume(session_id, team)
+            return await self.runner.resume(session_id, team, fence=fence)
         except SessionStateError:  # stopping: it was not started, so it goes back as it is
             self._handing_back.add(session_id)
             return None
+        except RecordFenced:
+            return None  # another claim took it meanwhile (logged by the recorder)
 
-    async def _follow(self, run: LiveRun, holder: str) -> None:
+    async def _follow(self, run: LiveRun, holder: str, fence: int) -> None:
         """Wait for the run, renewing the claim; a lost claim or a missed cancel stops it."""
-        renewing = asyncio.create_task(self._renew(run, holder),
+        followed = asyncio.Event()
+        renewing = asyncio.create_task(self._renew(run, holder, fence, followed),
                                        name=f"renew:{run.session_id}")
         try:
             await asyncio.wait({run.task})
+            # The final status reaches Redis while the claim is still ours: a claim taken
+            # next (a second delivery, a cancel) would fence it out, or end a finished run.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    await self._publisher.flush()
         except asyncio.CancelledError:  # Docket cut this task (shutdown deadline)
-            self._stop_run(run, requeue=True)
-            await asyncio.gather(run.task, return_exceptions=True)
+            if not run.done:
+                self._stop_run(run, requeue=True)
+                await asyncio.gather(run.task, return_exceptions=True)
             raise
         finally:
+            # Told twice: on Python 3.11 a cancel that meets asyncio.timeout's own expiry
+            # is lost (the timeout wins), so the loop also checks the event.
+            followed.set()
             renewing.cancel()
             await asyncio.gather(renewing, return_exceptions=True)
 
-    async def _renew(self, run: LiveRun, holder: str) -> None:
+    async def _renew(self, run: LiveRun, holder: str, fence: int,
+                     followed: asyncio.Event) -> None:
         """Renew the claim every quarter lease; stop the run on a missed cancel, and stop
         it without a word to its record once the claim is gone or may be (see module)."""
         loop = asyncio.get_running_loop()
         renewed = loop.time()
-        while not run.done:
+        while not followed.is_set():  # after the run too, while its last statuses go out
             await asyncio.sleep(self.config.lease_s / 4)
             try:
                 async with asyncio.timeout(self.config.lease_s / 4):  # a hung Redis too
-                    ours = await live.renew(self.redis, self.config, run.session_id, holder)
+                    ours = await live.renew(self.redis, self.config, run.session_id, holder,
+                                            fence)
                     cancelled = await self.redis.get(self.config.key("cancel",
                                                                      run.session_id))
             except Exception as exc:  # redis errors of every kind, and the timeout
-                if loop.time() - renewed < self.config.lease_s * FENCE_SHARE:
+                if run.done or loop.time() - renewed < self.config.lease_s * FENCE_SHARE:
                     log.warning("session %s: cannot renew its claim (%s)", run.session_id,
                                 exc)
                     continue
                 log.warning("session %s: claim unrenewed for %.0f s; stopping here without "
                             "writing, to queue it again once redis answers", run.session_id,
                             loop.time() - renewed)
-                run.recorder.detach()
+                run.recorder.detach("the claim went unrenewed while redis was away")
                 self._stop_run(run, requeue=True)
                 return
             renewed = loop.time()
             if cancelled and not run.done:
                 run.task.cancel()
             elif not ours and not run.done:
-                log.warning("session %s: another worker took it over; stopping here",
-                            run.session_id)
-                run.recorder.detach()
+                log.warning("session %s: fenced: another worker took it over; stopping here "
+                            "without writing", run.session_id)
+                run.recorder.detach("another worker took the run over")
                 self._stop_run(run, requeue=False)
 
     def _stop_run(self, run: LiveRun, *, requeue: bool) -> None:

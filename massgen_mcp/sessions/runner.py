@@ -33,6 +33,7 @@ from massgen_mcp.records import (
     RunStatus,
     StatusRecord,
 )
+from massgen_mcp.sessions.fencing import RecordFenced
 from massgen_mcp.sessions.store import (
     EventHook,
     FileRecorder,
@@ -147,10 +148,12 @@ class _NoCalls:
 
 
 def _record_only(store: SessionStore, session_id: str, team: TeamConfig,
-                 write: Callable[[ConsensusRun, FileRecorder], object]) -> StatusRecord | None:
+                 write: Callable[[ConsensusRun, FileRecorder], object], *,
+                 fence: int | None = None) -> StatusRecord | None:
     """Write to a recorded session with the engine's own record code, in no process's
-    name (nobody runs it while this writes); returns the status written."""
-    recorder = store.reopen(session_id)
+    name (nobody runs it while this writes; ``fence`` is the pool claim that makes sure);
+    returns the status written."""
+    recorder = store.reopen(session_id, fence=fence)
     recorder.stamp = {"pid": None, "worker": None}
     try:
         write(ConsensusRun(recorded_request(store, session_id, team), _NoCalls(), recorder),
@@ -169,14 +172,17 @@ def mark_queued(store: SessionStore, session_id: str, team: TeamConfig) -> Statu
 
 
 def end_unstarted(store: SessionStore, session_id: str, team: TeamConfig, status: RunStatus,
-                  reason: FinishReason, error: str | None = None) -> StatusRecord | None:
+                  reason: FinishReason, error: str | None = None, *, fence: int | None = None
+                  ) -> StatusRecord | None:
     """End a recorded session that will not run (cancelled while queued, or no worker can
     run it): a complete record with its result, and no model call. A session that already
-    has its result is left as it is."""
+    has its result is left as it is. ``fence``: the fencing token of the pool claim this
+    is written under."""
     if store.read_result(session_id) is not None:
         return None
     return _record_only(store, session_id, team,
-                        lambda engine, _: engine.end_unstarted(status, reason, error))
+                        lambda engine, _: engine.end_unstarted(status, reason, error),
+                        fence=fence)
 
 
 @dataclass
@@ -257,15 +263,18 @@ class SessionRunner:
                              workspace=workspace if team.options.workspace_tools else None)
         return self._launch(request, recorder, changes, fresh=True)
 
-    async def resume(self, session_id: str, team: TeamConfig) -> LiveRun:
-        """Run a recorded session from where its record stands (:func:`recorded_request`)."""
+    async def resume(self, session_id: str, team: TeamConfig, *, fence: int | None = None
+                     ) -> LiveRun:
+        """Run a recorded session from where its record stands (:func:`recorded_request`);
+        ``fence`` is the fencing token of the pool claim it runs under, if any."""
         self._check_capacity()
         request = await asyncio.to_thread(recorded_request, self.store, session_id, team)
         self._check_capacity()  # again: the runner may have closed while the record was read
         if session_id in self.runs:
             raise SessionStateError(f"session {session_id} is already running")
         changes = ChangeSignal()
-        recorder = self.store.reopen(session_id, **self._hooks(session_id, changes))
+        recorder = self.store.reopen(session_id, fence=fence,
+                                     **self._hooks(session_id, changes))
         return self._launch(request, recorder, changes, fresh=False)
 
     def _hooks(self, session_id: str, changes: ChangeSignal) -> RecorderHooks:
@@ -291,7 +300,7 @@ class SessionRunner:
         run = LiveRun(request.session_id, recorder.folder, engine, recorder, changes)
         try:
             recorder.status(engine.snapshot())
-        except RecordWriteError:
+        except (RecordWriteError, RecordFenced):
             recorder.close()
             if fresh:
                 shutil.rmtree(recorder.folder, ignore_errors=True)  # a new run: no trace

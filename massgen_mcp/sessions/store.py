@@ -10,6 +10,7 @@
   result.json      written once at the end
   final.md         the final answer
   report.html      the run as one self-contained page, written when the run ends
+  fence            pool runs only: the fencing token of the newest claim (see fencing.py)
 ```
 
 The JSON files hold the typed records of :mod:`massgen_mcp.records`. They are replaced
@@ -56,6 +57,7 @@ from massgen_mcp.records import (
     VersionedRecord,
 )
 from massgen_mcp.secrets import redact, redact_data
+from massgen_mcp.sessions.fencing import Fence, RecordFenced
 
 log = logging.getLogger(__name__)
 
@@ -158,13 +160,16 @@ class FileRecorder:
     run ``failed``, ``record_write_failed``); after that the recorder keeps the in-memory state
     current and writes whatever still fits, so readers in this process see the true end.
 
-    :meth:`detach` makes every later write a no-op, hooks included: a pool worker that lost
-    its claim on the run must not write a record another worker now owns.
+    A pool worker's recorder carries its claim's fencing token (``fence``): every write, hooks
+    included, is refused with :class:`~massgen_mcp.sessions.fencing.RecordFenced` once a newer
+    claim owns the record, and so is every write after :meth:`detach` (a worker that lost its
+    claim). The refusal cancels the run where it stands: a worker that must not write must not
+    make another model call either.
     """
 
     def __init__(self, store: SessionStore, session_id: str, *,
-                 on_event: EventHook | None = None, on_status: StatusHook | None = None
-                 ) -> None:
+                 on_event: EventHook | None = None, on_status: StatusHook | None = None,
+                 fence: int | None = None) -> None:
         self.store = store
         self.session_id = session_id
         self.folder = store.folder(session_id)
@@ -173,13 +178,15 @@ class FileRecorder:
         self.latest_status: StatusRecord | None = None
         self.result: ResultRecord | None = None
         self.write_error: RecordWriteError | None = None
-        self.detached = False
+        self.refused: str | None = None  # why this recorder may not write any more
+        self._holding = False  # inside a write that holds the fence already
         # Who runs the session, stamped on every status: this process, or a pool worker.
         self.stamp: dict[str, Any] = {"pid": os.getpid()}
         try:
             (self.folder / "answers").mkdir(parents=True, exist_ok=True)
             self._events = os.open(self.folder / "events.jsonl",
                                    os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fence = Fence(self.folder, fence) if fence is not None else None
         except OSError as exc:
             raise RecordWriteError(describe_write_error(exc, store.home)) from None
 
@@ -191,17 +198,37 @@ class FileRecorder:
         log.error("session %s: %s", self.session_id, self.write_error)
         raise self.write_error from exc
 
-    def detach(self) -> None:
+    def detach(self, why: str) -> None:
         """Write nothing more, anywhere: the record belongs to someone else now."""
-        self.detached = True
+        self.refused = why
 
-    def _write(self, path: Path, text: str) -> None:
-        if self.detached:
+    @contextlib.contextmanager
+    def _owned(self) -> Iterator[None]:
+        """Hold the record for one write, or refuse it (see the class)."""
+        if self.refused is not None:
+            raise RecordFenced(self.refused)
+        if self._fence is None or self._holding:  # no claim, or held by an outer write
+            yield
             return
         try:
-            atomic_write(path, text)
-        except OSError as exc:
-            self._failed(exc)
+            with self._fence.hold():
+                self._holding = True
+                try:
+                    yield
+                finally:
+                    self._holding = False
+        except RecordFenced as exc:
+            self.refused = str(exc)
+            log.warning("session %s: fenced: %s; stopping the run without writing",
+                        self.session_id, exc)
+            raise
+
+    def _write(self, path: Path, text: str) -> None:
+        with self._owned():
+            try:
+                atomic_write(path, text)
+            except OSError as exc:
+                self._failed(exc)
 
     def write_record(self, name: str, record: RequestRecord) -> None:
         self._write(self.folder / name, masked(record)[1])
@@ -210,50 +237,63 @@ class FileRecorder:
         self._write(self.folder / name, _dump(redact_data(data)))
 
     def event(self, event: Event) -> None:
-        if self.detached:
-            return
         event, line = masked(event)
-        if self.on_event is not None:
-            self.on_event(event)
         data = (line + "\n").encode("utf-8")
-        size = os.fstat(self._events).st_size
-        try:
-            # One write, so lines never interleave; a short write (disk full) is undone, so
-            # the file never holds half a line for later events to follow.
-            if os.write(self._events, data) != len(data):
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._events, size)
-            self._failed(exc)
+        with self._owned():
+            if self.on_event is not None:
+                self.on_event(event)
+            size = os.fstat(self._events).st_size
+            try:
+                # One write, so lines never interleave; a short write (disk full) is undone,
+                # so the file never holds half a line for later events to follow.
+                if os.write(self._events, data) != len(data):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._events, size)
+                self._failed(exc)
 
     def status(self, status: StatusRecord) -> None:
-        if self.detached:
-            return
-        self.latest_status, text = masked(status.model_copy(update=self.stamp))
-        if self.on_status is not None:
-            self.on_status(self.latest_status)
-        self._write(self.folder / "status.json", text)
+        latest, text = masked(status.model_copy(update=self.stamp))
+        with self._owned():
+            self.latest_status = latest
+            if self.on_status is not None:
+                self.on_status(latest)
+            try:
+                atomic_write(self.folder / "status.json", text)
+            except OSError as exc:
+                self._failed(exc)
 
     def answer(self, label: str, content: str) -> None:
         self._write(self.folder / "answers" / f"{label}.md", redact(content) + "\n")
 
     def finish(self, result: ResultRecord) -> None:
-        if self.detached:
-            return
-        self.result, text = masked(result)
-        if self.result.final_answer is not None:
-            self._write(self.folder / "final.md", self.result.final_answer + "\n")
-        self._write(self.folder / "result.json", text)
+        clean, text = masked(result)
+        with self._owned():
+            self.result = clean
+            if clean.final_answer is not None:
+                self._write(self.folder / "final.md", clean.final_answer + "\n")
+            self._write(self.folder / "result.json", text)
 
     def close(self) -> None:
         os.close(self._events)
-        if self.result is None or self.write_error is not None:
-            return
         try:
-            self.store.write_report(self.session_id)
+            if self.result is None or self.write_error is not None:
+                return
+            with self._owned():
+                self.store.write_report(self.session_id)
+        except RecordFenced:
+            pass  # the record is another claim's now: so is its report
         except Exception:  # a report problem must never spoil the run's own record
             log.exception("could not write report.html for %s", self.session_id)
+        finally:
+            if self._fence is not None:
+                self._fence.close()
+
+
+def _pool_owned(status: StatusRecord) -> bool:
+    """Whether a worker pool runs this session (a worker's name, or queued for one)."""
+    return status.worker is not None or status.phase is Phase.QUEUED
 
 
 @dataclass(frozen=True)
@@ -301,10 +341,13 @@ class SessionStore:
         return recorder
 
     def reopen(self, session_id: str, *, on_event: EventHook | None = None,
-               on_status: StatusHook | None = None) -> FileRecorder:
-        """A recorder that appends to an existing record (used to resume a run)."""
+               on_status: StatusHook | None = None, fence: int | None = None
+               ) -> FileRecorder:
+        """A recorder that appends to an existing record (used to resume a run); ``fence``
+        is the fencing token of the pool claim it writes under, if any."""
         self._existing(session_id)
-        return FileRecorder(self, session_id, on_event=on_event, on_status=on_status)
+        return FileRecorder(self, session_id, on_event=on_event, on_status=on_status,
+                            fence=fence)
 
     def append_event(self, session_id: str, event_type: EventType, /, **data: Any) -> None:
         """Add one event, numbered after the recorded ones, to a session no run is writing."""
@@ -414,7 +457,7 @@ class SessionStore:
             pid = status.pid
             if status.status is not RunStatus.RUNNING or (pid is not None and is_alive(pid)):
                 continue
-            if status.worker is not None or status.phase is Phase.QUEUED:
+            if _pool_owned(status):
                 continue  # a worker pool owns it: redelivery, not this server, continues it
             try:
                 result = self.read_result(sid)
@@ -434,6 +477,21 @@ class SessionStore:
                 continue
             marked.append(sid)
         return marked
+
+    def pool_unfinished(self, quiet_for_s: float, now: float | None = None) -> list[str]:
+        """Runs a worker pool owns that are still running or queued and whose status has not
+        changed for ``quiet_for_s``: the ones a pool's sweep checks for a live claim."""
+        now = time.time() if now is None else now
+        found = []
+        for sid in self.session_ids():
+            try:
+                status = self.read_status(sid)
+            except (SessionNotFoundError, SessionStateError):
+                continue
+            if (status.status is RunStatus.RUNNING and _pool_owned(status)
+                    and now - status.updated_at >= quiet_for_s):
+                found.append(sid)
+        return found
 
     def prune_candidates(self, older_than_s: float, now: float | None = None
                          ) -> list[SessionSummary]:
