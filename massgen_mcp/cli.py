@@ -31,7 +31,8 @@ from massgen_mcp.config import (
     check_question,
     format_validation_error,
 )
-from massgen_mcp.errors import ConfigError, MassgenError, RecordWriteError
+from massgen_mcp.edges import check_text
+from massgen_mcp.errors import ConfigError, MassgenError, PoolUnavailableError, RecordWriteError
 from massgen_mcp.records import Event, EventType, ResultRecord, RunStatus
 from massgen_mcp.secrets import RedactingFormatter, redact
 from massgen_mcp.sessions.store import SessionStore, default_home
@@ -75,7 +76,10 @@ def _service(args: argparse.Namespace) -> ConsensusService:
 
 def _spec(args: argparse.Namespace) -> RunSpec:
     """The run the flags describe."""
-    question = check_question(args.question if args.question != "-" else sys.stdin.read())
+    given = args.question
+    if given == "-":  # undecodable bytes are kept, so check_question can name them
+        given = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+    question = check_question(given)
     options: dict[str, Any] = {}
     for flag, option in (("timeout", "timeout_s"), ("max_cost", "max_cost_usd"),
                          ("max_tokens", "max_total_tokens")):
@@ -309,11 +313,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from massgen_mcp.service import ConsensusService
 
     async def survey() -> SetupView:
+        from redis.exceptions import RedisError
+
+        from massgen_mcp.pool.live import redact_url
+
         pool = _pool(args)
         service = (await ConsensusService.pool(pool, _home(args)) if pool
                    else _service(args))
         try:
             return await service.check_setup()
+        except RedisError as exc:  # a wrong password or address: say so, not a traceback
+            assert pool is not None
+            raise PoolUnavailableError(
+                f"the pool's Redis ({redact_url(pool.url)}) refused: {str(exc).rstrip('.')}; "
+                "check the address and password in --redis (or MASSGEN_REDIS_URL)") from None
         finally:
             await service.aclose()
 
@@ -560,6 +573,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:  # what MCP hosts spawn: serve over stdio
         args = parser.parse_args([*(argv or sys.argv[1:]), "serve"])
     try:
+        for name, value in vars(args).items():  # undecodable bytes in an argument
+            for text in value if isinstance(value, list) else [value]:
+                if isinstance(text, str):
+                    check_text(text, name)
         code: int = args.func(args)
         return code
     except RecordWriteError as exc:  # the input was fine; the disk was not
