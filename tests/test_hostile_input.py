@@ -5,6 +5,7 @@ traceback, never ``internal_error``, never a session folder without a status."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -18,6 +19,8 @@ import httpx
 import pytest
 from conftest import run_team, team_for
 from fastmcp import Client
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from test_openai_api import served  # noqa: F401 (a fixture)
 from test_transports import TOKEN, free_port, server_env
 
@@ -201,3 +204,149 @@ def test_doctor_with_a_wrong_redis_password_says_so(home: Path, tmp_path: Path) 
         redis.wait(10)
     err = assert_clean_error(done, "refused", "check the address and password in --redis")
     assert "wrong-staple" not in err and "right-horse-battery" not in err
+
+
+# -- properties: any text, any JSON, at every edge -------------------------------------------
+
+# Any character, lone surrogates (what undecodable bytes and "\ud800" escapes become) and
+# the characters that matter to JSON, YAML and terminals.
+CHARS = st.one_of(st.characters(),
+                  st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF, categories=["Cs"]),
+                  st.sampled_from(list('[]{}":,\\\x00\x01\x1b\x7f\u2028&*!|>-#')))
+TEXT = st.lists(CHARS, max_size=40).map("".join)  # st.text drops lone surrogates
+DEEP_JSON = st.builds(lambda n, opener, tail: opener * n + tail, st.integers(0, 150_000),
+                      st.sampled_from(["[", '{"a": ', '[{"content": ']), TEXT)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=8)
+JSONISH = st.one_of(TEXT, DEEP_JSON, JSON_VALUES.map(json.dumps),
+                    st.builds(lambda value: json.dumps({"action": "new_answer",
+                                                        "content": value}), JSON_VALUES))
+PROPERTY = settings(max_examples=25, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                           HealthCheck.too_slow])
+
+
+def as_bytes(text: str) -> bytes:
+    """The text as a file or socket would carry it: lone surrogates become bytes that are
+    not UTF-8."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def test_any_question_or_context_is_refused_or_answered(scripted, home: Path) -> None:
+    from massgen_mcp.config import RunSpec
+    from massgen_mcp.errors import ConfigError
+    from massgen_mcp.service import ConsensusService
+
+    server = scripted(agree)
+
+    @PROPERTY
+    @given(question=TEXT, context=st.none() | TEXT)
+    @example(question="q\udcff", context=None)  # the byte 0xff on a command line
+    @example(question="q", context="\ud800")
+    def check(question: str, context: str | None) -> None:
+        async def go() -> None:
+            service = ConsensusService.local(home)
+            try:
+                started = await service.start(RunSpec(
+                    question=question, context=context,
+                    models=[f"openai/a@{server.base_url}", f"openai/b@{server.base_url}"]))
+            except ConfigError as exc:
+                assert "Traceback" not in str(exc)
+                await service.aclose()
+                return
+            status = await service.wait(started.session_id, 60, until_done=True)
+            await service.aclose()
+            assert status.status == "completed", status
+        asyncio.run(go())
+        assert_no_orphans(home)
+
+    check()
+
+
+def test_any_model_reply_is_retried_or_dropped(scripted, home: Path) -> None:
+    reply = {"text": ""}
+
+    def policy(req: ChatRequest) -> Reply:  # the first answer of a and b is the hostile one
+        if req.model in "ab" and req.call_index == 0:
+            return (tool_calls(("new_answer", reply["text"])) if req.model == "a"
+                    else text(reply["text"]))
+        return agree(req)
+
+    server = scripted(policy)
+
+    @PROPERTY
+    @given(hostile=JSONISH)
+    @example(hostile='{"action": "new_answer", "content": ' + DEEP)
+    def check(hostile: str) -> None:
+        reply["text"] = hostile
+        server._counts.clear()  # every example starts each model's script afresh
+        team = team_for(server, agent_overrides={"b": {"tool_calling": False}})
+        out = asyncio.run(run_team(team))
+        assert out.result["status"] == "completed", out.result
+        assert "Traceback" not in json.dumps(out.events())
+        assert_no_orphans(home)
+
+    check()
+
+
+@PROPERTY
+@given(content=st.one_of(TEXT, JSONISH, st.builds(
+    lambda key, value: f"agents:\n  - id: {key}\n    backend: {{type: openai, model: {value}}}\n",
+    TEXT, TEXT)))
+def test_any_config_text_is_a_team_or_a_config_error(content: str) -> None:
+    import tempfile
+
+    from massgen_mcp.config_files import load_config_file
+    from massgen_mcp.errors import ConfigError
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "team.yaml"
+        path.write_bytes(as_bytes(content))
+        try:
+            load_config_file(path)
+        except ConfigError as exc:
+            assert "team.yaml" in str(exc)
+
+
+@PROPERTY
+@given(lines=st.lists(JSONISH, min_size=1, max_size=4))
+def test_any_eval_file_is_loaded_or_its_bad_line_named(lines: list[str]) -> None:
+    import tempfile
+
+    from massgen_mcp.errors import ConfigError
+    from massgen_mcp.evaluate import load_questions
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "q.jsonl"
+        path.write_bytes(b"\n".join(as_bytes(line) for line in lines))
+        try:
+            load_questions(path)
+        except ConfigError as exc:
+            assert str(exc).startswith("q.jsonl"), exc
+
+
+def test_any_http_body_gets_a_json_answer(
+        scripted, served: tuple[str, subprocess.Popen[bytes]], home: Path) -> None:  # noqa: F811
+    from test_openai_api import write_team
+
+    write_team(scripted(agree))
+    api = served[0]
+    chat = st.builds(lambda model, content: json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": content}]}),
+        st.sampled_from(["massgen/team"]) | TEXT, TEXT)
+
+    @PROPERTY
+    @given(body=st.one_of(JSONISH, chat))
+    @example(body='{"model": "massgen/team", "messages": [{"role": "user", "content": "\\ud800"}]}')
+    def check(body: str) -> None:
+        reply = httpx.post(f"{api}/chat/completions", content=as_bytes(body), timeout=60,
+                           headers={"Authorization": f"Bearer {TOKEN}",
+                                    "Content-Type": "application/json"})
+        assert reply.status_code < 500, reply.text
+        assert isinstance(reply.json(), dict)
+        assert_no_orphans(home)
+
+    check()
+    assert served[1].poll() is None  # the server is still up
