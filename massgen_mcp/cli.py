@@ -32,7 +32,13 @@ from massgen_mcp.config import (
     format_validation_error,
 )
 from massgen_mcp.edges import check_text
-from massgen_mcp.errors import ConfigError, MassgenError, PoolUnavailableError, RecordWriteError
+from massgen_mcp.errors import (
+    ConfigError,
+    ListenError,
+    MassgenError,
+    PoolUnavailableError,
+    RecordWriteError,
+)
 from massgen_mcp.records import Event, EventType, ResultRecord, RunStatus
 from massgen_mcp.secrets import RedactingFormatter, redact
 from massgen_mcp.sessions.store import SessionStore, default_home
@@ -42,6 +48,8 @@ if TYPE_CHECKING:
     from massgen_mcp.service import ConsensusService, SetupView
 
 EXIT_OK, EXIT_INPUT, EXIT_EXECUTION, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3, 4
+EXIT_USAGE = 5  # the command line itself is wrong (argparse's own 2 would read as execution)
+EXIT_LISTEN = 6  # serve --http cannot listen: the port is busy or the host is not ours
 EXIT_BY_STATUS = {
     RunStatus.COMPLETED: EXIT_OK,
     RunStatus.FAILED: EXIT_EXECUTION,
@@ -569,9 +577,12 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:  # what MCP hosts spawn: serve over stdio
-        args = parser.parse_args([*(argv or sys.argv[1:]), "serve"])
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:  # what MCP hosts spawn: serve over stdio
+            args = parser.parse_args([*(argv or sys.argv[1:]), "serve"])
+    except SystemExit as exc:  # argparse has printed the usage and the problem
+        return EXIT_USAGE if exc.code == 2 else int(exc.code or 0)
     try:
         for name, value in vars(args).items():  # undecodable bytes in an argument
             for text in value if isinstance(value, list) else [value]:
@@ -582,6 +593,9 @@ def main(argv: list[str] | None = None) -> int:
     except RecordWriteError as exc:  # the input was fine; the disk was not
         _err(redact(str(exc)))
         return EXIT_EXECUTION
+    except ListenError as exc:
+        _err(str(exc))
+        return EXIT_LISTEN
     except MassgenError as exc:
         _err(redact(str(exc)))
         return EXIT_INPUT
