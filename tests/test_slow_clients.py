@@ -1,6 +1,7 @@
-"""`serve --http` against clients that never finish a request, a port that is taken, and a
-command line that is wrong: each connection is closed, each exit is one line and a documented
-code. A real server process and raw sockets."""
+"""Bounded buffers and slow clients: `serve --http` against clients that never finish a
+request, a port that is taken and a command line that is wrong (each connection is closed, each
+exit is one line and a documented code; a real server process and raw sockets), and an agent's
+MCP server that answers with far more than is kept (a real stdio server)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,3 +104,31 @@ def test_a_wrong_command_line_is_exit_5(home: Path) -> None:
                               env=server_env(home))
         assert done.returncode == EXIT_USAGE == 5, (argv, done.stderr)
         assert "usage:" in done.stderr and "Traceback" not in done.stderr
+
+
+# -- a tool that answers with far more than is kept ------------------------------------------
+
+HUGE_SERVER = Path(__file__).resolve().parent / "fixtures" / "huge_reply_server.py"
+
+
+async def test_a_huge_mcp_tool_result_is_not_held_whole() -> None:
+    """20 MB from a real stdio MCP server: what this process allocates while it arrives stays
+    far below the reply's size (Python's own allocation tracking, not a clock)."""
+    from massgen_mcp.tools.mcp_servers import McpServerSpec, McpToolbox
+
+    size = 20 * 1024 * 1024
+    toolbox = McpToolbox([McpServerSpec(name="huge", command=sys.executable,
+                                        args=[str(HUGE_SERVER)],
+                                        env={"HUGE_BYTES": str(size)})])
+    await toolbox.start()
+    try:
+        tracemalloc.start()
+        text = await toolbox.call("mcp__huge__huge", {})
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert peak < size / 4, f"{peak} bytes held for a {size}-byte reply"
+        assert "reads at most" in text and text.startswith("error:"), text[:300]
+        again = await toolbox.call("mcp__huge__huge", {})  # the session is still in step
+        assert "reads at most" in again, again[:300]
+    finally:
+        await toolbox.aclose()

@@ -149,6 +149,9 @@ class McpToolbox:
         from fastmcp import Client
         from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 
+        from massgen_mcp.tools import reply_cap
+
+        reply_cap.install()  # a reply is held up to a bound, never whole
         transport: Any
         try:
             if spec.type == "stdio":
