@@ -2,20 +2,33 @@
 
 Run with no arguments (or ``serve``), it is an MCP server on stdio, spawned by a host that waits
 for the reply to ``initialize``: that reply is sent before anything heavy is imported
-(:mod:`massgen_mcp.server.handshake`), then the CLI starts the server as usual.
+(:mod:`massgen_mcp.server.handshake`), then the CLI starts the server as usual. Started by a
+person at a terminal instead, it says so on stderr; Ctrl-C ends it quietly.
 """
 
 import sys
 
+TTY_HINT = ("massgen-mcp: this is an MCP server for hosts (Claude Code, Claude Desktop, "
+            "Cursor, ...), waiting for JSON-RPC on stdin; run 'massgen-mcp install' to add it "
+            "to a host, 'massgen-mcp --help' for the command line; Ctrl-C to quit")
+
 
 def main() -> int:
-    if sys.argv[1:] in ([], ["serve"]):
-        from massgen_mcp.server import handshake
+    from_host = sys.argv[1:] in ([], ["serve"])
+    try:
+        if from_host:
+            if sys.stdin.isatty():
+                print(TTY_HINT, file=sys.stderr, flush=True)
+            from massgen_mcp.server import handshake
 
-        handshake.taken = handshake.answer_early(sys.stdin.buffer, sys.stdout.buffer)
-    from massgen_mcp.cli import main as cli_main
+            handshake.taken = handshake.answer_early(sys.stdin.buffer, sys.stdout.buffer)
+        from massgen_mcp.cli import main as cli_main
 
-    return cli_main()
+        return cli_main()
+    except KeyboardInterrupt:
+        if not from_host:
+            raise
+        return 0  # Ctrl-C before the stdio server's own signal handling is up
 
 
 if __name__ == "__main__":

@@ -31,7 +31,14 @@ from massgen_mcp.config import (
     check_question,
     format_validation_error,
 )
-from massgen_mcp.errors import ConfigError, MassgenError, RecordWriteError
+from massgen_mcp.edges import check_text
+from massgen_mcp.errors import (
+    ConfigError,
+    ListenError,
+    MassgenError,
+    PoolUnavailableError,
+    RecordWriteError,
+)
 from massgen_mcp.records import Event, EventType, ResultRecord, RunStatus
 from massgen_mcp.secrets import RedactingFormatter, redact
 from massgen_mcp.sessions.store import SessionStore, default_home
@@ -41,6 +48,8 @@ if TYPE_CHECKING:
     from massgen_mcp.service import ConsensusService, SetupView
 
 EXIT_OK, EXIT_INPUT, EXIT_EXECUTION, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3, 4
+EXIT_USAGE = 5  # the command line itself is wrong (argparse's own 2 would read as execution)
+EXIT_LISTEN = 6  # serve --http cannot listen: the port is busy or the host is not ours
 EXIT_BY_STATUS = {
     RunStatus.COMPLETED: EXIT_OK,
     RunStatus.FAILED: EXIT_EXECUTION,
@@ -77,7 +86,10 @@ def _service(args: argparse.Namespace) -> ConsensusService:
 
 def _spec(args: argparse.Namespace) -> RunSpec:
     """The run the flags describe."""
-    question = check_question(args.question if args.question != "-" else sys.stdin.read())
+    given = args.question
+    if given == "-":  # undecodable bytes are kept, so check_question can name them
+        given = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+    question = check_question(given)
     options: dict[str, Any] = {}
     for flag, option in (("timeout", "timeout_s"), ("max_cost", "max_cost_usd"),
                          ("max_tokens", "max_total_tokens")):
@@ -345,11 +357,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from massgen_mcp.service import ConsensusService
 
     async def survey() -> SetupView:
+        from redis.exceptions import RedisError
+
+        from massgen_mcp.pool.live import redact_url
+
         pool = _pool(args)
         service = (await ConsensusService.pool(pool, _home(args)) if pool
                    else _service(args))
         try:
             return await service.check_setup()
+        except RedisError as exc:  # a wrong password or address: say so, not a traceback
+            assert pool is not None
+            raise PoolUnavailableError(
+                f"the pool's Redis ({redact_url(pool.url)}) refused: {str(exc).rstrip('.')}; "
+                "check the address and password in --redis (or MASSGEN_REDIS_URL)") from None
         finally:
             await service.aclose()
 
@@ -601,15 +622,25 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:  # what MCP hosts spawn: serve over stdio
-        args = parser.parse_args([*(argv or sys.argv[1:]), "serve"])
     try:
+        args = parser.parse_args(argv)
+        if args.command is None:  # what MCP hosts spawn: serve over stdio
+            args = parser.parse_args([*(argv or sys.argv[1:]), "serve"])
+    except SystemExit as exc:  # argparse has printed the usage and the problem
+        return EXIT_USAGE if exc.code == 2 else int(exc.code or 0)
+    try:
+        for name, value in vars(args).items():  # undecodable bytes in an argument
+            for text in value if isinstance(value, list) else [value]:
+                if isinstance(text, str):
+                    check_text(text, name)
         code: int = args.func(args)
         return code
     except RecordWriteError as exc:  # the input was fine; the disk was not
         _err(redact(str(exc)))
         return EXIT_EXECUTION
+    except ListenError as exc:
+        _err(str(exc))
+        return EXIT_LISTEN
     except MassgenError as exc:
         _err(redact(str(exc)))
         return EXIT_INPUT

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from massgen_mcp.edges import check_text
 from massgen_mcp.env import VAR_REFERENCE, getenv
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.secrets import register_secret
@@ -284,8 +285,9 @@ class TeamConfig(BaseModel):
 
 
 def check_question(text: str, field: str = "question") -> str:
-    """The question stripped, or a ConfigError naming ``field`` if it is empty or too long."""
-    text = text.strip()
+    """The question stripped, or a ConfigError naming ``field`` if it is empty, too long or
+    not UTF-8 text."""
+    text = check_text(text, field).strip()
     if not text:
         raise ConfigError(f"{field}: empty; ask something")
     if len(text) > MAX_QUESTION_CHARS:

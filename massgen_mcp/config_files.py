@@ -363,7 +363,10 @@ def parse_yaml(text: str, source: str) -> Any:
     """Safe YAML, refusing documents whose aliases (``&a`` ... ``*a``) expand past
     :data:`MAX_YAML_NODES` values: a few hundred bytes of nested aliases can otherwise expand
     into billions of values for whoever walks the result."""
-    loader = yaml.SafeLoader(text)
+    try:  # the reader refuses control characters as soon as it is made
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {source!r} is not valid YAML: {exc}") from None
     try:
         node = loader.get_single_node()
         if node is None:

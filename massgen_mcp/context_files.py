@@ -36,7 +36,10 @@ class Workspace:
         candidate = Path(name).expanduser() if not self.confined else Path(name)
         if self.confined and candidate.is_absolute():
             raise ConfigError(f"{field}: {name!r} is absolute; give a path relative to {root}")
-        resolved = (root / candidate).resolve()
+        try:
+            resolved = (root / candidate).resolve()
+        except RuntimeError:  # Python 3.11's word for a symlink loop
+            raise ConfigError(f"{field}: {name!r} is a symbolic link loop") from None
         if self.confined and not resolved.is_relative_to(root):
             raise ConfigError(f"{field}: {name!r} is outside {root}; only files inside the "
                               "server's working directory can be used")

@@ -12,7 +12,8 @@ MassgenError
 ├── SessionStateError      the session is in a state that does not allow the request
 │   └── RunNotFinishedError  it has no result yet; carries .session_id and .status
 ├── RecordWriteError       the record folder cannot be written (disk full, I/O, permissions)
-└── PoolUnavailableError   a worker pool's Redis did not take a run (front ends of a pool)
+├── PoolUnavailableError   a worker pool's Redis did not take a run (front ends of a pool)
+└── ListenError            serve --http cannot listen on its address (exit code 6)
 ```
 """
 
@@ -80,6 +81,11 @@ class RecordWriteError(MassgenError):
 
 class PoolUnavailableError(MassgenError):
     """The worker pool's Redis could not be reached, so a run was not queued."""
+
+
+class ListenError(MassgenError):
+    """The HTTP server cannot listen on the address asked for (the port is busy, or the
+    host is not this machine's)."""
 
 
 def describe_write_error(exc: OSError, home: object) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 
 from massgen_mcp.api import follow
 from massgen_mcp.config import RunSpec
+from massgen_mcp.edges import UnsafeJson, load_json
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.records import CallPurpose, Event, EventType
 from massgen_mcp.service import ConsensusService
@@ -56,13 +57,14 @@ class Item:
 def load_questions(path: Path) -> list[Item]:
     """The JSONL file's ``{question, answer}`` lines; a bad line is an error naming it."""
     items = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
+    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+        if not raw.strip():
             continue
         try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path.name}:{number}: not JSON ({exc.msg})") from None
+            data = load_json(raw)
+        except UnsafeJson as exc:
+            raise ConfigError(f"{path.name}:{number}: {exc}; each line must be one JSON "
+                              "object in UTF-8") from None
         if not isinstance(data, dict) or not isinstance(data.get("question"), str) or (
                 not isinstance(data.get("answer"), str | int | float)):
             raise ConfigError(f"{path.name}:{number}: expected {{\"question\": \"...\", "

@@ -29,6 +29,7 @@ from massgen_mcp.config import (
     missing_credentials,
 )
 from massgen_mcp.context_files import Workspace
+from massgen_mcp.edges import check_text
 from massgen_mcp.errors import ConfigError, RunNotFinishedError, SessionStateError
 from massgen_mcp.records import (
     Event,
@@ -139,7 +140,8 @@ class ConsensusService:
         the service's own."""
         workspace = workspace or self.workspace
         question = check_question(spec.question)
-        parts = [spec.context.strip()] if spec.context and spec.context.strip() else []
+        given = check_text(spec.context or "", "context").strip()
+        parts = [given] if given else []
         if spec.context_files:
             parts.append(workspace.read_context_files(spec.context_files))
         context = "\n\n".join(parts) or None

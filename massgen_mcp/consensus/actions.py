@@ -7,11 +7,11 @@ sent back to it as the corrective retry.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
 from massgen_mcp.consensus.state import View, normalise
+from massgen_mcp.edges import NotJson, UnsafeJson, decode_json, load_json
 from massgen_mcp.providers.base import Completion
 
 MAX_REASON_CHARS = 2_000
@@ -56,22 +56,23 @@ def similarity(a: str, b: str) -> float:
 
 
 def _extract_json(text: str) -> object | None:
-    """The first JSON object in ``text`` (models wrap JSON in prose or code fences)."""
-    decoder = json.JSONDecoder()
+    """The first JSON object in ``text`` (models wrap JSON in prose or code fences); an
+    Invalid if the first one that parses is not usable (nested too deep, not text)."""
     start = text.find("{")
     while start != -1:
         try:
-            value: object
-            value, _ = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
+            return decode_json(text, start)[0]
+        except NotJson:
             start = text.find("{", start + 1)
-            continue
-        return value
+        except UnsafeJson as exc:
+            return Invalid(f"your JSON is not usable: {exc}.", "bad_arguments")
     return None
 
 
 def _calls_from_json(text: str | None) -> list[tuple[str, object]] | Invalid:
     value = _extract_json(text or "")
+    if isinstance(value, Invalid):
+        return value
     if not isinstance(value, dict):
         return Invalid("your reply did not contain a JSON object.", "no_action")
     action = value.get("action")
@@ -88,9 +89,10 @@ def _calls_from_tools(completion: Completion) -> list[tuple[str, object]] | Inva
         if call.name not in ("vote", "new_answer"):
             return Invalid(f"there is no tool named {call.name!r}.", "unknown_tool")
         try:
-            arguments = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError:
-            return Invalid(f"the arguments of {call.name} are not valid JSON.", "bad_arguments")
+            arguments = load_json(call.arguments or "{}")
+        except UnsafeJson as exc:
+            return Invalid(f"the arguments of {call.name} are not valid JSON: {exc}.",
+                           "bad_arguments")
         calls.append((call.name, arguments))
     if not calls:
         return Invalid("you did not call a tool.", "no_action")

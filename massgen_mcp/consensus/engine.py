@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from massgen_mcp.consensus.actions import (
     parse_action,
 )
 from massgen_mcp.consensus.state import Answer, Coordination, View
+from massgen_mcp.edges import UnsafeJson, decode_json, load_json
 from massgen_mcp.errors import ProviderError, RecordWriteError
 from massgen_mcp.providers.base import (
     CallContext,
@@ -76,8 +76,8 @@ def parse_check(text: str) -> tuple[str, str | None]:
     """(verdict, feedback) from a check reply; anything but a well-formed restart accepts."""
     start = text.find("{")
     try:
-        value, _ = json.JSONDecoder().raw_decode(text, start) if start >= 0 else (None, 0)
-    except json.JSONDecodeError:
+        value = decode_json(text, start)[0] if start >= 0 else None
+    except UnsafeJson:
         value = None
     if isinstance(value, dict) and value.get("verdict") == "restart":
         feedback = str(value.get("feedback") or "").strip()[:2_000]
@@ -426,8 +426,8 @@ class ConsensusRun:
         if call.name not in offered:
             return f"error: there is no tool named {call.name!r} for you"
         try:
-            arguments = json.loads(call.arguments or "{}")
-        except json.JSONDecodeError:
+            arguments = load_json(call.arguments or "{}")
+        except UnsafeJson:
             arguments = None
         if not isinstance(arguments, dict):
             return f"error: the arguments of {call.name} are not a JSON object"

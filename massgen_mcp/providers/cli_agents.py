@@ -48,6 +48,7 @@ from typing import Any
 
 from massgen_mcp import children
 from massgen_mcp.config import AgentSpec
+from massgen_mcp.edges import UnsafeJson, decode_json, load_json
 from massgen_mcp.errors import ProviderError
 from massgen_mcp.pool.live import URL_ENV as POOL_URL_ENV
 from massgen_mcp.providers.base import CallContext, Completion
@@ -206,8 +207,8 @@ def _codex_parse(stdout: bytes) -> Completion:
     failure = ""
     for line in stdout.decode(errors="replace").splitlines():
         try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
+            event = load_json(line)
+        except UnsafeJson:
             continue
         if not isinstance(event, dict):
             continue
@@ -311,12 +312,11 @@ def _json_object(stdout: bytes, name: str) -> dict[str, Any]:
     """The JSON object a CLI printed last, on one line or many (some print warnings first):
     from the first line starting with '{' whose object runs to the end of the output."""
     text = stdout.decode(errors="replace")
-    decoder = json.JSONDecoder()
     start = 0
     for line in text.splitlines(keepends=True):
         if line.startswith("{"):
-            with contextlib.suppress(json.JSONDecodeError):
-                value, end = decoder.raw_decode(text, start)
+            with contextlib.suppress(UnsafeJson):
+                value, end = decode_json(text, start)
                 if isinstance(value, dict) and not text[end:].strip():
                     return value
         start += len(line)

@@ -81,7 +81,8 @@ def map_error(exc: Exception, litellm: ModuleType) -> ProviderError:
     """Translate any litellm/openai exception into a ProviderError with a redacted message."""
     status = getattr(exc, "status_code", None)
     status = status if isinstance(status, int) else None
-    text = redact(str(exc)).replace("\n", " ")
+    # litellm quotes the whole traceback of a response it could not convert: keep the why.
+    text = redact(str(exc)).split("Traceback (most recent call last)")[0].replace("\n", " ")
     for prefix in ("litellm.", "OpenAIException - "):
         text = text.replace(prefix, "")
     message = text[:400]

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from massgen_mcp.config import AgentSpec
+from massgen_mcp.edges import UnsafeJson, load_json
 from massgen_mcp.errors import ProviderError
 from massgen_mcp.providers import local_model
 from massgen_mcp.providers.base import CallContext, Completion, ToolCall
@@ -80,8 +81,8 @@ def parse_decision(text: str) -> dict[str, Any] | None:
     trimmed = re.sub(r"\\(u[0-9a-fA-F]{0,3})?$", "", text)  # a half-written escape
     for candidate in (text, trimmed + '"}'):
         try:
-            value = json.loads(candidate)
-        except json.JSONDecodeError:
+            value = load_json(candidate)
+        except UnsafeJson:
             continue
         return value if isinstance(value, dict) and "action" in value else None
     return None

@@ -4,11 +4,15 @@ A host spawns ``massgen-mcp`` and waits for the reply to ``initialize``; importi
 the mcp SDK alone takes ~0.8 s here, most of the handshake. Yet the reply is fixed: our name,
 version, instructions and capabilities, and the protocol version the SDK would choose. So the
 launcher (``massgen_mcp.__main__``) reads the first line of stdin with nothing but the standard
-library loaded and, if it is an ``initialize`` of the handshake era, answers it at once
-(:func:`answer_early`). The line is then handed to the real server as if it had just arrived
-(:mod:`massgen_mcp.server.stdio`), so the SDK's session is initialised exactly as usual; its own
-reply to that request is dropped, after a check that it says what we said (a difference is
+library loaded and, if it is an ``initialize`` the SDK would accept, answers it at once
+(:func:`answer_early`). Everything read is then handed to the real server as unread input
+(:mod:`massgen_mcp.server.stdio`), so the SDK reads and handles that line exactly as usual; its
+own reply to that request is dropped, after a check that it says what we said (a difference is
 logged, and a test holds the two equal for every protocol version).
+
+Anything else falls back to the SDK alone, unanswered here: a line that is not UTF-8 JSON text,
+an ``initialize`` the SDK would refuse (its error must be the only reply), and a first line
+longer than :data:`MAX_EARLY_BYTES` (the SDK reads it at full speed).
 
 ``MASSGEN_EARLY_INITIALIZE=0`` turns this off.
 """
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from massgen_mcp import __version__
+from massgen_mcp.edges import UnsafeJson, load_json
 
 ENV = "MASSGEN_EARLY_INITIALIZE"
 
@@ -43,11 +48,16 @@ CAPABILITIES: dict[str, Any] = {
 }
 
 
+# An initialize is well under 1 KiB; past this the first line is left to the SDK.
+MAX_EARLY_BYTES = 64 * 1024
+
+
 @dataclass
 class Early:
-    """The first line a stdio host sent, and our reply if we answered it."""
+    """What the launcher read from stdin (the server must read it first), and our reply if
+    we answered the host's first line."""
 
-    line: bytes
+    data: bytes
     request_id: str | int | None = None
     result: dict[str, Any] | None = None
 
@@ -67,39 +77,71 @@ def initialize_result(requested: object) -> dict[str, Any]:
             "instructions": INSTRUCTIONS}
 
 
-def _read_line(stdin: IO[bytes]) -> bytes:
-    """One line, read a byte at a time from the file descriptor: the server then reads the
-    same descriptor afresh, so nothing past this line may sit in a buffer here."""
-    fd = stdin.fileno()
-    line = bytearray()
-    while not line.endswith(b"\n"):
-        byte = os.read(fd, 1)
-        if not byte:
+def _read_first_line(fd: int) -> bytes:
+    """Stdin up to the end of its first line (and whatever came with it), at most a little
+    over :data:`MAX_EARLY_BYTES`, or to its end."""
+    data = bytearray()
+    while b"\n" not in data and len(data) <= MAX_EARLY_BYTES:
+        chunk = os.read(fd, 65536)  # a pipe returns what is there; nothing is waited for
+        if not chunk:
             break
-        line += byte
-    return bytes(line)
+        data += chunk
+    return bytes(data)
+
+
+def _sdk_accepts(params: dict[str, Any]) -> bool:
+    """Whether the SDK's InitializeRequestParams surely accept ``params``; when unsure, no
+    (the SDK then answers alone, a little later)."""
+    info = params.get("clientInfo")
+    capabilities = params.get("capabilities")
+    if not (isinstance(params.get("protocolVersion"), str) and isinstance(info, dict)
+            and isinstance(capabilities, dict) and isinstance(params.get("_meta", {}), dict)):
+        return False
+    if not (isinstance(info.get("name"), str) and isinstance(info.get("version"), str)
+            and "icons" not in info
+            and all(isinstance(info.get(key), str | None)
+                    for key in ("title", "description", "websiteUrl"))):
+        return False
+    roots = capabilities.get("roots", {})
+    if not isinstance(roots, dict) or not isinstance(roots.get("listChanged", False), bool):
+        return False
+    # Every other capability is an object of objects (experimental and extensions: of any
+    # objects); the SDK's models ignore keys they do not know.
+    return all(isinstance(value, dict) and (
+        name == "roots" or all(isinstance(inner, dict) and (
+            name in ("experimental", "extensions") or _only_objects(inner))
+            for inner in value.values()))
+        for name, value in capabilities.items())
+
+
+def _only_objects(value: dict[str, Any]) -> bool:
+    return all(isinstance(inner, dict) and _only_objects(inner) for inner in value.values())
 
 
 def answer_early(stdin: IO[bytes], stdout: IO[bytes]) -> Early | None:
-    """Read the host's first line; answer it if it is a plain ``initialize``. Returns what
-    was read (None at end of input), which the server must then process as its first."""
+    """Read the host's first line; answer it if it is an ``initialize`` the SDK accepts.
+    Returns what was read (None at end of input), which the server must then read first."""
     if os.environ.get(ENV, "1") == "0":
         return None
-    line = _read_line(stdin)
-    if not line:
+    data = _read_first_line(stdin.fileno())
+    if not data:
         return None
-    early = Early(line)
+    early = Early(data)
+    line, newline, _ = data.partition(b"\n")
+    if not newline and len(data) > MAX_EARLY_BYTES:
+        return early
     try:
-        message = json.loads(line)
-    except ValueError:
-        return early  # the server answers it with a parse error
-    if not isinstance(message, dict) or message.get("method") != "initialize":
+        message = load_json(line)
+    except UnsafeJson:
+        return early  # the server answers it (a parse error, with its id if it has one)
+    if (not isinstance(message, dict) or message.get("jsonrpc") != "2.0"
+            or message.get("method") != "initialize"):
         return early
     early.request_id = request_id(message.get("id"))
     params = message.get("params")
-    if early.request_id is None or not isinstance(params, dict):
+    if early.request_id is None or not isinstance(params, dict) or not _sdk_accepts(params):
         return early  # the server answers it with the SDK's own error
-    early.result = initialize_result(params.get("protocolVersion"))
+    early.result = initialize_result(params["protocolVersion"])
     reply = {"jsonrpc": "2.0", "id": early.request_id, "result": early.result}
     stdout.write(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
     stdout.flush()

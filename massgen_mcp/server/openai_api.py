@@ -39,6 +39,7 @@ from massgen_mcp.api import (
     usage_counts,
 )
 from massgen_mcp.config import MAX_CONTEXT_CHARS, RunSpec, check_question
+from massgen_mcp.edges import UnsafeJson, load_json
 from massgen_mcp.errors import MassgenError, SessionStateError
 from massgen_mcp.records import ResultRecord, StatusRecord
 from massgen_mcp.secrets import redact
@@ -185,9 +186,9 @@ def add_openai_routes(mcp: FastMCP, token: str | None,
         if (denied := refused(request)) is not None:
             return denied
         try:
-            body = json.loads(await request.body() or b"null")
-        except (ValueError, RecursionError):
-            return ApiError(400, "the body is not valid JSON").response()
+            body = load_json(await request.body() or b"null")
+        except UnsafeJson as exc:
+            return ApiError(400, f"the body is not valid JSON: {exc}").response()
         try:
             model, spec = (parts := await asyncio.to_thread(check_request, body))[:2]
         except ApiError as exc:

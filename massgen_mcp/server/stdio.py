@@ -11,20 +11,23 @@ is null). fastmcp opens the transport through its module attribute ``stdio_serve
 :func:`install` points that at ours.
 
 It also takes over from the launcher, which may have read the host's first line already and
-answered its ``initialize`` (:mod:`massgen_mcp.server.handshake`): that line is the first one
-the server receives, and the SDK's own reply to it is dropped, being the one already sent.
+answered its ``initialize`` (:mod:`massgen_mcp.server.handshake`): what the launcher read comes
+before the rest of stdin, so the SDK reads that line itself, and the SDK's own reply to it is
+dropped, being the one already sent.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+import sys
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, BinaryIO
 
 import anyio
-import mcp_types
+from mcp.server import stdio as mcp_stdio
 from mcp.server.stdio import stdio_server as mcp_stdio_server
 from mcp.shared.message import SessionMessage
 from mcp.types import PARSE_ERROR, ErrorData, JSONRPCError
@@ -52,11 +55,11 @@ def parse_error_reply(exc: Exception) -> JSONRPCError | None:
 
 
 class _AnsweringReader:
-    """mcp's read stream, minus the parse failures, which are answered on the write stream;
-    ``first`` (a line the launcher read) comes before anything from stdin."""
+    """mcp's read stream, minus the parse failures, which are answered on the write
+    stream."""
 
-    def __init__(self, inner: Any, write: Any, first: bytes | None = None) -> None:
-        self._inner, self._write, self._first = inner, write, first
+    def __init__(self, inner: Any, write: Any) -> None:
+        self._inner, self._write = inner, write
 
     @property
     def last_context(self) -> Any:  # the dispatcher reads the sender's contextvars here
@@ -64,20 +67,12 @@ class _AnsweringReader:
 
     async def receive(self) -> Any:
         while True:
-            item = self._replayed() if self._first is not None else await self._inner.receive()
+            item = await self._inner.receive()
             if not isinstance(item, Exception):
                 return item
             reply = parse_error_reply(item)
             if reply is not None:
                 await self._write.send(SessionMessage(reply))
-
-    def _replayed(self) -> Any:
-        line, self._first = self._first or b"", None
-        try:
-            return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(
-                line, by_name=False))
-        except Exception as exc:  # answered like any line mcp could not parse
-            return exc
 
     def __aiter__(self) -> _AnsweringReader:
         return self
@@ -101,7 +96,8 @@ class _AnsweringReader:
 
 class _AfterEarlyReply:
     """mcp's write stream, minus the SDK's reply to the ``initialize`` the launcher already
-    answered; a reply that differs from ours is logged (a test keeps them equal)."""
+    answered (the first reply with its id, whatever it says: a request id has one reply); a
+    reply that differs from ours is logged (a test keeps them equal)."""
 
     def __init__(self, inner: Any, early: handshake.Early) -> None:
         self._inner, self._early = inner, early
@@ -109,8 +105,7 @@ class _AfterEarlyReply:
     async def send(self, item: Any) -> None:
         message = getattr(item, "message", None)
         if (message is not None and self._early.result is not None
-                and getattr(message, "id", None) == self._early.request_id
-                and hasattr(message, "result")):
+                and getattr(message, "id", None) == self._early.request_id):
             ours, self._early.result = self._early.result, None
             theirs = message.model_dump(by_alias=True, exclude_unset=True, mode="json")
             if theirs.get("result") != ours:
@@ -130,13 +125,52 @@ class _AfterEarlyReply:
         return await self._inner.__aexit__(*exc)
 
 
+class _ReadAgain(io.RawIOBase):
+    """``data`` (what the launcher read), then the rest of ``inner``: stdin as if the launcher
+    had not touched it."""
+
+    def __init__(self, data: bytes, inner: BinaryIO) -> None:
+        self._data, self._inner = data, inner
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if not self._data:
+            chunk = self._inner.read1(len(view)) if isinstance(self._inner, io.BufferedReader) \
+                else self._inner.read(len(view))
+        else:
+            chunk, self._data = self._data[:len(view)], self._data[len(view):]
+        view[:len(chunk)] = chunk
+        return len(chunk)
+
+
+@contextlib.contextmanager
+def _stdin_after(early: handshake.Early) -> Iterator[anyio.AsyncFile[str]]:
+    """Stdin for the SDK, starting with what the launcher read. fd 0 is claimed as the SDK
+    claims it when it opens stdin itself (children read the null device, not the host)."""
+    buffer, release = mcp_stdio._claim_fd(0, sys.stdin, "rb", mcp_stdio._open_stdin_diversion)
+    try:
+        text = mcp_stdio._UnownedTextWrapper(  # decoded as the SDK decodes stdin
+            io.BufferedReader(_ReadAgain(early.data, buffer)), encoding="utf-8",
+            errors="replace")
+        yield anyio.wrap_file(text)
+    finally:
+        if release is not None:
+            release()
+
+
 @contextlib.asynccontextmanager
 async def stdio_server(*args: Any, **kwargs: Any) -> AsyncIterator[tuple[Any, Any]]:
     early, handshake.taken = handshake.taken, None
-    async with mcp_stdio_server(*args, **kwargs) as (read, write):
+    with contextlib.ExitStack() as stack:
         if early is not None:
-            write = _AfterEarlyReply(write, early)
-        yield _AnsweringReader(read, write, early.line if early else None), write
+            kwargs["stdin"] = stack.enter_context(_stdin_after(early))
+        async with mcp_stdio_server(*args, **kwargs) as (read, write):
+            if early is not None:
+                write = _AfterEarlyReply(write, early)
+            yield _AnsweringReader(read, write), write
 
 
 def install() -> None:

@@ -3,22 +3,27 @@
 On stdio, stdout *is* the protocol: logging goes to stderr and to ``<home>/server.log`` only,
 and litellm is kept quiet when it loads. Over HTTP the server binds loopback by default, checks
 Host/Origin headers, and requires a bearer token (``MASSGEN_MCP_TOKEN``, compared in constant
-time) whenever one is set; binding a non-loopback address without a token is refused.
+time) whenever one is set; binding a non-loopback address without a token is refused. A client
+gets :data:`HEADER_TIMEOUT_S` to send a request's headers and :data:`BODY_TIMEOUT_S` for each
+piece of its body (``MASSGEN_MCP_HEADER_TIMEOUT_S``, ``MASSGEN_MCP_BODY_TIMEOUT_S``), so a slow
+or stalled client cannot hold a connection for ever.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import json
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from massgen_mcp.errors import ConfigError
+from massgen_mcp.errors import ConfigError, ListenError
 from massgen_mcp.secrets import RedactingFormatter
 from massgen_mcp.sessions.store import default_home
 from massgen_mcp.trust import is_loopback
@@ -31,6 +36,9 @@ if TYPE_CHECKING:
 TOKEN_ENV = "MASSGEN_MCP_TOKEN"
 MAX_BODY_ENV = "MASSGEN_MCP_MAX_BODY_BYTES"
 DEFAULT_MAX_BODY = 4 * 1024 * 1024  # a maximal question plus context fits with room to spare
+HEADER_TIMEOUT_ENV, HEADER_TIMEOUT_S = "MASSGEN_MCP_HEADER_TIMEOUT_S", 10.0  # connecting (or
+# the last response) to a request's full headers
+BODY_TIMEOUT_ENV, BODY_TIMEOUT_S = "MASSGEN_MCP_BODY_TIMEOUT_S", 30.0  # between body pieces
 
 
 class BodySizeLimit:
@@ -78,6 +86,118 @@ class BodySizeLimit:
 
 class _TooLarge(Exception):
     pass
+
+
+class BodyReadTimeout:
+    """ASGI middleware: a request body that stalls for :data:`BODY_TIMEOUT_S` gets 408 and
+    the connection is closed. Only while the body is incomplete: an open stream (MCP's SSE)
+    then waits for the disconnect as long as it likes."""
+
+    def __init__(self, app: Any, timeout_s: float = BODY_TIMEOUT_S) -> None:
+        self.app = app
+        self.timeout_s = timeout_s
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        complete = False
+
+        async def timed_receive() -> Any:
+            nonlocal complete
+            if complete:
+                return await receive()
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    message = await receive()
+            except TimeoutError:
+                raise _TooSlow from None
+            complete = message["type"] != "http.request" or not message.get("more_body")
+            return message
+
+        try:
+            await self.app(scope, timed_receive, send)
+        except _TooSlow:
+            body = json.dumps({"error": {
+                "message": f"the request body stalled for {self.timeout_s:g} s",
+                "type": "invalid_request_error", "param": None,
+                "code": "request_timeout"}}).encode()
+            await send({"type": "http.response.start", "status": 408,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode()),
+                                    (b"connection", b"close")]})
+            await send({"type": "http.response.body", "body": body})
+
+
+class _TooSlow(Exception):
+    pass
+
+
+def _header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with a deadline for each request's headers: uvicorn has none,
+    so a client that sends half a request line would hold its connection for ever."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderDeadline(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(timeout_s, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _too_slow(self) -> None:
+            self._deadline = None
+            if self.conn.their_state is h11.IDLE:  # still no complete request headers
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.conn.their_state is not h11.IDLE:
+                self._disarm()  # the headers are in; the body has its own timeout
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()  # the next request on this connection gets the same deadline
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return HeaderDeadline
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port``, or ListenError saying what to do: bound before the
+    server says it serves, so a busy port is one clear line, not a startup log."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ListenError(f"cannot serve on {host}:{port}: {exc.strerror or exc}; check "
+                          "--host") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ListenError(f"port {port} on {host} is already in use (another server, "
+                              "perhaps massgen-mcp itself); stop it or choose another with "
+                              "--port") from None
+        raise ListenError(f"cannot serve on {host}:{port}: {exc.strerror or exc}; choose "
+                          "another --host or --port") from None
+    return sock
 
 
 def bearer_token_auth(token: str) -> TokenVerifier:
@@ -178,6 +298,7 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
         from massgen_mcp.pool.frontends import Membership
 
         asyncio.run(Membership(pool, token).check())
+    sock = listen(host, port)
     configure_logging(home)
     server = create_server(home=home, auth=bearer_token_auth(token) if token else None,
                            token=token, openai_api=api in ("both", "openai"), pool=pool,
@@ -190,7 +311,11 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
     from starlette.middleware import Middleware
 
     limit = int(os.environ.get(MAX_BODY_ENV, DEFAULT_MAX_BODY))
-    app = server.http_app(path=path, middleware=[Middleware(BodySizeLimit, limit=limit)],
+    header_timeout = float(os.environ.get(HEADER_TIMEOUT_ENV, HEADER_TIMEOUT_S))
+    body_timeout = float(os.environ.get(BODY_TIMEOUT_ENV, BODY_TIMEOUT_S))
+    app = server.http_app(path=path, middleware=[
+        Middleware(BodySizeLimit, limit=limit),
+        Middleware(BodyReadTimeout, timeout_s=body_timeout)],
                           host_origin_protection="auto")
     if api == "openai":  # the MCP endpoint is not served at all
         app.router.routes = [r for r in app.router.routes if getattr(r, "path", "") != path]
@@ -205,4 +330,5 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
 
     # log_config=None: uvicorn's records go to our (redacting) handlers and server.log.
     Server(uvicorn.Config(app, host=host, port=port, log_config=None,
-                          timeout_graceful_shutdown=5)).run()
+                          http=_header_timeout_protocol(header_timeout),
+                          timeout_graceful_shutdown=5)).run(sockets=[sock])

@@ -338,6 +338,9 @@ class SessionStore:
             if isinstance(exc, RecordWriteError):
                 raise exc from None
             raise RecordWriteError(describe_write_error(exc, self.home)) from None
+        except Exception:  # whatever else stops it: still no half-made session folder
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         return recorder
 
     def reopen(self, session_id: str, *, on_event: EventHook | None = None,

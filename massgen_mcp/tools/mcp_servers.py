@@ -166,6 +166,9 @@ class McpToolbox:
         from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
         from mcp.client.stdio import get_default_environment
 
+        from massgen_mcp.tools import reply_cap
+
+        reply_cap.install()  # a reply is held up to a bound, never whole
         transport: Any
         try:
             if spec.type == "stdio":

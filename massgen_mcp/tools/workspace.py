@@ -130,7 +130,10 @@ class WorkspaceTools:
                               f"{', '.join(self.deny)}")
         narrowed = []
         for given in self.only:
-            path = (self.root / Path(given).expanduser()).resolve()
+            try:
+                path = (self.root / Path(given).expanduser()).resolve()
+            except RuntimeError:  # a symlink loop
+                raise ConfigError(f"context_paths: {given!r} is a symbolic link loop") from None
             if not path.is_relative_to(self.root) or not path.exists():
                 raise ConfigError(f"context_paths: {given!r} is not a file or folder inside "
                                   f"the workspace {self.root}")
@@ -201,7 +204,10 @@ class WorkspaceTools:
         given = PurePosixPath(name.strip())
         if given.is_absolute() or name.startswith("~"):
             raise ToolRefused(f"{name!r} is absolute; give a path relative to the project root")
-        resolved = (self.root / given).resolve()
+        try:
+            resolved = (self.root / given).resolve()
+        except RuntimeError:  # Python 3.11's word for a symlink loop
+            raise ToolRefused(f"{name!r} is a symbolic link loop") from None
         if not resolved.is_relative_to(self.root):
             raise ToolRefused(f"{name!r} is outside the project")
         relative = PurePosixPath(resolved.relative_to(self.root).as_posix())

@@ -1,0 +1,94 @@
+"""Text and JSON from outside, checked once where they come in.
+
+Everything massgen-mcp records is UTF-8 JSON, and Python's JSON and YAML code recurses: a
+string that cannot be encoded (a lone surrogate, which is what an undecodable byte in a
+command-line argument or a ``"\\ud800"`` escape becomes) or a document nested thousands deep
+would fail far from where it came in, as a traceback or a run ended ``internal_error``. So every
+edge (questions and context, HTTP bodies, eval files, models' JSON replies) goes through these
+functions, and bad input is refused there with a message that names it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from massgen_mcp.errors import ConfigError
+
+# No request, reply or file massgen-mcp reads needs more; far below Python's recursion limit,
+# so whatever handles the value afterwards (pydantic, json.dumps) cannot recurse too deep.
+MAX_JSON_DEPTH = 64
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_DECODER = json.JSONDecoder()
+
+
+class UnsafeJson(ValueError):
+    """JSON that is not well-formed, nests deeper than :data:`MAX_JSON_DEPTH` or holds a
+    string that is not text. The message is one line that says which."""
+
+
+class NotJson(UnsafeJson):
+    """Not well-formed JSON at all (as opposed to JSON that parses but is not usable)."""
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be kept as UTF-8 text (None when it can)."""
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    code = ord(found.group())
+    what = (f"the byte 0x{code - 0xDC00:02x}, which is not UTF-8" if 0xDC80 <= code <= 0xDCFF
+            else f"a lone surrogate (U+{code:04X}), which is not a character")
+    return f"character {found.start() + 1} is {what}; send UTF-8 text"
+
+
+def check_text(text: str, field: str) -> str:
+    """``text`` unchanged, or a ConfigError naming ``field`` if it is not UTF-8 text."""
+    problem = text_problem(text)
+    if problem:
+        raise ConfigError(f"{field}: {problem}")
+    return text
+
+
+def load_json(text: str | bytes) -> object:
+    """``json.loads`` for input from outside: UnsafeJson instead of a RecursionError, a
+    document nested too deep or a string that is not text."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise NotJson(f"byte {exc.start + 1} is not UTF-8") from None
+    value, end = decode_json(text, 0)
+    if text[end:].strip():
+        raise NotJson(f"not JSON (extra data at character {end + 1})")
+    return value
+
+
+def decode_json(text: str, start: int) -> tuple[object, int]:
+    """``JSONDecoder.raw_decode`` (one value from ``start``; it and where it ended) with the
+    checks of :func:`load_json`."""
+    try:
+        value, end = _DECODER.raw_decode(text, start)
+    except json.JSONDecodeError as exc:
+        raise NotJson(f"not JSON ({exc.msg} at character {exc.pos + 1})") from None
+    except RecursionError:
+        raise UnsafeJson(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    _check_value(value)
+    return value, end
+
+
+def _check_value(value: object) -> None:
+    """Depth and text of a decoded value, without recursion."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            problem = text_problem(item)
+            if problem:
+                raise UnsafeJson(f"a string: {problem}")
+        elif isinstance(item, dict | list):
+            if depth >= MAX_JSON_DEPTH:
+                raise UnsafeJson(f"nested deeper than {MAX_JSON_DEPTH} levels")
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
