@@ -37,6 +37,7 @@ from massgen_mcp.secrets import RedactingFormatter, redact
 from massgen_mcp.sessions.store import SessionStore, default_home
 
 if TYPE_CHECKING:
+    from massgen_mcp.config_files import LoadedConfig
     from massgen_mcp.pool.live import PoolConfig
     from massgen_mcp.service import ConsensusService, SetupView
 
@@ -231,11 +232,27 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for problem in missing_credentials(team) + cli_problems(team):
         _say(f"  warning: {problem}")
     if team.mcp_servers() and args.servers:
+        if not trusted(loaded):
+            _err(f"{args.file}: validate --servers starts the commands it names; run "
+                 f"'massgen-mcp trust {args.file}' first")
+            return EXIT_INPUT
         for line in asyncio.run(servers_cut(team)):
             _say(f"  warning: {line}")
     elif team.mcp_servers():
         _say("  (validate --servers starts its MCP servers and checks what they offer)")
     return EXIT_OK
+
+
+def trusted(loaded: LoadedConfig) -> bool:
+    """Whether the file needs no consent or has it: what it starts must wait for consent
+    under validate as under a run."""
+    from massgen_mcp import trust
+
+    try:
+        trust.check(loaded.team, loaded.path, loaded.text, loaded.expanded)
+    except trust.UntrustedConfigError:
+        return False
+    return True
 
 
 async def servers_cut(team: TeamConfig) -> list[str]:

@@ -274,6 +274,25 @@ def test_allow_secret_files_lifts_a_name_every_pattern_of_it(secret_project: Pat
 
 # -- consent belongs to one place ---------------------------------------------------------------
 
+def test_validate_servers_starts_nothing_from_an_untrusted_project_config(
+        scripted, tmp_path: Path) -> None:
+    server = scripted(agree)
+    marker = tmp_path / "validate-ran-it"
+    repo = cloned_repo(tmp_path, (
+        f"agents:\n  - id: a\n    backend:\n      type: chatcompletion\n      model: a\n"
+        f"      base_url: '{server.base_url}'\n      mcp_servers:\n"
+        f"        helper: {{type: stdio, command: sh, args: ['-c', 'touch {marker}']}}\n"))
+    env = child_env(tmp_path, server)
+    refused = cli(repo, env, "validate", ".massgen/config.yaml", "--servers")
+    assert refused.returncode != 0 and not marker.exists()
+    [line] = refused.stderr.splitlines()
+    assert "massgen-mcp trust .massgen/config.yaml" in line and "first" in line, line
+    assert cli(repo, env, "trust").returncode == 0
+    checked = cli(repo, env, "validate", ".massgen/config.yaml", "--servers")
+    assert checked.returncode == 0, checked.stderr
+    assert marker.exists()  # the same command, now that the user consented
+
+
 def test_consent_does_not_follow_a_symlinked_project_config(scripted, tmp_path: Path) -> None:
     server = scripted(agree)
     config = (f"agents:\n  - id: a\n    backend:\n      type: chatcompletion\n      model: a\n"
