@@ -46,6 +46,8 @@ def test_validate_servers_warns_about_what_the_caps_cut(tmp_path: Path, home: Pa
                            capture_output=True, text=True, env=server_env(home), timeout=120)
     assert plain.returncode == 0, plain.stderr
     assert "validate --servers" in plain.stdout and "warning: MCP server" not in plain.stdout
+    subprocess.run([sys.executable, "-m", "massgen_mcp", "trust", str(config)], check=True,
+                   capture_output=True, env=server_env(home), timeout=120)  # it starts a command
     probed = subprocess.run([sys.executable, "-m", "massgen_mcp", "validate", str(config),
                              "--servers"], capture_output=True, text=True,
                             env=server_env(home), timeout=120)
