@@ -44,6 +44,7 @@ from massgen_mcp.secrets import RedactingFormatter, redact
 from massgen_mcp.sessions.store import SessionStore, default_home
 
 if TYPE_CHECKING:
+    from massgen_mcp.config_files import LoadedConfig
     from massgen_mcp.pool.live import PoolConfig
     from massgen_mcp.service import ConsensusService, SetupView
 
@@ -61,10 +62,27 @@ JSON_SUMMARY_KEYS = ("session_id", "status", "finish_reason", "winner", "final_a
                      "timed_out", "budget_exceeded", "usage", "errors")
 
 
-def _err(message: str) -> None:
+def _say(text: str = "", *, err: bool = False, end: str = "\n") -> None:
+    """Write one line for a person: every line the CLI writes comes through here, because
+    what it shows (record fields, config fields, a server's model names) may come from
+    anyone's files, and a terminal obeys control characters rather than showing them
+    (:func:`~massgen_mcp.render.terminal_safe`). ``--json`` output goes through
+    :func:`_say_json`."""
     from massgen_mcp.render import terminal_safe
 
-    print(f"massgen-mcp: {terminal_safe(message)}", file=sys.stderr)
+    print(terminal_safe(text), end=end, file=sys.stderr if err else sys.stdout, flush=err)
+
+
+def _say_json(text: str) -> None:
+    """Write JSON text, its control characters as ``\\uXXXX`` escapes: the same JSON for a
+    program, nothing for a terminal to obey."""
+    from massgen_mcp.render import json_terminal_safe
+
+    print(json_terminal_safe(text))
+
+
+def _err(message: str) -> None:
+    _say(f"massgen-mcp: {message}", err=True)
 
 
 def _home(args: argparse.Namespace) -> Path | None:
@@ -105,11 +123,11 @@ def _spec(args: argparse.Namespace) -> RunSpec:
 
 
 def _progress(_session_id: str, event: Event) -> None:
-    from massgen_mcp.render import describe_event, terminal_safe
+    from massgen_mcp.render import describe_event
 
     line = describe_event(event)  # events reach listeners masked; redact again, cheaply
     if line:
-        print(terminal_safe(redact(line)), file=sys.stderr, flush=True)
+        _say(redact(line), err=True)
 
 
 async def _run(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord, Path]:
@@ -121,8 +139,7 @@ async def _run(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord, P
         for note in started.notes:
             _err(note)
         if not args.quiet:
-            print(f"session {started.session_id} · record in {started.record_dir}",
-                  file=sys.stderr)
+            _say(f"session {started.session_id} · record in {started.record_dir}", err=True)
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, lambda: loop.create_task(
             service.cancel(started.session_id)))
@@ -133,8 +150,6 @@ async def _run(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord, P
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from massgen_mcp.render import json_terminal_safe, terminal_safe
-
     spec = _spec(args)
     try:
         result, folder = asyncio.run(_run(args, spec))
@@ -145,9 +160,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         summary = {key: data[key] for key in JSON_SUMMARY_KEYS}
         summary["cost"] = result.usage.cost_usd
         summary["session_dir"] = str(folder)
-        print(json_terminal_safe(redact(json.dumps(summary, ensure_ascii=False, indent=2))))
+        _say_json(redact(json.dumps(summary, ensure_ascii=False, indent=2)))
     elif result.final_answer is not None:
-        print(terminal_safe(redact(result.final_answer)))
+        _say(redact(result.final_answer))
     if result.status is not RunStatus.COMPLETED or result.budget_exceeded:
         _err(f"run ended {result.status} ({result.finish_reason}); record: {folder}")
         for problem in result.errors:
@@ -189,7 +204,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         _err(f"interrupted; run the same command again to resume ({folder})")
         return EXIT_CANCELLED
-    print(format_table(evaluation.summary()))
+    _say(format_table(evaluation.summary()))
     _err(f"results: {folder / 'results.json'}; summary: {folder / 'summary.html'}")
     return EXIT_OK
 
@@ -201,7 +216,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     loaded = read_config_file(resolve_config_path(args.file))
     team, warnings = loaded.team, loaded.warnings
-    print(f"{args.file}: {len(team.agents)} agent(s)")
+    _say(f"{args.file}: {len(team.agents)} agent(s)")
     for agent in team.agents:
         extras = [f"base_url={agent.base_url}"] if agent.base_url else []
         if agent.tool_calling is False:
@@ -219,21 +234,37 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if agent.mcp_servers:
             extras.append("mcp=" + ",".join(s.name for s in agent.mcp_servers)
                           + ("" if agent.uses_native_tools() else " (unused: no tool calling)"))
-        print(f"  {agent.id}: {agent.model} {' '.join(extras)}".rstrip())
-    print("  options: " + ", ".join(f"{k}={v}" for k, v in team.options.model_dump().items()))
+        _say(f"  {agent.id}: {agent.model} {' '.join(extras)}".rstrip())
+    _say("  options: " + ", ".join(f"{k}={v}" for k, v in team.options.model_dump().items()))
     for warning in warnings:
-        print(f"  warning: {warning}")
+        _say(f"  warning: {warning}")
     for line in risks(team, loaded.expanded):
-        print(f"  needs consent: {line} (as a project config, or named in a model's call, "
+        _say(f"  needs consent: {line} (as a project config, or named in a model's call, "
               "it runs only after 'massgen-mcp trust')")
     for problem in missing_credentials(team) + cli_problems(team):
-        print(f"  warning: {problem}")
+        _say(f"  warning: {problem}")
     if team.mcp_servers() and args.servers:
+        if not trusted(loaded):
+            _err(f"{args.file}: validate --servers starts the commands it names; run "
+                 f"'massgen-mcp trust {args.file}' first")
+            return EXIT_INPUT
         for line in asyncio.run(servers_cut(team)):
-            print(f"  warning: {line}")
+            _say(f"  warning: {line}")
     elif team.mcp_servers():
-        print("  (validate --servers starts its MCP servers and checks what they offer)")
+        _say("  (validate --servers starts its MCP servers and checks what they offer)")
     return EXIT_OK
+
+
+def trusted(loaded: LoadedConfig) -> bool:
+    """Whether the file needs no consent or has it: what it starts must wait for consent
+    under validate as under a run."""
+    from massgen_mcp import trust
+
+    try:
+        trust.check(loaded.team, loaded.path, loaded.text, loaded.expanded)
+    except trust.UntrustedConfigError:
+        return False
+    return True
 
 
 async def servers_cut(team: TeamConfig) -> list[str]:
@@ -280,48 +311,42 @@ def cmd_trust(args: argparse.Namespace) -> int:
 
     path = Path(args.file) if args.file else project_config_path()
     if args.revoke:
-        print(f"{path}: consent withdrawn" if trust.revoke(path)
+        _say(f"{path}: consent withdrawn" if trust.revoke(path)
               else f"{path}: was not trusted")
         return EXIT_OK
     loaded = read_config_file(path)
     where = trust.trust(path, loaded.text, loaded.expanded)
-    print(f"{path}: trusted as it is now (any change to it or to the variables it reads asks "
+    _say(f"{path}: trusted as it is now (any change to it or to the variables it reads asks "
           f"again); recorded in {where}")
     for line in trust.risks(loaded.team, loaded.expanded) or [
             "it needs no consent: no key, file or command of yours goes anywhere foreign"]:
-        print(f"  {line}")
+        _say(f"  {line}")
     return EXIT_OK
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
-    from massgen_mcp.render import terminal_safe
-
     service = _service(args)
     sessions, _ = service.list_sessions(
         RunStatus(args.status) if args.status else None, args.limit)
     if args.json:
-        print(json.dumps([{**s.__dict__, "status": str(s.status)} for s in sessions], indent=2))
+        _say_json(json.dumps([{**s.__dict__, "status": str(s.status)} for s in sessions],
+                             indent=2))
         return EXIT_OK
     if not sessions:
-        print(f"no sessions in {service.store.sessions_dir}")
+        _say(f"no sessions in {service.store.sessions_dir}")
     for s in sessions:
-        question = terminal_safe(" ".join(s.question.split())[:60])
-        print(f"{s.session_id}  {s.status:<11} {s.winner or '-':<4} {question}")
+        question = " ".join(s.question.split())[:60]
+        _say(f"{s.session_id}  {s.status:<11} {s.winner or '-':<4} {question}")
     return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from massgen_mcp.render import (
-        coordination_table,
-        describe_event,
-        json_terminal_safe,
-        terminal_safe,
-    )
+    from massgen_mcp.render import coordination_table, describe_event
 
     service = _service(args)
     if args.html:
         path = service.store.write_report(args.session_id)
-        print(path)
+        _say(str(path))
         if args.open:
             import webbrowser
 
@@ -330,26 +355,26 @@ def cmd_show(args: argparse.Namespace) -> int:
     record = service.record(args.session_id)
     status, result = record.status, record.result
     if args.json:
-        print(json_terminal_safe((result or status).model_dump_json(indent=2)))
+        _say_json((result or status).model_dump_json(indent=2))
         return EXIT_OK
-    print(f"session  {args.session_id}  ({status.status}, {status.finish_reason})")
-    print(terminal_safe(f"question {status.question}"))
-    print(f"record   {service.store.folder(args.session_id)}")
+    _say(f"session  {args.session_id}  ({status.status}, {status.finish_reason})")
+    _say(f"question {status.question}")
+    _say(f"record   {service.store.folder(args.session_id)}")
     if result and result.winner:
         w = result.winner
-        print(f"winner   {w.label} by {w.agent_id} ({w.model}), tally {result.tally}")
+        _say(f"winner   {w.label} by {w.agent_id} ({w.model}), tally {result.tally}")
     usage = (result or status).usage
-    print(f"usage    {usage.calls} calls, {usage.prompt_tokens} prompt + "
+    _say(f"usage    {usage.calls} calls, {usage.prompt_tokens} prompt + "
           f"{usage.completion_tokens} completion tokens, cost {usage.cost_usd}")
-    print()
-    print(coordination_table(record.events, list(status.agents)))
+    _say()
+    _say(coordination_table(record.events, list(status.agents)))
     tool_lines = [describe_event(e) for e in record.events if e.type is EventType.TOOL_CALL]
     if tool_lines:
-        print("\ntool calls")
+        _say("\ntool calls")
         for line in tool_lines:
-            print(f"  {terminal_safe(line or '')}")
+            _say(f"  {line or ''}")
     if result and result.final_answer is not None:
-        print("\n" + terminal_safe(result.final_answer))
+        _say("\n" + result.final_answer)
     return EXIT_OK
 
 
@@ -376,27 +401,27 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     setup = asyncio.run(survey())
     if args.json:
-        print(setup.model_dump_json(indent=2))
+        _say_json(setup.model_dump_json(indent=2))
         return EXIT_OK
-    print("API keys:      " + (", ".join(setup.providers_with_keys) or "none found"))
+    _say("API keys:      " + (", ".join(setup.providers_with_keys) or "none found"))
     clis = [f"{c.model} ({'logged in' if c.logged_in else 'not logged in'}, {c.path})"
             for c in setup.coding_clis]
-    print("coding CLIs:   " + ("; ".join(clis) or "none on PATH (claude, codex, gemini)"))
+    _say("coding CLIs:   " + ("; ".join(clis) or "none on PATH (claude, codex, gemini)"))
     servers = [f"{s.url} ({', '.join(s.models[:3])})" for s in setup.local_servers]
-    print("local servers: " + ("; ".join(servers) or "none on the probed ports"))
-    print("embedded:      " + (setup.embedded_model or "not installed"))
-    print("default team:  " + (", ".join(setup.default_team) or "none"))
-    print("  why:         " + setup.default_team_reason)
-    print("records:       " + setup.storage)
+    _say("local servers: " + ("; ".join(servers) or "none on the probed ports"))
+    _say("embedded:      " + (setup.embedded_model or "not installed"))
+    _say("default team:  " + (", ".join(setup.default_team) or "none"))
+    _say("  why:         " + setup.default_team_reason)
+    _say("records:       " + setup.storage)
     if setup.mode == "pool":
-        print(f"runs:          on the worker pool at {setup.redis_url}; "
+        _say(f"runs:          on the worker pool at {setup.redis_url}; "
               f"{len(setup.workers)} worker(s) live"
               + (f" ({', '.join(setup.workers)})" if setup.workers else
                  ": start one with massgen-mcp worker --redis URL"))
     else:
-        print("runs:          in this process (embedded; --redis URL for a worker pool)")
-    print("versions:      " + ", ".join(f"{k} {v}" for k, v in setup.versions.items()))
-    print("add more:      " + setup.how_to_add_more)
+        _say("runs:          in this process (embedded; --redis URL for a worker pool)")
+    _say("versions:      " + ", ".join(f"{k} {v}" for k, v in setup.versions.items()))
+    _say("add more:      " + setup.how_to_add_more)
     return EXIT_OK
 
 
@@ -413,15 +438,15 @@ def cmd_prune(args: argparse.Namespace) -> int:
     store = _store(args)
     candidates = store.prune_candidates(parse_age(args.older_than))
     if not candidates:
-        print(f"no finished sessions older than {args.older_than} in {store.sessions_dir}")
+        _say(f"no finished sessions older than {args.older_than} in {store.sessions_dir}")
         return EXIT_OK
     verb = "deleting" if args.yes else "would delete"
     for s in candidates:
-        print(f"{verb} {s.session_id}  {s.status:<11} {' '.join(s.question.split())[:50]}")
+        _say(f"{verb} {s.session_id}  {s.status:<11} {' '.join(s.question.split())[:50]}")
         if args.yes:
             store.delete(s.session_id)
     if not args.yes:
-        print(f"{len(candidates)} session(s); nothing deleted. Run again with --yes to delete.")
+        _say(f"{len(candidates)} session(s); nothing deleted. Run again with --yes to delete.")
     return EXIT_OK
 
 
@@ -430,16 +455,16 @@ def cmd_install(args: argparse.Namespace) -> int:
 
     result = install(args.host, scope=args.scope, use_uvx=args.uvx, dry_run=args.print)
     if args.print:
-        print(f"# {result.path}")
-        print(result.snippet, end="" if result.snippet.endswith("\n") else "\n")
+        _say(f"# {result.path}")
+        _say(result.snippet, end="" if result.snippet.endswith("\n") else "\n")
         return EXIT_OK
     if not result.changed:
-        print(f"{result.path}: already up to date")
+        _say(f"{result.path}: already up to date")
     else:
-        print(f"{result.path}: massgen added")
+        _say(f"{result.path}: massgen added")
         if result.backup:
-            print(f"  previous version kept as {result.backup}")
-    print(f"  {result.note}")
+            _say(f"  previous version kept as {result.backup}")
+    _say(f"  {result.note}")
     return EXIT_OK
 
 

@@ -23,6 +23,7 @@ from pydantic import (
 from massgen_mcp.edges import check_text
 from massgen_mcp.env import VAR_REFERENCE, getenv
 from massgen_mcp.errors import ConfigError
+from massgen_mcp.render import has_control_characters
 from massgen_mcp.secrets import register_secret
 from massgen_mcp.tools.mcp_servers import McpServerSpec
 
@@ -130,8 +131,10 @@ class AgentSpec(BaseModel):
     @field_validator("base_url")
     @classmethod
     def _check_base_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"https?://\S+", value):
-            raise ValueError("expected an http(s) URL such as 'http://127.0.0.1:11434/v1'")
+        if value is not None and (not re.fullmatch(r"https?://\S+", value)
+                                  or has_control_characters(value)):
+            raise ValueError("expected an http(s) URL such as 'http://127.0.0.1:11434/v1' "
+                             "(no spaces or control characters)")
         return value
 
     @property

@@ -22,6 +22,12 @@ def terminal_safe(text: str) -> str:
     return _CONTROLS.sub(_escape, text.replace("\r\n", "\n"))
 
 
+def has_control_characters(text: str) -> bool:
+    """Whether ``text`` holds a character :func:`terminal_safe` would escape (newline and tab
+    aside): a config value that should never have one (a URL, a command) is refused."""
+    return _CONTROLS.search(text.replace("\r\n", "\n")) is not None
+
+
 def json_terminal_safe(text: str) -> str:
     """JSON text with the characters :func:`terminal_safe` escapes written as ``\\uXXXX``:
     the same JSON for a program, nothing for a terminal to obey (``json.dumps`` escapes only

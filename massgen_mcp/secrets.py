@@ -27,6 +27,13 @@ _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CRED)", re.IGNORECASE)
 _KEY_SHAPES = re.compile(r"\b(sk|pk|rk|gsk|xai|AIza)[-_][A-Za-z0-9_\-]{12,}")
 # The password in a URL's userinfo (``redis://:PASSWORD@host``, ``postgres://u:PASSWORD@h``).
 _URL_PASSWORD = re.compile(r"\b([a-z][a-z0-9+.\-]*://[^\s/?#@:]*:)[^\s/?#@]+@", re.IGNORECASE)
+# A credential in a URL's query (``redis://h/0?password=PW``, ``postgresql://u@h/db?sslpassword=
+# PW``, ``https://h/?access_token=T``): redis-py and libpq read a password from there as from the
+# userinfo. Any parameter whose name holds one of these words counts; masking a harmless one
+# (``ssl_keyfile=``) costs a path in a message, missing one costs the credential.
+_URL_QUERY_SECRET = re.compile(
+    r"([?&;][\w.\-]*(?:pass|pwd|secret|token|key|auth|cred|sig)[\w.\-]*=)[^\s&;#'\"<>]+",
+    re.IGNORECASE)
 _MIN_SECRET_LEN = 6
 MASK = "***"
 
@@ -87,13 +94,20 @@ def _redact(text: str, secrets: list[str]) -> str:
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, MASK)
-    return _URL_PASSWORD.sub(rf"\1{MASK}@", _KEY_SHAPES.sub(MASK, text))
+    return mask_url_credentials(_KEY_SHAPES.sub(MASK, text))
+
+
+def mask_url_credentials(text: str) -> str:
+    """``text`` with the password of every URL in it masked, in the userinfo
+    (``redis://:***@h``) and in credential-named query parameters (``?password=***``)."""
+    return _URL_QUERY_SECRET.sub(rf"\1{MASK}", _URL_PASSWORD.sub(rf"\1{MASK}@", text))
 
 
 def carries_credential(value: str) -> bool:
-    """Whether ``value`` holds a registered credential or a URL with a password in it (a
-    variable that does is not handed to a child process, whatever its name)."""
-    if _URL_PASSWORD.search(value):
+    """Whether ``value`` holds a registered credential or a URL with a password in it (in the
+    userinfo or the query; a variable that does is not handed to a child process, whatever
+    its name)."""
+    if _URL_PASSWORD.search(value) or _URL_QUERY_SECRET.search(value):
         return True
     with _lock:
         return any(secret in value for secret in _registered)

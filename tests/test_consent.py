@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import httpx
 import pytest
@@ -217,6 +217,10 @@ SECRET_NAMES = [
     "github-token.json", "kubeconfig", "cluster.kubeconfig", "putty.ppk", "AuthKey_ABC.p8",
     "server.PEM", "id_rsa", "id_ed25519.pub~", ".ssh/config", ".aws/config", ".vault-token",
     ".npmrc", ".netrc", ".git-credentials", ".s3cfg", ".boto",
+    ".env-prod", ".env_local", ".env2", ".config/gh/hosts.yml", "_netrc", ".dev.vars",
+    "pgpass.conf", "my.cnf", ".yarnrc.yml", "auth.json", "local.settings.json",
+    "secrets_prod.yaml", "secret-config.yaml", "home/.config/gcloud/access_tokens.db",
+    "gcloud/credentials.db", "secring.gpg", "signing-key.asc",
 ]
 HIDDEN = [".git/config", ".GIT/config", ".Massgen/notes.txt", ".massgen/notes.txt"]
 
@@ -249,6 +253,14 @@ def test_secret_files_by_common_names_are_never_read_listed_or_searched(
     assert content not in folder
 
 
+def test_look_alikes_of_secret_names_stay_readable() -> None:
+    from massgen_mcp.tools.workspace import is_denied
+
+    for name in ("environment.py", ".envoy.yaml", "secretary.md", "docs/secrets-howto/",
+                 "inventory/hosts.yml", "gh/hosts.yml", "config/gcloud.md"):
+        assert is_denied(PurePosixPath(name)) == (name == "docs/secrets-howto/"), name
+
+
 def test_allow_secret_files_lifts_a_name_every_pattern_of_it(secret_project: Path) -> None:
     from massgen_mcp.tools.workspace import WorkspaceTools
 
@@ -261,6 +273,25 @@ def test_allow_secret_files_lifts_a_name_every_pattern_of_it(secret_project: Pat
 
 
 # -- consent belongs to one place ---------------------------------------------------------------
+
+def test_validate_servers_starts_nothing_from_an_untrusted_project_config(
+        scripted, tmp_path: Path) -> None:
+    server = scripted(agree)
+    marker = tmp_path / "validate-ran-it"
+    repo = cloned_repo(tmp_path, (
+        f"agents:\n  - id: a\n    backend:\n      type: chatcompletion\n      model: a\n"
+        f"      base_url: '{server.base_url}'\n      mcp_servers:\n"
+        f"        helper: {{type: stdio, command: sh, args: ['-c', 'touch {marker}']}}\n"))
+    env = child_env(tmp_path, server)
+    refused = cli(repo, env, "validate", ".massgen/config.yaml", "--servers")
+    assert refused.returncode != 0 and not marker.exists()
+    [line] = refused.stderr.splitlines()
+    assert "massgen-mcp trust .massgen/config.yaml" in line and "first" in line, line
+    assert cli(repo, env, "trust").returncode == 0
+    checked = cli(repo, env, "validate", ".massgen/config.yaml", "--servers")
+    assert checked.returncode == 0, checked.stderr
+    assert marker.exists()  # the same command, now that the user consented
+
 
 def test_consent_does_not_follow_a_symlinked_project_config(scripted, tmp_path: Path) -> None:
     server = scripted(agree)

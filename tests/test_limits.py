@@ -46,6 +46,8 @@ def test_validate_servers_warns_about_what_the_caps_cut(tmp_path: Path, home: Pa
                            capture_output=True, text=True, env=server_env(home), timeout=120)
     assert plain.returncode == 0, plain.stderr
     assert "validate --servers" in plain.stdout and "warning: MCP server" not in plain.stdout
+    subprocess.run([sys.executable, "-m", "massgen_mcp", "trust", str(config)], check=True,
+                   capture_output=True, env=server_env(home), timeout=120)  # it starts a command
     probed = subprocess.run([sys.executable, "-m", "massgen_mcp", "validate", str(config),
                              "--servers"], capture_output=True, text=True,
                             env=server_env(home), timeout=120)
@@ -87,3 +89,77 @@ def test_control_sequences_in_model_output_are_shown_not_obeyed(scripted, home: 
     assert "\\x1b]0;evil\\x07" in ran.stdout and "\\x1b[2J" in ran.stdout
     assert "\\x9b31m" in shown.stdout and "\\u202eevil" in shown.stdout
     assert "\\x1b]0;evil" in ran.stderr  # the progress line of b's answer
+
+
+HOSTILE = "\x1b]0;PWNED\x07\x1b[2J"
+
+
+def test_no_command_lets_a_control_sequence_reach_the_terminal(
+        scripted, home: Path, tmp_path: Path) -> None:
+    """Record fields (winner, agent ids, models, tally, table rows) and config fields a cloned
+    project or a planted record carries go through the CLI's one output helper; a URL or a
+    command with control characters in it is refused at validation, naming the field."""
+    server = scripted(agree)
+    project = tmp_path / "project"
+    project.mkdir()
+    config = home / "config.yaml"  # the project's config (MASSGEN_HOME is its .massgen)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([sys.executable, "-m", "massgen_mcp", *args], cwd=project,
+                              capture_output=True, text=True, env=server_env(home),
+                              timeout=120)
+        for out in (done.stdout, done.stderr):
+            assert "\x1b" not in out and "\x07" not in out, (args, out)
+        return done
+
+    models = ",".join(f"openai/{m}@{server.base_url}" for m in "abc")
+    ran = cli("run", "What is 6*7?", "--models", models, "--json", "--quiet")
+    session_id = json.loads(ran.stdout)["session_id"]
+    planted = json.dumps(HOSTILE)[1:-1]
+    for path in (home / "sessions" / session_id).iterdir():  # a record someone wrote
+        if path.suffix in (".json", ".jsonl"):
+            path.write_text(path.read_text().replace("agent_a", "agent_a" + planted)
+                            .replace('"openai/a"', f'"openai/a{planted}"'))
+    shown = cli("show", session_id)
+    assert shown.returncode == 0 and "agent_a\\x1b]0;PWNED\\x07" in shown.stdout, shown.stderr
+    assert cli("sessions").returncode == 0
+
+    # A cloned project's names and the config fields validation lets text through.
+    hostile = tmp_path / f"clone{HOSTILE}"
+    hostile.mkdir()
+    (hostile / "team.yaml").write_text(json.dumps({
+        "agents": [{"id": "a", "backend": {"type": "chatcompletion", "model": "a",
+                                           "base_url": "http://evil.example/v1"}}],
+        "orchestrator": {"context_paths": [f"/tmp/notes{HOSTILE}"]}}))
+    for command in (["validate", str(hostile / "team.yaml")], ["trust", str(hostile / "team.yaml")],
+                    ["--home", str(hostile), "doctor"]):
+        done = cli(*command)
+        assert done.returncode == 0 and "PWNED" in done.stdout, done.stderr
+    # And where it has no business at all, the field is named and nothing starts.
+    for field, backend in (
+            ("base_url", {"base_url": f"http://evil.example/v1{HOSTILE}"}),
+            ("command", {"base_url": server.base_url,
+                         "mcp_servers": {"h": {"type": "stdio", "command": f"./h{HOSTILE}"}}}),
+            ("args", {"base_url": server.base_url,
+                      "mcp_servers": {"h": {"type": "stdio", "command": "sh",
+                                            "args": [f"x{HOSTILE}"]}}})):
+        config.write_text(json.dumps({"agents": [
+            {"id": "a", "backend": {"type": "chatcompletion", "model": "a", **backend}}]}))
+        for command in (["validate", str(config)], ["trust"]):
+            refused = cli(*command)
+            assert refused.returncode != 0 and field in refused.stderr, refused.stderr
+            assert "control character" in refused.stderr or "http(s) URL" in refused.stderr
+
+
+def test_the_cli_writes_only_through_its_output_helpers() -> None:
+    """So that no command can forget: a ``print`` anywhere else in cli.py is a way round."""
+    import ast
+
+    import massgen_mcp.cli
+
+    tree = ast.parse(Path(massgen_mcp.cli.__file__).read_text())
+    writers = {
+        node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+        and any(isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id == "print" for call in ast.walk(node))}
+    assert writers == {"_say", "_say_json"}

@@ -247,6 +247,12 @@ def test_an_open_redis_on_another_host_is_refused_unless_the_user_accepts_it(
         assert f"on the worker pool at redis://:***@{host}:{port}/0" in secured.stdout, (
             secured.stderr)
         assert "s3cret" not in secured.stdout + secured.stderr
+        # redis-py reads the password from the query too: masked the same way.
+        queried = massgen("doctor", "--redis", f"redis://{host}:{port}/0?password=s3cret",
+                          home=home)
+        assert f"on the worker pool at redis://{host}:{port}/0?password=***" in queried.stdout, (
+            queried.stderr)
+        assert "s3cret" not in queried.stdout + queried.stderr
     finally:
         with contextlib.suppress(RedisError):
             Redis(host=host, port=port, password="s3cret").shutdown(nosave=True)
@@ -264,6 +270,7 @@ def _answers(redis: Redis) -> bool:
 def test_which_redis_counts_as_protected() -> None:
     for url in ("redis://127.0.0.1:6379/0", "redis://localhost/0", "redis://[::1]/0",
                 "unix:///run/redis.sock", "redis://:pw@10.0.0.5/0", "rediss://u:pw@h/0",
+                "redis://10.0.0.5/0?password=pw",
                 "rediss://h/0?ssl_certfile=/c.pem&ssl_keyfile=/k.pem"):
         assert PoolConfig(url).url == url
     for url in ("redis://10.0.0.5:6379/0", "rediss://redis.internal/0", "redis://u@h/0"):
@@ -274,6 +281,8 @@ def test_which_redis_counts_as_protected() -> None:
 
 POOL_URL = "redis://:pool-pw-6c1f9a@redis.internal:6379/0"
 DATABASE_URL = "postgres://app:db-pw-93be0d@db.internal/app"
+QUERY_URLS = {"CACHE_URL": "redis://cache.internal/0?password=cache-pw-51aa0c",
+              "ANALYTICS_DSN": "postgresql://app@db.internal/prod?sslmode=require&Password=pg-pw-1f"}
 ECHO_ENV = "import json, os, sys\nopen(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))\n"
 
 
@@ -290,6 +299,8 @@ async def test_no_child_gets_the_pool_s_redis_url_or_a_url_password(
     monkeypatch.setenv("MASSGEN_REDIS_URL", POOL_URL)
     monkeypatch.setenv("REDIS_URL", POOL_URL)  # the same URL under a name of its own
     monkeypatch.setenv("DATABASE_URL", DATABASE_URL)
+    for name, url in QUERY_URLS.items():
+        monkeypatch.setenv(name, url)
     monkeypatch.setenv("LANG", "C.UTF-8")
     PoolConfig(POOL_URL)  # as a worker starts
     cli_env, mcp_env = tmp_path / "cli-env.json", tmp_path / "mcp-env.json"
@@ -320,6 +331,29 @@ async def test_no_child_gets_the_pool_s_redis_url_or_a_url_password(
     shown = redact(f"redis said no to {POOL_URL}; pool-pw-6c1f9a; {DATABASE_URL}")
     assert "-pw-" not in shown and "redis://:***@redis.internal" in shown
     assert "postgres://app:***@db.internal" in shown
+    shown = redact(" ".join(QUERY_URLS.values()))
+    assert "-pw-" not in shown and "prod?sslmode=require&Password=***" in shown
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("redis://h:6379/0?password=s3cr3tQ", "redis://h:6379/0?password=***"),
+    ("redis://h/0?db=1&PASSWORD=s3cr3tQ&x=1", "redis://h/0?db=1&PASSWORD=***&x=1"),
+    ("'postgresql://app@db/prod?password=s3cr3tQ'", "'postgresql://app@db/prod?password=***'"),
+    ("https://h/cb?access_token=s3cr3tQ#top", "https://h/cb?access_token=***#top"),
+    ("https://h/?api_key=s3cr3tQ;pwd=s3cr3tQ", "https://h/?api_key=***;pwd=***"),
+    ("u?pass=s3cr3tQ&Secret=s3cr3tQ&key=s3cr3tQ&auth=s3cr3tQ&token=s3cr3tQ",
+     "u?pass=***&Secret=***&key=***&auth=***&token=***"),
+    ("redis://:s3cr3tQ@h/0?password=s3cr3tQ", "redis://:***@h/0?password=***"),
+    ("https://h/search?q=password&page=2", "https://h/search?q=password&page=2"),
+])
+def test_credentials_in_a_url_query_are_masked(text: str, shown: str) -> None:
+    from massgen_mcp.pool.live import redact_url
+    from massgen_mcp.secrets import carries_credential, redact
+
+    assert redact(text) == shown
+    assert carries_credential(text) == (shown != text)
+    if "://" in text and not text.startswith("'"):
+        assert redact_url(text) == shown
 
 
 def test_front_ends_of_one_pool_agree_on_token_and_tasks_key(pool: Pool) -> None:

@@ -40,7 +40,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from massgen_mcp.errors import ConfigError
 from massgen_mcp.records import Event, StatusRecord
-from massgen_mcp.secrets import register_secret
+from massgen_mcp.secrets import mask_url_credentials, register_secret
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -69,14 +69,23 @@ async def run_session(session_id: str) -> None:
 
 
 def redact_url(url: str) -> str:
-    """The URL with its password (if any) replaced by ``***``, for logs and doctor."""
+    """The URL with its password (in the userinfo or a ``?password=`` query parameter, both
+    of which redis-py reads) replaced by ``***``, for logs and doctor."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+    if parts.password is not None:
+        user = parts.username or ""
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        url = urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+    return mask_url_credentials(url)
+
+
+def url_password(url: str) -> str | None:
+    """The password a Redis client connects with: redis-py takes ``?password=`` over the
+    userinfo's."""
+    parts = urlsplit(url)
+    queried = parse_qs(parts.query).get("password")
+    return (queried[-1] if queried else parts.password) or None
 
 
 def authenticated(url: str) -> bool:
@@ -88,7 +97,7 @@ def authenticated(url: str) -> bool:
     parts = urlsplit(url)
     if parts.scheme == "unix" or is_loopback(parts.hostname or ""):
         return True
-    if parts.password:
+    if url_password(url):
         return True
     return parts.scheme == "rediss" and "ssl_certfile" in parse_qs(parts.query)
 
@@ -108,7 +117,9 @@ class PoolConfig:
         if urlsplit(self.url).scheme not in ("redis", "rediss", "unix"):
             raise ConfigError(f"--redis {redact_url(self.url)!r}: not a Redis URL; use "
                               "redis://host:6379/0 (rediss:// for TLS, unix:///path.sock)")
-        register_secret(urlsplit(self.url).password)  # masked wherever it would show
+        parts = urlsplit(self.url)
+        for password in (parts.password, url_password(self.url)):
+            register_secret(password)  # masked wherever it would show
         if not self.insecure and not authenticated(self.url):
             raise ConfigError(
                 f"--redis {redact_url(self.url)}: a Redis on another host with no password "

@@ -28,11 +28,12 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from massgen_mcp import children
 from massgen_mcp.env import VAR_REFERENCE, getenv
 from massgen_mcp.errors import ConfigError
+from massgen_mcp.render import has_control_characters
 from massgen_mcp.secrets import looks_secret, redact, register_secret
 
 if TYPE_CHECKING:
@@ -69,6 +70,22 @@ class McpServerSpec(BaseModel):
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str] = {}
+
+    @field_validator("command", "cwd", "url")
+    @classmethod
+    def _check_text(cls, value: str | None) -> str | None:
+        if value is not None and (has_control_characters(value) or "\n" in value):
+            raise ValueError("contains a control character (ESC, BEL, a newline, ...); "
+                             "remove it")
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _check_args(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if has_control_characters(arg):
+                raise ValueError("contains a control character (ESC, BEL, ...); remove it")
+        return value
 
     def describe(self) -> str:
         if self.type == "stdio":

@@ -44,23 +44,28 @@ SEARCH_TIMEOUT_S = 5.0
 # (:func:`undecorated`: ``.env~``, ``.env.bak``, ``#.env#`` are ``.env``). Listed in the README.
 DENY_NAMES = (
     # environment files
-    ".env", ".env.*", "*.env", ".envrc", ".secrets", ".secret",
+    ".env", ".env.*", ".env-*", ".env_*", ".env[0-9]*", "*.env", ".envrc", ".secrets",
+    ".secret", ".dev.vars", "local.settings.json",
     # private keys, certificates with keys, key stores
     "*.pem", "*.key", "*.p8", "*.p12", "*.pfx", "*.ppk", "*.keystore", "*.jks", "*.keytab",
-    "*.kdbx", "*.ovpn", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
+    "*.kdbx", "*.ovpn", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "secring.*", "*.asc",
     # credential files of common tools
-    ".npmrc", ".pypirc", ".netrc", ".git-credentials", ".pgpass", ".my.cnf", ".htpasswd",
+    ".npmrc", ".yarnrc.yml", ".pypirc", ".netrc", "_netrc", ".git-credentials", ".pgpass",
+    "pgpass.conf", ".my.cnf", "my.cnf", ".htpasswd", "auth.json", "access_tokens.db",
     ".boto", ".s3cfg", ".dockercfg", ".vault-token", "credentials*", "*-credentials*",
     "*_credentials*", "*.credentials", "*service-account*.json", "*service_account*.json",
     "token.json", "tokens.json", "*-token.json", "*_token.json", "*.token",
     "kubeconfig", "kubeconfig.*", "*.kubeconfig",
     # secrets by name
-    "secret", "secrets", "secret.*", "secrets.*", "*.secret", "*.secrets", "*-secret.*",
+    "secret", "secrets", "secret[-_.]*", "secrets[-_.]*", "*.secret", "*.secrets", "*-secret.*",
     "*_secret.*", "*-secrets.*", "*_secrets.*", "client_secret*",
     # infrastructure state and variables
     "*.tfstate", "*.tfstate.*", "*.tfvars", "*.tfvars.json",
     # folders of credentials
     ".aws", ".ssh", ".gnupg", ".docker", ".kube", ".azure", ".gcloud",
+    # ... and those known by where they are (a pattern with a slash matches a component
+    # together with the folders above it): the GitHub CLI's token, gcloud's ~/.config/gcloud
+    ".config/gh", ".config/gcloud",
 )
 # Suffixes editors and people add to a copy: the copy of a secret file is a secret file.
 BACKUP_SUFFIXES = (".bak", ".backup", ".old", ".orig", ".save", ".swp", ".swo", ".tmp",
@@ -94,10 +99,13 @@ def is_denied(relative: PurePosixPath, deny: tuple[str, ...] = DENY_NAMES,
     """Whether a component of ``relative`` (or its undecorated name) matches a deny pattern
     that no ``allow`` pattern lifts for that component (``allow: [".env"]`` lifts ``.env``
     though ``*.env`` matches it too, and leaves ``prod.env`` denied)."""
-    for part in relative.parts:
-        names = {part.lower(), undecorated(part)}
-        if any(fnmatch.fnmatchcase(n, p) for n in names for p in deny) and not any(
-                fnmatch.fnmatchcase(part.lower(), a) for a in allow):
+    lowered = [part.lower() for part in relative.parts]
+    for i, part in enumerate(lowered):
+        names = {part, undecorated(part)}
+        paths = {"/".join([*lowered[j:i], name]) for j in range(i) for name in names}
+        if any(fnmatch.fnmatchcase(n, p) for p in deny
+               for n in (paths if "/" in p else names)) and not any(
+                fnmatch.fnmatchcase(part, a) for a in allow):
             return True
     return False
 
