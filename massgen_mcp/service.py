@@ -166,8 +166,7 @@ class ConsensusService:
                                       parent_session_id=parent_session_id, workspace=root,
                                       notes=notes)
         if self._records_in_project():
-            trust.remember_run(run.session_id, team, self.store.read_config(run.session_id),
-                               self.store.read_request(run.session_id).workspace)
+            trust.remember_run(self.store, run.session_id, team)
         return Started(run.session_id, run.record_dir, notes)
 
     def _records_in_project(self) -> bool:
@@ -214,8 +213,7 @@ class ConsensusService:
         must be one this machine started, when its team needs consent."""
         team = recorded_team(self.store, session_id)
         if self._records_in_project():
-            trust.check_recorded(session_id, team, self.store.read_config(session_id),
-                                 self.store.read_request(session_id).workspace)
+            trust.check_recorded(self.store, session_id, team)
         return team
 
     # -- reading ------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from urllib.parse import urlparse
 from massgen_mcp.config import CLI_PROVIDERS, PROVIDER_KEY_ENV, AgentSpec, TeamConfig
 from massgen_mcp.env import getenv, user_config_dir
 from massgen_mcp.errors import ConfigError
-from massgen_mcp.sessions.store import atomic_write
+from massgen_mcp.sessions.store import SessionStore, atomic_write
 
 # The API host of each provider whose key variable we know (litellm's defaults).
 PROVIDER_HOSTS: dict[str, tuple[str, ...]] = {
@@ -283,8 +283,10 @@ def _run_consent(session_id: str) -> Path:
     return user_config_dir() / "runs" / session_id
 
 
-def _run_digest(config: dict[str, object], workspace: str | None) -> str:
-    body = json.dumps({"config": config, "workspace": workspace}, sort_keys=True)
+def _recorded_digest(store: SessionStore, session_id: str) -> str:
+    """One SHA-256 of what a recorded run would run with: its team and its workspace."""
+    body = json.dumps({"config": store.read_config(session_id),
+                       "workspace": store.read_request(session_id).workspace}, sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -295,18 +297,16 @@ def _run_risks(team: TeamConfig) -> list[str]:
     return found
 
 
-def remember_run(session_id: str, team: TeamConfig, config: dict[str, object],
-                 workspace: str | None) -> None:
-    """Record that this run (its recorded ``config`` and ``workspace``) was started here,
-    with whatever consent it needed, if it needs any."""
+def remember_run(store: SessionStore, session_id: str, team: TeamConfig) -> None:
+    """Record that this run (its recorded config and workspace) was started here, with
+    whatever consent it needed, if it needs any."""
     if _run_risks(team):
         file = _run_consent(session_id)
         file.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(file, _run_digest(config, workspace) + "\n")
+        atomic_write(file, _recorded_digest(store, session_id) + "\n")
 
 
-def check_recorded(session_id: str, team: TeamConfig, config: dict[str, object],
-                   workspace: str | None) -> None:
+def check_recorded(store: SessionStore, session_id: str, team: TeamConfig) -> None:
     """Refuse to run a recorded team that needs consent unless this machine started exactly
     that run (:func:`remember_run`): the record may have come with the repository."""
     found = _run_risks(team)
@@ -316,7 +316,7 @@ def check_recorded(session_id: str, team: TeamConfig, config: dict[str, object],
         known = _run_consent(session_id).read_text(encoding="utf-8").strip()
     except OSError:
         known = ""
-    if known != _run_digest(config, workspace):
+    if known != _recorded_digest(store, session_id):
         raise UntrustedConfigError(
             f"session {session_id}'s record asks for what needs your consent ("
             + "; ".join(found) + "), and it was not started here as it now reads: a record "
