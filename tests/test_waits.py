@@ -28,16 +28,19 @@ WAIT_S = 30
 BOUND_S = 10.0  # a lost wake-up costs the whole WAIT_S; a run here takes well under 1 s
 
 
+def stdio_server(home: Path) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "massgen_mcp"],
+                                 env=server_env(home))
+
+
 async def _ignore_progress(progress: float, total: float | None, message: str | None) -> None:
     return None
 
 
 async def test_run_consensus_wait_returns_when_the_run_ends(scripted, home: Path) -> None:
     server = scripted(agree)
-    params = StdioServerParameters(command=sys.executable, args=["-m", "massgen_mcp"],
-                                   env=server_env(home))
     durations: list[float] = []
-    async with SdkClient(params, mode="legacy") as client:
+    async with SdkClient(stdio_server(home), mode="legacy") as client:
         for i in range(200):
             began = time.monotonic()
             started = await client.call_tool(
@@ -54,10 +57,8 @@ async def test_get_status_wait_returns_when_the_run_moves(scripted, home: Path) 
     """Each ``get_status(wait_s, after_revision)`` returns at the next change; the run
     moves in steps the test releases, so every wait has something to wake it."""
     server = scripted(agree)
-    params = StdioServerParameters(command=sys.executable, args=["-m", "massgen_mcp"],
-                                   env=server_env(home))
     durations: list[float] = []
-    async with SdkClient(params, mode="legacy") as client:
+    async with SdkClient(stdio_server(home), mode="legacy") as client:
         for i in range(60):
             started = await client.call_tool(
                 "run_consensus", {"question": f"What is {i}*6?", "models": models_for(server)})
