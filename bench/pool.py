@@ -35,7 +35,7 @@ from fastmcp import Client
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from massgen_mcp.scripted import ScriptedServer, agree  # noqa: E402
+from massgen_mcp.testing.scripted import ScriptedServer, agree  # noqa: E402
 
 
 def free_port() -> int:

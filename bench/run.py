@@ -1,7 +1,7 @@
 """Benchmarks: python bench/run.py [--quick] [--only SECTION ...]
 
 Prints a table per section and writes bench/results.json. Everything runs against the scripted
-OpenAI-compatible server on 127.0.0.1 (massgen_mcp.scripted); nothing touches the network.
+OpenAI-compatible server on 127.0.0.1 (massgen_mcp.testing.scripted); nothing touches the network.
 Scenario definitions follow ../shared/reference/measuring.md ("Scenario A": 3 agents behind a
 200 ms scripted server, everyone agrees; prompt tokens = characters sent / 4, server-counted).
 """
@@ -25,11 +25,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from massgen_mcp.config import build_team  # noqa: E402
+from massgen_mcp.core.spec import build_team  # noqa: E402
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm  # noqa: E402
-from massgen_mcp.scripted import ChatRequest, Reply, ScriptedServer, agree, answer  # noqa: E402
 from massgen_mcp.sessions.runner import SessionRunner  # noqa: E402
 from massgen_mcp.sessions.store import SessionStore  # noqa: E402
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, answer  # noqa: E402
 
 LATENCY_S = 0.2
 
@@ -330,7 +330,7 @@ def _worker_memory(sessions: int) -> dict[str, Any]:
 
     # The scripted models run in a process of their own, so the figure is the server's alone
     # (the scripted server keeps every request it was sent).
-    models = subprocess.Popen([sys.executable, "-m", "massgen_mcp.scripted", "--port", "0"],
+    models = subprocess.Popen([sys.executable, "-m", "massgen_mcp.testing.scripted", "--port", "0"],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert models.stdout is not None
@@ -391,10 +391,10 @@ def print_install_size(data: dict[str, Any]) -> None:
 
 def bench_embedded(quick: bool) -> dict[str, Any]:
     """Tokens per second of the embedded model and a whole 3-agent offline run."""
-    from massgen_mcp.config import build_team
-    from massgen_mcp.defaults import PERSONAS
+    from massgen_mcp.core.spec import build_team
     from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider, embedded_model_name
     from massgen_mcp.providers.registry import ProviderRouter
+    from massgen_mcp.team.discover import PERSONAS
 
     if embedded_model_name() is None:
         return {"skipped": "pip install 'massgen-mcp[local]'"}

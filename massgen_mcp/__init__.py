@@ -1,21 +1,20 @@
 """massgen-mcp: a team of models answers, votes, and agrees on one answer.
 
 Importing this package is cheap: neither fastmcp nor litellm is loaded until a server or a
-model call needs it. ``run``/``arun`` (:mod:`massgen_mcp.api`) and ``register_with_litellm``
-(:mod:`massgen_mcp.litellm_team`) load on first use.
+model call needs it. ``run``/``arun`` (:mod:`massgen_mcp.api.python`) and ``register_with_litellm``
+(:mod:`massgen_mcp.api.litellm_team`) load on first use.
 """
 
 from typing import Any
 
-from massgen_mcp.errors import (
+from massgen_mcp._version import __version__
+from massgen_mcp.core.errors import (
     ConfigError,
     MassgenError,
     ProviderError,
     SessionNotFoundError,
     SessionStateError,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",
@@ -33,11 +32,11 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """The Python API, imported when first used (it brings the service and pydantic models)."""
     if name in ("run", "arun"):
-        from massgen_mcp import api
+        from massgen_mcp.api import python as api
 
         return getattr(api, name)
     if name == "register_with_litellm":
-        from massgen_mcp.litellm_team import register_with_litellm
+        from massgen_mcp.api.litellm_team import register_with_litellm
 
         return register_with_litellm
     raise AttributeError(f"module 'massgen_mcp' has no attribute {name!r}")

@@ -22,7 +22,7 @@ def main() -> int:
             from massgen_mcp.server import handshake
 
             handshake.taken = handshake.answer_early(sys.stdin.buffer, sys.stdout.buffer)
-        from massgen_mcp.cli import main as cli_main
+        from massgen_mcp.cli.main import main as cli_main
 
         return cli_main()
     except KeyboardInterrupt:

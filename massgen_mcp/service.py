@@ -1,10 +1,11 @@
 """The one way in: start, follow, read, cancel, continue and resume runs.
 
 The CLI, the MCP tools and resources, and scripts all call :class:`ConsensusService`. It is
-protocol-neutral: it takes a :class:`~massgen_mcp.config.RunSpec`, returns the typed records of
-:mod:`massgen_mcp.records`, and raises :class:`~massgen_mcp.errors.MassgenError` subclasses.
+protocol-neutral: it takes a :class:`~massgen_mcp.core.spec.RunSpec`, returns the typed records of
+:mod:`massgen_mcp.core.records`, and raises :class:`~massgen_mcp.core.errors.MassgenError`
+subclasses.
 What a calling model is told (next steps, summaries, resource URIs) is written in
-:mod:`massgen_mcp.server`; what a person at a terminal sees, in :mod:`massgen_mcp.cli`.
+:mod:`massgen_mcp.server`; what a person at a terminal sees, in :mod:`massgen_mcp.cli.main`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,20 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from massgen_mcp import __version__, trust
-from massgen_mcp.config import (
+from massgen_mcp._version import __version__
+from massgen_mcp.core.edges import check_text
+from massgen_mcp.core.errors import ConfigError, RunNotFinishedError, SessionStateError
+from massgen_mcp.core.records import (
+    Event,
+    EventType,
+    Phase,
+    ResultRecord,
+    RunStatus,
+    SessionRecord,
+    SessionSummary,
+    StatusRecord,
+)
+from massgen_mcp.core.spec import (
     MAX_CONTEXT_CHARS,
     PROVIDER_KEY_ENV,
     RunOptions,
@@ -28,22 +41,12 @@ from massgen_mcp.config import (
     check_question,
     missing_credentials,
 )
-from massgen_mcp.context_files import Workspace
-from massgen_mcp.edges import check_text
-from massgen_mcp.errors import ConfigError, RunNotFinishedError, SessionStateError
-from massgen_mcp.records import (
-    Event,
-    EventType,
-    Phase,
-    ResultRecord,
-    RunStatus,
-    SessionRecord,
-    StatusRecord,
-)
 from massgen_mcp.sessions.runner import Executor, SessionRunner, recorded_team
-from massgen_mcp.sessions.store import SessionStore, SessionSummary, check_session_id
+from massgen_mcp.sessions.store import SessionStore, check_session_id
 from massgen_mcp.sessions.waiting import StatusCallback
-from massgen_mcp.team import choose_team, with_overrides
+from massgen_mcp.team import consent
+from massgen_mcp.team.choose import choose_team, with_overrides
+from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.tools.workspace import WorkspaceTools
 
 if TYPE_CHECKING:
@@ -166,12 +169,12 @@ class ConsensusService:
                                       parent_session_id=parent_session_id, workspace=root,
                                       notes=notes)
         if self._records_in_project():
-            trust.remember_run(self.store, run.session_id, team)
+            consent.remember_run(self.store, run.session_id, team)
         return Started(run.session_id, run.record_dir, notes)
 
     def _records_in_project(self) -> bool:
         """Whether the records sit inside the project (the default ./.massgen), where a
-        cloned repository could have put records of its own (:func:`trust.check_recorded`)."""
+        cloned repository could have put records of its own (:func:`consent.check_recorded`)."""
         return self.store.sessions_dir.resolve().is_relative_to(self.workspace.root.resolve())
 
     async def continue_session(self, session_id: str, follow_up: str, *,
@@ -213,7 +216,7 @@ class ConsensusService:
         must be one this machine started, when its team needs consent."""
         team = recorded_team(self.store, session_id)
         if self._records_in_project():
-            trust.check_recorded(self.store, session_id, team)
+            consent.check_recorded(self.store, session_id, team)
         return team
 
     # -- reading ------------------------------------------------------------------------------
@@ -242,11 +245,16 @@ class ConsensusService:
         """Everything recorded about a session: status, result, events, every answer."""
         return self.store.read_record(check_session_id(session_id))
 
-    def report(self, session_id: str) -> str:
-        """The session's self-contained HTML report."""
-        from massgen_mcp.report import render_report
+    def report(self, session_id: str, *, live: bool = False) -> str:
+        """The session's self-contained HTML report (``live``: the page that refreshes
+        itself while the run goes on)."""
+        from massgen_mcp.render.html import render_report
 
-        return render_report(self.record(session_id))
+        return render_report(self.record(session_id), live=live)
+
+    def write_report(self, session_id: str) -> Path:
+        """(Re)write the session's ``report.html`` and return its path."""
+        return self.store.write_report(check_session_id(session_id), self.report(session_id))
 
     def events(self, session_id: str) -> list[Event]:
         return self.store.read_events(check_session_id(session_id))
@@ -272,7 +280,7 @@ class ConsensusService:
         return status.status, False
 
     async def check_setup(self) -> SetupView:
-        from massgen_mcp.defaults import discover
+        from massgen_mcp.team.discover import discover
 
         found = await discover(survey=True)
         info = await self.runner.describe()

@@ -1,9 +1,9 @@
 """Shared fixtures: an isolated record folder, scripted model servers, and a run helper.
 
 End-to-end tests send every model call over real HTTP through litellm to a scripted
-OpenAI-compatible server on 127.0.0.1 (:mod:`massgen_mcp.scripted`); tests of the protocol and
-the engine use the same scripts in process (``ScriptedProvider``), without litellm. Nothing
-reaches the network.
+OpenAI-compatible server on 127.0.0.1 (:mod:`massgen_mcp.testing.scripted`); tests of the
+protocol and the engine use the same scripts in process (``ScriptedProvider``), without
+litellm. Nothing reaches the network.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from massgen_mcp import defaults
-from massgen_mcp.config import PROVIDER_KEY_ENV, build_team
+from massgen_mcp.core.spec import PROVIDER_KEY_ENV, build_team
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm
-from massgen_mcp.scripted import ChatRequest, Policy, Reply, ScriptedServer, agree, answer
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.team import discover
+from massgen_mcp.testing.scripted import ChatRequest, Policy, Reply, ScriptedServer, agree, answer
 
 FAST = {"retry_backoff_s": 0.01, "call_timeout_s": 10.0}
 
@@ -42,7 +42,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MASSGEN_LOCAL_PORTS", str(unused_port()))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("MASSGEN_CLIS", "none")  # the developer's own CLIs stay out
-    defaults._probe_cache.clear()
+    discover._probe_cache.clear()
     return folder
 
 

@@ -20,7 +20,7 @@ from conftest import hostile
 from test_clients import CLIENTS, stdio_command
 from test_transports import server_env
 
-from massgen_mcp.scripted import ChatRequest, Reply
+from massgen_mcp.testing.scripted import ChatRequest, Reply
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PLAYWRIGHT = CLIENTS / "node_modules" / "playwright-core"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from massgen_mcp.cli import main
-from massgen_mcp.scripted import ChatRequest, Reply, agree, error
+from massgen_mcp.cli.main import main
+from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, error
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

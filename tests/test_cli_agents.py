@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-from massgen_mcp.config import build_team
+from massgen_mcp.core.records import EventType, RunStatus
+from massgen_mcp.core.spec import build_team
 from massgen_mcp.providers.registry import ProviderRouter
-from massgen_mcp.records import EventType, RunStatus
-from massgen_mcp.scripted import ChatRequest, Reply, ScriptedServer, agree, text
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, text
 from tests.conftest import FAST, by_model
 
 BIN = Path(__file__).parent / "clients" / "node_modules" / ".bin"
@@ -280,7 +280,7 @@ def log_in(user: dict[str, Any], *clis: str) -> None:
 @needs_clis
 async def test_logged_in_clis_make_the_default_team_when_there_are_no_keys(
         user: dict[str, Any], nothing_available: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    from massgen_mcp.defaults import discover
+    from massgen_mcp.team.discover import discover
 
     monkeypatch.setenv("MASSGEN_CLIS", "claude,codex,gemini")
     log_in(user, "claude", "codex")
@@ -300,7 +300,7 @@ async def test_logged_in_clis_make_the_default_team_when_there_are_no_keys(
 def test_doctor_lists_the_clis_and_whether_each_is_logged_in(
         user: dict[str, Any], nothing_available: None, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from massgen_mcp.cli import main
+    from massgen_mcp.cli.main import main
 
     monkeypatch.setenv("MASSGEN_CLIS", "claude,gemini")
     log_in(user, "claude")
@@ -340,14 +340,14 @@ def test_massgen_mcp_run_with_no_keys_uses_the_logged_in_cli(
     ("cli/claude/", "cli/<name>/<model>"),
 ])
 def test_a_bad_cli_model_string_names_the_fix(model: str, message: str) -> None:
-    from massgen_mcp.errors import ConfigError
+    from massgen_mcp.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         build_team({"agents": [{"id": "a", "model": model}]})
 
 
 def test_sampling_settings_on_a_cli_agent_are_refused_by_name() -> None:
-    from massgen_mcp.errors import ConfigError
+    from massgen_mcp.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"agents\[0\]: temperature: not available for a "
                                           r"coding-agent CLI agent"):
@@ -355,7 +355,7 @@ def test_sampling_settings_on_a_cli_agent_are_refused_by_name() -> None:
 
 
 def test_massgen_cli_backend_configs_load_with_warnings(tmp_path: Path) -> None:
-    from massgen_mcp.config_files import team_from_mapping
+    from massgen_mcp.team.massgen_yaml import team_from_mapping
 
     team, warnings = team_from_mapping({"agents": [
         {"id": "cc", "backend": {"type": "claude_code", "model": "sonnet", "cwd": "ws",
@@ -378,7 +378,7 @@ def test_massgen_cli_backend_configs_load_with_warnings(tmp_path: Path) -> None:
 
 
 def test_each_cli_output_is_parsed_with_its_usage_and_errors_are_named() -> None:
-    from massgen_mcp.errors import ProviderError
+    from massgen_mcp.core.errors import ProviderError
     from massgen_mcp.providers.cli_agents import CLIS
 
     claude = CLIS["claude"].parse(json.dumps({
@@ -416,7 +416,7 @@ def test_each_cli_output_is_parsed_with_its_usage_and_errors_are_named() -> None
 
 def test_the_child_environment_keeps_the_login_and_drops_keys_and_nesting(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from massgen_mcp.config import AgentSpec
+    from massgen_mcp.core.spec import AgentSpec
     from massgen_mcp.providers.cli_agents import CLIS, child_env
 
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
@@ -461,7 +461,7 @@ def claude_result(text: str = '{"action": "new_answer", "content": "42"}') -> st
 
 
 async def call_stand_in(log: Path | None = None):
-    from massgen_mcp.config import AgentSpec
+    from massgen_mcp.core.spec import AgentSpec
     from massgen_mcp.providers.base import CallContext
     from massgen_mcp.providers.cli_agents import CliProvider
 
@@ -473,7 +473,7 @@ async def call_stand_in(log: Path | None = None):
 
 async def test_stderr_goes_to_cli_log_with_keys_masked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from massgen_mcp.secrets import register_secret
+    from massgen_mcp.core.secrets import register_secret
 
     register_secret(LEAKED)
     # A key at the very end of 100 KiB of stderr: cut to its last 64 KiB, it must still be
@@ -503,7 +503,7 @@ async def test_a_grandchild_holding_the_output_open_does_not_hold_the_call(
 
 async def test_too_much_output_stops_the_cli(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from massgen_mcp.errors import ProviderError
+    from massgen_mcp.core.errors import ProviderError
 
     stand_in(tmp_path, monkeypatch, "sys.stdout.write('y' * 9_000_000)")
     with pytest.raises(ProviderError, match="printed more than 8 MiB"):
@@ -512,7 +512,7 @@ async def test_too_much_output_stops_the_cli(tmp_path: Path,
 
 async def test_a_cli_that_is_missing_is_an_error_not_a_crash(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from massgen_mcp.errors import ProviderError
+    from massgen_mcp.core.errors import ProviderError
 
     monkeypatch.setenv("MASSGEN_CLAUDE_PATH", str(tmp_path / "missing"))
     with pytest.raises(ProviderError, match="'claude' command is not on PATH"):

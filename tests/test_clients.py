@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_transports import TOKEN, http_server, server_env  # noqa: F401  (fixture)
 
-from massgen_mcp.scripted import agree
+from massgen_mcp.testing.scripted import agree
 
 CLIENTS = Path(__file__).parent / "clients"
 INSPECTOR = CLIENTS / "node_modules" / ".bin" / "mcp-inspector"

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from massgen_mcp.config import RunOptions, RunSpec, TeamConfig
-from massgen_mcp.config_files import load_config_file, presets_dir, team_from_mapping
-from massgen_mcp.context_files import Workspace
-from massgen_mcp.errors import ConfigError
-from massgen_mcp.team import choose_team
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.spec import RunOptions, RunSpec, TeamConfig
+from massgen_mcp.team.choose import choose_team
+from massgen_mcp.team.context_files import Workspace
+from massgen_mcp.team.massgen_yaml import load_config_file, presets_dir, team_from_mapping
 
 MASSGEN_SAMPLE = """
 agents:
@@ -191,11 +191,11 @@ def test_massgen_features_we_lack_load_with_a_warning_each() -> None:
 
 async def test_the_ignored_keys_are_in_the_runs_record(scripted, tmp_path: Path,
                                                       home: Path) -> None:
-    from massgen_mcp.api import follow
-    from massgen_mcp.config import RunSpec
-    from massgen_mcp.context_files import Workspace
-    from massgen_mcp.scripted import agree
+    from massgen_mcp.api.python import follow
+    from massgen_mcp.core.spec import RunSpec
     from massgen_mcp.service import ConsensusService
+    from massgen_mcp.team.context_files import Workspace
+    from massgen_mcp.testing.scripted import agree
 
     server = scripted(agree)
     config = tmp_path / "team.yaml"

@@ -23,7 +23,7 @@ from mcp.client.stdio import StdioServerParameters
 from test_openai_api import api, served  # noqa: F401  (fixtures: `serve --http` with /v1)
 from test_transports import TOKEN
 
-from massgen_mcp.scripted import ChatRequest, Reply, ScriptedServer, agree, tool_calls
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, tool_calls
 
 FOREIGN_URL = "http://collector.example.invalid/v1"
 DB_PASSWORD = "Sup3r-s3cret-db-pw-9182"

@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 from conftest import unused_port
 
-from massgen_mcp import defaults
-from massgen_mcp.cli import main
-from massgen_mcp.config import RunOptions, RunSpec
-from massgen_mcp.context_files import Workspace
-from massgen_mcp.defaults import discover, find_local_servers, providers_with_keys
-from massgen_mcp.env import getenv
-from massgen_mcp.errors import ConfigError
-from massgen_mcp.scripted import ScriptedServer, agree
-from massgen_mcp.secrets import redact
-from massgen_mcp.team import choose_team
+from massgen_mcp.cli.main import main
+from massgen_mcp.core.env import getenv
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.secrets import redact
+from massgen_mcp.core.spec import RunOptions, RunSpec
+from massgen_mcp.team import discover as discovery
+from massgen_mcp.team.choose import choose_team
+from massgen_mcp.team.context_files import Workspace
+from massgen_mcp.team.discover import discover, find_local_servers, providers_with_keys
+from massgen_mcp.testing.scripted import ScriptedServer, agree
 
 
 async def default_team(tmp_path: Path, **options: Any):
@@ -70,7 +70,7 @@ async def test_dotenv_is_read_without_overriding(monkeypatch, tmp_path: Path) ->
 async def test_local_servers_are_found_and_used(monkeypatch) -> None:
     with ScriptedServer(agree) as server:
         monkeypatch.setenv("MASSGEN_LOCAL_PORTS", f"{unused_port()},{server.port}")
-        defaults._probe_cache.clear()
+        discovery._probe_cache.clear()
         servers = await find_local_servers()
         assert [s.url for s in servers] == [server.base_url]
         assert servers[0].models == ("scripted",)
@@ -118,7 +118,7 @@ def test_doctor_reports_names_never_values(monkeypatch, capsys) -> None:
 def test_run_without_models_uses_the_default_team(monkeypatch, capsys) -> None:
     with ScriptedServer(agree) as server:
         monkeypatch.setenv("MASSGEN_LOCAL_PORTS", str(server.port))
-        defaults._probe_cache.clear()
+        discovery._probe_cache.clear()
         assert main(["run", "What is 6*7?"]) == 0
     out, err = capsys.readouterr()
     assert "default team (local servers)" in err

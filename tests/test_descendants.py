@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from massgen_mcp.config_files import team_from_mapping
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
-from massgen_mcp.scripted import ChatRequest, Reply, agree, answer, tool_calls
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.team.massgen_yaml import team_from_mapping
+from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, tool_calls
 from tests.conftest import FAST
 from tests.fixtures import escapees
 
@@ -81,7 +81,7 @@ def stand_in_claude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder: Pat
 
 
 async def call_claude() -> str | None:
-    from massgen_mcp.config import AgentSpec
+    from massgen_mcp.core.spec import AgentSpec
     from massgen_mcp.providers.cli_agents import CliProvider
 
     completion = await CliProvider().complete(
@@ -118,7 +118,7 @@ async def test_a_cancelled_cli_call_leaves_no_descendant(
 
 async def test_a_cli_that_exits_with_an_error_leaves_no_descendant(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pid_folder: Path) -> None:
-    from massgen_mcp.errors import ProviderError
+    from massgen_mcp.core.errors import ProviderError
 
     stand_in_claude(tmp_path, monkeypatch, pid_folder, "sys.exit('no login')")
     with pytest.raises(ProviderError, match="exit status 1"):
@@ -147,8 +147,8 @@ async def test_a_killed_server_process_leaves_no_descendant_of_its_cli_call(
 
 async def test_the_cli_gets_its_environment_and_gives_its_status_as_without_a_reaper(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from massgen_mcp.config import AgentSpec
-    from massgen_mcp.errors import ProviderError
+    from massgen_mcp.core.errors import ProviderError
+    from massgen_mcp.core.spec import AgentSpec
     from massgen_mcp.providers.cli_agents import CLIS, child_env
 
     for name in ("LANG", "LC_ALL", "LC_CTYPE"):  # the C locale: Python's start-up coerces it

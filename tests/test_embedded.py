@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from massgen_mcp.cli import main
-from massgen_mcp.config import PROVIDER_KEY_ENV, build_team
+from massgen_mcp.cli.main import main
 from massgen_mcp.consensus.prompts import workflow_tools
 from massgen_mcp.consensus.state import Answer, View
-from massgen_mcp.errors import ProviderError
+from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.spec import PROVIDER_KEY_ENV, build_team
 from massgen_mcp.providers import local_model
 from massgen_mcp.providers.llamacpp_provider import (
     LlamaCppProvider,

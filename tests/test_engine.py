@@ -9,7 +9,9 @@ import time
 from conftest import by_model, read_record, run_team, team_for
 
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
-from massgen_mcp.scripted import (
+from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.testing.scripted import (
     ChatRequest,
     Reply,
     agree,
@@ -21,8 +23,6 @@ from massgen_mcp.scripted import (
     tool_calls,
     vote,
 )
-from massgen_mcp.sessions.runner import SessionRunner
-from massgen_mcp.sessions.store import SessionStore
 
 
 async def test_unanimous_run_uses_exactly_seven_calls(scripted) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from massgen_mcp.cli import main
-from massgen_mcp.evaluate import is_correct, load_questions
+from massgen_mcp.cli.evaluate import is_correct, load_questions
+from massgen_mcp.cli.main import main
 from massgen_mcp.providers.llamacpp_provider import embedded_model_name
-from massgen_mcp.scripted import ChatRequest, Reply, answer, text, vote
+from massgen_mcp.testing.scripted import ChatRequest, Reply, answer, text, vote
 
 
 def policy(req: ChatRequest) -> Reply:
@@ -70,7 +70,7 @@ def test_the_scoring_normaliser(reply: str, expected: str, right: bool) -> None:
 
 
 def test_a_bad_question_file_names_the_line(tmp_path: Path) -> None:
-    from massgen_mcp.errors import ConfigError
+    from massgen_mcp.core.errors import ConfigError
 
     path = tmp_path / "q.jsonl"
     path.write_text('{"question": "ok?", "answer": "1"}\n{"question": 3}\n')

@@ -20,13 +20,22 @@ from conftest import FAST, run_team, team_for
 from fastmcp import Client
 from test_transports import RawStdio, models_for, server_env, start_raw
 
-from massgen_mcp.config_files import load_config_file
 from massgen_mcp.consensus import prompts
 from massgen_mcp.consensus.state import Answer, View
-from massgen_mcp.errors import ConfigError, SessionNotFoundError
-from massgen_mcp.scripted import ChatRequest, Reply, agree, answer, error, text, tool_calls, vote
+from massgen_mcp.core.errors import ConfigError, SessionNotFoundError
 from massgen_mcp.server.app import create_server
 from massgen_mcp.sessions.store import SessionStore, check_session_id
+from massgen_mcp.team.massgen_yaml import load_config_file
+from massgen_mcp.testing.scripted import (
+    ChatRequest,
+    Reply,
+    agree,
+    answer,
+    error,
+    text,
+    tool_calls,
+    vote,
+)
 
 # Four ways to give a key, each its own value. None of the variable names looks like a
 # credential except OPENAI_API_KEY, so only redaction by value can catch the others.
@@ -202,41 +211,41 @@ async def test_a_config_named_over_mcp_needs_consent(tmp_path: Path, monkeypatch
 
 def test_consent_covers_env_values_other_providers_keys_and_call_overrides(
         tmp_path: Path, monkeypatch) -> None:
-    from massgen_mcp import trust
-    from massgen_mcp.config_files import parse_yaml, read_config_text, team_from_mapping
-    from massgen_mcp.trust import UntrustedConfigError
+    from massgen_mcp.core.errors import UntrustedConfigError
+    from massgen_mcp.team import consent
+    from massgen_mcp.team.massgen_yaml import parse_yaml, read_config_text, team_from_mapping
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("PROXY_HOST", "proxy.example.invalid")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-canary-000000000")
     path = tmp_path / "cfg.yaml"
 
-    def consent(body: str) -> None:
+    def load(body: str) -> None:
         path.write_text("agents:\n  - id: a\n    backend: " + body + "\n")
         load_config_file(path, check_trust=True)
 
     # An environment value copied into a URL goes wherever the URL says.
     with pytest.raises(UntrustedConfigError, match=r"base_url reads \$PROXY_HOST"):
-        consent("{type: chatcompletion, model: m, base_url: 'https://${PROXY_HOST}/v1'}")
+        load("{type: chatcompletion, model: m, base_url: 'https://${PROXY_HOST}/v1'}")
     text = read_config_text(path)
     expanded: list[tuple[str, str]] = []
     team_from_mapping(parse_yaml(text, "cfg"), expanded=expanded)
-    trust.trust(path, text, expanded)
+    consent.trust(path, text, expanded)
     load_config_file(path, check_trust=True)  # trusted as it is
     monkeypatch.setenv("PROXY_HOST", "elsewhere.example.invalid")  # a new .env: ask again
     with pytest.raises(UntrustedConfigError):
         load_config_file(path, check_trust=True)
     # Another provider's key, even to that provider's own host, or with no base_url at all.
     with pytest.raises(UntrustedConfigError, match=r"would send \$ANTHROPIC_API_KEY"):
-        consent("{type: openai, model: gpt-4o, api_key_env: ANTHROPIC_API_KEY}")
+        load("{type: openai, model: gpt-4o, api_key_env: ANTHROPIC_API_KEY}")
     with pytest.raises(UntrustedConfigError, match=r"would send \$ANTHROPIC_API_KEY"):
-        consent("{type: openai, model: gpt-4o, api_key_env: ANTHROPIC_API_KEY, "
+        load("{type: openai, model: gpt-4o, api_key_env: ANTHROPIC_API_KEY, "
                 "base_url: 'https://api.openai.com/v1'}")
     # A URL no parser agrees on is foreign, not a crash.
     with pytest.raises(UntrustedConfigError, match="would send"):
-        consent("{type: openai, model: gpt-4o, api_key_env: OPENAI_API_KEY, "
+        load("{type: openai, model: gpt-4o, api_key_env: OPENAI_API_KEY, "
                 "base_url: 'https://e.example\uff03@api.openai.com/v1'}")
-    consent("{type: claude, model: claude-haiku-4-5, api_key_env: ANTHROPIC_API_KEY}")
+    load("{type: claude, model: claude-haiku-4-5, api_key_env: ANTHROPIC_API_KEY}")
 
 
 async def test_a_base_url_in_the_call_cannot_receive_an_environment_key(
@@ -254,7 +263,7 @@ async def test_a_base_url_in_the_call_cannot_receive_an_environment_key(
 
 
 def test_credential_variables_only_as_api_keys() -> None:
-    from massgen_mcp.config_files import team_from_mapping
+    from massgen_mcp.team.massgen_yaml import team_from_mapping
 
     with pytest.raises(ConfigError, match=r"\$\{OPENAI_API_KEY\} looks like a credential"):
         team_from_mapping({"agents": [{"backend": {

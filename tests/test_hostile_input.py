@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from test_openai_api import served  # noqa: F401 (a fixture)
 from test_transports import TOKEN, free_port, server_env
 
-from massgen_mcp.scripted import ChatRequest, Reply, agree, answer, text, tool_calls
 from massgen_mcp.server.app import create_server
+from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, text, tool_calls
 
 DEEP = "[" * 100_000
 
@@ -235,8 +235,8 @@ def as_bytes(text: str) -> bytes:
 
 
 def test_any_question_or_context_is_refused_or_answered(scripted, home: Path) -> None:
-    from massgen_mcp.config import RunSpec
-    from massgen_mcp.errors import ConfigError
+    from massgen_mcp.core.errors import ConfigError
+    from massgen_mcp.core.spec import RunSpec
     from massgen_mcp.service import ConsensusService
 
     server = scripted(agree)
@@ -298,8 +298,8 @@ def test_any_model_reply_is_retried_or_dropped(scripted, home: Path) -> None:
 def test_any_config_text_is_a_team_or_a_config_error(content: str) -> None:
     import tempfile
 
-    from massgen_mcp.config_files import load_config_file
-    from massgen_mcp.errors import ConfigError
+    from massgen_mcp.core.errors import ConfigError
+    from massgen_mcp.team.massgen_yaml import load_config_file
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "team.yaml"
@@ -315,8 +315,8 @@ def test_any_config_text_is_a_team_or_a_config_error(content: str) -> None:
 def test_any_eval_file_is_loaded_or_its_bad_line_named(lines: list[str]) -> None:
     import tempfile
 
-    from massgen_mcp.errors import ConfigError
-    from massgen_mcp.evaluate import load_questions
+    from massgen_mcp.cli.evaluate import load_questions
+    from massgen_mcp.core.errors import ConfigError
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "q.jsonl"

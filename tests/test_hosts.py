@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from massgen_mcp.cli import main
-from massgen_mcp.errors import ConfigError
-from massgen_mcp.hosts import HOSTS, install
+from massgen_mcp.cli.install import HOSTS, install
+from massgen_mcp.cli.main import main
+from massgen_mcp.core.errors import ConfigError
 
 
 @pytest.fixture

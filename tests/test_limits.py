@@ -12,7 +12,7 @@ from pathlib import Path
 from test_mcp_tools import offered, run, team
 from test_transports import server_env
 
-from massgen_mcp.scripted import agree
+from massgen_mcp.testing.scripted import agree
 
 FLOOD = Path(__file__).resolve().parent / "fixtures" / "flood_server.py"
 FLOOD_SERVER = {"flood": {"type": "stdio", "command": sys.executable, "args": [str(FLOOD)]}}
@@ -155,9 +155,9 @@ def test_the_cli_writes_only_through_its_output_helpers() -> None:
     """So that no command can forget: a ``print`` anywhere else in cli.py is a way round."""
     import ast
 
-    import massgen_mcp.cli
+    import massgen_mcp.cli.main
 
-    tree = ast.parse(Path(massgen_mcp.cli.__file__).read_text())
+    tree = ast.parse(Path(massgen_mcp.cli.main.__file__).read_text())
     writers = {
         node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
         and any(isinstance(call, ast.Call) and isinstance(call.func, ast.Name)

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from conftest import FAST, unused_port
 
-from massgen_mcp.config_files import team_from_mapping
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
-from massgen_mcp.scripted import ChatRequest, Reply, agree, answer, tool_calls
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.team.massgen_yaml import team_from_mapping
+from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, tool_calls
 
 ROOT = Path(__file__).resolve().parent
 NOTES = ROOT / "fixtures" / "notes_server.py"
@@ -209,8 +209,8 @@ async def test_cancel_leaves_no_server_process(scripted) -> None:
 
 
 def test_mcp_servers_in_a_project_config_need_consent(tmp_path: Path) -> None:
-    from massgen_mcp.config_files import load_config_file
-    from massgen_mcp.trust import UntrustedConfigError
+    from massgen_mcp.core.errors import UntrustedConfigError
+    from massgen_mcp.team.massgen_yaml import load_config_file
 
     path = tmp_path / "config.yaml"
     path.write_text("agents:\n  - id: a\n    backend: {type: openai, model: gpt-4o, "

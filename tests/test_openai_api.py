@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 import massgen_mcp
-from massgen_mcp.env import user_config_dir
-from massgen_mcp.scripted import ChatRequest, Reply, ScriptedServer, agree
+from massgen_mcp.core.env import user_config_dir
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree
 from tests.test_transports import TOKEN, free_port, server_env
 
 QUESTION = [{"role": "system", "content": "Answer briefly."},

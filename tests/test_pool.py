@@ -27,7 +27,7 @@ import pytest
 from fastmcp import Client
 
 from massgen_mcp.pool.live import redact_url
-from massgen_mcp.scripted import ChatRequest, Reply, ScriptedServer, agree
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree
 
 REDIS = shutil.which("redis-server")
 pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),

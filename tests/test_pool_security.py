@@ -29,10 +29,10 @@ from redis import Redis
 from redis.exceptions import RedisError
 from test_pool import REDIS, Pool, follow, free_port, models, start
 
-from massgen_mcp.errors import ConfigError
+from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.pool import payloads
 from massgen_mcp.pool.live import PoolConfig
-from massgen_mcp.scripted import agree
+from massgen_mcp.testing.scripted import agree
 
 pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
                                 reason="redis-server is not installed")
@@ -159,7 +159,7 @@ def test_the_guard_is_checked_against_this_pydocket() -> None:
 
 
 def test_only_plain_data_and_our_records_load() -> None:
-    from massgen_mcp.config import RunOptions
+    from massgen_mcp.core.spec import RunOptions
 
     payloads.guard_docket()
     plain = ("s", 1, 2.5, None, [1], {"a": (1, 2)}, {3}, frozenset({4}), b"x",
@@ -175,13 +175,13 @@ def test_only_plain_data_and_our_records_load() -> None:
 
 # Only allow-listed names, but BUILD sets attributes: on an enum member that a value lookup
 # returns (RunStatus.COMPLETED now says "failed"), or on a class (its __hash__ gone).
-RETAG_COMPLETED = (b"\x80\x04cmassgen_mcp.records\nRunStatus\n(Vcompleted\ntR"
+RETAG_COMPLETED = (b"\x80\x04cmassgen_mcp.core.records\nRunStatus\n(Vcompleted\ntR"
                    b"}(V_value_\nVfailed\nub.")
-UNHASH_CLASS = b"\x80\x04cmassgen_mcp.records\nRunStatus\nN}(V__hash__\nNu\x86b."
+UNHASH_CLASS = b"\x80\x04cmassgen_mcp.core.records\nRunStatus\nN}(V__hash__\nNu\x86b."
 
 
 def test_a_pickle_changes_no_object_it_did_not_make() -> None:
-    from massgen_mcp.records import RunStatus
+    from massgen_mcp.core.records import RunStatus
 
     payloads.guard_docket()
     for hostile in (RETAG_COMPLETED, UNHASH_CLASS):
@@ -290,11 +290,11 @@ async def test_no_child_gets_the_pool_s_redis_url_or_a_url_password(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A coding CLI and an MCP server (real child processes that write down their
     environment) on a worker whose Redis URL holds a password."""
-    from massgen_mcp.config import AgentSpec
+    from massgen_mcp.core.secrets import redact
+    from massgen_mcp.core.spec import AgentSpec, McpServerSpec
     from massgen_mcp.providers.base import CallContext
     from massgen_mcp.providers.cli_agents import CliProvider
-    from massgen_mcp.secrets import redact
-    from massgen_mcp.tools.mcp_servers import McpServerSpec, McpToolbox
+    from massgen_mcp.tools.mcp_servers import McpToolbox
 
     monkeypatch.setenv("MASSGEN_REDIS_URL", POOL_URL)
     monkeypatch.setenv("REDIS_URL", POOL_URL)  # the same URL under a name of its own
@@ -347,8 +347,8 @@ async def test_no_child_gets_the_pool_s_redis_url_or_a_url_password(
     ("https://h/search?q=password&page=2", "https://h/search?q=password&page=2"),
 ])
 def test_credentials_in_a_url_query_are_masked(text: str, shown: str) -> None:
+    from massgen_mcp.core.secrets import carries_credential, redact
     from massgen_mcp.pool.live import redact_url
-    from massgen_mcp.secrets import carries_credential, redact
 
     assert redact(text) == shown
     assert carries_credential(text) == (shown != text)

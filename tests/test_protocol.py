@@ -1,6 +1,6 @@
 """The engine and the runner with scripted models in process, at the Provider seam.
 
-No litellm and no sockets: :class:`~massgen_mcp.scripted.ScriptedProvider` runs the same
+No litellm and no sockets: :class:`~massgen_mcp.testing.scripted.ScriptedProvider` runs the same
 policies as the HTTP server. The end-to-end versions of these paths (through litellm, over
 HTTP) live in test_engine.py and test_reliability.py.
 """
@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
-from massgen_mcp.config import AgentSpec, TeamConfig, build_team
+from massgen_mcp.core.records import EventType, FinishReason, ResultRecord, RunStatus
+from massgen_mcp.core.spec import AgentSpec, TeamConfig, build_team
 from massgen_mcp.providers.base import Completion
-from massgen_mcp.records import EventType, FinishReason, ResultRecord, RunStatus
-from massgen_mcp.scripted import (
+from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.testing.scripted import (
     ChatRequest,
     Reply,
     ScriptedProvider,
@@ -28,8 +30,6 @@ from massgen_mcp.scripted import (
     error,
     text,
 )
-from massgen_mcp.sessions.runner import SessionRunner
-from massgen_mcp.sessions.store import SessionStore
 
 
 def team(models: str = "abc", **options: Any) -> TeamConfig:
@@ -128,8 +128,8 @@ async def test_a_final_answer_sent_back_by_its_check_restarts_the_team_once() ->
     assert len(after) == 3 and "say which unit the 42 is in" in after[0].user
     assert "It answers: What is 6*7?" in checks[0].system  # the checklist, from the question
     assert store.read_status(result.session_id).phase.value == "done"
-    from massgen_mcp.render import describe_event
-    from massgen_mcp.report import render_report
+    from massgen_mcp.render.html import render_report
+    from massgen_mcp.render.text import describe_event
 
     lines = [describe_event(e) for e in events]
     assert any(line and "restart 1: the team goes again" in line for line in lines)
@@ -208,8 +208,8 @@ def test_the_engine_path_does_not_import_litellm(tmp_path: Path) -> None:
     code = f"""
 import asyncio, sys
 from pathlib import Path
-from massgen_mcp.config import build_team
-from massgen_mcp.scripted import ScriptedProvider
+from massgen_mcp.core.spec import build_team
+from massgen_mcp.testing.scripted import ScriptedProvider
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
 

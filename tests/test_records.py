@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 from fastmcp import Client
 
-from massgen_mcp.cli import main
-from massgen_mcp.config import AgentSpec, RunSpec
-from massgen_mcp.context_files import Workspace
-from massgen_mcp.errors import SessionStateError
+from massgen_mcp.cli.main import main
+from massgen_mcp.core.errors import SessionStateError
+from massgen_mcp.core.records import SCHEMA_VERSION, EventType, RunStatus
+from massgen_mcp.core.spec import AgentSpec, RunSpec
 from massgen_mcp.providers.base import Completion
-from massgen_mcp.records import SCHEMA_VERSION, EventType, RunStatus
-from massgen_mcp.scripted import ChatRequest, Reply, ScriptedProvider, agree, answer
 from massgen_mcp.server.app import create_server
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.team.context_files import Workspace
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedProvider, agree, answer
 
 RELEASE = Path(__file__).parent / "fixtures" / "release-0.1.0"
 OLD_ID = "01M825WQ0MVBEB1ZBBVMKK79J8"

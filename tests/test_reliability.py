@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_transports import HEADERS, INIT, TOKEN, http_server, server_env  # noqa: F401
 
-from massgen_mcp.cli import main
+from massgen_mcp.cli.main import main
+from massgen_mcp.core.records import RunStatus
 from massgen_mcp.providers.registry import ProviderRouter
-from massgen_mcp.records import RunStatus
-from massgen_mcp.scripted import ChatRequest, Reply, agree, answer, drop, error, raw, text
-from massgen_mcp.scripted import tool_calls as calls
 from massgen_mcp.server.app import create_server
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, drop, error, raw, text
+from massgen_mcp.testing.scripted import tool_calls as calls
 
 
 def faulty(rate: float, seed: int) -> tuple[object, dict[str, int]]:

@@ -14,10 +14,10 @@ from conftest import by_model, hostile, run_team, team_for
 from fastmcp import Client
 from test_transports import TOKEN, http_server  # noqa: F401  (fixture)
 
-from massgen_mcp.cli import main
-from massgen_mcp.report import markdown
-from massgen_mcp.scripted import ChatRequest, Reply, agree, answer, error
+from massgen_mcp.cli.main import main
+from massgen_mcp.render.html import markdown
 from massgen_mcp.server.app import create_server
+from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, error
 
 XSS = '<script>alert("pwned")</script><img src=x onerror=alert(1)>'
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from fastmcp import Client
 
-from massgen_mcp.scripted import ChatRequest, Reply, agree
 from massgen_mcp.server.app import create_server
+from massgen_mcp.testing.scripted import ChatRequest, Reply, agree
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "tools_list.json"
 
@@ -278,7 +278,7 @@ async def test_tools_list_matches_snapshot(tmp_path: Path) -> None:
 
 
 def test_importing_the_server_does_not_import_litellm() -> None:
-    code = ("import sys, massgen_mcp.server.app, massgen_mcp.cli; "
+    code = ("import sys, massgen_mcp.server.app, massgen_mcp.cli.main; "
             "print('litellm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_transports import TOKEN, free_port, server_env
 
-from massgen_mcp.cli import EXIT_LISTEN, EXIT_USAGE
+from massgen_mcp.cli.main import EXIT_LISTEN, EXIT_USAGE
 
 
 @pytest.fixture
@@ -114,7 +114,8 @@ HUGE_SERVER = Path(__file__).resolve().parent / "fixtures" / "huge_reply_server.
 async def test_a_huge_mcp_tool_result_is_not_held_whole() -> None:
     """20 MB from a real stdio MCP server: what this process allocates while it arrives stays
     far below the reply's size (Python's own allocation tracking, not a clock)."""
-    from massgen_mcp.tools.mcp_servers import McpServerSpec, McpToolbox
+    from massgen_mcp.core.spec import McpServerSpec
+    from massgen_mcp.tools.mcp_servers import McpToolbox
 
     size = 20 * 1024 * 1024
     toolbox = McpToolbox([McpServerSpec(name="huge", command=sys.executable,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fastmcp import Client
 
-from massgen_mcp.scripted import ChatRequest, Reply, agree, answer, tool_calls
 from massgen_mcp.server.app import create_server
+from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, tool_calls
 from massgen_mcp.tools.workspace import WorkspaceTools
 
 CANARY = "sk-canary-dotenv-7777777777"
@@ -154,8 +154,8 @@ def test_hostile_paths_are_refused(tmp_path: Path, path: str, why: str) -> None:
 
 
 def test_context_paths_narrow_what_is_visible(project: Path) -> None:
-    from massgen_mcp.config_files import team_from_mapping
-    from massgen_mcp.errors import ConfigError
+    from massgen_mcp.core.errors import ConfigError
+    from massgen_mcp.team.massgen_yaml import team_from_mapping
 
     (project / "docs").mkdir()
     (project / "docs" / "notes.md").write_text("RETRY_LIMIT is documented here\n")
@@ -222,7 +222,7 @@ def test_folders_records_and_hard_links_are_refused_not_fatal(project: Path) -> 
 
 
 def test_the_deny_list_can_be_lifted_pattern_by_pattern(project: Path) -> None:
-    from massgen_mcp.errors import ConfigError
+    from massgen_mcp.core.errors import ConfigError
 
     (project / ".env.example").write_text("OPENAI_API_KEY=your-key-here\n")
     default = WorkspaceTools(project)
@@ -254,7 +254,7 @@ async def test_a_config_in_the_user_config_folder_is_accepted_by_path(
 
 
 async def test_show_lists_the_tool_calls(scripted, project: Path, capsys) -> None:
-    from massgen_mcp.cli import main
+    from massgen_mcp.cli.main import main
 
     server = scripted(investigator)
     async with Client(create_server(root=project)) as client:

@@ -21,8 +21,8 @@ from fastmcp import Client
 from mcp import Client as SdkClient
 from mcp.client.stdio import StdioServerParameters
 
-from massgen_mcp.scripted import ChatRequest, Reply, agree, error
 from massgen_mcp.server.app import create_server
+from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, error
 
 TOKEN = "test-token-0123456789abcdef"
 

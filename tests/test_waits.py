@@ -19,9 +19,9 @@ from fastmcp import Client
 from mcp import Client as SdkClient
 from mcp.client.stdio import StdioServerParameters
 
-from massgen_mcp.records import Phase, StatusRecord
-from massgen_mcp.scripted import agree
+from massgen_mcp.core.records import Phase, StatusRecord
 from massgen_mcp.sessions.waiting import ChangeSignal, wait_for_status
+from massgen_mcp.testing.scripted import agree
 from tests.test_transports import models_for, server_env
 
 WAIT_S = 30

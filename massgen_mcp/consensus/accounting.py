@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from massgen_mcp.config import RunOptions
+from massgen_mcp.core.records import Usage
+from massgen_mcp.core.spec import RunOptions
 from massgen_mcp.providers.base import Completion
-from massgen_mcp.records import Usage
 
 
 @dataclass

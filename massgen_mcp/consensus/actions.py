@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from massgen_mcp.consensus.state import View, normalise
-from massgen_mcp.edges import NotJson, UnsafeJson, decode_json, load_json
+from massgen_mcp.core.edges import NotJson, UnsafeJson, decode_json, load_json
 from massgen_mcp.providers.base import Completion
 
 MAX_REASON_CHARS = 2_000

@@ -8,7 +8,8 @@ every agent that now needs a turn is started. Nothing is started on a view that 
 change in round one, and a vote that comes back on an outdated view is discarded and re-asked.
 
 Everything that happens is reported to a :class:`Recorder` as typed records
-(:mod:`massgen_mcp.records`); the engine itself never touches files, so other stores can plug in.
+(:mod:`massgen_mcp.core.records`); the engine itself never touches files, so other stores can
+plug in.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from massgen_mcp.config import AgentSpec, TeamConfig
 from massgen_mcp.consensus import prompts
 from massgen_mcp.consensus.accounting import BudgetExceeded, UsageMeter, check_budget
 from massgen_mcp.consensus.actions import (
@@ -34,16 +34,9 @@ from massgen_mcp.consensus.actions import (
     parse_action,
 )
 from massgen_mcp.consensus.state import Answer, Coordination, View
-from massgen_mcp.edges import UnsafeJson, decode_json, load_json
-from massgen_mcp.errors import ProviderError, RecordWriteError
-from massgen_mcp.providers.base import (
-    CallContext,
-    Completion,
-    Provider,
-    ToolCall,
-    complete_with_retries,
-)
-from massgen_mcp.records import (
+from massgen_mcp.core.edges import UnsafeJson, decode_json, load_json
+from massgen_mcp.core.errors import ProviderError, RecordWriteError
+from massgen_mcp.core.records import (
     PREVIEW_CHARS,
     AgentResult,
     AgentStatus,
@@ -62,7 +55,15 @@ from massgen_mcp.records import (
     Winner,
     clip,
 )
-from massgen_mcp.secrets import redact
+from massgen_mcp.core.secrets import redact
+from massgen_mcp.core.spec import AgentSpec, TeamConfig
+from massgen_mcp.providers.base import (
+    CallContext,
+    Completion,
+    Provider,
+    ToolCall,
+    complete_with_retries,
+)
 from massgen_mcp.tools.mcp_servers import PREFIX as MCP_PREFIX
 from massgen_mcp.tools.mcp_servers import McpToolbox
 from massgen_mcp.tools.workspace import WorkspaceTools
@@ -161,7 +162,7 @@ class Recorder(Protocol):
     """Where a run reports what happens; the session store's
     :class:`~massgen_mcp.sessions.store.FileRecorder` writes it to disk.
 
-    A method may raise :class:`~massgen_mcp.errors.RecordWriteError` once, when the store
+    A method may raise :class:`~massgen_mcp.core.errors.RecordWriteError` once, when the store
     refuses a write; the run then ends ``failed`` (``record_write_failed``) and every later
     call must keep working in memory without raising again.
     """

@@ -24,20 +24,11 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
+
+from massgen_mcp.core.records import AgentPhase
 
 LETTERS = "ABCDEFGH"
 _WS = re.compile(r"\s+")
-
-
-class AgentPhase(StrEnum):
-    """What an agent is doing, as shown in status.json and get_status."""
-
-    WAITING = "waiting"  # has answered round one, waiting for the others
-    WORKING = "working"  # a model call is in flight
-    ANSWERED = "answered"  # has a current answer but no vote yet
-    VOTED = "voted"
-    DROPPED = "dropped"
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from massgen_mcp.config import TeamConfig
-from massgen_mcp.errors import ConfigError, MassgenError, PoolUnavailableError
+from massgen_mcp.core.errors import ConfigError, MassgenError, PoolUnavailableError
+from massgen_mcp.core.records import Event, FinishReason, ResultRecord, RunStatus, StatusRecord
+from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
-from massgen_mcp.records import Event, FinishReason, ResultRecord, RunStatus, StatusRecord
 from massgen_mcp.sessions import fencing
 from massgen_mcp.sessions.runner import (
     EventListener,

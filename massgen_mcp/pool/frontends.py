@@ -26,7 +26,7 @@ import os
 import secrets
 from typing import TYPE_CHECKING
 
-from massgen_mcp.errors import ConfigError, PoolUnavailableError
+from massgen_mcp.core.errors import ConfigError, PoolUnavailableError
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import PoolConfig
 

@@ -38,16 +38,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from massgen_mcp.errors import ConfigError
-from massgen_mcp.records import Event, StatusRecord
-from massgen_mcp.secrets import mask_url_credentials, register_secret
+from massgen_mcp.core.env import POOL_URL_ENV
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.records import Event, StatusRecord
+from massgen_mcp.core.secrets import mask_url_credentials, register_secret
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
 log = logging.getLogger(__name__)
 
-URL_ENV = "MASSGEN_REDIS_URL"
+URL_ENV = POOL_URL_ENV
 STATUS_TTL_S = 7 * 86_400  # a finished run's status stays readable from Redis for a week
 QUEUED_TTL_S = 3600  # the longest a run may wait on the queue before the sweep looks at it
 RECONNECT_S = 1.0
@@ -92,7 +93,7 @@ def authenticated(url: str) -> bool:
     """Whether only those who hold a secret can use this Redis: one on this machine (a
     socket, loopback) is as safe as the machine; elsewhere it needs a password, or a client
     certificate over TLS (``rediss://…?ssl_certfile=…``)."""
-    from massgen_mcp.trust import is_loopback
+    from massgen_mcp.core.net import is_loopback
 
     parts = urlsplit(url)
     if parts.scheme == "unix" or is_loopback(parts.hostname or ""):

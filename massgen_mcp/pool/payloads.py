@@ -60,7 +60,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from massgen_mcp.errors import ConfigError
+from massgen_mcp.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

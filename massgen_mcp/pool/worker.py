@@ -40,13 +40,13 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
-from massgen_mcp.config import missing_credentials
-from massgen_mcp.errors import MassgenError, SessionStateError
+from massgen_mcp.core.errors import MassgenError, SessionStateError
+from massgen_mcp.core.records import FinishReason, RunStatus
+from massgen_mcp.core.spec import missing_credentials
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import LivePublisher, PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.providers.base import Provider
-from massgen_mcp.records import FinishReason, RunStatus
 from massgen_mcp.sessions import fencing
 from massgen_mcp.sessions.fencing import RecordFenced
 from massgen_mcp.sessions.runner import LiveRun, SessionRunner, end_unstarted, recorded_team

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from massgen_mcp.config import AgentSpec
-from massgen_mcp.errors import ProviderError
-from massgen_mcp.secrets import redact
+from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.secrets import redact
+from massgen_mcp.core.spec import AgentSpec
 
 MAX_RETRY_AFTER_S = 60.0
 

@@ -17,7 +17,7 @@ Every call is one child process with:
   another agent session are removed, and so is every credential-named variable, except the CLI's
   own login token; an API key reaches the child only when the agent's config names one
   (``api_key``/``api_key_env``, with ``base_url`` for a self-hosted or test endpoint);
-* **an owner and a clean kill** (:mod:`massgen_mcp.children`): cancellation, the per-call
+* **an owner and a clean kill** (:mod:`massgen_mcp.core.children`): cancellation, the per-call
   timeout (``cli_call_timeout_s``), or too much output kill everything the CLI started with
   SIGKILL, and the child is reaped; what it started is killed after a normal exit too, so no
   grandchild outlives the call: on Linux every descendant, even one that called ``setsid``
@@ -46,13 +46,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp import children
-from massgen_mcp.config import AgentSpec
-from massgen_mcp.edges import UnsafeJson, decode_json, load_json
-from massgen_mcp.errors import ProviderError
-from massgen_mcp.pool.live import URL_ENV as POOL_URL_ENV
+from massgen_mcp.core import children
+from massgen_mcp.core.edges import UnsafeJson, decode_json, load_json
+from massgen_mcp.core.env import POOL_URL_ENV
+from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.secrets import carries_credential, looks_secret, redact
+from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion
-from massgen_mcp.secrets import carries_credential, looks_secret, redact
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # a JSON result with a long answer is far below this
 MAX_STDERR_BYTES = 64 * 1024
@@ -483,11 +483,11 @@ class OutputTooLarge(ProviderError):
 
 async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str]
                     ) -> tuple[int, bytes, bytes]:
-    """Run ``argv`` in its own session (:func:`massgen_mcp.children.command`); (exit status,
+    """Run ``argv`` in its own session (:func:`massgen_mcp.core.children.command`); (exit status,
     stdout, stderr tail).
 
     Whatever ends the call (the CLI's exit, cancellation, a timeout around this call, too much
-    output) everything the CLI started is killed (:func:`massgen_mcp.children.stop`: on Linux
+    output) everything the CLI started is killed (:func:`massgen_mcp.core.children.stop`: on Linux
     every descendant, ``setsid`` or daemonized ones too; elsewhere its process group) and the
     CLI reaped before this returns. Output is read until the CLI exits and its pipes close; a
     pipe that something it started keeps open is given ``PIPE_GRACE_S`` after the exit, then

@@ -16,10 +16,10 @@ import time
 from types import ModuleType
 from typing import Any
 
-from massgen_mcp.config import AgentSpec
-from massgen_mcp.errors import ProviderError
+from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.secrets import RedactingFormatter, redact
+from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion, ToolCall
-from massgen_mcp.secrets import RedactingFormatter, redact
 
 _lock = threading.Lock()
 _module: ModuleType | None = None

@@ -31,9 +31,9 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.config import AgentSpec
-from massgen_mcp.edges import UnsafeJson, load_json
-from massgen_mcp.errors import ProviderError
+from massgen_mcp.core.edges import UnsafeJson, load_json
+from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers import local_model
 from massgen_mcp.providers.base import CallContext, Completion, ToolCall
 

@@ -23,7 +23,7 @@ import threading
 import zipfile
 from pathlib import Path
 
-from massgen_mcp.errors import ProviderError
+from massgen_mcp.core.errors import ProviderError
 
 log = logging.getLogger(__name__)
 

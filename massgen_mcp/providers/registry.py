@@ -12,7 +12,7 @@ import asyncio
 import os
 from typing import Any
 
-from massgen_mcp.config import AgentSpec
+from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion, Provider
 from massgen_mcp.providers.cli_agents import CliProvider
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider

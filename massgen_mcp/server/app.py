@@ -26,18 +26,17 @@ from fastmcp.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from massgen_mcp import __version__
-from massgen_mcp.config import (
+from massgen_mcp._version import __version__
+from massgen_mcp.core.errors import MassgenError, RunNotFinishedError
+from massgen_mcp.core.records import RunStatus, StatusRecord
+from massgen_mcp.core.secrets import redact
+from massgen_mcp.core.spec import (
     MAX_AGENTS,
     MAX_CONTEXT_CHARS,
     MAX_QUESTION_CHARS,
     RunOptions,
     RunSpec,
 )
-from massgen_mcp.context_files import Workspace
-from massgen_mcp.errors import MassgenError, RunNotFinishedError
-from massgen_mcp.records import RunStatus, StatusRecord
-from massgen_mcp.secrets import redact
 from massgen_mcp.server import shutdown
 from massgen_mcp.server.handshake import INSTRUCTIONS
 from massgen_mcp.server.session_view import VIEW_URI, view_html
@@ -57,6 +56,7 @@ from massgen_mcp.server.views import (
 )
 from massgen_mcp.service import ConsensusService, SetupView, Started
 from massgen_mcp.sessions.waiting import StatusCallback
+from massgen_mcp.team.context_files import Workspace
 
 if TYPE_CHECKING:  # the auth stack costs ~0.3 s to import; stdio never needs it
     from fastmcp.server.auth import AuthProvider
@@ -225,7 +225,7 @@ def add_live_pages(mcp: FastMCP, token: str | None, home: Path | None) -> None:
         if not allowed(request):
             return Response("missing or wrong token", status_code=401,
                             headers={"WWW-Authenticate": "Bearer"})
-        from massgen_mcp.report import render_session_list
+        from massgen_mcp.render.html import render_session_list
 
         suffix = f"?token={quote(request.query_params['token'])}" if (
             "token" in request.query_params) else ""
@@ -237,7 +237,7 @@ def add_live_pages(mcp: FastMCP, token: str | None, home: Path | None) -> None:
         if not allowed(request):
             return Response("missing or wrong token", status_code=401,
                             headers={"WWW-Authenticate": "Bearer"})
-        from massgen_mcp.report import render_report
+        from massgen_mcp.render.html import render_report
 
         try:
             record = service().record(request.path_params["session_id"])

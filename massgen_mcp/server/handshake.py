@@ -24,8 +24,8 @@ import os
 from dataclasses import dataclass
 from typing import IO, Any
 
-from massgen_mcp import __version__
-from massgen_mcp.edges import UnsafeJson, load_json
+from massgen_mcp._version import __version__
+from massgen_mcp.core.edges import UnsafeJson, load_json
 
 ENV = "MASSGEN_EARLY_INITIALIZE"
 

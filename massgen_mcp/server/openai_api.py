@@ -1,7 +1,7 @@
 """``/v1/chat/completions`` and ``/v1/models`` on the HTTP server: the team as one
 OpenAI-compatible model, for any OpenAI SDK client or app that lets you set a base URL.
 
-* ``model`` names the team (:mod:`massgen_mcp.api`): ``massgen``, ``massgen/@preset`` or
+* ``model`` names the team (:mod:`massgen_mcp.api.python`): ``massgen``, ``massgen/@preset`` or
   ``massgen/<name>`` (a config in the user config folder); ``/v1/models`` lists them.
 * The last user message is the question, earlier messages are the context.
 * The reply's ``content`` is the final answer and ``usage`` the whole team's. The session id,
@@ -29,8 +29,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from massgen_mcp.api import (
-    UnknownTeamError,
+from massgen_mcp.api.python import (
     follow,
     run_summary,
     split_messages,
@@ -38,14 +37,14 @@ from massgen_mcp.api import (
     team_names,
     usage_counts,
 )
-from massgen_mcp.config import MAX_CONTEXT_CHARS, RunSpec, check_question
-from massgen_mcp.edges import UnsafeJson, load_json
-from massgen_mcp.errors import MassgenError, SessionStateError
-from massgen_mcp.records import ResultRecord, StatusRecord
-from massgen_mcp.secrets import redact
+from massgen_mcp.core.edges import UnsafeJson, load_json
+from massgen_mcp.core.errors import MassgenError, SessionStateError, UnknownTeamError
+from massgen_mcp.core.net import is_loopback
+from massgen_mcp.core.records import ResultRecord, StatusRecord
+from massgen_mcp.core.secrets import redact
+from massgen_mcp.core.spec import MAX_CONTEXT_CHARS, RunSpec, check_question
 from massgen_mcp.server.shutdown import stopping
 from massgen_mcp.server.views import progress_message
-from massgen_mcp.trust import is_loopback
 
 if TYPE_CHECKING:
     from fastmcp import FastMCP

@@ -3,7 +3,7 @@
 Hosts that support MCP Apps (extension ``io.modelcontextprotocol/ui``) see ``_meta.ui`` on
 ``get_result``, read :data:`VIEW_URI`, and run the page in a sandboxed iframe. The page holds
 no session data: the host passes it the tool's input and result, and it asks the host for the
-session's report resource, so the report has one renderer (:mod:`massgen_mcp.report`) whether
+session's report resource, so the report has one renderer (:mod:`massgen_mcp.render.html`) whether
 it is read from disk, from the live page or inline. Hosts without MCP Apps ignore the metadata.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from massgen_mcp import __version__
-from massgen_mcp.report import CSS, DARK_COLOURS, LIGHT_COLOURS
+from massgen_mcp._version import __version__
+from massgen_mcp.render.html import CSS, DARK_COLOURS, LIGHT_COLOURS
 
 VIEW_URI = "ui://massgen/session.html"
 

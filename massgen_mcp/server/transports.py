@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from massgen_mcp.errors import ConfigError, ListenError
-from massgen_mcp.secrets import RedactingFormatter
-from massgen_mcp.sessions.store import default_home
-from massgen_mcp.trust import is_loopback
+from massgen_mcp.core.errors import ConfigError, ListenError
+from massgen_mcp.core.files import default_home
+from massgen_mcp.core.net import is_loopback
+from massgen_mcp.core.secrets import RedactingFormatter
 
 if TYPE_CHECKING:
     from fastmcp.server.auth import TokenVerifier

@@ -12,19 +12,19 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from massgen_mcp.records import (
+from massgen_mcp.core.records import (
     PREVIEW_CHARS,
     FinishReason,
     Phase,
     ResultRecord,
     RunStatus,
+    SessionSummary,
     StatusRecord,
     Usage,
     VoteRecord,
     Winner,
     clip,
 )
-from massgen_mcp.sessions.store import SessionSummary
 
 SUMMARY_ANSWER_CHARS = 600
 SUMMARY_FINAL_CHARS = 16_000

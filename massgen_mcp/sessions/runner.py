@@ -20,11 +20,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
-from massgen_mcp.config import AgentSpec, TeamConfig, build_team
 from massgen_mcp.consensus.engine import ConsensusRun, Prior, RunRequest
-from massgen_mcp.errors import RecordWriteError, SessionStateError
-from massgen_mcp.providers.base import CallContext, Completion, Provider
-from massgen_mcp.records import (
+from massgen_mcp.core.errors import RecordWriteError, SessionStateError
+from massgen_mcp.core.records import (
     Event,
     FinishReason,
     Phase,
@@ -33,6 +31,9 @@ from massgen_mcp.records import (
     RunStatus,
     StatusRecord,
 )
+from massgen_mcp.core.spec import AgentSpec, TeamConfig, build_team
+from massgen_mcp.providers.base import CallContext, Completion, Provider
+from massgen_mcp.render.html import render_report
 from massgen_mcp.sessions.fencing import RecordFenced
 from massgen_mcp.sessions.store import (
     EventHook,
@@ -159,7 +160,7 @@ def _record_only(store: SessionStore, session_id: str, team: TeamConfig,
         write(ConsensusRun(recorded_request(store, session_id, team), _NoCalls(), recorder),
               recorder)
     finally:
-        recorder.close()
+        recorder.close(report=render_report)
     return recorder.latest_status
 
 
@@ -313,7 +314,7 @@ class SessionRunner:
         try:
             return await run.engine.run()
         finally:
-            run.recorder.close()
+            run.recorder.close(report=render_report)
             if run.recorder.write_error is not None:
                 self.unrecorded[run.session_id] = run.recorder
             self.runs.pop(run.session_id, None)  # the record on disk is the truth from now on

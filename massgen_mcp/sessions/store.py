@@ -13,7 +13,7 @@
   fence            pool runs only: the fencing token of the newest claim (see fencing.py)
 ```
 
-The JSON files hold the typed records of :mod:`massgen_mcp.records`. They are replaced
+The JSON files hold the typed records of :mod:`massgen_mcp.core.records`. They are replaced
 atomically (write a temp file, then rename), so a reader or a crash never sees half a file.
 Session ids are ULIDs: they sort by creation time, carry 80 random bits, and contain only
 ``0-9A-Z``, so they are safe as folder names and cannot traverse paths.
@@ -31,20 +31,20 @@ import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from massgen_mcp.errors import (
+from massgen_mcp.core.errors import (
     MassgenError,
     RecordWriteError,
     SessionNotFoundError,
     SessionStateError,
     describe_write_error,
 )
-from massgen_mcp.records import (
+from massgen_mcp.core.files import atomic_write, default_home
+from massgen_mcp.core.records import (
     Event,
     EventType,
     FinishReason,
@@ -53,15 +53,15 @@ from massgen_mcp.records import (
     ResultRecord,
     RunStatus,
     SessionRecord,
+    SessionSummary,
     StatusRecord,
     VersionedRecord,
 )
-from massgen_mcp.secrets import redact, redact_data
+from massgen_mcp.core.secrets import redact, redact_data
 from massgen_mcp.sessions.fencing import Fence, RecordFenced
 
 log = logging.getLogger(__name__)
 
-HOME_ENV = "MASSGEN_HOME"
 MIN_FREE_BYTES = 256 * 1024  # refuse to start a run that could not even write its first events
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _SESSION_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
@@ -69,19 +69,6 @@ _LABEL = re.compile(r"[A-H][0-9]{1,2}")
 _R = TypeVar("_R", bound=VersionedRecord)
 
 
-def default_home() -> Path:
-    """``$MASSGEN_HOME`` if set, else ``.massgen`` in the current directory; if that folder
-    cannot be written (hosts such as Claude Desktop start servers in ``/``), the user data
-    folder (``~/.local/share/massgen-mcp`` on Linux)."""
-    env = os.environ.get(HOME_ENV)
-    if env:
-        return Path(env)
-    cwd = Path.cwd()
-    if os.access(cwd, os.W_OK) and cwd != Path(cwd.anchor):
-        return cwd / ".massgen"
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("massgen-mcp"))
 
 
 def new_session_id(now: float | None = None) -> str:
@@ -104,16 +91,6 @@ def check_session_id(session_id: str, field: str = "session_id") -> str:
     return session_id
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` all at once; on failure the old file stays and no
-    temporary file is left behind."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _dump(data: Any) -> str:
@@ -126,6 +103,7 @@ def _dump_record(record: VersionedRecord) -> str:
 
 EventHook = Callable[[Event], None]
 StatusHook = Callable[[StatusRecord], None]
+Renderer = Callable[[SessionRecord], str]  # a finished record -> its report.html
 
 
 _M = TypeVar("_M", Event, StatusRecord, ResultRecord, RequestRecord)
@@ -275,13 +253,18 @@ class FileRecorder:
                 self._write(self.folder / "final.md", clean.final_answer + "\n")
             self._write(self.folder / "result.json", text)
 
-    def close(self) -> None:
+    def close(self, report: Renderer | None = None) -> None:
+        """Close the event log and release the fence. ``report``, for the closer of a finished
+        run: renders ``report.html``, which is written while the fence is still held (a paused
+        worker must not write a report over another claim's record); the store itself only
+        writes the bytes it is given."""
         os.close(self._events)
         try:
-            if self.result is None or self.write_error is not None:
+            if report is None or self.result is None or self.write_error is not None:
                 return
             with self._owned():
-                self.store.write_report(self.session_id)
+                self.store.write_report(self.session_id, report(
+                    self.store.read_record(self.session_id)))
         except RecordFenced:
             pass  # the record is another claim's now: so is its report
         except Exception:  # a report problem must never spoil the run's own record
@@ -296,15 +279,6 @@ def _pool_owned(status: StatusRecord) -> bool:
     return status.worker is not None or status.phase is Phase.QUEUED
 
 
-@dataclass(frozen=True)
-class SessionSummary:
-    session_id: str
-    status: RunStatus
-    question: str
-    winner: str | None
-    started_at: float | None
-    elapsed_s: float | None
-    parent_session_id: str | None
 
 
 class SessionStore:
@@ -361,12 +335,10 @@ class SessionStore:
         finally:
             recorder.close()
 
-    def write_report(self, session_id: str) -> Path:
+    def write_report(self, session_id: str, html: str) -> Path:
         """Write ``report.html`` into the session folder (atomically) and return its path."""
-        from massgen_mcp.report import render_report
-
         path = self.folder(session_id) / "report.html"
-        atomic_write(path, render_report(self.read_record(session_id)))
+        atomic_write(path, html)
         return path
 
     # -- reading -----------------------------------------------------------------------------

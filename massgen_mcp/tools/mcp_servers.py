@@ -10,7 +10,7 @@ read-only: unless ``allowed_tools`` names a tool, only tools their server declar
 A :class:`McpToolbox` belongs to one run: it starts each server the run's agents name once (so
 agents naming the same server share it), and :meth:`McpToolbox.aclose` shuts every one down when
 the run ends, fails or is cancelled; a stdio server is a child process that does not outlive it,
-and neither does anything it starts (:mod:`massgen_mcp.children`: on Linux every descendant,
+and neither does anything it starts (:mod:`massgen_mcp.core.children`: on Linux every descendant,
 also one that called ``setsid`` or daemonized, dies when the server exits, by itself or
 stopped; elsewhere its process group is killed when it is stopped).
 A server that fails to start, or dies mid-run, answers its tools with an error result; the run
@@ -26,15 +26,13 @@ import contextlib
 import json
 import logging
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
-
-from massgen_mcp import children
-from massgen_mcp.env import VAR_REFERENCE, getenv
-from massgen_mcp.errors import ConfigError
-from massgen_mcp.render import has_control_characters
-from massgen_mcp.secrets import looks_secret, redact, register_secret
+from massgen_mcp.core import children
+from massgen_mcp.core.env import VAR_REFERENCE, getenv
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.secrets import redact, register_secret
+from massgen_mcp.core.spec import McpServerSpec
 
 if TYPE_CHECKING:
     from fastmcp import Client
@@ -54,94 +52,12 @@ MAX_TOOLS_PER_SERVER = 100
 MAX_SPEC_CHARS = 10_000
 MAX_TOOLS_PER_CALL = 100
 MAX_SPECS_CHARS_PER_CALL = 100_000
-_NAME = re.compile(r"[A-Za-z0-9_\-]{1,40}")
 
 
-class McpServerSpec(BaseModel):
-    """One MCP server an agent may use."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    type: Literal["stdio", "streamable-http", "http"] = "stdio"
-    command: str | None = None
-    args: list[str] = []
-    env: dict[str, str] = {}
-    cwd: str | None = None
-    url: str | None = None
-    headers: dict[str, str] = {}
-
-    @field_validator("command", "cwd", "url")
-    @classmethod
-    def _check_text(cls, value: str | None) -> str | None:
-        if value is not None and (has_control_characters(value) or "\n" in value):
-            raise ValueError("contains a control character (ESC, BEL, a newline, ...); "
-                             "remove it")
-        return value
-
-    @field_validator("args")
-    @classmethod
-    def _check_args(cls, value: list[str]) -> list[str]:
-        for arg in value:
-            if has_control_characters(arg):
-                raise ValueError("contains a control character (ESC, BEL, ...); remove it")
-        return value
-
-    def describe(self) -> str:
-        if self.type == "stdio":
-            return " ".join([self.command or "", *self.args]).strip()
-        return self.url or ""
 
 
-# MassGen server keys with no meaning here: ignored with a warning saying what they do upstream.
-_SERVER_IGNORED = {"defer_loading": "deferring the server's tools behind tool search"}
 
 
-def parse_servers(raw: Any, where: str, warnings: list[str] | None = None
-                  ) -> list[McpServerSpec]:
-    """MassGen's ``mcp_servers`` (mapping or list form) as specs; ConfigError naming the key.
-    Keys of :data:`_SERVER_IGNORED` are dropped, with a line in ``warnings``."""
-    items: list[tuple[str, Any]]
-    if isinstance(raw, dict):
-        items = [(str(name), body) for name, body in raw.items()]
-    elif isinstance(raw, list):
-        items = [(str(body.get("name", "")) if isinstance(body, dict) else "", body)
-                 for body in raw]
-    else:
-        raise ConfigError(f"{where}: expected a mapping of name -> server, or a list of servers")
-    servers = []
-    for i, (name, body) in enumerate(items):
-        here = f"{where}.{name}" if isinstance(raw, dict) else f"{where}[{i}]"
-        if not isinstance(body, dict):
-            raise ConfigError(f"{here}: expected a mapping with type and command or url")
-        if not _NAME.fullmatch(name) or "__" in name:
-            raise ConfigError(f"{here}.name: use 1-40 letters, digits, '_' or '-' (no '__', "
-                              "which separates server and tool in mcp__server__tool)")
-        for key in set(body) & set(_SERVER_IGNORED):
-            if warnings is not None:
-                warnings.append(f"{here}.{key}: ignored (MassGen: {_SERVER_IGNORED[key]}; not "
-                                "in massgen-mcp)")
-        data = {k: v for k, v in body.items() if k != "name" and k not in _SERVER_IGNORED}
-        try:
-            spec = McpServerSpec(name=name, **data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(part) for part in first["loc"])
-            message = ("unknown key; remove it" if first["type"] == "extra_forbidden"
-                       else first["msg"])
-            raise ConfigError(f"{here}{'.' + field if field else ''}: {message}") from None
-        if spec.type == "stdio" and not spec.command:
-            raise ConfigError(f"{here}.command: required for a stdio server")
-        if spec.type != "stdio" and not (spec.url or "").startswith(("http://", "https://")):
-            raise ConfigError(f"{here}.url: required, an http(s) URL, for a {spec.type} server")
-        for key, value in {**spec.env, **spec.headers}.items():
-            if looks_secret(key) or key.lower() == "authorization":
-                register_secret(value)  # a literal credential: masked wherever it appears
-        servers.append(spec)
-    names = [s.name for s in servers]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{where}: two servers share a name")
-    return servers
 
 
 def _resolve(values: dict[str, str], where: str) -> dict[str, str]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from massgen_mcp.errors import ConfigError
+from massgen_mcp.core.errors import ConfigError
 
 MAX_READ_BYTES = 100_000
 MAX_RUN_BYTES = 2_000_000

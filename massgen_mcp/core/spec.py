@@ -1,8 +1,8 @@
 """The shape of a run: what the caller asks for, who the agents are, which limits apply.
 
 Every front end (CLI flags, an MCP tool call, a script) describes a run as one :class:`RunSpec`;
-:mod:`massgen_mcp.team` turns it into a :class:`TeamConfig`. Validation happens here, once, with
-messages that name the field and the fix, so the engine can trust what it gets.
+:mod:`massgen_mcp.team.choose` turns it into a :class:`TeamConfig`. Validation happens here,
+once, with messages that name the field and the fix, so the engine can trust what it gets.
 """
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ from pydantic import (
     model_validator,
 )
 
-from massgen_mcp.edges import check_text
-from massgen_mcp.env import VAR_REFERENCE, getenv
-from massgen_mcp.errors import ConfigError
-from massgen_mcp.render import has_control_characters
-from massgen_mcp.secrets import register_secret
-from massgen_mcp.tools.mcp_servers import McpServerSpec
+from massgen_mcp.core.edges import check_text, has_control_characters
+from massgen_mcp.core.env import VAR_REFERENCE, getenv
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.secrets import register_secret
 
 MAX_AGENTS = 8
 MAX_QUESTION_CHARS = 50_000
@@ -70,6 +68,42 @@ def provider_key(provider: str) -> str | None:
         if value:
             return value
     return None
+
+
+class McpServerSpec(BaseModel):
+    """One MCP server an agent may use."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    type: Literal["stdio", "streamable-http", "http"] = "stdio"
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = {}
+
+    @field_validator("command", "cwd", "url")
+    @classmethod
+    def _check_text(cls, value: str | None) -> str | None:
+        if value is not None and (has_control_characters(value) or "\n" in value):
+            raise ValueError("contains a control character (ESC, BEL, a newline, ...); "
+                             "remove it")
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _check_args(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if has_control_characters(arg):
+                raise ValueError("contains a control character (ESC, BEL, ...); remove it")
+        return value
+
+    def describe(self) -> str:
+        if self.type == "stdio":
+            return " ".join([self.command or "", *self.args]).strip()
+        return self.url or ""
 
 
 class AgentSpec(BaseModel):
@@ -217,8 +251,8 @@ class RunOptions(BaseModel):
         "with workspace_tools: only these files or folders (inside the workspace) are "
         "visible"))] = []
     # Secret-file names or deny-list patterns to lift for this run, e.g. [".env.*"] so agents
-    # may read .env.example. The user's decision alone (massgen_mcp.trust): a model's call may
-    # not set it, a project config needs consent.
+    # may read .env.example. The user's decision alone (massgen_mcp.team.consent): a model's
+    # call may not set it, a project config needs consent.
     allow_secret_files: Annotated[list[str], Field(max_length=30)] = []
     max_tool_calls_per_turn: Annotated[int, Field(ge=1, le=64)] = 8
     max_tool_calls_per_run: Annotated[int, Field(ge=1, le=1_000)] = 64

@@ -3,7 +3,7 @@
 ``stream=True``) runs a consensus in this process and answers with its final answer.
 
 ``<team>`` is ``default`` (the default team), ``@preset`` or the name of a config in the user
-config folder, as in :mod:`massgen_mcp.api`. Usage is the whole team's; the cost
+config folder, as in :mod:`massgen_mcp.api.python`. Usage is the whole team's; the cost
 (``response._hidden_params["response_cost"]``, what ``litellm.completion_cost`` reports) is the
 run's priced calls, and ``response._hidden_params["massgen"]`` holds the session id, winner
 and tally. Any LiteLLM-based framework can then put a whole team where it expects one model.
@@ -16,7 +16,7 @@ import concurrent.futures
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from massgen_mcp.api import (
+from massgen_mcp.api.python import (
     DEFAULT_TEAM,
     arun,
     run_summary,
@@ -24,7 +24,7 @@ from massgen_mcp.api import (
     team_config,
     usage_counts,
 )
-from massgen_mcp.records import ResultRecord
+from massgen_mcp.core.records import ResultRecord
 
 PROVIDER = "massgen"
 
@@ -53,7 +53,7 @@ def _blocking(model: str, messages: list[dict[str, Any]]) -> ResultRecord:
 def _answer(result: ResultRecord) -> str:
     """The final answer, or an error saying how the run ended without one."""
     if result.final_answer is None:
-        from massgen_mcp.errors import ProviderError
+        from massgen_mcp.core.errors import ProviderError
 
         raise ProviderError(f"the team's run ended {result.status.value} "
                             f"({result.finish_reason}) with no answer: "

@@ -20,8 +20,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, computed_field, field_validator
 
-from massgen_mcp.consensus.state import AgentPhase
-
 SCHEMA_VERSION = 1
 # How much of an answer the live status, the events and the listings carry.
 PREVIEW_CHARS = 200
@@ -30,6 +28,16 @@ PREVIEW_CHARS = 200
 def clip(text: str, limit: int) -> tuple[str, bool]:
     """``text`` cut to ``limit`` characters (plus " …" when cut), and whether it was cut."""
     return (text, False) if len(text) <= limit else (text[:limit] + " …", True)
+
+
+class AgentPhase(StrEnum):
+    """What an agent is doing, as shown in status.json and get_status."""
+
+    WAITING = "waiting"  # has answered round one, waiting for the others
+    WORKING = "working"  # a model call is in flight
+    ANSWERED = "answered"  # has a current answer but no vote yet
+    VOTED = "voted"
+    DROPPED = "dropped"
 
 
 # Where a run stands. Every status but running is final.
@@ -336,3 +344,14 @@ class SessionRecord:
     result: ResultRecord | None
     events: list[Event]
     answers: dict[str, str]  # label -> full text of every answer ever given
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    session_id: str
+    status: RunStatus
+    question: str
+    winner: str | None
+    started_at: float | None
+    elapsed_s: float | None
+    parent_session_id: str | None

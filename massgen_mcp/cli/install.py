@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from massgen_mcp.config import PROVIDER_KEY_ENV
-from massgen_mcp.errors import ConfigError
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.spec import PROVIDER_KEY_ENV
 
 SERVER_NAME = "massgen"
 Scope = Literal["project", "user"]

@@ -1,6 +1,6 @@
 """The reaper: a small parent that runs one command and leaves nothing of it behind (Linux).
 
-Run by :mod:`massgen_mcp.children` as ``python -I -S reaper.py PARENT UNSET PROGRAM ARGV...``
+Run by :mod:`massgen_mcp.core.children` as ``python -I -S reaper.py PARENT UNSET PROGRAM ARGV...``
 (``PARENT`` our server's pid, ``UNSET`` a comma-separated list of variables to remove before
 the command starts, ``PROGRAM`` the resolved path to execute, ``ARGV`` its argument vector,
 ``ARGV[0]`` included). It is a plain script: stdlib only, never imports massgen_mcp, so it
@@ -15,7 +15,7 @@ each one (giving up after ``GIVE_UP_S`` on one it may not kill), and only then e
 the command's exit status (a signal death is re-raised on itself, so the caller sees the same
 status as without the reaper; ``-9`` when the reaper killed the command). Told to stop with
 SIGTERM, SIGHUP or SIGINT (the MCP SDK's shutdown signals the whole group), the command first
-gets ``TERM_GRACE_S`` to exit on its own; with SIGUSR1 (:func:`massgen_mcp.children.stop`, or
+gets ``TERM_GRACE_S`` to exit on its own; with SIGUSR1 (:func:`massgen_mcp.core.children.stop`, or
 ``PR_SET_PDEATHSIG`` when the thread that started the reaper dies) everything goes at once.
 While the command runs the reaper reaps whatever orphan is re-parented to it, so nothing
 stays a zombie.
@@ -47,7 +47,7 @@ PR_SET_CHILD_SUBREAPER = 36
 # later: the command gets TERM_GRACE_S to exit on its own before everything is killed.
 GRACEFUL = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 TERM_GRACE_S = 1.0
-# Kill everything now: sent by massgen_mcp.children.stop (a coding CLI only reads: nothing to
+# Kill everything now: sent by massgen_mcp.core.children.stop (a coding CLI only reads: nothing to
 # save), and by the kernel when the thread that started us dies (PR_SET_PDEATHSIG).
 AT_ONCE = signal.SIGUSR1
 GIVE_UP_S = 3.0

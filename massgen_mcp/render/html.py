@@ -13,10 +13,10 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from massgen_mcp.records import Event, EventType, ResultRecord, RunStatus, SessionRecord, clip
+from massgen_mcp.core.records import Event, EventType, ResultRecord, RunStatus, SessionRecord, clip
 
 if TYPE_CHECKING:
-    from massgen_mcp.sessions.store import SessionSummary
+    from massgen_mcp.core.records import SessionSummary
 
 _MARKS = {
     EventType.ANSWER: ("●", "answer"),

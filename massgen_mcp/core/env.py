@@ -12,8 +12,10 @@ import os
 import re
 from pathlib import Path
 
-from massgen_mcp.secrets import looks_secret, register_secret
+from massgen_mcp.core.secrets import looks_secret, register_secret
 
+# The worker pool's Redis URL: a credential, so no child process (a coding CLI) inherits it.
+POOL_URL_ENV = "MASSGEN_REDIS_URL"
 # ``${NAME}``: a reference to an environment variable in a config file.
 VAR_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")

@@ -1,8 +1,8 @@
 """The team as one model: a Python API, and the naming and message rules shared by the
 OpenAI-compatible endpoint (:mod:`massgen_mcp.server.openai_api`) and the LiteLLM provider
-(:mod:`massgen_mcp.litellm_team`).
+(:mod:`massgen_mcp.api.litellm_team`).
 
-    from massgen_mcp import run
+from massgen_mcp import run
     result = run("Is 2**61 - 1 prime?", models=["openai/gpt-4.1-mini", "gemini/gemini-2.5-flash"])
     print(result.final_answer, result.winner, result.usage.cost_usd)
 
@@ -24,24 +24,22 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from massgen_mcp.config import RunOptions, RunSpec, format_validation_error
-from massgen_mcp.context_files import Workspace
-from massgen_mcp.env import user_config_dir
-from massgen_mcp.errors import ConfigError
-from massgen_mcp.records import ResultRecord, StatusRecord
+from massgen_mcp.core.env import user_config_dir
+from massgen_mcp.core.errors import ConfigError, UnknownTeamError
+from massgen_mcp.core.records import ResultRecord, StatusRecord
+from massgen_mcp.core.spec import RunOptions, RunSpec, format_validation_error
 from massgen_mcp.service import ConsensusService
+from massgen_mcp.team.context_files import Workspace
 
 DEFAULT_TEAM = "massgen"
 _NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
 
 
-class UnknownTeamError(ConfigError):
-    """A team model name that names no team."""
 
 
 def team_names() -> list[str]:
     """Every team model name that works here: the default, the presets, the user's configs."""
-    from massgen_mcp.config_files import presets_dir
+    from massgen_mcp.team.massgen_yaml import presets_dir
 
     names = [DEFAULT_TEAM]
     names += [f"{DEFAULT_TEAM}/@{p.stem}" for p in sorted(presets_dir().glob("*.yaml"))]
@@ -58,7 +56,7 @@ def team_config(model: str) -> str | None:
         return None
     prefix, _, name = model.partition("/")
     if prefix == DEFAULT_TEAM and name.startswith("@") and _NAME.fullmatch(name[1:]):
-        from massgen_mcp.config_files import presets_dir
+        from massgen_mcp.team.massgen_yaml import presets_dir
 
         if (presets_dir() / f"{name[1:]}.yaml").is_file():
             return name

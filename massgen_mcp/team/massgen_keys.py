@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from massgen_mcp.errors import ConfigError
+from massgen_mcp.core.errors import ConfigError
 
 TYPO_CUTOFF = 0.8
 

@@ -3,7 +3,7 @@
 ``massgen-mcp`` with no command serves MCP over stdio (what hosts spawn). Everything else
 is a subcommand; see ``massgen-mcp --help``. ``run``, ``show``, ``sessions`` and ``doctor`` go
 through :class:`~massgen_mcp.service.ConsensusService`, the same door as the MCP tools; this
-module only turns flags into a :class:`~massgen_mcp.config.RunSpec` and records into text.
+module only turns flags into a :class:`~massgen_mcp.core.spec.RunSpec` and records into text.
 Exit codes: 0 ok, 1 config or input error, 2 execution error (all agents failed), 3 timed out,
 4 cancelled or interrupted.
 """
@@ -23,30 +23,31 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from massgen_mcp import __version__
-from massgen_mcp.config import (
-    RunOptions,
-    RunSpec,
-    TeamConfig,
-    check_question,
-    format_validation_error,
-)
-from massgen_mcp.edges import check_text
-from massgen_mcp.errors import (
+from massgen_mcp._version import __version__
+from massgen_mcp.core.edges import check_text
+from massgen_mcp.core.errors import (
     ConfigError,
     ListenError,
     MassgenError,
     PoolUnavailableError,
     RecordWriteError,
 )
-from massgen_mcp.records import Event, EventType, ResultRecord, RunStatus
-from massgen_mcp.secrets import RedactingFormatter, redact
-from massgen_mcp.sessions.store import SessionStore, default_home
+from massgen_mcp.core.files import default_home
+from massgen_mcp.core.records import Event, EventType, ResultRecord, RunStatus
+from massgen_mcp.core.secrets import RedactingFormatter, redact
+from massgen_mcp.core.spec import (
+    RunOptions,
+    RunSpec,
+    TeamConfig,
+    check_question,
+    format_validation_error,
+)
+from massgen_mcp.sessions.store import SessionStore
 
 if TYPE_CHECKING:
-    from massgen_mcp.config_files import LoadedConfig
     from massgen_mcp.pool.live import PoolConfig
     from massgen_mcp.service import ConsensusService, SetupView
+    from massgen_mcp.team.massgen_yaml import LoadedConfig
 
 EXIT_OK, EXIT_INPUT, EXIT_EXECUTION, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3, 4
 EXIT_USAGE = 5  # the command line itself is wrong (argparse's own 2 would read as execution)
@@ -66,9 +67,9 @@ def _say(text: str = "", *, err: bool = False, end: str = "\n") -> None:
     """Write one line for a person: every line the CLI writes comes through here, because
     what it shows (record fields, config fields, a server's model names) may come from
     anyone's files, and a terminal obeys control characters rather than showing them
-    (:func:`~massgen_mcp.render.terminal_safe`). ``--json`` output goes through
+    (:func:`~massgen_mcp.render.text.terminal_safe`). ``--json`` output goes through
     :func:`_say_json`."""
-    from massgen_mcp.render import terminal_safe
+    from massgen_mcp.core.edges import terminal_safe
 
     print(terminal_safe(text), end=end, file=sys.stderr if err else sys.stdout, flush=err)
 
@@ -76,7 +77,7 @@ def _say(text: str = "", *, err: bool = False, end: str = "\n") -> None:
 def _say_json(text: str) -> None:
     """Write JSON text, its control characters as ``\\uXXXX`` escapes: the same JSON for a
     program, nothing for a terminal to obey."""
-    from massgen_mcp.render import json_terminal_safe
+    from massgen_mcp.core.edges import json_terminal_safe
 
     print(json_terminal_safe(text))
 
@@ -96,8 +97,8 @@ def _store(args: argparse.Namespace) -> SessionStore:
 def _service(args: argparse.Namespace) -> ConsensusService:
     """The service, reading files (``--config``, ``--context-file``) relative to the working
     directory and, unlike the MCP server's, not confined to it: the caller is the user."""
-    from massgen_mcp.context_files import Workspace
     from massgen_mcp.service import ConsensusService
+    from massgen_mcp.team.context_files import Workspace
 
     return ConsensusService.local(_home(args), Workspace(Path.cwd(), confined=False))
 
@@ -123,7 +124,7 @@ def _spec(args: argparse.Namespace) -> RunSpec:
 
 
 def _progress(_session_id: str, event: Event) -> None:
-    from massgen_mcp.render import describe_event
+    from massgen_mcp.render.text import describe_event
 
     line = describe_event(event)  # events reach listeners masked; redact again, cheaply
     if line:
@@ -171,10 +172,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from massgen_mcp.evaluate import evaluate, format_table, load_questions
+    from massgen_mcp.cli.evaluate import evaluate, format_table, load_questions
 
     if args.questions == "@sample":
-        path = Path(__file__).parent / "data" / "eval_sample.jsonl"
+        path = Path(__file__).parent.parent / "data" / "eval_sample.jsonl"
     else:
         path = Path(args.questions)
         if not path.is_file():
@@ -210,9 +211,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from massgen_mcp.config import missing_credentials
-    from massgen_mcp.config_files import read_config_file, resolve_config_path
-    from massgen_mcp.trust import risks
+    from massgen_mcp.core.spec import missing_credentials
+    from massgen_mcp.team.consent import risks
+    from massgen_mcp.team.massgen_yaml import read_config_file, resolve_config_path
 
     loaded = read_config_file(resolve_config_path(args.file))
     team, warnings = loaded.team, loaded.warnings
@@ -258,11 +259,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def trusted(loaded: LoadedConfig) -> bool:
     """Whether the file needs no consent or has it: what it starts must wait for consent
     under validate as under a run."""
-    from massgen_mcp import trust
+    from massgen_mcp.core.errors import UntrustedConfigError
+    from massgen_mcp.team import consent
 
     try:
-        trust.check(loaded.team, loaded.path, loaded.text, loaded.expanded)
-    except trust.UntrustedConfigError:
+        consent.check(loaded.team, loaded.path, loaded.text, loaded.expanded)
+    except UntrustedConfigError:
         return False
     return True
 
@@ -305,20 +307,20 @@ def cli_problems(team: TeamConfig) -> list[str]:
 
 
 def cmd_trust(args: argparse.Namespace) -> int:
-    from massgen_mcp import trust
-    from massgen_mcp.config_files import read_config_file
-    from massgen_mcp.defaults import project_config_path
+    from massgen_mcp.team import consent
+    from massgen_mcp.team.discover import project_config_path
+    from massgen_mcp.team.massgen_yaml import read_config_file
 
     path = Path(args.file) if args.file else project_config_path()
     if args.revoke:
-        _say(f"{path}: consent withdrawn" if trust.revoke(path)
+        _say(f"{path}: consent withdrawn" if consent.revoke(path)
               else f"{path}: was not trusted")
         return EXIT_OK
     loaded = read_config_file(path)
-    where = trust.trust(path, loaded.text, loaded.expanded)
+    where = consent.trust(path, loaded.text, loaded.expanded)
     _say(f"{path}: trusted as it is now (any change to it or to the variables it reads asks "
           f"again); recorded in {where}")
-    for line in trust.risks(loaded.team, loaded.expanded) or [
+    for line in consent.risks(loaded.team, loaded.expanded) or [
             "it needs no consent: no key, file or command of yours goes anywhere foreign"]:
         _say(f"  {line}")
     return EXIT_OK
@@ -341,11 +343,11 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from massgen_mcp.render import coordination_table, describe_event
+    from massgen_mcp.render.text import coordination_table, describe_event
 
     service = _service(args)
     if args.html:
-        path = service.store.write_report(args.session_id)
+        path = service.write_report(args.session_id)
         _say(str(path))
         if args.open:
             import webbrowser
@@ -451,7 +453,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from massgen_mcp.hosts import install
+    from massgen_mcp.cli.install import install
 
     result = install(args.host, scope=args.scope, use_uvx=args.uvx, dry_run=args.print)
     if args.print:
@@ -593,7 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pool_arguments(doctor)
     doctor.set_defaults(func=cmd_doctor)
 
-    from massgen_mcp.hosts import HOSTS
+    from massgen_mcp.cli.install import HOSTS
 
     install = sub.add_parser("install", help="add massgen to an MCP host's config")
     install.add_argument("host", choices=list(HOSTS))

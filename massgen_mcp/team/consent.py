@@ -36,16 +36,18 @@ their provider's own API, so neither needs consent. Your own user config and the
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import os
 from pathlib import Path
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from massgen_mcp.config import CLI_PROVIDERS, PROVIDER_KEY_ENV, AgentSpec, TeamConfig
-from massgen_mcp.env import getenv, user_config_dir
-from massgen_mcp.errors import ConfigError
-from massgen_mcp.sessions.store import SessionStore, atomic_write
+from massgen_mcp.core.env import getenv, user_config_dir
+from massgen_mcp.core.errors import UntrustedConfigError
+from massgen_mcp.core.files import atomic_write
+from massgen_mcp.core.net import is_loopback
+from massgen_mcp.core.records import RequestRecord
+from massgen_mcp.core.spec import CLI_PROVIDERS, PROVIDER_KEY_ENV, AgentSpec, TeamConfig
 
 # The API host of each provider whose key variable we know (litellm's defaults).
 PROVIDER_HOSTS: dict[str, tuple[str, ...]] = {
@@ -66,18 +68,8 @@ PROVIDER_HOSTS: dict[str, tuple[str, ...]] = {
 }
 
 
-class UntrustedConfigError(ConfigError):
-    """A project config, or a model's call, would send a key from the user's environment or
-    the project's files to a foreign host, or lift the secret-file deny-list."""
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _host(url: str) -> str:
@@ -279,11 +271,20 @@ def _check_override(before: TeamConfig, after: TeamConfig, base_url: str) -> Non
 # config folder, which no repository writes), and only a record that matches is run again.
 
 
+class RecordReader(Protocol):
+    """The part of the session store consent reads (a protocol, so that choosing the team
+    does not depend on the record layer above it)."""
+
+    def read_config(self, session_id: str) -> dict[str, Any]: ...
+
+    def read_request(self, session_id: str) -> RequestRecord: ...
+
+
 def _run_consent(session_id: str) -> Path:
     return user_config_dir() / "runs" / session_id
 
 
-def _recorded_digest(store: SessionStore, session_id: str) -> str:
+def _recorded_digest(store: RecordReader, session_id: str) -> str:
     """One SHA-256 of what a recorded run would run with: its team and its workspace."""
     body = json.dumps({"config": store.read_config(session_id),
                        "workspace": store.read_request(session_id).workspace}, sort_keys=True)
@@ -297,7 +298,7 @@ def _run_risks(team: TeamConfig) -> list[str]:
     return found
 
 
-def remember_run(store: SessionStore, session_id: str, team: TeamConfig) -> None:
+def remember_run(store: RecordReader, session_id: str, team: TeamConfig) -> None:
     """Record that this run (its recorded config and workspace) was started here, with
     whatever consent it needed, if it needs any."""
     if _run_risks(team):
@@ -306,7 +307,7 @@ def remember_run(store: SessionStore, session_id: str, team: TeamConfig) -> None
         atomic_write(file, _recorded_digest(store, session_id) + "\n")
 
 
-def check_recorded(store: SessionStore, session_id: str, team: TeamConfig) -> None:
+def check_recorded(store: RecordReader, session_id: str, team: TeamConfig) -> None:
     """Refuse to run a recorded team that needs consent unless this machine started exactly
     that run (:func:`remember_run`): the record may have come with the repository."""
     found = _run_risks(team)

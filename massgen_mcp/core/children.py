@@ -6,7 +6,7 @@ both. A process-group kill is not enough: a grandchild that calls ``setsid``, or
 double-forks, leaves the group, and a server that exits by itself leaves its group behind with
 nobody to signal it.
 
-* **Linux**: the child runs under :mod:`massgen_mcp.reaper`, a small parent that is a child
+* **Linux**: the child runs under :mod:`massgen_mcp.core.reaper`, a small parent that is a child
   subreaper, so every descendant stays below it (orphans are re-parented to it, not to init)
   and all of them are SIGKILLed and reaped when the command exits, when :func:`stop` (or the
   death of the thread that started it) tells the reaper to, or after a short grace when the
@@ -78,13 +78,13 @@ def _resolve(name: str, env: Mapping[str, str], cwd: str | Path | None) -> str:
 async def stop(proc: asyncio.subprocess.Process) -> None:
     """End ``proc`` (spawned from :func:`command`) and everything it started.
 
-    Under the reaper: :data:`massgen_mcp.reaper.AT_ONCE` to the reaper, which SIGKILLs and
+    Under the reaper: :data:`massgen_mcp.core.reaper.AT_ONCE` to the reaper, which SIGKILLs and
     reaps the whole tree at once and exits; then, and at once on other platforms or once the
     process has exited, SIGKILL to its process group, for whatever a stuck reaper left.
     Returns once the process has exited or :data:`STOP_GRACE_S` has passed after the group
     kill; its pipes are the caller's."""
     if proc.returncode is None and tracked():
-        from massgen_mcp.reaper import AT_ONCE
+        from massgen_mcp.core.reaper import AT_ONCE
 
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(AT_ONCE)

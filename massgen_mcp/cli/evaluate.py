@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.api import follow
-from massgen_mcp.config import RunSpec
-from massgen_mcp.edges import UnsafeJson, load_json
-from massgen_mcp.errors import ConfigError
-from massgen_mcp.records import CallPurpose, Event, EventType
+from massgen_mcp.api.python import follow
+from massgen_mcp.core.edges import UnsafeJson, load_json
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.records import CallPurpose, Event, EventType
+from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.service import ConsensusService
 
 ANSWER_LINE = "\n\nEnd your reply with a last line of the form 'Answer: <your final answer>'."
@@ -200,7 +200,7 @@ class Evaluation:
             self.done = json.loads(path.read_text(encoding="utf-8")).get("questions", {})
 
     def save(self) -> None:
-        from massgen_mcp.sessions.store import atomic_write
+        from massgen_mcp.core.files import atomic_write
 
         self.folder.mkdir(parents=True, exist_ok=True)
         atomic_write(self.folder / "results.json",

@@ -1,13 +1,13 @@
 """Choose the team for a run, in one place.
 
-:func:`choose_team` is the only entry point. A :class:`~massgen_mcp.config.RunSpec` names its
+:func:`choose_team` is the only entry point. A :class:`~massgen_mcp.core.spec.RunSpec` names its
 team in one of three ways, and whichever it is, the spec's ``options`` and ``base_url`` are then
 applied by the same merge (:func:`with_overrides`, which also serves ``continue_session``):
 
 1. ``models``: one agent per model string (``agent_a``, ``agent_b``, ...);
    ``provider/model@http://host:port/v1`` gives one agent its own OpenAI-compatible endpoint;
 2. ``config``: a MassGen YAML file (read through the run's workspace) or an ``@preset``;
-3. neither: the default team that :mod:`massgen_mcp.defaults` discovers, with the reason.
+3. neither: the default team that :mod:`massgen_mcp.team.discover` discovers, with the reason.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp import trust
-from massgen_mcp.config import MAX_AGENTS, RunSpec, TeamConfig, build_team
-from massgen_mcp.config_files import load_config_file, resolve_config_path
-from massgen_mcp.context_files import Workspace
-from massgen_mcp.env import user_config_dir
-from massgen_mcp.errors import ConfigError
+from massgen_mcp.core.env import user_config_dir
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.spec import MAX_AGENTS, RunSpec, TeamConfig, build_team
+from massgen_mcp.team import consent
+from massgen_mcp.team.context_files import Workspace
+from massgen_mcp.team.massgen_yaml import load_config_file, resolve_config_path
 
 
 @dataclass(frozen=True)
@@ -41,13 +41,13 @@ async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
         team = _team_from_models(spec.models)
     elif spec.config:
         # A file a model names may have come with the project, so it needs the user's
-        # consent to send their keys abroad (massgen_mcp.trust); the user's own CLI flag and
+        # consent to send their keys abroad (massgen_mcp.team.consent); the user's own CLI flag and
         # our presets do not.
         path, own = _config_path(spec.config, workspace)
         team, notes = await asyncio.to_thread(
             load_config_file, path, check_trust=workspace.confined and not own)
     else:
-        from massgen_mcp.defaults import discover
+        from massgen_mcp.team.discover import discover
 
         found = await discover()
         if found.team is None:
@@ -56,7 +56,7 @@ async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
     final = with_overrides(team, spec.overrides(), spec.base_url,
                            source=spec.config or "models")
     if workspace.confined:  # the caller is a model (MCP, /v1): it decides less than a file
-        trust.check_call(team, final, spec.overrides(), spec.base_url)
+        consent.check_call(team, final, spec.overrides(), spec.base_url)
     return TeamChoice(final, notes)
 
 
@@ -72,7 +72,7 @@ def _config_path(ref: str, workspace: Workspace) -> tuple[Path, bool]:
             raise ConfigError(f"config: {ref!r} does not exist or is not a file")
         return given.resolve(), True
     workspace.path(ref, "config")  # exists, inside the workspace
-    # Consent is recorded for the file where it is reached (massgen_mcp.trust.place).
+    # Consent is recorded for the file where it is reached (massgen_mcp.team.consent.place).
     return Path(os.path.abspath(workspace.root / ref)), False
 
 

@@ -5,8 +5,8 @@ Order of preference:
 1. a team set in the project's ``.massgen/config.yaml`` or the user's ``config.yaml``
    (platformdirs config dir), MassGen format;
 2. providers with API keys in the environment or the working directory's ``.env``
-   (:mod:`massgen_mcp.env`; real variables win), mixing providers: the first model of each provider,
-   then the second, and so on (``data/default_models.yaml``);
+   (:mod:`massgen_mcp.core.env`; real variables win), mixing providers: the first model of each
+   provider, then the second, and so on (``data/default_models.yaml``);
 3. coding-agent CLIs that look logged in (Claude Code, Codex, Gemini CLI; found on PATH, the
    login judged from the files it lives in, :mod:`massgen_mcp.providers.cli_agents`), mixing
    vendors first: a subscription gives a strong team with no key (with keys they are only
@@ -29,12 +29,11 @@ from typing import Any
 
 import yaml
 
-from massgen_mcp.config import PROVIDER_KEY_ENV, TeamConfig, build_team
-from massgen_mcp.config_files import load_config_file
-from massgen_mcp.env import getenv, user_config_dir
-from massgen_mcp.errors import ConfigError
+from massgen_mcp.core.env import getenv, user_config_dir
+from massgen_mcp.core.errors import ConfigError, UntrustedConfigError
+from massgen_mcp.core.spec import PROVIDER_KEY_ENV, TeamConfig, build_team
 from massgen_mcp.providers.cli_agents import FoundCli, find_clis
-from massgen_mcp.trust import UntrustedConfigError
+from massgen_mcp.team.massgen_yaml import load_config_file
 
 TEAM_SIZE = 3
 CLI_TEAM_TIMEOUT_S = 1800.0  # three rounds of CLI turns that may take minutes each
@@ -70,7 +69,7 @@ class Discovery:
 
 @cache
 def default_models() -> dict[str, list[str]]:
-    path = Path(__file__).parent / "data" / "default_models.yaml"
+    path = Path(__file__).parent.parent / "data" / "default_models.yaml"
     data: dict[str, list[str]] = yaml.safe_load(path.read_text(encoding="utf-8"))
     return data
 
@@ -155,7 +154,7 @@ def configured_team() -> tuple[TeamConfig, str] | None:
     """A default team from the project's or the user's config file, if either exists.
 
     The project's file may have come with a cloned repository, so it is held to the consent
-    rule of :mod:`massgen_mcp.trust`; the user's own file is not. Blocking: reads files.
+    rule of :mod:`massgen_mcp.team.consent`; the user's own file is not. Blocking: reads files.
     """
     candidates = [
         (project_config_path(), True),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 
-from massgen_mcp.errors import ConfigError
+from massgen_mcp.core.errors import ConfigError
 
 # No request, reply or file massgen-mcp reads needs more; far below Python's recursion limit,
 # so whatever handles the value afterwards (pydantic, json.dumps) cannot recurse too deep.
@@ -92,3 +92,36 @@ def _check_value(value: object) -> None:
                 raise UnsafeJson(f"nested deeper than {MAX_JSON_DEPTH} levels")
             children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
+
+
+# What a terminal obeys rather than shows: C0 controls but tab and newline (ESC starts every
+# ANSI sequence, BEL ends OSC ones, CR rewrites the line), DEL, C1 controls (CSI, OSC, ...) and
+# the bidirectional overrides that reorder what is shown.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e"
+                       "\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` for a terminal: every control character written as a visible escape
+    (``\\x1b]0;evil\\x07``) instead of obeyed, so model output cannot retitle the window,
+    clear the screen, rewrite earlier lines or hide text. Newlines and tabs stay; a Windows
+    line end is a newline."""
+    return _CONTROLS.sub(_escape, text.replace("\r\n", "\n"))
+
+
+def has_control_characters(text: str) -> bool:
+    """Whether ``text`` holds a character :func:`terminal_safe` would escape (newline and tab
+    aside): a config value that should never have one (a URL, a command) is refused."""
+    return _CONTROLS.search(text.replace("\r\n", "\n")) is not None
+
+
+def json_terminal_safe(text: str) -> str:
+    """JSON text with the characters :func:`terminal_safe` escapes written as ``\\uXXXX``:
+    the same JSON for a program, nothing for a terminal to obey (``json.dumps`` escapes only
+    C0 controls)."""
+    return _CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

@@ -2,7 +2,7 @@
 
 Every message is written to be shown as-is to a person or to the model that called a tool:
 it names the field or thing that is wrong and says how to fix it, and it never contains a
-secret (provider messages pass through :func:`massgen_mcp.secrets.redact` first).
+secret (provider messages pass through :func:`massgen_mcp.core.secrets.redact` first).
 
 ```
 MassgenError
@@ -23,7 +23,7 @@ import errno
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from massgen_mcp.records import RunStatus
+    from massgen_mcp.core.records import RunStatus
 
 
 class MassgenError(Exception):
@@ -99,3 +99,12 @@ def describe_write_error(exc: OSError, home: object) -> str:
     else:
         what = f"the record in {home} cannot be written ({exc.strerror or exc})"
     return f"{what}; free some space or set MASSGEN_HOME to another folder"
+
+
+class UntrustedConfigError(ConfigError):
+    """A project config, or a model's call, would send a key from the user's environment or
+    the project's files to a foreign host, or lift the secret-file deny-list."""
+
+
+class UnknownTeamError(ConfigError):
+    """A team model name that names no team."""

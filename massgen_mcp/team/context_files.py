@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from massgen_mcp.config import MAX_CONTEXT_CHARS
-from massgen_mcp.errors import ConfigError
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.spec import MAX_CONTEXT_CHARS
 from massgen_mcp.tools.workspace import is_denied
 
 MAX_FILES = 20

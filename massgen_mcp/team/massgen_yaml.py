@@ -1,4 +1,4 @@
-"""Read MassGen-format YAML configs into a :class:`~massgen_mcp.config.TeamConfig`.
+"""Read MassGen-format YAML configs into a :class:`~massgen_mcp.core.spec.TeamConfig`.
 
 MassGen files look like ``agents: [{id, backend: {type, model, base_url, api_key, ...},
 system_message}]`` plus ``orchestrator:`` and ``timeout_settings:``. We map what we support,
@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
-from massgen_mcp.config import MAX_AGENTS, TeamConfig, build_team
-from massgen_mcp.env import VAR_REFERENCE, getenv
-from massgen_mcp.errors import ConfigError
-from massgen_mcp.massgen_keys import check_keys
-from massgen_mcp.secrets import looks_secret
-from massgen_mcp.tools.mcp_servers import parse_servers
+from massgen_mcp.core.env import VAR_REFERENCE, getenv
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.secrets import looks_secret, register_secret
+from massgen_mcp.core.spec import MAX_AGENTS, McpServerSpec, TeamConfig, build_team
+from massgen_mcp.team.massgen_keys import check_keys
 
 # MassGen backend type -> (litellm provider prefix, default base_url or None).
 BACKEND_TYPES: dict[str, tuple[str, str | None]] = {
@@ -72,7 +72,7 @@ _CLI_IGNORED = {
 }
 _CLI_SYSTEM_KEYS = ("system_prompt", "append_system_prompt")
 
-# The keys we implement; MassGen's others are warned about (massgen_mcp.massgen_keys).
+# The keys we implement; MassGen's others are warned about (massgen_mcp.team.massgen_keys).
 _AGENT_KEYS = {"id", "backend", "system_message"}
 _BACKEND_KEYS = {
     "type", "model", "base_url", "api_key", "api_key_env",
@@ -434,18 +434,18 @@ def read_config_file(path: str | Path) -> LoadedConfig:
 def load_config_file(path: str | Path, *, check_trust: bool = False
                      ) -> tuple[TeamConfig, list[str]]:
     """The team and warnings of a config file (see :func:`read_config_file`); ``check_trust``
-    applies the project-config rule of :mod:`massgen_mcp.trust` to it."""
+    applies the project-config rule of :mod:`massgen_mcp.team.consent` to it."""
     loaded = read_config_file(path)
     if check_trust:
-        from massgen_mcp import trust
+        from massgen_mcp.team import consent
 
-        trust.check(loaded.team, loaded.path, loaded.text, loaded.expanded)
+        consent.check(loaded.team, loaded.path, loaded.text, loaded.expanded)
     return loaded.team, loaded.warnings
 
 
 def presets_dir() -> Path:
     """Where the ``configs/`` presets live (inside the wheel, or the source checkout)."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # the massgen_mcp package
     packaged = here / "_configs"
     return packaged if packaged.is_dir() else here.parent / "configs"
 
@@ -461,3 +461,57 @@ def resolve_config_path(ref: str) -> Path:
         raise ConfigError(f"config {ref!r}: no such preset; presets: "
                           + ", ".join(f"@{k}" for k in known))
     return path
+
+
+_SERVER_NAME = re.compile(r"[A-Za-z0-9_\-]{1,40}")
+
+
+# MassGen server keys with no meaning here: ignored with a warning saying what they do upstream.
+_SERVER_IGNORED = {"defer_loading": "deferring the server's tools behind tool search"}
+
+
+def parse_servers(raw: Any, where: str, warnings: list[str] | None = None
+                  ) -> list[McpServerSpec]:
+    """MassGen's ``mcp_servers`` (mapping or list form) as specs; ConfigError naming the key.
+    Keys of :data:`_SERVER_IGNORED` are dropped, with a line in ``warnings``."""
+    items: list[tuple[str, Any]]
+    if isinstance(raw, dict):
+        items = [(str(name), body) for name, body in raw.items()]
+    elif isinstance(raw, list):
+        items = [(str(body.get("name", "")) if isinstance(body, dict) else "", body)
+                 for body in raw]
+    else:
+        raise ConfigError(f"{where}: expected a mapping of name -> server, or a list of servers")
+    servers = []
+    for i, (name, body) in enumerate(items):
+        here = f"{where}.{name}" if isinstance(raw, dict) else f"{where}[{i}]"
+        if not isinstance(body, dict):
+            raise ConfigError(f"{here}: expected a mapping with type and command or url")
+        if not _SERVER_NAME.fullmatch(name) or "__" in name:
+            raise ConfigError(f"{here}.name: use 1-40 letters, digits, '_' or '-' (no '__', "
+                              "which separates server and tool in mcp__server__tool)")
+        for key in set(body) & set(_SERVER_IGNORED):
+            if warnings is not None:
+                warnings.append(f"{here}.{key}: ignored (MassGen: {_SERVER_IGNORED[key]}; not "
+                                "in massgen-mcp)")
+        data = {k: v for k, v in body.items() if k != "name" and k not in _SERVER_IGNORED}
+        try:
+            spec = McpServerSpec(name=name, **data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            message = ("unknown key; remove it" if first["type"] == "extra_forbidden"
+                       else first["msg"])
+            raise ConfigError(f"{here}{'.' + field if field else ''}: {message}") from None
+        if spec.type == "stdio" and not spec.command:
+            raise ConfigError(f"{here}.command: required for a stdio server")
+        if spec.type != "stdio" and not (spec.url or "").startswith(("http://", "https://")):
+            raise ConfigError(f"{here}.url: required, an http(s) URL, for a {spec.type} server")
+        for key, value in {**spec.env, **spec.headers}.items():
+            if looks_secret(key) or key.lower() == "authorization":
+                register_secret(value)  # a literal credential: masked wherever it appears
+        servers.append(spec)
+    names = [s.name for s in servers]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: two servers share a name")
+    return servers

@@ -1,0 +1,2 @@
+"""A record for people: the HTML report and live pages (:mod:`.html`) and the terminal's
+progress lines and tables (:mod:`.text`). Pure functions from records to text."""
