@@ -7,6 +7,8 @@ secret (provider messages pass through :func:`massgen_mcp.core.secrets.redact` f
 ```
 MassgenError
 ├── ConfigError            bad config file, model string, option or tool input (exit code 1)
+│   ├── UntrustedConfigError  a project config or a call needs the user's consent first
+│   └── UnknownTeamError      a team model name (massgen/...) that names no team
 ├── ProviderError          one model call failed after retries; carries .retryable, .status_code
 ├── SessionNotFoundError   no session with that id in this store
 ├── SessionStateError      the session is in a state that does not allow the request
@@ -32,6 +34,15 @@ class MassgenError(Exception):
 
 class ConfigError(MassgenError):
     """A config, model string, option or tool argument is invalid."""
+
+
+class UntrustedConfigError(ConfigError):
+    """A project config, or a model's call, would send a key from the user's environment or
+    the project's files to a foreign host, or lift the secret-file deny-list."""
+
+
+class UnknownTeamError(ConfigError):
+    """A team model name that names no team."""
 
 
 class ProviderError(MassgenError):
@@ -100,11 +111,3 @@ def describe_write_error(exc: OSError, home: object) -> str:
         what = f"the record in {home} cannot be written ({exc.strerror or exc})"
     return f"{what}; free some space or set MASSGEN_HOME to another folder"
 
-
-class UntrustedConfigError(ConfigError):
-    """A project config, or a model's call, would send a key from the user's environment or
-    the project's files to a foreign host, or lift the secret-file deny-list."""
-
-
-class UnknownTeamError(ConfigError):
-    """A team model name that names no team."""
