@@ -13,6 +13,7 @@ from conftest import FAST
 import massgen_mcp
 from massgen_mcp.core.spec import build_team
 from massgen_mcp.providers import registry
+from massgen_mcp.providers.base import Bounded
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.testing.scripted import agree
 
@@ -32,7 +33,9 @@ async def test_services_share_one_router_and_its_bound(fresh_router, home: Path,
     assert one.runner.provider is two.runner.provider is registry.shared_router()
     agent = build_team({"agents": [{"id": "a", "model": "openai/a",
                                     "base_url": "http://127.0.0.1:9/v1"}]}).agents[0]
-    assert one.runner.provider.slots(agent) is two.runner.provider.slots(agent)  # type: ignore[attr-defined]
+    router = registry.shared_router()
+    assert isinstance(router, Bounded)
+    assert router.slots(agent) is router.slots(agent)  # one semaphore per endpoint
     await one.aclose()
     await two.aclose()
 
