@@ -21,7 +21,7 @@ from typing import Any
 
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion, Provider
-from massgen_mcp.providers.cli_agents import CliProvider
+from massgen_mcp.providers.cli.provider import CliProvider
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider
 
