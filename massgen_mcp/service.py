@@ -113,10 +113,10 @@ class ConsensusService:
               ) -> ConsensusService:
         """Records under ``home`` (default ./.massgen or $MASSGEN_HOME), runs in this
         process, file inputs from ``workspace`` (default: the working directory, confined)."""
-        from massgen_mcp.providers.registry import ProviderRouter
+        from massgen_mcp.providers.registry import shared_router
 
         store = SessionStore(home)
-        return cls(store, SessionRunner(store, ProviderRouter()),
+        return cls(store, SessionRunner(store, shared_router()),
                    workspace or Workspace(Path.cwd()))
 
     @classmethod

@@ -379,7 +379,7 @@ def test_massgen_cli_backend_configs_load_with_warnings(tmp_path: Path) -> None:
 
 def test_each_cli_output_is_parsed_with_its_usage_and_errors_are_named() -> None:
     from massgen_mcp.core.errors import ProviderError
-    from massgen_mcp.providers.cli_agents import CLIS
+    from massgen_mcp.providers.cli.catalog import CLIS
 
     claude = CLIS["claude"].parse(json.dumps({
         "type": "result", "subtype": "success", "is_error": False, "result": '{"action": 1}',
@@ -417,7 +417,8 @@ def test_each_cli_output_is_parsed_with_its_usage_and_errors_are_named() -> None
 def test_the_child_environment_keeps_the_login_and_drops_keys_and_nesting(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from massgen_mcp.core.spec import AgentSpec
-    from massgen_mcp.providers.cli_agents import CLIS, child_env
+    from massgen_mcp.providers.cli.catalog import CLIS
+    from massgen_mcp.providers.cli.provider import child_env
 
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-" + "s" * 20)
@@ -463,7 +464,7 @@ def claude_result(text: str = '{"action": "new_answer", "content": "42"}') -> st
 async def call_stand_in(log: Path | None = None):
     from massgen_mcp.core.spec import AgentSpec
     from massgen_mcp.providers.base import CallContext
-    from massgen_mcp.providers.cli_agents import CliProvider
+    from massgen_mcp.providers.cli.provider import CliProvider
 
     spec = AgentSpec(id="c", model="cli/claude")
     return await CliProvider().complete(
@@ -520,7 +521,7 @@ async def test_a_cli_that_is_missing_is_an_error_not_a_crash(
 
 
 def test_hostile_cli_output_is_read_safely() -> None:
-    from massgen_mcp.providers.cli_agents import CLIS
+    from massgen_mcp.providers.cli.catalog import CLIS
 
     odd = CLIS["claude"].parse(json.dumps({
         "type": "result", "subtype": "success", "result": "ok", "total_cost_usd": -1e308,

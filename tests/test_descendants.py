@@ -82,7 +82,7 @@ def stand_in_claude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder: Pat
 
 async def call_claude() -> str | None:
     from massgen_mcp.core.spec import AgentSpec
-    from massgen_mcp.providers.cli_agents import CliProvider
+    from massgen_mcp.providers.cli.provider import CliProvider
 
     completion = await CliProvider().complete(
         AgentSpec(id="c", model="cli/claude"),
@@ -133,7 +133,7 @@ async def test_a_killed_server_process_leaves_no_descendant_of_its_cli_call(
     stand_in_claude(tmp_path, monkeypatch, pid_folder, "time.sleep(300)")
     ours = subprocess.Popen([sys.executable, "-c", (
         "import asyncio, os, sys\nfrom pathlib import Path\n"
-        "from massgen_mcp.providers.cli_agents import run_child\n"
+        "from massgen_mcp.providers.cli.supervisor import run_child\n"
         "asyncio.run(run_child([sys.argv[1]], b'', Path(sys.argv[2]), dict(os.environ)))"),
         str(tmp_path / "claude"), str(tmp_path)])
     try:
@@ -149,7 +149,8 @@ async def test_the_cli_gets_its_environment_and_gives_its_status_as_without_a_re
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from massgen_mcp.core.errors import ProviderError
     from massgen_mcp.core.spec import AgentSpec
-    from massgen_mcp.providers.cli_agents import CLIS, child_env
+    from massgen_mcp.providers.cli.catalog import CLIS
+    from massgen_mcp.providers.cli.provider import child_env
 
     for name in ("LANG", "LC_ALL", "LC_CTYPE"):  # the C locale: Python's start-up coerces it
         monkeypatch.delenv(name, raising=False)

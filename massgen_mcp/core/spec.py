@@ -30,7 +30,7 @@ MAX_QUESTION_CHARS = 50_000
 MAX_CONTEXT_CHARS = 200_000
 
 # Coding-agent CLIs that can sit on a team as cli/<name> or cli/<name>/<model>
-# (massgen_mcp.providers.cli_agents runs them).
+# (massgen_mcp.providers.cli runs them).
 CLI_NAMES = ("claude", "codex", "gemini")
 CLI_PROVIDERS = {"claude": "anthropic", "codex": "openai", "gemini": "gemini"}  # whose API
 # Agent settings a CLI agent cannot honour: it samples with its own settings and has no tools.

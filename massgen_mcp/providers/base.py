@@ -1,8 +1,10 @@
 """The provider seam: one async method that sends chat messages to a model.
 
-The engine only knows :class:`Provider`; litellm (and later the embedded model) sit behind it.
-Retries with backoff live here, once, for every provider: rate limits, 5xx, timeouts and broken
-connections are retried, honouring Retry-After; anything else fails at once.
+The engine only knows :class:`Provider`; litellm, the embedded model and the coding-agent CLIs
+sit behind it. Retries with backoff live here, once, for every provider: rate limits, 5xx,
+timeouts and broken connections are retried, honouring Retry-After; anything else fails at once.
+A provider that bounds concurrent calls (:class:`Bounded`, the router) is asked for a slot
+before each attempt.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import asyncio
 import contextlib
 import random
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.secrets import redact
@@ -79,6 +82,15 @@ class Provider(Protocol):
     ) -> Completion: ...
 
 
+@runtime_checkable
+class Bounded(Protocol):
+    """A provider that bounds how many calls run at once (see ``ProviderRouter.slots``)."""
+
+    def slots(self, agent: AgentSpec) -> AbstractAsyncContextManager[Any]:
+        """The gate every call for ``agent`` passes through: held for the whole call."""
+        ...
+
+
 RetryHook = Callable[[int, ProviderError, float], Awaitable[None]]
 
 
@@ -103,13 +115,14 @@ async def complete_with_retries(
     context: CallContext | None = None,
 ) -> Completion:
     """Call the provider, retrying transient failures; raise the last ProviderError."""
-    # A provider may bound concurrent calls per endpoint (see ProviderRouter.slots); time spent
-    # queueing for a slot does not count against the call's timeout.
-    slots = getattr(provider, "slots", None)
+    # Time spent queueing for a slot does not count against the call's timeout.
     attempt = 0
     while True:
         try:
-            async with slots(agent) if slots else contextlib.nullcontext():
+            gate: AbstractAsyncContextManager[Any] = (
+                provider.slots(agent) if isinstance(provider, Bounded)
+                else contextlib.nullcontext())
+            async with gate:
                 async with asyncio.timeout(timeout_s):
                     return await provider.complete(agent, messages, tools=tools,
                                                    timeout_s=timeout_s, context=context)

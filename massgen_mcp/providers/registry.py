@@ -4,17 +4,24 @@
 The router also bounds how many calls run at once against one provider endpoint, across all
 runs in this process, so a burst of sessions queues here instead of turning into a 429 storm.
 The bound is ``MASSGEN_MAX_PARALLEL_PER_PROVIDER`` (default 16).
+
+For that bound to hold, and for the embedded model to be loaded once, a process has one router:
+:func:`shared_router`, made on first use and closed at interpreter exit (or by
+:func:`close_shared_router`). Services use it unless they are given a provider of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
+import threading
+import weakref
 from typing import Any
 
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion, Provider
-from massgen_mcp.providers.cli_agents import CliProvider
+from massgen_mcp.providers.cli.provider import CliProvider
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider
 
@@ -29,14 +36,19 @@ class ProviderRouter:
         self.cli = cli or CliProvider()
         self.max_parallel = max_parallel or int(
             os.environ.get("MASSGEN_MAX_PARALLEL_PER_PROVIDER", "16"))
-        self._slots: dict[tuple[str, str], asyncio.Semaphore] = {}
+        # Per event loop: an asyncio semaphore belongs to one loop, and ``run()`` starts a
+        # loop per call (one after the other, so the bound still holds).
+        self._slots: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[tuple[str, str], asyncio.Semaphore]] = (
+            weakref.WeakKeyDictionary())
 
     def slots(self, agent: AgentSpec) -> asyncio.Semaphore:
         """The semaphore shared by every call to the same provider endpoint."""
         key = (agent.provider or agent.model, agent.base_url or "")
-        if key not in self._slots:
-            self._slots[key] = asyncio.Semaphore(self.max_parallel)
-        return self._slots[key]
+        slots = self._slots.setdefault(asyncio.get_running_loop(), {})
+        if key not in slots:
+            slots[key] = asyncio.Semaphore(self.max_parallel)
+        return slots[key]
 
     async def complete(
         self,
@@ -51,3 +63,37 @@ class ProviderRouter:
                     self.local if agent.model.startswith("local/") else self.remote)
         return await provider.complete(agent, messages, tools=tools, timeout_s=timeout_s,
                                        context=context)
+
+    def close(self) -> None:
+        """Free what the providers hold (the embedded model's memory and threads)."""
+        for provider in (self.remote, self.local, self.cli):
+            close = getattr(provider, "close", None)
+            if close is not None:
+                close()
+
+
+_shared: ProviderRouter | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_router() -> ProviderRouter:
+    """This process's router, made on first use: every service that runs models here goes
+    through it, so the per-provider bound and the loaded embedded model are shared."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = ProviderRouter()
+        return _shared
+
+
+def close_shared_router() -> None:
+    """Close this process's router (the next :func:`shared_router` makes a new one)."""
+    global _shared
+    with _shared_lock:
+        router, _shared = _shared, None
+    if router is not None:
+        router.close()
+
+
+# Freed before the interpreter tears down: llama.cpp's threads must not outlive it.
+atexit.register(close_shared_router)

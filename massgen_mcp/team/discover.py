@@ -8,7 +8,7 @@ Order of preference:
    (:mod:`massgen_mcp.core.env`; real variables win), mixing providers: the first model of each
    provider, then the second, and so on (``data/default_models.yaml``);
 3. coding-agent CLIs that look logged in (Claude Code, Codex, Gemini CLI; found on PATH, the
-   login judged from the files it lives in, :mod:`massgen_mcp.providers.cli_agents`), mixing
+   login judged from the files it lives in, :mod:`massgen_mcp.providers.cli`), mixing
    vendors first: a subscription gives a strong team with no key (with keys they are only
    listed: an API team answers in seconds, a CLI turn takes tens);
 4. OpenAI-compatible servers on loopback (Ollama 11434, LM Studio 1234, vLLM 8000,
@@ -32,7 +32,7 @@ import yaml
 from massgen_mcp.core.env import getenv, user_config_dir
 from massgen_mcp.core.errors import ConfigError, UntrustedConfigError
 from massgen_mcp.core.spec import PROVIDER_KEY_ENV, TeamConfig, build_team
-from massgen_mcp.providers.cli_agents import FoundCli, find_clis
+from massgen_mcp.providers.cli.catalog import FoundCli, find_clis
 from massgen_mcp.team.massgen_yaml import load_config_file
 
 TEAM_SIZE = 3

@@ -49,7 +49,7 @@ BACKEND_TYPES: dict[str, tuple[str, str | None]] = {
     "lmstudio": ("lm_studio", "http://127.0.0.1:1234/v1"),
     "local": ("local", None),  # the embedded llama.cpp model (massgen-mcp[local])
 }
-# MassGen's coding-agent CLI backends -> our cli/<name> agents (massgen_mcp.providers.cli_agents).
+# MassGen's coding-agent CLI backends -> our cli/<name> agents (massgen_mcp.providers.cli).
 CLI_BACKENDS = {"claude_code": "claude", "codex": "codex", "gemini_cli": "gemini"}
 UNSUPPORTED_BACKENDS = {"copilot", "ag2", "inference"}
 # What a CLI backend's keys would do upstream that a read-only panel member does not:

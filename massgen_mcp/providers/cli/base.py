@@ -1,0 +1,80 @@
+"""What a vendor module declares about its CLI (:class:`Cli`), and the small readers of
+untrusted CLI output they share: counts, mappings, the final JSON object, a redacted tail."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from massgen_mcp.core.edges import UnsafeJson, decode_json
+from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.secrets import redact
+from massgen_mcp.core.spec import AgentSpec
+from massgen_mcp.providers.base import Completion
+
+
+@dataclass(frozen=True)
+class Cli:
+    """One supported CLI: how to find it, run it read-only, and read its answer."""
+
+    name: str  # as in the model string cli/<name>
+    backend: str  # MassGen's backend type
+    executable: str
+    vendor: str
+    own_login_vars: tuple[str, ...]  # the CLI's own credentials, passed through untouched
+    # (agent, system prompt, the call's private folder) -> argv; may write files in the folder
+    command: Callable[[AgentSpec, str, Path], list[str]]
+    parse: Callable[[bytes], Completion]
+    # Whether the CLI looks logged in, from where it keeps its login: files that exist, or a
+    # non-secret account entry (never a token, never a network call).
+    login_state: Callable[[], bool]
+    # (key, base_url) -> the variables that hand the agent's own key, and its endpoint if it
+    # names one, to the CLI (used only when the agent's config gives either)
+    api_env: Callable[[str, str | None], dict[str, str]]
+    system_flag: bool  # True: the system prompt goes in a flag, else at the top of the prompt
+    # Prepares a private home in the call's folder where the CLI would otherwise run the user's
+    # hooks or keep transcripts; returns the variables that point the CLI at it.
+    private_home: Callable[[Path], dict[str, str]] | None = None
+
+
+def count(value: Any) -> int:
+    """A token count from untrusted output: a non-negative int, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def mapping(value: Any) -> dict[str, Any]:
+    """An object from untrusted output: a dict, else empty."""
+    return value if isinstance(value, dict) else {}
+
+
+def strip_v1(url: str) -> str:
+    """The API root of ``url``: Claude Code and Gemini CLI append their own /v1... paths."""
+    url = url.rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
+
+def json_object(stdout: bytes, name: str) -> dict[str, Any]:
+    """The JSON object a CLI printed last, on one line or many (some print warnings first):
+    from the first line starting with '{' whose object runs to the end of the output.
+
+    The one place CLI output is scanned for JSON (Codex's JSON lines are read one by one)."""
+    text = stdout.decode(errors="replace")
+    start = 0
+    for line in text.splitlines(keepends=True):
+        if line.startswith("{"):
+            with contextlib.suppress(UnsafeJson):
+                value, end = decode_json(text, start)
+                if isinstance(value, dict) and not text[end:].strip():
+                    return value
+        start += len(line)
+    raise ProviderError(f"{name} printed no JSON result: {tail(text, 300)!r}",
+                        retryable=False, kind="cli_error")
+
+
+def tail(text: str, chars: int) -> str:
+    """The last ``chars`` characters of ``text``, redacted before it is cut (a cut through a
+    key would leave a piece that no longer matches it)."""
+    return redact(text[-(chars + 4096):])[-chars:]

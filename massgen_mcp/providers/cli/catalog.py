@@ -1,0 +1,46 @@
+"""The supported CLIs (:data:`CLIS`) and which of them this machine has: where each is
+installed and whether it looks logged in (never a token read, never a network call)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+from massgen_mcp.providers.cli import claude, codex, gemini
+from massgen_mcp.providers.cli.base import Cli
+
+CLIS: dict[str, Cli] = {cli.name: cli for cli in (claude.CLI, codex.CLI, gemini.CLI)}
+
+
+def find_executable(cli: Cli) -> str | None:
+    """The CLI's path: ``MASSGEN_<NAME>_PATH`` if set (e.g. a pinned install), else PATH;
+    None unless it is an executable file."""
+    path = os.environ.get(f"MASSGEN_{cli.name.upper()}_PATH") or shutil.which(cli.executable)
+    return path if path and os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
+@dataclass(frozen=True)
+class FoundCli:
+    name: str
+    vendor: str
+    path: str
+    logged_in: bool
+
+
+def find_clis() -> list[FoundCli]:
+    """The supported CLIs on this machine, in :data:`CLIS` order (``MASSGEN_CLIS``, e.g.
+    ``claude,codex`` or ``none``, limits which are looked for). A login held in the environment
+    (Claude Code's ``CLAUDE_CODE_OAUTH_TOKEN``) counts; its value is not read."""
+    wanted = os.environ.get("MASSGEN_CLIS", ",".join(CLIS)).replace(" ", "").split(",")
+    return [found for name in CLIS if name in wanted and (found := look_for(name))]
+
+
+def look_for(name: str) -> FoundCli | None:
+    """The CLI ``name`` if it is installed, with whether it looks logged in."""
+    cli = CLIS[name]
+    path = find_executable(cli)
+    if path is None:
+        return None
+    logged_in = cli.login_state() or any(os.environ.get(n) for n in cli.own_login_vars)
+    return FoundCli(cli.name, cli.vendor, path, logged_in)

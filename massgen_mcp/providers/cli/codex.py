@@ -1,0 +1,83 @@
+"""Codex as a panel member: ``codex exec`` in its read-only sandbox with its shell and every
+other tool feature off, the user's config and rules not read; its JSON event lines parsed.
+A self-hosted or test endpoint (``base_url``) becomes a provider entry of our own."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from massgen_mcp.core.edges import UnsafeJson, load_json
+from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.spec import AgentSpec
+from massgen_mcp.providers.base import Completion
+from massgen_mcp.providers.cli.base import Cli, count, mapping
+
+# The key variable our self-hosted provider entry points Codex at (see _codex_command).
+_CODEX_KEY_VAR = "MASSGEN_CLI_API_KEY"
+
+_CODEX_OFF = ("shell_tool", "unified_exec", "apps", "plugins", "hooks", "browser_use",
+              "computer_use", "view_image", "multi_agent", "goals", "memories")
+
+
+def _codex_command(agent: AgentSpec, system: str, folder: Path) -> list[str]:
+    argv = [
+        "codex", "exec", "--json", "--ephemeral", "--skip-git-repo-check",
+        "--sandbox", "read-only",  # what its shell could do, were it on
+        "--ignore-user-config", "--ignore-rules",  # no MCP servers, rules or hooks of the user's
+        "-c", "mcp_servers={}", "-c", 'web_search="disabled"',
+        "-c", 'approval_policy="never"',
+    ]
+    for feature in _CODEX_OFF:
+        argv += ["--disable", feature]
+    if agent.base_url:  # a self-hosted or test endpoint speaking the Responses API
+        argv += ["-c", "model_provider=massgen",
+                 "-c", "model_providers.massgen.name=massgen",
+                 "-c", f"model_providers.massgen.base_url={json.dumps(agent.base_url)}",
+                 "-c", f"model_providers.massgen.env_key={_CODEX_KEY_VAR}",
+                 "-c", 'model_providers.massgen.wire_api="responses"']
+    if agent.cli_model:
+        argv.append(f"--model={agent.cli_model}")
+    return [*argv, "-"]  # the prompt comes on stdin
+
+
+def _codex_parse(stdout: bytes) -> Completion:
+    text: str | None = None
+    usage: dict[str, Any] = {}
+    failure = ""
+    for line in stdout.decode(errors="replace").splitlines():
+        try:
+            event = load_json(line)
+        except UnsafeJson:
+            continue
+        if not isinstance(event, dict):
+            continue
+        item = mapping(event.get("item"))
+        if event.get("type") == "item.completed" and item.get("type") == "agent_message":
+            text = str(item.get("text") or "")
+        elif event.get("type") == "turn.completed":
+            usage = mapping(event.get("usage"))
+        elif event.get("type") == "turn.failed":
+            failure = str(mapping(event.get("error")).get("message") or "turn failed")
+        elif event.get("type") == "error":
+            failure = str(event.get("message") or "error")
+    if text is None:
+        raise ProviderError(f"codex gave no answer: {failure or 'no agent message'}"[:400],
+                            retryable=False, kind="cli_error")
+    return Completion(content=text, prompt_tokens=count(usage.get("input_tokens")),
+                      completion_tokens=count(usage.get("output_tokens"))
+                      + count(usage.get("reasoning_output_tokens")))
+
+
+def _codex_logged_in() -> bool:
+    return (Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "auth.json").is_file()
+
+
+def _codex_api_env(key: str, base_url: str | None) -> dict[str, str]:
+    return {_CODEX_KEY_VAR if base_url else "CODEX_API_KEY": key}
+
+
+CLI = Cli("codex", "codex", "codex", "OpenAI", (), _codex_command, _codex_parse,
+          _codex_logged_in, _codex_api_env, system_flag=False)
