@@ -18,21 +18,23 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import Protocol, TypedDict
 
-from massgen_mcp.consensus.engine import ConsensusRun, Prior, RunRequest
+from massgen_mcp.consensus import snapshot
+from massgen_mcp.consensus.engine import ConsensusRun
+from massgen_mcp.consensus.replay import Prior, RunRequest
+from massgen_mcp.consensus.snapshot import queued_status
 from massgen_mcp.core.errors import RecordWriteError, SessionStateError
 from massgen_mcp.core.records import (
     Event,
     FinishReason,
-    Phase,
     RequestRecord,
     ResultRecord,
     RunStatus,
     StatusRecord,
 )
-from massgen_mcp.core.spec import AgentSpec, TeamConfig, build_team
-from massgen_mcp.providers.base import CallContext, Completion, Provider
+from massgen_mcp.core.spec import TeamConfig, build_team
+from massgen_mcp.providers.base import Provider
 from massgen_mcp.render.html import render_report
 from massgen_mcp.sessions.fencing import RecordFenced
 from massgen_mcp.sessions.store import (
@@ -129,7 +131,7 @@ def recorded_team(store: SessionStore, session_id: str) -> TeamConfig:
 def recorded_request(store: SessionStore, session_id: str, team: TeamConfig) -> RunRequest:
     """What a recorded session asks, with the progress its events hold: from the start if
     it has none yet (a queued run), else from its recorded answers and votes (see
-    :class:`~massgen_mcp.consensus.engine.Prior`)."""
+    :class:`~massgen_mcp.consensus.replay.Prior`)."""
     recorded = store.read_request(session_id)
     events = store.read_events(session_id)
     prior = (Prior.from_events(events, lambda label: store.read_answer(session_id, label))
@@ -139,51 +141,42 @@ def recorded_request(store: SessionStore, session_id: str, team: TeamConfig) -> 
                       workspace=Path(recorded.workspace) if recorded.workspace else None)
 
 
-class _NoCalls:
-    """The provider of an engine built only to write a record: it never calls a model."""
-
-    async def complete(self, agent: AgentSpec, messages: list[dict[str, Any]], *,
-                       tools: list[dict[str, Any]] | None, timeout_s: float,
-                       context: CallContext | None = None) -> Completion:
-        raise RuntimeError("this engine only writes records")
-
-
-def _record_only(store: SessionStore, session_id: str, team: TeamConfig,
-                 write: Callable[[ConsensusRun, FileRecorder], object], *,
-                 fence: int | None = None) -> StatusRecord | None:
-    """Write to a recorded session with the engine's own record code, in no process's
-    name (nobody runs it while this writes; ``fence`` is the pool claim that makes sure);
-    returns the status written."""
+def _unowned(store: SessionStore, session_id: str, fence: int | None) -> FileRecorder:
+    """A recorder for a session no process runs while it writes (``fence`` is the pool
+    claim that makes sure), stamped in no process's name."""
     recorder = store.reopen(session_id, fence=fence)
     recorder.stamp = {"pid": None, "worker": None}
-    try:
-        write(ConsensusRun(recorded_request(store, session_id, team), _NoCalls(), recorder),
-              recorder)
-    finally:
-        recorder.close(report=render_report)
-    return recorder.latest_status
+    return recorder
 
 
 def mark_queued(store: SessionStore, session_id: str, team: TeamConfig) -> StatusRecord | None:
-    """Record the session as waiting for a pool worker (status running, phase queued)."""
-    def write(engine: ConsensusRun, recorder: FileRecorder) -> None:
-        engine.phase = Phase.QUEUED
-        recorder.status(engine.snapshot())
-    return _record_only(store, session_id, team, write)
+    """Record the session as waiting for a pool worker (status running, phase queued);
+    returns the status written."""
+    recorder = _unowned(store, session_id, None)
+    try:
+        recorder.status(queued_status(recorded_request(store, session_id, team)))
+    finally:
+        recorder.close(report=render_report)
+    return recorder.latest_status
 
 
 def end_unstarted(store: SessionStore, session_id: str, team: TeamConfig, status: RunStatus,
                   reason: FinishReason, error: str | None = None, *, fence: int | None = None
                   ) -> StatusRecord | None:
     """End a recorded session that will not run (cancelled while queued, or no worker can
-    run it): a complete record with its result, and no model call. A session that already
-    has its result is left as it is. ``fence``: the fencing token of the pool claim this
-    is written under."""
+    run it): a complete record with its result and report, and no model call (see
+    :func:`~massgen_mcp.consensus.snapshot.end_unstarted`); returns the status written. A
+    session that already has its result is left as it is. ``fence``: the fencing token of
+    the pool claim this is written under."""
     if store.read_result(session_id) is not None:
         return None
-    return _record_only(store, session_id, team,
-                        lambda engine, _: engine.end_unstarted(status, reason, error),
-                        fence=fence)
+    request = recorded_request(store, session_id, team)
+    recorder = _unowned(store, session_id, fence)
+    try:
+        snapshot.end_unstarted(recorder, request, status, reason, error)
+    finally:
+        recorder.close(report=render_report)  # the closer of an ended run writes its report
+    return recorder.latest_status
 
 
 @dataclass
