@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,7 +40,14 @@ from massgen_mcp.core.spec import (
     check_question,
     missing_credentials,
 )
-from massgen_mcp.sessions.runner import Executor, SessionRunner, recorded_team
+from massgen_mcp.sessions.runner import (
+    EventListener,
+    Executor,
+    SessionRunner,
+    Unsubscribe,
+    recorded_team,
+)
+from massgen_mcp.sessions.runner import StartedRun as StartedRun  # start()'s reply, for faces
 from massgen_mcp.sessions.store import SessionStore, check_session_id
 from massgen_mcp.sessions.waiting import StatusCallback
 from massgen_mcp.team import consent
@@ -51,15 +57,6 @@ from massgen_mcp.tools.workspace import WorkspaceTools
 
 if TYPE_CHECKING:
     from massgen_mcp.pool.live import PoolConfig
-
-
-@dataclass(frozen=True)
-class Started:
-    """A run that has begun in the background."""
-
-    session_id: str
-    record_dir: Path
-    notes: list[str]  # for the user: config warnings, or why this default team
 
 
 class LocalServerView(BaseModel):
@@ -130,6 +127,11 @@ class ConsensusService:
         return cls(store, await PoolRunner(store, config).open(),
                    workspace or Workspace(Path.cwd()))
 
+    def add_event_listener(self, listener: EventListener) -> Unsubscribe:
+        """Follow every event of every run this service's executor has (the CLI's progress
+        lines); returns the unsubscribe."""
+        return self.runner.add_event_listener(listener)
+
     async def aclose(self, *, interrupt: bool = False) -> None:
         """Stop what still runs: ``interrupt`` when the server stops (resumable), else the
         runs are cancelled (the CLI's Ctrl-C)."""
@@ -137,7 +139,7 @@ class ConsensusService:
 
     # -- starting runs ------------------------------------------------------------------------
 
-    async def start(self, spec: RunSpec, workspace: Workspace | None = None) -> Started:
+    async def start(self, spec: RunSpec, workspace: Workspace | None = None) -> StartedRun:
         """Check ``spec``, choose its team and start the run in the background. File inputs
         and the agents' tools use ``workspace`` (e.g. the MCP client's root) if given, else
         the service's own."""
@@ -157,7 +159,7 @@ class ConsensusService:
 
     async def _launch(self, question: str, team: TeamConfig, context: str | None,
                       parent_session_id: str | None, notes: list[str],
-                      workspace: Workspace | None = None) -> Started:
+                      workspace: Workspace | None = None) -> StartedRun:
         problems = missing_credentials(team)
         if problems:
             raise ConfigError("missing API keys:\n" + "\n".join(problems))
@@ -170,7 +172,7 @@ class ConsensusService:
                                       notes=notes)
         if self._records_in_project():
             consent.remember_run(self.store, run.session_id, team)
-        return Started(run.session_id, run.record_dir, notes)
+        return run
 
     def _records_in_project(self) -> bool:
         """Whether the records sit inside the project (the default ./.massgen), where a
@@ -178,7 +180,7 @@ class ConsensusService:
         return self.store.sessions_dir.resolve().is_relative_to(self.workspace.root.resolve())
 
     async def continue_session(self, session_id: str, follow_up: str, *,
-                               options: RunOptions | None = None) -> Started:
+                               options: RunOptions | None = None) -> StartedRun:
         """A new run on ``follow_up`` by the same team, with the earlier question and final
         answer as context; linked to its parent in both records."""
         follow_up = check_question(follow_up, "follow_up")
@@ -198,7 +200,7 @@ class ConsensusService:
                                 child_session_id=started.session_id)
         return started
 
-    async def resume_session(self, session_id: str) -> Started:
+    async def resume_session(self, session_id: str) -> StartedRun:
         """Continue an interrupted run from its recorded answers and votes, in the same
         record."""
         status = await self.status(session_id)
@@ -208,8 +210,7 @@ class ConsensusService:
         if status.status is not RunStatus.INTERRUPTED and not lost:
             raise SessionStateError(f"session {session_id} is {status.status}; only "
                                     "interrupted runs can be resumed")
-        run = await self.runner.resume(session_id, self._recorded_team(session_id))
-        return Started(session_id, run.record_dir, [])
+        return await self.runner.resume(session_id, self._recorded_team(session_id))
 
     def _recorded_team(self, session_id: str) -> TeamConfig:
         """The team a session ran with, to run it again; a record in the project folder

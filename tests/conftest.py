@@ -122,7 +122,7 @@ async def run_team(team, question: str = "What is 6*7?", context: str | None = N
     store = SessionStore()
     runner = SessionRunner(store, LiteLLMProvider())
     if listener is not None:
-        runner.listeners.append(lambda sid, event: listener(sid, event.as_dict()))
+        runner.add_event_listener(lambda sid, event: listener(sid, event.as_dict()))
     run = await runner.start(question, team, context=context)
     result = await run.task
     return Outcome(result.model_dump(mode="json"), store.folder(run.session_id), store)

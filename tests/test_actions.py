@@ -107,3 +107,19 @@ def test_novelty_limits_per_level() -> None:
                           NewAnswer) is balanced
         assert isinstance(parse_action(reply, view, native_tools=True, novelty="strict"),
                           NewAnswer) is strict
+
+
+def test_one_rule_finds_the_json_object_in_model_text() -> None:
+    """find_json_object: the first "{" from which JSON parses, whatever wraps it; an unusable
+    one (too deep) is an error, not skipped. The check's verdict is read by the same rule."""
+    from massgen_mcp.consensus.engine import parse_check
+    from massgen_mcp.core.edges import UnsafeJson, find_json_object
+
+    assert find_json_object('Sure: ```json\n{"a": 1}\n``` done') == {"a": 1}
+    assert find_json_object('{not json} then {"b": [2]} and {"c": 3}') == {"b": [2]}
+    assert find_json_object("no object here [1, 2]") is None
+    with pytest.raises(UnsafeJson):
+        find_json_object("x " + "{\"k\": " * 100 + "1" + "}" * 100)
+    assert parse_check('{draft} {"verdict": "restart", "feedback": "cite a source"}') == (
+        "restart", "cite a source")
+    assert parse_check('{"verdict": "accept"}') == ("accept", None)

@@ -564,3 +564,21 @@ async def test_a_paused_worker_never_writes_again(pool: Pool, scripted: Any, hom
     assert recorded["status"] == "completed"
     published = json.loads(redis_cli(pool, "get", f"massgen:status:{sid}"))
     assert published["status"] == "completed" and published["worker"] == pool.worker_name(other)
+
+
+async def test_a_worker_that_stops_leaves_no_task_behind(pool: Pool, home: Path) -> None:
+    """serve owns every task it starts (the stop signal's waiter too): when it returns,
+    nothing it started is still pending."""
+    from massgen_mcp.pool.live import PoolConfig
+    from massgen_mcp.pool.worker import PoolWorker
+    from massgen_mcp.sessions.store import SessionStore
+    from massgen_mcp.testing.scripted import ScriptedProvider
+
+    before = asyncio.all_tasks()
+    worker = PoolWorker(PoolConfig(pool.url), SessionStore(home), ScriptedProvider())
+    stop = asyncio.Event()
+    stop.set()  # serve still connects, starts its tasks and takes runs before it sees this
+    serving = asyncio.create_task(worker.serve(stop))
+    await asyncio.wait_for(serving, 30)
+    left = {t for t in asyncio.all_tasks() - before - {serving} if not t.done()}
+    assert not left, [t.get_name() for t in left]

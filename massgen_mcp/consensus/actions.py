@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from massgen_mcp.consensus.state import View, normalise
-from massgen_mcp.core.edges import NotJson, UnsafeJson, decode_json, load_json
+from massgen_mcp.core.edges import UnsafeJson, find_json_object, load_json
 from massgen_mcp.providers.base import Completion
 
 MAX_REASON_CHARS = 2_000
@@ -55,24 +55,11 @@ def similarity(a: str, b: str) -> float:
     return len(left & right) / len(left | right)
 
 
-def _extract_json(text: str) -> object | None:
-    """The first JSON object in ``text`` (models wrap JSON in prose or code fences); an
-    Invalid if the first one that parses is not usable (nested too deep, not text)."""
-    start = text.find("{")
-    while start != -1:
-        try:
-            return decode_json(text, start)[0]
-        except NotJson:
-            start = text.find("{", start + 1)
-        except UnsafeJson as exc:
-            return Invalid(f"your JSON is not usable: {exc}.", "bad_arguments")
-    return None
-
-
 def _calls_from_json(text: str | None) -> list[tuple[str, object]] | Invalid:
-    value = _extract_json(text or "")
-    if isinstance(value, Invalid):
-        return value
+    try:
+        value = find_json_object(text or "")
+    except UnsafeJson as exc:
+        return Invalid(f"your JSON is not usable: {exc}.", "bad_arguments")
     if not isinstance(value, dict):
         return Invalid("your reply did not contain a JSON object.", "no_action")
     action = value.get("action")

@@ -7,9 +7,11 @@ I/O. Each agent that needs a turn gets its own asyncio task holding a frozen
 every agent that now needs a turn is started. Nothing is started on a view that is about to
 change in round one, and a vote that comes back on an outdated view is discarded and re-asked.
 
-Everything that happens is reported to a :class:`Recorder` as typed records
-(:mod:`massgen_mcp.core.records`); the engine itself never touches files, so other stores can
-plug in.
+Everything that happens is reported to a :class:`~.snapshot.Recorder` as typed records
+(:mod:`massgen_mcp.core.records`, projected by :mod:`.snapshot`); the engine itself never
+touches files, so other stores can plug in. A run that continues from its record starts from
+the progress :mod:`.replay` rebuilds; the tool calls an agent makes before it decides are
+served by :mod:`.evidence`.
 """
 
 from __future__ import annotations
@@ -17,14 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from massgen_mcp.consensus import prompts
-from massgen_mcp.consensus.accounting import BudgetExceeded, UsageMeter, check_budget
+from massgen_mcp.consensus.accounting import BudgetExceeded, check_budget
 from massgen_mcp.consensus.actions import (
     MAX_ANSWER_CHARS,
     Action,
@@ -33,144 +32,46 @@ from massgen_mcp.consensus.actions import (
     NewAnswer,
     parse_action,
 )
-from massgen_mcp.consensus.state import Answer, Coordination, View
-from massgen_mcp.core.edges import UnsafeJson, decode_json, load_json
+from massgen_mcp.consensus.evidence import Evidence, is_evidence
+from massgen_mcp.consensus.replay import RunRequest, progress_of
+from massgen_mcp.consensus.snapshot import (
+    Recorder,
+    result_record,
+    status_record,
+    timeline_of,
+)
+from massgen_mcp.consensus.state import View
+from massgen_mcp.core.edges import UnsafeJson, find_json_object
 from massgen_mcp.core.errors import ProviderError, RecordWriteError
 from massgen_mcp.core.records import (
     PREVIEW_CHARS,
-    AgentResult,
-    AgentStatus,
-    AnswerRecord,
-    AnswerRef,
     CallPurpose,
-    Event,
     EventType,
     FinishReason,
     Phase,
     ResultRecord,
     RunStatus,
     StatusRecord,
-    VoteRecord,
-    VoteRef,
-    Winner,
-    clip,
 )
 from massgen_mcp.core.secrets import redact
-from massgen_mcp.core.spec import AgentSpec, TeamConfig
-from massgen_mcp.providers.base import (
-    CallContext,
-    Completion,
-    Provider,
-    ToolCall,
-    complete_with_retries,
-)
-from massgen_mcp.tools.mcp_servers import PREFIX as MCP_PREFIX
-from massgen_mcp.tools.mcp_servers import McpToolbox
-from massgen_mcp.tools.workspace import WorkspaceTools
+from massgen_mcp.core.spec import AgentSpec
+from massgen_mcp.providers.base import CallContext, Completion, Provider, complete_with_retries
 
 log = logging.getLogger(__name__)
 
-TOOL_TIMEOUT_S = 10.0  # one workspace tool call (they only read capped local files)
-
-
 def parse_check(text: str) -> tuple[str, str | None]:
     """(verdict, feedback) from a check reply; anything but a well-formed restart accepts."""
-    start = text.find("{")
     try:
-        value = decode_json(text, start)[0] if start >= 0 else None
+        value = find_json_object(text)
     except UnsafeJson:
         value = None
-    if isinstance(value, dict) and value.get("verdict") == "restart":
+    if value is not None and value.get("verdict") == "restart":
         feedback = str(value.get("feedback") or "").strip()[:2_000]
         if feedback:
             return "restart", feedback
-    if isinstance(value, dict) and value.get("verdict") == "accept":
+    if value is not None and value.get("verdict") == "accept":
         return "accept", None
     return "accept", "the check's reply was not a verdict; the answer stands"
-
-
-def is_evidence(name: str) -> bool:
-    """Whether a tool gathers evidence (workspace or MCP) rather than deciding."""
-    return name in WorkspaceTools.NAMES or name.startswith(MCP_PREFIX)
-
-
-@dataclass(frozen=True)
-class PriorAnswer:
-    agent_id: str
-    content: str
-
-
-@dataclass(frozen=True)
-class PriorVote:
-    agent_id: str
-    label: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class PriorRestart:
-    feedback: str | None
-
-
-PriorStep = PriorAnswer | PriorVote | PriorRestart
-
-
-@dataclass(frozen=True)
-class Prior:
-    """A recorded run's progress, replayed into the state machine when the run continues
-    (``resume_session``, or a worker taking over from one that died), so that no call whose
-    outcome is recorded is made again: answers, the votes still standing, restarts, and the
-    calls already paid for (usage and budget carry on)."""
-
-    steps: tuple[PriorStep, ...]
-    calls: tuple[Event, ...]
-    event_count: int  # event numbering continues after the recorded events
-
-    @classmethod
-    def from_events(cls, events: list[Event], answer: Callable[[str], str]) -> Prior:
-        """Read the progress out of a record's events; ``answer`` gives an answer's text by
-        label. Accepted answers and votes replay in recorded order, so labels, versions and
-        the votes a later answer invalidated come out as they were."""
-        steps: list[PriorStep] = []
-        for e in events:
-            if e.type is EventType.ANSWER and e.agent_id and e.label:
-                steps.append(PriorAnswer(e.agent_id, answer(e.label).rstrip("\n")))
-            elif e.type is EventType.VOTE and e.agent_id and e.label:
-                steps.append(PriorVote(e.agent_id, e.label, e.reason or ""))
-            elif e.type is EventType.RESTART:
-                steps.append(PriorRestart(e.detail))
-        return cls(tuple(steps), tuple(e for e in events if e.type is EventType.CALL),
-                   len(events))
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """Everything needed to run (or re-run) a session."""
-
-    session_id: str
-    question: str
-    team: TeamConfig
-    context: str | None = None
-    parent_session_id: str | None = None
-    # Resuming a run that stopped part-way: what its record had settled (see :class:`Prior`).
-    prior: Prior | None = None
-    workspace: Path | None = None  # the root the evidence tools read (when they are on)
-    log_path: Path | None = None  # where coding-agent CLIs' stderr goes (the session's cli.log)
-
-
-class Recorder(Protocol):
-    """Where a run reports what happens; the session store's
-    :class:`~massgen_mcp.sessions.store.FileRecorder` writes it to disk.
-
-    A method may raise :class:`~massgen_mcp.core.errors.RecordWriteError` once, when the store
-    refuses a write; the run then ends ``failed`` (``record_write_failed``) and every later
-    call must keep working in memory without raising again.
-    """
-
-    def event(self, event: Event) -> None: ...
-    def status(self, status: StatusRecord) -> None: ...
-    def answer(self, label: str, content: str) -> None: ...
-    def finish(self, result: ResultRecord) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -191,65 +92,26 @@ class ConsensusRun:
     def __init__(self, request: RunRequest, provider: Provider, recorder: Recorder) -> None:
         self.request = request
         self.options = request.team.options
-        self.agents: dict[str, AgentSpec] = {a.id: a for a in request.team.agents}
+        self.agents: dict[str, AgentSpec] = request.agents
         self.provider = provider
         self.recorder = recorder
-        self.coord = Coordination(
-            list(self.agents), max_answers=self.options.max_answers_per_agent,
-            seed=request.session_id,
-        )
-        self.usage = {aid: UsageMeter() for aid in self.agents}
-        self.total = UsageMeter()
+        self.progress = progress_of(request)  # a continued run's recorded steps replayed
+        self.coord = self.progress.coord
         self.in_flight: dict[str, asyncio.Task[TurnOutcome]] = {}
-        self.tools = (WorkspaceTools(request.workspace, tuple(self.options.context_paths),
-                                     tuple(self.options.allow_secret_files))
-                      if self.options.workspace_tools and request.workspace else None)
-        servers = request.team.mcp_servers()
-        self.mcp = McpToolbox(servers) if servers else None
-        self._tool_calls = 0  # evidence tool calls in the whole run
-        self._activity: dict[str, str] = {}  # agent -> the tool it is using now
+        self.evidence = Evidence(request, self.progress, self._emit, self._publish_status)
         self.phase = Phase.ANSWERING
         self.status = RunStatus.RUNNING
         self._outcome = RunStatus.FAILED  # what status becomes when the run ends
         self.finish_reason: FinishReason | None = None
         self.errors: list[str] = []
         self._stopping: str | None = None  # "interrupt" or "hand_back": why a cancel came
-        self._restarts = 0  # coordination rounds started again by the final answer's check
-        self._feedback: str | None = None  # the check's feedback, shown to every agent
-        self._seq = request.prior.event_count if request.prior else 0
+        self._timeline = timeline_of(request)
         self._revision = 0  # bumped on every published status, so pollers can tell news
-        self._t0 = time.monotonic()
-        self._started_at = time.time()
-        if request.prior is not None:
-            self._replay(request.prior)
-
-    def _replay(self, prior: Prior) -> None:
-        for step in prior.steps:
-            if isinstance(step, PriorAnswer) and step.agent_id in self.agents:
-                self.coord.add_answer(step.agent_id, step.content)
-            elif isinstance(step, PriorVote) and step.agent_id in self.agents:
-                with contextlib.suppress(ValueError):  # a record edited by hand
-                    self.coord.add_vote(step.agent_id, step.label, step.reason,
-                                        self.coord.version)
-            elif isinstance(step, PriorRestart):
-                self.coord.restart()
-                self._restarts += 1
-                self._feedback = step.feedback
-        for call in prior.calls:
-            self._count(call.agent_id, Completion(
-                None, prompt_tokens=call.prompt_tokens or 0,
-                completion_tokens=call.completion_tokens or 0, cost_usd=call.cost_usd,
-                latency_s=call.latency_s or 0.0), evidence=call.purpose is CallPurpose.EVIDENCE)
 
     # -- recording ---------------------------------------------------------------------------
 
-    def _elapsed(self) -> float:
-        return round(time.monotonic() - self._t0, 3)
-
     def _emit(self, event_type: EventType, /, **data: Any) -> None:
-        self._seq += 1
-        self.recorder.event(Event(seq=self._seq, t=self._elapsed(), ts=time.time(),
-                                  type=event_type, **data))
+        self.recorder.event(self._timeline.event(event_type, **data))
 
     def _publish_status(self) -> None:
         self._revision += 1
@@ -257,40 +119,12 @@ class ConsensusRun:
 
     def snapshot(self) -> StatusRecord:
         """The live state, as written to status.json and returned by get_status."""
-        agents = {}
-        for aid, spec in self.agents.items():
-            state = self.coord.agents[aid]
-            agents[aid] = AgentStatus(
-                model=spec.model, label_letter=state.letter,
-                phase=self.coord.phase_of(aid, aid in self.in_flight),
-                answers=len(state.answers),
-                current_answer=state.current.label if state.current else None,
-                vote=None if state.vote is None else
-                VoteRef(answer=state.vote.label, reason=state.vote.reason),
-                dropped_reason=state.drop_reason, usage=self.usage[aid].record(),
-                activity=self._activity.get(aid),
-            )
-        return StatusRecord(
-            session_id=self.request.session_id, status=self.status, phase=self.phase,
-            finish_reason=self.finish_reason, question=self.request.question,
-            parent_session_id=self.request.parent_session_id, started_at=self._started_at,
-            updated_at=time.time(), elapsed_s=self._elapsed(),
-            answers_version=self.coord.version, revision=self._revision, agents=agents,
-            answers=[AnswerRef(label=a.label, agent_id=a.agent_id, chars=len(a.content),
-                               preview=a.content[:PREVIEW_CHARS])
-                     for a in self.coord.current_answers()],
-            tally={label: [v.voter for v in votes]
-                   for label, votes in self.coord.tally().items()},
-            usage=self.total.record(),
-        )
+        return status_record(self.request, self.progress, self._timeline, status=self.status,
+                             phase=self.phase, finish_reason=self.finish_reason,
+                             revision=self._revision, turning=self.in_flight,
+                             activity=self.evidence.activity)
 
     # -- model calls -------------------------------------------------------------------------
-
-    def _count(self, agent_id: str | None, completion: Completion, *,
-               evidence: bool = False) -> None:
-        if agent_id in self.usage:
-            self.usage[agent_id].add(completion, evidence=evidence)
-        self.total.add(completion, evidence=evidence)
 
     async def _call(
         self, agent: AgentSpec, messages: list[dict[str, Any]],
@@ -312,7 +146,7 @@ class ConsensusRun:
         completion = completion.redacted()
         if completion.tool_calls and all(is_evidence(c.name) for c in completion.tool_calls):
             purpose = CallPurpose.EVIDENCE  # usage tells tool rounds from decisions
-        self._count(agent.id, completion, evidence=purpose is CallPurpose.EVIDENCE)
+        self.progress.count(agent.id, completion, evidence=purpose is CallPurpose.EVIDENCE)
         self._emit(EventType.CALL, agent_id=agent.id, purpose=purpose,
                    prompt_tokens=completion.prompt_tokens,
                    completion_tokens=completion.completion_tokens,
@@ -326,10 +160,10 @@ class ConsensusRun:
         messages = prompts.turn_messages(
             question=self.request.question, context=self.request.context,
             persona=agent.system_message, view=view, native_tools=native,
-            feedback=self._feedback,
+            feedback=self.progress.feedback,
         )
         decide = prompts.workflow_tools(view) if native else None
-        evidence = self._evidence_specs(agent) if native else []
+        evidence = self.evidence.specs(agent) if native else []
         tools = decide + evidence if decide is not None and evidence else decide
         # Only what this agent is offered runs: a name it invents (another agent's server, a
         # write tool its allowed_tools leave out) gets an error result, not just no listing.
@@ -342,14 +176,14 @@ class ConsensusRun:
                 completion = await self._call(agent, messages, tools, purpose)
             except ProviderError as exc:
                 return TurnOutcome(agent.id, view, Dropped(f"provider failed: {exc}"))
-            check_budget(self.total, self.options)  # never reached by the final presentation
+            check_budget(self.progress.total, self.options)  # not in the final presentation
             looked = [c for c in completion.tool_calls if is_evidence(c.name)]
             # Evidence calls are served only while the tools are offered; after the cap they
             # are invalid actions like any unknown tool (retried, then the agent is dropped).
             if offered and looked and len(looked) == len(completion.tool_calls):
-                messages, used = await self._use_tools(agent, messages, completion, used,
-                                                       offered)
-                if not self._tools_left(used):
+                messages, used = await self.evidence.use(agent, messages, completion, used,
+                                                         offered)
+                if not self.evidence.left(used):
                     tools, offered = decide, set()  # told so in the results: now decide
                 continue
             if looked and len(looked) < len(completion.tool_calls):
@@ -368,84 +202,6 @@ class ConsensusRun:
             messages = prompts.retry_messages(messages, completion, action.problem, view,
                                               native_tools=native)
             attempt += 1
-
-    def _evidence_specs(self, agent: AgentSpec) -> list[dict[str, Any]]:
-        """The evidence tools ``agent`` is offered: the workspace's and its MCP servers'."""
-        specs = self.tools.specs() if self.tools else []
-        if self.mcp is not None:
-            specs += self.mcp.specs_for([s.name for s in agent.mcp_servers],
-                                        agent.allowed_tools, agent.exclude_tools)
-            self._report_cut(agent.id)
-        return specs
-
-    def _report_cut(self, agent_id: str | None = None) -> None:
-        """A ``tools_cut`` event for each thing the MCP caps left out, once each."""
-        assert self.mcp is not None
-        for line in self.mcp.take_cut():
-            self._emit(EventType.TOOLS_CUT, agent_id=agent_id, detail=line)
-
-    def _tools_left(self, used_this_turn: int) -> bool:
-        return (used_this_turn < self.options.max_tool_calls_per_turn
-                and self._tool_calls < self.options.max_tool_calls_per_run)
-
-    async def _use_tools(self, agent: AgentSpec, messages: list[dict[str, Any]],
-                         completion: Completion, used: int, offered: set[str]
-                         ) -> tuple[list[dict[str, Any]], int]:
-        """Run the evidence calls of one reply (within the caps) and return the conversation
-        with their results appended, and the calls used this turn."""
-        limit = (f"tool limit reached (max_tool_calls_per_turn "
-                 f"{self.options.max_tool_calls_per_turn}, max_tool_calls_per_run "
-                 f"{self.options.max_tool_calls_per_run}); decide now with what you have: "
-                 "call new_answer or vote")
-        results = []
-        for call in completion.tool_calls:
-            if not self._tools_left(used):
-                text = f"error: {limit}"
-            else:
-                used += 1
-                self._tool_calls += 1
-                self.usage[agent.id].tool_calls += 1
-                self.total.tool_calls += 1
-                text = await self._run_tool(agent, call, offered)
-            results.append({"role": "tool", "tool_call_id": call.id, "content": text})
-        if not self._tools_left(used) and not results[-1]["content"].startswith("error: tool"):
-            results[-1]["content"] += f"\n[{limit}]"
-        return [*messages, completion.assistant_message(), *results], used
-
-    async def _run_tool(self, agent: AgentSpec, call: ToolCall, offered: set[str]) -> str:
-        """One evidence call's result (redacted: a file may hold a key the run knows), recorded
-        as a ``tool_call`` event."""
-        t0 = time.monotonic()
-        text = redact(await self._tool_result(agent, call, offered))
-        self._emit(EventType.TOOL_CALL, agent_id=agent.id, tool=call.name,
-                   arguments=clip(call.arguments, 300)[0], chars=len(text),
-                   latency_s=round(time.monotonic() - t0, 3),
-                   error=text[7:] if text.startswith("error: ") else None)
-        return text
-
-    async def _tool_result(self, agent: AgentSpec, call: ToolCall, offered: set[str]) -> str:
-        if call.name not in offered:
-            return f"error: there is no tool named {call.name!r} for you"
-        try:
-            arguments = load_json(call.arguments or "{}")
-        except UnsafeJson:
-            arguments = None
-        if not isinstance(arguments, dict):
-            return f"error: the arguments of {call.name} are not a JSON object"
-        target = arguments.get("path") or arguments.get("pattern") or ""
-        self._activity[agent.id] = clip(f"{call.name} {target}".strip(), 120)[0]
-        self._publish_status()
-        try:
-            if call.name.startswith(MCP_PREFIX):
-                assert self.mcp is not None
-                return await self.mcp.call(call.name, arguments)  # the client's timeout
-            assert self.tools is not None
-            return await asyncio.wait_for(
-                asyncio.to_thread(self.tools.run, call.name, arguments), TOOL_TIMEOUT_S)
-        except TimeoutError:
-            return f"error: {call.name} took longer than {TOOL_TIMEOUT_S:g} s"
-        finally:
-            self._activity.pop(agent.id, None)
 
     def _start_turns(self) -> None:
         for aid, agent in self.agents.items():
@@ -538,7 +294,7 @@ class ConsensusRun:
         True if it sent the answer back (a new coordination round has begun, its feedback
         shown to every agent). An unreadable reply or a failed call accepts the answer."""
         if (final is None or presenter is None
-                or self._restarts >= self.options.max_orchestration_restarts):
+                or self.progress.restarts >= self.options.max_orchestration_restarts):
             return False
         self.phase = Phase.CHECKING
         self._publish_status()
@@ -552,16 +308,16 @@ class ConsensusRun:
             self._emit(EventType.CHECK, agent_id=presenter, reason="accept",
                        detail=f"the check failed ({exc}); the answer stands")
             return False
-        check_budget(self.total, self.options)
+        check_budget(self.progress.total, self.options)
         verdict, feedback = parse_check(completion.content or "")
         self._emit(EventType.CHECK, agent_id=presenter, reason=verdict, detail=feedback)
         if verdict != "restart":
             return False
-        self._restarts += 1
-        self._feedback = feedback
+        self.progress.restarts += 1
+        self.progress.feedback = feedback
         self.coord.restart()
         self.phase = Phase.VOTING
-        self._emit(EventType.RESTART, count=self._restarts, detail=feedback)
+        self._emit(EventType.RESTART, count=self.progress.restarts, detail=feedback)
         return True
 
     # -- the whole run -----------------------------------------------------------------------
@@ -579,17 +335,6 @@ class ConsensusRun:
         ``running``/``queued`` (not finished, so pollers keep waiting) for another worker to
         continue from its record."""
         self._stopping = "hand_back"
-
-    def end_unstarted(self, status: RunStatus, reason: FinishReason, error: str | None = None
-                      ) -> ResultRecord:
-        """End a run that never started (cancelled while queued, or a worker that cannot
-        run it): a complete record with its result, and no model call."""
-        self._end(status, reason)
-        if error:
-            self.errors.append(error)
-        if status is RunStatus.CANCELLED:
-            self._emit(EventType.CANCELLED)
-        return self._finish(None, None)
 
     def _no_consensus(self) -> None:
         """Every agent is gone. If answers exist, the best one is still worth returning,
@@ -609,8 +354,8 @@ class ConsensusRun:
         try:
             return await self._run()
         finally:
-            if self.mcp is not None:  # every server stops with the run, however it ends
-                await self.mcp.aclose()
+            if self.evidence.mcp is not None:  # every server stops with the run, however
+                await self.evidence.mcp.aclose()  # it ends
 
     async def _run(self) -> ResultRecord:
         final: str | None = None
@@ -625,9 +370,9 @@ class ConsensusRun:
                                agents={a.id: a.model for a in self.agents.values()},
                                parent_session_id=self.request.parent_session_id)
                 async with asyncio.timeout(self.options.timeout_s):
-                    if self.mcp is not None:  # servers start within the run's time limit
-                        await self.mcp.start()
-                        self._report_cut()
+                    if self.evidence.mcp is not None:  # servers start within the time limit
+                        await self.evidence.mcp.start()
+                        self.evidence.report_cut()
                     while True:
                         try:
                             await self._coordinate()
@@ -712,11 +457,9 @@ class ConsensusRun:
         self.phase = Phase.DONE
         if final is not None:
             self._emit(EventType.FINAL, presenter=presenter, chars=len(final))
-        winner: Answer | None = None
-        tie = False
-        if final is not None:
-            winner, tie = self.coord.winner()
-        result = self._result(final, presenter, winner, tie)
+        result = result_record(self.request, self.progress, self._timeline,
+                               status=self.status, finish_reason=self.finish_reason,
+                               final=final, presenter=presenter, errors=self.errors)
         self._emit(EventType.FINISHED, status=self.status, finish_reason=self.finish_reason)
         self.recorder.finish(result)
         # The result is recorded: the run's outcome stands even if this last status write is
@@ -724,30 +467,3 @@ class ConsensusRun:
         with contextlib.suppress(RecordWriteError):
             self._publish_status()
         return result
-
-    def _result(self, final: str | None, presenter: str | None, winner: Answer | None,
-                tie: bool) -> ResultRecord:
-        return ResultRecord(
-            session_id=self.request.session_id, status=self.status,
-            finish_reason=self.finish_reason, question=self.request.question,
-            parent_session_id=self.request.parent_session_id, final_answer=final,
-            winner=None if winner is None else Winner(
-                label=winner.label, agent_id=winner.agent_id,
-                model=self.agents[winner.agent_id].model),
-            presented_by=presenter, tie_broken=tie,
-            votes=[VoteRecord(voter=v.voter, answer=v.label, reason=v.reason)
-                   for v in self.coord.votes()],
-            tally={label: len(v) for label, v in self.coord.tally().items()},
-            answers=[AnswerRecord(label=a.label, agent_id=a.agent_id,
-                                  model=self.agents[a.agent_id].model, revision=a.revision,
-                                  content=a.content)
-                     for a in self.coord.current_answers()],
-            agents={aid: AgentResult(model=spec.model,
-                                     status=self.coord.phase_of(aid, False),
-                                     answers=len(self.coord.agents[aid].answers),
-                                     dropped_reason=self.coord.agents[aid].drop_reason,
-                                     usage=self.usage[aid].record())
-                    for aid, spec in self.agents.items()},
-            usage=self.total.record(), errors=self.errors, started_at=self._started_at,
-            finished_at=time.time(), elapsed_s=self._elapsed(),
-        )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from massgen_mcp.core.errors import ConfigError
 
@@ -76,6 +77,26 @@ def decode_json(text: str, start: int) -> tuple[object, int]:
         raise UnsafeJson(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
     _check_value(value)
     return value, end
+
+
+def find_json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in ``text``, which may wrap it in prose or code fences (as models
+    do): the value at the first ``{`` from which well-formed JSON parses, whatever follows it.
+
+    None when no ``{`` starts one. A ``{`` that does not parse is skipped; the first one that
+    parses but is not usable (nested too deep, a string that is not text) raises
+    :class:`UnsafeJson` rather than being skipped, so the caller can say why.
+    """
+    start = text.find("{")
+    while start != -1:
+        try:
+            value = decode_json(text, start)[0]
+        except NotJson:
+            start = text.find("{", start + 1)
+            continue
+        assert isinstance(value, dict)  # a value that starts with "{" is an object
+        return value
+    return None
 
 
 def _check_value(value: object) -> None:

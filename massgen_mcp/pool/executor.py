@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +31,10 @@ from massgen_mcp.sessions import fencing
 from massgen_mcp.sessions.runner import (
     EventListener,
     ExecutorInfo,
-    Launched,
+    Listeners,
+    StartedRun,
+    StatusListener,
+    Unsubscribe,
     create_record,
     end_unstarted,
     mark_queued,
@@ -73,8 +75,7 @@ class PoolRunner:
     def __init__(self, store: SessionStore, config: PoolConfig) -> None:
         self.store = store
         self.config = config
-        self.listeners: list[EventListener] = []
-        self.status_listeners: list[Callable[[StatusRecord], None]] = []
+        self._listeners = Listeners()
         self._signals: dict[str, ChangeSignal] = {}  # sessions someone waits on
         self._waiters: dict[str, int] = {}
         self._redis: Redis | None = None
@@ -82,6 +83,13 @@ class PoolRunner:
         self._stack = contextlib.AsyncExitStack()
         self._feed: asyncio.Task[None] | None = None
         self.recheck_s = _recheck_s()
+
+    def add_event_listener(self, listener: EventListener) -> Unsubscribe:
+        """Follow every run's events, as the workers publish them on the live channel."""
+        return self._listeners.add_event(listener)
+
+    def add_status_listener(self, listener: StatusListener) -> Unsubscribe:
+        return self._listeners.add_status(listener)
 
     async def open(self) -> PoolRunner:
         """Connect to Redis and Docket and follow the live channel."""
@@ -124,7 +132,7 @@ class PoolRunner:
         self, question: str, team: TeamConfig, *, context: str | None = None,
         parent_session_id: str | None = None, workspace: Path | None = None,
         notes: list[str] | None = None,
-    ) -> Launched:
+    ) -> StartedRun:
         """Write the record, mark it queued and put it on the queue; returns at once."""
         inline = [a.id for a in team.agents if a.api_key is not None]
         if inline:
@@ -144,14 +152,14 @@ class PoolRunner:
             # Not queued: no record either, so nothing waits for a worker that never comes.
             await asyncio.to_thread(shutil.rmtree, recorder.folder, True)
             raise
-        return Launched(session_id, recorder.folder)
+        return StartedRun(session_id, recorder.folder, notes=notes or [])
 
-    async def resume(self, session_id: str, team: TeamConfig) -> Launched:
+    async def resume(self, session_id: str, team: TeamConfig) -> StartedRun:
         """Queue a recorded run again; the worker continues from its record. If Redis
         fails half-way, the record says queued with nothing on the queue: resume_session
         takes such a run again (the error says so)."""
         await self._enqueue(session_id, team)
-        return Launched(session_id, self.store.folder(session_id))
+        return StartedRun(session_id, self.store.folder(session_id))
 
     async def _enqueue(self, session_id: str, team: TeamConfig) -> None:
         try:
@@ -258,7 +266,7 @@ class PoolRunner:
         session_id = live.message_session(data)
         if session_id is None:
             return
-        if self.listeners or self.status_listeners:  # the CLI's progress lines
+        if self._listeners:  # the CLI's progress lines
             self._notify(data)
         signal = self._signals.get(session_id)
         if signal is not None:
@@ -273,13 +281,11 @@ class PoolRunner:
         if "event" in message:
             with contextlib.suppress(ValidationError):
                 event = Event.model_validate(message["event"])
-                for listener in self.listeners:
-                    listener(session_id, event)
+                self._listeners.event(session_id, event)
         if "status" in message:
             with contextlib.suppress(ValidationError):
                 status = StatusRecord.model_validate(message["status"])
-                for status_listener in self.status_listeners:
-                    status_listener(status)
+                self._listeners.status(status)
 
     def _pulse_all(self) -> None:
         for signal in self._signals.values():

@@ -108,9 +108,11 @@ class PoolWorker:
             loop.add_signal_handler(signum, stop.set)
         self._redis = live.connect(self.config)
         publisher = self._publisher = LivePublisher(self._redis, self.config)
-        self.runner.listeners.append(publisher.event)
-        self.runner.status_listeners.append(publisher.status)
+        unsubscribe = [self.runner.add_event_listener(publisher.event),
+                       self.runner.add_status_listener(publisher.status)]
+        stopped = asyncio.create_task(stop.wait(), name="massgen-stop")
         background = [
+            stopped,  # owned here like the rest: cancelled and awaited however serve ends
             asyncio.create_task(warm_up(), name="litellm-warm-up"),  # not on the first run
             asyncio.create_task(publisher.run(), name="massgen-publisher"),
             asyncio.create_task(live.subscribe(self.config, self.config.cancel_channel,
@@ -132,7 +134,7 @@ class PoolWorker:
                     log.info("worker %s taking runs from %s (pool %s, %d at once)", self.name,
                              live.redact_url(self.config.url), self.config.name,
                              self.concurrency)
-                    await asyncio.wait({taking, asyncio.ensure_future(stop.wait())},
+                    await asyncio.wait({taking, stopped},
                                        return_when=asyncio.FIRST_COMPLETED)
                     await self._stop(taking)
             with contextlib.suppress(TimeoutError):
@@ -144,6 +146,8 @@ class PoolWorker:
             for task in background:
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
+            for undo in unsubscribe:
+                undo()
             await self._redis.aclose()
         log.info("worker %s stopped", self.name)
 

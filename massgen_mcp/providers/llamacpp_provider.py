@@ -31,7 +31,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.core.edges import UnsafeJson, load_json
+from massgen_mcp.core.edges import UnsafeJson, find_json_object
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers import local_model
@@ -81,10 +81,11 @@ def parse_decision(text: str) -> dict[str, Any] | None:
     trimmed = re.sub(r"\\(u[0-9a-fA-F]{0,3})?$", "", text)  # a half-written escape
     for candidate in (text, trimmed + '"}'):
         try:
-            value = load_json(candidate)
+            value = find_json_object(candidate)
         except UnsafeJson:
             continue
-        return value if isinstance(value, dict) and "action" in value else None
+        if value is not None and "action" in value:
+            return value
     return None
 
 

@@ -54,7 +54,7 @@ from massgen_mcp.server.views import (
     session_page,
     status_view,
 )
-from massgen_mcp.service import ConsensusService, SetupView, Started
+from massgen_mcp.service import ConsensusService, SetupView, StartedRun
 from massgen_mcp.sessions.waiting import StatusCallback
 from massgen_mcp.team.context_files import Workspace
 
@@ -328,7 +328,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         decorate: Callable[[ToolFn], ToolFn] = mcp.tool(output_schema=None, **options)
         return decorate
 
-    async def _wait_and_wrap(ctx: Context, started: Started, wait_s: float, message: str
+    async def _wait_and_wrap(ctx: Context, started: StartedRun, wait_s: float, message: str
                              ) -> RunHandle:
         """The handle of a run just started; with ``wait_s``, wait that long for it to finish
         (sending progress) and include the result if it did."""

@@ -18,21 +18,23 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import Protocol, TypedDict
 
-from massgen_mcp.consensus.engine import ConsensusRun, Prior, RunRequest
+from massgen_mcp.consensus import snapshot
+from massgen_mcp.consensus.engine import ConsensusRun
+from massgen_mcp.consensus.replay import Prior, RunRequest
+from massgen_mcp.consensus.snapshot import queued_status
 from massgen_mcp.core.errors import RecordWriteError, SessionStateError
 from massgen_mcp.core.records import (
     Event,
     FinishReason,
-    Phase,
     RequestRecord,
     ResultRecord,
     RunStatus,
     StatusRecord,
 )
-from massgen_mcp.core.spec import AgentSpec, TeamConfig, build_team
-from massgen_mcp.providers.base import CallContext, Completion, Provider
+from massgen_mcp.core.spec import TeamConfig, build_team
+from massgen_mcp.providers.base import Provider
 from massgen_mcp.render.html import render_report
 from massgen_mcp.sessions.fencing import RecordFenced
 from massgen_mcp.sessions.store import (
@@ -46,7 +48,9 @@ from massgen_mcp.sessions.waiting import ChangeSignal, StatusCallback, wait_for_
 
 log = logging.getLogger(__name__)
 
-EventListener = Callable[[str, Event], None]
+EventListener = Callable[[str, Event], None]  # (session id, event)
+StatusListener = Callable[[StatusRecord], None]
+Unsubscribe = Callable[[], None]
 CLOSE_DEADLINE_S = 10.0
 
 
@@ -56,11 +60,42 @@ class RecorderHooks(TypedDict):
 
 
 @dataclass
-class Launched:
-    """A run handed to an executor: where its record is."""
+class StartedRun:
+    """A run an executor has taken (started here, or queued for a pool worker): its session,
+    where its record is, and notes for the user (config warnings, or why this team)."""
 
     session_id: str
     record_dir: Path
+    notes: list[str] = field(default_factory=list, kw_only=True)
+
+
+class Listeners:
+    """The callbacks that follow every run of one executor: each event (the CLI's progress
+    lines, a pool worker's publisher) and each status. Added through the executor's methods,
+    each with its own unsubscribe, so nobody mutates an executor's lists from outside."""
+
+    def __init__(self) -> None:
+        self._events: list[EventListener] = []
+        self._statuses: list[StatusListener] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._events or self._statuses)
+
+    def add_event(self, listener: EventListener) -> Unsubscribe:
+        self._events.append(listener)
+        return lambda: self._events.remove(listener)
+
+    def add_status(self, listener: StatusListener) -> Unsubscribe:
+        self._statuses.append(listener)
+        return lambda: self._statuses.remove(listener)
+
+    def event(self, session_id: str, event: Event) -> None:
+        for listener in tuple(self._events):
+            listener(session_id, event)
+
+    def status(self, status: StatusRecord) -> None:
+        for listener in tuple(self._statuses):
+            listener(status)
 
 
 def create_record(store: SessionStore, session_id: str, question: str, team: TeamConfig, *,
@@ -95,13 +130,15 @@ class Executor(Protocol):
     """Where runs execute: this process (:class:`SessionRunner`) or a worker pool."""
 
     store: SessionStore
-    listeners: list[EventListener]  # every event of every run followed here
-    status_listeners: list[Callable[[StatusRecord], None]]
 
+    def add_event_listener(self, listener: EventListener) -> Unsubscribe:
+        """Follow every event of every run this executor has; returns the unsubscribe."""
+    def add_status_listener(self, listener: StatusListener) -> Unsubscribe:
+        """Follow every status of every run this executor has; returns the unsubscribe."""
     async def start(self, question: str, team: TeamConfig, *, context: str | None = None,
                     parent_session_id: str | None = None, workspace: Path | None = None,
-                    notes: list[str] | None = None) -> Launched: ...
-    async def resume(self, session_id: str, team: TeamConfig) -> Launched: ...
+                    notes: list[str] | None = None) -> StartedRun: ...
+    async def resume(self, session_id: str, team: TeamConfig) -> StartedRun: ...
     async def status(self, session_id: str) -> StatusRecord: ...
     async def result(self, session_id: str) -> ResultRecord | None: ...
     async def wait(self, session_id: str, timeout_s: float | None, *, until_done: bool = False,
@@ -129,7 +166,7 @@ def recorded_team(store: SessionStore, session_id: str) -> TeamConfig:
 def recorded_request(store: SessionStore, session_id: str, team: TeamConfig) -> RunRequest:
     """What a recorded session asks, with the progress its events hold: from the start if
     it has none yet (a queued run), else from its recorded answers and votes (see
-    :class:`~massgen_mcp.consensus.engine.Prior`)."""
+    :class:`~massgen_mcp.consensus.replay.Prior`)."""
     recorded = store.read_request(session_id)
     events = store.read_events(session_id)
     prior = (Prior.from_events(events, lambda label: store.read_answer(session_id, label))
@@ -139,55 +176,46 @@ def recorded_request(store: SessionStore, session_id: str, team: TeamConfig) -> 
                       workspace=Path(recorded.workspace) if recorded.workspace else None)
 
 
-class _NoCalls:
-    """The provider of an engine built only to write a record: it never calls a model."""
-
-    async def complete(self, agent: AgentSpec, messages: list[dict[str, Any]], *,
-                       tools: list[dict[str, Any]] | None, timeout_s: float,
-                       context: CallContext | None = None) -> Completion:
-        raise RuntimeError("this engine only writes records")
-
-
-def _record_only(store: SessionStore, session_id: str, team: TeamConfig,
-                 write: Callable[[ConsensusRun, FileRecorder], object], *,
-                 fence: int | None = None) -> StatusRecord | None:
-    """Write to a recorded session with the engine's own record code, in no process's
-    name (nobody runs it while this writes; ``fence`` is the pool claim that makes sure);
-    returns the status written."""
+def _unowned(store: SessionStore, session_id: str, fence: int | None) -> FileRecorder:
+    """A recorder for a session no process runs while it writes (``fence`` is the pool
+    claim that makes sure), stamped in no process's name."""
     recorder = store.reopen(session_id, fence=fence)
     recorder.stamp = {"pid": None, "worker": None}
-    try:
-        write(ConsensusRun(recorded_request(store, session_id, team), _NoCalls(), recorder),
-              recorder)
-    finally:
-        recorder.close(report=render_report)
-    return recorder.latest_status
+    return recorder
 
 
 def mark_queued(store: SessionStore, session_id: str, team: TeamConfig) -> StatusRecord | None:
-    """Record the session as waiting for a pool worker (status running, phase queued)."""
-    def write(engine: ConsensusRun, recorder: FileRecorder) -> None:
-        engine.phase = Phase.QUEUED
-        recorder.status(engine.snapshot())
-    return _record_only(store, session_id, team, write)
+    """Record the session as waiting for a pool worker (status running, phase queued);
+    returns the status written."""
+    recorder = _unowned(store, session_id, None)
+    try:
+        recorder.status(queued_status(recorded_request(store, session_id, team)))
+    finally:
+        recorder.close(report=render_report)
+    return recorder.latest_status
 
 
 def end_unstarted(store: SessionStore, session_id: str, team: TeamConfig, status: RunStatus,
                   reason: FinishReason, error: str | None = None, *, fence: int | None = None
                   ) -> StatusRecord | None:
     """End a recorded session that will not run (cancelled while queued, or no worker can
-    run it): a complete record with its result, and no model call. A session that already
-    has its result is left as it is. ``fence``: the fencing token of the pool claim this
-    is written under."""
+    run it): a complete record with its result and report, and no model call (see
+    :func:`~massgen_mcp.consensus.snapshot.end_unstarted`); returns the status written. A
+    session that already has its result is left as it is. ``fence``: the fencing token of
+    the pool claim this is written under."""
     if store.read_result(session_id) is not None:
         return None
-    return _record_only(store, session_id, team,
-                        lambda engine, _: engine.end_unstarted(status, reason, error),
-                        fence=fence)
+    request = recorded_request(store, session_id, team)
+    recorder = _unowned(store, session_id, fence)
+    try:
+        snapshot.end_unstarted(recorder, request, status, reason, error)
+    finally:
+        recorder.close(report=render_report)  # the closer of an ended run writes its report
+    return recorder.latest_status
 
 
 @dataclass
-class LiveRun(Launched):
+class LiveRun(StartedRun):
     """A run executing in this process."""
 
     engine: ConsensusRun
@@ -213,10 +241,15 @@ class SessionRunner:
         # Runs that ended while their record could not be written (disk full): their end
         # lives here, so this process still reports it truly. Rare, and small.
         self.unrecorded: dict[str, FileRecorder] = {}
-        self.listeners: list[EventListener] = []
-        self.status_listeners: list[Callable[[StatusRecord], None]] = []
+        self._listeners = Listeners()
         self._keys: dict[str, str] = {}  # MCP task id -> the session it started
         self._closed = False
+
+    def add_event_listener(self, listener: EventListener) -> Unsubscribe:
+        return self._listeners.add_event(listener)
+
+    def add_status_listener(self, listener: StatusListener) -> Unsubscribe:
+        return self._listeners.add_status(listener)
 
     def running_count(self) -> int:
         return len(self.runs)
@@ -262,7 +295,7 @@ class SessionRunner:
                                  notes=notes, hooks=self._hooks(session_id, changes))
         request = RunRequest(session_id, question, team, context, parent_session_id,
                              workspace=workspace if team.options.workspace_tools else None)
-        return self._launch(request, recorder, changes, fresh=True)
+        return self._launch(request, recorder, changes, fresh=True, notes=notes or [])
 
     async def resume(self, session_id: str, team: TeamConfig, *, fence: int | None = None
                      ) -> LiveRun:
@@ -283,22 +316,21 @@ class SessionRunner:
         lines, a worker's publisher), every status to the status listeners and the run's
         change signal (waking long polls)."""
         def on_event(event: Event) -> None:
-            for listener in self.listeners:
-                listener(session_id, event)
+            self._listeners.event(session_id, event)
 
         def on_status(status: StatusRecord) -> None:
             changes.pulse()
-            for listener in self.status_listeners:
-                listener(status)
+            self._listeners.status(status)
         return {"on_event": on_event, "on_status": on_status}
 
     def _launch(self, request: RunRequest, recorder: FileRecorder, changes: ChangeSignal, *,
-                fresh: bool) -> LiveRun:
+                fresh: bool, notes: list[str] | None = None) -> LiveRun:
         request = replace(request, log_path=recorder.folder / "cli.log")
         if self.worker is not None:
             recorder.stamp = {**recorder.stamp, "worker": self.worker}
         engine = ConsensusRun(request, self.provider, recorder)
-        run = LiveRun(request.session_id, recorder.folder, engine, recorder, changes)
+        run = LiveRun(request.session_id, recorder.folder, engine, recorder, changes,
+                      notes=notes or [])
         try:
             recorder.status(engine.snapshot())
         except (RecordWriteError, RecordFenced):

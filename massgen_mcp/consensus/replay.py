@@ -1,0 +1,139 @@
+"""What a run is asked, and the progress a recorded run had made, replayed into a new one.
+
+A run continues from its record (``resume_session``, or a pool worker taking over from one
+that died) without making again any call whose outcome is recorded: :class:`Prior` reads the
+answers, standing votes, restarts and paid-for calls out of the recorded events, and
+:func:`progress_of` replays them into a fresh :class:`Progress`. Both the engine and the
+builders of an unstarted run's records (:mod:`.snapshot`) start from there, so a record
+reads the same whoever writes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from massgen_mcp.consensus.accounting import UsageMeter
+from massgen_mcp.consensus.state import Coordination
+from massgen_mcp.core.records import CallPurpose, Event, EventType
+from massgen_mcp.core.spec import AgentSpec, TeamConfig
+from massgen_mcp.providers.base import Completion
+
+
+@dataclass(frozen=True)
+class PriorAnswer:
+    agent_id: str
+    content: str
+
+
+@dataclass(frozen=True)
+class PriorVote:
+    agent_id: str
+    label: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PriorRestart:
+    feedback: str | None
+
+
+PriorStep = PriorAnswer | PriorVote | PriorRestart
+
+
+@dataclass(frozen=True)
+class Prior:
+    """A recorded run's progress, replayed into the state machine when the run continues
+    (``resume_session``, or a worker taking over from one that died), so that no call whose
+    outcome is recorded is made again: answers, the votes still standing, restarts, and the
+    calls already paid for (usage and budget carry on)."""
+
+    steps: tuple[PriorStep, ...]
+    calls: tuple[Event, ...]
+    event_count: int  # event numbering continues after the recorded events
+
+    @classmethod
+    def from_events(cls, events: list[Event], answer: Callable[[str], str]) -> Prior:
+        """Read the progress out of a record's events; ``answer`` gives an answer's text by
+        label. Accepted answers and votes replay in recorded order, so labels, versions and
+        the votes a later answer invalidated come out as they were."""
+        steps: list[PriorStep] = []
+        for e in events:
+            if e.type is EventType.ANSWER and e.agent_id and e.label:
+                steps.append(PriorAnswer(e.agent_id, answer(e.label).rstrip("\n")))
+            elif e.type is EventType.VOTE and e.agent_id and e.label:
+                steps.append(PriorVote(e.agent_id, e.label, e.reason or ""))
+            elif e.type is EventType.RESTART:
+                steps.append(PriorRestart(e.detail))
+        return cls(tuple(steps), tuple(e for e in events if e.type is EventType.CALL),
+                   len(events))
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything needed to run (or re-run) a session."""
+
+    session_id: str
+    question: str
+    team: TeamConfig
+    context: str | None = None
+    parent_session_id: str | None = None
+    # Resuming a run that stopped part-way: what its record had settled (see :class:`Prior`).
+    prior: Prior | None = None
+    workspace: Path | None = None  # the root the evidence tools read (when they are on)
+    log_path: Path | None = None  # where coding-agent CLIs' stderr goes (the session's cli.log)
+
+    @property
+    def agents(self) -> dict[str, AgentSpec]:
+        """The team's agents by id, in team order."""
+        return {a.id: a for a in self.team.agents}
+
+
+@dataclass
+class Progress:
+    """What a run has settled so far: the protocol state, usage per agent and in all, and
+    the final answer's checks that sent it back. Records are projected from it."""
+
+    coord: Coordination
+    usage: dict[str, UsageMeter]
+    total: UsageMeter = field(default_factory=UsageMeter)
+    restarts: int = 0  # coordination rounds started again by the final answer's check
+    feedback: str | None = None  # the check's feedback, shown to every agent
+
+    def count(self, agent_id: str | None, completion: Completion, *,
+              evidence: bool = False) -> None:
+        """Add one call's usage to its agent's meter and the run's."""
+        if agent_id in self.usage:
+            self.usage[agent_id].add(completion, evidence=evidence)
+        self.total.add(completion, evidence=evidence)
+
+
+def progress_of(request: RunRequest) -> Progress:
+    """A run's starting progress: nothing for a new run, the recorded steps replayed for one
+    that continues (a step naming an agent the team no longer has is left out)."""
+    agents = request.agents
+    progress = Progress(
+        Coordination(list(agents), max_answers=request.team.options.max_answers_per_agent,
+                     seed=request.session_id),
+        {aid: UsageMeter() for aid in agents})
+    if request.prior is None:
+        return progress
+    coord = progress.coord
+    for step in request.prior.steps:
+        if isinstance(step, PriorAnswer) and step.agent_id in agents:
+            coord.add_answer(step.agent_id, step.content)
+        elif isinstance(step, PriorVote) and step.agent_id in agents:
+            with contextlib.suppress(ValueError):  # a record edited by hand
+                coord.add_vote(step.agent_id, step.label, step.reason, coord.version)
+        elif isinstance(step, PriorRestart):
+            coord.restart()
+            progress.restarts += 1
+            progress.feedback = step.feedback
+    for call in request.prior.calls:
+        progress.count(call.agent_id, Completion(
+            None, prompt_tokens=call.prompt_tokens or 0,
+            completion_tokens=call.completion_tokens or 0, cost_usd=call.cost_usd,
+            latency_s=call.latency_s or 0.0), evidence=call.purpose is CallPurpose.EVIDENCE)
+    return progress
