@@ -134,7 +134,7 @@ def _progress(_session_id: str, event: Event) -> None:
 async def _run(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord, Path]:
     service = _service(args)
     if not args.quiet:
-        service.runner.listeners.append(_progress)
+        service.add_event_listener(_progress)
     try:
         started = await service.start(spec)
         for note in started.notes:
