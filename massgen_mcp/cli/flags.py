@@ -9,9 +9,10 @@ unlike the MCP server's, not confined to it, because the caller is the user.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from massgen_mcp.core.settings import SETTINGS
 
 if TYPE_CHECKING:
     from massgen_mcp.pool.live import PoolConfig
@@ -33,9 +34,9 @@ def service(args: argparse.Namespace) -> ConsensusService:
 
 def pool(args: argparse.Namespace) -> PoolConfig | None:
     """The worker pool named by --redis (or $MASSGEN_REDIS_URL), if any."""
-    from massgen_mcp.pool.live import URL_ENV, PoolConfig
+    from massgen_mcp.pool.live import PoolConfig
 
-    url = getattr(args, "redis", None) or os.environ.get(URL_ENV)
+    url = getattr(args, "redis", None) or SETTINGS.redis_url.read()
     if not url:
         return None
     return PoolConfig(url, name=args.pool_name,

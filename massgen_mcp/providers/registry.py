@@ -9,9 +9,9 @@ The bound is ``MASSGEN_MAX_PARALLEL_PER_PROVIDER`` (default 16).
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
+from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion, Provider
 from massgen_mcp.providers.cli_agents import CliProvider
@@ -27,8 +27,7 @@ class ProviderRouter:
         self.remote = remote or LiteLLMProvider()
         self.local = local or LlamaCppProvider()
         self.cli = cli or CliProvider()
-        self.max_parallel = max_parallel or int(
-            os.environ.get("MASSGEN_MAX_PARALLEL_PER_PROVIDER", "16"))
+        self.max_parallel = max_parallel or SETTINGS.max_parallel_per_provider.read()
         self._slots: dict[tuple[str, str], asyncio.Semaphore] = {}
 
     def slots(self, agent: AgentSpec) -> asyncio.Semaphore:
