@@ -316,6 +316,30 @@ class ConsensusService:
                 "they read to their providers"),
         )
 
+    # -- the records folder, for the CLI and eval ---------------------------------------------
+
+    @property
+    def home(self) -> Path:
+        """The home folder the records live under (``<home>/sessions``); eval writes beside."""
+        return self.store.home
+
+    @property
+    def records_dir(self) -> Path:
+        """The folder that holds one folder per session."""
+        return self.store.sessions_dir
+
+    def folder(self, session_id: str) -> Path:
+        """The folder of one session's record."""
+        return self.store.folder(check_session_id(session_id))
+
+    def prune_candidates(self, older_than_s: float) -> list[SessionSummary]:
+        """Finished sessions whose record is older than ``older_than_s`` seconds."""
+        return self.store.prune_candidates(older_than_s)
+
+    def delete(self, session_id: str) -> None:
+        """Delete a finished session's record."""
+        self.store.delete(check_session_id(session_id))
+
     def mark_interrupted(self) -> list[str]:
         """Mark runs whose process is gone as interrupted (at server start)."""
         return self.store.mark_interrupted(

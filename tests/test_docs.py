@@ -52,3 +52,10 @@ def test_plugin_manifest_points_at_the_skill() -> None:
         assert (ROOT / skill / "SKILL.md").is_file()
     market = json.loads((ROOT / ".claude-plugin" / "marketplace.json").read_text())
     assert market["plugins"][0]["name"] == plugin["name"]
+
+
+def test_readme_lists_every_setting() -> None:
+    """The README's settings table is the code's table (core/settings.py), row for row."""
+    from massgen_mcp.core.settings import markdown_table
+
+    assert markdown_table() in (ROOT / "README.md").read_text()

@@ -213,7 +213,8 @@ def test_consent_covers_env_values_other_providers_keys_and_call_overrides(
         tmp_path: Path, monkeypatch) -> None:
     from massgen_mcp.core.errors import UntrustedConfigError
     from massgen_mcp.team import consent
-    from massgen_mcp.team.massgen_yaml import parse_yaml, read_config_text, team_from_mapping
+    from massgen_mcp.team.massgen_yaml import team_from_mapping
+    from massgen_mcp.team.safe_yaml import parse_yaml, read_config_text
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("PROXY_HOST", "proxy.example.invalid")

@@ -137,7 +137,7 @@ class Method:
 async def score_run(service: ConsensusService, session_id: str, expected: str) -> dict[str, Any]:
     """The three methods' results for one finished run, from its record."""
     result = await service.result(session_id)
-    events = service.store.read_events(session_id)
+    events = service.events(session_id)
     first: dict[str, Event] = {}
     for event in events:
         if event.type is EventType.ANSWER and event.agent_id and event.agent_id not in first:
@@ -146,7 +146,7 @@ async def score_run(service: ConsensusService, session_id: str, expected: str) -
     round_one: list[Event] = []  # every agent's calls up to its first draft
     for agent_id in result.agents:
         draft = first.get(agent_id)
-        text = service.store.read_answer(session_id, draft.label) if draft and draft.label \
+        text = service.answer(session_id, draft.label) if draft and draft.label \
             else None
         calls = [e for e in events if e.type is EventType.CALL and e.agent_id == agent_id
                  and e.purpose in (CallPurpose.ANSWER, CallPurpose.EVIDENCE)

@@ -13,9 +13,10 @@ import re
 from pathlib import Path
 
 from massgen_mcp.core.secrets import looks_secret, register_secret
+from massgen_mcp.core.settings import SETTINGS
 
 # The worker pool's Redis URL: a credential, so no child process (a coding CLI) inherits it.
-POOL_URL_ENV = "MASSGEN_REDIS_URL"
+POOL_URL_ENV = SETTINGS.redis_url.env
 # ``${NAME}``: a reference to an environment variable in a config file.
 VAR_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$")

@@ -7,16 +7,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-HOME_ENV = "MASSGEN_HOME"
+from massgen_mcp.core.settings import SETTINGS
+
+HOME_ENV = SETTINGS.home.env
 
 
 def default_home() -> Path:
     """``$MASSGEN_HOME`` if set, else ``.massgen`` in the current directory; if that folder
     cannot be written (hosts such as Claude Desktop start servers in ``/``), the user data
     folder (``~/.local/share/massgen-mcp`` on Linux)."""
-    env = os.environ.get(HOME_ENV)
-    if env:
-        return Path(env)
+    home = SETTINGS.home.read()
+    if home is not None:
+        return home
     cwd = Path.cwd()
     if os.access(cwd, os.W_OK) and cwd != Path(cwd.anchor):
         return cwd / ".massgen"

@@ -211,17 +211,6 @@ class AgentSpec(BaseModel):
             return getenv(self.api_key_env)
         return None if self.base_url else provider_key(self.provider)
 
-    def key_source(self) -> str | None:
-        """Where the key comes from, as a person would say it (None: no key is sent)."""
-        if self.api_key is not None:
-            return "an inline api_key"
-        if self.api_key_env:
-            return f"${self.api_key_env}" if getenv(self.api_key_env) else None
-        if self.base_url:
-            return None
-        names = [n for n in PROVIDER_KEY_ENV.get(self.provider, ()) if getenv(n)]
-        return f"${names[0]}" if names else None
-
 
 class RunOptions(BaseModel):
     """Limits and switches of one run; every field has a safe default."""

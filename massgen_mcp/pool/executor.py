@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +22,7 @@ from redis.exceptions import RedisError
 
 from massgen_mcp.core.errors import ConfigError, MassgenError, PoolUnavailableError
 from massgen_mcp.core.records import Event, FinishReason, ResultRecord, RunStatus, StatusRecord
+from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import PoolConfig
@@ -49,24 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A waiter re-reads at least this often, whatever the live channel says (a message dropped
-# while Redis was away). MASSGEN_POOL_RECHECK_S changes it; the tests set it high to prove
-# that the live channel alone wakes every waiter in time.
-RECHECK_S = 2.0
-RECHECK_ENV = "MASSGEN_POOL_RECHECK_S"
 CANCEL_WAIT_S = 15.0  # how long cancel waits for the worker to record the end
-
-
-def _recheck_s() -> float:
-    raw = os.environ.get(RECHECK_ENV, "")
-    try:
-        value = float(raw) if raw else RECHECK_S
-    except ValueError:
-        value = -1.0
-    if not 0.05 <= value <= 3600:
-        raise ConfigError(f"{RECHECK_ENV}={raw!r}: seconds between 0.05 and 3600 "
-                          f"(default {RECHECK_S:g})")
-    return value
 
 
 class PoolRunner:
@@ -82,7 +65,10 @@ class PoolRunner:
         self._docket: Docket | None = None
         self._stack = contextlib.AsyncExitStack()
         self._feed: asyncio.Task[None] | None = None
-        self.recheck_s = _recheck_s()
+        # A waiter re-reads at least this often, whatever the live channel says (a message
+        # dropped while Redis was away); the tests set it high to prove that the live channel
+        # alone wakes every waiter in time.
+        self.recheck_s = SETTINGS.pool_recheck_s.read()
 
     def add_event_listener(self, listener: EventListener) -> Unsubscribe:
         """Follow every run's events, as the workers publish them on the live channel."""

@@ -22,11 +22,11 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
 import secrets
 from typing import TYPE_CHECKING
 
 from massgen_mcp.core.errors import ConfigError, PoolUnavailableError
+from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import PoolConfig
 
@@ -35,10 +35,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TASKS_KEY_ENV = "FASTMCP_TASKS_ENCRYPTION_KEY"
+TASKS_KEY_ENV = SETTINGS.tasks_key.env
 TTL_S = 30.0
 ROUNDS = 200_000
-LABELS = {"token": "MASSGEN_MCP_TOKEN", "tasks_key": TASKS_KEY_ENV}  # as the user sets them
+LABELS = {"token": SETTINGS.mcp_token.env, "tasks_key": TASKS_KEY_ENV}  # as the user sets them
 
 
 def fingerprint(secret: str | None, salt: str) -> str:
@@ -54,7 +54,7 @@ class Membership:
     def __init__(self, config: PoolConfig, token: str | None) -> None:
         self.config = config
         self.token = token
-        self.tasks_key = os.environ.get(TASKS_KEY_ENV) or None
+        self.tasks_key = SETTINGS.tasks_key.read()
         self._mine: dict[str, dict[str, str]] = {}  # salt -> our fingerprints under it
 
     @property

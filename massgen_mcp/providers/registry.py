@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import os
 import threading
 import weakref
 from typing import Any
 
+from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion, Provider
 from massgen_mcp.providers.cli.provider import CliProvider
@@ -34,8 +34,7 @@ class ProviderRouter:
         self.remote = remote or LiteLLMProvider()
         self.local = local or LlamaCppProvider()
         self.cli = cli or CliProvider()
-        self.max_parallel = max_parallel or int(
-            os.environ.get("MASSGEN_MAX_PARALLEL_PER_PROVIDER", "16"))
+        self.max_parallel = max_parallel or SETTINGS.max_parallel_per_provider.read()
         # Per event loop: an asyncio semaphore belongs to one loop, and ``run()`` starts a
         # loop per call (one after the other, so the bound still holds).
         self._slots: weakref.WeakKeyDictionary[

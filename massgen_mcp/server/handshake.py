@@ -26,8 +26,9 @@ from typing import IO, Any
 
 from massgen_mcp._version import __version__
 from massgen_mcp.core.edges import UnsafeJson, load_json
+from massgen_mcp.core.settings import SETTINGS
 
-ENV = "MASSGEN_EARLY_INITIALIZE"
+ENV = SETTINGS.early_initialize.env
 
 INSTRUCTIONS = """\
 massgen runs a team of AI models on one question: they answer independently, read each \
@@ -121,7 +122,7 @@ def _only_objects(value: dict[str, Any]) -> bool:
 def answer_early(stdin: IO[bytes], stdout: IO[bytes]) -> Early | None:
     """Read the host's first line; answer it if it is an ``initialize`` the SDK accepts.
     Returns what was read (None at end of input), which the server must then read first."""
-    if os.environ.get(ENV, "1") == "0":
+    if not SETTINGS.early_initialize.read():
         return None
     data = _read_first_line(stdin.fileno())
     if not data:

@@ -37,13 +37,8 @@ from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.render.html import render_report
 from massgen_mcp.sessions.fencing import RecordFenced
-from massgen_mcp.sessions.store import (
-    EventHook,
-    FileRecorder,
-    SessionStore,
-    StatusHook,
-    new_session_id,
-)
+from massgen_mcp.sessions.recorder import EventHook, FileRecorder, StatusHook
+from massgen_mcp.sessions.store import SessionStore, new_session_id
 from massgen_mcp.sessions.waiting import ChangeSignal, StatusCallback, wait_for_status
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,6 @@ Order of preference:
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from dataclasses import dataclass, field
 from functools import cache
@@ -30,7 +29,8 @@ from typing import Any
 import yaml
 
 from massgen_mcp.core.env import getenv, user_config_dir
-from massgen_mcp.core.errors import ConfigError, UntrustedConfigError
+from massgen_mcp.core.errors import UntrustedConfigError
+from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import PROVIDER_KEY_ENV, TeamConfig, build_team
 from massgen_mcp.providers.cli.catalog import FoundCli, find_clis
 from massgen_mcp.team.massgen_yaml import load_config_file
@@ -105,14 +105,8 @@ def _agents(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def local_ports() -> tuple[int, ...]:
-    raw = os.environ.get("MASSGEN_LOCAL_PORTS")
-    if not raw:
-        return DEFAULT_LOCAL_PORTS
-    try:
-        return tuple(int(p) for p in raw.split(",") if p.strip())
-    except ValueError:
-        raise ConfigError("MASSGEN_LOCAL_PORTS: expected comma-separated port numbers, "
-                          "e.g. 11434,1234") from None
+    ports = SETTINGS.local_ports.read()
+    return DEFAULT_LOCAL_PORTS if ports is None else ports
 
 
 _probe_cache: dict[tuple[int, ...], tuple[float, list[LocalServer]]] = {}
@@ -146,8 +140,8 @@ async def find_local_servers(ports: tuple[int, ...] | None = None) -> list[Local
 
 def project_config_path() -> Path:
     """The project's config: ``$MASSGEN_HOME/config.yaml``, else ``./.massgen/config.yaml``."""
-    home = os.environ.get("MASSGEN_HOME")
-    return (Path(home) if home else Path.cwd() / ".massgen") / "config.yaml"
+    home = SETTINGS.home.read()
+    return (home if home is not None else Path.cwd() / ".massgen") / "config.yaml"
 
 
 def configured_team() -> tuple[TeamConfig, str] | None:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from massgen_mcp.core.env import VAR_REFERENCE, getenv
@@ -22,6 +21,7 @@ from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.secrets import looks_secret, register_secret
 from massgen_mcp.core.spec import MAX_AGENTS, McpServerSpec, TeamConfig, build_team
 from massgen_mcp.team.massgen_keys import check_keys
+from massgen_mcp.team.safe_yaml import parse_yaml, read_config_text
 
 # MassGen backend type -> (litellm provider prefix, default base_url or None).
 BACKEND_TYPES: dict[str, tuple[str, str | None]] = {
@@ -83,8 +83,6 @@ _ORCHESTRATOR_KEYS = {"max_new_answers_per_agent", "skip_final_presentation",
                       "final_answer_strategy", "coordination_mode", "context_paths",
                       "answer_novelty_requirement", "max_orchestration_restarts"}
 _TOP_KEYS = {"agents", "agent", "orchestrator", "timeout_settings", "options"}
-MAX_CONFIG_BYTES = 1_000_000
-MAX_YAML_NODES = 10_000
 
 
 def _unknown(key: str, where: str, known: set[str]) -> ConfigError:
@@ -336,71 +334,6 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
     data = {k: _expand(v, k, used) for k, v in data.items() if k not in ("agents", "agent")}
     team = build_team({"agents": agents, "options": _options(data, warnings)}, source=source)
     return team, warnings
-
-
-def read_config_text(path: Path) -> str:
-    """The file's text, refusing anything over :data:`MAX_CONFIG_BYTES` before reading it."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"config file {str(path)!r} is {size} bytes; the limit is "
-                              f"{MAX_CONFIG_BYTES} (a team config is a few hundred bytes)")
-        with path.open("rb") as handle:  # the file may grow between stat and read
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(path)!r} does not exist") from None
-    except OSError as exc:
-        raise ConfigError(f"config file {str(path)!r} cannot be read: {exc.strerror}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {str(path)!r} is over {MAX_CONFIG_BYTES} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text") from None
-
-
-def parse_yaml(text: str, source: str) -> Any:
-    """Safe YAML, refusing documents whose aliases (``&a`` ... ``*a``) expand past
-    :data:`MAX_YAML_NODES` values: a few hundred bytes of nested aliases can otherwise expand
-    into billions of values for whoever walks the result."""
-    try:  # the reader refuses control characters as soon as it is made
-        loader = yaml.SafeLoader(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {source!r} is not valid YAML: {exc}") from None
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _check_expanded_size(node, source)
-        return loader.construct_document(node)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {source!r} is not valid YAML: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"config file {source!r} nests too deeply") from None
-    finally:
-        loader.dispose()
-
-
-def _check_expanded_size(root: yaml.Node, source: str) -> None:
-    sizes: dict[int, int] = {}  # id(node) -> values under it with aliases expanded
-
-    def size(node: yaml.Node, depth: int) -> int:
-        if id(node) in sizes:
-            return sizes[id(node)]
-        if depth > 100:
-            raise ConfigError(f"config file {source!r} nests deeper than 100 levels")
-        total = 1
-        if isinstance(node, yaml.SequenceNode):
-            total += sum(size(child, depth + 1) for child in node.value)
-        elif isinstance(node, yaml.MappingNode):
-            total += sum(size(k, depth + 1) + size(v, depth + 1) for k, v in node.value)
-        sizes[id(node)] = total
-        if total > MAX_YAML_NODES:
-            raise ConfigError(f"config file {source!r} expands to more than {MAX_YAML_NODES} "
-                              "values through YAML aliases (&name / *name); write it out plainly")
-        return total
-
-    size(root, 0)
 
 
 @dataclass(frozen=True)

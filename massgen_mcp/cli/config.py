@@ -1,0 +1,137 @@
+"""``massgen-mcp validate`` and ``massgen-mcp trust``: look at a config file before it runs.
+
+``validate`` prints the team a file describes, what would need consent, missing keys and
+coding-agent CLIs, and (``--servers``, for a trusted file) what its MCP servers offer;
+``trust`` records consent for a project's config (:mod:`massgen_mcp.team.consent`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from massgen_mcp.cli.output import EXIT_INPUT, EXIT_OK, err, say
+from massgen_mcp.core.spec import TeamConfig
+
+if TYPE_CHECKING:
+    from massgen_mcp.team.massgen_yaml import LoadedConfig
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from massgen_mcp.core.spec import missing_credentials
+    from massgen_mcp.team.consent import risks
+    from massgen_mcp.team.massgen_yaml import read_config_file, resolve_config_path
+
+    loaded = read_config_file(resolve_config_path(args.file))
+    team, warnings = loaded.team, loaded.warnings
+    say(f"{args.file}: {len(team.agents)} agent(s)")
+    for agent in team.agents:
+        extras = [f"base_url={agent.base_url}"] if agent.base_url else []
+        if agent.tool_calling is False:
+            extras.append("json-fallback")
+        if agent.cli:
+            extras.append("coding-agent CLI (read-only, JSON decisions)")
+        if agent.temperature is not None:
+            extras.append(f"temperature={agent.temperature}")
+        if agent.system_message:
+            extras.append("persona")
+        if team.options.workspace_tools and agent.uses_native_tools():
+            extras.append("tools=list_files,read_file,search_text")
+        if agent.web_search:
+            extras.append("web-search")
+        if agent.mcp_servers:
+            extras.append("mcp=" + ",".join(s.name for s in agent.mcp_servers)
+                          + ("" if agent.uses_native_tools() else " (unused: no tool calling)"))
+        say(f"  {agent.id}: {agent.model} {' '.join(extras)}".rstrip())
+    say("  options: " + ", ".join(f"{k}={v}" for k, v in team.options.model_dump().items()))
+    for warning in warnings:
+        say(f"  warning: {warning}")
+    for line in risks(team, loaded.expanded):
+        say(f"  needs consent: {line} (as a project config, or named in a model's call, "
+              "it runs only after 'massgen-mcp trust')")
+    for problem in missing_credentials(team) + cli_problems(team):
+        say(f"  warning: {problem}")
+    if team.mcp_servers() and args.servers:
+        if not trusted(loaded):
+            err(f"{args.file}: validate --servers starts the commands it names; run "
+                 f"'massgen-mcp trust {args.file}' first")
+            return EXIT_INPUT
+        for line in asyncio.run(servers_cut(team)):
+            say(f"  warning: {line}")
+    elif team.mcp_servers():
+        say("  (validate --servers starts its MCP servers and checks what they offer)")
+    return EXIT_OK
+
+
+def trusted(loaded: LoadedConfig) -> bool:
+    """Whether the file needs no consent or has it: what it starts must wait for consent
+    under validate as under a run."""
+    from massgen_mcp.core.errors import UntrustedConfigError
+    from massgen_mcp.team import consent
+
+    try:
+        consent.check(loaded.team, loaded.path, loaded.text, loaded.expanded)
+    except UntrustedConfigError:
+        return False
+    return True
+
+
+async def servers_cut(team: TeamConfig) -> list[str]:
+    """Start the team's MCP servers, offer each agent its tools as a run would, stop them:
+    one line per server that did not start and per thing the size caps cut."""
+    from massgen_mcp.tools.mcp_servers import McpToolbox
+
+    box = McpToolbox(team.mcp_servers())
+    try:
+        await box.start()
+        for agent in team.agents:
+            if agent.mcp_servers:
+                box.specs_for([s.name for s in agent.mcp_servers], agent.allowed_tools,
+                              agent.exclude_tools)
+        return [f"MCP server {name} did not start: {why}"
+                for name, why in box.failed().items()] + box.take_cut()
+    finally:
+        await box.aclose()
+
+
+def cli_problems(team: TeamConfig) -> list[str]:
+    """One line per CLI agent whose CLI is missing, or not logged in while no key is given."""
+    from massgen_mcp.providers.cli.catalog import CLIS, look_for
+
+    problems = []
+    for agent in team.agents:
+        if not agent.cli:
+            continue
+        cli = look_for(agent.cli)
+        if cli is None:
+            problems.append(f"agent {agent.id!r} ({agent.model}): the {agent.cli!r} command is "
+                            f"not on PATH; install it and log in, or set "
+                            f"MASSGEN_{agent.cli.upper()}_PATH")
+        elif not cli.logged_in and not (agent.api_key or agent.api_key_env or agent.base_url):
+            problems.append(f"agent {agent.id!r} ({agent.model}): {CLIS[agent.cli].executable} "
+                            "does not look logged in; run it once and log in")
+    return problems
+
+
+def cmd_trust(args: argparse.Namespace) -> int:
+    from massgen_mcp.team import consent
+    from massgen_mcp.team.discover import project_config_path
+    from massgen_mcp.team.massgen_yaml import read_config_file
+
+    path = Path(args.file) if args.file else project_config_path()
+    if args.revoke:
+        say(f"{path}: consent withdrawn" if consent.revoke(path)
+              else f"{path}: was not trusted")
+        return EXIT_OK
+    loaded = read_config_file(path)
+    where = consent.trust(path, loaded.text, loaded.expanded)
+    say(f"{path}: trusted as it is now (any change to it or to the variables it reads asks "
+          f"again); recorded in {where}")
+    for line in consent.risks(loaded.team, loaded.expanded) or [
+            "it needs no consent: no key, file or command of yours goes anywhere foreign"]:
+        say(f"  {line}")
+    return EXIT_OK
+
+

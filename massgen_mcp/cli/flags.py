@@ -1,0 +1,56 @@
+"""What the shared flags name: the record folder (``--home``), the service that every command
+goes through, and the worker pool (``--redis``).
+
+Kept apart from the commands so that each command module builds its service the same way:
+files (``--config``, ``--context-file``) are read relative to the working directory and,
+unlike the MCP server's, not confined to it, because the caller is the user.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from massgen_mcp.core.settings import SETTINGS
+
+if TYPE_CHECKING:
+    from massgen_mcp.pool.live import PoolConfig
+    from massgen_mcp.service import ConsensusService
+
+
+def home(args: argparse.Namespace) -> Path | None:
+    """The record folder ``--home`` names (None: ``$MASSGEN_HOME`` or ./.massgen)."""
+    return Path(args.home) if args.home else None
+
+
+def service(args: argparse.Namespace) -> ConsensusService:
+    """The service, running in this process, reading the user's files unconfined."""
+    from massgen_mcp.service import ConsensusService
+    from massgen_mcp.team.context_files import Workspace
+
+    return ConsensusService.local(home(args), Workspace(Path.cwd(), confined=False))
+
+
+def pool(args: argparse.Namespace) -> PoolConfig | None:
+    """The worker pool named by --redis (or $MASSGEN_REDIS_URL), if any."""
+    from massgen_mcp.pool.live import PoolConfig
+
+    url = getattr(args, "redis", None) or SETTINGS.redis_url.read()
+    if not url:
+        return None
+    return PoolConfig(url, name=args.pool_name,
+                      redelivery_timeout_s=getattr(args, "redelivery_timeout", 30.0),
+                      insecure=args.insecure_redis)
+
+
+def pool_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that name a worker pool (doctor, serve, worker)."""
+    parser.add_argument("--redis", metavar="URL",
+                        help="a worker pool's Redis, e.g. redis://localhost:6379/0 (default: "
+                             "$MASSGEN_REDIS_URL; none: runs in this process)")
+    parser.add_argument("--pool-name", default="massgen",
+                        help="the pool's name in Redis (default massgen)")
+    parser.add_argument("--insecure-redis", action="store_true",
+                        help="accept a Redis on another host that has no password (anyone "
+                             "who reaches it can start, cancel and read runs)")

@@ -1,0 +1,96 @@
+"""``massgen-mcp sessions``, ``show`` and ``prune``: the records of past runs, for a person.
+
+Everything is read through :class:`~massgen_mcp.service.ConsensusService` (the same door as
+the MCP resources); this module only turns records into text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from massgen_mcp.cli import flags
+from massgen_mcp.cli.output import EXIT_OK, say, say_json
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.records import EventType, RunStatus
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    service = flags.service(args)
+    sessions, _ = service.list_sessions(
+        RunStatus(args.status) if args.status else None, args.limit)
+    if args.json:
+        say_json(json.dumps([{**s.__dict__, "status": str(s.status)} for s in sessions],
+                             indent=2))
+        return EXIT_OK
+    if not sessions:
+        say(f"no sessions in {service.records_dir}")
+    for s in sessions:
+        question = " ".join(s.question.split())[:60]
+        say(f"{s.session_id}  {s.status:<11} {s.winner or '-':<4} {question}")
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from massgen_mcp.render.text import coordination_table, describe_event
+
+    service = flags.service(args)
+    if args.html:
+        path = service.write_report(args.session_id)
+        say(str(path))
+        if args.open:
+            import webbrowser
+
+            webbrowser.open(path.as_uri())
+        return EXIT_OK
+    record = service.record(args.session_id)
+    status, result = record.status, record.result
+    if args.json:
+        say_json((result or status).model_dump_json(indent=2))
+        return EXIT_OK
+    say(f"session  {args.session_id}  ({status.status}, {status.finish_reason})")
+    say(f"question {status.question}")
+    say(f"record   {service.folder(args.session_id)}")
+    if result and result.winner:
+        w = result.winner
+        say(f"winner   {w.label} by {w.agent_id} ({w.model}), tally {result.tally}")
+    usage = (result or status).usage
+    say(f"usage    {usage.calls} calls, {usage.prompt_tokens} prompt + "
+          f"{usage.completion_tokens} completion tokens, cost {usage.cost_usd}")
+    say()
+    say(coordination_table(record.events, list(status.agents)))
+    tool_lines = [describe_event(e) for e in record.events if e.type is EventType.TOOL_CALL]
+    if tool_lines:
+        say("\ntool calls")
+        for line in tool_lines:
+            say(f"  {line or ''}")
+    if result and result.final_answer is not None:
+        say("\n" + result.final_answer)
+    return EXIT_OK
+
+
+def parse_age(text: str) -> float:
+    """'30d', '12h', '90m', '45s' -> seconds."""
+    units = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+    number, unit = text[:-1], text[-1:].lower()
+    if unit not in units or not number.replace(".", "", 1).isdigit():
+        raise ConfigError(f"--older-than {text!r}: use a number and a unit, e.g. 30d, 12h, 90m")
+    return float(number) * units[unit]
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    service = flags.service(args)
+    candidates = service.prune_candidates(parse_age(args.older_than))
+    if not candidates:
+        say(f"no finished sessions older than {args.older_than} in {service.records_dir}")
+        return EXIT_OK
+    verb = "deleting" if args.yes else "would delete"
+    for s in candidates:
+        say(f"{verb} {s.session_id}  {s.status:<11} {' '.join(s.question.split())[:50]}")
+        if args.yes:
+            service.delete(s.session_id)
+    if not args.yes:
+        say(f"{len(candidates)} session(s); nothing deleted. Run again with --yes to delete.")
+    return EXIT_OK
+
+

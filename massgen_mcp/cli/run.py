@@ -1,0 +1,149 @@
+"""``massgen-mcp run`` and ``massgen-mcp eval``: start runs, show their progress, print the
+outcome.
+
+This module only turns flags into a :class:`~massgen_mcp.core.spec.RunSpec` and records into
+text; the runs go through :class:`~massgen_mcp.service.ConsensusService`, the same door as the
+MCP tools. Progress lines go to stderr so that stdout holds only the answer (or ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from massgen_mcp.cli import flags
+from massgen_mcp.cli.output import (
+    EXIT_BY_STATUS,
+    EXIT_CANCELLED,
+    EXIT_OK,
+    err,
+    say,
+    say_json,
+)
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.records import Event, ResultRecord, RunStatus
+from massgen_mcp.core.secrets import redact
+from massgen_mcp.core.spec import RunOptions, RunSpec, check_question, format_validation_error
+
+JSON_SUMMARY_KEYS = ("session_id", "status", "finish_reason", "winner", "final_answer", "tally",
+                     "timed_out", "budget_exceeded", "usage", "errors")
+
+
+def spec_from(args: argparse.Namespace) -> RunSpec:
+    """The run the flags describe."""
+    given = args.question
+    if given == "-":  # undecodable bytes are kept, so check_question can name them
+        given = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+    question = check_question(given)
+    options: dict[str, Any] = {}
+    for flag, option in (("timeout", "timeout_s"), ("max_cost", "max_cost_usd"),
+                         ("max_tokens", "max_total_tokens")):
+        if getattr(args, flag) is not None:
+            options[option] = getattr(args, flag)
+    try:
+        run_options = RunOptions(**options)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, "options.")) from None
+    return RunSpec(question=question, models=args.models.split(",") if args.models else None,
+                   config=args.config, base_url=args.base_url, context=args.context,
+                   context_files=args.context_file or [], options=run_options)
+
+
+def progress(_session_id: str, event: Event) -> None:
+    """One stderr line per event worth a person's attention."""
+    from massgen_mcp.render.text import describe_event
+
+    line = describe_event(event)  # events reach listeners masked; redact again, cheaply
+    if line:
+        say(redact(line), err=True)
+
+
+async def run_one(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord, Path]:
+    """Start the run, follow it to its end (SIGTERM cancels it) and return its result."""
+    service = flags.service(args)
+    if not args.quiet:
+        service.add_event_listener(progress)
+    loop = asyncio.get_running_loop()
+    cancels: list[asyncio.Task[Any]] = []  # owned: awaited before the service closes
+    try:
+        started = await service.start(spec)
+        for note in started.notes:
+            err(note)
+        if not args.quiet:
+            say(f"session {started.session_id} · record in {started.record_dir}", err=True)
+        loop.add_signal_handler(signal.SIGTERM, lambda: cancels.append(loop.create_task(
+            service.cancel(started.session_id))))
+        await service.wait(started.session_id, None, until_done=True)
+        return await service.result(started.session_id), started.record_dir
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        await asyncio.gather(*cancels, return_exceptions=True)  # a finished run: nothing to do
+        await service.aclose()  # Ctrl-C: the run is cancelled and its record closed
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    spec = spec_from(args)
+    try:
+        result, folder = asyncio.run(run_one(args, spec))
+    except KeyboardInterrupt:
+        return EXIT_CANCELLED
+    if args.json:
+        data = result.model_dump(mode="json")
+        summary = {key: data[key] for key in JSON_SUMMARY_KEYS}
+        summary["cost"] = result.usage.cost_usd
+        summary["session_dir"] = str(folder)
+        say_json(redact(json.dumps(summary, ensure_ascii=False, indent=2)))
+    elif result.final_answer is not None:
+        say(redact(result.final_answer))
+    if result.status is not RunStatus.COMPLETED or result.budget_exceeded:
+        err(f"run ended {result.status} ({result.finish_reason}); record: {folder}")
+        for problem in result.errors:
+            err(f"  {problem}")
+    return EXIT_BY_STATUS[result.status]
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from massgen_mcp.cli.evaluate import evaluate, format_table, load_questions
+
+    if args.questions == "@sample":
+        path = Path(__file__).parent.parent / "data" / "eval_sample.jsonl"
+    else:
+        path = Path(args.questions)
+        if not path.is_file():
+            raise ConfigError(f"questions: {args.questions!r} is not a file (a JSONL file of "
+                              "{\"question\", \"answer\"} lines, or @sample)")
+    items = load_questions(path)
+    options = RunOptions(timeout_s=args.timeout) if args.timeout else None
+    team = {"models": args.models.split(",") if args.models else None, "config": args.config}
+    service = flags.service(args)
+    name = args.name or f"{path.stem}-{(args.config or args.models or 'default').strip('@')}"
+    folder = service.home / "evals" / re.sub(r"[^\w.\-]+", "_", name)
+
+    def show(index: int, row: dict[str, Any]) -> None:
+        mark = "right" if row["consensus"]["correct"] else "wrong"
+        err(f"[{index + 1}/{len(items)}] consensus {mark}: {row['question'][:60]}")
+
+    async def go() -> Any:
+        try:
+            return await evaluate(service, items, folder,
+                                  lambda q: RunSpec(question=q, options=options, **team),
+                                  show)
+        finally:
+            await service.aclose()
+
+    try:
+        evaluation = asyncio.run(go())
+    except KeyboardInterrupt:
+        err(f"interrupted; run the same command again to resume ({folder})")
+        return EXIT_CANCELLED
+    say(format_table(evaluation.summary()))
+    err(f"results: {folder / 'results.json'}; summary: {folder / 'summary.html'}")
+    return EXIT_OK

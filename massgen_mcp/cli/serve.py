@@ -1,0 +1,120 @@
+"""``massgen-mcp serve``, ``worker``, ``doctor`` and ``install``: the long-running processes,
+the survey of this machine, and adding massgen to an MCP host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from massgen_mcp.cli import flags
+from massgen_mcp.cli.output import EXIT_OK, say, say_json
+from massgen_mcp.core.errors import ConfigError, PoolUnavailableError
+
+if TYPE_CHECKING:
+    from massgen_mcp.service import SetupView
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from massgen_mcp.service import ConsensusService
+
+    async def survey() -> SetupView:
+        from redis.exceptions import RedisError
+
+        from massgen_mcp.pool.live import redact_url
+
+        pool = flags.pool(args)
+        service = (await ConsensusService.pool(pool, flags.home(args)) if pool
+                   else flags.service(args))
+        try:
+            return await service.check_setup()
+        except RedisError as exc:  # a wrong password or address: say so, not a traceback
+            assert pool is not None
+            raise PoolUnavailableError(
+                f"the pool's Redis ({redact_url(pool.url)}) refused: {str(exc).rstrip('.')}; "
+                "check the address and password in --redis (or MASSGEN_REDIS_URL)") from None
+        finally:
+            await service.aclose()
+
+    setup = asyncio.run(survey())
+    if args.json:
+        say_json(setup.model_dump_json(indent=2))
+        return EXIT_OK
+    say("API keys:      " + (", ".join(setup.providers_with_keys) or "none found"))
+    clis = [f"{c.model} ({'logged in' if c.logged_in else 'not logged in'}, {c.path})"
+            for c in setup.coding_clis]
+    say("coding CLIs:   " + ("; ".join(clis) or "none on PATH (claude, codex, gemini)"))
+    servers = [f"{s.url} ({', '.join(s.models[:3])})" for s in setup.local_servers]
+    say("local servers: " + ("; ".join(servers) or "none on the probed ports"))
+    say("embedded:      " + (setup.embedded_model or "not installed"))
+    say("default team:  " + (", ".join(setup.default_team) or "none"))
+    say("  why:         " + setup.default_team_reason)
+    say("records:       " + setup.storage)
+    if setup.mode == "pool":
+        say(f"runs:          on the worker pool at {setup.redis_url}; "
+              f"{len(setup.workers)} worker(s) live"
+              + (f" ({', '.join(setup.workers)})" if setup.workers else
+                 ": start one with massgen-mcp worker --redis URL"))
+    else:
+        say("runs:          in this process (embedded; --redis URL for a worker pool)")
+    say("versions:      " + ", ".join(f"{k} {v}" for k, v in setup.versions.items()))
+    say("add more:      " + setup.how_to_add_more)
+    return EXIT_OK
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from massgen_mcp.cli.install import install
+
+    result = install(args.host, scope=args.scope, use_uvx=args.uvx, dry_run=args.print)
+    if args.print:
+        say(f"# {result.path}")
+        say(result.snippet, end="" if result.snippet.endswith("\n") else "\n")
+        return EXIT_OK
+    if not result.changed:
+        say(f"{result.path}: already up to date")
+    else:
+        say(f"{result.path}: massgen added")
+        if result.backup:
+            say(f"  previous version kept as {result.backup}")
+    say(f"  {result.note}")
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from massgen_mcp.server.transports import serve_http, serve_stdio
+
+    home = Path(args.home) if args.home else None
+    pool = flags.pool(args)
+    if args.http:
+        serve_http(host=args.host, port=args.port, path=args.path, home=home,
+                   api=args.api, pool=pool, tasks=args.tasks)
+    elif pool is not None:
+        raise ConfigError("--redis: a pool front end serves over HTTP; add --http (hosts "
+                          "that spawn a stdio server run it embedded)")
+    else:
+        serve_stdio(home, tasks=args.tasks)
+    return EXIT_OK
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from massgen_mcp.pool.worker import PoolWorker
+    from massgen_mcp.providers.registry import shared_router
+    from massgen_mcp.server.transports import configure_logging
+    from massgen_mcp.sessions.store import SessionStore
+
+    pool = flags.pool(args)
+    if pool is None:
+        raise ConfigError("worker: give the pool's Redis with --redis redis://host:6379/0 "
+                          "(or set MASSGEN_REDIS_URL)")
+    if not 1 <= args.concurrency <= 1000:
+        raise ConfigError("--concurrency: between 1 and 1000 runs at once")
+    home = Path(args.home) if args.home else None
+    configure_logging(home, log_file=None)
+    worker = PoolWorker(pool, SessionStore(home), shared_router(),
+                        concurrency=args.concurrency)
+    asyncio.run(worker.serve())
+    return EXIT_OK
+
+

@@ -1,0 +1,172 @@
+"""The ``MASSGEN_*`` settings: every environment variable massgen-mcp reads for itself, in one
+typed, frozen table (:data:`SETTINGS`).
+
+Each :class:`Setting` names its variable, its type (the parser), its default and a one-line
+doc; :meth:`Setting.read` reads the environment *at call time* (the tests, and a host that
+changes the environment, see the new value at once) and turns a bad value into a
+:class:`~massgen_mcp.core.errors.ConfigError` that names the variable and what a good value
+looks like, instead of a bare ``ValueError`` from deep inside. An unset or empty variable means
+the default. The README's settings table is :func:`markdown_table`'s output.
+
+Provider keys (``OPENAI_API_KEY``, ...) are not settings: they belong to the providers and
+are read where a run needs them (:mod:`massgen_mcp.core.env`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from massgen_mcp.core.errors import ConfigError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """One environment variable: its name, how to read it, its default and what it does."""
+
+    env: str
+    parse: Callable[[str], T]
+    default: T
+    doc: str
+    expected: str  # what a good value looks like, for the error message
+
+    def read(self) -> T:
+        """The value now: the default when unset or empty; ConfigError when malformed."""
+        raw = os.environ.get(self.env)
+        if not raw:
+            return self.default
+        try:
+            return self.parse(raw)
+        except ValueError:
+            raise ConfigError(f"{self.env}={raw[:80]!r}: expected {self.expected}; fix it "
+                              "or unset it") from None
+
+    @property
+    def default_text(self) -> str:
+        """The default as the README shows it."""
+        if self.default is None:
+            return "(none)"
+        if isinstance(self.default, bool):
+            return "1" if self.default else "0"
+        return str(self.default)
+
+
+def _text(raw: str) -> str:
+    return raw
+
+
+def _path(raw: str) -> Path:
+    return Path(raw)
+
+
+def _ports(raw: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in raw.split(",") if p.strip())
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError(raw)
+    return value
+
+
+def _seconds(low: float, high: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        value = float(raw)
+        if not low <= value <= high:
+            raise ValueError(raw)
+        return value
+
+    return parse
+
+
+def _switch(raw: str) -> bool:
+    return raw != "0"
+
+
+def _names(raw: str) -> tuple[str, ...]:
+    return tuple(raw.replace(" ", "").split(","))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting, by the name the code uses."""
+
+    home: Setting[Path | None]
+    local_ports: Setting[tuple[int, ...] | None]
+    max_parallel_per_provider: Setting[int]
+    local_model: Setting[Path | None]
+    clis: Setting[tuple[str, ...] | None]
+    redis_url: Setting[str | None]
+    pool_recheck_s: Setting[float]
+    early_initialize: Setting[bool]
+    mcp_token: Setting[str | None]
+    mcp_max_wait_s: Setting[float]
+    mcp_max_body_bytes: Setting[int]
+    mcp_header_timeout_s: Setting[float]
+    mcp_body_timeout_s: Setting[float]
+    tasks_key: Setting[str | None]
+
+    def all(self) -> list[Setting[object]]:
+        """The settings in table order."""
+        return [getattr(self, f.name) for f in fields(self)]
+
+
+SETTINGS = Settings(
+    home=Setting("MASSGEN_HOME", _path, None,
+                 "record folder; default ./.massgen (the user data folder where the working "
+                 "directory cannot be written); its config.yaml is the project's team",
+                 "a folder path"),
+    local_ports=Setting("MASSGEN_LOCAL_PORTS", _ports, None,
+                        "ports probed for local OpenAI-compatible servers (default: Ollama "
+                        "11434, LM Studio 1234, llama.cpp 8080)",
+                        "comma-separated port numbers, e.g. 11434,1234"),
+    max_parallel_per_provider=Setting(
+        "MASSGEN_MAX_PARALLEL_PER_PROVIDER", _positive_int, 16,
+        "model calls at once per provider endpoint, in this process", "a whole number >= 1"),
+    local_model=Setting("MASSGEN_LOCAL_MODEL", _path, None,
+                        "a .gguf file the embedded model (local/<its stem>) uses instead of "
+                        "the bundled one", "a path to a .gguf file"),
+    clis=Setting("MASSGEN_CLIS", _names, None,
+                 "which coding-agent CLIs are looked for (default all: claude,codex,gemini; "
+                 "none: no CLI); MASSGEN_<NAME>_PATH pins one CLI's executable",
+                 "comma-separated CLI names, e.g. claude,codex, or none"),
+    redis_url=Setting("MASSGEN_REDIS_URL", _text, None,
+                      "a worker pool's Redis (as --redis); never passed to child processes",
+                      "a redis:// or rediss:// URL"),
+    pool_recheck_s=Setting("MASSGEN_POOL_RECHECK_S", _seconds(0.05, 3600), 2.0,
+                           "a pool front end re-reads a waited-on run at least this often",
+                           "seconds between 0.05 and 3600 (default 2)"),
+    early_initialize=Setting("MASSGEN_EARLY_INITIALIZE", _switch, True,
+                             "stdio: answer the host's initialize before the imports finish "
+                             "(0 turns it off)", "0 or 1"),
+    mcp_token=Setting("MASSGEN_MCP_TOKEN", _text, None,
+                      "the bearer token HTTP clients must send (required off loopback)",
+                      "a long random string"),
+    mcp_max_wait_s=Setting("MASSGEN_MCP_MAX_WAIT_S", _seconds(0, 86_400), 50.0,
+                           "the longest one get_status call waits (wait_s is capped to it)",
+                           "seconds between 0 and 86400"),
+    mcp_max_body_bytes=Setting("MASSGEN_MCP_MAX_BODY_BYTES", _positive_int, 4 * 1024 * 1024,
+                               "the largest HTTP request body accepted", "a number of bytes"),
+    mcp_header_timeout_s=Setting("MASSGEN_MCP_HEADER_TIMEOUT_S", _seconds(0.001, 86_400), 10.0,
+                                 "HTTP: time allowed to connect and send the request headers",
+                                 "seconds, more than 0"),
+    mcp_body_timeout_s=Setting("MASSGEN_MCP_BODY_TIMEOUT_S", _seconds(0.001, 86_400), 30.0,
+                               "HTTP: time allowed between two pieces of a request body",
+                               "seconds, more than 0"),
+    tasks_key=Setting("FASTMCP_TASKS_ENCRYPTION_KEY", _text, None,
+                      "encrypts MCP task results a pool's front ends share (with --redis and "
+                      "a token)", "a Fernet key"),
+)
+
+
+def markdown_table() -> str:
+    """The settings as the README's table."""
+    rows = ["| Variable | Default | What it does |", "|---|---|---|"]
+    rows += [f"| `{s.env}` | {s.default_text} | {s.doc} |" for s in SETTINGS.all()]
+    return "\n".join(rows) + "\n"

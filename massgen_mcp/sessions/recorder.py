@@ -1,0 +1,247 @@
+"""One run's writer: the folder a run records itself in, written as the run goes.
+
+:func:`create_record` makes a session's folder (its config and request, or nothing at all when
+the home cannot take it); :class:`FileRecorder` then writes the events, the live status, the
+answers and the result, each masked (:func:`masked`) before anyone sees it, and, for a pool
+worker, only while its claim's fence holds (:mod:`massgen_mcp.sessions.fencing`). Reading
+the records of every run, listing and pruning them is :mod:`massgen_mcp.sessions.store`'s:
+the writer of one run and the reader of all runs change for different reasons.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from massgen_mcp.core.errors import RecordWriteError, describe_write_error
+from massgen_mcp.core.files import atomic_write
+from massgen_mcp.core.records import (
+    Event,
+    RequestRecord,
+    ResultRecord,
+    SessionRecord,
+    StatusRecord,
+    VersionedRecord,
+)
+from massgen_mcp.core.secrets import redact, redact_data
+from massgen_mcp.sessions.fencing import Fence, RecordFenced
+
+if TYPE_CHECKING:
+    from massgen_mcp.sessions.store import SessionStore
+
+log = logging.getLogger(__name__)
+
+MIN_FREE_BYTES = 256 * 1024  # refuse to start a run that could not even write its first events
+
+
+def _dump(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def _dump_record(record: VersionedRecord) -> str:
+    return record.model_dump_json(indent=2) + "\n"
+
+
+EventHook = Callable[[Event], None]
+StatusHook = Callable[[StatusRecord], None]
+Renderer = Callable[[SessionRecord], str]  # a finished record -> its report.html
+
+
+_M = TypeVar("_M", Event, StatusRecord, ResultRecord, RequestRecord)
+
+
+def masked(record: _M) -> tuple[_M, str]:
+    """``record`` with every secret masked, and its JSON text. The common case (nothing to
+    mask) costs one scan of the text; otherwise the strings are masked one by one, so the
+    record stays valid whatever the secret looks like."""
+    raw = _record_json(record)
+    if redact(raw) == raw:
+        return record, raw
+    data = record.model_dump(mode="json", exclude_unset=isinstance(record, Event))
+    clean = type(record).model_validate(redact_data(data))
+    return clean, _record_json(clean)
+
+
+def _record_json(record: Event | VersionedRecord) -> str:
+    return record.to_json() if isinstance(record, Event) else _dump_record(record)
+
+
+class FileRecorder:
+    """Writes one session's record: the engine's :class:`~massgen_mcp.consensus.snapshot.Recorder`
+    for files. Every record is masked (:func:`masked`) before anyone sees it: the files, the
+    live status that ``get_status`` serves, the events the CLI prints and the result.
+
+    ``on_event`` and ``on_status`` let whoever runs the session follow it (progress lines,
+    waking long polls) without a second layer around the writer. :meth:`close` ends the record
+    with its ``report.html``: the recorder owns the folder, so it writes the report too.
+
+    A write the disk refuses raises :class:`RecordWriteError` once (the engine then ends the
+    run ``failed``, ``record_write_failed``); after that the recorder keeps the in-memory state
+    current and writes whatever still fits, so readers in this process see the true end.
+
+    A pool worker's recorder carries its claim's fencing token (``fence``): every write, hooks
+    included, is refused with :class:`~massgen_mcp.sessions.fencing.RecordFenced` once a newer
+    claim owns the record, and so is every write after :meth:`detach` (a worker that lost its
+    claim). The refusal cancels the run where it stands: a worker that must not write must not
+    make another model call either.
+    """
+
+    def __init__(self, store: SessionStore, session_id: str, *,
+                 on_event: EventHook | None = None, on_status: StatusHook | None = None,
+                 fence: int | None = None) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.folder = store.folder(session_id)
+        self.on_event = on_event
+        self.on_status = on_status
+        self.latest_status: StatusRecord | None = None
+        self.result: ResultRecord | None = None
+        self.write_error: RecordWriteError | None = None
+        self.refused: str | None = None  # why this recorder may not write any more
+        self._holding = False  # inside a write that holds the fence already
+        # Who runs the session, stamped on every status: this process, or a pool worker.
+        self.stamp: dict[str, Any] = {"pid": os.getpid()}
+        try:
+            (self.folder / "answers").mkdir(parents=True, exist_ok=True)
+            self._events = os.open(self.folder / "events.jsonl",
+                                   os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fence = Fence(self.folder, fence) if fence is not None else None
+        except OSError as exc:
+            raise RecordWriteError(describe_write_error(exc, store.home)) from None
+
+    def _failed(self, exc: OSError) -> None:
+        if self.write_error is not None:
+            log.warning("session %s: %s", self.session_id, exc)
+            return
+        self.write_error = RecordWriteError(describe_write_error(exc, self.store.home))
+        log.error("session %s: %s", self.session_id, self.write_error)
+        raise self.write_error from exc
+
+    def detach(self, why: str) -> None:
+        """Write nothing more, anywhere: the record belongs to someone else now."""
+        self.refused = why
+
+    @contextlib.contextmanager
+    def _owned(self) -> Iterator[None]:
+        """Hold the record for one write, or refuse it (see the class)."""
+        if self.refused is not None:
+            raise RecordFenced(self.refused)
+        if self._fence is None or self._holding:  # no claim, or held by an outer write
+            yield
+            return
+        try:
+            with self._fence.hold():
+                self._holding = True
+                try:
+                    yield
+                finally:
+                    self._holding = False
+        except RecordFenced as exc:
+            self.refused = str(exc)
+            log.warning("session %s: fenced: %s; stopping the run without writing",
+                        self.session_id, exc)
+            raise
+
+    def _write(self, path: Path, text: str) -> None:
+        with self._owned():
+            try:
+                atomic_write(path, text)
+            except OSError as exc:
+                self._failed(exc)
+
+    def write_record(self, name: str, record: RequestRecord) -> None:
+        self._write(self.folder / name, masked(record)[1])
+
+    def write_json(self, name: str, data: Any) -> None:
+        self._write(self.folder / name, _dump(redact_data(data)))
+
+    def event(self, event: Event) -> None:
+        event, line = masked(event)
+        data = (line + "\n").encode("utf-8")
+        with self._owned():
+            if self.on_event is not None:
+                self.on_event(event)
+            size = os.fstat(self._events).st_size
+            try:
+                # One write, so lines never interleave; a short write (disk full) is undone,
+                # so the file never holds half a line for later events to follow.
+                if os.write(self._events, data) != len(data):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._events, size)
+                self._failed(exc)
+
+    def status(self, status: StatusRecord) -> None:
+        latest, text = masked(status.model_copy(update=self.stamp))
+        with self._owned():
+            self.latest_status = latest
+            if self.on_status is not None:
+                self.on_status(latest)
+            try:
+                atomic_write(self.folder / "status.json", text)
+            except OSError as exc:
+                self._failed(exc)
+
+    def answer(self, label: str, content: str) -> None:
+        self._write(self.folder / "answers" / f"{label}.md", redact(content) + "\n")
+
+    def finish(self, result: ResultRecord) -> None:
+        clean, text = masked(result)
+        with self._owned():
+            self.result = clean
+            if clean.final_answer is not None:
+                self._write(self.folder / "final.md", clean.final_answer + "\n")
+            self._write(self.folder / "result.json", text)
+
+    def close(self, report: Renderer | None = None) -> None:
+        """Close the event log and release the fence. ``report``, for the closer of a finished
+        run: renders ``report.html``, which is written while the fence is still held (a paused
+        worker must not write a report over another claim's record); the store itself only
+        writes the bytes it is given."""
+        os.close(self._events)
+        try:
+            if report is None or self.result is None or self.write_error is not None:
+                return
+            with self._owned():
+                self.store.write_report(self.session_id, report(
+                    self.store.read_record(self.session_id)))
+        except RecordFenced:
+            pass  # the record is another claim's now: so is its report
+        except Exception:  # a report problem must never spoil the run's own record
+            log.exception("could not write report.html for %s", self.session_id)
+        finally:
+            if self._fence is not None:
+                self._fence.close()
+
+
+def create_record(store: SessionStore, session_id: str, *, config: dict[str, Any],
+                  request: RequestRecord, on_event: EventHook | None = None,
+                  on_status: StatusHook | None = None) -> FileRecorder:
+    """A new session folder in ``store`` with its config and request, and the recorder that
+    writes the rest; or RecordWriteError (and no folder) when the home cannot take it."""
+    folder = store.folder(session_id)
+    try:
+        store.sessions_dir.mkdir(parents=True, exist_ok=True)
+        if shutil.disk_usage(store.sessions_dir).free < MIN_FREE_BYTES:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        folder.mkdir()
+        recorder = FileRecorder(store, session_id, on_event=on_event, on_status=on_status)
+        recorder.write_json("config.json", config)
+        recorder.write_record("request.json", request)
+    except (OSError, RecordWriteError) as exc:
+        shutil.rmtree(folder, ignore_errors=True)  # never leave an empty session behind
+        if isinstance(exc, RecordWriteError):
+            raise exc from None
+        raise RecordWriteError(describe_write_error(exc, store.home)) from None
+    except Exception:  # whatever else stops it: still no half-made session folder
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return recorder
