@@ -5,7 +5,7 @@ protocol-neutral: it takes a :class:`~massgen_mcp.core.spec.RunSpec`, returns th
 :mod:`massgen_mcp.core.records`, and raises :class:`~massgen_mcp.core.errors.MassgenError`
 subclasses.
 What a calling model is told (next steps, summaries, resource URIs) is written in
-:mod:`massgen_mcp.server`; what a person at a terminal sees, in :mod:`massgen_mcp.cli.main`.
+:mod:`massgen_mcp.server`; what a person at a terminal sees, in :mod:`massgen_mcp.cli`.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from massgen_mcp.core.records import (
 
 class Recorder(Protocol):
     """Where a run reports what happens; the session store's
-    :class:`~massgen_mcp.sessions.store.FileRecorder` writes it to disk.
+    :class:`~massgen_mcp.sessions.recorder.FileRecorder` writes it to disk.
 
     A method may raise :class:`~massgen_mcp.core.errors.RecordWriteError` once, when the store
     refuses a write; the run then ends ``failed`` (``record_write_failed``) and every later

@@ -7,6 +7,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
+from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.providers.cli import claude, codex, gemini
 from massgen_mcp.providers.cli.base import Cli
 
@@ -32,7 +33,7 @@ def find_clis() -> list[FoundCli]:
     """The supported CLIs on this machine, in :data:`CLIS` order (``MASSGEN_CLIS``, e.g.
     ``claude,codex`` or ``none``, limits which are looked for). A login held in the environment
     (Claude Code's ``CLAUDE_CODE_OAUTH_TOKEN``) counts; its value is not read."""
-    wanted = os.environ.get("MASSGEN_CLIS", ",".join(CLIS)).replace(" ", "").split(",")
+    wanted = SETTINGS.clis.read() or tuple(CLIS)
     return [found for name in CLIS if name in wanted and (found := look_for(name))]
 
 
