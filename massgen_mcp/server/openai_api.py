@@ -22,7 +22,6 @@ page the user visits must not be able to run models on their keys.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -43,6 +42,7 @@ from massgen_mcp.core.net import is_loopback
 from massgen_mcp.core.records import ResultRecord, StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import MAX_CONTEXT_CHARS, RunSpec, check_question
+from massgen_mcp.server.guard import bearer_of, token_matches
 from massgen_mcp.server.shutdown import stopping
 from massgen_mcp.server.views import progress_message
 
@@ -163,12 +163,10 @@ def add_openai_routes(mcp: FastMCP, token: str | None,
         if is_loopback(str(bound)) and not is_loopback(named):  # DNS rebinding
             return ApiError(403, f"Host {host!r} is not this server",
                             kind="permission_error").response()
-        if token is not None:
-            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), token.encode()):
-                return ApiError(401, "missing or wrong token: send 'Authorization: Bearer "
-                                     "<MASSGEN_MCP_TOKEN>'", kind="authentication_error"
-                                ).response({"WWW-Authenticate": "Bearer"})
+        if not token_matches(bearer_of(request.headers), token):
+            return ApiError(401, "missing or wrong token: send 'Authorization: Bearer "
+                                 "<MASSGEN_MCP_TOKEN>'", kind="authentication_error"
+                            ).response({"WWW-Authenticate": "Bearer"})
         return None
 
     @mcp.custom_route("/v1/models", methods=["GET"])

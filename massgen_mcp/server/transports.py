@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import hmac
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ from massgen_mcp.core.errors import ConfigError, ListenError
 from massgen_mcp.core.files import default_home
 from massgen_mcp.core.net import is_loopback
 from massgen_mcp.core.secrets import RedactingFormatter
+from massgen_mcp.server.guard import token_matches
 
 if TYPE_CHECKING:
     from fastmcp.server.auth import TokenVerifier
@@ -207,11 +207,11 @@ def bearer_token_auth(token: str) -> TokenVerifier:
     """
     from fastmcp.server.auth import AccessToken, TokenVerifier
 
-    expected = token.encode()
+    expected = token
 
     class BearerToken(TokenVerifier):
         async def verify_token(self, token: str) -> AccessToken | None:
-            if hmac.compare_digest(token.encode(), expected):
+            if token_matches(token, expected):
                 return AccessToken(token="bearer", client_id="massgen-mcp-user", scopes=[])
             return None
 
