@@ -1,7 +1,7 @@
 """``/v1/chat/completions`` and ``/v1/models`` on the HTTP server: the team as one
 OpenAI-compatible model, for any OpenAI SDK client or app that lets you set a base URL.
 
-* ``model`` names the team (:mod:`massgen_mcp.api.python`): ``massgen``, ``massgen/@preset`` or
+* ``model`` names the team (:mod:`massgen_mcp.api.team_names`): ``massgen``, ``massgen/@preset`` or
   ``massgen/<name>`` (a config in the user config folder); ``/v1/models`` lists them.
 * The last user message is the question, earlier messages are the context.
 * The reply's ``content`` is the final answer and ``usage`` the whole team's. The session id,
@@ -28,8 +28,9 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from massgen_mcp.api.python import (
-    follow,
+from massgen_mcp.api.python import follow
+from massgen_mcp.api.team_names import (
+    no_answer,
     run_summary,
     split_messages,
     team_config,
@@ -77,8 +78,9 @@ DISCONNECT_POLL_S = 0.5
 # A stream with nothing to say checks that its client is still there this often, and sends an
 # SSE comment (clients ignore it) so proxies keep the connection open.
 KEEPALIVE_S = 1.0
-STOPPING = ("the server is shutting down; the run {sid} was interrupted and continues with "
-            "resume_session or 'massgen-mcp resume {sid}'")
+# There is no resume command on the CLI: an interrupted run goes on through the MCP tool.
+STOPPING = ("the server is shutting down; the run {sid} was interrupted; when the server is "
+            "back, the MCP tool resume_session (session_id {sid}) continues it")
 
 
 class ApiError(Exception):
@@ -275,10 +277,7 @@ async def _complete(request: Request, service: ConsensusService, model: str,
         if not run.done() and not stopping.is_set():  # this handler was cancelled
             run.cancel()
     if result.final_answer is None:
-        return ApiError(502, f"the run ended {result.status.value} "
-                             f"({result.finish_reason}) with no answer: "
-                             f"{'; '.join(result.errors) or 'no details'}",
-                        kind="server_error").response(headers)
+        return ApiError(502, no_answer(result), kind="server_error").response(headers)
     return JSONResponse(completion(model, result), headers=headers)
 
 
@@ -340,9 +339,7 @@ async def _stream(run: asyncio.Task[ResultRecord], progress: Progress, model: st
             yield error(str(exc))
             return
         if result.final_answer is None:
-            yield error(f"the run ended {result.status.value} ({result.finish_reason}) with "
-                        f"no answer: {'; '.join(result.errors) or 'no details'}; session "
-                        f"{session_id}")
+            yield error(f"{no_answer(result)}; session {session_id}")
             return
         yield chunk(delta({"content": result.final_answer}))
         yield chunk(delta({}, "stop"), massgen=run_summary(result))
