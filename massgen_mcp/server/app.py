@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # the auth stack costs ~0.3 s to import; stdio never needs it
     from fastmcp.utilities.tasks import TaskConfig
 
     from massgen_mcp.pool.live import PoolConfig
+    from massgen_mcp.server.openai_api import OwnedTasks
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
     task-capable (the MCP tasks extension), on the pool's Redis or in memory without one."""
 
     slot = ServiceSlot(service)
+    owned: list[OwnedTasks] = []  # the /v1 routes' tasks, when they are on
 
     @contextlib.asynccontextmanager
     async def lifespan(_server: FastMCP) -> AsyncIterator[dict[str, Any]]:
@@ -127,6 +129,8 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await running.aclose(interrupt=True)  # a host restart: the runs can resume
+            for routes_tasks in owned:  # after the runs were interrupted, not cancelled
+                await routes_tasks.aclose()
 
     mcp = FastMCP("massgen", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan,
                   mask_error_details=True, auth=auth)
@@ -148,13 +152,14 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
     add_health_route(mcp, pool, slot.get)
     add_live_pages(mcp, token, slot.get)
     if openai_api:
-        from massgen_mcp.server.openai_api import add_openai_routes
+        from massgen_mcp.server.openai_api import OwnedTasks, add_openai_routes
 
         def running_service() -> ConsensusService:
             assert slot.service is not None, "the server's lifespan has not started"
             return slot.service
 
-        add_openai_routes(mcp, token, running_service)
+        owned.append(OwnedTasks())
+        add_openai_routes(mcp, token, running_service, owned[0])
     _add_tools(mcp, task_config)
     _add_resources(mcp)
     return mcp

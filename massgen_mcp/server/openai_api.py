@@ -78,6 +78,7 @@ DISCONNECT_POLL_S = 0.5
 # A stream with nothing to say checks that its client is still there this often, and sends an
 # SSE comment (clients ignore it) so proxies keep the connection open.
 KEEPALIVE_S = 1.0
+MAX_OWNED_TASKS = 1000  # the /v1 routes' background tasks at once (a stream owns two)
 # There is no resume command on the CLI: an interrupted run goes on through the MCP tool.
 STOPPING = ("the server is shutting down; the run {sid} was interrupted; when the server is "
             "back, the MCP tool resume_session (session_id {sid}) continues it")
@@ -144,9 +145,10 @@ def check_request(body: Any) -> tuple[str, RunSpec, bool, bool]:
 
 
 def add_openai_routes(mcp: FastMCP, token: str | None,
-                      service: Callable[[], ConsensusService]) -> None:
+                      service: Callable[[], ConsensusService], tasks: OwnedTasks) -> None:
     """Add the two routes to ``mcp``'s HTTP app. ``service`` returns the running server's
-    service (the runs share its runner and its limits)."""
+    service (the runs share its runner and its limits); ``tasks`` holds the routes'
+    background tasks (the server's lifespan closes it)."""
     from starlette.responses import JSONResponse, StreamingResponse
 
     def refused(request: Request) -> Response | None:
@@ -193,6 +195,9 @@ def add_openai_routes(mcp: FastMCP, token: str | None,
         except ApiError as exc:
             return exc.response()
         stream, include_usage = parts[2], parts[3]
+        if not tasks.room_for(2 if stream else 1):
+            return ApiError(503, "too many requests at once; retry shortly",
+                            kind="server_error").response()
         try:
             started = await service().start(spec)
         except SessionStateError as exc:  # too many runs, or shutting down
@@ -203,13 +208,13 @@ def add_openai_routes(mcp: FastMCP, token: str | None,
         headers = {SESSION_HEADER: sid}
         if stream:
             progress = Progress()
-            run = _own(follow(service(), sid, progress.update))
+            run = tasks.own(follow(service(), sid, progress.update))
             run.add_done_callback(lambda _: progress.changed.set())
-            _own(_watch(request, run))
+            tasks.own(_watch(request, run))
             return StreamingResponse(_stream(run, progress, model, sid, include_usage),
                                      media_type="text/event-stream",
                                      headers={**headers, "Cache-Control": "no-cache"})
-        return await _complete(request, service(), model, sid)
+        return await _complete(request, service(), tasks, model, sid)
 
 
 class Progress:
@@ -224,22 +229,37 @@ class Progress:
         self.changed.set()
 
 
-_tasks: set[asyncio.Task[Any]] = set()
+class OwnedTasks:
+    """The /v1 routes' background tasks (a run followed to its end, a disconnect watcher),
+    owned by the server's lifespan: at most ``limit`` at once, and cancelled and awaited when
+    the lifespan ends, so none outlives the server. A streamed response's run must not depend
+    on the response body being iterated (a body dropped on disconnect is never finalised),
+    hence tasks rather than the handler's own awaits."""
 
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = MAX_OWNED_TASKS if limit is None else limit
+        self._tasks: set[asyncio.Task[Any]] = set()
 
-def _own(coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-    """A task kept alive until it ends: a streamed response's run must not depend on the
-    response body being iterated (a body dropped on disconnect is never finalised)."""
-    task = asyncio.ensure_future(coroutine)
-    _tasks.add(task)
-    task.add_done_callback(_forget)
-    return task
+    def room_for(self, count: int) -> bool:
+        return len(self._tasks) + count <= self.limit
 
+    def own(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._forget)
+        return task
 
-def _forget(task: asyncio.Task[Any]) -> None:
-    _tasks.discard(task)
-    if not task.cancelled():
-        task.exception()  # retrieved: a run interrupted by a shutdown has no result
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a run interrupted by a shutdown has no result
+
+    async def aclose(self) -> None:
+        """Cancel every task still going and wait for each to end."""
+        pending = list(self._tasks)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 async def _watch(request: Request, run: asyncio.Task[Any]) -> bool:
@@ -254,13 +274,13 @@ async def _watch(request: Request, run: asyncio.Task[Any]) -> bool:
     return True
 
 
-async def _complete(request: Request, service: ConsensusService, model: str,
-                    session_id: str) -> Response:
+async def _complete(request: Request, service: ConsensusService, tasks: OwnedTasks,
+                    model: str, session_id: str) -> Response:
     """Wait for the run's end, cancelling it if the client goes away."""
     from starlette.responses import JSONResponse
 
     headers = {SESSION_HEADER: session_id}
-    run = _own(follow(service, session_id))
+    run = tasks.own(follow(service, session_id))
     try:
         if not await _watch(request, run):
             return ApiError(503, STOPPING.format(sid=session_id), kind="server_error"
