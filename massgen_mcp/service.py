@@ -43,6 +43,7 @@ from massgen_mcp.core.spec import (
 from massgen_mcp.sessions.runner import (
     EventListener,
     Executor,
+    ExecutorInfo,
     SessionRunner,
     Unsubscribe,
     recorded_team,
@@ -344,3 +345,22 @@ class ConsensusService:
         """Mark runs whose process is gone as interrupted (at server start)."""
         return self.store.mark_interrupted(
             lambda pid: pid != os.getpid() and _pid_alive(pid))
+
+    # Doors for the server face: what server/ needs of the store and the runner, so it never
+    # reaches past the service.
+
+    def record_folder(self, session_id: str) -> Path:
+        """The folder a session's records are in (shown to callers as record_dir)."""
+        return self.store.folder(check_session_id(session_id))
+
+    async def remember_task(self, task_id: str, session_id: str) -> None:
+        """Note that MCP task ``task_id`` runs ``session_id`` (a redelivered task follows it)."""
+        await self.runner.remember(task_id, session_id)
+
+    async def recall_task(self, task_id: str) -> str | None:
+        """The session MCP task ``task_id`` started, if it started one."""
+        return await self.runner.recall(task_id)
+
+    async def describe_executor(self) -> ExecutorInfo:
+        """Where runs go (this process or a pool) and whether they can go there now."""
+        return await self.runner.describe()

@@ -3,7 +3,7 @@
 ``stream=True``) runs a consensus in this process and answers with its final answer.
 
 ``<team>`` is ``default`` (the default team), ``@preset`` or the name of a config in the user
-config folder, as in :mod:`massgen_mcp.api.python`. Usage is the whole team's; the cost
+config folder, as in :mod:`massgen_mcp.api.team_names`. Usage is the whole team's; the cost
 (``response._hidden_params["response_cost"]``, what ``litellm.completion_cost`` reports) is the
 run's priced calls, and ``response._hidden_params["massgen"]`` holds the session id, winner
 and tally. Any LiteLLM-based framework can then put a whole team where it expects one model.
@@ -16,9 +16,10 @@ import concurrent.futures
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from massgen_mcp.api.python import (
+from massgen_mcp.api.python import arun
+from massgen_mcp.api.team_names import (
     DEFAULT_TEAM,
-    arun,
+    no_answer,
     run_summary,
     split_messages,
     team_config,
@@ -55,10 +56,8 @@ def _answer(result: ResultRecord) -> str:
     if result.final_answer is None:
         from massgen_mcp.core.errors import ProviderError
 
-        raise ProviderError(f"the team's run ended {result.status.value} "
-                            f"({result.finish_reason}) with no answer: "
-                            f"{'; '.join(result.errors) or 'no details'}; session "
-                            f"{result.session_id}", retryable=False)
+        why = no_answer(result, subject="the team's run")
+        raise ProviderError(f"{why}; session {result.session_id}", retryable=False)
     return result.final_answer
 
 

@@ -1,7 +1,7 @@
 """``/v1/chat/completions`` and ``/v1/models`` on the HTTP server: the team as one
 OpenAI-compatible model, for any OpenAI SDK client or app that lets you set a base URL.
 
-* ``model`` names the team (:mod:`massgen_mcp.api.python`): ``massgen``, ``massgen/@preset`` or
+* ``model`` names the team (:mod:`massgen_mcp.api.team_names`): ``massgen``, ``massgen/@preset`` or
   ``massgen/<name>`` (a config in the user config folder); ``/v1/models`` lists them.
 * The last user message is the question, earlier messages are the context.
 * The reply's ``content`` is the final answer and ``usage`` the whole team's. The session id,
@@ -22,15 +22,15 @@ page the user visits must not be able to run models on their keys.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from massgen_mcp.api.python import (
-    follow,
+from massgen_mcp.api.python import follow
+from massgen_mcp.api.team_names import (
+    no_answer,
     run_summary,
     split_messages,
     team_config,
@@ -43,6 +43,7 @@ from massgen_mcp.core.net import is_loopback
 from massgen_mcp.core.records import ResultRecord, StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import MAX_CONTEXT_CHARS, RunSpec, check_question
+from massgen_mcp.server.guard import bearer_of, token_matches
 from massgen_mcp.server.shutdown import stopping
 from massgen_mcp.server.views import progress_message
 
@@ -77,8 +78,10 @@ DISCONNECT_POLL_S = 0.5
 # A stream with nothing to say checks that its client is still there this often, and sends an
 # SSE comment (clients ignore it) so proxies keep the connection open.
 KEEPALIVE_S = 1.0
-STOPPING = ("the server is shutting down; the run {sid} was interrupted and continues with "
-            "resume_session or 'massgen-mcp resume {sid}'")
+MAX_OWNED_TASKS = 1000  # the /v1 routes' background tasks at once (a stream owns two)
+# There is no resume command on the CLI: an interrupted run goes on through the MCP tool.
+STOPPING = ("the server is shutting down; the run {sid} was interrupted; when the server is "
+            "back, the MCP tool resume_session (session_id {sid}) continues it")
 
 
 class ApiError(Exception):
@@ -142,9 +145,10 @@ def check_request(body: Any) -> tuple[str, RunSpec, bool, bool]:
 
 
 def add_openai_routes(mcp: FastMCP, token: str | None,
-                      service: Callable[[], ConsensusService]) -> None:
+                      service: Callable[[], ConsensusService], tasks: OwnedTasks) -> None:
     """Add the two routes to ``mcp``'s HTTP app. ``service`` returns the running server's
-    service (the runs share its runner and its limits)."""
+    service (the runs share its runner and its limits); ``tasks`` holds the routes'
+    background tasks (the server's lifespan closes it)."""
     from starlette.responses import JSONResponse, StreamingResponse
 
     def refused(request: Request) -> Response | None:
@@ -163,12 +167,10 @@ def add_openai_routes(mcp: FastMCP, token: str | None,
         if is_loopback(str(bound)) and not is_loopback(named):  # DNS rebinding
             return ApiError(403, f"Host {host!r} is not this server",
                             kind="permission_error").response()
-        if token is not None:
-            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), token.encode()):
-                return ApiError(401, "missing or wrong token: send 'Authorization: Bearer "
-                                     "<MASSGEN_MCP_TOKEN>'", kind="authentication_error"
-                                ).response({"WWW-Authenticate": "Bearer"})
+        if not token_matches(bearer_of(request.headers), token):
+            return ApiError(401, "missing or wrong token: send 'Authorization: Bearer "
+                                 "<MASSGEN_MCP_TOKEN>'", kind="authentication_error"
+                            ).response({"WWW-Authenticate": "Bearer"})
         return None
 
     @mcp.custom_route("/v1/models", methods=["GET"])
@@ -193,6 +195,9 @@ def add_openai_routes(mcp: FastMCP, token: str | None,
         except ApiError as exc:
             return exc.response()
         stream, include_usage = parts[2], parts[3]
+        if not tasks.room_for(2 if stream else 1):
+            return ApiError(503, "too many requests at once; retry shortly",
+                            kind="server_error").response()
         try:
             started = await service().start(spec)
         except SessionStateError as exc:  # too many runs, or shutting down
@@ -203,13 +208,13 @@ def add_openai_routes(mcp: FastMCP, token: str | None,
         headers = {SESSION_HEADER: sid}
         if stream:
             progress = Progress()
-            run = _own(follow(service(), sid, progress.update))
+            run = tasks.own(follow(service(), sid, progress.update))
             run.add_done_callback(lambda _: progress.changed.set())
-            _own(_watch(request, run))
+            tasks.own(_watch(request, run))
             return StreamingResponse(_stream(run, progress, model, sid, include_usage),
                                      media_type="text/event-stream",
                                      headers={**headers, "Cache-Control": "no-cache"})
-        return await _complete(request, service(), model, sid)
+        return await _complete(request, service(), tasks, model, sid)
 
 
 class Progress:
@@ -224,22 +229,37 @@ class Progress:
         self.changed.set()
 
 
-_tasks: set[asyncio.Task[Any]] = set()
+class OwnedTasks:
+    """The /v1 routes' background tasks (a run followed to its end, a disconnect watcher),
+    owned by the server's lifespan: at most ``limit`` at once, and cancelled and awaited when
+    the lifespan ends, so none outlives the server. A streamed response's run must not depend
+    on the response body being iterated (a body dropped on disconnect is never finalised),
+    hence tasks rather than the handler's own awaits."""
 
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = MAX_OWNED_TASKS if limit is None else limit
+        self._tasks: set[asyncio.Task[Any]] = set()
 
-def _own(coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-    """A task kept alive until it ends: a streamed response's run must not depend on the
-    response body being iterated (a body dropped on disconnect is never finalised)."""
-    task = asyncio.ensure_future(coroutine)
-    _tasks.add(task)
-    task.add_done_callback(_forget)
-    return task
+    def room_for(self, count: int) -> bool:
+        return len(self._tasks) + count <= self.limit
 
+    def own(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._forget)
+        return task
 
-def _forget(task: asyncio.Task[Any]) -> None:
-    _tasks.discard(task)
-    if not task.cancelled():
-        task.exception()  # retrieved: a run interrupted by a shutdown has no result
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a run interrupted by a shutdown has no result
+
+    async def aclose(self) -> None:
+        """Cancel every task still going and wait for each to end."""
+        pending = list(self._tasks)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 async def _watch(request: Request, run: asyncio.Task[Any]) -> bool:
@@ -254,13 +274,13 @@ async def _watch(request: Request, run: asyncio.Task[Any]) -> bool:
     return True
 
 
-async def _complete(request: Request, service: ConsensusService, model: str,
-                    session_id: str) -> Response:
+async def _complete(request: Request, service: ConsensusService, tasks: OwnedTasks,
+                    model: str, session_id: str) -> Response:
     """Wait for the run's end, cancelling it if the client goes away."""
     from starlette.responses import JSONResponse
 
     headers = {SESSION_HEADER: session_id}
-    run = _own(follow(service, session_id))
+    run = tasks.own(follow(service, session_id))
     try:
         if not await _watch(request, run):
             return ApiError(503, STOPPING.format(sid=session_id), kind="server_error"
@@ -277,10 +297,7 @@ async def _complete(request: Request, service: ConsensusService, model: str,
         if not run.done() and not stopping.is_set():  # this handler was cancelled
             run.cancel()
     if result.final_answer is None:
-        return ApiError(502, f"the run ended {result.status.value} "
-                             f"({result.finish_reason}) with no answer: "
-                             f"{'; '.join(result.errors) or 'no details'}",
-                        kind="server_error").response(headers)
+        return ApiError(502, no_answer(result), kind="server_error").response(headers)
     return JSONResponse(completion(model, result), headers=headers)
 
 
@@ -342,9 +359,7 @@ async def _stream(run: asyncio.Task[ResultRecord], progress: Progress, model: st
             yield error(str(exc))
             return
         if result.final_answer is None:
-            yield error(f"the run ended {result.status.value} ({result.finish_reason}) with "
-                        f"no answer: {'; '.join(result.errors) or 'no details'}; session "
-                        f"{session_id}")
+            yield error(f"{no_answer(result)}; session {session_id}")
             return
         yield chunk(delta({"content": result.final_answer}))
         yield chunk(delta({}, "stop"), massgen=run_summary(result))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import hmac
 import json
 import logging
 import os
@@ -27,18 +26,19 @@ from massgen_mcp.core.errors import ConfigError, ListenError
 from massgen_mcp.core.files import default_home
 from massgen_mcp.core.net import is_loopback
 from massgen_mcp.core.secrets import RedactingFormatter
+from massgen_mcp.core.settings import SETTINGS
+from massgen_mcp.server.guard import token_matches
 
 if TYPE_CHECKING:
     from fastmcp.server.auth import TokenVerifier
 
     from massgen_mcp.pool.live import PoolConfig
 
-TOKEN_ENV = "MASSGEN_MCP_TOKEN"
-MAX_BODY_ENV = "MASSGEN_MCP_MAX_BODY_BYTES"
-DEFAULT_MAX_BODY = 4 * 1024 * 1024  # a maximal question plus context fits with room to spare
-HEADER_TIMEOUT_ENV, HEADER_TIMEOUT_S = "MASSGEN_MCP_HEADER_TIMEOUT_S", 10.0  # connecting (or
-# the last response) to a request's full headers
-BODY_TIMEOUT_ENV, BODY_TIMEOUT_S = "MASSGEN_MCP_BODY_TIMEOUT_S", 30.0  # between body pieces
+TOKEN_ENV = SETTINGS.mcp_token.env
+MAX_BODY_ENV = SETTINGS.mcp_max_body_bytes.env
+HEADER_TIMEOUT_S = SETTINGS.mcp_header_timeout_s.default  # connecting (or the last response)
+# to a request's full headers
+BODY_TIMEOUT_S = SETTINGS.mcp_body_timeout_s.default  # between body pieces
 
 
 class BodySizeLimit:
@@ -207,11 +207,11 @@ def bearer_token_auth(token: str) -> TokenVerifier:
     """
     from fastmcp.server.auth import AccessToken, TokenVerifier
 
-    expected = token.encode()
+    expected = token
 
     class BearerToken(TokenVerifier):
         async def verify_token(self, token: str) -> AccessToken | None:
-            if hmac.compare_digest(token.encode(), expected):
+            if token_matches(token, expected):
                 return AccessToken(token="bearer", client_id="massgen-mcp-user", scopes=[])
             return None
 
@@ -281,7 +281,7 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
     token for both. With ``pool``, a front end: runs go to the pool's workers."""
     from massgen_mcp.server.app import create_server
 
-    token = os.environ.get(TOKEN_ENV)
+    token = SETTINGS.mcp_token.read()
     if not is_loopback(host) and not token:
         raise ConfigError(
             f"refusing to serve on {host} without a token: anyone on the network could run "
@@ -289,7 +289,7 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
             "'Authorization: Bearer <token>'), or bind 127.0.0.1")
     from massgen_mcp.pool.live import redact_url
 
-    if pool is not None and token and not os.environ.get("FASTMCP_TASKS_ENCRYPTION_KEY"):
+    if pool is not None and token and not SETTINGS.tasks_key.read():
         raise ConfigError(
             "a pool front end with a token needs FASTMCP_TASKS_ENCRYPTION_KEY: MCP tasks keep "
             "each request's headers (the bearer token among them) in Redis, encrypted only "
@@ -310,9 +310,9 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
         f"runs on the pool at {redact_url(pool.url)}" if pool else "runs in this process")
     from starlette.middleware import Middleware
 
-    limit = int(os.environ.get(MAX_BODY_ENV, DEFAULT_MAX_BODY))
-    header_timeout = float(os.environ.get(HEADER_TIMEOUT_ENV, HEADER_TIMEOUT_S))
-    body_timeout = float(os.environ.get(BODY_TIMEOUT_ENV, BODY_TIMEOUT_S))
+    limit = SETTINGS.mcp_max_body_bytes.read()
+    header_timeout = SETTINGS.mcp_header_timeout_s.read()
+    body_timeout = SETTINGS.mcp_body_timeout_s.read()
     app = server.http_app(path=path, middleware=[
         Middleware(BodySizeLimit, limit=limit),
         Middleware(BodyReadTimeout, timeout_s=body_timeout)],

@@ -1,0 +1,221 @@
+"""What each MCP tool does, as plain async functions over a :class:`ConsensusService`.
+
+server/app.py only registers these with FastMCP (names, schemas, descriptions); the work is
+here, where it can be read and tested without the protocol. Runs go on in the background;
+hosts cut tool calls after ~60 s, so no tool blocks longer than its ``wait_s`` (capped at
+``MASSGEN_MCP_MAX_WAIT_S``, default 50 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+from fastmcp import Context
+from fastmcp.exceptions import ToolError
+
+from massgen_mcp.core.errors import MassgenError, RunNotFinishedError
+from massgen_mcp.core.records import RunStatus, StatusRecord
+from massgen_mcp.core.secrets import redact
+from massgen_mcp.core.settings import SETTINGS
+from massgen_mcp.core.spec import RunSpec
+from massgen_mcp.server import shutdown
+from massgen_mcp.server.views import (
+    NOT_FINISHED_HINT,
+    CancelView,
+    Detail,
+    ResultView,
+    RunHandle,
+    SessionPage,
+    StatusView,
+    cancel_view,
+    progress_message,
+    result_view,
+    session_page,
+    status_view,
+)
+from massgen_mcp.service import ConsensusService, StartedRun
+from massgen_mcp.sessions.waiting import StatusCallback
+from massgen_mcp.team.context_files import Workspace
+
+log = logging.getLogger(__name__)
+
+ROOTS_TIMEOUT_S = 5.0  # asking the client for its roots, once per run_consensus
+# A front end that stops: an MCP task notices within STOP_POLL_S and steps aside after
+# TASK_HANDOFF_S, longer than uvicorn's 5 s graceful shutdown so the tasks' worker is
+# draining by then (a task that steps aside then stays queued for another front end).
+STOP_POLL_S = 1.0
+TASK_HANDOFF_S = 8.0
+
+
+def max_wait_s() -> float:
+    return SETTINGS.mcp_max_wait_s.read()
+
+
+@contextlib.contextmanager
+def tool_errors() -> Iterator[None]:
+    """Our errors carry messages written for the model; pass them through as ToolError."""
+    try:
+        yield
+    except RunNotFinishedError as exc:
+        raise ToolError(f"{exc}; {NOT_FINISHED_HINT}") from None
+    except MassgenError as exc:
+        raise ToolError(redact(str(exc))) from None
+
+
+def service_of(ctx: Context) -> ConsensusService:
+    """The server's one service, put in the lifespan context by server/app.py."""
+    service = ctx.lifespan_context["service"]
+    assert isinstance(service, ConsensusService)
+    return service
+
+
+async def client_root(ctx: Context) -> Workspace | None:
+    """The client's first ``file://`` root as the run's workspace, asked afresh on every call
+    (so a changed root list is never stale); None when the client has no roots.
+
+    Roots are deprecated as of the 2026-07-28 spec (SEP-2577) but hosts still send them; a
+    client that cannot answer costs nothing here: the server's own folder is used.
+    """
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    from mcp.types import ClientCapabilities, RootsCapability
+
+    try:
+        session = ctx.session
+        if not session.check_client_capability(ClientCapabilities(roots=RootsCapability())):
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the deprecation notice, once per call
+            async with asyncio.timeout(ROOTS_TIMEOUT_S):
+                listed = await session.list_roots()
+    except Exception:  # no back-channel, a timeout, a client error: use the server's folder
+        log.debug("roots/list failed", exc_info=True)
+        return None
+    for root in listed.roots:
+        uri = urlparse(str(root.uri))
+        path = Path(url2pathname(uri.path))
+        if uri.scheme == "file" and path.is_dir():
+            return Workspace(path)
+    return None
+
+
+def progress_reporter(ctx: Context) -> StatusCallback:
+    """Send each status seen while a tool waits as a progress notification (hosts such as
+    Claude Code reset their idle timer only on these)."""
+    step = 0
+
+    async def report(status: StatusRecord) -> None:
+        nonlocal step
+        step += 1
+        await ctx.report_progress(step, None, progress_message(status))
+
+    return report
+
+
+async def run_as_task(service: ConsensusService, ctx: Context, task_id: str, spec: RunSpec
+                      ) -> RunHandle:
+    """Run ``spec`` to the end for an MCP task. A task delivered again (its front end died
+    or stopped) follows the session it started the first time instead of starting another.
+
+    When this front end stops, the task steps aside after :data:`TASK_HANDOFF_S` (by then the
+    tasks' worker is draining, so the task stays queued for another front end) and the
+    session goes on: only ``tasks/cancel`` cancels it."""
+    session_id = await service.recall_task(task_id)
+    if session_id is None:
+        started = await service.start(spec, await client_root(ctx))
+        session_id = started.session_id
+        await service.remember_task(task_id, session_id)
+    waiting = asyncio.create_task(service.wait(session_id, None, until_done=True,
+                                               on_change=progress_reporter(ctx)))
+    try:
+        while not waiting.done() and not shutdown.stopping.is_set():
+            await asyncio.wait({waiting}, timeout=STOP_POLL_S)
+        if not waiting.done():
+            await asyncio.wait({waiting}, timeout=TASK_HANDOFF_S)
+        if not waiting.done():
+            raise asyncio.CancelledError  # not a cancel of the run: see above
+        status = waiting.result()
+    except asyncio.CancelledError:
+        waiting.cancel()
+        if not shutdown.stopping.is_set():  # tasks/cancel: the task's session stops with it
+            await asyncio.shield(service.cancel(session_id))
+        raise
+    record_dir = str(service.record_folder(session_id))
+    return RunHandle(session_id=session_id, status=status.status, record_dir=record_dir,
+                     message="finished; the result is included",
+                     result=result_view(await service.result(session_id), record_dir))
+
+
+async def wait_and_wrap(service: ConsensusService, ctx: Context, started: StartedRun,
+                        wait_s: float, message: str) -> RunHandle:
+    """The handle of a run just started; with ``wait_s``, wait that long for it to finish
+    (sending progress) and include the result if it did."""
+    status = await service.status(started.session_id)
+    wait = min(wait_s, max_wait_s())
+    if wait > 0:
+        status = await service.wait(started.session_id, wait, until_done=True,
+                                    on_change=progress_reporter(ctx))
+    handle = RunHandle(session_id=started.session_id, status=status.status,
+                       record_dir=str(started.record_dir), message=message)
+    if status.done:
+        handle.result = result_view(await service.result(started.session_id),
+                                    str(started.record_dir))
+        handle.message = "finished; the result is included"
+    return handle
+
+
+async def run_consensus(service: ConsensusService, ctx: Context, spec: RunSpec, wait_s: float
+                        ) -> RunHandle:
+    task_id = ctx.task_id
+    if task_id is not None:  # an MCP task: its result is the run's result
+        return await run_as_task(service, ctx, task_id, spec)
+    started = await service.start(spec, await client_root(ctx))
+    return await wait_and_wrap(
+        service, ctx, started, wait_s,
+        "started; call get_status with wait_s=30 until done, then get_result")
+
+
+async def get_status(service: ConsensusService, session_id: str, wait_s: float,
+                     after_revision: int | None) -> StatusView:
+    wait = min(wait_s, max_wait_s())
+    status = (await service.wait(session_id, wait, after_revision=after_revision)
+              if wait > 0 else await service.status(session_id))
+    return status_view(status)
+
+
+async def get_result(service: ConsensusService, session_id: str, detail: Detail) -> ResultView:
+    return result_view(await service.result(session_id),
+                       str(service.record_folder(session_id)), detail)
+
+
+def list_sessions(service: ConsensusService, status: RunStatus | None, limit: int,
+                  cursor: str | None) -> SessionPage:
+    return session_page(*service.list_sessions(status, limit, cursor))
+
+
+async def cancel_session(service: ConsensusService, session_id: str) -> CancelView:
+    status, stopped = await service.cancel(session_id)
+    return cancel_view(session_id, status, stopped)
+
+
+async def continue_session(service: ConsensusService, ctx: Context, session_id: str,
+                           follow_up: str, wait_s: float) -> RunHandle:
+    started = await service.continue_session(session_id, follow_up)
+    return await wait_and_wrap(service, ctx, started, wait_s,
+                               "follow-up started; poll get_status")
+
+
+async def resume_session(service: ConsensusService, ctx: Context, session_id: str,
+                         wait_s: float) -> RunHandle:
+    started = await service.resume_session(session_id)
+    return await wait_and_wrap(service, ctx, started, wait_s, "resumed; poll get_status")
+
+
+def events_jsonl(service: ConsensusService, session_id: str) -> str:
+    return "".join(e.to_json() + "\n" for e in service.events(session_id))
