@@ -50,7 +50,7 @@ from massgen_mcp.sessions.runner import (
 )
 from massgen_mcp.sessions.runner import StartedRun as StartedRun  # start()'s reply, for faces
 from massgen_mcp.sessions.store import SessionStore, check_session_id
-from massgen_mcp.sessions.waiting import StatusCallback
+from massgen_mcp.sessions.waiting import StatusCallback as StatusCallback  # for faces
 from massgen_mcp.team import consent
 from massgen_mcp.team.choose import choose_team, with_overrides
 from massgen_mcp.team.context_files import Workspace

@@ -38,8 +38,7 @@ from massgen_mcp.server.views import (
     session_page,
     status_view,
 )
-from massgen_mcp.service import ConsensusService, StartedRun
-from massgen_mcp.sessions.waiting import StatusCallback
+from massgen_mcp.service import ConsensusService, StartedRun, StatusCallback
 from massgen_mcp.team.context_files import Workspace
 
 log = logging.getLogger(__name__)
