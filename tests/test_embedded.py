@@ -64,7 +64,9 @@ async def test_grammar_always_yields_a_valid_vote() -> None:
 
 
 @needs_model
-def test_offline_consensus_with_no_keys(monkeypatch, capsys, tmp_path: Path, home: Path) -> None:
+def test_offline_consensus_with_no_keys(monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                        home: Path) -> None:
     for names in PROVIDER_KEY_ENV.values():
         for name in names:
             monkeypatch.delenv(name, raising=False)

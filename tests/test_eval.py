@@ -14,6 +14,7 @@ from massgen_mcp.cli.evaluate import is_correct, load_questions
 from massgen_mcp.cli.main import main
 from massgen_mcp.providers.llamacpp_provider import embedded_model_name
 from massgen_mcp.testing.scripted import ChatRequest, Reply, answer, text, vote
+from tests.helpers import Scripted
 
 
 def policy(req: ChatRequest) -> Reply:
@@ -29,7 +30,7 @@ def policy(req: ChatRequest) -> Reply:
 
 
 def test_eval_scores_each_member_the_majority_and_the_consensus(
-        scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     server = scripted(policy)
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps({"question": f"What is {x} plus {x + 3}?",

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_transports import RawStdio, server_env, spawn_raw, stop_raw
+
+from tests.test_transports import RawStdio, server_env, spawn_raw, stop_raw
 
 CLIENT = {"name": "raw-test", "version": "1"}
 GOOD = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT}

@@ -27,12 +27,12 @@ from fastmcp import Client
 from mcp.shared.exceptions import MCPError
 from redis import Redis
 from redis.exceptions import RedisError
-from test_pool import REDIS, Pool, follow, free_port, models, start
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.pool import payloads
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.testing.scripted import agree
+from tests.test_pool import REDIS, Pool, follow, free_port, models, start
 
 pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
                                 reason="redis-server is not installed")
