@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from massgen_mcp.cli.evaluate import is_correct, load_questions
 from massgen_mcp.cli.main import main
@@ -86,9 +87,18 @@ def test_a_bad_question_file_names_the_line(tmp_path: Path) -> None:
     reason="the embedded model is not installed (pip install 'massgen-mcp[local]')")
 def test_eval_completes_offline_on_the_embedded_team(
         home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    questions = tmp_path / "two.jsonl"
-    questions.write_text('{"question": "What is 2 + 2?", "answer": "4"}\n'
-                         '{"question": "Which is larger: (A) 3 or (B) 5?", "answer": "B"}\n')
-    assert main(["eval", str(questions), "--config", "@offline_embedded"]) == 0
+    # The shipped preset, smaller: two of its agents, one answer each, short replies, one
+    # question. What is proved is unchanged: eval's every method runs on the embedded model.
+    preset = yaml.safe_load((Path(__file__).parents[1] / "configs" / "offline_embedded.yaml")
+                            .read_text())
+    preset["agents"] = preset["agents"][:2]
+    for agent in preset["agents"]:
+        agent["backend"]["max_tokens"] = 64
+    preset["orchestrator"]["max_new_answers_per_agent"] = 1
+    config = tmp_path / "small_embedded.yaml"
+    config.write_text(yaml.safe_dump(preset))
+    questions = tmp_path / "one.jsonl"
+    questions.write_text('{"question": "What is 2 + 2?", "answer": "4"}\n')
+    assert main(["eval", str(questions), "--config", str(config)]) == 0
     table = capsys.readouterr().out
-    assert "consensus" in table and "majority" in table and "(2 of 2 questions)" in table
+    assert "consensus" in table and "majority" in table and "(1 of 1 questions)" in table
