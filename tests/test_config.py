@@ -89,7 +89,7 @@ def test_massgen_sample_loads_with_warnings(tmp_path: Path) -> None:
          "options.max_answers_per_agent: Input should be greater than or equal to 1"),
     ],
 )
-def test_errors_name_the_key(data: dict, message: str) -> None:
+def test_errors_name_the_key(data: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as info:
         team_from_mapping(data)
     assert message in str(info.value)

@@ -170,7 +170,7 @@ async def test_the_cli_gets_its_environment_and_gives_its_status_as_without_a_re
 
 # -- MCP stdio servers as agent tools ------------------------------------------------------------
 
-def team(server_url: str, folder: Path, *flags: str, **backend: Any):
+def team(server_url: str, folder: Path, *flags: str, **backend: Any) -> TeamConfig:
     servers = {"escapees": {"command": sys.executable,
                             "args": [str(SERVER), str(folder), *flags]}}
     built, _ = team_from_mapping({"agents": [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.sessions.runner import SessionRunner
@@ -67,7 +68,7 @@ async def test_late_better_answer_invalidates_votes(scripted: Scripted) -> None:
 
     accepted: list[str] = []
 
-    def on_event(_sid: str, event: dict) -> None:
+    def on_event(_sid: str, event: dict[str, Any]) -> None:
         if event["type"] == "vote":
             accepted.append(event["agent_id"])
             if len(accepted) == 2:
@@ -97,7 +98,7 @@ async def test_stale_vote_is_discarded_and_agent_asked_again(scripted: Scripted)
             return answer("C's second answer")
         return agree(req)
 
-    def on_event(_sid: str, event: dict) -> None:
+    def on_event(_sid: str, event: dict[str, Any]) -> None:
         if event["type"] == "answer" and event["revision"] == 2:
             answered.set()
 

@@ -21,7 +21,9 @@ from tests.helpers import Scripted
 def policy(req: ChatRequest) -> Reply:
     """Questions 'What is X plus Y?'. Agent a is always right; b always one too high; c is
     right when X is odd and otherwise gives b's wrong answer. Everyone votes for a."""
-    x, y = map(int, re.search(r"What is (\d+) plus (\d+)\?", req.user).groups())
+    question = re.search(r"What is (\d+) plus (\d+)\?", req.user)
+    assert question is not None
+    x, y = map(int, question.groups())
     if req.is_final:  # the winner (a) presents its own answer
         return text(f"Final.\nAnswer: {x + y}")
     if req.vote_labels:

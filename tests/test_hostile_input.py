@@ -181,6 +181,7 @@ def test_a_config_with_a_control_character_is_a_clear_error(home: Path, tmp_path
 # -- doctor with a wrong Redis password ------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("redis-server") is None
                     and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
                     reason="redis-server is not installed")

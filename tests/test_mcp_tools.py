@@ -52,7 +52,7 @@ def offered(req: ChatRequest) -> list[str]:
     return [t["function"]["name"] for t in req.tools]
 
 
-def team(server_url: str, agents: list[dict[str, Any]], **options: Any):
+def team(server_url: str, agents: list[dict[str, Any]], **options: Any) -> TeamConfig:
     config = {"agents": [
         {"id": a["id"], "backend": {"type": "chatcompletion", "model": a["id"],
                                     "base_url": server_url, **a.get("backend", {})}}

@@ -334,6 +334,7 @@ async def test_a_stopped_worker_hands_its_run_back(pool: Pool, scripted: Any,
     assert len([r for r in server.requests if is_answer_call(r)]) == 3
 
 
+@pytest.mark.slow
 async def test_a_hundred_sessions_across_two_workers(pool: Pool, scripted: Any,
                                                      home: Path) -> None:
     server = scripted(agree, latency_s=0.02)
@@ -375,6 +376,7 @@ async def test_no_key_reaches_redis(pool: Pool, scripted: Any, tmp_path: Path) -
     assert dump.stat().st_size > 0 and CANARY.encode() not in dump.read_bytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("aof", [True, False], ids=["aof", "no-persistence"])
 async def test_a_redis_restart_loses_no_run(tmp_path: Path, home: Path, scripted: Any,
                                             aof: bool) -> None:
@@ -468,6 +470,7 @@ async def test_a_worker_cut_off_from_redis_stops_writing_and_its_run_goes_on(
         pool.close()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("task_clients")
 async def test_a_front_end_that_stops_leaves_its_task_s_run_going(
         pool: Pool, scripted: Any, home: Path, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from massgen_mcp.cli.main import main
 from massgen_mcp.render.html import markdown
 from massgen_mcp.server.app import create_server
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, error
-from tests.helpers import Scripted, by_model, hostile, run_team, team_for
+from tests.helpers import Outcome, Scripted, by_model, hostile, run_team, team_for
 from tests.test_transports import TOKEN, http_server  # noqa: F401  (fixture)
 
 XSS = '<script>alert("pwned")</script><img src=x onerror=alert(1)>'
@@ -26,7 +26,7 @@ needs_browser = pytest.mark.skipif(
     reason="install Debian's chromium to test the report in a real browser")
 
 
-async def xss_run(scripted: Scripted, models=("a", "b", "c")):
+async def xss_run(scripted: Scripted, models: tuple[str, ...] = ("a", "b", "c")) -> Outcome:
     server = scripted(hostile(XSS))
     return await run_team(team_for(server, models), question=f"Why? {XSS}")
 

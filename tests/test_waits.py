@@ -38,6 +38,7 @@ async def _ignore_progress(progress: float, total: float | None, message: str | 
     return None
 
 
+@pytest.mark.slow
 async def test_run_consensus_wait_returns_when_the_run_ends(scripted: Scripted, home: Path) -> None:
     server = scripted(agree)
     durations: list[float] = []
@@ -54,6 +55,7 @@ async def test_run_consensus_wait_returns_when_the_run_ends(scripted: Scripted, 
     assert max(durations) < BOUND_S, f"slowest calls (s): {slowest}"
 
 
+@pytest.mark.slow
 async def test_get_status_wait_returns_when_the_run_moves(scripted: Scripted, home: Path) -> None:
     """Each ``get_status(wait_s, after_revision)`` returns at the next change; the run
     moves in steps the test releases, so every wait has something to wake it."""
@@ -112,6 +114,7 @@ async def test_a_change_while_the_waiter_reports_progress_wakes_it() -> None:
     assert status.done
 
 
+@pytest.mark.slow
 async def test_a_pool_run_followed_from_another_front_end(scripted: Scripted, tmp_path: Path,
                                                           home: Path) -> None:
     """Runs queued through one front end and waited on through another: the live channel
