@@ -52,6 +52,7 @@ def test_get_result_view_follows_a_live_run_and_renders_safely(scripted: Scripte
          f"Why? {XSS}", str(shot)],
         cwd=CLIENTS, env=server_env(home, CHROMIUM=CHROMIUM or "chromium"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     try:
         first = proc.stdout.readline().strip()
         release.set()

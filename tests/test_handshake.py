@@ -27,6 +27,7 @@ GOOD = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIEN
 
 async def send_line(raw: RawStdio, line: bytes) -> dict[str, Any]:
     """Write one raw line; the next line the server prints."""
+    assert raw.proc.stdin is not None and raw.proc.stdout is not None
     raw.proc.stdin.write(line + b"\n")
     await raw.proc.stdin.drain()
     reply = await asyncio.wait_for(raw.proc.stdout.readline(), 60)

@@ -33,7 +33,7 @@ DEEP = "[" * 100_000
 def cli(home: Path, *args: str, stdin: bytes | None = None, cwd: Path | None = None
         ) -> subprocess.CompletedProcess[bytes]:
     """The real CLI; arguments may hold bytes that are not UTF-8 (as a shell passes them)."""
-    argv = [sys.executable, "-m", "massgen_mcp",
+    argv: list[str | bytes] = [sys.executable, "-m", "massgen_mcp",
             *(a.encode("utf-8", "surrogateescape") for a in args)]
     return subprocess.run(argv, input=stdin, capture_output=True, cwd=cwd, timeout=120,
                           env=server_env(home))

@@ -143,7 +143,7 @@ def task_clients(monkeypatch: pytest.MonkeyPatch) -> None:
     ``fastmcp_tasks`` is imported every Client declares it, and a pool front end then runs
     each run_consensus as a task, whose plain call_tool returns only when the run ends."""
     from fastmcp.client import extension_hooks
-    from fastmcp_tasks import _build_tasks_client_extension
+    from fastmcp_tasks.client import _build_tasks_client_extension
 
     monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])
     extension_hooks.register_internal_client_extension_factory(_build_tasks_client_extension)
@@ -427,6 +427,7 @@ async def test_an_mcp_task_client_gets_the_result_and_can_cancel(
             "question": "What is 6*7?", "models": models(server)})
         result = await task.result()
         handle = result.structured_content
+        assert handle is not None
         assert handle["status"] == "completed" and handle["result"]["final_answer"]
         slow = await call_tool_task(client, "run_consensus", {
             "question": "a slow one", "models": models(server)})
