@@ -16,11 +16,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import hostile
-from test_clients import CLIENTS, stdio_command
-from test_transports import server_env
 
 from massgen_mcp.testing.scripted import ChatRequest, Reply
+from tests.helpers import Scripted, hostile
+from tests.test_clients import CLIENTS, stdio_command
+from tests.test_transports import server_env
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PLAYWRIGHT = CLIENTS / "node_modules" / "playwright-core"
@@ -34,7 +34,7 @@ pytestmark = [
 XSS = '<script>window.pwned=true</script><img src=x onerror="window.pwned=true">'
 
 
-def test_get_result_view_follows_a_live_run_and_renders_safely(scripted, home: Path,
+def test_get_result_view_follows_a_live_run_and_renders_safely(scripted: Scripted, home: Path,
                                                                tmp_path: Path) -> None:
     release = threading.Event()
     answer_with_xss = hostile(XSS)
@@ -52,6 +52,7 @@ def test_get_result_view_follows_a_live_run_and_renders_safely(scripted, home: P
          f"Why? {XSS}", str(shot)],
         cwd=CLIENTS, env=server_env(home, CHROMIUM=CHROMIUM or "chromium"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     try:
         first = proc.stdout.readline().strip()
         release.set()

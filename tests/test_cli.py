@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.cli.main import main
-from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, error
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, error
+from tests.helpers import Scripted
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -21,11 +22,12 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     return code, out, err
 
 
-def models_args(server) -> list[str]:
+def models_args(server: ScriptedServer) -> list[str]:
     return ["--models", "openai/a,openai/b,openai/c", "--base-url", server.base_url]
 
 
-def test_run_prints_final_answer_and_progress(scripted, capsys) -> None:
+def test_run_prints_final_answer_and_progress(scripted: Scripted,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     server = scripted(agree)
     code, out, err = run_cli(capsys, "run", "What is 6*7?", *models_args(server))
     assert code == 0
@@ -33,7 +35,7 @@ def test_run_prints_final_answer_and_progress(scripted, capsys) -> None:
     assert "answered" in err and "voted for" in err and "finished: completed" in err
 
 
-def test_run_json(scripted, capsys, home: Path) -> None:
+def test_run_json(scripted: Scripted, capsys: pytest.CaptureFixture[str], home: Path) -> None:
     server = scripted(agree)
     code, out, _ = run_cli(capsys, "run", "What is 6*7?", *models_args(server), "--json")
     assert code == 0
@@ -45,7 +47,8 @@ def test_run_json(scripted, capsys, home: Path) -> None:
     assert (Path(data["session_dir"]) / "result.json").is_file()
 
 
-def test_input_errors_exit_1(capsys, tmp_path: Path, nothing_available) -> None:
+def test_input_errors_exit_1(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                             nothing_available: None) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         "agents:\n  - id: a\n    backend: {type: openai, model: gpt-4o, temprature: 1}\n")
@@ -60,14 +63,15 @@ def test_input_errors_exit_1(capsys, tmp_path: Path, nothing_available) -> None:
     assert code == 1 and "set OPENAI_API_KEY" in err
 
 
-def test_all_agents_failing_exits_2(scripted, capsys) -> None:
+def test_all_agents_failing_exits_2(scripted: Scripted, capsys: pytest.CaptureFixture[str]) -> None:
     server = scripted(lambda req: error(400, "model does not exist"))
     code, out, err = run_cli(capsys, "run", "q", *models_args(server))
     assert code == 2 and out == ""
     assert "all_agents_failed" in err and "request rejected" in err
 
 
-def test_timeout_exits_3_with_best_answer(scripted, capsys) -> None:
+def test_timeout_exits_3_with_best_answer(scripted: Scripted,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
     def stall(req: ChatRequest) -> Reply:
         return Reply("text", delay_s=5) if req.vote_labels else agree(req)
 
@@ -78,7 +82,7 @@ def test_timeout_exits_3_with_best_answer(scripted, capsys) -> None:
     assert "timed_out" in err
 
 
-def test_sigint_cancels_and_exits_4(scripted, home: Path) -> None:
+def test_sigint_cancels_and_exits_4(scripted: Scripted, home: Path) -> None:
     arrived = threading.Semaphore(0)
 
     def hang(req: ChatRequest) -> Reply:
@@ -103,7 +107,9 @@ def test_sigint_cancels_and_exits_4(scripted, home: Path) -> None:
     assert status["status"] == "cancelled"
 
 
-def test_validate_prints_team_and_names_bad_keys(capsys, tmp_path: Path, monkeypatch) -> None:
+def test_validate_prints_team_and_names_bad_keys(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_KEY", "sk-secret-value-123456")
     good = tmp_path / "team.yaml"
     good.write_text(
@@ -128,7 +134,7 @@ def test_validate_prints_team_and_names_bad_keys(capsys, tmp_path: Path, monkeyp
     assert code == 1 and "agents: required" in err
 
 
-def test_sessions_and_show(scripted, capsys) -> None:
+def test_sessions_and_show(scripted: Scripted, capsys: pytest.CaptureFixture[str]) -> None:
     server = scripted(agree)
     run_cli(capsys, "run", "What is 6*7?", *models_args(server), "--json")
     code, out, _ = run_cli(capsys, "sessions", "--json")

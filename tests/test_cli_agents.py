@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 
 from massgen_mcp.core.records import EventType, RunStatus
-from massgen_mcp.core.spec import build_team
+from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, text
-from tests.conftest import FAST, by_model
+from tests.helpers import FAST, Scripted, by_model
 
 BIN = Path(__file__).parent / "clients" / "node_modules" / ".bin"
 needs_clis = pytest.mark.skipif(
@@ -113,7 +113,7 @@ def alive(mark: str) -> list[int]:
     return [pid for pid, state in marked_processes(mark) if state != "Z"]
 
 
-async def run(team, question: str = "What is 6*7?"):
+async def run(team: TeamConfig, question: str = "What is 6*7?"):
     store = SessionStore()
     runner = SessionRunner(store, ProviderRouter())
     live = await runner.start(question, team)
@@ -123,7 +123,7 @@ async def run(team, question: str = "What is 6*7?"):
 
 @needs_clis
 async def test_claude_code_codex_gemini_and_an_api_model_reach_consensus(
-        scripted, user: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+        scripted: Scripted, user: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     server = scripted(agree)
     before = tree_digest(user["project"])
     scratch = user["home"].parent / "tmp"  # where the calls' temporary folders go
@@ -173,7 +173,7 @@ def _offered_tools(body: dict[str, Any]) -> set[str]:
 
 @needs_clis
 async def test_a_cli_that_hangs_is_timed_out_dropped_and_killed(
-        scripted, user: dict[str, Any]) -> None:
+        scripted: Scripted, user: dict[str, Any]) -> None:
     seen = threading.Event()
 
     def hang(req: ChatRequest) -> Reply:
@@ -216,7 +216,7 @@ def _environ_of_claude(mark: str) -> dict[str, str]:
 
 
 @needs_clis
-async def test_cancel_kills_every_cli_at_once(scripted, user: dict[str, Any]) -> None:
+async def test_cancel_kills_every_cli_at_once(scripted: Scripted, user: dict[str, Any]) -> None:
     waiting: set[str] = set()
     both = threading.Event()
 
@@ -240,7 +240,7 @@ async def test_cancel_kills_every_cli_at_once(scripted, user: dict[str, Any]) ->
 
 @needs_clis
 async def test_a_cli_that_prints_garbage_gets_the_corrective_retry(
-        scripted, user: dict[str, Any]) -> None:
+        scripted: Scripted, user: dict[str, Any]) -> None:
     def garbled_first(req: ChatRequest) -> Reply:
         if req.call_index == 0:
             return text("Sure! I would love to help with that question.")
@@ -314,7 +314,7 @@ def test_doctor_lists_the_clis_and_whether_each_is_logged_in(
 
 @needs_clis
 def test_massgen_mcp_run_with_no_keys_uses_the_logged_in_cli(
-        scripted, user: dict[str, Any], nothing_available: None, home: Path) -> None:
+        scripted: Scripted, user: dict[str, Any], nothing_available: None, home: Path) -> None:
     """The whole path as a user meets it: no API key, Claude Code logged in (its API root is
     the scripted server, as a proxy setting would make it), `massgen-mcp run` answers."""
     server = scripted(agree)

@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_transports import TOKEN, http_server, server_env  # noqa: F401  (fixture)
 
-from massgen_mcp.testing.scripted import agree
+from massgen_mcp.testing.scripted import ScriptedServer, agree
+from tests.helpers import Scripted
+from tests.test_transports import TOKEN, http_server, server_env  # noqa: F401  (fixture)
 
 CLIENTS = Path(__file__).parent / "clients"
 INSPECTOR = CLIENTS / "node_modules" / ".bin" / "mcp-inspector"
@@ -44,7 +45,7 @@ def call(tool: str, arguments: dict) -> list[str]:
             json.dumps(arguments)]
 
 
-def models_for(server) -> list[str]:
+def models_for(server: ScriptedServer) -> list[str]:
     return [f"openai/{m}@{server.base_url}" for m in "abc"]
 
 
@@ -56,7 +57,7 @@ def test_inspector_strict_tools_list_over_stdio(home: Path) -> None:
             "continue_session", "check_setup"} <= names
 
 
-def test_inspector_run_status_result_over_stdio(scripted, home: Path) -> None:
+def test_inspector_run_status_result_over_stdio(scripted: Scripted, home: Path) -> None:
     # Each Inspector CLI call starts a fresh server process, so the run is waited for inside
     # the first call; later calls read the record the first process left.
     server = scripted(agree)
@@ -73,7 +74,7 @@ def test_inspector_run_status_result_over_stdio(scripted, home: Path) -> None:
     assert result["final_answer"].startswith("Final: ")
 
 
-def test_inspector_over_http_with_token(http_server: str, scripted, home: Path) -> None:  # noqa: F811
+def test_inspector_over_http_with_token(http_server: str, scripted: Scripted, home: Path) -> None:  # noqa: F811
     server = scripted(agree)
     target = [http_server, "--transport", "http", "--header", f"Authorization: Bearer {TOKEN}"]
     env = server_env(home)
@@ -91,7 +92,7 @@ def test_inspector_over_http_with_token(http_server: str, scripted, home: Path) 
     assert result["structuredContent"]["status"] == "completed"
 
 
-def roundtrip(mode: str, target: str, server, env: dict[str, str]) -> dict:
+def roundtrip(mode: str, target: str, server: ScriptedServer, env: dict[str, str]) -> dict:
     proc = subprocess.run(["node", str(CLIENTS / "roundtrip.mjs"), mode, target,
                            json.dumps(models_for(server))], env=env, capture_output=True,
                           text=True, timeout=120, cwd=CLIENTS)
@@ -99,7 +100,7 @@ def roundtrip(mode: str, target: str, server, env: dict[str, str]) -> dict:
     return json.loads(proc.stdout)
 
 
-def test_typescript_sdk_over_stdio(scripted, home: Path) -> None:
+def test_typescript_sdk_over_stdio(scripted: Scripted, home: Path) -> None:
     server = scripted(agree)
     out = roundtrip("stdio", stdio_command(), server, server_env(home))
     assert out["serverVersion"] == {"name": "massgen", "version": "0.1.0"}
@@ -107,7 +108,7 @@ def test_typescript_sdk_over_stdio(scripted, home: Path) -> None:
     assert out["result"]["usage"]["calls"] == 7
 
 
-def test_typescript_sdk_over_http(http_server: str, scripted, home: Path) -> None:  # noqa: F811
+def test_typescript_sdk_over_http(http_server: str, scripted: Scripted, home: Path) -> None:  # noqa: F811
     server = scripted(agree)
     out = roundtrip("http", http_server, server, server_env(home, MASSGEN_MCP_TOKEN=TOKEN))
     assert out["result"]["status"] == "completed"

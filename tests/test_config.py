@@ -12,6 +12,7 @@ from massgen_mcp.core.spec import RunOptions, RunSpec, TeamConfig
 from massgen_mcp.team.choose import choose_team
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.team.massgen_yaml import load_config_file, presets_dir, team_from_mapping
+from tests.helpers import Scripted
 
 MASSGEN_SAMPLE = """
 agents:
@@ -88,13 +89,13 @@ def test_massgen_sample_loads_with_warnings(tmp_path: Path) -> None:
          "options.max_answers_per_agent: Input should be greater than or equal to 1"),
     ],
 )
-def test_errors_name_the_key(data: dict, message: str) -> None:
+def test_errors_name_the_key(data: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as info:
         team_from_mapping(data)
     assert message in str(info.value)
 
 
-def test_env_expansion_and_secret_redaction(monkeypatch) -> None:
+def test_env_expansion_and_secret_redaction(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCAL_KEY", "sk-local-abcdef-123456")
     team, _ = team_from_mapping({"agents": [{"backend": {
         "type": "vllm", "model": "qwen", "api_key": "${LOCAL_KEY}"}}]})
@@ -189,7 +190,7 @@ def test_massgen_features_we_lack_load_with_a_warning_each() -> None:
     assert "some_other_tool: not a key massgen-mcp knows; ignored" in text
 
 
-async def test_the_ignored_keys_are_in_the_runs_record(scripted, tmp_path: Path,
+async def test_the_ignored_keys_are_in_the_runs_record(scripted: Scripted, tmp_path: Path,
                                                       home: Path) -> None:
     from massgen_mcp.api.python import follow
     from massgen_mcp.core.spec import RunSpec

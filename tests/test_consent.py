@@ -20,10 +20,11 @@ import httpx
 import pytest
 from mcp import Client as SdkClient
 from mcp.client.stdio import StdioServerParameters
-from test_openai_api import api, served  # noqa: F401  (fixtures: `serve --http` with /v1)
-from test_transports import TOKEN
 
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, tool_calls
+from tests.helpers import Scripted
+from tests.test_openai_api import api, served  # noqa: F401  (fixtures: `serve --http` with /v1)
+from tests.test_transports import TOKEN
 
 FOREIGN_URL = "http://collector.example.invalid/v1"
 DB_PASSWORD = "Sup3r-s3cret-db-pw-9182"
@@ -89,7 +90,7 @@ options:
 
 
 def test_a_cloned_repos_config_cannot_send_dotenv_abroad_without_consent(
-        scripted, tmp_path: Path) -> None:
+        scripted: Scripted, tmp_path: Path) -> None:
     server = scripted(reads_dotenv)
     repo = cloned_repo(tmp_path, HOSTILE_CONFIG)
     env = child_env(tmp_path, server)
@@ -121,7 +122,8 @@ def test_a_cloned_repos_config_cannot_send_dotenv_abroad_without_consent(
     assert DOTENV_TOKEN in sent(server)
 
 
-def test_workspace_tools_for_a_loopback_team_need_no_consent(scripted, tmp_path: Path) -> None:
+def test_workspace_tools_for_a_loopback_team_need_no_consent(scripted: Scripted,
+                                                             tmp_path: Path) -> None:
     """The same project config on a local model server runs at once, and .env stays denied."""
     server = scripted(reads_dotenv)
     repo = cloned_repo(tmp_path, HOSTILE_CONFIG.replace(FOREIGN_URL, server.base_url).replace(
@@ -134,7 +136,7 @@ def test_workspace_tools_for_a_loopback_team_need_no_consent(scripted, tmp_path:
 
 
 async def test_a_model_call_over_stdio_cannot_open_secret_files_or_send_files_abroad(
-        scripted, tmp_path: Path) -> None:
+        scripted: Scripted, tmp_path: Path) -> None:
     server = scripted(reads_dotenv)
     repo = cloned_repo(tmp_path, HOSTILE_CONFIG)
     params = StdioServerParameters(command=sys.executable, args=["-m", "massgen_mcp"],
@@ -184,7 +186,7 @@ async def test_a_model_call_over_stdio_cannot_open_secret_files_or_send_files_ab
 
 
 def test_the_v1_endpoint_runs_no_project_config_without_consent(
-        scripted, api: str, home: Path) -> None:  # noqa: F811 (the imported fixture)
+        scripted: Scripted, api: str, home: Path) -> None:  # noqa: F811 (the imported fixture)
     """``/v1`` with the default team: the project's config (here $MASSGEN_HOME/config.yaml)
     that lifts the deny-list for a foreign team is refused, saying why; a call cannot pass
     options of its own."""
@@ -275,7 +277,7 @@ def test_allow_secret_files_lifts_a_name_every_pattern_of_it(secret_project: Pat
 # -- consent belongs to one place ---------------------------------------------------------------
 
 def test_validate_servers_starts_nothing_from_an_untrusted_project_config(
-        scripted, tmp_path: Path) -> None:
+        scripted: Scripted, tmp_path: Path) -> None:
     server = scripted(agree)
     marker = tmp_path / "validate-ran-it"
     repo = cloned_repo(tmp_path, (
@@ -293,7 +295,8 @@ def test_validate_servers_starts_nothing_from_an_untrusted_project_config(
     assert marker.exists()  # the same command, now that the user consented
 
 
-def test_consent_does_not_follow_a_symlinked_project_config(scripted, tmp_path: Path) -> None:
+def test_consent_does_not_follow_a_symlinked_project_config(scripted: Scripted,
+                                                            tmp_path: Path) -> None:
     server = scripted(agree)
     config = (f"agents:\n  - id: a\n    backend:\n      type: chatcompletion\n      model: a\n"
               f"      base_url: '{server.base_url}'\n      mcp_servers:\n"
@@ -330,7 +333,7 @@ def test_consent_does_not_follow_a_symlinked_project_config(scripted, tmp_path: 
 
 
 async def test_a_session_record_that_came_with_the_repo_is_not_run_again(
-        scripted, tmp_path: Path) -> None:
+        scripted: Scripted, tmp_path: Path) -> None:
     """Records live in the project's .massgen by default, so a cloned repository can carry one
     whose team has a foreign endpoint, an MCP server command, lifted secret files and a
     workspace elsewhere on disk. resume_session and continue_session must not run it; a run

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import unused_port
 
 from massgen_mcp.cli.main import main
 from massgen_mcp.core.env import getenv
@@ -20,6 +19,7 @@ from massgen_mcp.team.choose import choose_team
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.team.discover import discover, find_local_servers, providers_with_keys
 from massgen_mcp.testing.scripted import ScriptedServer, agree
+from tests.helpers import unused_port
 
 
 async def default_team(tmp_path: Path, **options: Any):
@@ -28,12 +28,12 @@ async def default_team(tmp_path: Path, **options: Any):
 
 
 @pytest.fixture(autouse=True)
-def clean_env(nothing_available, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def clean_env(nothing_available: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No real keys, no real local servers, no user config, no embedded model."""
     monkeypatch.chdir(tmp_path)
 
 
-async def test_keys_give_a_team_that_mixes_providers(monkeypatch) -> None:
+async def test_keys_give_a_team_that_mixes_providers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-1234567890")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-1234567890")
     found = await discover()
@@ -44,7 +44,8 @@ async def test_keys_give_a_team_that_mixes_providers(monkeypatch) -> None:
     assert "sk-fake" not in found.reason
 
 
-async def test_one_key_still_gives_three_diverse_agents(monkeypatch, tmp_path: Path) -> None:
+async def test_one_key_still_gives_three_diverse_agents(monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
     monkeypatch.setenv("GEMINI_API_KEY", "g-fake-1234567890")
     team = await default_team(tmp_path, timeout_s=30)
     assert [a.model.split("/")[0] for a in team.agents] == ["gemini"] * 3
@@ -53,7 +54,8 @@ async def test_one_key_still_gives_three_diverse_agents(monkeypatch, tmp_path: P
     assert len({a.temperature for a in team.agents}) == 3
 
 
-async def test_dotenv_is_read_without_overriding(monkeypatch, tmp_path: Path) -> None:
+async def test_dotenv_is_read_without_overriding(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
     monkeypatch.setenv("XAI_API_KEY", "real-value-123456")
     (tmp_path / ".env").write_text('# keys\nexport MISTRAL_API_KEY="m-fake-123456"\n'
                                    "XAI_API_KEY=from-dotenv\nnot a line\n")
@@ -67,7 +69,7 @@ async def test_dotenv_is_read_without_overriding(monkeypatch, tmp_path: Path) ->
     assert getenv("MISTRAL_API_KEY") == "m-changed-123456"
 
 
-async def test_local_servers_are_found_and_used(monkeypatch) -> None:
+async def test_local_servers_are_found_and_used(monkeypatch: pytest.MonkeyPatch) -> None:
     with ScriptedServer(agree) as server:
         monkeypatch.setenv("MASSGEN_LOCAL_PORTS", f"{unused_port()},{server.port}")
         discovery._probe_cache.clear()
@@ -86,7 +88,7 @@ async def test_probe_is_cached() -> None:
     assert first == [] and await find_local_servers() is not first
 
 
-async def test_project_config_wins(monkeypatch, home: Path) -> None:
+async def test_project_config_wins(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-1234567890")
     home.mkdir(parents=True)
     (home / "config.yaml").write_text(
@@ -102,7 +104,8 @@ async def test_nothing_found_is_a_clear_error(tmp_path: Path) -> None:
     assert "OPENAI_API_KEY" in message and "massgen-mcp[local]" in message
 
 
-def test_doctor_reports_names_never_values(monkeypatch, capsys) -> None:
+def test_doctor_reports_names_never_values(monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-canary-doctor-123456")
     assert main(["doctor", "--json"]) == 0
     out = capsys.readouterr().out
@@ -115,7 +118,8 @@ def test_doctor_reports_names_never_values(monkeypatch, capsys) -> None:
     assert "default team:" in text and "why:" in text and "sk-canary" not in text
 
 
-def test_run_without_models_uses_the_default_team(monkeypatch, capsys) -> None:
+def test_run_without_models_uses_the_default_team(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     with ScriptedServer(agree) as server:
         monkeypatch.setenv("MASSGEN_LOCAL_PORTS", str(server.port))
         discovery._probe_cache.clear()
@@ -125,7 +129,8 @@ def test_run_without_models_uses_the_default_team(monkeypatch, capsys) -> None:
     assert out.strip().startswith("Final:")
 
 
-async def test_embedded_team_returns_the_winner_verbatim(monkeypatch, tmp_path: Path) -> None:
+async def test_embedded_team_returns_the_winner_verbatim(monkeypatch: pytest.MonkeyPatch,
+                                                         tmp_path: Path) -> None:
     monkeypatch.setattr("massgen_mcp.providers.llamacpp_provider.embedded_model_name",
                         lambda: "smollm2")
     found = await discover()

@@ -21,13 +21,14 @@ from typing import Any
 
 import pytest
 
+from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.massgen_yaml import team_from_mapping
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, tool_calls
-from tests.conftest import FAST
 from tests.fixtures import escapees
+from tests.helpers import FAST, Scripted
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="descendants are tracked through /proc on Linux")
@@ -170,7 +171,7 @@ async def test_the_cli_gets_its_environment_and_gives_its_status_as_without_a_re
 
 # -- MCP stdio servers as agent tools ------------------------------------------------------------
 
-def team(server_url: str, folder: Path, *flags: str, **backend: Any):
+def team(server_url: str, folder: Path, *flags: str, **backend: Any) -> TeamConfig:
     servers = {"escapees": {"command": sys.executable,
                             "args": [str(SERVER), str(folder), *flags]}}
     built, _ = team_from_mapping({"agents": [
@@ -181,14 +182,14 @@ def team(server_url: str, folder: Path, *flags: str, **backend: Any):
     return built
 
 
-async def run(the_team) -> dict[str, Any]:
+async def run(the_team: TeamConfig) -> dict[str, Any]:
     runner = SessionRunner(SessionStore(), LiteLLMProvider())
     live = await runner.start("q", the_team)
     return (await live.task).model_dump(mode="json")
 
 
 async def test_a_server_that_exits_by_itself_at_the_end_of_a_run_leaves_no_descendant(
-        scripted, pid_folder: Path) -> None:
+        scripted: Scripted, pid_folder: Path) -> None:
     # At the end of the run the client closes the server's stdin and the server exits on
     # its own: nothing is left to signal its process group.
     def policy(req: ChatRequest) -> Reply:
@@ -206,7 +207,7 @@ async def test_a_server_that_exits_by_itself_at_the_end_of_a_run_leaves_no_desce
 
 
 async def test_a_server_that_exits_only_on_sigterm_gets_to_save_and_leaves_no_descendant(
-        scripted, pid_folder: Path) -> None:
+        scripted: Scripted, pid_folder: Path) -> None:
     # The MCP SDK's shutdown: stdin closed, then SIGTERM to the group, SIGKILL 2 s later. The
     # server still gets its SIGTERM and a moment to act on it before everything is killed.
     result = await run(team(scripted(agree).base_url, pid_folder, "--linger"))
@@ -215,7 +216,7 @@ async def test_a_server_that_exits_only_on_sigterm_gets_to_save_and_leaves_no_de
     assert survivors(written_pids(pid_folder)) == {}
 
 
-async def test_a_server_that_dies_mid_run_leaves_no_descendant(scripted,
+async def test_a_server_that_dies_mid_run_leaves_no_descendant(scripted: Scripted,
                                                                pid_folder: Path) -> None:
     def policy(req: ChatRequest) -> Reply:
         if req.vote_labels or req.is_final or req.model != "a":
@@ -231,7 +232,8 @@ async def test_a_server_that_dies_mid_run_leaves_no_descendant(scripted,
     assert survivors(written_pids(pid_folder)) == {}
 
 
-async def test_a_cancelled_run_leaves_no_server_descendant(scripted, pid_folder: Path) -> None:
+async def test_a_cancelled_run_leaves_no_server_descendant(scripted: Scripted,
+                                                           pid_folder: Path) -> None:
     asked = threading.Event()
 
     def policy(req: ChatRequest) -> Reply:

@@ -65,7 +65,9 @@ async def test_grammar_always_yields_a_valid_vote() -> None:
 
 
 @needs_model
-def test_offline_consensus_with_no_keys(monkeypatch, capsys, tmp_path: Path, home: Path) -> None:
+def test_offline_consensus_with_no_keys(monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                        home: Path) -> None:
     for names in PROVIDER_KEY_ENV.values():
         for name in names:
             monkeypatch.delenv(name, raising=False)
@@ -157,7 +159,7 @@ def test_a_tampered_model_wheel_is_refused(offline_pip: Path) -> None:
 
 
 @needs_model
-def test_two_runs_in_one_process_load_the_model_once(monkeypatch, home: Path,
+def test_two_runs_in_one_process_load_the_model_once(monkeypatch: pytest.MonkeyPatch, home: Path,
                                                      tmp_path: Path) -> None:
     from massgen_mcp.providers import llamacpp_provider, registry
 

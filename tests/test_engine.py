@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-
-from conftest import by_model, read_record, run_team, team_for
+from typing import Any
 
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.sessions.runner import SessionRunner
@@ -23,9 +22,10 @@ from massgen_mcp.testing.scripted import (
     tool_calls,
     vote,
 )
+from tests.helpers import Scripted, by_model, read_record, run_team, team_for
 
 
-async def test_unanimous_run_uses_exactly_seven_calls(scripted) -> None:
+async def test_unanimous_run_uses_exactly_seven_calls(scripted: Scripted) -> None:
     server = scripted(agree)
     out = await run_team(team_for(server))
     r = out.result
@@ -46,7 +46,7 @@ async def test_unanimous_run_uses_exactly_seven_calls(scripted) -> None:
     assert r["usage"]["cost_usd"] is None, "unknown price must be null, never a fake 0"
 
 
-async def test_prompts_are_anonymised(scripted) -> None:
+async def test_prompts_are_anonymised(scripted: Scripted) -> None:
     server = scripted(agree)
     await run_team(team_for(server))
     for req in server.requests:
@@ -57,7 +57,7 @@ async def test_prompts_are_anonymised(scripted) -> None:
         assert list(req.answers.values())[-1] == own, "own answer shown last"
 
 
-async def test_late_better_answer_invalidates_votes(scripted) -> None:
+async def test_late_better_answer_invalidates_votes(scripted: Scripted) -> None:
     released = threading.Event()
 
     def c_policy(req: ChatRequest) -> Reply:
@@ -68,7 +68,7 @@ async def test_late_better_answer_invalidates_votes(scripted) -> None:
 
     accepted: list[str] = []
 
-    def on_event(_sid: str, event: dict) -> None:
+    def on_event(_sid: str, event: dict[str, Any]) -> None:
         if event["type"] == "vote":
             accepted.append(event["agent_id"])
             if len(accepted) == 2:
@@ -84,7 +84,7 @@ async def test_late_better_answer_invalidates_votes(scripted) -> None:
     assert {q.model for q in again} == {"a", "b", "c"}
 
 
-async def test_stale_vote_is_discarded_and_agent_asked_again(scripted) -> None:
+async def test_stale_vote_is_discarded_and_agent_asked_again(scripted: Scripted) -> None:
     answered = threading.Event()
 
     def slow_voter(req: ChatRequest) -> Reply:
@@ -98,7 +98,7 @@ async def test_stale_vote_is_discarded_and_agent_asked_again(scripted) -> None:
             return answer("C's second answer")
         return agree(req)
 
-    def on_event(_sid: str, event: dict) -> None:
+    def on_event(_sid: str, event: dict[str, Any]) -> None:
         if event["type"] == "answer" and event["revision"] == 2:
             answered.set()
 
@@ -110,7 +110,7 @@ async def test_stale_vote_is_discarded_and_agent_asked_again(scripted) -> None:
     assert server.calls_by_model()["a"] >= 3
 
 
-async def test_tie_goes_to_the_agent_listed_first(scripted) -> None:
+async def test_tie_goes_to_the_agent_listed_first(scripted: Scripted) -> None:
     def vote_other(req: ChatRequest) -> Reply:
         if req.vote_labels:
             return vote(req.label_of("from " + ("b" if req.model == "a" else "a")), "theirs")
@@ -125,7 +125,7 @@ async def test_tie_goes_to_the_agent_listed_first(scripted) -> None:
     assert r["usage"]["calls"] == 4
 
 
-async def test_answer_cap_makes_agent_vote_only(scripted) -> None:
+async def test_answer_cap_makes_agent_vote_only(scripted: Scripted) -> None:
     counter = {"n": 0}
     lock = threading.Lock()
 
@@ -147,7 +147,7 @@ async def test_answer_cap_makes_agent_vote_only(scripted) -> None:
     assert all("used all your answers" in q.system for q in vote_only)
 
 
-async def test_failing_agent_is_dropped_and_the_rest_finish(scripted) -> None:
+async def test_failing_agent_is_dropped_and_the_rest_finish(scripted: Scripted) -> None:
     server = scripted(by_model(agree, b=lambda req: error(500, "boom")))
     out = await run_team(team_for(server, max_retries=1))
     r = out.result
@@ -160,7 +160,8 @@ async def test_failing_agent_is_dropped_and_the_rest_finish(scripted) -> None:
     assert any("agent_b" in e for e in r["errors"])
 
 
-async def test_all_agents_failing_fails_the_session_without_leaking_keys(scripted) -> None:
+async def test_all_agents_failing_fails_the_session_without_leaking_keys(
+        scripted: Scripted) -> None:
     key = "sk-canary-1234567890abcdef"
     server = scripted(lambda req: error(401, f"Incorrect API key provided: {key}"))
     team = team_for(server, agent_overrides={m: {"api_key": key} for m in "abc"})
@@ -176,7 +177,7 @@ async def test_all_agents_failing_fails_the_session_without_leaking_keys(scripte
     assert read_record(out.folder)["config.json"]["agents"][0]["api_key"] == "***"
 
 
-async def test_session_timeout_returns_best_answer_flagged(scripted) -> None:
+async def test_session_timeout_returns_best_answer_flagged(scripted: Scripted) -> None:
     def stall_votes(req: ChatRequest) -> Reply:
         if req.vote_labels:
             return Reply("text", delay_s=5)
@@ -192,7 +193,7 @@ async def test_session_timeout_returns_best_answer_flagged(scripted) -> None:
     assert out.events("timeout")
 
 
-async def test_budget_stops_gracefully_with_best_answer(scripted) -> None:
+async def test_budget_stops_gracefully_with_best_answer(scripted: Scripted) -> None:
     server = scripted(agree)
     reference = await run_team(team_for(server))
     first_round = sum(e["prompt_tokens"] + e["completion_tokens"]
@@ -206,14 +207,14 @@ async def test_budget_stops_gracefully_with_best_answer(scripted) -> None:
     assert 4 <= len(purposes) < 7, "stops once the calls in flight at the limit return"
 
 
-async def test_budget_reached_before_any_answer_fails(scripted) -> None:
+async def test_budget_reached_before_any_answer_fails(scripted: Scripted) -> None:
     server = scripted(agree)
     out = await run_team(team_for(server, max_total_tokens=1))
     assert out.result["status"] == "failed"
     assert out.result["finish_reason"] == "budget_exceeded"
 
 
-async def test_cancel_stops_in_flight_calls_promptly(scripted) -> None:
+async def test_cancel_stops_in_flight_calls_promptly(scripted: Scripted) -> None:
     arrived = threading.Semaphore(0)
 
     def hang(req: ChatRequest) -> Reply:
@@ -235,7 +236,7 @@ async def test_cancel_stops_in_flight_calls_promptly(scripted) -> None:
     assert record["events"][-1]["type"] == "finished"
 
 
-async def test_malformed_actions_get_corrective_retries(scripted) -> None:
+async def test_malformed_actions_get_corrective_retries(scripted: Scripted) -> None:
     def clumsy(req: ChatRequest) -> Reply:
         if req.model == "a" and req.call_index == 0:
             return tool_calls(("new_answer", "{not json"))
@@ -257,7 +258,7 @@ async def test_malformed_actions_get_corrective_retries(scripted) -> None:
     assert tool_msgs and "Invalid action" in tool_msgs[0]["content"]
 
 
-async def test_three_invalid_actions_drop_the_agent(scripted) -> None:
+async def test_three_invalid_actions_drop_the_agent(scripted: Scripted) -> None:
     server = scripted(by_model(agree, c=lambda req: text("I refuse to use tools")))
     out = await run_team(team_for(server))
     assert [e["attempt"] for e in out.events("invalid_action")] == [1, 2, 3]
@@ -265,7 +266,7 @@ async def test_three_invalid_actions_drop_the_agent(scripted) -> None:
     assert out.result["status"] == "completed"
 
 
-async def test_duplicate_answer_gets_corrective_retry(scripted) -> None:
+async def test_duplicate_answer_gets_corrective_retry(scripted: Scripted) -> None:
     def copycat(req: ChatRequest) -> Reply:
         if req.model == "b" and req.vote_labels and not req.is_retry:
             return answer(req.answers[req.label_of("from a")])
@@ -277,7 +278,7 @@ async def test_duplicate_answer_gets_corrective_retry(scripted) -> None:
     assert out.result["status"] == "completed"
 
 
-async def test_json_fallback_for_models_without_tool_calling(scripted) -> None:
+async def test_json_fallback_for_models_without_tool_calling(scripted: Scripted) -> None:
     server = scripted(agree)
     team = team_for(server, agent_overrides={"b": {"tool_calling": False}})
     out = await run_team(team)
@@ -289,7 +290,7 @@ async def test_json_fallback_for_models_without_tool_calling(scripted) -> None:
     assert "agent_b" in votes
 
 
-async def test_rate_limit_honours_retry_after(scripted) -> None:
+async def test_rate_limit_honours_retry_after(scripted: Scripted) -> None:
     def limited(req: ChatRequest) -> Reply:
         if req.model == "a" and req.call_index == 0:
             return error(429, "slow down", retry_after=0.3)
@@ -303,7 +304,7 @@ async def test_rate_limit_honours_retry_after(scripted) -> None:
     assert out.result["status"] == "completed"
 
 
-async def test_garbage_and_dropped_connections_are_retried(scripted) -> None:
+async def test_garbage_and_dropped_connections_are_retried(scripted: Scripted) -> None:
     def flaky(req: ChatRequest) -> Reply:
         if req.call_index == 0 and req.model == "a":
             return raw('{"id": "x", "choices": [{"mess')
@@ -317,7 +318,7 @@ async def test_garbage_and_dropped_connections_are_retried(scripted) -> None:
     assert out.result["status"] == "completed"
 
 
-async def test_slow_call_times_out_and_is_retried(scripted) -> None:
+async def test_slow_call_times_out_and_is_retried(scripted: Scripted) -> None:
     def slow_once(req: ChatRequest) -> Reply:
         if req.model == "a" and req.call_index == 0:
             return Reply("text", delay_s=3)
@@ -330,14 +331,14 @@ async def test_slow_call_times_out_and_is_retried(scripted) -> None:
     assert out.result["status"] == "completed"
 
 
-async def test_single_agent_run(scripted) -> None:
+async def test_single_agent_run(scripted: Scripted) -> None:
     server = scripted(agree)
     out = await run_team(team_for(server, ("a",)))
     assert out.result["status"] == "completed"
     assert out.result["usage"]["calls"] == 3
 
 
-async def test_record_is_complete_and_readable(scripted) -> None:
+async def test_record_is_complete_and_readable(scripted: Scripted) -> None:
     server = scripted(agree)
     out = await run_team(team_for(server), context="Use decimal numbers.")
     record = read_record(out.folder)
@@ -356,7 +357,7 @@ async def test_record_is_complete_and_readable(scripted) -> None:
     assert [a["model"] for a in config["agents"]] == ["openai/a", "openai/b", "openai/c"]
 
 
-async def test_identical_independent_answers_are_kept(scripted) -> None:
+async def test_identical_independent_answers_are_kept(scripted: Scripted) -> None:
     """Same model, same first answer from every agent: agreement, not an endless retry."""
     server = scripted(lambda req: agree(req) if req.vote_labels or req.is_final
                       else answer("42"))

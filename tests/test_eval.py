@@ -9,17 +9,21 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from massgen_mcp.cli.evaluate import is_correct, load_questions
 from massgen_mcp.cli.main import main
 from massgen_mcp.providers.llamacpp_provider import embedded_model_name
 from massgen_mcp.testing.scripted import ChatRequest, Reply, answer, text, vote
+from tests.helpers import Scripted
 
 
 def policy(req: ChatRequest) -> Reply:
     """Questions 'What is X plus Y?'. Agent a is always right; b always one too high; c is
     right when X is odd and otherwise gives b's wrong answer. Everyone votes for a."""
-    x, y = map(int, re.search(r"What is (\d+) plus (\d+)\?", req.user).groups())
+    question = re.search(r"What is (\d+) plus (\d+)\?", req.user)
+    assert question is not None
+    x, y = map(int, question.groups())
     if req.is_final:  # the winner (a) presents its own answer
         return text(f"Final.\nAnswer: {x + y}")
     if req.vote_labels:
@@ -29,7 +33,7 @@ def policy(req: ChatRequest) -> Reply:
 
 
 def test_eval_scores_each_member_the_majority_and_the_consensus(
-        scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     server = scripted(policy)
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps({"question": f"What is {x} plus {x + 3}?",
@@ -85,9 +89,18 @@ def test_a_bad_question_file_names_the_line(tmp_path: Path) -> None:
     reason="the embedded model is not installed (pip install 'massgen-mcp[local]')")
 def test_eval_completes_offline_on_the_embedded_team(
         home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    questions = tmp_path / "two.jsonl"
-    questions.write_text('{"question": "What is 2 + 2?", "answer": "4"}\n'
-                         '{"question": "Which is larger: (A) 3 or (B) 5?", "answer": "B"}\n')
-    assert main(["eval", str(questions), "--config", "@offline_embedded"]) == 0
+    # The shipped preset, smaller: two of its agents, one answer each, short replies, one
+    # question. What is proved is unchanged: eval's every method runs on the embedded model.
+    preset = yaml.safe_load((Path(__file__).parents[1] / "configs" / "offline_embedded.yaml")
+                            .read_text())
+    preset["agents"] = preset["agents"][:2]
+    for agent in preset["agents"]:
+        agent["backend"]["max_tokens"] = 64
+    preset["orchestrator"]["max_new_answers_per_agent"] = 1
+    config = tmp_path / "small_embedded.yaml"
+    config.write_text(yaml.safe_dump(preset))
+    questions = tmp_path / "one.jsonl"
+    questions.write_text('{"question": "What is 2 + 2?", "answer": "4"}\n')
+    assert main(["eval", str(questions), "--config", str(config)]) == 0
     table = capsys.readouterr().out
-    assert "consensus" in table and "majority" in table and "(2 of 2 questions)" in table
+    assert "consensus" in table and "majority" in table and "(1 of 1 questions)" in table

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_transports import RawStdio, server_env, spawn_raw, stop_raw
+
+from tests.test_transports import RawStdio, server_env, spawn_raw, stop_raw
 
 CLIENT = {"name": "raw-test", "version": "1"}
 GOOD = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT}
@@ -26,6 +27,7 @@ GOOD = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIEN
 
 async def send_line(raw: RawStdio, line: bytes) -> dict[str, Any]:
     """Write one raw line; the next line the server prints."""
+    assert raw.proc.stdin is not None and raw.proc.stdout is not None
     raw.proc.stdin.write(line + b"\n")
     await raw.proc.stdin.drain()
     reply = await asyncio.wait_for(raw.proc.stdout.readline(), 60)

@@ -16,9 +16,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import FAST, run_team, team_for
 from fastmcp import Client
-from test_transports import RawStdio, models_for, server_env, start_raw
 
 from massgen_mcp.consensus import prompts
 from massgen_mcp.consensus.state import Answer, View
@@ -36,6 +34,8 @@ from massgen_mcp.testing.scripted import (
     tool_calls,
     vote,
 )
+from tests.helpers import FAST, Scripted, run_team, team_for
+from tests.test_transports import RawStdio, models_for, server_env, start_raw
 
 # Four ways to give a key, each its own value. None of the variable names looks like a
 # credential except OPENAI_API_KEY, so only redaction by value can catch the others.
@@ -83,8 +83,8 @@ def leaky_team(tmp_path: Path, base_url: str) -> Path:
     return path
 
 
-async def test_no_key_leaves_by_any_exit(scripted, monkeypatch, home: Path, tmp_path: Path
-                                         ) -> None:
+async def test_no_key_leaves_by_any_exit(scripted: Scripted, monkeypatch: pytest.MonkeyPatch,
+                                         home: Path, tmp_path: Path) -> None:
     release, failed_once = threading.Event(), set[str]()
     server = scripted(leaky(release, failed_once))
     env = {"OPENAI_API_KEY": ENV_KEY, "OPENAI_BASE_URL": server.base_url,
@@ -192,7 +192,8 @@ def test_project_config_needs_consent_to_send_keys_abroad(home: Path, tmp_path: 
     assert "needs your consent" in cli(home, "doctor", **keys).stdout
 
 
-async def test_a_config_named_over_mcp_needs_consent(tmp_path: Path, monkeypatch) -> None:
+async def test_a_config_named_over_mcp_needs_consent(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-canary-000000000")
     (tmp_path / "team.yaml").write_text(FOREIGN)
@@ -210,7 +211,7 @@ async def test_a_config_named_over_mcp_needs_consent(tmp_path: Path, monkeypatch
 
 
 def test_consent_covers_env_values_other_providers_keys_and_call_overrides(
-        tmp_path: Path, monkeypatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from massgen_mcp.core.errors import UntrustedConfigError
     from massgen_mcp.team import consent
     from massgen_mcp.team.massgen_yaml import team_from_mapping
@@ -250,7 +251,7 @@ def test_consent_covers_env_values_other_providers_keys_and_call_overrides(
 
 
 async def test_a_base_url_in_the_call_cannot_receive_an_environment_key(
-        tmp_path: Path, monkeypatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
     (tmp_path / "team.yaml").write_text(
         "agents:\n  - id: a\n    backend: {type: openai, model: gpt-4o-mini, "
@@ -319,7 +320,8 @@ def hanging_votes(voting: threading.Semaphore, state: dict[str, bool]):
 
 @pytest.mark.parametrize("how", ["stdin closed", "SIGTERM", "SIGINT"])
 async def test_graceful_stop_records_interrupted_and_resume_works(
-        scripted, home: Path, tmp_path: Path, monkeypatch, how: str) -> None:
+        scripted: Scripted, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        how: str) -> None:
     voting, state = threading.Semaphore(0), {"hang": True}
     server = scripted(hanging_votes(voting, state))
     # The key is a ${VAR} reference: recorded as the reference, resolved again on resume.
@@ -382,7 +384,7 @@ def big_answers(req: ChatRequest) -> Reply:
 
 
 @pytest.mark.skipif(not can_mount_tmpfs(), reason="needs unshare -rm to mount a small tmpfs")
-async def test_full_disk_ends_the_run_cleanly(scripted, home: Path) -> None:
+async def test_full_disk_ends_the_run_cleanly(scripted: Scripted, home: Path) -> None:
     """MASSGEN_HOME on a real 600 KB tmpfs (in a private mount namespace): three ~95 KB answers
     fit, the result does not."""
     server = scripted(big_answers)
@@ -435,7 +437,7 @@ async def test_full_disk_ends_the_run_cleanly(scripted, home: Path) -> None:
         "another folder"], shell.stderr
 
 
-def test_a_refused_write_ends_a_cli_run_failed(scripted, home: Path) -> None:
+def test_a_refused_write_ends_a_cli_run_failed(scripted: Scripted, home: Path) -> None:
     """Runs on any machine (no mount needed): RLIMIT_FSIZE makes the kernel refuse any record
     file over 200 KB (EFBIG), as a full disk would; result.json (~300 KB) is refused."""
     import resource
@@ -483,7 +485,7 @@ def test_forged_tags_are_escaped_in_any_case() -> None:
     assert rendered.lower().count("</answers>") == 1 and "<question" not in rendered.lower()
 
 
-async def test_oversized_answers_get_a_corrective_retry(scripted) -> None:
+async def test_oversized_answers_get_a_corrective_retry(scripted: Scripted) -> None:
     def policy(req: ChatRequest) -> Reply:
         if req.model == "a" and not req.vote_labels and not req.is_final and not req.is_retry:
             return answer("y" * 150_000)
@@ -497,7 +499,8 @@ async def test_oversized_answers_get_a_corrective_retry(scripted) -> None:
     assert all(len(a["content"]) <= 100_000 for a in result["answers"])
 
 
-async def test_when_every_agent_is_dropped_the_best_answer_is_returned_flagged(scripted) -> None:
+async def test_when_every_agent_is_dropped_the_best_answer_is_returned_flagged(
+        scripted: Scripted) -> None:
     def policy(req: ChatRequest) -> Reply:
         if req.vote_labels:  # both actions at once, every time: each agent is dropped
             return tool_calls(("vote", json.dumps({"answer": req.vote_labels[0],

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import run_team, team_for
 from fastmcp import Client
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_openai_api import served  # noqa: F401 (a fixture)
-from test_transports import TOKEN, free_port, server_env
 
 from massgen_mcp.server.app import create_server
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, text, tool_calls
+from tests.helpers import Scripted, run_team, team_for
+from tests.test_openai_api import served  # noqa: F401 (a fixture)
+from tests.test_transports import TOKEN, free_port, server_env
 
 DEEP = "[" * 100_000
 
@@ -33,7 +33,7 @@ DEEP = "[" * 100_000
 def cli(home: Path, *args: str, stdin: bytes | None = None, cwd: Path | None = None
         ) -> subprocess.CompletedProcess[bytes]:
     """The real CLI; arguments may hold bytes that are not UTF-8 (as a shell passes them)."""
-    argv = [sys.executable, "-m", "massgen_mcp",
+    argv: list[str | bytes] = [sys.executable, "-m", "massgen_mcp",
             *(a.encode("utf-8", "surrogateescape") for a in args)]
     return subprocess.run(argv, input=stdin, capture_output=True, cwd=cwd, timeout=120,
                           env=server_env(home))
@@ -77,7 +77,7 @@ def loop_reader(req: ChatRequest) -> Reply:
 
 
 async def test_a_symlink_loop_is_an_error_for_the_agent_and_the_run_goes_on(
-        scripted, tmp_path: Path) -> None:
+        scripted: Scripted, tmp_path: Path) -> None:
     project = tmp_path / "project"
     project.mkdir()
     (project / "loop").symlink_to("loop")  # loop -> loop: resolving it never ends
@@ -110,7 +110,7 @@ def deep_replies(req: ChatRequest) -> Reply:
     return agree(req)
 
 
-async def test_deeply_nested_json_in_a_reply_gets_a_corrective_retry(scripted) -> None:
+async def test_deeply_nested_json_in_a_reply_gets_a_corrective_retry(scripted: Scripted) -> None:
     server = scripted(deep_replies)
     team = team_for(server, agent_overrides={"b": {"tool_calling": False}})
     out = await run_team(team)
@@ -181,6 +181,7 @@ def test_a_config_with_a_control_character_is_a_clear_error(home: Path, tmp_path
 # -- doctor with a wrong Redis password ------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("redis-server") is None
                     and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
                     reason="redis-server is not installed")
@@ -234,7 +235,7 @@ def as_bytes(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-def test_any_question_or_context_is_refused_or_answered(scripted, home: Path) -> None:
+def test_any_question_or_context_is_refused_or_answered(scripted: Scripted, home: Path) -> None:
     from massgen_mcp.core.errors import ConfigError
     from massgen_mcp.core.spec import RunSpec
     from massgen_mcp.service import ConsensusService
@@ -265,7 +266,7 @@ def test_any_question_or_context_is_refused_or_answered(scripted, home: Path) ->
     check()
 
 
-def test_any_model_reply_is_retried_or_dropped(scripted, home: Path) -> None:
+def test_any_model_reply_is_retried_or_dropped(scripted: Scripted, home: Path) -> None:
     reply = {"text": ""}
 
     def policy(req: ChatRequest) -> Reply:  # the first answer of a and b is the hostile one
@@ -328,8 +329,8 @@ def test_any_eval_file_is_loaded_or_its_bad_line_named(lines: list[str]) -> None
 
 
 def test_any_http_body_gets_a_json_answer(
-        scripted, served: tuple[str, subprocess.Popen[bytes]], home: Path) -> None:  # noqa: F811
-    from test_openai_api import write_team
+        scripted: Scripted, served: tuple[str, subprocess.Popen[bytes]], home: Path) -> None:  # noqa: F811
+    from tests.test_openai_api import write_team
 
     write_team(scripted(agree))
     api = served[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
@@ -24,16 +25,19 @@ def dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     return project, home
 
 
-def servers_of(host_id: str, path: Path) -> dict:
+def servers_of(host_id: str, path: Path) -> dict[str, Any]:
     if HOSTS[host_id].key == "toml":
-        return tomllib.loads(path.read_text())["mcp_servers"]
-    return json.loads(path.read_text())[HOSTS[host_id].key]
+        servers: dict[str, Any] = tomllib.loads(path.read_text())["mcp_servers"]
+        return servers
+    servers = json.loads(path.read_text())[HOSTS[host_id].key]
+    return servers
 
 
 @pytest.mark.parametrize(("host_id", "scope"), [
     (h, s) for h in HOSTS for s in ("project", "user")
     if not (s == "project" and HOSTS[h].project_file is None)])
-def test_install_merges_and_is_idempotent(dirs, host_id: str, scope: str) -> None:
+def test_install_merges_and_is_idempotent(dirs: tuple[Path, Path], host_id: str,
+                                          scope: Literal["project", "user"]) -> None:
     project, home = dirs
     first = install(host_id, scope=scope, project=project, home=home)
     assert first.changed and first.backup is None and first.path.is_file()
@@ -54,7 +58,7 @@ def test_install_merges_and_is_idempotent(dirs, host_id: str, scope: str) -> Non
     if HOSTS[host_id].key == "toml":
         assert not second.changed, "our table was already right; the rest is not ours"
     else:
-        assert second.changed and "stale" in second.backup.read_text()
+        assert second.changed and second.backup and "stale" in second.backup.read_text()
     servers = servers_of(host_id, second.path)
     assert servers["other"] == {"command": "x"} and servers["massgen"] == entry
     third = install(host_id, scope=scope, project=project, home=home)
@@ -66,7 +70,7 @@ def test_install_merges_and_is_idempotent(dirs, host_id: str, scope: str) -> Non
         assert json.loads(third.path.read_text())["theme"] == "dark"
 
 
-def test_codex_replaces_only_its_own_table(dirs) -> None:
+def test_codex_replaces_only_its_own_table(dirs: tuple[Path, Path]) -> None:
     project, home = dirs
     path = project / ".codex" / "config.toml"
     path.parent.mkdir()
@@ -80,7 +84,7 @@ def test_codex_replaces_only_its_own_table(dirs) -> None:
     assert result.backup is not None and "old" in result.backup.read_text()
 
 
-def test_unreadable_files_are_clear_errors(dirs) -> None:
+def test_unreadable_files_are_clear_errors(dirs: tuple[Path, Path]) -> None:
     project, home = dirs
     (project / ".mcp.json").write_text("{not json")
     with pytest.raises(ConfigError, match=r"\.mcp\.json is not valid JSON .* fix it or move"):
@@ -92,7 +96,8 @@ def test_unreadable_files_are_clear_errors(dirs) -> None:
         install("claude-desktop", project=project, home=home)
 
 
-def test_cli_print_changes_nothing(dirs, capsys) -> None:
+def test_cli_print_changes_nothing(dirs: tuple[Path, Path],
+                                   capsys: pytest.CaptureFixture[str]) -> None:
     project, _ = dirs
     assert main(["install", "vscode", "--print", "--uvx"]) == 0
     out = capsys.readouterr().out

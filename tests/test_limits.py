@@ -9,16 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_mcp_tools import offered, run, team
-from test_transports import server_env
-
 from massgen_mcp.testing.scripted import agree
+from tests.helpers import Scripted
+from tests.test_mcp_tools import offered, run, team
+from tests.test_transports import server_env
 
 FLOOD = Path(__file__).resolve().parent / "fixtures" / "flood_server.py"
 FLOOD_SERVER = {"flood": {"type": "stdio", "command": sys.executable, "args": [str(FLOOD)]}}
 
 
-async def test_a_flooding_mcp_server_cannot_bloat_every_call(scripted) -> None:
+async def test_a_flooding_mcp_server_cannot_bloat_every_call(scripted: Scripted) -> None:
     server = scripted(agree)
     result, events = await run(team(server.base_url, [
         {"id": "a", "backend": {"mcp_servers": {**FLOOD_SERVER, "more": FLOOD_SERVER["flood"]}}},
@@ -62,8 +62,9 @@ PAYLOAD = "\x1b]0;evil\x07 \x1b[2J \x9b31m \x1b[1A\rfake \u202eevil\u202c \x00\x
 OBEYED = ("\x1b", "\x07", "\x9b", "\r", "\u202e", "\x00", "\x7f")
 
 
-def test_control_sequences_in_model_output_are_shown_not_obeyed(scripted, home: Path) -> None:
-    from conftest import hostile
+def test_control_sequences_in_model_output_are_shown_not_obeyed(scripted: Scripted,
+                                                                home: Path) -> None:
+    from tests.helpers import hostile
 
     server = scripted(hostile(PAYLOAD))
     models = ",".join(f"openai/{m}@{server.base_url}" for m in "abc")
@@ -95,7 +96,7 @@ HOSTILE = "\x1b]0;PWNED\x07\x1b[2J"
 
 
 def test_no_command_lets_a_control_sequence_reach_the_terminal(
-        scripted, home: Path, tmp_path: Path) -> None:
+        scripted: Scripted, home: Path, tmp_path: Path) -> None:
     """Record fields (winner, agent ids, models, tally, table rows) and config fields a cloned
     project or a planted record carries go through the CLI's one output helper; a URL or a
     command with control characters in it is refused at validation, naming the field."""

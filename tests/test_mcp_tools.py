@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST, unused_port
 
+from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.massgen_yaml import team_from_mapping
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, tool_calls
+from tests.helpers import FAST, Scripted, unused_port
 
 ROOT = Path(__file__).resolve().parent
 NOTES = ROOT / "fixtures" / "notes_server.py"
@@ -51,7 +52,7 @@ def offered(req: ChatRequest) -> list[str]:
     return [t["function"]["name"] for t in req.tools]
 
 
-def team(server_url: str, agents: list[dict[str, Any]], **options: Any):
+def team(server_url: str, agents: list[dict[str, Any]], **options: Any) -> TeamConfig:
     config = {"agents": [
         {"id": a["id"], "backend": {"type": "chatcompletion", "model": a["id"],
                                     "base_url": server_url, **a.get("backend", {})}}
@@ -60,7 +61,8 @@ def team(server_url: str, agents: list[dict[str, Any]], **options: Any):
     return built
 
 
-async def run(the_team, question: str = "q") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+async def run(the_team: TeamConfig, question: str = "q") -> tuple[dict[str, Any], list[dict[str,
+              Any]]]:
     store = SessionStore()
     runner = SessionRunner(store, LiteLLMProvider())
     live = await runner.start(question, the_team)
@@ -70,8 +72,8 @@ async def run(the_team, question: str = "q") -> tuple[dict[str, Any], list[dict[
 
 
 @needs_fs
-async def test_agents_use_a_real_filesystem_server_and_our_own(scripted, tmp_path: Path,
-                                                               monkeypatch) -> None:
+async def test_agents_use_a_real_filesystem_server_and_our_own(
+        scripted: Scripted, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     project = tmp_path / "project"
     project.mkdir()
     (project / "charge.py").write_text("RETRY_LIMIT = 3\n")
@@ -129,7 +131,7 @@ async def test_agents_use_a_real_filesystem_server_and_our_own(scripted, tmp_pat
     assert "tag-from-env" not in json.dumps(result) + json.dumps(events)
 
 
-async def test_a_server_that_dies_mid_run_becomes_an_error_result(scripted) -> None:
+async def test_a_server_that_dies_mid_run_becomes_an_error_result(scripted: Scripted) -> None:
     def policy(req: ChatRequest) -> Reply:
         if req.vote_labels or req.is_final or req.model != "a":
             return agree(req)
@@ -152,7 +154,7 @@ async def test_a_server_that_dies_mid_run_becomes_an_error_result(scripted) -> N
     assert processes_with(str(NOTES)) == []
 
 
-async def test_a_server_over_streamable_http(scripted) -> None:
+async def test_a_server_over_streamable_http(scripted: Scripted) -> None:
     port = unused_port()
     proc = subprocess.Popen([sys.executable, str(NOTES), "--http", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -187,7 +189,7 @@ async def test_a_server_over_streamable_http(scripted) -> None:
     assert "note on http" in texts["a"]
 
 
-async def test_cancel_leaves_no_server_process(scripted) -> None:
+async def test_cancel_leaves_no_server_process(scripted: Scripted) -> None:
     asked = threading.Event()
 
     def policy(req: ChatRequest) -> Reply:
@@ -219,7 +221,7 @@ def test_mcp_servers_in_a_project_config_need_consent(tmp_path: Path) -> None:
         load_config_file(path, check_trust=True)
 
 
-async def test_web_search_reaches_the_provider_request(scripted) -> None:
+async def test_web_search_reaches_the_provider_request(scripted: Scripted) -> None:
     """enable_web_search becomes litellm's provider-native web_search_options, in the very
     request the (scripted) provider receives; agents without it send nothing of the kind."""
     server = scripted(agree)
@@ -233,7 +235,8 @@ async def test_web_search_reaches_the_provider_request(scripted) -> None:
 
 
 @needs_fs
-async def test_a_tool_that_was_not_offered_cannot_be_called(scripted, tmp_path: Path) -> None:
+async def test_a_tool_that_was_not_offered_cannot_be_called(scripted: Scripted,
+                                                            tmp_path: Path) -> None:
     project = tmp_path / "p"
     project.mkdir()
     (project / "keep.txt").write_text("original\n")

@@ -21,6 +21,7 @@ import pytest
 import massgen_mcp
 from massgen_mcp.core.env import user_config_dir
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree
+from tests.helpers import Scripted
 from tests.test_transports import TOKEN, free_port, server_env
 
 QUESTION = [{"role": "system", "content": "Answer briefly."},
@@ -69,7 +70,7 @@ def served(home: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
 
 
 def test_openai_sdk_gets_the_final_answer_and_the_team_usage(
-        scripted, api: str, home: Path) -> None:
+        scripted: Scripted, api: str, home: Path) -> None:
     from openai import OpenAI
 
     write_team(scripted(agree))
@@ -91,7 +92,8 @@ def test_openai_sdk_gets_the_final_answer_and_the_team_usage(
     assert request["context"] == "system: Answer briefly."
 
 
-def test_openai_sdk_streams_progress_then_the_answer(scripted, api: str, home: Path) -> None:
+def test_openai_sdk_streams_progress_then_the_answer(scripted: Scripted, api: str,
+                                                     home: Path) -> None:
     from openai import OpenAI
 
     write_team(scripted(agree))
@@ -114,7 +116,7 @@ def test_openai_sdk_streams_progress_then_the_answer(scripted, api: str, home: P
     assert usage is not None and usage.total_tokens == result["usage"]["total_tokens"]
 
 
-def test_litellm_as_a_client_of_the_endpoint(scripted, api: str, home: Path) -> None:
+def test_litellm_as_a_client_of_the_endpoint(scripted: Scripted, api: str, home: Path) -> None:
     import litellm
 
     write_team(scripted(agree))
@@ -123,7 +125,7 @@ def test_litellm_as_a_client_of_the_endpoint(scripted, api: str, home: Path) -> 
     assert reply.choices[0].message.content.startswith("Final: The answer from")
 
 
-def test_models_lists_the_teams(scripted, api: str) -> None:
+def test_models_lists_the_teams(scripted: Scripted, api: str) -> None:
     write_team(scripted(agree), "research")
     listed = httpx.get(f"{api}/models", headers={"Authorization": f"Bearer {TOKEN}"}).json()
     ids = [m["id"] for m in listed["data"]]
@@ -165,7 +167,7 @@ def test_token_origin_and_unsupported_requests_get_clear_errors(api: str) -> Non
 
 
 def test_a_client_that_disconnects_mid_stream_cancels_the_run(
-        scripted, api: str, home: Path) -> None:
+        scripted: Scripted, api: str, home: Path) -> None:
     def slow(req: ChatRequest) -> Reply:
         reply = agree(req)
         reply.delay_s = 20
@@ -186,7 +188,7 @@ def test_a_client_that_disconnects_mid_stream_cancels_the_run(
 
 
 def test_a_run_without_an_answer_is_an_error_streaming_or_not(
-        scripted, api: str) -> None:
+        scripted: Scripted, api: str) -> None:
     from openai import APIError, InternalServerError, OpenAI
 
     write_team(scripted(lambda req: Reply("error", content="down", status=400)))
@@ -200,7 +202,7 @@ def test_a_run_without_an_answer_is_an_error_streaming_or_not(
 
 
 def test_a_server_that_stops_ends_the_stream_and_its_run_resumes(
-        scripted, served: tuple[str, subprocess.Popen[bytes]], home: Path) -> None:
+        scripted: Scripted, served: tuple[str, subprocess.Popen[bytes]], home: Path) -> None:
     from openai import APIError, OpenAI
 
     api, proc = served
@@ -229,7 +231,7 @@ def test_a_server_that_stops_ends_the_stream_and_its_run_resumes(
 
 # -- in process ---------------------------------------------------------------------------------
 
-async def test_litellm_provider_runs_the_team_in_process(scripted, home: Path) -> None:
+async def test_litellm_provider_runs_the_team_in_process(scripted: Scripted, home: Path) -> None:
     import litellm
 
     write_team(scripted(agree))
@@ -249,7 +251,7 @@ async def test_litellm_provider_runs_the_team_in_process(scripted, home: Path) -
         await litellm.acompletion(model="massgen/nope", messages=QUESTION)
 
 
-def test_python_api_run(scripted, home: Path) -> None:
+def test_python_api_run(scripted: Scripted, home: Path) -> None:
     server = scripted(agree)
     result = massgen_mcp.run("What is 6*7?", models=[f"openai/{m}@{server.base_url}"
                                                      for m in "ab"],

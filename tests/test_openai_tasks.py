@@ -40,7 +40,8 @@ def silent(home: Path) -> Iterator[str]:
 def route_tasks() -> list[asyncio.Task[object]]:
     """Tasks still going that run the /v1 routes' code (following a run, watching a client)."""
     return [task for task in asyncio.all_tasks()
-            if not task.done() and task.get_coro().__qualname__ in ("follow", "_watch")]
+            if not task.done()
+            and getattr(task.get_coro(), "__qualname__", None) in ("follow", "_watch")]
 
 
 async def test_no_route_task_survives_shutdown(home: Path, silent: str) -> None:

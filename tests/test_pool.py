@@ -143,7 +143,7 @@ def task_clients(monkeypatch: pytest.MonkeyPatch) -> None:
     ``fastmcp_tasks`` is imported every Client declares it, and a pool front end then runs
     each run_consensus as a task, whose plain call_tool returns only when the run ends."""
     from fastmcp.client import extension_hooks
-    from fastmcp_tasks import _build_tasks_client_extension
+    from fastmcp_tasks.client import _build_tasks_client_extension
 
     monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])
     extension_hooks.register_internal_client_extension_factory(_build_tasks_client_extension)
@@ -334,6 +334,7 @@ async def test_a_stopped_worker_hands_its_run_back(pool: Pool, scripted: Any,
     assert len([r for r in server.requests if is_answer_call(r)]) == 3
 
 
+@pytest.mark.slow
 async def test_a_hundred_sessions_across_two_workers(pool: Pool, scripted: Any,
                                                      home: Path) -> None:
     server = scripted(agree, latency_s=0.02)
@@ -375,6 +376,7 @@ async def test_no_key_reaches_redis(pool: Pool, scripted: Any, tmp_path: Path) -
     assert dump.stat().st_size > 0 and CANARY.encode() not in dump.read_bytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("aof", [True, False], ids=["aof", "no-persistence"])
 async def test_a_redis_restart_loses_no_run(tmp_path: Path, home: Path, scripted: Any,
                                             aof: bool) -> None:
@@ -425,6 +427,7 @@ async def test_an_mcp_task_client_gets_the_result_and_can_cancel(
             "question": "What is 6*7?", "models": models(server)})
         result = await task.result()
         handle = result.structured_content
+        assert handle is not None
         assert handle["status"] == "completed" and handle["result"]["final_answer"]
         slow = await call_tool_task(client, "run_consensus", {
             "question": "a slow one", "models": models(server)})
@@ -468,6 +471,7 @@ async def test_a_worker_cut_off_from_redis_stops_writing_and_its_run_goes_on(
         pool.close()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("task_clients")
 async def test_a_front_end_that_stops_leaves_its_task_s_run_going(
         pool: Pool, scripted: Any, home: Path, tmp_path: Path) -> None:

@@ -27,12 +27,12 @@ from fastmcp import Client
 from mcp.shared.exceptions import MCPError
 from redis import Redis
 from redis.exceptions import RedisError
-from test_pool import REDIS, Pool, follow, free_port, models, start
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.pool import payloads
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.testing.scripted import agree
+from tests.test_pool import REDIS, Pool, follow, free_port, models, start
 
 pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
                                 reason="redis-server is not installed")
@@ -78,7 +78,7 @@ def logs(pool: Pool) -> str:
 async def test_no_pickle_from_redis_runs_on_a_worker_or_front_end(
         pool: Pool, scripted: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fastmcp.client import extension_hooks
-    from fastmcp_tasks import _build_tasks_client_extension, call_tool_task
+    from fastmcp_tasks.client import _build_tasks_client_extension, call_tool_task
 
     monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])
 
@@ -453,7 +453,7 @@ async def test_no_malformed_message_or_value_in_redis_stops_a_worker_or_front_en
     logged once and dropped, nothing outside the home is touched, and the pool then
     finishes normal runs (a plain one and an MCP task)."""
     from fastmcp.client import extension_hooks
-    from fastmcp_tasks import _build_tasks_client_extension, call_tool_task
+    from fastmcp_tasks.client import _build_tasks_client_extension, call_tool_task
 
     server = scripted(agree)
     front = pool.front_end()

@@ -23,6 +23,7 @@ from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import (
     ChatRequest,
+    Policy,
     Reply,
     ScriptedProvider,
     agree,
@@ -95,7 +96,7 @@ async def test_strict_novelty_turns_a_rephrasing_into_a_vote() -> None:
     assert {v.voter for v in result.votes} == {"agent_a", "agent_b", "agent_c"}
 
 
-def checker(verdicts: list[str]):
+def checker(verdicts: list[str]) -> tuple[Policy, list[ChatRequest]]:
     """agree, except that the final answer's checks answer ``verdicts`` in turn (the last
     one repeats): 'restart' sends it back with feedback."""
     checks: list[ChatRequest] = []

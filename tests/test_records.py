@@ -22,6 +22,7 @@ from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedProvider, agree, answer
+from tests.helpers import Scripted
 
 RELEASE = Path(__file__).parent / "fixtures" / "release-0.1.0"
 OLD_ID = "01M825WQ0MVBEB1ZBBVMKK79J8"
@@ -90,7 +91,8 @@ async def test_a_record_from_a_newer_release_is_refused_clearly(old_home: Path) 
 
 
 def test_cli_and_mcp_take_the_same_inputs_through_one_door(
-        scripted, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+        scripted: Scripted, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """`massgen-mcp run` and `run_consensus` both call ConsensusService.start: the same
     base_url, context, context files and options give the same record."""
     server = scripted(agree)
@@ -121,7 +123,8 @@ def test_cli_and_mcp_take_the_same_inputs_through_one_door(
     assert {a["base_url"] for a in config["agents"]} == {server.base_url}
 
 
-async def test_the_live_status_is_masked_like_the_record(home: Path, monkeypatch) -> None:
+async def test_the_live_status_is_masked_like_the_record(home: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """get_status serves the in-memory status while a run goes on: it must carry no key."""
     canary = "sk-canary-live-0123456789"
     monkeypatch.setenv("LIVE_TEST_API_KEY", canary)

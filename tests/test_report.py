@@ -10,14 +10,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import by_model, hostile, run_team, team_for
 from fastmcp import Client
-from test_transports import TOKEN, http_server  # noqa: F401  (fixture)
 
 from massgen_mcp.cli.main import main
 from massgen_mcp.render.html import markdown
 from massgen_mcp.server.app import create_server
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, error
+from tests.helpers import Outcome, Scripted, by_model, hostile, run_team, team_for
+from tests.test_transports import TOKEN, http_server  # noqa: F401  (fixture)
 
 XSS = '<script>alert("pwned")</script><img src=x onerror=alert(1)>'
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -26,12 +26,12 @@ needs_browser = pytest.mark.skipif(
     reason="install Debian's chromium to test the report in a real browser")
 
 
-async def xss_run(scripted, models=("a", "b", "c")):
+async def xss_run(scripted: Scripted, models: tuple[str, ...] = ("a", "b", "c")) -> Outcome:
     server = scripted(hostile(XSS))
     return await run_team(team_for(server, models), question=f"Why? {XSS}")
 
 
-async def test_report_is_written_and_escapes_everything(scripted) -> None:
+async def test_report_is_written_and_escapes_everything(scripted: Scripted) -> None:
     out = await xss_run(scripted)
     page = (out.folder / "report.html").read_text()
     assert "<script" not in page.lower() and "<img" not in page
@@ -42,7 +42,7 @@ async def test_report_is_written_and_escapes_everything(scripted) -> None:
     assert "http://" not in page and "https://" not in page, "no network needed"
 
 
-async def test_report_handles_eight_agents_and_many_events(scripted) -> None:
+async def test_report_handles_eight_agents_and_many_events(scripted: Scripted) -> None:
     def churn(req: ChatRequest) -> Reply:
         own = list(req.answers.values())[-1] if req.answers else ""
         if req.vote_labels and "new_answer" in req.tool_names and own.count("+") < 2:
@@ -66,7 +66,8 @@ def test_markdown_subset_is_safe() -> None:
     assert "<i>" not in rendered and "href" not in rendered
 
 
-async def test_show_html_and_resource(scripted, capsys) -> None:
+async def test_show_html_and_resource(scripted: Scripted,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
     out = await xss_run(scripted, ("a", "b"))
     sid = out.result["session_id"]
     (out.folder / "report.html").unlink()
@@ -93,7 +94,7 @@ async def test_get_result_links_the_mcp_apps_view() -> None:
     assert "__VERSION__" not in view.text and not re.search(r"(src|href)=", view.text)
 
 
-async def test_live_pages_need_the_token(http_server: str, scripted) -> None:  # noqa: F811
+async def test_live_pages_need_the_token(http_server: str, scripted: Scripted) -> None:  # noqa: F811
     server = scripted(by_model(agree))
     base = http_server.removesuffix("/mcp")
     async with Client(http_server, auth=TOKEN) as client:
@@ -123,7 +124,7 @@ def chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
 
 
 @needs_browser
-async def test_report_renders_in_a_real_browser(scripted, tmp_path: Path) -> None:
+async def test_report_renders_in_a_real_browser(scripted: Scripted, tmp_path: Path) -> None:
     out = await xss_run(scripted)
     url = (out.folder / "report.html").as_uri()
     dom = chromium("--dump-dom", url, tmp=tmp_path)
@@ -137,7 +138,7 @@ async def test_report_renders_in_a_real_browser(scripted, tmp_path: Path) -> Non
 
 
 async def test_live_page_updates_while_the_run_is_in_flight(http_server: str,  # noqa: F811
-                                                            scripted) -> None:
+                                                            scripted: Scripted) -> None:
     import asyncio
     import threading
 

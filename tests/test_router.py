@@ -8,14 +8,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FAST
 
 import massgen_mcp
 from massgen_mcp.core.spec import build_team
 from massgen_mcp.providers import registry
 from massgen_mcp.providers.base import Bounded
 from massgen_mcp.service import ConsensusService
+from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.testing.scripted import agree
+from tests.helpers import FAST, Scripted
 
 
 @pytest.fixture
@@ -27,9 +28,10 @@ def fresh_router(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     registry.close_shared_router()
 
 
-async def test_services_share_one_router_and_its_bound(fresh_router, home: Path,
+async def test_services_share_one_router_and_its_bound(fresh_router: None, home: Path,
                                                        tmp_path: Path) -> None:
     one, two = ConsensusService.local(tmp_path / "one"), ConsensusService.local(tmp_path / "two")
+    assert isinstance(one.runner, SessionRunner) and isinstance(two.runner, SessionRunner)
     assert one.runner.provider is two.runner.provider is registry.shared_router()
     agent = build_team({"agents": [{"id": "a", "model": "openai/a",
                                     "base_url": "http://127.0.0.1:9/v1"}]}).agents[0]
@@ -40,7 +42,7 @@ async def test_services_share_one_router_and_its_bound(fresh_router, home: Path,
     await two.aclose()
 
 
-async def test_concurrent_arun_calls_never_exceed_the_bound(fresh_router, scripted,
+async def test_concurrent_arun_calls_never_exceed_the_bound(fresh_router: None, scripted: Scripted,
                                                             home: Path, tmp_path: Path) -> None:
     server = scripted(agree, latency_s=0.05)
     models = [f"openai/{m}@{server.base_url}" for m in "abc"]

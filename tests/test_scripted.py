@@ -18,7 +18,7 @@ def systems(native_tools: bool) -> list[str]:
     return [prompts.system_message(None, view, native_tools) for view in (FIRST, LATER, LAST)]
 
 
-def request(system: str, tools: list[dict] | None = None) -> ChatRequest:
+def request(system: str, tools: list[dict[str, object]] | None = None) -> ChatRequest:
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "q"}]
     return ChatRequest("a", messages, tools or [], 0, {})
 

@@ -13,19 +13,20 @@ import pytest
 from fastmcp import Client
 
 from massgen_mcp.server.app import create_server
-from massgen_mcp.testing.scripted import ChatRequest, Reply, agree
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree
+from tests.helpers import Scripted
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "tools_list.json"
 
 
 @pytest.fixture(params=["auto", "legacy"])
-async def client(request, tmp_path: Path):
+async def client(request: pytest.FixtureRequest, tmp_path: Path):
     (tmp_path / "notes.md").write_text("The answer must be a number.")
     async with Client(create_server(root=tmp_path), mode=request.param) as c:
         yield c
 
 
-def models_for(server, n: int = 3) -> list[str]:
+def models_for(server: ScriptedServer, n: int = 3) -> list[str]:
     return [f"openai/{m}@{server.base_url}" for m in "abc"[:n]]
 
 
@@ -44,7 +45,7 @@ async def finish(client: Client, session_id: str) -> dict:
     raise AssertionError("run did not finish")
 
 
-async def test_run_poll_result(client: Client, scripted) -> None:
+async def test_run_poll_result(client: Client, scripted: Scripted) -> None:
     server = scripted(agree)
     started = await call(client, "run_consensus", question="What is 6*7?",
                          models=models_for(server), context_files=["notes.md"])
@@ -63,7 +64,8 @@ async def test_run_poll_result(client: Client, scripted) -> None:
     assert all("The answer must be a number." in q.user for q in server.requests)
 
 
-async def test_wait_returns_the_result_and_reports_progress(tmp_path: Path, scripted) -> None:
+async def test_wait_returns_the_result_and_reports_progress(tmp_path: Path,
+                                                            scripted: Scripted) -> None:
     server = scripted(agree, latency_s=0.05)
     progress: list[tuple[float, str | None]] = []
 
@@ -81,7 +83,8 @@ async def test_wait_returns_the_result_and_reports_progress(tmp_path: Path, scri
     assert values == sorted(values) and any("votes" in (m or "") for _, m in progress)
 
 
-async def test_get_result_summary_truncates_and_full_does_not(client: Client, scripted) -> None:
+async def test_get_result_summary_truncates_and_full_does_not(client: Client,
+                                                              scripted: Scripted) -> None:
     long = "x" * 5000
 
     def verbose(req: ChatRequest) -> Reply:
@@ -103,7 +106,7 @@ async def test_get_result_summary_truncates_and_full_does_not(client: Client, sc
 
 
 async def test_errors_are_clear_tool_errors(client: Client, tmp_path: Path,
-                                            nothing_available) -> None:
+                                            nothing_available: None) -> None:
     (tmp_path.parent / "secret.txt").write_text("nope")
     cases = [
         ({"question": "q"}, "no team given"),
@@ -129,7 +132,7 @@ async def test_errors_are_clear_tool_errors(client: Client, tmp_path: Path,
         assert "session" in text and "Traceback" not in text
 
 
-async def test_list_sessions_pages_newest_first(client: Client, scripted) -> None:
+async def test_list_sessions_pages_newest_first(client: Client, scripted: Scripted) -> None:
     server = scripted(agree)
     ids = []
     for i in range(3):
@@ -148,7 +151,7 @@ async def test_list_sessions_pages_newest_first(client: Client, scripted) -> Non
     assert failed["sessions"] == []
 
 
-async def test_get_status_after_revision_never_misses_a_change(client: Client, scripted
+async def test_get_status_after_revision_never_misses_a_change(client: Client, scripted: Scripted
                                                                ) -> None:
     import asyncio
 
@@ -189,7 +192,7 @@ async def test_get_status_after_revision_never_misses_a_change(client: Client, s
     assert (await finish(client, sid))["status"] == "completed"
 
 
-async def test_cancel_session(client: Client, scripted) -> None:
+async def test_cancel_session(client: Client, scripted: Scripted) -> None:
     arrived = threading.Semaphore(0)
 
     def hang(req: ChatRequest) -> Reply:
@@ -210,7 +213,8 @@ async def test_cancel_session(client: Client, scripted) -> None:
     assert status["status"] == "cancelled" and status["done"]
 
 
-async def test_continue_session_links_both_records(client: Client, scripted, home: Path) -> None:
+async def test_continue_session_links_both_records(client: Client, scripted: Scripted,
+                                                   home: Path) -> None:
     server = scripted(agree)
     parent = (await call(client, "run_consensus", question="What is 6*7?",
                          models=models_for(server, 2))).structured_content["session_id"]
@@ -231,7 +235,8 @@ async def test_continue_session_links_both_records(client: Client, scripted, hom
     assert blank.is_error and "follow_up: empty" in blank.content[0].text
 
 
-async def test_check_setup_names_providers_never_keys(client: Client, monkeypatch) -> None:
+async def test_check_setup_names_providers_never_keys(client: Client,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-canary-abcdef1234567890")
     setup = (await call(client, "check_setup")).structured_content
     assert "openai" in setup["providers_with_keys"]
@@ -239,7 +244,7 @@ async def test_check_setup_names_providers_never_keys(client: Client, monkeypatc
     assert setup["versions"]["massgen-mcp"]
 
 
-async def test_resources_and_prompt(client: Client, scripted) -> None:
+async def test_resources_and_prompt(client: Client, scripted: Scripted) -> None:
     server = scripted(agree)
     sid = (await call(client, "run_consensus", question="q", models=models_for(server, 2))
            ).structured_content["session_id"]

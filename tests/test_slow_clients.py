@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_transports import TOKEN, free_port, server_env
 
 from massgen_mcp.cli.main import EXIT_LISTEN, EXIT_USAGE
+from tests.test_transports import TOKEN, free_port, server_env
 
 
 @pytest.fixture

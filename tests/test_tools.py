@@ -13,6 +13,7 @@ from fastmcp import Client
 from massgen_mcp.server.app import create_server
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, tool_calls
 from massgen_mcp.tools.workspace import WorkspaceTools
+from tests.helpers import Scripted
 
 CANARY = "sk-canary-dotenv-7777777777"
 LINE = "RETRY_LIMIT = 3  # charges are retried at most three times"
@@ -50,8 +51,8 @@ def investigator(req: ChatRequest) -> Reply:
     return answer(f"Charges retry at most 3 times: `{quoted}`")
 
 
-async def test_an_agent_reads_the_project_before_answering(scripted, project: Path,
-                                                           monkeypatch) -> None:
+async def test_an_agent_reads_the_project_before_answering(scripted: Scripted, project: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     server = scripted(investigator)
     models = [f"openai/{m}@{server.base_url}" for m in "abc"]
@@ -87,7 +88,7 @@ async def test_an_agent_reads_the_project_before_answering(scripted, project: Pa
     assert usage["calls"] > usage["evidence_calls"]
 
 
-async def test_tools_are_off_unless_asked(scripted, project: Path) -> None:
+async def test_tools_are_off_unless_asked(scripted: Scripted, project: Path) -> None:
     server = scripted(agree)
     async with Client(create_server(root=project)) as client:
         await client.call_tool("run_consensus", {
@@ -95,7 +96,7 @@ async def test_tools_are_off_unless_asked(scripted, project: Path) -> None:
     assert all("read_file" not in json.dumps(r.tools) for r in server.requests)
 
 
-async def test_the_per_turn_cap_makes_the_agent_decide(scripted, project: Path) -> None:
+async def test_the_per_turn_cap_makes_the_agent_decide(scripted: Scripted, project: Path) -> None:
     def greedy(req: ChatRequest) -> Reply:
         if req.is_final or req.vote_labels:
             return agree(req)
@@ -175,7 +176,7 @@ def test_context_paths_narrow_what_is_visible(project: Path) -> None:
         WorkspaceTools(project, ("../elsewhere",))
 
 
-def test_a_catastrophic_pattern_is_stopped(project: Path, monkeypatch) -> None:
+def test_a_catastrophic_pattern_is_stopped(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("massgen_mcp.tools.workspace.SEARCH_TIMEOUT_S", 0.5)
     (project / "long.txt").write_text("x" * 1900 + "\n")
     text = WorkspaceTools(project).run("search_text", {"pattern": "(x+x+)+y"})
@@ -190,7 +191,8 @@ def test_undecodable_file_names_come_back_as_valid_text(project: Path) -> None:
     assert "bad\ufffd" in listing and "charge.py" in listing
 
 
-async def test_evidence_calls_after_the_cap_are_invalid_not_endless(scripted, project: Path
+async def test_evidence_calls_after_the_cap_are_invalid_not_endless(scripted: Scripted,
+                                                                    project: Path
                                                                     ) -> None:
     def stubborn(req: ChatRequest) -> Reply:
         if req.model == "a" and not req.is_final:
@@ -235,7 +237,7 @@ def test_the_deny_list_can_be_lifted_pattern_by_pattern(project: Path) -> None:
 
 
 async def test_a_config_in_the_user_config_folder_is_accepted_by_path(
-        scripted, project: Path, tmp_path: Path, monkeypatch) -> None:
+        scripted: Scripted, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     server = scripted(agree)
     folder = tmp_path / "xdg" / "massgen-mcp"
@@ -253,7 +255,8 @@ async def test_a_config_in_the_user_config_folder_is_accepted_by_path(
     assert elsewhere.is_error and "is absolute" in elsewhere.content[0].text
 
 
-async def test_show_lists_the_tool_calls(scripted, project: Path, capsys) -> None:
+async def test_show_lists_the_tool_calls(scripted: Scripted, project: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
     from massgen_mcp.cli.main import main
 
     server = scripted(investigator)
@@ -267,7 +270,8 @@ async def test_show_lists_the_tool_calls(scripted, project: Path, capsys) -> Non
     assert "tool calls" in out and "agent_a read_file" in out and "charge.py" in out
 
 
-async def test_a_client_root_is_the_workspace(scripted, project: Path, tmp_path: Path) -> None:
+async def test_a_client_root_is_the_workspace(scripted: Scripted, project: Path,
+                                              tmp_path: Path) -> None:
     """A client that advertises roots gets files from its root, not the server's folder."""
     elsewhere = tmp_path / "server-cwd"
     elsewhere.mkdir()

@@ -22,7 +22,8 @@ from mcp import Client as SdkClient
 from mcp.client.stdio import StdioServerParameters
 
 from massgen_mcp.server.app import create_server
-from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, error
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, error
+from tests.helpers import Scripted
 
 TOKEN = "test-token-0123456789abcdef"
 
@@ -33,11 +34,11 @@ def server_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def models_for(server, n: int = 3) -> list[str]:
+def models_for(server: ScriptedServer, n: int = 3) -> list[str]:
     return [f"openai/{m}@{server.base_url}" for m in "abc"[:n]]
 
 
-async def test_official_sdk_client_over_stdio(scripted, home: Path) -> None:
+async def test_official_sdk_client_over_stdio(scripted: Scripted, home: Path) -> None:
     server = scripted(agree)
     params = StdioServerParameters(command=sys.executable, args=["-m", "massgen_mcp"],
                                    env=server_env(home))
@@ -100,7 +101,8 @@ async def start_raw(home: Path, cwd: Path | None = None, **env: str) -> RawStdio
     return raw
 
 
-async def test_stdout_carries_only_json_rpc_while_providers_fail(scripted, home: Path) -> None:
+async def test_stdout_carries_only_json_rpc_while_providers_fail(scripted: Scripted,
+                                                                 home: Path) -> None:
     def failing(req: ChatRequest) -> Reply:
         if req.model == "a":
             return error(500, "internal boom")
@@ -204,7 +206,7 @@ def http_server(home: Path):
     proc.wait(10)
 
 
-async def test_http_happy_path_with_token(http_server: str, scripted) -> None:
+async def test_http_happy_path_with_token(http_server: str, scripted: Scripted) -> None:
     server = scripted(agree)
     async with Client(http_server, auth=TOKEN) as client:
         handle = (await client.call_tool("run_consensus", {
@@ -242,7 +244,7 @@ def test_non_loopback_without_token_is_refused(home: Path) -> None:
     assert "MASSGEN_MCP_TOKEN" in proc.stderr
 
 
-async def test_kill_9_then_interrupted_then_resume(scripted, home: Path) -> None:
+async def test_kill_9_then_interrupted_then_resume(scripted: Scripted, home: Path) -> None:
     voting = threading.Semaphore(0)
     state = {"hang_votes": True}
 

@@ -22,6 +22,7 @@ from mcp.client.stdio import StdioServerParameters
 from massgen_mcp.core.records import Phase, StatusRecord
 from massgen_mcp.sessions.waiting import ChangeSignal, wait_for_status
 from massgen_mcp.testing.scripted import agree
+from tests.helpers import Scripted
 from tests.test_transports import models_for, server_env
 
 WAIT_S = 30
@@ -37,7 +38,8 @@ async def _ignore_progress(progress: float, total: float | None, message: str | 
     return None
 
 
-async def test_run_consensus_wait_returns_when_the_run_ends(scripted, home: Path) -> None:
+@pytest.mark.slow
+async def test_run_consensus_wait_returns_when_the_run_ends(scripted: Scripted, home: Path) -> None:
     server = scripted(agree)
     durations: list[float] = []
     async with SdkClient(stdio_server(home), mode="legacy") as client:
@@ -53,7 +55,8 @@ async def test_run_consensus_wait_returns_when_the_run_ends(scripted, home: Path
     assert max(durations) < BOUND_S, f"slowest calls (s): {slowest}"
 
 
-async def test_get_status_wait_returns_when_the_run_moves(scripted, home: Path) -> None:
+@pytest.mark.slow
+async def test_get_status_wait_returns_when_the_run_moves(scripted: Scripted, home: Path) -> None:
     """Each ``get_status(wait_s, after_revision)`` returns at the next change; the run
     moves in steps the test releases, so every wait has something to wake it."""
     server = scripted(agree)
@@ -111,7 +114,8 @@ async def test_a_change_while_the_waiter_reports_progress_wakes_it() -> None:
     assert status.done
 
 
-async def test_a_pool_run_followed_from_another_front_end(scripted, tmp_path: Path,
+@pytest.mark.slow
+async def test_a_pool_run_followed_from_another_front_end(scripted: Scripted, tmp_path: Path,
                                                           home: Path) -> None:
     """Runs queued through one front end and waited on through another: the live channel
     alone must wake every waiter (the periodic re-read is pushed out of reach)."""
