@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from massgen_mcp.core.env import POOL_URL_ENV
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.records import Event, StatusRecord
 from massgen_mcp.core.secrets import mask_url_credentials, register_secret
@@ -48,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-URL_ENV = POOL_URL_ENV
 STATUS_TTL_S = 7 * 86_400  # a finished run's status stays readable from Redis for a week
 QUEUED_TTL_S = 3600  # the longest a run may wait on the queue before the sweep looks at it
 RECONNECT_S = 1.0
