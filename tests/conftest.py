@@ -8,6 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+# Hypothesis imports its optimiser lazily, in the middle of a property test, and pytest
+# rewrites (ast.parse) every module of a plugin it imports. CPython 3.11.7 can then fail that
+# parse with "SystemError: AST constructor recursion depth mismatch" (fixed upstream in later
+# 3.11 releases): import it here, at a shallow stack, once.
+import hypothesis.internal.conjecture.optimiser  # noqa: F401
 import pytest
 
 from massgen_mcp.core.spec import PROVIDER_KEY_ENV
