@@ -64,3 +64,23 @@ def scripted(_litellm_loaded: None) -> Iterator[Scripted]:
     for server in servers:
         server.__exit__()
 
+
+@pytest.fixture
+def task_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fastmcp Clients that declare the MCP tasks extension, for this test only: once
+    ``fastmcp_tasks`` is imported every Client declares it, and a pool front end then runs
+    each run_consensus as a task, whose plain call_tool returns only when the run ends."""
+    from fastmcp.client import extension_hooks
+    from fastmcp_tasks.client import _build_tasks_client_extension
+
+    monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])
+    extension_hooks.register_internal_client_extension_factory(_build_tasks_client_extension)
+
+
+@pytest.fixture(autouse=True)
+def plain_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every other test's Clients declare no tasks, whatever an earlier test in the same
+    process imported (under pytest-xdist that order is not the file order)."""
+    from fastmcp.client import extension_hooks
+
+    monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])

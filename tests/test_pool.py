@@ -137,26 +137,6 @@ def pool(tmp_path: Path, home: Path) -> Iterator[Pool]:
     running.close()
 
 
-@pytest.fixture
-def task_clients(monkeypatch: pytest.MonkeyPatch) -> None:
-    """fastmcp Clients that declare the MCP tasks extension, for this test only: once
-    ``fastmcp_tasks`` is imported every Client declares it, and a pool front end then runs
-    each run_consensus as a task, whose plain call_tool returns only when the run ends."""
-    from fastmcp.client import extension_hooks
-    from fastmcp_tasks.client import _build_tasks_client_extension
-
-    monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])
-    extension_hooks.register_internal_client_extension_factory(_build_tasks_client_extension)
-
-
-@pytest.fixture(autouse=True)
-def plain_clients(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The other tests' Clients do not declare tasks, whatever was imported before."""
-    from fastmcp.client import extension_hooks
-
-    monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])
-
-
 def models(server: ScriptedServer) -> list[str]:
     return [f"openai/{m}@{server.base_url}" for m in "abc"]
 
