@@ -29,7 +29,15 @@ from massgen_mcp.core.spec import build_team  # noqa: E402
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm  # noqa: E402
 from massgen_mcp.sessions.runner import SessionRunner  # noqa: E402
 from massgen_mcp.sessions.store import SessionStore  # noqa: E402
-from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, answer  # noqa: E402
+from massgen_mcp.testing.scripted import (  # noqa: E402
+    ChatRequest,
+    Latency,
+    Reply,
+    ScriptedServer,
+    agree,
+    answer,
+    vote,
+)
 
 LATENCY_S = 0.2
 
@@ -106,6 +114,73 @@ def print_engine(data: dict[str, Any]) -> None:
     print(f"{'agents':>6} {'rounds':>6} {'calls':>6} {'prompt tok':>10}")
     for row in data["cost_growth"].values():
         print(f"{row['agents']:>6} {row['rounds']:>6} {row['calls']:>6} "
+              f"{row['prompt_tokens']:>10}")
+
+
+# Scenario B (../shared/reference/measuring.md): real latency, one straggler.
+B_MEDIAN_S, B_SIGMA, B_AGENTS, B_SLOW = 0.5, 0.5, 5, 3.0
+
+
+def converge(req: ChatRequest) -> Reply:
+    """Like :func:`agree`, but every agent votes for the same answer (the first by label),
+    as in MassGen, which shows every agent the answers in one order."""
+    if req.vote_labels and not (req.is_final or req.is_check):
+        return vote(sorted(req.vote_labels)[0], "it answers the question")
+    return agree(req)
+
+
+def _latency_run(policy: Callable[[ChatRequest], Reply], seed: int, home: Path,
+                 **options: Any) -> dict[str, Any]:
+    slow = {f"m{B_AGENTS - 1}": B_SLOW}
+    latency = Latency(B_MEDIAN_S, B_SIGMA, seed=seed, slower=slow)
+    with ScriptedServer(policy, latency=latency) as srv:
+        result = asyncio.run(_run_once(srv, home, **options))
+        done = [t for t in srv.timings if t.ended is not None]
+        span = max(t.ended for t in done if t.ended) - min(t.started for t in srv.timings)
+        return {"ratio": span / B_MEDIAN_S, "calls": len(srv.timings),
+                "answered": len(done), "cancelled": result.usage.cancelled_calls,
+                "prompt_tokens": srv.prompttokens(), "status": result.status}
+
+
+async def _run_once(srv: ScriptedServer, home: Path, **options: Any) -> Any:
+    runner = SessionRunner(SessionStore(home), LiteLLMProvider())
+    run = await runner.start("What is 6*7?", team(srv, B_AGENTS, **options))
+    return await run.task
+
+
+def bench_latency(quick: bool) -> dict[str, Any]:
+    """Scenario B: what a user waits under uneven latency, in units of one median call."""
+    load_litellm()
+    seeds = range(7 if quick else 15)
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        with ScriptedServer(agree) as warm:
+            asyncio.run(one_run(warm, 3, Path(tmp)))  # litellm's first-call path
+        for policy in (agree, converge):
+            for decide in ("all", "majority"):
+                runs = [_latency_run(policy, seed, Path(tmp), decide=decide) for seed in seeds]
+                ratios = sorted(r["ratio"] for r in runs)
+                out[f"{policy.__name__}/{decide}"] = {
+                    "policy": policy.__name__, "decide": decide, "runs": len(runs),
+                    "median": round(statistics.median(ratios), 2),
+                    "p90": round(ratios[min(len(ratios) - 1, int(0.9 * len(ratios)))], 2),
+                    "calls": statistics.median(r["calls"] for r in runs),
+                    "max_calls": max(r["calls"] for r in runs),
+                    "cancelled": statistics.median(r["cancelled"] for r in runs),
+                    "prompt_tokens": statistics.median(r["prompt_tokens"] for r in runs),
+                }
+    return out
+
+
+def print_latency(data: dict[str, Any]) -> None:
+    print(f"\nScenario B: {B_AGENTS} agents, lognormal latency (median {B_MEDIAN_S * 1000:.0f} ms, "
+          f"shape {B_SIGMA}), one {B_SLOW:g}x slower; wall span / one median call "
+          "(upstream MassGen 0.1.97: 6.2x, 16 calls, 78k prompt tokens)")
+    print(f"{'votes':>9} {'decide':>9} {'median':>7} {'p90':>6} {'calls':>6} {'max':>4} "
+          f"{'cut':>4} {'prompt tok':>10}")
+    for row in data.values():
+        print(f"{row['policy']:>9} {row['decide']:>9} {row['median']:>6.2f}x {row['p90']:>5.2f}x "
+              f"{row['calls']:>6} {row['max_calls']:>4} {row['cancelled']:>4} "
               f"{row['prompt_tokens']:>10}")
 
 
@@ -437,6 +512,7 @@ def print_embedded(data: dict[str, Any]) -> None:
 
 SECTIONS = {
     "engine": (bench_engine, print_engine),
+    "latency": (bench_latency, print_latency),
     "cold_start": (bench_cold_start, print_cold_start),
     "initialize": (bench_initialize, print_initialize),
     "status_latency": (bench_status_latency, print_status_latency),

@@ -112,7 +112,7 @@ def test_novelty_limits_per_level() -> None:
 def test_one_rule_finds_the_json_object_in_model_text() -> None:
     """find_json_object: the first "{" from which JSON parses, whatever wraps it; an unusable
     one (too deep) is an error, not skipped. The check's verdict is read by the same rule."""
-    from massgen_mcp.consensus.engine import parse_check
+    from massgen_mcp.consensus.actions import parse_check
     from massgen_mcp.core.edges import UnsafeJson, find_json_object
 
     assert find_json_object('Sure: ```json\n{"a": 1}\n``` done') == {"a": 1}

@@ -74,13 +74,16 @@ async def test_new_records_keep_the_release_0_1_0_json(old_home: Path) -> None:
         old_keys = set(json.loads((old / name).read_text()))
         new_keys = set(json.loads((new / name).read_text()))
         # Added since 0.1.0, optional and ignored by older readers (extra="ignore").
-        assert new_keys - old_keys <= {"schema_version", "workspace", "notes", "worker"}, name
+        assert new_keys - old_keys <= {"schema_version", "workspace", "notes", "worker",
+                                       "decided_by", "late"}, name
         assert old_keys <= new_keys, name
     old_events = {json.loads(line)["type"]: set(json.loads(line))
                   for line in (old / "events.jsonl").read_text().splitlines()}
+    added = {"consensus": {"reason"}}  # why coordination ended (RunOptions.decide)
     for line in (new / "events.jsonl").read_text().splitlines():
         event = json.loads(line)
-        assert set(event) == old_events[event["type"]], event["type"]
+        assert set(event) - added.get(event["type"], set()) == old_events[event["type"]], (
+            event["type"])
 
 
 async def test_a_record_from_a_newer_release_is_refused_clearly(old_home: Path) -> None:

@@ -3,6 +3,7 @@
 Kept apart from the engine so the rules are readable in one place and testable without a run:
 
 * every call counts (answers, evaluations, corrective retries, the final presentation);
+  a call a decision stopped in flight counts apart, as cancelled (it never replied);
 * cost is the sum of known prices; once any call has an unknown price the *reported* cost is
   unknown (``None``), never a fake total, but the budget still counts what is known;
 * the budget (``max_total_tokens``, ``max_cost_usd``) is checked after each call of a turn; the
@@ -31,6 +32,7 @@ class UsageMeter:
     evidence_calls: int = 0
     evidence_tokens: int = 0
     tool_calls: int = 0
+    cancelled_calls: int = 0  # stopped in flight by a decision (see Usage.cancelled_calls)
 
     def add(self, completion: Completion, *, evidence: bool = False) -> None:
         """Count one model call; ``evidence`` when it was a tool round, not a decision."""
@@ -57,6 +59,7 @@ class UsageMeter:
             cost_usd=None if self.cost_unknown else round(self.known_cost_usd, 6),
             latency_s=round(self.latency_s, 3), evidence_calls=self.evidence_calls,
             evidence_tokens=self.evidence_tokens, tool_calls=self.tool_calls,
+            cancelled_calls=self.cancelled_calls,
         )
 
 

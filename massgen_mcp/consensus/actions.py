@@ -144,3 +144,18 @@ def _check_vote(label: object, reason: object, view: View) -> CastVote | Invalid
         )
     text = reason.strip() if isinstance(reason, str) else ""
     return CastVote(label, text[:MAX_REASON_CHARS])
+
+
+def parse_check(text: str) -> tuple[str, str | None]:
+    """(verdict, feedback) from a check reply; anything but a well-formed restart accepts."""
+    try:
+        value = find_json_object(text)
+    except UnsafeJson:
+        value = None
+    if value is not None and value.get("verdict") == "restart":
+        feedback = str(value.get("feedback") or "").strip()[:2_000]
+        if feedback:
+            return "restart", feedback
+    if value is not None and value.get("verdict") == "accept":
+        return "accept", None
+    return "accept", "the check's reply was not a verdict; the answer stands"

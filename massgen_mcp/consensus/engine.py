@@ -31,8 +31,10 @@ from massgen_mcp.consensus.actions import (
     Invalid,
     NewAnswer,
     parse_action,
+    parse_check,
 )
 from massgen_mcp.consensus.evidence import Evidence, is_evidence
+from massgen_mcp.consensus.pace import FirstRound
 from massgen_mcp.consensus.replay import RunRequest, progress_of
 from massgen_mcp.consensus.snapshot import (
     Recorder,
@@ -41,11 +43,11 @@ from massgen_mcp.consensus.snapshot import (
     timeline_of,
 )
 from massgen_mcp.consensus.state import View
-from massgen_mcp.core.edges import UnsafeJson, find_json_object
 from massgen_mcp.core.errors import ProviderError, RecordWriteError
 from massgen_mcp.core.records import (
     PREVIEW_CHARS,
     CallPurpose,
+    Decision,
     EventType,
     FinishReason,
     Phase,
@@ -58,20 +60,6 @@ from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion, Provider, complete_with_retries
 
 log = logging.getLogger(__name__)
-
-def parse_check(text: str) -> tuple[str, str | None]:
-    """(verdict, feedback) from a check reply; anything but a well-formed restart accepts."""
-    try:
-        value = find_json_object(text)
-    except UnsafeJson:
-        value = None
-    if value is not None and value.get("verdict") == "restart":
-        feedback = str(value.get("feedback") or "").strip()[:2_000]
-        if feedback:
-            return "restart", feedback
-    if value is not None and value.get("verdict") == "accept":
-        return "accept", None
-    return "accept", "the check's reply was not a verdict; the answer stands"
 
 
 @dataclass(frozen=True)
@@ -107,6 +95,8 @@ class ConsensusRun:
         self._stopping: str | None = None  # "interrupt" or "hand_back": why a cancel came
         self._timeline = timeline_of(request)
         self._revision = 0  # bumped on every published status, so pollers can tell news
+        self._calling: dict[str, CallPurpose] = {}  # agents with a model call in flight
+        self.first_round = FirstRound(self.options.late_factor)  # the quorum's stopwatch
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -135,14 +125,18 @@ class ConsensusRun:
                        delay_s=round(delay, 3), error=str(error), kind=error.kind,
                        status_code=error.status_code)
 
-        completion = await complete_with_retries(
-            self.provider, agent, messages, tools=tools,
-            timeout_s=(self.options.cli_call_timeout_s if agent.cli
-                       else self.options.call_timeout_s),
-            max_retries=self.options.max_retries,
-            backoff_s=self.options.retry_backoff_s, on_retry=on_retry,
-            context=CallContext(self.request.session_id, self.request.log_path),
-        )
+        self._calling[agent.id] = purpose
+        try:
+            completion = await complete_with_retries(
+                self.provider, agent, messages, tools=tools,
+                timeout_s=(self.options.cli_call_timeout_s if agent.cli
+                           else self.options.call_timeout_s),
+                max_retries=self.options.max_retries,
+                backoff_s=self.options.retry_backoff_s, on_retry=on_retry,
+                context=CallContext(self.request.session_id, self.request.log_path),
+            )
+        finally:
+            self._calling.pop(agent.id, None)
         completion = completion.redacted()
         if completion.tool_calls and all(is_evidence(c.name) for c in completion.tool_calls):
             purpose = CallPurpose.EVIDENCE  # usage tells tool rounds from decisions
@@ -217,6 +211,8 @@ class ConsensusRun:
             self.errors.append(f"{aid} ({self.agents[aid].model}): {result.reason}")
             self._emit(EventType.AGENT_DROPPED, agent_id=aid, reason=result.reason)
         elif isinstance(result, NewAnswer):
+            if outcome.view.first_round:
+                self.first_round.answered()
             # Duplicates of answers the agent was shown were rejected in its turn. An answer
             # that matches one it could not see is independent agreement: keep it, and let
             # the vote settle it (discarding it would make the agent repeat itself forever).
@@ -235,19 +231,54 @@ class ConsensusRun:
                 self._emit(EventType.VOTE_DISCARDED, agent_id=aid, label=result.label,
                            reason="stale view: new answers arrived while it was deciding")
 
-    async def _coordinate(self) -> None:
-        while not self.coord.consensus() and self.coord.live():
-            if self.coord.first_round_done():
+    async def _coordinate(self) -> Decision | None:
+        """Run turns until a decision (returned) or until no agent is left (None)."""
+        while (decision := self.coord.decision()) is None and self.coord.live():
+            if self.coord.reviewing():
                 self.phase = Phase.VOTING
             self._start_turns()
             self._publish_status()
             if not self.in_flight:  # cannot happen while the protocol invariants hold
                 raise RuntimeError("no agent can move but there is no consensus")
             done, _ = await asyncio.wait(
-                self.in_flight.values(), return_when=asyncio.FIRST_COMPLETED)
+                self.in_flight.values(), timeout=self._until_late(),
+                return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                self._open_review_for_quorum()
             for aid in [a for a, t in self.in_flight.items() if t in done]:
                 task = self.in_flight.pop(aid)
                 self._apply(task.result())  # a BudgetExceeded propagates from here
+        if decision is not None:
+            self._emit(EventType.CONSENSUS, reason=decision,
+                       tally={k: len(v) for k, v in self.coord.tally().items()})
+            await self._cancel_turns(decision)
+        return decision
+
+    def _until_late(self) -> float | None:
+        """Seconds until round one's stragglers count as late (:mod:`.pace`), or None."""
+        if self.coord.reviewing() or self.options.decide == "all":
+            return None  # MassGen's rule waits for every first answer, as MassGen does
+        return self.first_round.until_late(len(self.coord.live()))
+
+    def _open_review_for_quorum(self) -> None:
+        self.coord.open_review()
+        answered, live = len(self.first_round.answered_s), len(self.coord.live())
+        self._emit(EventType.QUORUM, late=self.coord.late(),
+                   after_s=round(self.first_round.elapsed(), 3),
+                   detail=f"{answered} of {live} answered; the rest took over "
+                          f"{self.options.late_factor:g}× the median time of their peers")
+
+    async def _cancel_turns(self, decision: Decision) -> None:
+        """The decision came first: stop every turn still in flight, counting and recording
+        each (a model call cut off mid-flight counts as cancelled, not as a call)."""
+        for aid, task in self.in_flight.items():
+            purpose = self._calling.get(aid)  # None: between calls (a tool, a retry)
+            self._emit(EventType.TURN_CANCELLED, agent_id=aid, purpose=purpose,
+                       count=int(purpose is not None), reason=f"decided: {decision}")
+            if purpose is not None:
+                self.progress.count_cancelled(aid)
+            task.cancel()
+        await self._stop_turns()
 
     async def _stop_turns(self) -> None:
         tasks = list(self.in_flight.values())
@@ -373,17 +404,16 @@ class ConsensusRun:
                     if self.evidence.mcp is not None:  # servers start within the time limit
                         await self.evidence.mcp.start()
                         self.evidence.report_cut()
+                    self.first_round.start()
                     while True:
                         try:
-                            await self._coordinate()
+                            decision = await self._coordinate()
                         finally:
                             await self._stop_turns()
-                        if not self.coord.consensus():
+                        if decision is None:
                             self._no_consensus()
                             final, presenter = await self._present(allow_call=False)
                             break
-                        self._emit(EventType.CONSENSUS, tally={
-                            k: len(v) for k, v in self.coord.tally().items()})
                         self._end(RunStatus.COMPLETED, FinishReason.CONSENSUS)
                         final, presenter = await self._present(allow_call=True)
                         if not await self._restart_after_check(final, presenter):

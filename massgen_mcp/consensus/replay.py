@@ -40,7 +40,12 @@ class PriorRestart:
     feedback: str | None
 
 
-PriorStep = PriorAnswer | PriorVote | PriorRestart
+@dataclass(frozen=True)
+class PriorQuorum:
+    """Review had opened before every agent answered (the agents then late still are)."""
+
+
+PriorStep = PriorAnswer | PriorVote | PriorRestart | PriorQuorum
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class Prior:
     calls already paid for (usage and budget carry on)."""
 
     steps: tuple[PriorStep, ...]
-    calls: tuple[Event, ...]
+    calls: tuple[Event, ...]  # CALL and TURN_CANCELLED events, for usage
     event_count: int  # event numbering continues after the recorded events
 
     @classmethod
@@ -67,8 +72,13 @@ class Prior:
                 steps.append(PriorVote(e.agent_id, e.label, e.reason or ""))
             elif e.type is EventType.RESTART:
                 steps.append(PriorRestart(e.detail))
-        return cls(tuple(steps), tuple(e for e in events if e.type is EventType.CALL),
-                   len(events))
+            elif e.type is EventType.QUORUM:
+                steps.append(PriorQuorum())
+        return cls(tuple(steps), tuple(e for e in events if e.type in _PAID), len(events))
+
+
+# The events that carry usage: calls, and calls a decision cancelled in flight.
+_PAID = (EventType.CALL, EventType.TURN_CANCELLED)
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,12 @@ class Progress:
             self.usage[agent_id].add(completion, evidence=evidence)
         self.total.add(completion, evidence=evidence)
 
+    def count_cancelled(self, agent_id: str | None) -> None:
+        """Count one model call a decision stopped in flight."""
+        if agent_id in self.usage:
+            self.usage[agent_id].cancelled_calls += 1
+        self.total.cancelled_calls += 1
+
 
 def progress_of(request: RunRequest) -> Progress:
     """A run's starting progress: nothing for a new run, the recorded steps replayed for one
@@ -116,7 +132,7 @@ def progress_of(request: RunRequest) -> Progress:
     agents = request.agents
     progress = Progress(
         Coordination(list(agents), max_answers=request.team.options.max_answers_per_agent,
-                     seed=request.session_id),
+                     seed=request.session_id, decide=request.team.options.decide),
         {aid: UsageMeter() for aid in agents})
     if request.prior is None:
         return progress
@@ -127,11 +143,17 @@ def progress_of(request: RunRequest) -> Progress:
         elif isinstance(step, PriorVote) and step.agent_id in agents:
             with contextlib.suppress(ValueError):  # a record edited by hand
                 coord.add_vote(step.agent_id, step.label, step.reason, coord.version)
+        elif isinstance(step, PriorQuorum):
+            coord.open_review()
         elif isinstance(step, PriorRestart):
             coord.restart()
             progress.restarts += 1
             progress.feedback = step.feedback
     for call in request.prior.calls:
+        if call.type is EventType.TURN_CANCELLED:
+            if call.count:  # 0 or 1: a turn has at most one call in flight
+                progress.count_cancelled(call.agent_id)
+            continue
         progress.count(call.agent_id, Completion(
             None, prompt_tokens=call.prompt_tokens or 0,
             completion_tokens=call.completion_tokens or 0, cost_usd=call.cost_usd,

@@ -101,7 +101,7 @@ def status_record(request: RunRequest, progress: Progress, timeline: Timeline, *
                            preview=a.content[:PREVIEW_CHARS])
                  for a in coord.current_answers()],
         tally={label: [v.voter for v in votes] for label, votes in coord.tally().items()},
-        usage=progress.total.record(),
+        usage=progress.total.record(), decided_by=coord.decision(), late=coord.late(),
     )
 
 
@@ -120,6 +120,7 @@ def result_record(request: RunRequest, progress: Progress, timeline: Timeline, *
             label=winner.label, agent_id=winner.agent_id,
             model=agents[winner.agent_id].model),
         presented_by=presenter, tie_broken=tie,
+        decided_by=coord.decision() if finish_reason is FinishReason.CONSENSUS else None,
         votes=[VoteRecord(voter=v.voter, answer=v.label, reason=v.reason)
                for v in coord.votes()],
         tally={label: len(v) for label, v in coord.tally().items()},

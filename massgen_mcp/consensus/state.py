@@ -3,15 +3,22 @@
 No I/O and no clocks: the engine feeds it accepted actions and asks it what happens next, so
 every protocol rule lives (and is unit-tested) in one place:
 
-* Round one is independent: an agent sees no peer answer until every live agent has answered
-  (or dropped out).
+* Round one is independent: an agent's first answer is written on a view with no peer
+  answer, always. Review (votes and new answers on the current answers) starts when every live
+  agent has answered or dropped out, or earlier when the engine opens it for a quorum because
+  the rest are late (:mod:`.pace`); a late agent's first answer then joins when it arrives,
+  like any new answer.
 * Answers carry anonymous labels ``<letter><revision>`` (``B2`` = the second answer of the agent
   whose letter is B). Letters are shuffled per session, so they say nothing about model or
   config order.
 * An accepted new answer bumps ``version`` and clears every vote.
 * A vote counts only if it was cast on the current ``version``; otherwise it is stale, discarded,
   and the voter simply needs another turn.
-* Consensus: every live agent holds a vote cast since the last new answer.
+* Decision (``decide``): with ``"all"`` (MassGen's rule), when every live agent holds a vote
+  cast since the last new answer; with ``"majority"``, also as soon as a strict majority of
+  the live agents hold votes for one and the same current answer: no vote still to come can
+  outweigh it, and a turn still in flight is cancelled rather than awaited, even one that
+  would have brought a new answer.
 * Winner: most votes; a tie goes to the agent listed first in the config (reproducible, and
   under the user's control); with no votes at all (timeouts), the newest answer.
 * A restart (the final answer failed its check) clears every vote and bumps ``version``, like a
@@ -22,10 +29,12 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
-from massgen_mcp.core.records import AgentPhase
+from massgen_mcp.core.records import AgentPhase, Decision
 
 LETTERS = "ABCDEFGH"
 _WS = re.compile(r"\s+")
@@ -90,14 +99,17 @@ def assign_letters(agent_ids: Sequence[str], seed: str) -> dict[str, str]:
 class Coordination:
     """State of one run's answer/vote loop."""
 
-    def __init__(self, agent_ids: Sequence[str], *, max_answers: int, seed: str) -> None:
+    def __init__(self, agent_ids: Sequence[str], *, max_answers: int, seed: str,
+                 decide: Literal["majority", "all"] = "all") -> None:
         if not agent_ids:
             raise ValueError("a run needs at least one agent")
         letters = assign_letters(agent_ids, seed)
         self.order = list(agent_ids)
         self.agents = {aid: AgentState(aid, letters[aid]) for aid in agent_ids}
         self.max_answers = max_answers
+        self.decide = decide
         self.version = 0
+        self.review_opened = False  # by a quorum, before every live agent had answered
         self._seq = 0
 
     # -- queries -----------------------------------------------------------------------------
@@ -113,12 +125,22 @@ class Coordination:
     def first_round_done(self) -> bool:
         return all(s.current is not None for s in self.live())
 
+    def reviewing(self) -> bool:
+        """Whether agents with an answer now review the current answers (vote or revise)."""
+        return self.review_opened or self.first_round_done()
+
+    def late(self) -> list[str]:
+        """The live agents a quorum stopped waiting for that have not answered yet."""
+        if not self.review_opened:
+            return []
+        return [s.agent_id for s in self.live() if s.current is None]
+
     def needs_turn(self, agent_id: str) -> bool:
         """Whether the agent should be (re)started now, if it is not already in flight."""
         state = self.agents[agent_id]
         if state.dropped or state.vote is not None:
             return False
-        return state.current is None or self.first_round_done()
+        return state.current is None or self.reviewing()
 
     def may_answer(self, agent_id: str) -> bool:
         return len(self.agents[agent_id].answers) < self.max_answers
@@ -133,9 +155,21 @@ class Coordination:
         rotated = answers[own + 1 :] + answers[: own + 1]
         return View(self.version, tuple(rotated), self.may_answer(agent_id), first_round=False)
 
-    def consensus(self) -> bool:
+    def decision(self) -> Decision | None:
+        """Why coordination ends now, or None while it goes on (see the rules above)."""
         live = self.live()
-        return bool(live) and all(s.vote is not None for s in live)
+        if not live or not self.reviewing():
+            return None
+        if all(s.vote is not None for s in live):
+            return Decision.ALL_VOTED
+        if self.decide == "majority":
+            counts = Counter(s.vote.label for s in live if s.vote is not None)
+            if counts and 2 * max(counts.values()) > len(live):
+                return Decision.MAJORITY
+        return None
+
+    def consensus(self) -> bool:
+        return self.decision() is not None
 
     def votes(self) -> list[Vote]:
         return [s.vote for s in (self.agents[a] for a in self.order) if s.vote is not None]
@@ -173,7 +207,7 @@ class Coordination:
             return AgentPhase.WORKING
         if state.vote is not None:
             return AgentPhase.VOTED
-        if state.current is not None and not self.first_round_done():
+        if state.current is not None and not self.reviewing():
             return AgentPhase.WAITING
         return AgentPhase.ANSWERED if state.current is not None else AgentPhase.WAITING
 
@@ -207,6 +241,10 @@ class Coordination:
             raise ValueError(f"no current answer is labelled {label!r}")
         self.agents[agent_id].vote = Vote(agent_id, label, reason)
         return True
+
+    def open_review(self) -> None:
+        """Start review before every live agent has answered (a quorum; see :mod:`.pace`)."""
+        self.review_opened = True
 
     def restart(self) -> None:
         """Start a new coordination round on the same answers (see the rules above)."""

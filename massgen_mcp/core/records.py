@@ -80,6 +80,12 @@ class FinishReason(StrEnum):
     RECORD_WRITE_FAILED = "record_write_failed"  # the disk refused the record (full, failing)
 
 
+# Why coordination ended with an agreed answer (RunOptions.decide).
+class Decision(StrEnum):
+    ALL_VOTED = "all_voted"  # every live agent has voted (MassGen's rule, decide: all)
+    MAJORITY = "majority"  # a strict majority of the live agents voted for one answer
+
+
 # Why a model was called.
 class CallPurpose(StrEnum):
     ANSWER = "answer"  # round one
@@ -115,6 +121,12 @@ class EventType(StrEnum):
     CHECK = "check"  # the final answer's check: reason accept|restart, detail the feedback
     RESTART = "restart"  # a new coordination round with the check's feedback (count: which)
     TOOLS_CUT = "tools_cut"  # MCP tools left out by the size caps (detail: which, why)
+    # Round one ended before every agent answered (late: the agents still writing; after_s:
+    # when; detail: the rule). Their answers still join when they arrive.
+    QUORUM = "quorum"
+    # A decision came while an agent's turn was in flight: the turn was stopped (purpose;
+    # count: model calls cut off mid-flight, 0 or 1; reason: the decision).
+    TURN_CANCELLED = "turn_cancelled"
 
 
 class Record(BaseModel):
@@ -149,6 +161,9 @@ class Usage(Record):
     evidence_calls: int = 0  # of ``calls``: tool rounds (the reply asked for evidence tools)
     evidence_tokens: int = 0  # of ``total_tokens``: spent in those tool rounds
     tool_calls: int = 0  # evidence tools run (read_file, mcp__..., ...)
+    # Calls stopped in flight because the decision came first: not in ``calls`` (no reply,
+    # no tokens reported; a provider may still bill the prompt it had read).
+    cancelled_calls: int = 0
 
 
 class VoteRef(Record):
@@ -199,6 +214,8 @@ class StatusRecord(VersionedRecord):
     answers: list[AnswerRef] = []
     tally: dict[str, list[str]] = {}  # answer label -> agent ids voting for it
     usage: Usage = Usage()
+    decided_by: Decision | None = None  # set once coordination has ended with a decision
+    late: list[str] = []  # agents round one stopped waiting for (QUORUM), until they answer
     pid: int | None = None  # the process running it (to tell orphaned runs)
     # The pool worker running it ("host#pid"), when a worker pool owns the run: its death is
     # handled by redelivery to another worker, not by the next server marking it interrupted.
@@ -251,6 +268,7 @@ class ResultRecord(VersionedRecord):
     winner: Winner | None = None
     presented_by: str | None = None  # None: the winning answer is returned verbatim
     tie_broken: bool = False
+    decided_by: Decision | None = None  # how coordination ended, when it ended in agreement
     votes: list[VoteRecord] = []
     tally: dict[str, int] = {}
     answers: list[AnswerRecord] = []
@@ -323,6 +341,7 @@ class Event(Record):
     finish_reason: FinishReason | None = None
     tool: str | None = None
     arguments: str | None = None  # the tool call's arguments, clipped
+    late: list[str] | None = None  # quorum: the agents round one stopped waiting for
 
     @property
     def owner(self) -> str | None:

@@ -218,6 +218,16 @@ class RunOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_answers_per_agent: Annotated[int, Field(ge=1, le=20)] = 3
+    # When coordination ends (massgen_mcp.consensus.state): "all" is MassGen's rule (every
+    # live agent has voted); "majority" ends it as soon as a strict majority of the live
+    # agents vote for one current answer, which no later vote can outweigh.
+    decide: Literal["majority", "all"] = Field("majority", description=(
+        "'majority': decide once most live agents vote for one answer, and start review "
+        "without stragglers (faster); 'all': MassGen's rules, wait for every answer and vote"))
+    # With decide "majority", round one waits for a straggler only this many times the
+    # median time of its peers' first answers (massgen_mcp.consensus.pace); its answer still
+    # joins when it arrives. "all" waits for every first answer, as MassGen does.
+    late_factor: Annotated[float, Field(ge=1, le=100)] = 2.0
     # After the final answer, the winner checks it against the question; "restart" (with
     # feedback for every agent) starts a new coordination round, at most this many times.
     max_orchestration_restarts: Annotated[int, Field(ge=0, le=5)] = 0

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from massgen_mcp.core.records import Event, EventType, ResultRecord, RunStatus, SessionRecord, clip
+from massgen_mcp.render.text import DECIDED
 
 if TYPE_CHECKING:
     from massgen_mcp.core.records import SessionSummary
@@ -30,6 +31,8 @@ _MARKS = {
     EventType.FINAL: ("★", "final answer"),
     EventType.CHECK: ("✓", "final answer checked"),
     EventType.RESTART: ("⟲", "restart"),
+    EventType.QUORUM: ("⏱", "late: review began without it"),
+    EventType.TURN_CANCELLED: ("✂", "turn cancelled by the decision"),
 }
 
 _LIST_MARK = re.compile(r"^\s*([-*]|\d+\.)\s+")
@@ -109,7 +112,7 @@ def _inline(text: str) -> str:
 def _event_title(event: Event) -> str:
     parts = [f"{_MARKS[event.type][1]} at {event.t or 0:.2f}s"]
     for key in ("tool", "arguments", "chars", "label", "reason", "problem", "error", "by",
-                "count", "detail"):
+                "count", "detail", "late"):
         value = getattr(event, key)
         if value not in (None, ""):
             parts.append(f"{key}: {value}")
@@ -122,8 +125,13 @@ def _timeline(events: list[Event], agents: list[str]) -> str:
     for aid in agents:
         marks = []
         for e in events:
-            if e.type not in _MARKS or (e.owner != aid and e.type not in (
-                    EventType.VOTES_INVALIDATED, EventType.RESTART)):
+            if e.type not in _MARKS:
+                continue
+            if e.type is EventType.QUORUM:
+                if aid not in (e.late or []):
+                    continue
+            elif e.owner != aid and e.type not in (EventType.VOTES_INVALIDATED,
+                                                   EventType.RESTART):
                 continue
             left = 100 * (e.t or 0) / end
             marks.append(f'<span class="ev {e.type}" style="left:{left:.2f}%" '
@@ -179,6 +187,22 @@ def _agent_rows(record: SessionRecord) -> str:
     return "".join(rows)
 
 
+def _how_decided(record: SessionRecord) -> str:
+    """Why coordination ended, for the winner line: " · a majority decided; ..."."""
+    decided = record.result.decided_by if record.result else None
+    if decided is None:
+        return ""
+    parts = [DECIDED[decided]]
+    late = sorted({a for e in record.events if e.type is EventType.QUORUM for a in e.late or []})
+    if late:
+        parts.append("review began without " + ", ".join(late) + " (late)")
+    cut = [e.agent_id for e in record.events
+           if e.type is EventType.TURN_CANCELLED and e.agent_id]
+    if cut:
+        parts.append("turns cancelled: " + ", ".join(cut))
+    return " · " + "; ".join(parts)
+
+
 def render_report(record: SessionRecord, *, live: bool = False) -> str:
     """The whole page as a string. ``live`` adds a 2-second auto-refresh while the run is
     still going (the live page on the HTTP server)."""
@@ -197,7 +221,8 @@ def render_report(record: SessionRecord, *, live: bool = False) -> str:
                   '<p class="muted">No final answer.</p>')
     tally = ", ".join(f"{label}: {n}" for label, n in (result.tally if result else {}).items())
     winner_line = (f"Winner <strong>{_e(winner.label)}</strong> by {_e(winner.agent_id)} "
-                   f"({_e(winner.model)}) · votes {_e(tally)}" if winner else "No winner.")
+                   f"({_e(winner.model)}) · votes {_e(tally)}{_e(_how_decided(record))}"
+                   if winner else "No winner.")
     cost = usage.cost_usd
     refresh = ('<meta http-equiv="refresh" content="2">'
                if live and status.status is RunStatus.RUNNING else "")

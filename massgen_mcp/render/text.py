@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from massgen_mcp.core.records import Event, EventType, clip
+from massgen_mcp.core.records import Decision, Event, EventType, clip
 
 PROGRESS_CHARS = 80  # one progress line per event fits a terminal
-
-
-
-
-
-
-
-
+# How coordination ended (records.Decision), in words.
+DECIDED: dict[str, str] = {Decision.ALL_VOTED: "every agent voted",
+                           Decision.MAJORITY: "a majority decided"}
 
 
 def _short(text: str | None, limit: int = PROGRESS_CHARS) -> str:
@@ -51,7 +46,17 @@ def describe_event(event: Event) -> str | None:
         return f"{t} {who + ': ' if who else ''}{_short(event.detail, 200)}"
     if kind is EventType.RESTART:
         return f"{t} restart {event.count}: the team goes again with the check's feedback"
-    if kind in (EventType.CONSENSUS, EventType.TIMEOUT, EventType.BUDGET_EXCEEDED,
+    if kind is EventType.QUORUM:
+        late = ", ".join(event.late or [])
+        return (f"{t} quorum: review starts without {late or 'nobody'} (late: "
+                f"{_short(event.detail, 120)}); a late answer still joins")
+    if kind is EventType.TURN_CANCELLED:
+        cut = f", its {event.purpose} call cut off" if event.count else ""
+        return f"{t} {who}'s turn cancelled{cut}: {event.reason}"
+    if kind is EventType.CONSENSUS:
+        how = DECIDED.get(event.reason or "", "")
+        return f"{t} consensus{': ' + how if how else ''}"
+    if kind in (EventType.TIMEOUT, EventType.BUDGET_EXCEEDED,
                 EventType.CANCELLED, EventType.FINAL_FALLBACK):
         detail = event.detail or event.reason or ""
         return f"{t} {kind.replace('_', ' ')} {detail}".rstrip()
@@ -62,7 +67,8 @@ def describe_event(event: Event) -> str | None:
 
 def coordination_table(events: list[Event], agent_ids: list[str]) -> str:
     """Agent x step grid: answered (A1), voted (→B1), stale vote (~B1), invalidated (✗),
-    dropped (DROP), presented the final answer (FINAL)."""
+    dropped (DROP), turn cancelled by the decision (CUT), presented the final answer
+    (FINAL)."""
     steps: list[dict[str, str]] = []
     voted: set[str] = set()
     for event in events:
@@ -80,6 +86,8 @@ def coordination_table(events: list[Event], agent_ids: list[str]) -> str:
             voted.clear()
         elif event.type is EventType.AGENT_DROPPED:
             cells[who] = "DROP"
+        elif event.type is EventType.TURN_CANCELLED:
+            cells[who] = "CUT"
         elif event.type is EventType.FINAL and event.presenter:
             cells[who] = "FINAL"
         if cells:
@@ -91,5 +99,6 @@ def coordination_table(events: list[Event], agent_ids: list[str]) -> str:
         row = " ".join(f"{s.get(aid, ''):>5}" for s in steps)
         lines.append(aid.ljust(width) + " | " + row)
     lines.append("A1 answered · →B1 voted for B1 · ~B1 stale vote discarded · "
-                 "✗ vote invalidated · DROP dropped · FINAL wrote the final answer")
+                 "✗ vote invalidated · DROP dropped · CUT turn cancelled by the decision · "
+                 "FINAL wrote the final answer")
     return "\n".join(lines)

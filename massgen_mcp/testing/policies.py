@@ -19,6 +19,8 @@ from massgen_mcp.core.records import CallPurpose
 from massgen_mcp.providers.marks import JSON_MARK, PURPOSE_MARKS
 
 _ANSWER = re.compile(r'<answer label="([A-H][0-9]{1,2})">\n(.*?)\n</answer>', re.DOTALL)
+
+
 @dataclass
 class ChatRequest:
     """One chat-completion request, parsed for the policy."""

@@ -28,10 +28,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
+import random
+import select
 import socket
+import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -53,7 +59,8 @@ from massgen_mcp.testing.policies import (
 )
 from massgen_mcp.testing.wire import cli_prompt, completion_body, tokens, wire_events, wire_of
 
-__all__ = ["ChatRequest", "Policy", "Reply", "ScriptedProvider", "ScriptedServer", "agree",
+__all__ = ["ChatRequest", "Latency", "Policy", "Reply", "ScriptedProvider", "ScriptedServer",
+           "Timing", "agree",
            "answer", "drop", "error", "main", "raw", "text", "tool_calls", "vote"]
 
 
@@ -103,18 +110,60 @@ class ScriptedProvider:
         )
 
 
-class ScriptedServer:
-    """Serve ``policy`` on 127.0.0.1 in a background thread; use as a context manager."""
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up (a cancelled call) is normal here, not a traceback on stderr."""
 
-    def __init__(self, policy: Policy = agree, *, latency_s: float = 0.0, port: int = 0) -> None:
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Real providers' uneven latency: each call takes a lognormal time with this median and
+    shape (``sigma``), times the model's factor in ``slower`` (``{"m4": 3.0}``: a model three
+    times slower). Draws are seeded by (seed, model, the model's call number), so a run sees
+    the same latencies whatever order its concurrent calls arrive in."""
+
+    median_s: float
+    sigma: float = 0.5
+    seed: int = 0
+    slower: Mapping[str, float] = field(default_factory=dict)
+
+    def draw(self, model: str, n: int) -> float:
+        rng = random.Random(f"{self.seed}:{model}:{n}")
+        return rng.lognormvariate(math.log(self.median_s), self.sigma) * self.slower.get(model, 1.0)
+
+
+@dataclass
+class Timing:
+    """When the server got a request and when it replied (None: the client went away first,
+    as a cancelled call does)."""
+
+    request: ChatRequest
+    started: float  # time.monotonic()
+    ended: float | None = None
+
+
+class ScriptedServer:
+    """Serve ``policy`` on 127.0.0.1 in a background thread; use as a context manager.
+
+    ``latency_s`` is added to every response, ``latency`` draws a time per call (both may be
+    set). A client that hangs up while its response is being delayed gets none; its
+    :class:`Timing` in ``timings`` keeps ``ended=None``."""
+
+    def __init__(self, policy: Policy = agree, *, latency_s: float = 0.0,
+                 latency: Latency | None = None, port: int = 0) -> None:
         self.policy = policy
         self.latency_s = latency_s
+        self.latency = latency
+        self.timings: list[Timing] = []
         self.requests: list[ChatRequest] = []
         self.in_flight = 0
         self.max_in_flight = 0  # the most requests this server was handling at once
         self._counts: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
+        self._httpd = _QuietServer(("127.0.0.1", port), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -190,11 +239,16 @@ class ScriptedServer:
                     return
                 req = server._record(body, {k.lower(): v for k, v in self.headers.items()},
                                      wire, self.path)
+                timing = Timing(req, time.monotonic())
                 with server._lock:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    server.timings.append(timing)
                 try:
-                    self._answer(req, wire)
+                    if self._answer(req, wire):
+                        timing.ended = time.monotonic()
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client went away mid-reply
                 finally:
                     with server._lock:
                         server.in_flight -= 1
@@ -221,16 +275,33 @@ class ScriptedServer:
                 self.wfile.flush()
                 self.close_connection = True
 
-            def _answer(self, req: ChatRequest, wire: str | None = None) -> None:
+            def _client_gone(self, seconds: float) -> bool:
+                """Wait ``seconds`` (the model's latency); True if the client hung up
+                meanwhile (a cancelled call), so that no reply is sent to nobody."""
+                deadline = time.monotonic() + seconds
+                while (left := deadline - time.monotonic()) > 0:
+                    readable, _, _ = select.select([self.connection], [], [], left)
+                    if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                        self.close_connection = True
+                        return True
+                    if readable:  # a pipelined request: not ours to read now
+                        time.sleep(left)
+                        break
+                return False
+
+            def _answer(self, req: ChatRequest, wire: str | None = None) -> bool:
+                """Reply to ``req``; False if the client hung up before the reply."""
                 try:
                     reply = server.policy(req)
                 except Exception as exc:  # a broken script should fail loudly, not hang
                     reply = error(500, f"policy raised {exc!r}")
-                time.sleep(server.latency_s + reply.delay_s)
+                drawn = server.latency.draw(req.model, req.call_index) if server.latency else 0.0
+                if self._client_gone(server.latency_s + reply.delay_s + drawn):
+                    return False
                 if reply.kind == "drop":
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True
-                    return
+                    return True
                 if reply.kind == "error":
                     payload = {"error": {"message": reply.content, "type": "scripted",
                                          "code": reply.status}}
@@ -241,6 +312,7 @@ class ScriptedServer:
                     self._stream(wire_events(wire, req, reply), wire)
                 else:
                     self._send(200, json.dumps(completion_body(req, reply)).encode(), {})
+                return True
 
             def do_GET(self) -> None:
                 models = {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
