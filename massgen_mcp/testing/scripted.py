@@ -143,6 +143,7 @@ class Timing:
     request: ChatRequest
     started: float  # time.monotonic()
     ended: float | None = None
+    over: threading.Event = field(default_factory=threading.Event)  # replied or hung up
 
 
 class ScriptedServer:
@@ -250,6 +251,7 @@ class ScriptedServer:
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True  # the client went away mid-reply
                 finally:
+                    timing.over.set()
                     with server._lock:
                         server.in_flight -= 1
 
