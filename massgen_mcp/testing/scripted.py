@@ -281,8 +281,10 @@ class ScriptedServer:
                 """Wait ``seconds`` (the model's latency); True if the client hung up
                 meanwhile (a cancelled call), so that no reply is sent to nobody."""
                 deadline = time.monotonic() + seconds
+                poller = select.poll()  # not select(): a process may hold over 1,024 fds
+                poller.register(self.connection, select.POLLIN)
                 while (left := deadline - time.monotonic()) > 0:
-                    readable, _, _ = select.select([self.connection], [], [], left)
+                    readable = poller.poll(left * 1000)
                     if readable and not self.connection.recv(1, socket.MSG_PEEK):
                         self.close_connection = True
                         return True
