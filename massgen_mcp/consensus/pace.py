@@ -6,9 +6,9 @@ number of seconds, so it holds for a 2 s API model and a 2 min coding CLI alike:
 
 * a **quorum** is a strict majority of the live agents; before it has answered nobody is late;
 * then an agent still writing its first answer is **late** once the round has lasted
-  ``late_factor`` times the median time the answered agents took (2.0 by default: twice as
-  slow as the typical peer is a clear margin, not noise; lognormal latencies with shape 0.5
-  put about one call in twelve past it);
+  ``late_factor`` times the median time the answered agents took (3.0 by default: three
+  times as slow as the typical peer is a clear margin, not noise; with lognormal latencies of
+  shape 0.5 one call in seventy is that slow by chance);
 * review then opens for the agents that have answered; a late agent's turn goes on, its
   first answer still written on its own (it saw no peer's answer) and joining as a new answer
   when it arrives.

@@ -227,7 +227,7 @@ class RunOptions(BaseModel):
     # With decide "majority", round one waits for a straggler only this many times the
     # median time of its peers' first answers (massgen_mcp.consensus.pace); its answer still
     # joins when it arrives. "all" waits for every first answer, as MassGen does.
-    late_factor: Annotated[float, Field(ge=1, le=100)] = 2.0
+    late_factor: Annotated[float, Field(ge=1, le=100)] = 3.0
     # After the final answer, the winner checks it against the question; "restart" (with
     # feedback for every agent) starts a new coordination round, at most this many times.
     max_orchestration_restarts: Annotated[int, Field(ge=0, le=5)] = 0
