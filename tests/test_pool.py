@@ -532,18 +532,22 @@ async def test_a_paused_worker_never_writes_again(pool: Pool, scripted: Any, hom
         return (b"it is another worker's now" in log.read_bytes()
                 or len(server.requests) > calls or snapshot(folder) != settled)
 
-    await asyncio.to_thread(pool._until, stopped, "the paused worker did nothing")
+    try:
+        await asyncio.to_thread(pool._until, stopped, "the paused worker did nothing")
+    except AssertionError as exc:  # what the woken worker was doing, for whoever reads CI
+        raise AssertionError(f"{exc}; its log:\n{log.read_text()[-4000:]}") from None
     text = log.read_text()
     assert "fenced" in text and "it is another worker's now" in text, text
     assert len(server.requests) == calls, "the paused worker made no call once it woke"
     assert snapshot(folder) == settled, "the paused worker wrote nothing once it woke"
-    # 3 answers, the 3 votes in flight at the pause, then the other worker's 3 votes and final.
-    assert calls == 10 and len([r for r in server.requests if is_answer_call(r)]) == 3
+    # 3 answers, the 3 votes in flight at the pause, then the other worker's votes (the third
+    # may be cancelled before it is sent, once two agree) and final.
+    assert calls in (9, 10) and len([r for r in server.requests if is_answer_call(r)]) == 3
     recorded, events = record(home, sid)
     seqs = [e["seq"] for e in events]
     assert seqs == list(range(1, len(events) + 1)), "seq strictly increasing and unique"
     types = [e["type"] for e in events]
-    assert types.count("answer") == 3 and types.count("vote") == 3, types
+    assert types.count("answer") == 3 and types.count("vote") in (2, 3), types
     assert types.count("finished") == 1 and types[-1] == "finished", types
     assert recorded["status"] == "completed"
     published = json.loads(redis_cli(pool, "get", f"massgen:status:{sid}"))

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from massgen_mcp.cli.main import main
-from massgen_mcp.core.records import RunStatus
+from massgen_mcp.core.records import EventType, RunStatus
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.server.app import create_server
 from massgen_mcp.sessions.runner import SessionRunner
@@ -106,7 +106,12 @@ async def test_one_hundred_concurrent_runs_complete(scripted: Scripted) -> None:
     runs = [await runner.start(f"q{i}", team_for(server)) for i in range(100)]
     results = await asyncio.gather(*(r.task for r in runs))
     assert [r.status for r in results] == ["completed"] * 100
-    assert sum(r.usage.calls for r in results) == 700
+    for r in results:
+        # 3 answers, 3 votes (one the majority made moot may be cancelled in flight, still a
+        # call sent), 1 final. On a saturated event loop a first answer can come in late by the
+        # straggler rule: the majority may decide without it, or it joins and all vote again.
+        quorum = [e for e in store.read_events(r.session_id) if e.type is EventType.QUORUM]
+        assert r.usage.calls == 7 or (quorum and 6 <= r.usage.calls <= 10), r.session_id
     assert len(list(store.session_ids())) == 100
 
 

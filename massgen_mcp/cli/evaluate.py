@@ -1,13 +1,14 @@
 """``massgen-mcp eval``: does the team beat its members on your questions?
 
 One consensus run per question yields all three methods, because the protocol keeps first drafts
-independent (nobody sees a peer's answer until every agent has answered):
+independent (no agent sees a peer's answer before it has written its own):
 
 * **alone**: each agent's first draft is what that model answers on its own; its cost is the
   agent's calls before that draft, its time the moment the draft arrived;
 * **majority**: the most common normalised first-draft answer (ties: the earliest draft), at the
   cost of every first-round call;
-* **consensus**: the run's final answer, at the whole run's cost.
+* **consensus**: the run's final answer, at the whole run's cost (its calls include the ones a
+  decision cut off in flight: they were sent, and a provider may bill a prompt it had read).
 
 So there is no second implementation of anything: the engine runs once, the record is read.
 

@@ -32,7 +32,7 @@ class UsageMeter:
     evidence_calls: int = 0
     evidence_tokens: int = 0
     tool_calls: int = 0
-    cancelled_calls: int = 0  # stopped in flight by a decision (see Usage.cancelled_calls)
+    cancelled_calls: int = 0  # of ``calls``: stopped in flight by a decision (see Usage)
 
     def add(self, completion: Completion, *, evidence: bool = False) -> None:
         """Count one model call; ``evidence`` when it was a tool round, not a decision."""
@@ -47,6 +47,12 @@ class UsageMeter:
             self.cost_unknown = True
         else:
             self.known_cost_usd += completion.cost_usd
+
+    def cancelled(self) -> None:
+        """Count one call a decision stopped in flight: sent, so a call, but with no reply
+        and no tokens reported."""
+        self.calls += 1
+        self.cancelled_calls += 1
 
     @property
     def total_tokens(self) -> int:

@@ -122,8 +122,8 @@ class Progress:
     def count_cancelled(self, agent_id: str | None) -> None:
         """Count one model call a decision stopped in flight."""
         if agent_id in self.usage:
-            self.usage[agent_id].cancelled_calls += 1
-        self.total.cancelled_calls += 1
+            self.usage[agent_id].cancelled()
+        self.total.cancelled()
 
 
 def progress_of(request: RunRequest) -> Progress:

@@ -161,8 +161,8 @@ class Usage(Record):
     evidence_calls: int = 0  # of ``calls``: tool rounds (the reply asked for evidence tools)
     evidence_tokens: int = 0  # of ``total_tokens``: spent in those tool rounds
     tool_calls: int = 0  # evidence tools run (read_file, mcp__..., ...)
-    # Calls stopped in flight because the decision came first: not in ``calls`` (no reply,
-    # no tokens reported; a provider may still bill the prompt it had read).
+    # Of ``calls``: stopped in flight because the decision came first (sent, so counted, but
+    # with no reply and no tokens reported; a provider may still bill the prompt it had read).
     cancelled_calls: int = 0
 
 
