@@ -9,6 +9,8 @@ two things matters, the scripted models wait on events the run itself emits, nev
 from __future__ import annotations
 
 import asyncio
+import select
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -308,6 +310,26 @@ def test_scripted_latency_is_seeded_per_model_and_call() -> None:
     assert latency.draw("slow", 0) == pytest.approx(3 * Latency(0.5, 0.5, seed=3).draw("slow", 0))
     draws = sorted(latency.draw("m", n) for n in range(2001))
     assert 0.45 < draws[1000] < 0.55, "the median is the median asked for"
+
+
+def test_the_scripted_server_takes_a_whole_team_s_connections_at_once() -> None:
+    """Sixteen connections opened before the server accepts any all complete their handshake.
+    (The listen backlog was socketserver's 5: an 8-agent team's extra connections waited a
+    second for the kernel's SYN retry and read as stragglers three times as slow as their
+    peers.) Not yet serving, the server accepts nothing: only the kernel's queue is tested."""
+    server = ScriptedServer(agree)
+    sockets = [socket.socket() for _ in range(16)]
+    try:
+        for sock in sockets:
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", server.port))
+        _, writable, _ = select.select([], sockets, [], 0.5)
+        assert len(writable) == 16
+        assert all(sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 for sock in sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+        server.close()
 
 
 def test_scripted_server_times_each_call() -> None:

@@ -111,7 +111,13 @@ class ScriptedProvider:
 
 
 class _QuietServer(ThreadingHTTPServer):
-    """A client that hangs up (a cancelled call) is normal here, not a traceback on stderr."""
+    """A client that hangs up (a cancelled call) is normal here, not a traceback on stderr.
+
+    The listen backlog is socketserver's 5 by default: an 8-agent team opening connections at
+    once overflowed it, and the kernel's SYN retry held the extra calls back a whole second
+    (late first answers that were the test server's doing, not the models')."""
+
+    request_queue_size = 1024
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):
@@ -191,7 +197,13 @@ class ScriptedServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
+        self.close()
+
+    def close(self) -> None:
+        """Stop serving (if it started) and close the listening socket."""
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread = None
         self._httpd.server_close()
 
     def _record(self, body: dict[str, Any], headers: dict[str, str], wire: str | None = None,
