@@ -159,32 +159,52 @@ def worker_name() -> str:
 
 def connect(config: PoolConfig) -> Redis:
     """A client for our keys (Docket keeps its own connections) that survives a Redis
-    restart: every command is retried on a new connection (see :data:`RETRIES`)."""
+    restart: every command is retried on a new connection (see :data:`RETRIES`), except
+    after a refused password, which no retry mends (redis-py counts it as a lost
+    connection: ``doctor`` with a wrong password took 14 s to say so)."""
     from redis.asyncio import Redis
     from redis.asyncio.retry import Retry
     from redis.backoff import ExponentialBackoff
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
+    class _Retry(Retry):
+        async def call_with_retry(self, do: Any, fail: Any, is_retryable: Any = None,
+                                  with_failure_count: bool = False) -> Any:
+            def retryable(error: Exception) -> bool:
+                return _retryable(error) and (is_retryable is None or is_retryable(error))
+            return await super().call_with_retry(do, fail, retryable, with_failure_count)
+
     # Bytes that are no UTF-8 (anyone who can write to Redis can put them in a key or a
     # message) read as U+FFFD instead of raising inside a worker's or front end's loop.
     return Redis.from_url(config.url, decode_responses=True, encoding_errors="replace",
                           health_check_interval=10, socket_connect_timeout=5,
-                          retry=Retry(ExponentialBackoff(cap=RETRY_CAP_S, base=RETRY_BASE_S),
-                                      RETRIES),
+                          retry=_Retry(ExponentialBackoff(cap=RETRY_CAP_S, base=RETRY_BASE_S),
+                                       RETRIES),
                           retry_on_error=[RedisConnectionError, RedisTimeoutError])
+
+
+def _retryable(error: BaseException) -> bool:
+    """A dropped connection or a timeout is worth another try; a refused password is not."""
+    from redis.exceptions import AuthenticationError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    return (isinstance(error, RedisConnectionError | RedisTimeoutError)
+            and not isinstance(error, AuthenticationError))
 
 
 async def retrying(operation: Callable[..., Awaitable[_T]], *args: Any) -> _T:
     """``operation(*args)`` (a call into Docket, whose connections we do not configure),
     tried again on a dropped connection as :func:`connect`'s clients are."""
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
+    from redis.exceptions import RedisError
 
     for attempt in range(1, RETRIES + 1):
         try:
             return await operation(*args)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except RedisError as exc:
+            if not _retryable(exc):
+                raise
             log.info("redis connection lost (%s); trying again", exc)
             await asyncio.sleep(min(RETRY_CAP_S, RETRY_BASE_S * 2 ** attempt))
     return await operation(*args)
