@@ -116,7 +116,10 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
             await asyncio.sleep(WARM_UP_DELAY_S)
             await warm_up()
 
-        background = [asyncio.create_task(warm(), name="litellm-warm-up")]
+        # A pool's front end calls no model (its workers do): litellm would cost it ~2 s of
+        # CPU and ~150 MB for nothing.
+        background = [] if pool is not None else [
+            asyncio.create_task(warm(), name="litellm-warm-up")]
         if pool is not None:  # serve_http joined the pool; this keeps it knowing us
             from massgen_mcp.pool.frontends import Membership
 
