@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import default_home
 from massgen_mcp.core.settings import SETTINGS
+from massgen_mcp.providers.llamacpp_provider import decode_threads
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.team.discover import DEFAULT_LOCAL_PORTS, local_ports
 
@@ -23,12 +25,17 @@ def test_settings_are_read_at_call_time(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert local_ports() == DEFAULT_LOCAL_PORTS
     monkeypatch.setenv("MASSGEN_MAX_PARALLEL_PER_PROVIDER", "3")
     assert ProviderRouter().max_parallel == 3
+    monkeypatch.setenv("MASSGEN_LOCAL_THREADS", "3")
+    assert decode_threads() == 3
+    monkeypatch.delenv("MASSGEN_LOCAL_THREADS")
+    assert decode_threads() == min(os.cpu_count() or 2, 8)
 
 
 @pytest.mark.parametrize(("env", "value"), [("MASSGEN_MAX_PARALLEL_PER_PROVIDER", "many"),
                                             ("MASSGEN_MAX_PARALLEL_PER_PROVIDER", "0"),
                                             ("MASSGEN_POOL_RECHECK_S", "0.001"),
-                                            ("MASSGEN_LOCAL_PORTS", "11434,x")])
+                                            ("MASSGEN_LOCAL_PORTS", "11434,x"),
+                                            ("MASSGEN_LOCAL_THREADS", "0")])
 def test_a_bad_value_names_the_variable_and_the_fix(monkeypatch: pytest.MonkeyPatch, env: str,
                                                    value: str) -> None:
     monkeypatch.setenv(env, value)

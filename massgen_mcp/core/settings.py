@@ -101,6 +101,7 @@ class Settings:
     local_ports: Setting[tuple[int, ...] | None]
     max_parallel_per_provider: Setting[int]
     local_model: Setting[Path | None]
+    local_threads: Setting[int | None]
     clis: Setting[tuple[str, ...] | None]
     redis_url: Setting[str | None]
     pool_recheck_s: Setting[float]
@@ -132,6 +133,10 @@ SETTINGS = Settings(
     local_model=Setting("MASSGEN_LOCAL_MODEL", _path, None,
                         "a .gguf file the embedded model (local/<its stem>) uses instead of "
                         "the bundled one", "a path to a .gguf file"),
+    local_threads=Setting("MASSGEN_LOCAL_THREADS", _positive_int, None,
+                          "CPU threads the embedded model decodes on (default: every core, up "
+                          "to 8); fewer keeps it fast on a machine that is busy with other work",
+                          "a whole number >= 1"),
     clis=Setting("MASSGEN_CLIS", _names, None,
                  "which coding-agent CLIs are looked for (default all: claude,codex,gemini; "
                  "none: no CLI); MASSGEN_<NAME>_PATH pins one CLI's executable",

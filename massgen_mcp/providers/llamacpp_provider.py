@@ -33,6 +33,7 @@ from typing import Any
 
 from massgen_mcp.core.edges import UnsafeJson, find_json_object
 from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers import local_model
 from massgen_mcp.providers.base import CallContext, Completion, ToolCall
@@ -122,6 +123,16 @@ def _plain_messages(messages: list[dict[str, Any]], hint: str | None) -> list[di
     return plain
 
 
+def decode_threads() -> int:
+    """How many CPU threads llama.cpp decodes on: ``MASSGEN_LOCAL_THREADS``, else every core
+    up to 8. llama.cpp's threads meet at a barrier after every step and wait for each other
+    by spinning (OpenMP), so on a machine busy with other work one descheduled thread stalls
+    all of them: there, fewer threads are faster. Measured on 2 cores (``bench/run.py --only
+    embedded``): 2 threads 100 tokens/s on an idle machine, 29 beside one busy process; 1
+    thread 69 either way."""
+    return SETTINGS.local_threads.read() or min(os.cpu_count() or 2, 8)
+
+
 class _Cancelled(Exception):
     """Stops a generation whose call was cancelled (checked between tokens)."""
 
@@ -142,8 +153,7 @@ class _Model:
         params.n_ctx = CONTEXT_TOKENS
         params.n_parallel = SLOTS
         params.kv_unified = True  # each slot may use the whole context
-        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = min(
-            os.cpu_count() or 2, 8)
+        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = decode_threads()
         params.cache_ram_mib = 0  # no extra prompt cache in RAM (8 GiB by default)
         params.n_threads_http = 1
         params.verbosity = 0  # llama.cpp logs to stderr only; quiet unless it fails
