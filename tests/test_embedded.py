@@ -94,11 +94,12 @@ async def test_cancelling_stops_local_generation() -> None:
     import asyncio
 
     provider = LlamaCppProvider()
-    agent = build_team({"agents": [{"id": "x", "model": "local/smollm2",
-                                    "max_tokens": 4000}]}).agents[0]
+    warm, agent = build_team({"agents": [
+        {"id": "w", "model": "local/smollm2", "max_tokens": 8},
+        {"id": "x", "model": "local/smollm2", "max_tokens": 4000}]}).agents
     messages = [{"role": "user", "content": "Write a very long story about the sea."}]
-    await provider.complete(agent, [{"role": "user", "content": "hi"}], tools=None,
-                            timeout_s=60)  # load the model first
+    await provider.complete(warm, [{"role": "user", "content": "hi"}], tools=None,
+                            timeout_s=60)  # load the model first (8 tokens: "hi" can ramble)
     task = asyncio.create_task(provider.complete(agent, messages, tools=None, timeout_s=60))
     while not provider.generating:  # wait until the long generation is under way
         await asyncio.sleep(0.01)
@@ -176,9 +177,12 @@ def test_two_runs_in_one_process_load_the_model_once(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(llamacpp_provider, "_Model", Counted)
     registry.close_shared_router()
+    config = tmp_path / "one_short_agent.yaml"  # short replies: what is proved is the loading
+    config.write_text("agents:\n  - id: a\n"
+                      "    backend: {type: local, model: smollm2, max_tokens: 48}\n")
     try:
         for i in range(2):
-            result = massgen_mcp.run("Capital of France? One word.", models=["local/smollm2"],
+            result = massgen_mcp.run("Capital of France? One word.", config=str(config),
                                      home=tmp_path / f"h{i}")
             assert result.status.value == "completed"
         assert len(loaded) == 1, "the second run reuses the loaded model"
