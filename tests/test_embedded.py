@@ -171,9 +171,9 @@ def test_two_runs_in_one_process_load_the_model_once(monkeypatch: pytest.MonkeyP
     loaded: list[Path] = []
 
     class Counted(llamacpp_provider._Model):
-        def __init__(self, path: Path) -> None:
+        def __init__(self, path: Path, threads: int) -> None:
             loaded.append(path)
-            super().__init__(path)
+            super().__init__(path, threads)
 
     monkeypatch.setattr(llamacpp_provider, "_Model", Counted)
     registry.close_shared_router()

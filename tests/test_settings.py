@@ -35,15 +35,16 @@ def test_settings_are_read_at_call_time(monkeypatch: pytest.MonkeyPatch, tmp_pat
                                             ("MASSGEN_MAX_PARALLEL_PER_PROVIDER", "0"),
                                             ("MASSGEN_POOL_RECHECK_S", "0.001"),
                                             ("MASSGEN_LOCAL_PORTS", "11434,x"),
-                                            ("MASSGEN_LOCAL_THREADS", "0")])
+                                            ("MASSGEN_LOCAL_THREADS", "0"),
+                                            ("MASSGEN_LOCAL_THREADS", "100000")])
 def test_a_bad_value_names_the_variable_and_the_fix(monkeypatch: pytest.MonkeyPatch, env: str,
                                                    value: str) -> None:
     monkeypatch.setenv(env, value)
     setting = next(s for s in SETTINGS.all() if s.env == env)
     with pytest.raises(ConfigError, match=f"{env}=.*expected .*; fix it or unset it"):
         setting.read()
-    if env == "MASSGEN_MAX_PARALLEL_PER_PROVIDER":  # where it is used, not a bare ValueError
-        with pytest.raises(ConfigError, match=env):
+    if env in ("MASSGEN_MAX_PARALLEL_PER_PROVIDER", "MASSGEN_LOCAL_THREADS"):
+        with pytest.raises(ConfigError, match=env):  # when the router is made, before any run
             ProviderRouter()
 
 

@@ -75,6 +75,16 @@ def _positive_int(raw: str) -> int:
     return value
 
 
+def _whole(low: int, high: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        value = int(raw)
+        if not low <= value <= high:
+            raise ValueError(raw)
+        return value
+
+    return parse
+
+
 def _seconds(low: float, high: float) -> Callable[[str], float]:
     def parse(raw: str) -> float:
         value = float(raw)
@@ -133,10 +143,11 @@ SETTINGS = Settings(
     local_model=Setting("MASSGEN_LOCAL_MODEL", _path, None,
                         "a .gguf file the embedded model (local/<its stem>) uses instead of "
                         "the bundled one", "a path to a .gguf file"),
-    local_threads=Setting("MASSGEN_LOCAL_THREADS", _positive_int, None,
-                          "CPU threads the embedded model decodes on (default: every core, up "
+    # 512 is llama.cpp's own limit (GGML_MAX_N_THREADS).
+    local_threads=Setting("MASSGEN_LOCAL_THREADS", _whole(1, 512), None,
+                          "CPU threads the embedded model runs on (default: every core, up "
                           "to 8); fewer keeps it fast on a machine that is busy with other work",
-                          "a whole number >= 1"),
+                          "a whole number from 1 to 512"),
     clis=Setting("MASSGEN_CLIS", _names, None,
                  "which coding-agent CLIs are looked for (default all: claude,codex,gemini; "
                  "none: no CLI); MASSGEN_<NAME>_PATH pins one CLI's executable",

@@ -124,12 +124,12 @@ def _plain_messages(messages: list[dict[str, Any]], hint: str | None) -> list[di
 
 
 def decode_threads() -> int:
-    """How many CPU threads llama.cpp decodes on: ``MASSGEN_LOCAL_THREADS``, else every core
-    up to 8. llama.cpp's threads meet at a barrier after every step and wait for each other
-    by spinning (OpenMP), so on a machine busy with other work one descheduled thread stalls
-    all of them: there, fewer threads are faster. Measured on 2 cores (``bench/run.py --only
-    embedded``): 2 threads 100 tokens/s on an idle machine, 29 beside one busy process; 1
-    thread 69 either way."""
+    """How many CPU threads llama.cpp runs on (prompt and decoding):
+    ``MASSGEN_LOCAL_THREADS``, else every core up to 8. llama.cpp's threads meet at a barrier
+    after every step and wait for each other by spinning (OpenMP), so on a machine busy with
+    other work one descheduled thread stalls all of them: there, fewer threads are faster.
+    Measured on 2 cores (``bench/run.py --only embedded``): 2 threads 100 tokens/s on an idle
+    machine, 29 beside one busy process; 1 thread 69 either way."""
     return SETTINGS.local_threads.read() or min(os.cpu_count() or 2, 8)
 
 
@@ -144,7 +144,7 @@ class _Model:
     to a unix socket in a private folder and guarded by a random key, so nothing on the
     network or on this machine can reach it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, threads: int) -> None:
         import xllamacpp
 
         self._folder = tempfile.mkdtemp(prefix="massgen-llama-")
@@ -153,7 +153,7 @@ class _Model:
         params.n_ctx = CONTEXT_TOKENS
         params.n_parallel = SLOTS
         params.kv_unified = True  # each slot may use the whole context
-        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = decode_threads()
+        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
         params.cache_ram_mib = 0  # no extra prompt cache in RAM (8 GiB by default)
         params.n_threads_http = 1
         params.verbosity = 0  # llama.cpp logs to stderr only; quiet unless it fails
@@ -203,6 +203,9 @@ class LlamaCppProvider:
     """Runs ``local/*`` models in this process with llama.cpp (xllamacpp)."""
 
     def __init__(self) -> None:
+        # Read when the provider is made (with the process's router, before any run), so a
+        # malformed value is refused up front, not as a failed model call mid-run.
+        self.threads = decode_threads()
         self._models: dict[Path, _Model] = {}
         self._load_lock = threading.Lock()
         self._active = 0  # generations under way, across models
@@ -219,7 +222,7 @@ class LlamaCppProvider:
         path = local_model.gguf_path(name)
         with self._load_lock:
             if path not in self._models:
-                self._models[path] = _Model(path)
+                self._models[path] = _Model(path, self.threads)
             return self._models[path]
 
     def _generate(self, agent: AgentSpec, messages: list[dict[str, Any]],
