@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,7 @@ async def test_agents_use_a_real_filesystem_server_and_our_own(
     assert not any(t.startswith("mcp__") for t in first["plain"])
     # The servers stopped with the run.
     assert seen_pids and not Path(f"/proc/{seen_pids[0]}").exists()
-    assert processes_with(str(FS_SERVER)) == []
+    assert processes_with(str(project)) == []  # this test's own server (others run in parallel)
     assert "tag-from-env" not in json.dumps(result) + json.dumps(events)
 
 
@@ -143,7 +144,8 @@ async def test_a_server_that_dies_mid_run_becomes_an_error_result(scripted: Scri
         return answer(f"The tool said: {got[-1]}")
 
     server = scripted(policy)
-    notes = {"notes": {"command": sys.executable, "args": [str(NOTES)]}}
+    marker = f"dies-{uuid.uuid4().hex}"  # this test's server, not another test's in parallel
+    notes = {"notes": {"command": sys.executable, "args": [str(NOTES), marker]}}
     the_team = team(server.base_url, [
         {"id": "a", "backend": {"mcp_servers": notes, "allowed_tools": ["crash", "lookup"]}},
         {"id": "b"}])
@@ -151,7 +153,7 @@ async def test_a_server_that_dies_mid_run_becomes_an_error_result(scripted: Scri
     assert result["status"] == "completed"
     errors = [e["error"] for e in events if e["type"] == "tool_call"]
     assert len(errors) == 2 and all(errors), errors
-    assert processes_with(str(NOTES)) == []
+    assert processes_with(marker) == []
 
 
 async def test_a_server_over_streamable_http(scripted: Scripted) -> None:
@@ -197,15 +199,16 @@ async def test_cancel_leaves_no_server_process(scripted: Scripted) -> None:
         return Reply("text", delay_s=30)
 
     server = scripted(policy)
-    notes = {"notes": {"command": sys.executable, "args": [str(NOTES), "cancel-marker"]}}
+    marker = f"cancel-{uuid.uuid4().hex}"
+    notes = {"notes": {"command": sys.executable, "args": [str(NOTES), marker]}}
     the_team = team(server.base_url, [{"id": "a", "backend": {"mcp_servers": notes}}])
     runner = SessionRunner(SessionStore(), LiteLLMProvider())
     try:
         live = await runner.start("q", the_team)
         assert await asyncio.to_thread(asked.wait, 30)
-        assert processes_with("cancel-marker")  # up while the run goes on (and its reaper)
+        assert processes_with(marker)  # up while the run goes on (and its reaper)
         assert await runner.cancel(live.session_id)
-        assert processes_with("cancel-marker") == []
+        assert processes_with(marker) == []
     finally:
         await runner.aclose()  # a failed assertion must not leave the server running
 
