@@ -75,9 +75,14 @@ def _positive_int(raw: str) -> int:
     return value
 
 
-def _whole(low: int, high: int) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        value = int(raw)
+Number = TypeVar("Number", int, float)
+
+
+def _between(kind: Callable[[str], Number], low: Number, high: Number
+             ) -> Callable[[str], Number]:
+    """A parser for a number of ``kind`` (int or float) from ``low`` to ``high``."""
+    def parse(raw: str) -> Number:
+        value = kind(raw)
         if not low <= value <= high:
             raise ValueError(raw)
         return value
@@ -86,13 +91,7 @@ def _whole(low: int, high: int) -> Callable[[str], int]:
 
 
 def _seconds(low: float, high: float) -> Callable[[str], float]:
-    def parse(raw: str) -> float:
-        value = float(raw)
-        if not low <= value <= high:
-            raise ValueError(raw)
-        return value
-
-    return parse
+    return _between(float, low, high)
 
 
 def _switch(raw: str) -> bool:
@@ -144,7 +143,7 @@ SETTINGS = Settings(
                         "a .gguf file the embedded model (local/<its stem>) uses instead of "
                         "the bundled one", "a path to a .gguf file"),
     # 512 is llama.cpp's own limit (GGML_MAX_N_THREADS).
-    local_threads=Setting("MASSGEN_LOCAL_THREADS", _whole(1, 512), None,
+    local_threads=Setting("MASSGEN_LOCAL_THREADS", _between(int, 1, 512), None,
                           "CPU threads the embedded model runs on (default: every core, up "
                           "to 8); fewer keeps it fast on a machine that is busy with other work",
                           "a whole number from 1 to 512"),
