@@ -8,10 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-# Hypothesis imports its optimiser lazily, in the middle of a property test, and pytest
-# rewrites (ast.parse) every module of a plugin it imports. CPython 3.11.7 can then fail that
-# parse with "SystemError: AST constructor recursion depth mismatch" (fixed upstream in later
-# 3.11 releases): import it here, at a shallow stack, once.
+# Hypothesis and anyio import some of their modules lazily, in the middle of a test (hypothesis
+# its optimiser, anyio every name on first use: `anyio.open_process` deep inside an MCP stdio
+# client), and pytest rewrites (ast.parse) every module of a plugin it imports. CPython 3.11.7
+# can then fail that parse with "SystemError: AST constructor recursion depth mismatch" (fixed
+# upstream in later 3.11 releases); which test meets it first depends on the order the xdist
+# workers run tests in. Import them here, at a shallow stack, once.
+import anyio
 import hypothesis.internal.conjecture.optimiser  # noqa: F401
 import pytest
 
@@ -20,6 +23,9 @@ from massgen_mcp.providers.litellm_provider import load_litellm
 from massgen_mcp.team import discover
 from massgen_mcp.testing.scripted import Policy, ScriptedServer, agree
 from tests.helpers import Scripted, unused_port
+
+for _name in dir(anyio):  # every lazy name of anyio, now (see the comment on the imports)
+    getattr(anyio, _name)
 
 
 @pytest.fixture(autouse=True)
