@@ -19,6 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from fastmcp.client.client import CallToolResult
+from mcp.types import (
+    BlobResourceContents,
+    ContentBlock,
+    TextContent,
+    TextResourceContents,
+)
+
 from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.sessions.runner import SessionRunner
@@ -34,6 +42,18 @@ def unused_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def data(result: CallToolResult) -> dict[str, Any]:
+    """A tool result's structured content (every tool here returns one)."""
+    assert result.structured_content is not None, result
+    return result.structured_content
+
+
+def text_of(item: ContentBlock | TextResourceContents | BlobResourceContents) -> str:
+    """The text of a content block or a resource's contents; fails on any other kind."""
+    assert isinstance(item, TextContent | TextResourceContents), item
+    return item.text
 
 
 class Scripted(Protocol):

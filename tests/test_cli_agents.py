@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from massgen_mcp.core.records import EventType, RunStatus
+from massgen_mcp.core.records import EventType, ResultRecord, RunStatus
 from massgen_mcp.core.spec import TeamConfig, build_team
+from massgen_mcp.providers.base import Completion
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
@@ -75,7 +76,7 @@ def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def cli_team(server: ScriptedServer, clis: tuple[str, ...], api: tuple[str, ...] = (),
-             **options: Any):
+             **options: Any) -> TeamConfig:
     agents = [{"id": name, "model": f"cli/{name}/scripted-{name}", "base_url": server.base_url}
               for name in clis]
     agents += [{"id": f"api_{m}", "model": f"openai/{m}", "base_url": server.base_url}
@@ -113,7 +114,8 @@ def alive(mark: str) -> list[int]:
     return [pid for pid, state in marked_processes(mark) if state != "Z"]
 
 
-async def run(team: TeamConfig, question: str = "What is 6*7?"):
+async def run(team: TeamConfig, question: str = "What is 6*7?"
+              ) -> tuple[ResultRecord, Path, SessionStore]:
     store = SessionStore()
     runner = SessionRunner(store, ProviderRouter())
     live = await runner.start(question, team)
@@ -286,6 +288,7 @@ async def test_logged_in_clis_make_the_default_team_when_there_are_no_keys(
     log_in(user, "claude", "codex")
     found = await discover()
     assert found.source == "coding-agent CLIs"
+    assert found.team is not None
     assert [a.model for a in found.team.agents] == ["cli/claude", "cli/codex", "cli/claude"]
     assert found.team.options.timeout_s == 1800
     assert [(c.name, c.logged_in) for c in found.clis] == [
@@ -461,7 +464,7 @@ def claude_result(text: str = '{"action": "new_answer", "content": "42"}') -> st
                        "result": text, "usage": {"input_tokens": 3, "output_tokens": 2}})
 
 
-async def call_stand_in(log: Path | None = None):
+async def call_stand_in(log: Path | None = None) -> Completion:
     from massgen_mcp.core.spec import AgentSpec
     from massgen_mcp.providers.base import CallContext
     from massgen_mcp.providers.cli.provider import CliProvider

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,17 +31,20 @@ pytestmark = pytest.mark.skipif(
 
 def stdio_command() -> str:
     script = Path(sys.executable).parent / "massgen-mcp"
-    return str(script) if script.exists() else shutil.which("massgen-mcp")
+    command = str(script) if script.exists() else shutil.which("massgen-mcp")
+    assert command is not None, "massgen-mcp is not installed"
+    return command
 
 
-def inspector(target: list[str], *args: str, env: dict[str, str]) -> dict:
+def inspector(target: list[str], *args: str, env: dict[str, str]) -> dict[str, Any]:
     proc = subprocess.run([str(INSPECTOR), "--cli", *target, *args], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
-    return json.loads(proc.stdout)
+    reply: dict[str, Any] = json.loads(proc.stdout)
+    return reply
 
 
-def call(tool: str, arguments: dict) -> list[str]:
+def call(tool: str, arguments: dict[str, Any]) -> list[str]:
     return ["--method", "tools/call", "--tool-name", tool, "--tool-args-json",
             json.dumps(arguments)]
 
@@ -92,12 +96,14 @@ def test_inspector_over_http_with_token(http_server: str, scripted: Scripted, ho
     assert result["structuredContent"]["status"] == "completed"
 
 
-def roundtrip(mode: str, target: str, server: ScriptedServer, env: dict[str, str]) -> dict:
+def roundtrip(mode: str, target: str, server: ScriptedServer, env: dict[str, str]
+              ) -> dict[str, Any]:
     proc = subprocess.run(["node", str(CLIENTS / "roundtrip.mjs"), mode, target,
                            json.dumps(models_for(server))], env=env, capture_output=True,
                           text=True, timeout=120, cwd=CLIENTS)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
 
 
 def test_typescript_sdk_over_stdio(scripted: Scripted, home: Path) -> None:

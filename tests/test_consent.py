@@ -22,7 +22,7 @@ from mcp import Client as SdkClient
 from mcp.client.stdio import StdioServerParameters
 
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, tool_calls
-from tests.helpers import Scripted
+from tests.helpers import Scripted, text_of
 from tests.test_openai_api import api, served  # noqa: F401  (fixtures: `serve --http` with /v1)
 from tests.test_transports import TOKEN
 
@@ -150,13 +150,13 @@ async def test_a_model_call_over_stdio_cannot_open_secret_files_or_send_files_ab
         assert "needs your consent" in reason and "allow_secret_files" in reason
         assert "would receive the project's files" in reason
         default = await client.call_tool("run_consensus", {"question": "q"})
-        assert default.is_error and "needs your consent" in default.content[0].text
+        assert default.is_error and "needs your consent" in text_of(default.content[0])
 
         lifted = await client.call_tool("run_consensus", {
             "question": "q", "models": foreign, "options": {
                 **fast, "workspace_tools": True, "allow_secret_files": [".env"]}})
         assert lifted.is_error
-        said = lifted.content[0].text
+        said = text_of(lifted.content[0])
         assert "allow_secret_files" in said and "massgen-mcp run --config" in said
         assert "config.yaml" in said  # where to set it: the user's own config
 
@@ -165,15 +165,15 @@ async def test_a_model_call_over_stdio_cannot_open_secret_files_or_send_files_ab
             "options": {**fast, "workspace_tools": True}})
         assert abroad.is_error
         assert f"agent 'agent_a' at {FOREIGN_URL} would receive the project's files" in (
-            abroad.content[0].text)
+            text_of(abroad.content[0]))
         # The same through the call's base_url, or a folder named in context_paths.
         via_base = await client.call_tool("run_consensus", {
             "question": "q", "models": ["openai/a"], "base_url": FOREIGN_URL,
             "options": {**fast, "workspace_tools": True, "context_paths": ["README.md"]}})
-        assert via_base.is_error and "would receive" in via_base.content[0].text
+        assert via_base.is_error and "would receive" in text_of(via_base.content[0])
         shared = await client.call_tool("run_consensus", {
             "question": "q", "models": foreign, "context_files": [".env"]})
-        assert shared.is_error and "may hold secrets" in shared.content[0].text
+        assert shared.is_error and "may hold secrets" in text_of(shared.content[0])
         assert server.requests == []
 
         # Without the workspace tools the call is the caller's business: it runs.
@@ -380,7 +380,7 @@ async def test_a_session_record_that_came_with_the_repo_is_not_run_again(
         resumed = await client.call_tool("resume_session", {"session_id": sid, "wait_s": 10})
     for refused in (resumed, continued):
         assert refused.is_error
-        text = refused.content[0].text
+        text = text_of(refused.content[0])
         assert "was not started here" in text and "allow_secret_files" in text, text
     assert not marker.exists()
     assert len(server.requests) == seen  # nothing more went anywhere

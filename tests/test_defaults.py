@@ -13,7 +13,7 @@ from massgen_mcp.cli.main import main
 from massgen_mcp.core.env import getenv
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.secrets import redact
-from massgen_mcp.core.spec import RunOptions, RunSpec
+from massgen_mcp.core.spec import RunOptions, RunSpec, TeamConfig
 from massgen_mcp.team import discover as discovery
 from massgen_mcp.team.choose import choose_team
 from massgen_mcp.team.context_files import Workspace
@@ -22,7 +22,7 @@ from massgen_mcp.testing.scripted import ScriptedServer, agree
 from tests.helpers import unused_port
 
 
-async def default_team(tmp_path: Path, **options: Any):
+async def default_team(tmp_path: Path, **options: Any) -> TeamConfig:
     spec = RunSpec(question="q", options=RunOptions(**options) if options else None)
     return (await choose_team(spec, Workspace(tmp_path))).team
 
@@ -38,6 +38,7 @@ async def test_keys_give_a_team_that_mixes_providers(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-1234567890")
     found = await discover()
     assert found.source == "keys" and found.providers_with_keys == ["openai", "anthropic"]
+    assert found.team is not None
     models = [a.model for a in found.team.agents]
     assert models[0].startswith("openai/") and models[1].startswith("anthropic/")
     assert len(models) == 3 and len({a.system_message for a in found.team.agents}) == 3
@@ -78,6 +79,7 @@ async def test_local_servers_are_found_and_used(monkeypatch: pytest.MonkeyPatch)
         assert servers[0].models == ("scripted",)
         found = await discover()
     assert found.source == "local servers"
+    assert found.team is not None
     assert {a.base_url for a in found.team.agents} == {server.base_url}
     assert all(a.tool_calling is False for a in found.team.agents)
     assert server.base_url in found.reason
@@ -94,7 +96,8 @@ async def test_project_config_wins(monkeypatch: pytest.MonkeyPatch, home: Path) 
     (home / "config.yaml").write_text(
         "agents:\n  - id: only\n    backend: {type: openai, model: gpt-4o}\n")
     found = await discover()
-    assert found.source == "config" and [a.model for a in found.team.agents] == ["openai/gpt-4o"]
+    assert found.source == "config" and found.team is not None
+    assert [a.model for a in found.team.agents] == ["openai/gpt-4o"]
 
 
 async def test_nothing_found_is_a_clear_error(tmp_path: Path) -> None:
@@ -135,6 +138,7 @@ async def test_embedded_team_returns_the_winner_verbatim(monkeypatch: pytest.Mon
                         lambda: "smollm2")
     found = await discover()
     assert found.source == "embedded"
+    assert found.team is not None
     assert [a.model for a in found.team.agents] == ["local/smollm2"] * 3
     assert found.team.options.skip_final_presentation is True
     override = await default_team(tmp_path, skip_final_presentation=False)

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any, TypedDict
 from urllib.parse import quote
 
 import pytest
@@ -26,6 +27,7 @@ from massgen_mcp.sessions.store import SessionStore, check_session_id
 from massgen_mcp.team.massgen_yaml import load_config_file
 from massgen_mcp.testing.scripted import (
     ChatRequest,
+    Policy,
     Reply,
     agree,
     answer,
@@ -52,7 +54,7 @@ def forms(key: str) -> list[str]:
             json.dumps(key)[1:-1]]
 
 
-def leaky(release: threading.Event, failed_once: set[str]):
+def leaky(release: threading.Event, failed_once: set[str]) -> Policy:
     """Every reply, error and vote reason carries the caller's key in several encodings."""
     def policy(req: ChatRequest) -> Reply:
         key = req.headers.get("authorization", "").removeprefix("Bearer ")
@@ -111,6 +113,7 @@ async def test_no_key_leaves_by_any_exit(scripted: Scripted, monkeypatch: pytest
         assert result.structured_content["status"] == "completed"
         assert "***" in result.structured_content["final_answer"]  # it was echoed, and masked
         outputs.append(json.dumps(result.structured_content))
+        args: dict[str, Any]
         for tool, args in [("list_sessions", {}), ("check_setup", {})]:
             outputs.append(json.dumps((await client.call_tool(tool, args)).structured_content))
         for uri in (f"massgen://sessions/{sid}/events", f"massgen://sessions/{sid}/result",
@@ -161,9 +164,17 @@ def cli(home: Path, *args: str, cwd: Path | None = None, **env: str
                           text=True, cwd=cwd, env=server_env(home, **env), timeout=120)
 
 
+class ConsentEnv(TypedDict):
+    """The environment of the CLI runs below (named, so that ``**keys`` fills only ``env``)."""
+
+    OPENAI_API_KEY: str
+    ANTHROPIC_API_KEY: str
+    XDG_CONFIG_HOME: str
+
+
 def test_project_config_needs_consent_to_send_keys_abroad(home: Path, tmp_path: Path) -> None:
-    keys = {"OPENAI_API_KEY": ENV_KEY, "ANTHROPIC_API_KEY": "sk-ant-canary-000000000",
-            "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    keys: ConsentEnv = {"OPENAI_API_KEY": ENV_KEY, "ANTHROPIC_API_KEY": "sk-ant-canary-000000000",
+                        "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     home.mkdir(parents=True, exist_ok=True)
     project = home / "config.yaml"  # what a cloned repository brings as .massgen/config.yaml
     project.write_text(FOREIGN)
@@ -309,7 +320,7 @@ async def test_huge_config_is_refused_without_blocking_the_server(tmp_path: Path
 
 # -- host restarts: a graceful stop leaves runs that resume -----------------------------------
 
-def hanging_votes(voting: threading.Semaphore, state: dict[str, bool]):
+def hanging_votes(voting: threading.Semaphore, state: dict[str, bool]) -> Policy:
     def policy(req: ChatRequest) -> Reply:
         if req.vote_labels and state["hang"]:
             voting.release()
@@ -338,7 +349,7 @@ async def test_graceful_stop_records_interrupted_and_resume_works(
             assert await asyncio.to_thread(voting.acquire, True, 30)
         t0 = time.monotonic()
         if how == "stdin closed":
-            raw.proc.stdin.close()
+            raw.stdin.close()
         else:
             raw.proc.send_signal(getattr(__import__("signal"), how))
         _, err = await asyncio.wait_for(raw.proc.communicate(), 30)
@@ -422,7 +433,7 @@ async def test_full_disk_ends_the_run_cleanly(scripted: Scripted, home: Path) ->
         assert again["isError"] and f"no space left in {home}" in again["content"][0]["text"]
         assert sorted(p.name for p in (seen / "sessions").iterdir()) == folders
     finally:
-        proc.stdin.close()
+        raw.stdin.close()
         await asyncio.wait_for(proc.communicate(), 30)
 
     shell = subprocess.run(
@@ -518,10 +529,11 @@ async def test_when_every_agent_is_dropped_the_best_answer_is_returned_flagged(
 async def test_unparseable_lines_on_stdio_get_a_parse_error(home: Path) -> None:
     raw = await start_raw(home)
     try:
-        async def reply_to(line: str) -> dict:
-            raw.proc.stdin.write(line.encode() + b"\n")
-            await raw.proc.stdin.drain()
-            return json.loads(await asyncio.wait_for(raw.proc.stdout.readline(), 30))
+        async def reply_to(line: str) -> dict[str, Any]:
+            raw.stdin.write(line.encode() + b"\n")
+            await raw.stdin.drain()
+            reply: dict[str, Any] = json.loads(await asyncio.wait_for(raw.stdout.readline(), 30))
+            return reply
 
         lone = reply_to('{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":'
                         '"list_sessions","arguments":{"cursor":"\\ud800"}}}')
@@ -532,5 +544,5 @@ async def test_unparseable_lines_on_stdio_get_a_parse_error(home: Path) -> None:
         listed = await raw.call("list_sessions")  # the server is still serving
         assert listed["structuredContent"]["sessions"] == []
     finally:
-        raw.proc.stdin.close()
+        raw.stdin.close()
         await asyncio.wait_for(raw.proc.communicate(), 30)

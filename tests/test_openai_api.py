@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -24,8 +24,11 @@ from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agr
 from tests.helpers import Scripted
 from tests.test_transports import TOKEN, free_port, server_env
 
-QUESTION = [{"role": "system", "content": "Answer briefly."},
-            {"role": "user", "content": "What is 6*7?"}]
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
+
+QUESTION: list[ChatCompletionMessageParam] = [{"role": "system", "content": "Answer briefly."},
+                                              {"role": "user", "content": "What is 6*7?"}]
 
 
 def write_team(server: ScriptedServer, name: str = "team") -> None:
@@ -40,7 +43,9 @@ def write_team(server: ScriptedServer, name: str = "team") -> None:
 
 
 def record(home: Path, session_id: str) -> dict[str, Any]:
-    return json.loads((home / "sessions" / session_id / "result.json").read_text())
+    result: dict[str, Any] = json.loads(
+        (home / "sessions" / session_id / "result.json").read_text())
+    return result
 
 
 @pytest.fixture
@@ -81,9 +86,12 @@ def test_openai_sdk_gets_the_final_answer_and_the_team_usage(
     session_id = raw.headers["x-massgen-session-id"]
     result = record(home, session_id)
     assert reply.choices[0].message.content == result["final_answer"]
+    assert reply.choices[0].message.content is not None
     assert reply.choices[0].message.content.startswith("Final: The answer from")
+    assert reply.usage is not None
     assert reply.usage.prompt_tokens == result["usage"]["prompt_tokens"] > 0
     assert reply.usage.total_tokens == result["usage"]["total_tokens"]
+    assert reply.model_extra is not None
     extra = reply.model_extra["massgen"]
     assert extra["session_id"] == session_id and extra["winner"] == result["winner"]
     assert extra["tally"] == result["tally"] and reply.model == "massgen/team"
@@ -145,10 +153,11 @@ def test_token_origin_and_unsupported_requests_get_clear_errors(api: str) -> Non
     assert other_port.status_code == 403  # another local page is another origin
     rebound = httpx.get(f"{api}/models", headers={**auth, "Host": "evil.example"})
     assert rebound.status_code in (403, 421)  # fastmcp's guard answers 421 Misdirected
-    for extra, param in [({"tools": [{"type": "function", "function": {"name": "f"}}]},
-                          "tools"), ({"n": 2}, "n"), ({"logit_bias": {"1": 2}}, "logit_bias"),
-                         ({"frobnicate": 1}, "frobnicate"), ({"stream": "yes"}, "stream"),
-                         ({"n": True}, "n")]:
+    unsupported: list[tuple[dict[str, Any], str]] = [
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"), ({"n": 2}, "n"),
+        ({"logit_bias": {"1": 2}}, "logit_bias"), ({"frobnicate": 1}, "frobnicate"),
+        ({"stream": "yes"}, "stream"), ({"n": True}, "n")]
+    for extra, param in unsupported:
         bad = httpx.post(f"{api}/chat/completions", json={**body, **extra}, headers=auth)
         assert bad.status_code == 400, extra
         assert bad.json()["error"]["param"] == param

@@ -27,11 +27,13 @@ from fastmcp import Client
 from mcp.shared.exceptions import MCPError
 from redis import Redis
 from redis.exceptions import RedisError
+from redis.typing import EncodableT, FieldT
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.pool import payloads
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.testing.scripted import agree
+from tests.helpers import data
 from tests.test_pool import REDIS, Pool, follow, free_port, models, start
 
 pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
@@ -55,18 +57,21 @@ class Command:
         return (os.system, (self.command,))
 
 
+Fields = dict[FieldT, EncodableT]  # a Redis stream message
+
+
 def evil(marker: Path) -> bytes:
     return pickle.dumps((Command(f"touch {marker}"),))
 
 
-def run_message(marker: Path, key: str, function: str) -> dict[str, Any]:
+def run_message(marker: Path, key: str, function: str) -> Fields:
     """A stream message as Docket writes one, with a command as the task's arguments."""
     return {"key": key, "when": "2026-01-01T00:00:00+00:00", "function": function,
             "args": evil(marker), "kwargs": pickle.dumps({}), "attempt": "1",
             "generation": "0"}
 
 
-def strike_message(marker: Path) -> dict[str, Any]:
+def strike_message(marker: Path) -> Fields:
     return {"direction": "strike", "function": "massgen.run_session",
             "parameter": "session_id", "operator": "==", "value": evil(marker)}
 
@@ -105,11 +110,13 @@ async def test_no_pickle_from_redis_runs_on_a_worker_or_front_end(
         async with Client(f"{front}/mcp") as client:
             task = await call_tool_task(client, "run_consensus", {
                 "question": "What is 6*7?", "models": models(server)})
-            assert (await task.result()).structured_content["status"] == "completed"
+            assert data(await task.result())["status"] == "completed"
             results = [k for k in redis.scan_iter("massgen-tasks:results:*")]
             assert results, "no stored task result to tamper with"
             for key in results:  # py-key-value's entry; Docket's own value inside
-                entry = json.loads(redis.get(key))
+                stored = redis.get(key)
+                assert stored is not None
+                entry = json.loads(stored)
                 entry["value"]["data"] = base64.b64encode(evil(markers["result"])).decode()
                 redis.set(key, json.dumps(entry))
             with pytest.raises(MCPError):
@@ -403,7 +410,7 @@ def test_front_ends_of_one_pool_agree_on_token_and_tasks_key(pool: Pool) -> None
     assert "not for callers without one" in refused(None, None)
 
 
-def docket_message(**fields: Any) -> dict[str, Any]:
+def docket_message(**fields: Any) -> Fields:
     """A well-formed run-stream message (the pool's task, a session id), with ``fields``
     changed; a field given as None is left out."""
     message: dict[str, Any] = {
@@ -414,7 +421,7 @@ def docket_message(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in message.items() if v is not None}
 
 
-MALFORMED = {  # what each message lacks or holds instead
+MALFORMED: dict[str, dict[str, Any]] = {  # what each message lacks or holds instead
     "no-key": {"key": None}, "no-when": {"when": None}, "bad-when": {"when": "not a date"},
     "bad-attempt": {"attempt": "x" * 5000}, "bad-generation": {"generation": "-"},
     "no-function": {"function": None}, "binary-function": {"function": b"\xff\xfe"},
@@ -424,7 +431,7 @@ MALFORMED = {  # what each message lacks or holds instead
     "just-junk": {f: None for f in ("key", "when", "function", "args", "kwargs", "attempt",
                                     "generation")} | {"junk": "1"},
 }
-BAD_STRIKES = [
+BAD_STRIKES: list[Fields] = [
     {"junk": "1"},
     {"direction": "sideways", "operator": "==", "value": pickle.dumps("x")},
     {"direction": "strike", "function": "massgen.run_session", "parameter": "session_id",
@@ -469,12 +476,14 @@ async def test_no_malformed_message_or_value_in_redis_stops_a_worker_or_front_en
         function = "massgen.run_session" if stream == "massgen:stream" else "run_consensus"
         for name, fields in MALFORMED.items():
             fields = {"function": function, **fields} if "function" not in fields else fields
-            sent[f"{stream} {name}"] = redis.xadd(stream, docket_message(**fields))
+            message_id = redis.xadd(stream, docket_message(**fields))
+            assert isinstance(message_id, bytes)  # the client does not decode responses
+            sent[f"{stream} {name}"] = message_id
     # Well-formed, but the session id escapes the home: the worker's task drops it.
     redis.xadd("massgen:stream", docket_message(args=pickle.dumps(("../../pwned-run",))))
     for stream in ("massgen:strikes", "massgen-tasks:strikes"):
         for strike in BAD_STRIKES:
-            redis.xadd(stream, strike)  # type: ignore[arg-type]
+            redis.xadd(stream, strike)
     for channel in ("massgen:cancel", "massgen:live"):
         for bogus in BOGUS_IDS:
             redis.publish(channel, bogus)
@@ -531,7 +540,7 @@ async def test_no_malformed_message_or_value_in_redis_stops_a_worker_or_front_en
         async with Client(f"{front}/mcp") as client:
             task = await call_tool_task(client, "run_consensus", {
                 "question": "a task after the attack", "models": models(server)})
-            assert (await task.result()).structured_content["status"] == "completed"
+            assert data(await task.result())["status"] == "completed"
     finally:
         monkeypatch.setattr(extension_hooks, "_internal_client_extension_factories", [])
 

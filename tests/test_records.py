@@ -108,11 +108,12 @@ def test_cli_and_mcp_take_the_same_inputs_through_one_door(
 
     async def over_mcp() -> dict[str, Any]:
         async with Client(create_server(root=tmp_path)) as client:
-            return (await client.call_tool("run_consensus", {
+            handle: dict[str, Any] = (await client.call_tool("run_consensus", {
                 "question": "What is 6*7?", "models": ["openai/a", "openai/b"],
                 "base_url": server.base_url, "context": "Be brief.",
                 "context_files": ["notes.md"], "options": {"timeout_s": 60}, "wait_s": 30,
             })).structured_content
+            return handle
 
     handle = asyncio.run(over_mcp())
     assert handle["status"] == "completed"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -22,18 +23,28 @@ from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.server.app import create_server
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
-from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, drop, error, raw, text
+from massgen_mcp.testing.scripted import (
+    ChatRequest,
+    Policy,
+    Reply,
+    agree,
+    answer,
+    drop,
+    error,
+    raw,
+    text,
+)
 from massgen_mcp.testing.scripted import tool_calls as calls
 from tests.helpers import FAST, Scripted, read_record, team_for
 from tests.test_transports import HEADERS, INIT, TOKEN, http_server, server_env  # noqa: F401
 
 
-def faulty(rate: float, seed: int) -> tuple[object, dict[str, int]]:
+def faulty(rate: float, seed: int) -> tuple[Policy, dict[str, int]]:
     """A policy that injects a random provider fault into ``rate`` of all calls."""
     rng = random.Random(seed)
     lock = threading.Lock()
     seen: dict[str, int] = {}
-    faults = [
+    faults: list[Policy] = [
         lambda req: error(429, "rate limited", retry_after=0),
         lambda req: error(429, "rate limited"),
         lambda req: error(500, "internal"),
@@ -61,7 +72,7 @@ def faulty(rate: float, seed: int) -> tuple[object, dict[str, int]]:
     return policy, seen
 
 
-def our_tasks() -> list[asyncio.Task]:
+def our_tasks() -> list[asyncio.Task[Any]]:
     return [t for t in asyncio.all_tasks()
             if (t is not asyncio.current_task() and t.get_name().startswith("session:"))
             or ":agent_" in t.get_name()]
@@ -190,7 +201,7 @@ async def test_secrets_never_leak(scripted: Scripted, monkeypatch: pytest.Monkey
 
 # -- property-based: every tool, arbitrary input, never a traceback, never a half record --
 
-TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=300)
+TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=300)
 ARGS = {
     "run_consensus": st.fixed_dictionaries({"question": TEXT}, optional={
         "models": st.lists(TEXT, max_size=10),
@@ -233,7 +244,7 @@ def test_any_input_gets_a_clear_answer(tool: str, hostile_root: Path, tmp_path: 
     @settings(max_examples=40, deadline=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(args=ARGS[tool])
-    def check(args: dict) -> None:
+    def check(args: dict[str, Any]) -> None:
         async def go() -> None:
             async with Client(create_server(home=home, root=hostile_root)) as client:
                 result = await client.call_tool(tool, args, raise_on_error=False)

@@ -7,20 +7,26 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastmcp import Client
+from fastmcp.client.client import CallToolResult
+from fastmcp.client.transports import FastMCPTransport
 
 from massgen_mcp.server.app import create_server
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree
-from tests.helpers import Scripted
+from tests.helpers import Scripted, data, text_of
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "tools_list.json"
 
+McpClient = Client[FastMCPTransport]  # an in-memory client of create_server()
+
 
 @pytest.fixture(params=["auto", "legacy"])
-async def client(request: pytest.FixtureRequest, tmp_path: Path):
+async def client(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[McpClient]:
     (tmp_path / "notes.md").write_text("The answer must be a number.")
     async with Client(create_server(root=tmp_path), mode=request.param) as c:
         yield c
@@ -30,32 +36,30 @@ def models_for(server: ScriptedServer, n: int = 3) -> list[str]:
     return [f"openai/{m}@{server.base_url}" for m in "abc"[:n]]
 
 
-async def call(client: Client, tool: str, **args):
+async def call(client: McpClient, tool: str, **args: Any) -> CallToolResult:
     result = await client.call_tool(tool, args, raise_on_error=False)
     return result
 
 
-async def finish(client: Client, session_id: str) -> dict:
+async def finish(client: McpClient, session_id: str) -> dict[str, Any]:
     """Poll get_status the way the instructions tell hosts to, until done."""
     for _ in range(100):
-        status = (await call(client, "get_status", session_id=session_id, wait_s=10)
-                  ).structured_content
+        status = data(await call(client, "get_status", session_id=session_id, wait_s=10))
         if status["done"]:
             return status
     raise AssertionError("run did not finish")
 
 
-async def test_run_poll_result(client: Client, scripted: Scripted) -> None:
+async def test_run_poll_result(client: McpClient, scripted: Scripted) -> None:
     server = scripted(agree)
     started = await call(client, "run_consensus", question="What is 6*7?",
                          models=models_for(server), context_files=["notes.md"])
-    handle = started.structured_content
+    handle = data(started)
     assert handle["status"] == "running" and handle["result"] is None
     status = await finish(client, handle["session_id"])
     assert status["status"] == "completed" and "get_result" in status["next_step"]
     assert {a["phase"] for a in status["agents"]} == {"voted"}
-    result = (await call(client, "get_result", session_id=handle["session_id"])
-              ).structured_content
+    result = data(await call(client, "get_result", session_id=handle["session_id"]))
     assert result["final_answer"].startswith("Final: ")
     assert result["winner"]["model"].startswith("openai/")
     assert len(result["votes"]) == 3 and all(v["reason"] for v in result["votes"])
@@ -83,7 +87,7 @@ async def test_wait_returns_the_result_and_reports_progress(tmp_path: Path,
     assert values == sorted(values) and any("votes" in (m or "") for _, m in progress)
 
 
-async def test_get_result_summary_truncates_and_full_does_not(client: Client,
+async def test_get_result_summary_truncates_and_full_does_not(client: McpClient,
                                                               scripted: Scripted) -> None:
     long = "x" * 5000
 
@@ -95,20 +99,20 @@ async def test_get_result_summary_truncates_and_full_does_not(client: Client,
         return agree(req)
 
     server = scripted(verbose)
-    sid = (await call(client, "run_consensus", question="q", models=models_for(server))
-           ).structured_content["session_id"]
+    sid = data(await call(client, "run_consensus", question="q",
+                          models=models_for(server)))["session_id"]
     await finish(client, sid)
-    summary = (await call(client, "get_result", session_id=sid)).structured_content
-    full = (await call(client, "get_result", session_id=sid, detail="full")).structured_content
+    summary = data(await call(client, "get_result", session_id=sid))
+    full = data(await call(client, "get_result", session_id=sid, detail="full"))
     assert all(a["truncated"] and len(a["text"]) < 700 for a in summary["answers"])
     assert all(not a["truncated"] and len(a["text"]) > 5000 for a in full["answers"])
     assert len(json.dumps(summary)) < 32_000, "summary stays well under 8k tokens"
 
 
-async def test_errors_are_clear_tool_errors(client: Client, tmp_path: Path,
+async def test_errors_are_clear_tool_errors(client: McpClient, tmp_path: Path,
                                             nothing_available: None) -> None:
     (tmp_path.parent / "secret.txt").write_text("nope")
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"question": "q"}, "no team given"),
         ({"question": "q", "models": ["openai/a@http://127.0.0.1:9/v1"],
           "context_files": ["../secret.txt"]}, "outside"),
@@ -122,36 +126,35 @@ async def test_errors_are_clear_tool_errors(client: Client, tmp_path: Path,
     for args, message in cases:
         result = await call(client, "run_consensus", **args)
         assert result.is_error, args
-        assert message in result.content[0].text, (args, result.content[0].text)
+        assert message in text_of(result.content[0]), (args, text_of(result.content[0]))
     for tool, args in [("get_status", {"session_id": "../../etc"}),
                        ("get_result", {"session_id": "01M811FXDYM8XNC5FE75XV7FF6"}),
                        ("cancel_session", {"session_id": "nope"})]:
         result = await call(client, tool, **args)
         assert result.is_error
-        text = result.content[0].text
+        text = text_of(result.content[0])
         assert "session" in text and "Traceback" not in text
 
 
-async def test_list_sessions_pages_newest_first(client: Client, scripted: Scripted) -> None:
+async def test_list_sessions_pages_newest_first(client: McpClient, scripted: Scripted) -> None:
     server = scripted(agree)
     ids = []
     for i in range(3):
-        sid = (await call(client, "run_consensus", question=f"question {i}",
-                          models=models_for(server, 1))).structured_content["session_id"]
+        sid = data(await call(client, "run_consensus", question=f"question {i}",
+                             models=models_for(server, 1)))["session_id"]
         await finish(client, sid)
         ids.append(sid)
-    page = (await call(client, "list_sessions", limit=2)).structured_content
+    page = data(await call(client, "list_sessions", limit=2))
     assert [s["session_id"] for s in page["sessions"]] == ids[::-1][:2]
-    rest = (await call(client, "list_sessions", limit=2, cursor=page["next_cursor"])
-            ).structured_content
+    rest = data(await call(client, "list_sessions", limit=2, cursor=page["next_cursor"]))
     assert [s["session_id"] for s in rest["sessions"]] == [ids[0]]
     assert rest["next_cursor"] is None
     assert page["sessions"][0]["question"] == "question 2"
-    failed = (await call(client, "list_sessions", status="failed")).structured_content
+    failed = data(await call(client, "list_sessions", status="failed"))
     assert failed["sessions"] == []
 
 
-async def test_get_status_after_revision_never_misses_a_change(client: Client, scripted: Scripted
+async def test_get_status_after_revision_never_misses_a_change(client: McpClient, scripted: Scripted
                                                                ) -> None:
     import asyncio
 
@@ -166,33 +169,33 @@ async def test_get_status_after_revision_never_misses_a_change(client: Client, s
         return agree(req)
 
     server = scripted(policy)
-    sid = (await call(client, "run_consensus", question="q", models=models_for(server, 2))
-           ).structured_content["session_id"]
+    sid = data(await call(client, "run_consensus", question="q",
+                          models=models_for(server, 2)))["session_id"]
     try:
         # Once a has answered and b's answer call is held, a waits for b: nothing moves.
         assert await asyncio.to_thread(arrived.acquire, True, 10)
-        now = (await call(client, "get_status", session_id=sid)).structured_content
+        now = data(await call(client, "get_status", session_id=sid))
         while not now["answers"]:
-            now = (await call(client, "get_status", session_id=sid, wait_s=10,
-                              after_revision=now["revision"])).structured_content
+            now = data(await call(client, "get_status", session_id=sid, wait_s=10,
+                                 after_revision=now["revision"]))
         assert now["revision"] > 1
         # A poller that last saw an older revision gets the news at once, not after wait_s.
-        caught_up = (await asyncio.wait_for(call(
+        caught_up = data(await asyncio.wait_for(call(
             client, "get_status", session_id=sid, wait_s=50,
-            after_revision=now["revision"] - 1), timeout=10)).structured_content
+            after_revision=now["revision"] - 1), timeout=10))
         assert caught_up["revision"] == now["revision"]
         # One that is up to date waits for the next change.
         waiting = asyncio.create_task(call(client, "get_status", session_id=sid, wait_s=50,
                                            after_revision=now["revision"]))
         gate.set()
-        later = (await asyncio.wait_for(waiting, timeout=10)).structured_content
+        later = data(await asyncio.wait_for(waiting, timeout=10))
         assert later["revision"] > now["revision"]
     finally:
         gate.set()
     assert (await finish(client, sid))["status"] == "completed"
 
 
-async def test_cancel_session(client: Client, scripted: Scripted) -> None:
+async def test_cancel_session(client: McpClient, scripted: Scripted) -> None:
     arrived = threading.Semaphore(0)
 
     def hang(req: ChatRequest) -> Reply:
@@ -200,29 +203,29 @@ async def test_cancel_session(client: Client, scripted: Scripted) -> None:
         return Reply("text", delay_s=30)
 
     server = scripted(hang)
-    sid = (await call(client, "run_consensus", question="q", models=models_for(server))
-           ).structured_content["session_id"]
+    sid = data(await call(client, "run_consensus", question="q",
+                          models=models_for(server)))["session_id"]
     import asyncio
     for _ in range(3):
         assert await asyncio.to_thread(arrived.acquire, True, 10)
-    cancelled = (await call(client, "cancel_session", session_id=sid)).structured_content
+    cancelled = data(await call(client, "cancel_session", session_id=sid))
     assert cancelled["status"] == "cancelled"
-    again = (await call(client, "cancel_session", session_id=sid)).structured_content
+    again = data(await call(client, "cancel_session", session_id=sid))
     assert again["status"] == "cancelled" and "already" in again["message"]
-    status = (await call(client, "get_status", session_id=sid)).structured_content
+    status = data(await call(client, "get_status", session_id=sid))
     assert status["status"] == "cancelled" and status["done"]
 
 
-async def test_continue_session_links_both_records(client: Client, scripted: Scripted,
+async def test_continue_session_links_both_records(client: McpClient, scripted: Scripted,
                                                    home: Path) -> None:
     server = scripted(agree)
-    parent = (await call(client, "run_consensus", question="What is 6*7?",
-                         models=models_for(server, 2))).structured_content["session_id"]
+    parent = data(await call(client, "run_consensus", question="What is 6*7?",
+                            models=models_for(server, 2)))["session_id"]
     await finish(client, parent)
     reply = await call(client, "continue_session", session_id=parent, follow_up="And 6*8?",
                        wait_s=20)
-    assert not reply.is_error, reply.content[0].text
-    child = reply.structured_content
+    assert not reply.is_error, text_of(reply.content[0])
+    child = data(reply)
     assert child["status"] == "completed"
     assert child["result"]["parent_session_id"] == parent
     last = server.requests[-1]
@@ -232,35 +235,37 @@ async def test_continue_session_links_both_records(client: Client, scripted: Scr
     assert events[-1]["type"] == "continued"
     assert events[-1]["child_session_id"] == child["session_id"]
     blank = await call(client, "continue_session", session_id=parent, follow_up="   ")
-    assert blank.is_error and "follow_up: empty" in blank.content[0].text
+    assert blank.is_error and "follow_up: empty" in text_of(blank.content[0])
 
 
-async def test_check_setup_names_providers_never_keys(client: Client,
+async def test_check_setup_names_providers_never_keys(client: McpClient,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-canary-abcdef1234567890")
-    setup = (await call(client, "check_setup")).structured_content
+    setup = data(await call(client, "check_setup"))
     assert "openai" in setup["providers_with_keys"]
     assert "sk-canary" not in json.dumps(setup)
     assert setup["versions"]["massgen-mcp"]
 
 
-async def test_resources_and_prompt(client: Client, scripted: Scripted) -> None:
+async def test_resources_and_prompt(client: McpClient, scripted: Scripted) -> None:
     server = scripted(agree)
-    sid = (await call(client, "run_consensus", question="q", models=models_for(server, 2))
-           ).structured_content["session_id"]
+    sid = data(await call(client, "run_consensus", question="q",
+                          models=models_for(server, 2)))["session_id"]
     await finish(client, sid)
     templates = {t.uri_template for t in await client.list_resource_templates()}
     assert "massgen://sessions/{session_id}/answers/{label}" in templates
-    result = json.loads((await client.read_resource(f"massgen://sessions/{sid}/result"))[0].text)
+    result = json.loads(text_of(
+        (await client.read_resource(f"massgen://sessions/{sid}/result"))[0]))
     label = result["winner"]["label"]
-    answer = (await client.read_resource(f"massgen://sessions/{sid}/answers/{label}"))[0].text
+    answer = text_of((await client.read_resource(f"massgen://sessions/{sid}/answers/{label}"))[0])
     assert answer.strip() in {a["content"] for a in result["answers"]}
-    events = (await client.read_resource(f"massgen://sessions/{sid}/events"))[0].text
+    events = text_of((await client.read_resource(f"massgen://sessions/{sid}/events"))[0])
     assert json.loads(events.splitlines()[-1])["type"] == "finished"
-    status = json.loads((await client.read_resource(f"massgen://sessions/{sid}/status"))[0].text)
+    status = json.loads(text_of(
+        (await client.read_resource(f"massgen://sessions/{sid}/status"))[0]))
     assert status["status"] == "completed"
     prompt = await client.get_prompt("consensus", {"question": "Why?"})
-    assert "run_consensus" in prompt.messages[0].content.text
+    assert "run_consensus" in text_of(prompt.messages[0].content)
 
 
 async def test_tools_list_matches_snapshot(tmp_path: Path) -> None:

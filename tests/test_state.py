@@ -2,11 +2,18 @@
 
 import pytest
 
-from massgen_mcp.consensus.state import Coordination, assign_letters
+from massgen_mcp.consensus.state import Answer, Coordination, assign_letters
 
 
 def coord(n: int = 3, max_answers: int = 3) -> Coordination:
     return Coordination([f"a{i}" for i in range(n)], max_answers=max_answers, seed="s")
+
+
+def current(c: Coordination, agent_id: str) -> Answer:
+    """The agent's current answer (the test has made one)."""
+    answer = c.agents[agent_id].current
+    assert answer is not None
+    return answer
 
 
 def test_letters_are_shuffled_per_session_and_unique() -> None:
@@ -43,7 +50,7 @@ def test_new_answer_invalidates_all_votes_and_stale_votes_are_refused() -> None:
     for aid in c.order:
         c.add_answer(aid, f"answer of {aid}")
     v = c.version
-    label = c.agents["a1"].current.label
+    label = current(c, "a1").label
     assert c.add_vote("a0", label, "good", v)
     assert c.add_vote("a1", label, "good", v)
     answer, invalidated = c.add_answer("a2", "better")
@@ -57,7 +64,7 @@ def test_consensus_needs_every_live_agent() -> None:
     c = coord()
     for aid in c.order:
         c.add_answer(aid, aid)
-    label = c.agents["a0"].current.label
+    label = current(c, "a0").label
     c.add_vote("a0", label, "", c.version)
     c.add_vote("a1", label, "", c.version)
     assert not c.consensus()
@@ -69,16 +76,17 @@ def test_winner_most_votes_then_config_order() -> None:
     c = coord()
     for aid in c.order:
         c.add_answer(aid, aid)
-    _l0, l1, l2 = (c.agents[a].current.label for a in c.order)
+    _l0, l1, l2 = (current(c, a).label for a in c.order)
     c.add_vote("a0", l1, "", c.version)
     c.add_vote("a1", l2, "", c.version)
     c.add_vote("a2", l1, "", c.version)
     assert c.winner() == (c.agents["a1"].current, False)
     c.add_answer("a0", "new")  # clears votes
-    new0 = c.agents["a0"].current.label
+    new0 = current(c, "a0").label
     c.add_vote("a0", l2, "", c.version)
     c.add_vote("a1", new0, "", c.version)
     winner, tie = c.winner()
+    assert winner is not None
     assert tie and winner.agent_id == "a0", "tie goes to the agent listed first"
 
 
@@ -86,7 +94,9 @@ def test_winner_without_votes_is_newest_answer() -> None:
     c = coord()
     c.add_answer("a1", "old")
     c.add_answer("a0", "newer")
-    assert c.winner()[0].content == "newer"
+    winner = c.winner()[0]
+    assert winner is not None
+    assert winner.content == "newer"
 
 
 def test_answer_cap_means_vote_only() -> None:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ async def test_official_sdk_client_over_stdio(scripted: Scripted, home: Path) ->
     params = StdioServerParameters(command=sys.executable, args=["-m", "massgen_mcp"],
                                    env=server_env(home))
     async with SdkClient(params, mode="legacy") as client:
+        assert client.server_info is not None
         assert client.server_info.name == "massgen" and client.server_info.version == "0.1.0"
         started = await client.call_tool("run_consensus", {
             "question": "What is 6*7?", "models": models_for(server)})
@@ -60,7 +62,10 @@ class RawStdio:
     """A JSON-RPC conversation with a stdio server that keeps every stdout line."""
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdin is not None and proc.stdout is not None, "started with pipes"
         self.proc = proc
+        self.stdin: asyncio.StreamWriter = proc.stdin
+        self.stdout: asyncio.StreamReader = proc.stdout
         self.lines: list[bytes] = []
         self._id = 0
 
@@ -72,21 +77,23 @@ class RawStdio:
         if not notify:
             self._id += 1
             message["id"] = self._id
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
-        await self.proc.stdin.drain()
+        self.stdin.write((json.dumps(message) + "\n").encode())
+        await self.stdin.drain()
         if notify:
             return None
         while True:
-            line = await asyncio.wait_for(self.proc.stdout.readline(), 60)
+            line = await asyncio.wait_for(self.stdout.readline(), 60)
             assert line, "server closed stdout"
             self.lines.append(line)
-            reply = json.loads(line)
+            reply: dict[str, Any] = json.loads(line)
             if reply.get("id") == self._id:
                 return reply
 
     async def call(self, tool: str, **args: Any) -> dict[str, Any]:
         reply = await self.send("tools/call", {"name": tool, "arguments": args})
-        return reply["result"]
+        assert reply is not None
+        result: dict[str, Any] = reply["result"]
+        return result
 
 
 async def start_raw(home: Path, cwd: Path | None = None, **env: str) -> RawStdio:
@@ -142,7 +149,7 @@ async def spawn_raw(home: Path, **env: str) -> RawStdio:
 
 
 async def stop_raw(raw: RawStdio) -> str:
-    raw.proc.stdin.close()
+    raw.stdin.close()
     _, err = await asyncio.wait_for(raw.proc.communicate(), 30)
     return err.decode()
 
@@ -170,9 +177,9 @@ async def test_initialize_is_answered_early_and_exactly_as_the_sdk_would(
 
 async def test_a_first_line_that_is_not_initialize_reaches_the_server(home: Path) -> None:
     raw = await spawn_raw(home)
-    raw.proc.stdin.write(b'{"jsonrpc": "2.0", "id": 41, "method": \n')
-    await raw.proc.stdin.drain()
-    parse_error = json.loads(await asyncio.wait_for(raw.proc.stdout.readline(), 60))
+    raw.stdin.write(b'{"jsonrpc": "2.0", "id": 41, "method": \n')
+    await raw.stdin.drain()
+    parse_error = json.loads(await asyncio.wait_for(raw.stdout.readline(), 60))
     assert parse_error["error"]["code"] == -32700
     reply = await raw.send("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
                                           "clientInfo": {"name": "raw-test", "version": "1"}})
@@ -183,15 +190,17 @@ async def test_a_first_line_that_is_not_initialize_reaches_the_server(home: Path
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 @pytest.fixture
-def http_server(home: Path):
+def http_server(home: Path) -> Iterator[str]:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "massgen_mcp", "serve", "--http", "--port", str(port)],
         env=server_env(home, MASSGEN_MCP_TOKEN=TOKEN), stderr=subprocess.PIPE)
+    assert proc.stderr is not None
     deadline = time.monotonic() + 30
     while True:  # wait until the port accepts connections
         try:
@@ -215,7 +224,7 @@ async def test_http_happy_path_with_token(http_server: str, scripted: Scripted) 
     assert handle["result"]["final_answer"].startswith("Final: ")
 
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+INIT: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {},
     "clientInfo": {"name": "t", "version": "1"}}}
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
