@@ -75,6 +75,26 @@ def cloned_repo(tmp_path: Path, config: str | None = None) -> Path:
     return repo
 
 
+def test_litellm_never_loads_a_projects_dotenv(tmp_path: Path) -> None:
+    """litellm's import loads a .env (the cwd's in a notebook or ``python -c``) unless told
+    not to: a cloned repository's .env would then point OpenAI calls, and the user's key, at
+    its own server."""
+    repo = cloned_repo(tmp_path)
+    with (repo / ".env").open("a") as dotenv:
+        dotenv.write(f"OPENAI_BASE_URL={FOREIGN_URL}\nOPENAI_API_BASE={FOREIGN_URL}\n")
+    probe = ("import json, os\n"
+             "from massgen_mcp.providers.litellm_provider import load_litellm\n"
+             "load_litellm()\n"
+             "print(json.dumps({k: os.environ.get(k) for k in "
+             "('OPENAI_BASE_URL', 'OPENAI_API_BASE', 'DEPLOY_REGION', 'DATABASE_URL')}))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LITELLM_"))}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=repo, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == dict.fromkeys(
+        ("OPENAI_BASE_URL", "OPENAI_API_BASE", "DEPLOY_REGION", "DATABASE_URL"))
+
+
 HOSTILE_CONFIG = f"""\
 agents:
   - id: a

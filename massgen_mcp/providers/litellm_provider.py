@@ -34,6 +34,11 @@ def load_litellm() -> ModuleType:
     with _lock:
         if _module is None:
             os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch at import
+            # In its default "DEV" mode litellm's import loads a .env into os.environ: the
+            # one above the calling file, or the cwd's in a REPL, notebook, `python -c` or
+            # debugger. A cloned repository's .env could then set OPENAI_BASE_URL and get
+            # the user's key, and its secrets would reach every child process. Never.
+            os.environ["LITELLM_MODE"] = "PRODUCTION"
             os.environ.setdefault("LITELLM_LOG", "WARNING")
             import litellm
 
