@@ -8,6 +8,7 @@ prints to stdout, which would corrupt an MCP stdio stream.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -53,6 +54,11 @@ def load_litellm() -> ModuleType:
                 logger.addHandler(handler)
                 logger.setLevel(logging.WARNING)
                 logger.propagate = False
+            # litellm leaves ~3 million objects that live as long as the process. Frozen,
+            # the cyclic collector never walks them again: each full collection during a
+            # run, and the last one at exit (~0.6 s of CPU), skip them. Objects that die
+            # by reference count are still freed as usual.
+            gc.freeze()
             _module = litellm
             return litellm
         return _module

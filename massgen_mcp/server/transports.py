@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import json
 import logging
 import os
@@ -251,6 +252,7 @@ def serve_stdio(home: Path | None = None, *, tasks: bool = False) -> None:
     configure_logging(home)
     service = ConsensusService.local(home)
     server = create_server(service=service, tasks=tasks)
+    gc.freeze()  # what is loaded lives as long as we do: no collection walks it again
 
     async def stop(signum: int) -> None:
         logging.getLogger(__name__).info("%s: stopping", signal.Signals(signum).name)
@@ -322,6 +324,8 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
     import uvicorn
 
     from massgen_mcp.server import shutdown
+
+    gc.freeze()  # what is loaded lives as long as we do: no collection walks it again
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
