@@ -8,6 +8,7 @@ prints to stdout, which would corrupt an MCP stdio stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -65,8 +66,25 @@ def load_litellm() -> ModuleType:
 
 
 async def warm_up() -> None:
-    """Import litellm in a worker thread so the first run does not pay for it."""
-    await asyncio.to_thread(load_litellm)
+    """Import litellm in the background so the first run does not pay for it.
+
+    The import runs in a daemon thread, not the loop's executor: a process that ends while it
+    is under way (a host closing the server a second after starting it) then exits at once
+    instead of finishing ~3 s of import nobody needs. Cancelling this only stops the wait."""
+    loop = asyncio.get_running_loop()
+    loaded = asyncio.Event()
+
+    def load() -> None:
+        try:
+            load_litellm()
+        except Exception as exc:  # the first run that needs it raises it again, in context
+            logging.getLogger(__name__).warning("litellm did not import: %s", redact(str(exc)))
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(loaded.set)
+
+    threading.Thread(target=load, name="litellm-warm-up", daemon=True).start()
+    await loaded.wait()
 
 
 def _retry_after(exc: Exception) -> float | None:
