@@ -32,6 +32,7 @@ from massgen_mcp.core.records import (
     StatusRecord,
 )
 from massgen_mcp.core.spec import (
+    MAX_AGENTS,
     MAX_CONTEXT_CHARS,
     PROVIDER_KEY_ENV,
     RunOptions,
@@ -200,6 +201,28 @@ class ConsensusService:
         self.store.append_event(session_id, EventType.CONTINUED,
                                 child_session_id=started.session_id)
         return started
+
+    async def sample_member(self, session_id: str, agent_id: str, copies: int,
+                            question: str) -> StartedRun:
+        """A run of ``copies`` identical copies of one agent of a recorded session's team (its
+        model, endpoint, persona and sampling settings), on ``question``: their first drafts
+        are independent samples of that agent alone, which is what ``eval``'s
+        self-consistency baseline needs. Same checks and consent as the session's own run."""
+        team = self._recorded_team(session_id)
+        agent = next((a for a in team.agents if a.id == agent_id), None)
+        if agent is None:
+            raise ConfigError(f"agent_id: session {session_id} has no agent {agent_id!r} "
+                              f"(it has {', '.join(a.id for a in team.agents)})")
+        if not 1 <= copies <= MAX_AGENTS:
+            raise ConfigError(f"copies: {copies}; a run has 1 to {MAX_AGENTS} agents")
+        copied = [agent.model_copy(update={"id": f"{agent_id}-{n}"})
+                  for n in range(1, copies + 1)]
+        # Every copy drafts (no quorum leaves a late one out), and no final answer is asked
+        # for: the caller reads the drafts and cancels the run once they are in.
+        options = team.options.model_copy(update={"decide": "all",
+                                                  "skip_final_presentation": True})
+        return await self._launch(check_question(question), team.model_copy(
+            update={"agents": copied, "options": options}), None, None, [])
 
     async def resume_session(self, session_id: str) -> StartedRun:
         """Continue an interrupted run from its recorded answers and votes, in the same

@@ -1,87 +1,155 @@
-"""`massgen-mcp eval`: the scores are exactly what the scripted answers imply, and a re-run
-resumes instead of running again."""
+"""`massgen-mcp eval`: every figure is exactly what the scripted answers imply, a re-run resumes
+instead of running again, and --compare runs each option set on the same questions."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
 
-from massgen_mcp.cli.evaluate import is_correct, load_questions
 from massgen_mcp.cli.main import main
+from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.providers.llamacpp_provider import embedded_model_name
-from massgen_mcp.testing.scripted import ChatRequest, Reply, answer, text, vote
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, answer, text, vote
 from tests.helpers import Scripted
 
 
-def policy(req: ChatRequest) -> Reply:
-    """Questions 'What is X plus Y?'. Agent a is always right; b always one too high; c is
-    right when X is odd and otherwise gives b's wrong answer. Everyone votes for a."""
-    question = re.search(r"What is (\d+) plus (\d+)\?", req.user)
-    assert question is not None
-    x, y = map(int, question.groups())
-    if req.is_final:  # the winner (a) presents its own answer
-        return text(f"Final.\nAnswer: {x + y}")
-    if req.vote_labels:
-        return vote(req.label_of("Model a"), "a is careful")
-    right = {"a": True, "b": False, "c": x % 2 == 1}[req.model]
-    return answer(f"Model {req.model} thinks.\nAnswer: {x + y if right else x + y + 1}")
+class Policy:
+    """Questions 'What is X plus X+3?' for X = 0..4, with known accuracies:
+
+    * agent a right for X in 0..2, one too high otherwise (3 of 5);
+    * agent b always one too high (0 of 5);
+    * agent c right when X is odd, else one too high (2 of 5);
+    * votes go to a's answer, except on X = 3 to c's; the winner's final answer is right
+      except on X = 4, where every member was wrong.
+
+    Self-consistency samples of a (its 2nd, 3rd, ... draft of a question) are right on X = 0..2,
+    right on X = 3 except every third one (7 samples: 5 right), and wrong on X = 4."""
+
+    def __init__(self) -> None:
+        self.drafts_of_a: dict[int, int] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, req: ChatRequest) -> Reply:
+        question = re.search(r"What is (\d+) plus (\d+)\?", req.user)
+        assert question is not None
+        x, y = map(int, question.groups())
+        right, wrong = x + y, x + y + 1
+        if req.is_final:
+            return text(f"Final.\nAnswer: {wrong if x == 4 else right}")
+        if req.vote_labels:
+            return vote(req.label_of("Model c" if x == 3 else "Model a"), "careful")
+        if req.model == "a":
+            with self.lock:
+                n = self.drafts_of_a[x] = self.drafts_of_a.get(x, -1) + 1
+            ok = x <= 2 or (n > 0 and x == 3 and n % 3 != 0)
+        else:
+            ok = req.model == "c" and x % 2 == 1
+        return answer(f"Model {req.model} thinks.\nAnswer: {right if ok else wrong}")
 
 
-def test_eval_scores_each_member_the_majority_and_the_consensus(
+def write_questions(path: Path, count: int) -> Path:
+    path.write_text("".join(json.dumps({"question": f"What is {x} plus {x + 3}?",
+                                        "answer": 2 * x + 3}) + "\n" for x in range(count)))
+    return path
+
+
+def team(server: ScriptedServer) -> str:
+    return ",".join(f"openai/{m}@{server.base_url}" for m in "abc")
+
+
+def test_eval_proves_every_figure_on_a_team_of_known_accuracies(
         scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    server = scripted(policy)
-    questions = tmp_path / "q.jsonl"
-    questions.write_text("".join(json.dumps({"question": f"What is {x} plus {x + 3}?",
-                                             "answer": str(2 * x + 3)}) + "\n"
-                                 for x in range(4)))
-    models = ",".join(f"openai/{m}@{server.base_url}" for m in "abc")
-    assert main(["eval", str(questions), "--models", models, "--name", "t"]) == 0
-    table = capsys.readouterr().out
-    rows = {line.split()[0]: line.split()[-5] for line in table.splitlines()[1:-1]}
-    assert rows == {"alone:agent_a": "100%", "alone:agent_b": "0%", "alone:agent_c": "50%",
-                    "majority": "50%", "consensus": "100%"}
-    assert "team vs best member (alone:agent_a (openai/a)): right where it was wrong 0x, " \
-           "wrong where it was right 0x (4 of 4 questions)" in table
-    saved = json.loads((home / "evals" / "t" / "results.json").read_text())
-    assert saved["summary"]["methods"]["consensus"]["mean_calls"] == 7
-    assert saved["summary"]["methods"]["alone:agent_a (openai/a)"]["mean_calls"] == 1
-    assert (home / "evals" / "t" / "summary.html").read_text().count("<tr>") == 6
+    from massgen_mcp.evaluation.datasets import load_items
+    from massgen_mcp.evaluation.runner import Arm, Plan, Results
+    from massgen_mcp.evaluation.stats import bootstrap_interval
+    from massgen_mcp.evaluation.summary import summarise
 
-    calls = sum(server.calls_by_model().values())
-    assert main(["eval", str(questions), "--models", models, "--name", "t"]) == 0
-    assert sum(server.calls_by_model().values()) == calls  # resumed: nothing ran again
+    server = scripted(Policy())
+    questions = write_questions(tmp_path / "q.jsonl", 5)
+    assert main(["eval", str(questions), "--models", team(server), "--name", "t"]) == 0
+    table = capsys.readouterr().out
+    folder = home / "evals" / "t"
+    saved = json.loads((folder / "results.json").read_text())
+    best = saved["best_member"]
+    assert best["agent_id"] == "agent_a" and best["samples"] == 7, best  # 7 calls against 1
+    assert "same questions" in best["warning"]
+
+    results = Results(folder)
+    results.load()
+    summary = summarise(results, Plan(load_items(str(questions)),
+                                      [Arm("", lambda q: RunSpec(question=q))], folder))
+    got = {m["name"]: m for m in summary["methods"]}
+    outcomes = {"consensus": [1, 1, 1, 1, 0],
+                "alone: agent_a (openai/a)": [1, 1, 1, 0, 0],
+                "alone: agent_b (openai/b)": [0, 0, 0, 0, 0],
+                "alone: agent_c (openai/c)": [0, 1, 0, 1, 0],
+                "majority of first drafts": [0, 1, 0, 0, 0],
+                "self-consistency: agent_a ×7": [1, 1, 1, 1, 0],
+                "any member right (ceiling)": [1, 1, 1, 1, 0]}
+    assert set(got) == set(outcomes)
+    for name, right in outcomes.items():
+        assert got[name]["accuracy"] == sum(right) / 5, name
+        interval = bootstrap_interval([bool(r) for r in right], seed=0)
+        assert got[name]["interval"] == [interval.low, interval.high], name
+    assert summary["all_wrong"] == 0.2
+    assert got["consensus"]["mean_calls"] == 7
+    assert got["alone: agent_a (openai/a)"]["mean_calls"] == 1
+    assert got["self-consistency: agent_a ×7"]["mean_calls"] == 7
+    assert got["majority of first drafts"]["mean_calls"] == 3
+    pairs = {(c["a"], c["b"]): c for c in summary["comparisons"]}
+    vs_best = pairs[("consensus", "alone: agent_a (openai/a)")]
+    assert (vs_best["a_only"], vs_best["b_only"], vs_best["both"], vs_best["neither"]) == (
+        1, 0, 3, 1) and vs_best["p_value"] == 1.0
+    vs_majority = pairs[("consensus", "majority of first drafts")]
+    assert (vs_majority["a_only"], vs_majority["b_only"], vs_majority["p_value"]) == (3, 0, 0.25)
+    vs_sc = pairs[("consensus", "self-consistency: agent_a ×7")]
+    assert (vs_sc["a_only"], vs_sc["b_only"], vs_sc["both"]) == (0, 0, 4)
+    assert "McNemar exact p = 0.25" in table and "every member wrong on 20%" in table
+    assert (folder / "summary.html").read_text().count('class="point"') == len(outcomes)
+
+    # Each sampling run stopped once its 7 drafts were in: no final answer was asked for.
+    drafts_of_a = [r for r in server.requests if r.model == "a" and not r.vote_labels
+                   and not r.is_final]
+    assert len(drafts_of_a) == 5 + 5 * 7
+    assert len([r for r in server.requests if r.is_final]) == 5
+    calls = len(server.requests)
+    assert main(["eval", str(questions), "--models", team(server), "--name", "t"]) == 0
+    assert len(server.requests) == calls  # resumed: nothing ran again
     assert capsys.readouterr().out == table
 
 
-@pytest.mark.parametrize(("reply", "expected", "right"), [
-    ("The sum is 42.\nAnswer: 42", "42", True),
-    ("Answer: 1,024", "1024", True),
-    ("It costs $15.00", "15", True),
-    ("Answer: 41", "42", False),
-    ("I pick (C).\nAnswer: C", "C", True),
-    ("A careful look says B", "B", True),
-    ("Answer: A", "B", False),
-    ("**Answer:** Paris", "paris", True),
-    ("", "42", False),
-])
-def test_the_scoring_normaliser(reply: str, expected: str, right: bool) -> None:
-    assert is_correct(reply, expected) is right
+def test_compare_runs_each_option_set_on_the_same_questions(
+        scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = scripted(Policy())
+    questions = write_questions(tmp_path / "q.jsonl", 3)
+    assert main(["eval", str(questions), "--models", team(server), "--name", "c",
+                 "--compare", "decide=all", "--baselines", "members"]) == 0
+    table = capsys.readouterr().out
+    assert "consensus [as given]" in table and "consensus [decide=all]" in table
+    assert ("consensus [decide=all] vs consensus [as given]: right only by the first 0x, only "
+            "by the second 0x") in table
+    assert "self-consistency" not in table and "majority" not in table
+    assert len([r for r in server.requests if r.is_final]) == 6  # 3 questions, 2 option sets
+    for bad, message in (("decide", "is not KEY=VALUE"), ("colour=red", "unknown option"),
+                         ("decide=sometimes", "decide")):
+        assert main(["eval", str(questions), "--models", team(server), "--compare", bad]) == 1
+        assert message in capsys.readouterr().err
 
 
-def test_a_bad_question_file_names_the_line(tmp_path: Path) -> None:
-    from massgen_mcp.core.errors import ConfigError
-
-    path = tmp_path / "q.jsonl"
-    path.write_text('{"question": "ok?", "answer": "1"}\n{"question": 3}\n')
-    with pytest.raises(ConfigError, match=r"q.jsonl:2: expected"):
-        load_questions(path)
-    assert len(load_questions(Path(__file__).parents[1] / "massgen_mcp" / "data"
-                              / "eval_sample.jsonl")) == 20
+def test_bad_flags_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    questions = write_questions(tmp_path / "q.jsonl", 1)
+    for args, message in ((["--limit", "0"], "--limit: 0; give a whole number"),
+                          (["--baselines", "oracle"], "--baselines: unknown oracle"),
+                          (["--answer-regex", "(a)(b)"], "--answer-regex"),
+                          (["--question-field", "prompt"], "--question-field")):
+        assert main(["eval", str(questions), "--models", "openai/x", *args]) == 1
+        assert message in capsys.readouterr().err, args
 
 
 @pytest.mark.skipif(
@@ -90,7 +158,7 @@ def test_a_bad_question_file_names_the_line(tmp_path: Path) -> None:
 def test_eval_completes_offline_on_the_embedded_team(
         home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The shipped preset, smaller: two of its agents, one answer each, short replies, one
-    # question. What is proved is unchanged: eval's every method runs on the embedded model.
+    # question, self-consistency at its smallest. Every method runs on the embedded model.
     preset = yaml.safe_load((Path(__file__).parents[1] / "configs" / "offline_embedded.yaml")
                             .read_text())
     preset["agents"] = preset["agents"][:2]
@@ -101,6 +169,7 @@ def test_eval_completes_offline_on_the_embedded_team(
     config.write_text(yaml.safe_dump(preset))
     questions = tmp_path / "one.jsonl"
     questions.write_text('{"question": "What is 2 + 2?", "answer": "4"}\n')
-    assert main(["eval", str(questions), "--config", str(config)]) == 0
+    assert main(["eval", str(questions), "--config", str(config), "--samples", "2"]) == 0
     table = capsys.readouterr().out
-    assert "consensus" in table and "majority" in table and "(1 of 1 questions)" in table
+    assert "consensus" in table and "majority" in table and "(1 of 1 scored)" in table
+    assert "self-consistency" in table

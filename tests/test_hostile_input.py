@@ -148,7 +148,7 @@ def test_a_lone_surrogate_in_a_v1_message_is_a_json_400(
 
 
 @pytest.mark.parametrize(("content", "needle"), [
-    (b'{"question": "q", "answer": "1"}\n\xff\xfe\n', "questions.jsonl:2: byte 1 is not UTF-8"),
+    (b'{"question": "q", "answer": "1"}\n\xff\xfe\n', "questions.jsonl:2: byte 1 of the line is not UTF-8"),
     (b'{"question": "q", "answer": "1"}\n' + DEEP.encode() + b"\n",
      "questions.jsonl:2: nested deeper than"),
     (b'{"question": "q\\udcff", "answer": "1"}\n', "questions.jsonl:1: a string: character 2"),
@@ -316,14 +316,14 @@ def test_any_config_text_is_a_team_or_a_config_error(content: str) -> None:
 def test_any_eval_file_is_loaded_or_its_bad_line_named(lines: list[str]) -> None:
     import tempfile
 
-    from massgen_mcp.cli.evaluate import load_questions
     from massgen_mcp.core.errors import ConfigError
+    from massgen_mcp.evaluation.datasets import load_items
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "q.jsonl"
         path.write_bytes(b"\n".join(as_bytes(line) for line in lines))
         try:
-            load_questions(path)
+            load_items(str(path))
         except ConfigError as exc:
             assert str(exc).startswith("q.jsonl"), exc
 

@@ -3,9 +3,9 @@
 ``massgen-mcp`` with no command serves MCP over stdio (what hosts spawn). Everything else
 is a subcommand; see ``massgen-mcp --help``. The commands live beside this module, each a
 thin shell over :class:`~massgen_mcp.service.ConsensusService` (the same door as the MCP
-tools): :mod:`.run` (run, eval), :mod:`.records` (sessions, show, prune), :mod:`.config`
-(validate, trust), :mod:`.serve` (serve, worker, doctor, install). What they write and the
-exit codes are in :mod:`.output`.
+tools): :mod:`.run` (run), :mod:`.evaluate` (eval), :mod:`.records` (sessions, show, prune),
+:mod:`.config` (validate, trust), :mod:`.serve` (serve, worker, doctor, install). What they
+write and the exit codes are in :mod:`.output`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import logging
 import sys
 
 from massgen_mcp._version import __version__
-from massgen_mcp.cli import flags
+from massgen_mcp.cli import evaluate, flags
 from massgen_mcp.cli.config import cmd_trust, cmd_validate
 from massgen_mcp.cli.output import (
     EXIT_BY_STATUS,
@@ -29,7 +29,7 @@ from massgen_mcp.cli.output import (
     err,
 )
 from massgen_mcp.cli.records import cmd_prune, cmd_sessions, cmd_show
-from massgen_mcp.cli.run import cmd_eval, cmd_run
+from massgen_mcp.cli.run import cmd_run
 from massgen_mcp.cli.serve import cmd_doctor, cmd_install, cmd_serve, cmd_worker
 from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import ListenError, MassgenError, RecordWriteError
@@ -66,16 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
     run.set_defaults(func=cmd_run)
 
-    evals = sub.add_parser("eval", help="score each member alone, majority vote over first "
-                                        "drafts and the consensus on questions with answers")
-    evals.add_argument("questions", help="JSONL file of {question, answer} lines, or @sample")
-    team = evals.add_mutually_exclusive_group()
-    team.add_argument("--models", help="comma-separated litellm models")
-    team.add_argument("--config", help="MassGen-format YAML file, or @preset")
-    evals.add_argument("--name", help="results folder name under <home>/evals (default: "
-                                      "file and team)")
-    evals.add_argument("--timeout", type=float, help="per-question run timeout in seconds")
-    evals.set_defaults(func=cmd_eval)
+    evaluate.add_parser(sub)
 
     validate = sub.add_parser("validate", help="check a config file and print the team")
     validate.add_argument("file", help="YAML file or @preset")

@@ -1,4 +1,4 @@
-"""``massgen-mcp run`` and ``massgen-mcp eval``: start runs, show their progress, print the
+"""``massgen-mcp run``: start runs, show their progress, print the
 outcome.
 
 This module only turns flags into a :class:`~massgen_mcp.core.spec.RunSpec` and records into
@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import signal
 import sys
 from pathlib import Path
@@ -23,7 +22,6 @@ from massgen_mcp.cli import flags
 from massgen_mcp.cli.output import (
     EXIT_BY_STATUS,
     EXIT_CANCELLED,
-    EXIT_OK,
     err,
     say,
     say_json,
@@ -108,42 +106,3 @@ def cmd_run(args: argparse.Namespace) -> int:
         for problem in result.errors:
             err(f"  {problem}")
     return EXIT_BY_STATUS[result.status]
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    from massgen_mcp.cli.evaluate import evaluate, format_table, load_questions
-
-    if args.questions == "@sample":
-        path = Path(__file__).parent.parent / "data" / "eval_sample.jsonl"
-    else:
-        path = Path(args.questions)
-        if not path.is_file():
-            raise ConfigError(f"questions: {args.questions!r} is not a file (a JSONL file of "
-                              "{\"question\", \"answer\"} lines, or @sample)")
-    items = load_questions(path)
-    options = RunOptions(timeout_s=args.timeout) if args.timeout else None
-    team = {"models": args.models.split(",") if args.models else None, "config": args.config}
-    service = flags.service(args)
-    name = args.name or f"{path.stem}-{(args.config or args.models or 'default').strip('@')}"
-    folder = service.home / "evals" / re.sub(r"[^\w.\-]+", "_", name)
-
-    def show(index: int, row: dict[str, Any]) -> None:
-        mark = "right" if row["consensus"]["correct"] else "wrong"
-        err(f"[{index + 1}/{len(items)}] consensus {mark}: {row['question'][:60]}")
-
-    async def go() -> Any:
-        try:
-            return await evaluate(service, items, folder,
-                                  lambda q: RunSpec(question=q, options=options, **team),
-                                  show)
-        finally:
-            await service.aclose()
-
-    try:
-        evaluation = asyncio.run(go())
-    except KeyboardInterrupt:
-        err(f"interrupted; run the same command again to resume ({folder})")
-        return EXIT_CANCELLED
-    say(format_table(evaluation.summary()))
-    err(f"results: {folder / 'results.json'}; summary: {folder / 'summary.html'}")
-    return EXIT_OK

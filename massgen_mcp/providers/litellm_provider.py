@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from types import ModuleType
 from typing import Any
 
@@ -44,6 +45,11 @@ def load_litellm() -> ModuleType:
             os.environ.setdefault("LITELLM_LOG", "WARNING")
             import litellm
 
+            # A call cancelled while litellm prepares it in its executor leaves the request's
+            # coroutine unstarted (litellm.main.acompletion), and Python warns about it on
+            # stderr: noise in the terminal for a cancel that worked.
+            warnings.filterwarnings("ignore", r"coroutine '.*acompletion' was never awaited",
+                                    RuntimeWarning)
             litellm.suppress_debug_info = True
             litellm.telemetry = False
             litellm.drop_params = True

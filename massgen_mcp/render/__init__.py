@@ -1,2 +1,3 @@
-"""A record for people: the HTML report and live pages (:mod:`.html`) and the terminal's
-progress lines and tables (:mod:`.text`). Pure functions from records to text."""
+"""A record for people: the HTML report and live pages (:mod:`.html`), the terminal's
+progress lines and tables (:mod:`.text`) and the eval's summary page (:mod:`.eval_report`).
+Pure functions from records to text."""

@@ -1,0 +1,241 @@
+"""Run an evaluation: every question through the team (once per compared option set), then the
+best member's self-consistency at equal compute; results written after every question.
+
+Two passes, because the fair baseline depends on the first: self-consistency samples the best
+member k times, with k chosen so its calls match the team's mean calls, and both "best" and
+"the team's mean calls" are known only once the team has run. A member named up front
+(``best_member``) is chosen without looking at the labels; one chosen by its first-draft accuracy
+on these same questions is flagged in the summary, since that choice has seen the answers.
+
+``results.json`` holds every finished question (keyed by question and answer), so re-running
+the same command resumes where an interrupted one stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from massgen_mcp.api.python import follow
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.files import atomic_write
+from massgen_mcp.core.records import AgentPhase, RunStatus, StatusRecord
+from massgen_mcp.core.spec import MAX_AGENTS, RunSpec
+from massgen_mcp.evaluation.answers import expected_answer, is_correct, normalise
+from massgen_mcp.evaluation.datasets import Item
+from massgen_mcp.evaluation.scoring import Method, first_drafts, score_run
+from massgen_mcp.evaluation.stats import equal_compute_samples, majority
+from massgen_mcp.service import ConsensusService
+
+ANSWER_LINE = "\n\nEnd your reply with a last line of the form 'Answer: <your final answer>'."
+MAX_SAMPLES = 32
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One option set under test: its name (``""`` when there is only one) and how it turns a
+    question into a run."""
+
+    name: str
+    spec: Callable[[str], RunSpec]
+
+
+@dataclass
+class Plan:
+    items: list[Item]
+    arms: list[Arm]
+    folder: Path
+    pattern: re.Pattern[str] | None = None
+    self_consistency: bool = True
+    best_member: str | None = None  # an agent id or a model, named before any result is seen
+    samples: int | None = None  # k for self-consistency; default: equal compute
+    concurrency: int = 1
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+Progress = Callable[[str, int, int, dict[str, Any]], None]  # (pass, done, total, row)
+
+
+def key(item: Item) -> str:
+    return hashlib.sha256(f"{item.question}\0{item.answer}".encode()).hexdigest()[:16]
+
+
+@dataclass
+class Results:
+    """``results.json``: the settings, every finished question, and the best-member choice."""
+
+    folder: Path
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    best: dict[str, Any] | None = None
+
+    def load(self) -> None:
+        path = self.folder / "results.json"
+        if path.is_file():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            self.rows, self.best = data.get("questions", {}), data.get("best_member")
+
+    def save(self, settings: dict[str, Any], html: str | None = None) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.folder / "results.json", json.dumps(
+            {"settings": settings, "best_member": self.best, "questions": self.rows},
+            indent=2))
+        if html is not None:
+            atomic_write(self.folder / "summary.html", html)
+
+
+async def evaluate(service: ConsensusService, plan: Plan, *,
+                   on_progress: Progress | None = None,
+                   render: Callable[[Results], str] | None = None) -> Results:
+    """Run what ``plan.folder`` does not hold yet; returns every result."""
+    results = Results(plan.folder)
+    results.load()
+    lock = asyncio.Lock()  # one writer of results.json at a time
+    slots = asyncio.Semaphore(max(1, plan.concurrency))
+
+    async def save() -> None:
+        async with lock:
+            results.save(plan.settings, render(results) if render else None)
+
+    async def team(item: Item) -> None:
+        row = results.rows.setdefault(key(item), {
+            "question": item.question, "expected": item.answer, "source": item.source,
+            "arms": {}})
+        expected = expected_answer(item.answer)
+        for arm in plan.arms:
+            if arm.name in row["arms"]:
+                continue
+            async with slots:
+                started = await service.start(arm.spec(item.question + ANSWER_LINE))
+                await follow(service, started.session_id)
+            row["arms"][arm.name] = await score_run(service, started.session_id, expected,
+                                                    plan.pattern)
+        await save()
+        if on_progress:
+            on_progress("team", sum(_team_done(r, plan) for r in results.rows.values()),
+                        len(plan.items), row)
+
+    await _each(plan.items, team)
+    if not plan.self_consistency:
+        return results
+    results.best = results.best or choose_best(results, plan)
+    best = results.best
+    if best is None:
+        return results
+
+    async def sample(item: Item) -> None:
+        row = results.rows[key(item)]
+        if "self_consistency" in row:
+            return
+        async with slots:
+            row["self_consistency"] = (await self_consistency(
+                service, row["arms"][plan.arms[0].name]["session_id"], best["agent_id"],
+                int(best["samples"]), item, plan.pattern)).as_dict()
+        await save()
+        if on_progress:
+            on_progress("self-consistency",
+                        sum("self_consistency" in r for r in results.rows.values()),
+                        len(plan.items), row)
+
+    await _each(plan.items, sample)
+    await save()
+    return results
+
+
+async def _each(items: Sequence[Item], work: Callable[[Item], Any]) -> None:
+    """Every item, as many at once as the plan's slots allow (they bound the runs)."""
+    tasks = [asyncio.create_task(work(item)) for item in items]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _team_done(row: dict[str, Any], plan: Plan) -> bool:
+    return all(arm.name in row["arms"] for arm in plan.arms)
+
+
+def choose_best(results: Results, plan: Plan) -> dict[str, Any] | None:
+    """The member whose self-consistency is the baseline, and k.
+
+    Named up front (an agent id or its model), it has seen no label. Otherwise it is the
+    member with the most right first drafts on these questions (ties: the first in the team),
+    which has seen the labels: the summary says so."""
+    rows = [r["arms"][plan.arms[0].name] for r in results.rows.values()
+            if plan.arms[0].name in r["arms"]]
+    if not rows:
+        return None
+    agents = list(rows[0]["alone"])
+    models = rows[0]["models"]
+    if plan.best_member:
+        named = [a for a in agents if plan.best_member in (a, models.get(a))]
+        if not named:
+            raise ConfigError(
+                f"--best-member: {plan.best_member!r} is not an agent or model of the team "
+                f"({', '.join(f'{a} ({models.get(a)})' for a in agents)})")
+        agent, chosen_by, warning = named[0], "named before the run (--best-member)", None
+    else:
+        right = {a: sum(bool(r["alone"].get(a, {}).get("correct")) for r in rows)
+                 for a in agents}
+        agent = max(agents, key=lambda a: right[a])  # max keeps the first of equals
+        chosen_by = f"most right first drafts here ({right[agent]} of {len(rows)})"
+        warning = ("chosen on the same questions it is scored on, so self-consistency is "
+                   "favoured a little; name one with --best-member (e.g. chosen on another "
+                   "split) for a clean comparison")
+    team_calls = sum(r["consensus"]["calls"] for r in rows) / len(rows)
+    own_calls = sum(r["alone"][agent]["calls"] for r in rows) / len(rows) or 1.0
+    samples = plan.samples or equal_compute_samples(team_calls, own_calls,
+                                                    at_most=MAX_SAMPLES)
+    return {"agent_id": agent, "model": models.get(agent), "chosen_by": chosen_by,
+            "warning": warning, "samples": samples,
+            "team_mean_calls": round(team_calls, 2), "calls_per_sample": round(own_calls, 2)}
+
+
+async def self_consistency(service: ConsensusService, session_id: str, agent_id: str,
+                           samples: int, item: Item,
+                           pattern: re.Pattern[str] | None) -> Method:
+    """``samples`` independent drafts of one member (runs of up to 8 copies, each stopped as
+    soon as its drafts are in), their majority answer, and what the drafts cost."""
+    expected = expected_answer(item.answer)
+    sizes = [MAX_AGENTS] * (samples // MAX_AGENTS) + (
+        [samples % MAX_AGENTS] if samples % MAX_AGENTS else [])
+
+    async def one_run(copies: int) -> list[Method]:
+        started = await service.sample_member(session_id, agent_id, copies,
+                                              item.question + ANSWER_LINE)
+        await _drafts_then_stop(service, started.session_id)
+        drafts = await first_drafts(service, started.session_id, expected, pattern)
+        return [drafts.alone[a] for a in drafts.order] + [
+            m for a, m in drafts.alone.items() if a not in drafts.order]
+
+    drafts = [m for run in await asyncio.gather(*(one_run(n) for n in sizes)) for m in run]
+    texts = [m.answer for m in drafts]
+    _, index = majority([normalise(t, expected, pattern) for t in texts])
+    text = texts[index] if index >= 0 else None
+    costs = [m.cost_usd for m in drafts]
+    return Method(text, is_correct(text, expected, pattern),
+                  calls=sum(m.calls for m in drafts), tokens=sum(m.tokens for m in drafts),
+                  cost_usd=None if any(c is None for c in costs) else round(
+                      math.fsum(c for c in costs if c is not None), 6),
+                  seconds=max((m.seconds for m in drafts), default=0.0))
+
+
+async def _drafts_then_stop(service: ConsensusService, session_id: str) -> None:
+    """Follow a sampling run and cancel it once every copy has drafted (or dropped): the
+    votes that would follow are not part of the baseline, and would only cost."""
+
+    async def on_status(status: StatusRecord) -> None:
+        if status.status is RunStatus.RUNNING and all(
+                a.answers >= 1 or a.phase is AgentPhase.DROPPED
+                for a in status.agents.values()):
+            await service.cancel(session_id)
+
+    await follow(service, session_id, on_status)

@@ -1,0 +1,477 @@
+"""``summary.html`` of ``massgen-mcp eval``: the page a person reads to decide whether a team of
+models beats its best member, by how much, and at what cost.
+
+In order: a one-line verdict computed from the paired test, a chart of accuracy against cost
+(inline SVG), the methods, the paired tests, the best member, every question with who got it
+right, and the settings. One file, no network: inline CSS (the run report's look, light and
+dark), no scripts, a Content-Security-Policy that forbids every fetch, hover text via ``title``.
+Questions, answers, method names and settings come from datasets and models, so every string
+from the summary is HTML-escaped before it is placed in the page.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from massgen_mcp.core.records import clip
+from massgen_mcp.render.html import CSS
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+QUESTION_CHARS = 200  # the per-question table's cut; the full text is in the cell's title
+HEADER_CHARS = 16  # a method's column header in the per-question table
+LABEL_CHARS = 28  # a point's label in the chart
+SIGNIFICANT = 0.05  # the p-value below which the verdict names a winner
+
+# kind: (legend text, marker shape); unknown kinds are drawn as "other".
+KINDS: dict[str, tuple[str, str]] = {
+    "consensus": ("team consensus", "circle"),
+    "member": ("one member alone", "square"),
+    "majority": ("majority of first drafts", "diamond"),
+    "self_consistency": ("self-consistency", "triangle"),
+    "ceiling": ("ceiling (any member right)", "ring"),
+}
+OTHER = ("other", "circle")
+
+EVAL_CSS = """
+#verdict{font-size:16px;margin:12px 0}.warn{color:var(--warn)}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}td.num{white-space:nowrap}
+td.mark{text-align:center}td.ok{color:var(--win)}td.bad{color:var(--bad)}
+td.none{color:var(--muted)}dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 16px}
+dt{color:var(--muted)}dd{margin:0;word-break:break-word}.wide{overflow-x:auto}
+svg.chart{width:100%;max-width:860px;height:auto;font:12px system-ui,sans-serif}
+svg.chart text{fill:var(--fg)}svg.chart .axis-title,svg.chart .tick{fill:var(--muted)}
+.grid{stroke:var(--line);stroke-width:1}.frame{stroke:var(--muted);fill:none}
+.bar{stroke-width:1.5}.mark{stroke-width:1.5}
+.k-consensus{fill:var(--accent);stroke:var(--accent)}.k-member{fill:#64748b;stroke:#64748b}
+.k-majority{fill:var(--warn);stroke:var(--warn)}.k-self_consistency{fill:#9333ea;stroke:#9333ea}
+.k-ceiling{fill:none;stroke:var(--win)}.k-other{fill:var(--muted);stroke:var(--muted)}
+"""
+
+# The chart's geometry, in SVG user units.
+WIDTH, HEIGHT = 860, 420
+LEFT, RIGHT, TOP, BOTTOM = 64, 24, 16, 84  # plot margins; the legend sits under the x axis
+UNKNOWN_BAND = 84  # right of the plot: methods whose cost is unknown
+CHAR_WIDTH, LINE_HEIGHT = 6.6, 13  # a 12 px label's width per character and its height
+
+
+def _e(value: object) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _num(value: object) -> float | None:
+    """A finite number, or None (missing, unknown, NaN, infinite, or not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _pct(value: object) -> str:
+    share = _num(value)
+    return "–" if share is None else f"{share * 100:.0f} %"
+
+
+def _ends(value: object) -> tuple[float, float] | None:
+    """A bootstrap interval's two ends, or None when there is no usable interval."""
+    if not isinstance(value, Sequence) or len(value) != 2:
+        return None
+    low, high = _num(value[0]), _num(value[1])
+    return None if low is None or high is None else (low, high)
+
+
+def _interval(value: object) -> str:
+    """A bootstrap interval as "[70–85]" (percent), or "" when there is none."""
+    ends = _ends(value)
+    return "" if ends is None else f"[{ends[0] * 100:.0f}–{ends[1] * 100:.0f}]"
+
+
+def _usd(value: object) -> str:
+    """Dollars with as many decimals as a small amount needs: $0.0012, $0.050, $1.50."""
+    amount = _num(value)
+    if amount is None:
+        return "unknown"
+    if amount == 0:
+        return "$0"
+    decimals = min(8, max(2, 1 - math.floor(math.log10(abs(amount)))))
+    return f"${amount:.{decimals}f}"
+
+
+def _usd_tick(value: float) -> str:
+    """An axis tick in dollars, without trailing zeros: $0.002, not $0.0020."""
+    text = _usd(value)
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _fixed(value: object, spec: str, unit: str = "") -> str:
+    number = _num(value)
+    return "–" if number is None else f"{number:{spec}}{unit}"
+
+
+def _p(value: object) -> str:
+    p = _num(value)
+    if p is None:
+        return "?"
+    if p < 0.001:
+        return "< 0.001"
+    return f"{p:.3g}" if p < 0.1 else f"{p:.2f}"
+
+
+def _kind(method: Mapping[str, Any]) -> str:
+    kind = str(method.get("kind"))
+    return kind if kind in KINDS else "other"
+
+
+def _short_name(name: str, limit: int) -> str:
+    """A method's name for a narrow place: without its "(provider/model)" tail, then cut."""
+    if name.endswith(")") and " (" in name:
+        name = name[:name.rindex(" (")]
+    return name if len(name) <= limit else name[:limit - 1] + "…"
+
+
+# The verdict.
+
+def _team(methods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The method the page is about: the first consensus, else the first method."""
+    return next((m for m in methods if m.get("kind") == "consensus"),
+                methods[0] if methods else None)
+
+
+def _headline_test(summary: Mapping[str, Any], team: str | None,
+                   best: str | None) -> Mapping[str, Any] | None:
+    """The paired test of the team against its best member, else the first one there is."""
+    comparisons: list[Mapping[str, Any]] = summary.get("comparisons") or []
+    wanted = {team, best}
+    return next((c for c in comparisons if {c.get("a"), c.get("b")} == wanted),
+                comparisons[0] if comparisons else None)
+
+
+def _accuracy_phrase(name: str, by_name: Mapping[str, Mapping[str, Any]],
+                     best: str | None) -> str:
+    role = "best member " if name == best else ""
+    method = by_name.get(name)
+    scores = (f" {_pct(method.get('accuracy'))} {_interval(method.get('interval'))}".rstrip()
+              if method else "")
+    return f"{role}<strong>{_e(name)}</strong>{scores}"
+
+
+def _outcome(test: Mapping[str, Any]) -> str:
+    p, a_only, b_only = _num(test.get("p_value")), test.get("a_only"), test.get("b_only")
+    if p is None or p >= SIGNIFICANT or a_only == b_only:
+        return "no clear difference"
+    better = test.get("a") if (a_only or 0) > (b_only or 0) else test.get("b")
+    return f"<strong>{_e(better)}</strong> is better"
+
+
+def verdict(summary: Mapping[str, Any]) -> str:
+    """The page's one line, as HTML: the team against its best member, and what the paired
+    test says; just the accuracies when there is no test."""
+    methods: list[Mapping[str, Any]] = summary.get("methods") or []
+    team = _team(methods)
+    if team is None:
+        return "No method was scored."
+    by_name = {str(m.get("name")): m for m in methods}
+    best = (summary.get("best_member") or {}).get("name")
+    test = _headline_test(summary, str(team.get("name")), best)
+    if test is None:
+        names = dict.fromkeys(n for n in (str(team.get("name")), best) if n is not None)
+        return "; ".join(_accuracy_phrase(n, by_name, best) for n in names) + "."
+    a, b = str(test.get("a")), str(test.get("b"))
+    return (f"{_accuracy_phrase(a, by_name, best)} vs {_accuracy_phrase(b, by_name, best)}: "
+            f"p = {_e(_p(test.get('p_value')))} (McNemar, {_e(test.get('a_only'))} vs "
+            f"{_e(test.get('b_only'))} discordant): {_outcome(test)}")
+
+
+# The chart.
+
+@dataclass
+class _Point:
+    method: Mapping[str, Any]
+    x: float  # pixels
+    y: float
+    low: float | None = None  # the interval's ends, pixels
+    high: float | None = None
+
+
+def _nice_ticks(top: float) -> list[float]:
+    """0 and round steps (1, 2, 2.5 or 5 times a power of ten) up to at least ``top``."""
+    top = top if math.isfinite(top) and top > 1e-12 else 1.0
+    raw = top / 4
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(f * magnitude for f in (1, 2, 2.5, 5, 10) if f * magnitude >= raw * 0.999)
+    return [i * step for i in range(math.ceil(top / step - 1e-9) + 1)]
+
+
+def _x_values(methods: Sequence[Mapping[str, Any]]) -> tuple[str, list[float | None]]:
+    """The x axis's title and each method's value: cost per question, or mean calls when no
+    cost is known (unpriced local models) or every cost is zero."""
+    costs = [_num(m.get("cost_per_question")) for m in methods]
+    if any(c for c in costs):
+        return "cost per question (USD)", costs
+    return "mean model calls per question (no cost known)", [
+        _num(m.get("mean_calls")) for m in methods]
+
+
+def _place_points(methods: Sequence[Mapping[str, Any]], xs: Sequence[float | None],
+                  x_of: Callable[[float], float],
+                  unknown_x: float) -> list[_Point]:
+    """Each method at its pixel position; points in the same column are spread sideways, so
+    that neither their markers nor their interval bars hide one another."""
+    points: list[_Point] = []
+    taken: dict[int, int] = {}
+    for method, value in zip(methods, xs, strict=True):
+        accuracy = _num(method.get("accuracy"))
+        y = _y(accuracy if accuracy is not None else 0.0)
+        x = unknown_x if value is None else x_of(value)
+        column = round(x / 4)
+        x += 7 * taken.get(column, 0)
+        taken[column] = taken.get(column, 0) + 1
+        ends = _ends(method.get("interval"))
+        low, high = (_y(ends[0]), _y(ends[1])) if ends else (None, None)
+        points.append(_Point(method, x, y, low, high))
+    return points
+
+
+def _y(share: float) -> float:
+    share = min(1.0, max(0.0, share))
+    return TOP + (1 - share) * (HEIGHT - TOP - BOTTOM)
+
+
+def _marker(shape: str, kind: str, x: float, y: float) -> str:
+    cls = f'class="mark k-{kind}"'
+    if shape == "square":
+        return f'<rect {cls} x="{x - 4.5:.1f}" y="{y - 4.5:.1f}" width="9" height="9"/>'
+    if shape == "diamond":
+        return (f'<path {cls} d="M{x:.1f} {y - 6:.1f}L{x + 6:.1f} {y:.1f}L{x:.1f} '
+                f'{y + 6:.1f}L{x - 6:.1f} {y:.1f}Z"/>')
+    if shape == "triangle":
+        return (f'<path {cls} d="M{x:.1f} {y - 6:.1f}L{x + 6:.1f} {y + 4.5:.1f}L{x - 6:.1f} '
+                f'{y + 4.5:.1f}Z"/>')
+    radius = 6 if shape == "ring" else 5
+    return f'<circle {cls} cx="{x:.1f}" cy="{y:.1f}" r="{radius}"/>'
+
+
+def _labels(points: Sequence[_Point], right: float) -> list[tuple[float, float, str]]:
+    """Where each point's label goes (x, baseline y, text-anchor): right of the point, or left
+    near the right edge, moved down or up until it overlaps no marker and no label placed."""
+    placed = [(p.x - 7, p.x + 7, p.y + 4) for p in points]  # left, right, baseline
+    out: list[tuple[float, float, str]] = [(0.0, 0.0, "start")] * len(points)
+    for i in sorted(range(len(points)), key=lambda j: (points[j].y, points[j].x)):
+        point = points[i]
+        width = CHAR_WIDTH * len(_short_name(str(point.method.get("name")), LABEL_CHARS))
+        flip = point.x + 9 + width > right
+        left = point.x - 9 - width if flip else point.x + 9
+        for shift in (0, 1, -1, 2, -2, 3, -3, 4, -4):
+            y = point.y + 4 + shift * LINE_HEIGHT
+            if not any(left < b_right and a_left < left + width and abs(y - base) < LINE_HEIGHT
+                       for a_left, b_right, base in placed):
+                break
+        placed.append((left, left + width, y))
+        out[i] = (point.x - 9 if flip else point.x + 9, y, "end" if flip else "start")
+    return out
+
+
+def _point_svg(point: _Point, label: tuple[float, float, str]) -> str:
+    method, kind = point.method, _kind(point.method)
+    name = str(method.get("name"))
+    tip = (f"{name}: {_pct(method.get('accuracy'))} {_interval(method.get('interval'))} · "
+           f"{_usd(method.get('cost_per_question'))} per question · "
+           f"{_fixed(method.get('mean_calls'), '.1f')} calls per question")
+    bar = ""
+    if point.low is not None and point.high is not None:
+        x = f"{point.x:.1f}"
+        bar = (f'<path class="bar k-{kind}" d="M{x} {point.low:.1f}V{point.high:.1f}'
+               f'M{point.x - 4:.1f} {point.low:.1f}h8M{point.x - 4:.1f} {point.high:.1f}h8"/>')
+    lx, ly, anchor = label
+    return (f'<g class="point" data-kind="{_e(kind)}"><title>{_e(tip)}</title>{bar}'
+            f"{_marker(KINDS.get(kind, OTHER)[1], kind, point.x, point.y)}"
+            f'<text x="{lx:.1f}" y="{ly:.1f}" text-anchor="{anchor}">'
+            f"{_e(_short_name(name, LABEL_CHARS))}</text></g>")
+
+
+def _axes(ticks: Sequence[float], x_of: Callable[[float], float], title: str, money: bool,
+          plot_right: float, unknown_x: float | None) -> str:
+    bottom = HEIGHT - BOTTOM
+    parts = [f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_right - LEFT:.1f}" '
+             f'height="{bottom - TOP}"/>']
+    for i in range(6):
+        y = _y(i / 5)
+        parts.append(f'<line class="grid" x1="{LEFT}" x2="{plot_right:.1f}" y1="{y:.1f}" '
+                     f'y2="{y:.1f}"/><text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" '
+                     f'text-anchor="end">{i * 20} %</text>')
+    for tick in ticks:
+        x = x_of(tick)
+        text = _usd_tick(tick) if money else f"{tick:g}"
+        parts.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{bottom}"/>'
+                     f'<text class="tick" x="{x:.1f}" y="{bottom + 16}" text-anchor="middle">'
+                     f"{_e(text)}</text>")
+    if unknown_x is not None:
+        parts.append(f'<text class="tick" x="{unknown_x:.1f}" y="{bottom + 16}" '
+                     'text-anchor="middle">unknown</text>')
+    parts.append(f'<text class="axis-title" x="{(LEFT + plot_right) / 2:.1f}" '
+                 f'y="{bottom + 34}" text-anchor="middle">{_e(title)}</text>'
+                 f'<text class="axis-title" transform="translate(16 {(TOP + bottom) / 2:.1f}) '
+                 f'rotate(-90)" text-anchor="middle">accuracy (bar: 95 % interval)</text>')
+    return "".join(parts)
+
+
+def _legend(kinds: Sequence[str]) -> str:
+    parts, x, y = [], float(LEFT), HEIGHT - 16
+    for kind in kinds:
+        text, shape = KINDS.get(kind, OTHER)
+        parts.append(f'{_marker(shape, kind, x + 6, y - 4)}<text x="{x + 16:.1f}" y="{y}">'
+                     f"{_e(text)}</text>")
+        x += 30 + CHAR_WIDTH * len(text)
+    return f'<g class="legend">{"".join(parts)}</g>'
+
+
+def chart(methods: Sequence[Mapping[str, Any]]) -> str:
+    """Accuracy (with its interval) against cost per question, one point per method."""
+    if not methods:
+        return '<p class="muted">No method was scored.</p>'
+    title, xs = _x_values(methods)
+    money = title.startswith("cost")
+    unknown = any(x is None for x in xs)
+    plot_right = WIDTH - RIGHT - (UNKNOWN_BAND if unknown else 0)
+    unknown_x = plot_right + UNKNOWN_BAND / 2 if unknown else None
+    ticks = _nice_ticks(max([x for x in xs if x is not None] + [0.0]) * 1.05)
+    span = ticks[-1] or 1.0
+
+    def x_of(value: float) -> float:
+        return LEFT + 12 + (plot_right - LEFT - 24) * min(1.0, max(0.0, value / span))
+
+    points = _place_points(methods, xs, x_of, unknown_x or 0.0)
+    labels = _labels(points, WIDTH - RIGHT)
+    kinds = list(dict.fromkeys(_kind(m) for m in methods))
+    return (f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+            f'aria-label="accuracy against {_e(title)}">'
+            f"{_axes(ticks, x_of, title, money, plot_right, unknown_x)}"
+            f"{''.join(_point_svg(p, label) for p, label in zip(points, labels, strict=True))}"
+            f"{_legend(kinds)}</svg>")
+
+
+# The tables.
+
+def _methods_table(methods: Sequence[Mapping[str, Any]], questions: object) -> str:
+    rows = "".join(
+        f'<tr><td title="{_e(m.get("kind"))}">{_e(m.get("name"))}</td>'
+        f'<td class="num">{_pct(m.get("accuracy"))} {_interval(m.get("interval"))}</td>'
+        f'<td class="num">{_e(m.get("correct"))}/{_e(questions)}</td>'
+        f'<td class="num">{_fixed(m.get("mean_calls"), ".1f")}</td>'
+        f'<td class="num">{_fixed(m.get("mean_tokens"), ",.0f")}</td>'
+        f'<td class="num" title="total {_usd(m.get("cost_usd"))}">'
+        f'{_usd(m.get("cost_per_question"))}</td>'
+        f'<td class="num">{_usd(m.get("cost_per_correct"))}</td>'
+        f'<td class="num">{_fixed(m.get("mean_seconds"), ".1f", " s")}</td></tr>'
+        for m in methods)
+    return ('<table class="methods"><tr><th>method</th><th class="num">accuracy [95 %]</th>'
+            '<th class="num">correct</th><th class="num">calls / question</th>'
+            '<th class="num">tokens / question</th><th class="num">cost / question</th>'
+            '<th class="num">cost / correct answer</th><th class="num">seconds / question</th>'
+            f"</tr>{rows}</table>")
+
+
+def _tests_table(comparisons: Sequence[Mapping[str, Any]]) -> str:
+    if not comparisons:
+        return '<p class="muted">No paired tests.</p>'
+    rows = "".join(
+        f'<tr><td>{_e(c.get("a"))}</td><td>{_e(c.get("b"))}</td>'
+        f'<td class="num">{_e(c.get("a_only"))}</td><td class="num">{_e(c.get("b_only"))}</td>'
+        f'<td class="num">{_e(c.get("both"))}</td><td class="num">{_e(c.get("neither"))}</td>'
+        f'<td class="num">{_e(_p(c.get("p_value")))}</td><td>{_outcome(c)}</td></tr>'
+        for c in comparisons)
+    return ("<table class='tests'><tr><th>a</th><th>b</th><th class='num'>only a right</th>"
+            "<th class='num'>only b right</th><th class='num'>both right</th>"
+            "<th class='num'>neither</th><th class='num'>p</th><th>verdict</th></tr>"
+            f"{rows}</table><p class='muted'>McNemar's exact test: on the questions exactly "
+            f"one of the two got right, is the split more lopsided than a fair coin's? "
+            f"p &lt; {SIGNIFICANT} names the better one.</p>")
+
+
+def _best_member(summary: Mapping[str, Any]) -> str:
+    best = summary.get("best_member")
+    if best:
+        line = (f"<p>Best member: <strong>{_e(best.get('name'))}</strong>, chosen by "
+                f"{_e(best.get('chosen_by'))}.</p>")
+        if best.get("warning"):
+            line += f'<p class="warn">⚠ {_e(best["warning"])}</p>'
+    else:
+        line = '<p class="muted">No best member (no member was scored alone).</p>'
+    all_wrong = summary.get("all_wrong")
+    share = "unknown" if _num(all_wrong) is None else _pct(all_wrong)
+    return (f"{line}<p>Questions every member got wrong: <strong>{share}</strong>"
+            " (no choice among the members' answers is right there).</p>")
+
+
+def _mark(value: object) -> str:
+    if value is True:
+        return '<td class="mark ok">✓</td>'
+    if value is False:
+        return '<td class="mark bad">✗</td>'
+    return '<td class="mark none" title="not scored">–</td>'
+
+
+def _items_table(items: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
+    if not items:
+        return '<p class="muted">No questions.</p>'
+    head = "".join(f'<th class="mark" title="{_e(n)}">{_e(_short_name(n, HEADER_CHARS))}</th>'
+                   for n in names)
+    rows = []
+    for number, item in enumerate(items, 1):
+        question = str(item.get("question") or "")
+        correct: Mapping[str, Any] = item.get("correct") or {}
+        rows.append(
+            f'<tr class="item"><td class="num" title="{_e(item.get("source"))}">{number}</td>'
+            f'<td title="{_e(question)}">{_e(clip(question, QUESTION_CHARS)[0])}</td>'
+            f'<td>{_e(item.get("expected"))}</td>'
+            f"{''.join(_mark(correct.get(n)) for n in names)}</tr>")
+    return ('<div class="wide"><table class="items"><tr><th class="num">#</th><th>question</th>'
+            f"<th>expected</th>{head}</tr>{''.join(rows)}</table></div>"
+            '<p class="muted">✓ right · ✗ wrong · – not scored · hover a question for all of '
+            "it, a number for its source</p>")
+
+
+def _setting(value: object) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _settings(settings: Mapping[str, Any]) -> str:
+    if not settings:
+        return '<p class="muted">No settings recorded.</p>'
+    rows = "".join(f"<dt>{_e(key)}</dt><dd>{_e(_setting(value))}</dd>"
+                   for key, value in settings.items())
+    return f"<dl>{rows}</dl>"
+
+
+def render_eval_summary(summary: Mapping[str, Any]) -> str:
+    """The whole page, a self-contained HTML5 document, from the eval's summary."""
+    methods: list[Mapping[str, Any]] = summary.get("methods") or []
+    names = [str(m.get("name")) for m in methods]
+    name, questions, of = summary.get("name"), summary.get("questions"), summary.get("of")
+    counted = f"{len(methods)} method{'' if len(methods) == 1 else 's'}"
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta name="viewport" content="width=device-width,initial-scale=1">
+<link rel="icon" href="data:,">
+<title>massgen eval {_e(name)}</title><style>{CSS}{EVAL_CSS}</style></head>
+<body>
+<h1>Eval {_e(name)}: does the team beat its best member?</h1>
+<p class="muted">{_e(questions)} of {_e(of)} questions scored · {counted}</p>
+<p id="verdict" class="card">{verdict(summary)}</p>
+<h2>Accuracy and cost</h2>{chart(methods)}
+<h2>Methods</h2>{_methods_table(methods, questions)}
+<h2>Paired tests</h2>{_tests_table(summary.get("comparisons") or [])}
+<h2>Best member</h2>{_best_member(summary)}
+<h2>Questions</h2>{_items_table(summary.get("items") or [], names)}
+<h2>Settings</h2>{_settings(summary.get("settings") or {})}
+</body></html>
+"""

@@ -1,0 +1,401 @@
+"""Eval datasets: JSONL, CSV, Parquet and a Hugging Face dataset (a local folder read offline
+through ``datasets.load_dataset``) become the same items; one field mapping, multiple choice,
+limit and seed, and every error names the row, the field and the fix."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow
+import pyarrow.parquet
+import pytest
+
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.evaluation.datasets import MAX_ITEMS, Fields, Item, load_items
+
+# MMLU's shape on Hugging Face (cais/mmlu): the answer is the choice's 0-based index.
+MMLU_ROWS: list[dict[str, Any]] = [
+    {"question": "Which planet is the largest?", "subject": "astronomy",
+     "choices": ["Mars", "Jupiter", "Venus", "Mercury"], "answer": 1},
+    {"question": "What is 2 + 2?", "subject": "arithmetic",
+     "choices": ["4", "3", "5", "22"], "answer": 0},
+]
+MC = Fields(choices="choices")
+
+
+@pytest.fixture
+def hf_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Hugging Face's caches in tmp_path and offline mode on, whether or not datasets and
+    huggingface_hub were imported (and read the environment) before this test."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hf"
+    for name, value in {"HF_HOME": str(cache), "HF_DATASETS_CACHE": str(cache / "datasets"),
+                        "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache / "datasets")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HOME", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return str(path)
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> str:
+    """With a BOM, as Excel writes it; choices as a JSON list, then as ``a|b|c``."""
+    lines = [",".join(rows[0])]
+    for number, row in enumerate(rows):
+        cells = []
+        for key, value in row.items():
+            if key == "choices":
+                value = json.dumps(value) if number % 2 == 0 else "|".join(value)
+            cells.append('"' + str(value).replace('"', '""') + '"')
+        lines.append(",".join(cells))
+    path.write_bytes(("\r\n".join(lines) + "\r\n").encode("utf-8-sig"))
+    return str(path)
+
+
+def write_parquet(path: Path, rows: list[dict[str, Any]]) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist(rows), path)
+    return str(path)
+
+
+def write_hf(folder: Path, rows: list[dict[str, Any]]) -> str:
+    """A Hugging Face dataset as it is laid out on the Hub: data/<split>-NNNNN-of-NNNNN."""
+    write_parquet(folder / "data" / "test-00000-of-00001.parquet", rows)
+    return f"hf:{folder}"
+
+
+WRITERS: dict[str, tuple[Callable[[Path, list[dict[str, Any]]], str], str, list[str]]] = {
+    # format: (writer, file name, each row's source after the name)
+    "jsonl": (write_jsonl, "q.jsonl", ["q.jsonl:1", "q.jsonl:2"]),
+    "csv": (write_csv, "q.csv", ["q.csv:2", "q.csv:3"]),
+    "parquet": (write_parquet, "q.parquet", ["q.parquet#0", "q.parquet#1"]),
+}
+
+
+def write(fmt: str, tmp_path: Path, rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    """The source string for ``rows`` written in ``fmt``, and each row's expected source."""
+    if fmt == "hf":
+        source = write_hf(tmp_path / "ds", rows)
+        return source, [f"{source}::test#{index}" for index in range(len(rows))]
+    writer, name, sources = WRITERS[fmt]
+    return writer(tmp_path / name, rows), sources
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet", "hf"])
+def test_every_format_reads_mmlu_shaped_rows_to_the_same_items(
+        fmt: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if fmt == "hf":
+        cache = request.getfixturevalue("hf_offline")
+    source, sources = write(fmt, tmp_path, MMLU_ROWS)
+
+    assert load_items(source, MC) == [
+        Item("Which planet is the largest?\n\nA. Mars\nB. Jupiter\nC. Venus\nD. Mercury", "B",
+             ("Mars", "Jupiter", "Venus", "Mercury"), sources[0]),
+        Item("What is 2 + 2?\n\nA. 4\nB. 3\nC. 5\nD. 22", "A", ("4", "3", "5", "22"),
+             sources[1]),
+    ]
+    # Without a choices field the same rows are plain question/answer items.
+    assert [(i.question, i.answer, i.choices) for i in load_items(source)] == [
+        ("Which planet is the largest?", "1", ()), ("What is 2 + 2?", "0", ())]
+    if fmt == "hf":  # datasets cached what it built in tmp_path, not in the user's cache
+        assert any((cache / "datasets").rglob("*.arrow"))
+
+
+def test_hf_spec_names_config_and_split(tmp_path: Path, hf_offline: Path) -> None:
+    source = write_hf(tmp_path / "ds", MMLU_ROWS[:1])
+    items = load_items(f"{source}::test", MC)
+    assert items[0].source == f"{source}::test#0"
+    assert items[0].answer == "B"
+
+
+def test_sample_is_the_bundled_file() -> None:
+    items = load_items("@sample")
+    assert len(items) == 20
+    assert items[0] == Item("What is 17 + 25?", "42", (), "eval_sample.jsonl:1")
+
+
+def test_fields_are_mapped_by_name_and_dotted_path(tmp_path: Path) -> None:
+    source = write_jsonl(tmp_path / "q.jsonl", [
+        {"prompt": "  Say hi  ", "target": {"text": ["hello", "hi"]}},
+        {"prompt": "Six times seven?", "target": {"text": [42, 6.5]}},
+        {"prompt": "Is it?", "target": {"text": [True, False]}},
+    ])
+    items = load_items(source, Fields(question="prompt", answer="target.text.0"))
+    assert [(i.question, i.answer) for i in items] == [
+        ("Say hi", "hello"), ("Six times seven?", "42"), ("Is it?", "True")]
+    second = load_items(source, Fields(question="prompt", answer="target.text.1"))
+    assert [i.answer for i in second] == ["hi", "6.5", "False"]
+
+
+def test_a_csv_column_named_with_a_dot_is_a_column(tmp_path: Path) -> None:
+    path = tmp_path / "q.csv"
+    path.write_text("q,answer.text\nWhat is 1+1?,2\n", encoding="utf-8")
+    assert load_items(str(path), Fields("q", "answer.text")) == [
+        Item("What is 1+1?", "2", (), "q.csv:2")]
+
+
+def test_a_csv_row_is_named_by_the_line_it_starts_on(tmp_path: Path) -> None:
+    path = tmp_path / "q.csv"
+    path.write_text('question,answer\n"Two\nlines?",yes\n\nEmpty answer?,\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_items(str(path))
+    assert str(caught.value) == "q.csv:5: field 'answer' is empty; every item needs an answer"
+    assert load_items(str(path), limit=1) == [Item("Two\nlines?", "yes", (), "q.csv:2")]
+
+
+@pytest.mark.parametrize("answer", [2, "2", " 2 ", "C", "c", "Venus", " Venus "])
+def test_a_multiple_choice_answer_by_index_letter_or_text_becomes_the_letter(
+        answer: object, tmp_path: Path) -> None:
+    source = write_jsonl(tmp_path / "q.jsonl", [
+        {"question": "Which is second from the sun?", "options": ["Mars", "Jupiter", "Venus"],
+         "answer": answer}])
+    [item] = load_items(source, Fields(choices="options"))
+    assert item == Item("Which is second from the sun?\n\nA. Mars\nB. Jupiter\nC. Venus", "C",
+                        ("Mars", "Jupiter", "Venus"), "q.jsonl:1")
+
+
+def test_choices_in_csv_as_json_or_bars_and_numeric_text_answers(tmp_path: Path) -> None:
+    path = tmp_path / "q.csv"
+    path.write_text('question,choices,answer\n'
+                    'Next prime after 5?,"[""3"", ""5"", ""7""]",7\n'
+                    'Largest?, 10 | 20 | 30 ,2\n', encoding="utf-8")
+    items = load_items(str(path), MC)
+    # "7" is no index of 3 choices but is the text of C; "2" is only an index (of C).
+    assert [(i.choices, i.answer) for i in items] == [
+        (("3", "5", "7"), "C"), (("10", "20", "30"), "C")]
+
+
+def test_without_a_seed_limit_keeps_file_order(tmp_path: Path) -> None:
+    rows = [{"question": f"q{n}", "answer": str(n)} for n in range(30)]
+    source = write_jsonl(tmp_path / "q.jsonl", rows)
+    assert [i.answer for i in load_items(source, limit=5)] == ["0", "1", "2", "3", "4"]
+    assert [i.answer for i in load_items(source, limit=100)] == [str(n) for n in range(30)]
+    assert [i.answer for i in load_items(source)] == [str(n) for n in range(30)]
+
+
+def test_a_seed_shuffles_deterministically_before_the_limit(tmp_path: Path) -> None:
+    rows = [{"question": f"q{n}", "answer": str(n)} for n in range(30)]
+    source = write_jsonl(tmp_path / "q.jsonl", rows)
+    order = list(range(30))
+    random.Random(7).shuffle(order)
+
+    first = load_items(source, limit=5, seed=7)
+    assert [i.answer for i in first] == [str(n) for n in order[:5]]
+    assert load_items(source, limit=5, seed=7) == first  # the same sample every time
+    assert [i.answer for i in load_items(source, limit=5, seed=8)] != [i.answer for i in first]
+    assert first[0].source == f"q.jsonl:{order[0] + 1}"  # still names its line
+    everything = load_items(source, seed=7)
+    assert [i.answer for i in everything] == [str(n) for n in order]
+
+
+def test_more_than_the_cap_needs_a_limit(tmp_path: Path) -> None:
+    path = tmp_path / "big.jsonl"
+    path.write_text('{"question": "q", "answer": "a"}\n' * (MAX_ITEMS + 1), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^big\.jsonl: 10,001 rows, more than 10,000 at "
+                                          r"once; pass --limit N \(with --seed S"):
+        load_items(str(path))
+    assert len(load_items(str(path), limit=3, seed=1)) == 3
+    path.write_text('{"question": "q", "answer": "a"}\n' * MAX_ITEMS, encoding="utf-8")
+    assert len(load_items(str(path))) == MAX_ITEMS
+
+
+def test_a_limit_below_one_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^--limit: 0; give a whole number of at least 1$"):
+        load_items("@sample", limit=0)
+
+
+# (file name, bytes, fields, the whole message)
+ERRORS: list[tuple[str, bytes, Fields, str]] = [
+    ("q.jsonl", b'{"question": "a", "answer": "b"}\n{"question": \n', Fields(),
+     "q.jsonl:2: not JSON (Expecting value at character 14); each line must be one JSON "
+     "object such as {\"question\": \"...\", \"answer\": \"...\"}"),
+    ("q.jsonl", b'\n[1, 2]\n', Fields(),
+     "q.jsonl:2: a list, not an object; each line must be one JSON object such as "
+     "{\"question\": \"...\", \"answer\": \"...\"}"),
+    ("q.jsonl", b'{"question": "a", "answer": "b"}\n{"prompt": "a", "label": "b"}\n', Fields(),
+     "q.jsonl:2: no field 'question' (fields: prompt, label); pass --question-field prompt"),
+    ("q.jsonl", b'{"question": "a", "label": "b"}\n', Fields(),
+     "q.jsonl:1: no field 'answer' (fields: question, label); pass --answer-field label"),
+    ("q.jsonl", b'{"question": "a", "answer": 1, "options": ["x", "y"]}\n',
+     Fields(choices="choices"),
+     "q.jsonl:1: no field 'choices' (fields: question, answer, options); pass "
+     "--choices-field options"),
+    ("q.jsonl", b'{"q": "a", "a": "b"}\n', Fields(),
+     "q.jsonl:1: no field 'question' (fields: q, a); pass --question-field with one of them"),
+    ("q.jsonl", b'{"question": "a", "answer": {"text": "b"}}\n', Fields(answer="answer.txt"),
+     "q.jsonl:1: no field 'answer.txt' (fields: question, answer); pass --answer-field with "
+     "one of them"),
+    ("q.jsonl", b'{"question": "a", "answer": "b"}\n\n{"question": "  ", "answer": "b"}\n',
+     Fields(), "q.jsonl:3: field 'question' is empty; every item needs a question"),
+    ("q.jsonl", b'{"question": 5, "answer": "b"}\n', Fields(),
+     "q.jsonl:1: field 'question' is a number; the question must be text"),
+    ("q.jsonl", b'{"question": "a", "answer": null}\n', Fields(),
+     "q.jsonl:1: field 'answer' is empty (null); every item needs its answer"),
+    ("q.jsonl", b'{"question": "a", "answer": " "}\n', Fields(),
+     "q.jsonl:1: field 'answer' is empty; every item needs an answer"),
+    ("q.jsonl", b'{"question": "a", "answer": ["b"]}\n', Fields(),
+     "q.jsonl:1: field 'answer' is a list; the answer must be text or a number (reach into "
+     "it with a dotted path, e.g. answer.text or answer.0)"),
+    ("q.jsonl", b'{"question": "a", "answer": "b"}\n{"question": "\xff", "answer": "b"}\n',
+     Fields(), "q.jsonl:2: byte 15 of the line is not UTF-8; save the file as UTF-8"),
+    ("q.csv", b'question,answer\na,b\nc,\xe9\n', Fields(),
+     "q.csv:3: byte 23 of the file is not UTF-8; save the file as UTF-8"),
+    ("q.csv", b'prompt,answer\na,b\n', Fields(),
+     "q.csv:2: no field 'question' (fields: prompt, answer); pass --question-field prompt"),
+    ("q.csv", b'question,answer\na\n', Fields(),
+     "q.csv:2: field 'answer' is empty (null); every item needs its answer"),
+    ("q.csv", b'question,answer\na,b\n"' + b"x" * 140_000 + b'",b\n', Fields(),
+     "q.csv:3: field larger than field limit (131072); check the file's quoting"),
+    ("q.jsonl", b'{"question": "a", "choices": ["x", "y", "z"], "answer": 3}\n', MC,
+     "q.jsonl:1: answer index 3 is out of range for 3 choices (0-2); indexes start at 0"),
+    ("q.jsonl", b'{"question": "a", "choices": ["x", "y", "z"], "answer": -1}\n', MC,
+     "q.jsonl:1: answer index -1 is out of range for 3 choices (0-2); indexes start at 0"),
+    ("q.csv", b'question,choices,answer\na,x|y|z,1\nb,x|y|z,7\n', MC,
+     "q.csv:3: answer index 7 is out of range for 3 choices (0-2); indexes start at 0"),
+    ("q.jsonl", b'{"question": "a", "choices": ["x", "y"], "answer": "w"}\n', MC,
+     "q.jsonl:1: answer 'w' is not an index (0-1), a letter (A-B) or the text of one of the 2 "
+     "choices; fix the answer, or check --answer-field"),
+    ("q.jsonl", b'{"question": "a", "choices": ["2", "0", "1"], "answer": "0"}\n', MC,
+     "q.jsonl:1: answer '0' could be choice A (index 0) or choice B (its text); write the "
+     "letter instead"),
+    ("q.jsonl", b'{"question": "a", "choices": ["B", "A"], "answer": "A"}\n', MC,
+     "q.jsonl:1: answer 'A' could be choice A (letter A) or choice B (its text); write the "
+     "0-based index as a JSON number instead"),
+    ("q.jsonl", b'{"question": "a", "choices": ["x"], "answer": 0}\n', MC,
+     "q.jsonl:1: field 'choices' holds 1 choice; give 2 to 10 (A-J)"),
+    ("q.jsonl", b'{"question": "a", "choices": "x|", "answer": 0}\n', MC,
+     "q.jsonl:1: field 'choices': choice B is empty; remove it or fill it in"),
+    ("q.jsonl", b'{"question": "a", "choices": {"x": 1}, "answer": 0}\n', MC,
+     "q.jsonl:1: field 'choices' is an object; the choices must be a list of texts, a JSON "
+     "list or texts separated by '|'"),
+    ("q.csv", b'question,choices,answer\na,"[""x"", ",0\n', MC,
+     "q.csv:2: field 'choices' is not a JSON list (not JSON (Expecting value at character "
+     "7)); write [\"first\", \"second\"] or first|second"),
+    ("q.jsonl", b'\n  \n', Fields(), "q.jsonl: no rows; the dataset is empty"),
+    ("q.csv", b'\xef\xbb\xbfquestion,answer\r\n', Fields(),
+     "q.csv: no rows; the dataset is empty"),
+    ("q.parquet", b'PAR1 this is not parquet', Fields(),
+     "q.parquet: not a readable Parquet file (ArrowInvalid: "),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "fields", "message"), ERRORS,
+                         ids=[f"{e[0]}:{e[3].split(': ', 1)[1][:40]}" for e in ERRORS])
+def test_a_bad_row_is_an_error_naming_its_line_field_and_fix(
+        name: str, content: bytes, fields: Fields, message: str, tmp_path: Path) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as caught:
+        load_items(str(path), fields)
+    if name.endswith(".parquet"):  # pyarrow's own words follow
+        assert str(caught.value).startswith(message)
+    else:
+        assert str(caught.value) == message
+
+
+def test_a_parquet_row_is_named_by_its_index(tmp_path: Path) -> None:
+    source = write_parquet(tmp_path / "q.parquet", [{"question": "a", "answer": "b"},
+                                                    {"question": "", "answer": "c"}])
+    with pytest.raises(ConfigError, match=r"^q\.parquet#1: field 'question' is empty; "):
+        load_items(source)
+
+
+def test_an_hf_row_is_named_by_its_index(tmp_path: Path, hf_offline: Path) -> None:
+    source = write_hf(tmp_path / "ds", [{"prompt": "a", "answer": "b"}])
+    with pytest.raises(ConfigError) as caught:
+        load_items(source)
+    assert str(caught.value) == (f"{source}::test#0: no field 'question' (fields: prompt, "
+                                 "answer); pass --question-field prompt")
+
+
+def test_a_missing_file_an_unknown_type_and_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^nope\.jsonl: no such file$"):
+        load_items("nope.jsonl")
+    (tmp_path / "q.txt").write_text("question,answer\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_items(str(tmp_path / "q.txt"))
+    assert str(caught.value) == (f"{tmp_path / 'q.txt'}: unknown file type '.txt'; use .jsonl, "
+                                 ".json, .csv, .parquet, @sample or hf:NAME[:CONFIG[:SPLIT]]")
+    with pytest.raises(ConfigError, match=r"unknown file type '\(no extension\)'"):
+        load_items("questions")
+    with pytest.raises(ConfigError) as caught:
+        load_items(str(tmp_path))
+    assert str(caught.value) == (f"{tmp_path}: a folder; pass a file, or hf:{tmp_path} for a "
+                                 "folder of Hugging Face data files")
+
+
+def test_a_json_file_is_json_lines(tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    path.write_text('{"question": "a", "answer": "b"}\n', encoding="utf-8")
+    assert load_items(str(path)) == [Item("a", "b", (), "q.json:1")]
+
+
+def test_an_hf_source_must_be_name_config_split() -> None:
+    for source in ("hf:", "hf::all:test", "hf:a:b:c:d"):
+        with pytest.raises(ConfigError, match=r": expected hf:NAME\[:CONFIG\[:SPLIT\]\], e\.g\. "
+                                              r"hf:cais/mmlu:all:test$"):
+            load_items(source)
+
+
+def test_an_hf_load_failure_is_one_line_naming_name_config_and_split(
+        tmp_path: Path, hf_offline: Path) -> None:
+    source = write_hf(tmp_path / "ds", MMLU_ROWS)
+    with pytest.raises(ConfigError) as caught:
+        load_items(f"{source}::train")
+    assert str(caught.value) == (
+        f"{source}::train: Hugging Face dataset '{tmp_path / 'ds'}' (config default, split "
+        "train) could not be loaded: ValueError: Unknown split \"train\". Should be one of "
+        "['test'].")
+    with pytest.raises(ConfigError) as caught:
+        load_items("hf:no-such-org/no-such-dataset:main")
+    message = str(caught.value)
+    assert message.startswith("hf:no-such-org/no-such-dataset:main: Hugging Face dataset "
+                              "'no-such-org/no-such-dataset' (config main, split test) could "
+                              "not be loaded: ")
+    assert "\n" not in message and "Traceback" not in message
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_hf_without_datasets_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` now fails
+    with pytest.raises(ConfigError) as caught:
+        load_items("hf:cais/mmlu:all:test", MC)
+    assert str(caught.value) == ("hf:cais/mmlu:all:test: reading Hugging Face datasets needs "
+                                 "the datasets package; pip install 'massgen-mcp[eval]'")
+
+
+def test_parquet_without_pyarrow_says_what_to_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = write_parquet(tmp_path / "q.parquet", MMLU_ROWS)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(ConfigError) as caught:
+        load_items(source, MC)
+    assert str(caught.value) == ("q.parquet: reading Parquet needs pyarrow; pip install "
+                                 "'massgen-mcp[eval]'")
+
+
+def test_pyarrow_and_datasets_are_imported_only_when_needed(tmp_path: Path) -> None:
+    source = write_jsonl(tmp_path / "q.jsonl", MMLU_ROWS)
+    code = ("import sys\n"
+            "from massgen_mcp.evaluation.datasets import Fields, load_items\n"
+            f"assert len(load_items({source!r}, Fields(choices='choices'))) == 2\n"
+            "print(sorted({'pyarrow', 'datasets', 'pandas'} & set(sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert out == "[]\n"
