@@ -148,7 +148,8 @@ def test_a_lone_surrogate_in_a_v1_message_is_a_json_400(
 
 
 @pytest.mark.parametrize(("content", "needle"), [
-    (b'{"question": "q", "answer": "1"}\n\xff\xfe\n', "questions.jsonl:2: byte 1 of the line is not UTF-8"),
+    (b'{"question": "q", "answer": "1"}\n\xff\xfe\n',
+     "questions.jsonl:2: byte 1 of the line is not UTF-8"),
     (b'{"question": "q", "answer": "1"}\n' + DEEP.encode() + b"\n",
      "questions.jsonl:2: nested deeper than"),
     (b'{"question": "q\\udcff", "answer": "1"}\n', "questions.jsonl:1: a string: character 2"),
