@@ -221,8 +221,9 @@ class ConsensusService:
         # for: the caller reads the drafts and cancels the run once they are in.
         options = team.options.model_copy(update={"decide": "all",
                                                   "skip_final_presentation": True})
-        return await self._launch(check_question(question), team.model_copy(
-            update={"agents": copied, "options": options}), None, None, [])
+        sampled = TeamConfig.model_validate({**team.model_dump(), "agents": copied,
+                                             "options": options})  # ids checked again
+        return await self._launch(check_question(question), sampled, None, None, [])
 
     async def resume_session(self, session_id: str) -> StartedRun:
         """Continue an interrupted run from its recorded answers and votes, in the same

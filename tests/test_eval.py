@@ -173,3 +173,51 @@ def test_eval_completes_offline_on_the_embedded_team(
     table = capsys.readouterr().out
     assert "consensus" in table and "majority" in table and "(1 of 1 scored)" in table
     assert "self-consistency" in table
+
+
+def test_a_stored_result_is_resumed_only_by_the_evaluation_that_made_it(
+        scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """results.json may be damaged, from another version, or (records live in the project)
+    shipped by a cloned repository: anything but this evaluation's own is refused, naming
+    the fix, and nothing runs."""
+    server = scripted(Policy())
+    questions = write_questions(tmp_path / "q.jsonl", 1)
+    base = ["eval", str(questions), "--models", team(server), "--name", "r", "--baselines",
+            "members"]
+    assert main(base) == 0
+    capsys.readouterr()
+    stored = home / "evals" / "r" / "results.json"
+    calls = len(server.requests)
+    assert main([*base, "--answer-regex", r"Answer: (\d+)"]) == 1  # scored differently
+    assert "made with other settings" in capsys.readouterr().err
+    good = stored.read_text()
+    for damaged, message in (("{not json", "unreadable"),
+                             ('{"questions": {}}', "another version"),
+                             (good.replace('"fingerprint": "', '"fingerprint": "0'),
+                              "other settings")):
+        stored.write_text(damaged)
+        assert main(base) == 1
+        assert message in capsys.readouterr().err, damaged[:40]
+    data = json.loads(good)
+    data["best_member"] = {"agent_id": "agent_a", "samples": 10_000}
+    stored.write_text(json.dumps(data))
+    assert main(base) == 1 and "best_member entry is damaged" in capsys.readouterr().err
+    assert len(server.requests) == calls
+
+
+def test_eval_names_and_sizes_are_bounded(scripted: Scripted, home: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    server = scripted(Policy())
+    questions = write_questions(tmp_path / "q.jsonl", 1)
+    models = ",".join(f"openai/{m}@{server.base_url}" for m in "abcabcab")  # 8 long names
+    assert main(["eval", str(questions), "--models", models, "--baselines", "members"]) == 0
+    folders = [p.name for p in (home / "evals").iterdir()]
+    assert len(folders) == 1 and len(folders[0]) <= 80, folders
+    for args, message in ((["--samples", "33"], "--samples: 33; at most 32"),
+                          (["--name", ".."], "--name"), (["--name", "x" * 81], "--name")):
+        assert main(["eval", str(questions), "--models", models, *args]) == 1
+        assert message in capsys.readouterr().err
+    huge = tmp_path / "huge.jsonl"
+    huge.write_text('{"question": "q?", "answer": ' + "1" * 5000 + "}\n")
+    assert main(["eval", str(huge), "--models", models]) == 1
+    assert "huge.jsonl:1" in capsys.readouterr().err

@@ -227,3 +227,20 @@ def test_normalise_forms_per_kind() -> None:
     assert normalise(None, "42") is None
     assert normalise("", "C") is None
     assert normalise("The answer is 42. (model fake-1)", "42") == "42"
+
+
+@pytest.mark.parametrize("reply", [
+    "The answer is" + "\n" * 64_000,
+    "Answer" + " " * 64_000 + "x",
+    "Answer:" + " \n" * 32_000,
+    "answer is " * 10_000,
+])
+def test_no_reply_makes_extraction_quadratic(reply: str) -> None:
+    """Model output is untrusted: a reply that made a pattern backtrack over every position
+    took ~80 s here; linear patterns take milliseconds. The bound is about correctness."""
+    import time
+
+    began = time.monotonic()
+    extract(reply)
+    is_correct(reply, "42")
+    assert time.monotonic() - began < 10

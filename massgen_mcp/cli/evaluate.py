@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import re
 import sys
 import time
@@ -66,7 +67,7 @@ def add_parser(sub: Any) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from massgen_mcp.evaluation.answers import compile_pattern
     from massgen_mcp.evaluation.datasets import Fields, load_items
-    from massgen_mcp.evaluation.runner import Arm, Plan, evaluate
+    from massgen_mcp.evaluation.runner import MAX_SAMPLES, Arm, Plan, evaluate
     from massgen_mcp.evaluation.summary import format_table, summarise
     from massgen_mcp.render.eval_report import render_eval_summary
 
@@ -74,14 +75,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise ConfigError(f"--{flag}: {value}; give a whole number of at least 1")
+    if args.samples is not None and args.samples > MAX_SAMPLES:
+        raise ConfigError(f"--samples: {args.samples}; at most {MAX_SAMPLES}")
+    if args.name is not None and (args.name.strip(". ") == "" or len(args.name) > 80):
+        raise ConfigError(f"--name: {args.name!r}; give a folder name of 1 to 80 characters")
     baselines = {b.strip() for b in args.baselines.split(",") if b.strip()}
     unknown = baselines - set(BASELINES)
     if unknown:
         raise ConfigError(f"--baselines: unknown {', '.join(sorted(unknown))}; choose from "
                           f"{', '.join(BASELINES)}")
-    items = load_items(args.questions, Fields(args.question_field, args.answer_field,
-                                              args.choices_field),
-                       limit=args.limit, seed=args.seed)
+    try:  # a Hugging Face dataset can take minutes to fetch
+        items = load_items(args.questions, Fields(args.question_field, args.answer_field,
+                                                  args.choices_field),
+                           limit=args.limit, seed=args.seed)
+    except KeyboardInterrupt:
+        err("interrupted while loading the questions")
+        return EXIT_CANCELLED
     base = {"models": args.models.split(",") if args.models else None, "config": args.config}
     options = {"timeout_s": args.timeout} if args.timeout else {}
     arms = [Arm("as given" if args.compare else "", _spec_maker(base, options))]
@@ -91,7 +100,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError("--compare: the same option set twice")
     service = flags.service(args)
     stem = re.sub(r"[^\w.\-]+", "_", args.questions.rsplit("/", 1)[-1].rsplit(".", 1)[0])
-    name = args.name or f"{stem}-{(args.config or args.models or 'default').strip('@')}"
+    team_text = (args.config or args.models or "default").strip("@")
+    if len(team_text) > 40:  # eight models with endpoints would not fit in a file name
+        team_text = team_text[:24] + "-" + hashlib.sha256(team_text.encode()).hexdigest()[:8]
+    name = args.name or f"{stem[:40]}-{team_text}"
     plan = Plan(items, arms, service.home / "evals" / re.sub(r"[^\w.\-]+", "_", name),
                 pattern=compile_pattern(args.answer_regex) if args.answer_regex else None,
                 self_consistency="self-consistency" in baselines,
@@ -100,7 +112,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 settings={"dataset": args.questions, "team": args.config or args.models
                           or "default", "compare": args.compare or [], "limit": args.limit,
                           "seed": args.seed, "baselines": sorted(baselines),
-                          "answer_regex": args.answer_regex})
+                          "answer_regex": args.answer_regex, "best_member": args.best_member,
+                          "samples": args.samples, "fields": [args.question_field,
+                                                              args.answer_field,
+                                                              args.choices_field]})
     seed = args.seed or 0
 
     def summary(results: Any) -> dict[str, Any]:

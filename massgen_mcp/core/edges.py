@@ -75,6 +75,8 @@ def decode_json(text: str, start: int) -> tuple[object, int]:
         raise NotJson(f"not JSON ({exc.msg} at character {exc.pos + 1})") from None
     except RecursionError:
         raise UnsafeJson(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # e.g. an integer past Python's 4,300-digit conversion limit
+        raise UnsafeJson(f"not usable JSON ({exc})") from None
     _check_value(value)
     return value, end
 

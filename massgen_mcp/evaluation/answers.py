@@ -75,11 +75,11 @@ _HASHES = re.compile(
 # non-space: no two parts of the pattern can match the same spaces, so a line of spaces is
 # rejected in linear time.
 _ANSWER_LINE = re.compile(
-    r"^[ \t>#*_-]*(?:(?:the|my|final|correct)[ \t]+){0,2}answer[ \t*_]*"
-    r"(?:[:：]|[ \t]+[-–—][ \t]+)[ \t*]*(?:\n[ \t]*)*(?P<x>\S[^\n]*)",
+    r"^[ \t>#*_-]*+(?:(?:the|my|final|correct)[ \t]+){0,2}answer[ \t*_]*+"
+    r"(?:[:：]|(?<=[ \t])[-–—][ \t]+)[ \t*]*+(?:\n[ \t]*+)*+(?P<x>\S[^\n]*)",
     re.IGNORECASE | re.MULTILINE)
 _ANSWER_IS = re.compile(  # X may hold whole parentheses: "the answer is (C)."
-    r"\banswer\s+is\b\s*:?\s*(?P<x>(?:\([^()\n]*\)|[^\n)])+?)(?=\.(?:\s|$)|[\n)]|$)",
+    r"\banswer\s++is\b\s*+:?\s*+(?P<x>(?:\([^()\n]*\)|[^\n)])+?)(?=\.(?:\s|$)|[\n)]|$)",
     re.IGNORECASE)
 
 # LaTeX that only spells a value: \frac{3}{4} is 3/4, \text{cm} is cm, 1{,}000 and 1\,000 are

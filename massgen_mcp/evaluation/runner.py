@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from massgen_mcp.service import ConsensusService
 
 ANSWER_LINE = "\n\nEnd your reply with a last line of the form 'Answer: <your final answer>'."
 MAX_SAMPLES = 32
+RENDER_EVERY_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,18 @@ def key(item: Item) -> str:
     return hashlib.sha256(f"{item.question}\0{item.answer}".encode()).hexdigest()[:16]
 
 
+# What a stored result depends on: a re-run with other values would mix answers scored or
+# sampled differently, so it is refused rather than resumed.
+RESULT_SETTINGS = ("dataset", "fields", "team", "compare", "answer_regex", "best_member",
+                   "samples")
+RESULTS_VERSION = 2
+
+
+def fingerprint(settings: dict[str, Any]) -> str:
+    chosen = {k: settings.get(k) for k in RESULT_SETTINGS}
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:16]
+
+
 @dataclass
 class Results:
     """``results.json``: the settings, every finished question, and the best-member choice."""
@@ -75,16 +89,36 @@ class Results:
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     best: dict[str, Any] | None = None
 
-    def load(self) -> None:
+    def load(self, settings: dict[str, Any] | None = None) -> None:
+        """Read what an earlier run of the same evaluation stored. With ``settings``, a file
+        made with other result-changing settings, by another version, or damaged is refused
+        (naming the fix), never half-trusted."""
         path = self.folder / "results.json"
-        if path.is_file():
+        if not path.is_file():
+            return
+        fix = (f"{path}: {{}}; to keep it, give this evaluation another --name; to start "
+               "over, delete that folder")
+        try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            self.rows, self.best = data.get("questions", {}), data.get("best_member")
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError(fix.format(f"unreadable ({type(exc).__name__})")) from None
+        if not isinstance(data, dict) or data.get("version") != RESULTS_VERSION or not (
+                isinstance(data.get("questions"), dict)):
+            raise ConfigError(fix.format("made by another version of massgen-mcp eval"))
+        if settings is not None and data.get("fingerprint") != fingerprint(settings):
+            raise ConfigError(fix.format(
+                "made with other settings (" + ", ".join(RESULT_SETTINGS) + ")"))
+        best = data.get("best_member")
+        if best is not None and not (isinstance(best, dict) and isinstance(
+                best.get("samples"), int) and 1 <= best["samples"] <= MAX_SAMPLES):
+            raise ConfigError(fix.format("its best_member entry is damaged"))
+        self.rows, self.best = data["questions"], best
 
     def save(self, settings: dict[str, Any], html: str | None = None) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         atomic_write(self.folder / "results.json", json.dumps(
-            {"settings": settings, "best_member": self.best, "questions": self.rows},
+            {"version": RESULTS_VERSION, "fingerprint": fingerprint(settings),
+             "settings": settings, "best_member": self.best, "questions": self.rows},
             indent=2))
         if html is not None:
             atomic_write(self.folder / "summary.html", html)
@@ -95,13 +129,19 @@ async def evaluate(service: ConsensusService, plan: Plan, *,
                    render: Callable[[Results], str] | None = None) -> Results:
     """Run what ``plan.folder`` does not hold yet; returns every result."""
     results = Results(plan.folder)
-    results.load()
+    results.load(plan.settings)
     lock = asyncio.Lock()  # one writer of results.json at a time
     slots = asyncio.Semaphore(max(1, plan.concurrency))
+    rendered = [0.0]  # when summary.html was last written
 
-    async def save() -> None:
+    async def save(final: bool = False) -> None:
+        """results.json after every question; summary.html (bootstrap intervals for every
+        method, so its cost grows with the questions) at most every RENDER_EVERY_S."""
         async with lock:
-            results.save(plan.settings, render(results) if render else None)
+            due = final or time.monotonic() - rendered[0] >= RENDER_EVERY_S
+            results.save(plan.settings, render(results) if render and due else None)
+            if due:
+                rendered[0] = time.monotonic()
 
     async def team(item: Item) -> None:
         row = results.rows.setdefault(key(item), {
@@ -123,10 +163,12 @@ async def evaluate(service: ConsensusService, plan: Plan, *,
 
     await _each(plan.items, team)
     if not plan.self_consistency:
+        await save(final=True)
         return results
     results.best = results.best or choose_best(results, plan)
     best = results.best
     if best is None:
+        await save(final=True)
         return results
 
     async def sample(item: Item) -> None:
@@ -144,7 +186,7 @@ async def evaluate(service: ConsensusService, plan: Plan, *,
                         len(plan.items), row)
 
     await _each(plan.items, sample)
-    await save()
+    await save(final=True)
     return results
 
 

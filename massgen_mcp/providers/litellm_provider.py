@@ -49,7 +49,7 @@ def load_litellm() -> ModuleType:
             # coroutine unstarted (litellm.main.acompletion), and Python warns about it on
             # stderr: noise in the terminal for a cancel that worked.
             warnings.filterwarnings("ignore", r"coroutine '.*acompletion' was never awaited",
-                                    RuntimeWarning)
+                                    RuntimeWarning, append=True)
             litellm.suppress_debug_info = True
             litellm.telemetry = False
             litellm.drop_params = True
@@ -61,7 +61,7 @@ def load_litellm() -> ModuleType:
                 logger.addHandler(handler)
                 logger.setLevel(logging.WARNING)
                 logger.propagate = False
-            # litellm leaves ~3 million objects that live as long as the process. Frozen,
+            # litellm leaves ~300,000 objects that live as long as the process. Frozen,
             # the cyclic collector never walks them again: each full collection during a
             # run, and the last one at exit (~0.6 s of CPU), skip them. Objects that die
             # by reference count are still freed as usual.
