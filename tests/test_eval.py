@@ -221,3 +221,24 @@ def test_eval_names_and_sizes_are_bounded(scripted: Scripted, home: Path, tmp_pa
     huge.write_text('{"question": "q?", "answer": ' + "1" * 5000 + "}\n")
     assert main(["eval", str(huge), "--models", models]) == 1
     assert "huge.jsonl:1" in capsys.readouterr().err
+
+
+def test_a_run_that_failed_counts_as_wrong_and_runs_again_on_resume(
+        scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from massgen_mcp.testing.scripted import error
+
+    broken = {"on": True}
+    policy = Policy()
+
+    def flaky(req: ChatRequest) -> Reply:
+        return error(400, "bad request") if broken["on"] else policy(req)
+
+    server = scripted(flaky)
+    questions = write_questions(tmp_path / "q.jsonl", 1)
+    args = ["eval", str(questions), "--models", team(server), "--name", "f", "--baselines",
+            "members", "--timeout", "30"]
+    assert main(args) == 0
+    assert re.search(r"^consensus +0% ", capsys.readouterr().out, re.MULTILINE)
+    broken["on"] = False
+    assert main(args) == 0
+    assert re.search(r"^consensus +100% ", capsys.readouterr().out, re.MULTILINE)

@@ -399,3 +399,12 @@ def test_pyarrow_and_datasets_are_imported_only_when_needed(tmp_path: Path) -> N
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout
     assert out == "[]\n"
+
+
+def test_a_local_folder_never_shadows_a_hugging_face_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cloned repository with a folder named like a benchmark must not replace it."""
+    (tmp_path / "openai" / "gsm8k").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"there is a local 'openai/gsm8k' here.*hf:\./"):
+        load_items("hf:openai/gsm8k:main:test")

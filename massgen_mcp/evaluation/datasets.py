@@ -189,6 +189,14 @@ def _read_hf(source: str) -> tuple[str, list[Row]]:
                           "hf:cais/mmlu:all:test")
     name, config, split = [*parts, "", ""][:3]
     split = split or "test"
+    # datasets.load_dataset reads a local folder of that name before the Hub: a cloned
+    # repository could shadow a benchmark with answers of its own. A folder is read only when
+    # it is written as a path.
+    if not name.startswith(("/", "./", "../", "~")) and Path(name).exists():
+        raise ConfigError(f"{source}: there is a local {name!r} here, which would be read "
+                          f"instead of the Hugging Face dataset; write hf:./{name} to read "
+                          "the local one, or run from another folder")
+    name = str(Path(name).expanduser()) if name.startswith("~") else name
     label = f"hf:{name}:{config}:{split}"
     try:
         import datasets

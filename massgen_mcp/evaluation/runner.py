@@ -148,8 +148,8 @@ async def evaluate(service: ConsensusService, plan: Plan, *,
             "question": item.question, "expected": item.answer, "source": item.source,
             "arms": {}})
         expected = expected_answer(item.answer)
-        for arm in plan.arms:
-            if arm.name in row["arms"]:
+        for arm in plan.arms:  # a run that failed or timed out counts as wrong, and runs again
+            if row["arms"].get(arm.name, {}).get("status") == "completed":  # on a resume
                 continue
             async with slots:
                 started = await service.start(arm.spec(item.question + ANSWER_LINE))
