@@ -129,6 +129,9 @@ def test_compare_runs_each_option_set_on_the_same_questions(
     server = scripted(Policy())
     questions = write_questions(tmp_path / "q.jsonl", 3)
     assert main(["eval", str(questions), "--models", team(server), "--name", "c",
+                 "--baselines", "members"]) == 0
+    capsys.readouterr()  # then the same evaluation, compared: its own runs are not repeated
+    assert main(["eval", str(questions), "--models", team(server), "--name", "c",
                  "--compare", "decide=all", "--baselines", "members"]) == 0
     table = capsys.readouterr().out
     assert "consensus [as given]" in table and "consensus [decide=all]" in table

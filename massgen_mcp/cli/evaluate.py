@@ -93,10 +93,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return EXIT_CANCELLED
     base = {"models": args.models.split(",") if args.models else None, "config": args.config}
     options = {"timeout_s": args.timeout} if args.timeout else {}
-    arms = [Arm("as given" if args.compare else "", _spec_maker(base, options))]
+    # The eval's own option set keeps its (empty) name with or without --compare, so adding
+    # --compare to an evaluation later resumes it instead of running it again.
+    arms = [Arm("", _spec_maker(base, options))]
     arms += [Arm(text, _spec_maker(*_option_set(text, base, options)))
              for text in args.compare or []]
-    if len({a.name for a in arms}) < len(arms):
+    if len({a.name for a in arms}) < len(arms) or "as given" in (args.compare or []):
         raise ConfigError("--compare: the same option set twice")
     service = flags.service(args)
     stem = re.sub(r"[^\w.\-]+", "_", args.questions.rsplit("/", 1)[-1].rsplit(".", 1)[0])

@@ -71,8 +71,8 @@ def key(item: Item) -> str:
 
 # What a stored result depends on: a re-run with other values would mix answers scored or
 # sampled differently, so it is refused rather than resumed.
-RESULT_SETTINGS = ("dataset", "fields", "team", "compare", "answer_regex", "best_member",
-                   "samples")
+# (--compare is not among them: each option set's runs are stored under its own name.)
+RESULT_SETTINGS = ("dataset", "fields", "team", "answer_regex", "best_member", "samples")
 RESULTS_VERSION = 2
 
 

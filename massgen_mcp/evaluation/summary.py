@@ -44,7 +44,7 @@ def summarise(results: Results, plan: Plan, *, seed: int = 0) -> dict[str, Any]:
         return {**team["majority"], "correct": any(m["correct"] for m in team["alone"].values())}
 
     def label(name: str) -> str:
-        return f"consensus [{name}]" if len(plan.arms) > 1 else "consensus"
+        return f"consensus [{name or 'as given'}]" if len(plan.arms) > 1 else "consensus"
 
     picks: list[tuple[str, str, Pick]] = [("consensus", label(first), arm(first, "consensus"))]
     picks += [("member", f"alone: {a} ({models.get(a)})", member(a)) for a in agents]
