@@ -6,6 +6,7 @@ The helpers the tests call (teams, runs, records) are in :mod:`tests.helpers`.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,12 @@ from tests.helpers import Scripted, unused_port
 
 for _name in dir(anyio):  # every lazy name of anyio, now (see the comment on the imports)
     getattr(anyio, _name)
+
+# A shell runs a background job (`bash .ci/run &`) with SIGINT ignored, and an ignored signal
+# stays ignored in every child: the tests that press Ctrl-C on a server or a run would then
+# wait forever. Take SIGINT back, so the processes the tests start get its default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_configure(config: pytest.Config) -> None:
