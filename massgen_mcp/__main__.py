@@ -23,8 +23,12 @@ def main() -> int:
 
             handshake.taken = handshake.answer_early(sys.stdin.buffer, sys.stdout.buffer)
         from massgen_mcp.cli.main import main as cli_main
+        from massgen_mcp.cli.output import EXIT_CANCELLED, end_now
 
-        return cli_main()
+        code = cli_main()
+        if code == EXIT_CANCELLED:  # a person pressed Ctrl-C and waits for the prompt
+            end_now(code)
+        return code
     except KeyboardInterrupt:
         if not from_host:
             raise

@@ -20,7 +20,12 @@ from pydantic import BaseModel, Field
 
 from massgen_mcp._version import __version__
 from massgen_mcp.core.edges import check_text
-from massgen_mcp.core.errors import ConfigError, RunNotFinishedError, SessionStateError
+from massgen_mcp.core.errors import (
+    ConfigError,
+    EndpointUnreachableError,
+    RunNotFinishedError,
+    SessionStateError,
+)
 from massgen_mcp.core.records import (
     Event,
     EventType,
@@ -41,6 +46,7 @@ from massgen_mcp.core.spec import (
     check_question,
     missing_credentials,
 )
+from massgen_mcp.providers.cli.catalog import refusals as cli_refusals
 from massgen_mcp.sessions.runner import (
     EventListener,
     Executor,
@@ -70,6 +76,10 @@ class CliView(BaseModel):
     model: str = Field(description="the model string that puts it on a team, e.g. cli/claude")
     path: str
     logged_in: bool = Field(description="judged from where its login lives; no network call")
+    version: str | None = Field(description="as the binary printed it; None if it did not")
+    refused: str | None = Field(
+        description="why this version cannot sit on a team (too old to run read-only), and "
+                    "the command that updates it; None when it can")
 
 
 class SetupView(BaseModel):
@@ -165,16 +175,33 @@ class ConsensusService:
         problems = missing_credentials(team)
         if problems:
             raise ConfigError("missing API keys:\n" + "\n".join(problems))
+        refused = await cli_refusals(team)
+        if refused:
+            raise ConfigError("coding-agent CLIs that cannot run read-only:\n"
+                              + "\n".join(refused))
         root = (workspace or self.workspace).root.resolve()
         if team.options.workspace_tools:  # context_paths must exist inside the workspace
             WorkspaceTools(root, tuple(team.options.context_paths),
                            tuple(team.options.allow_secret_files))
+        await self._check_endpoints(team)
         run = await self.runner.start(question, team, context=context,
                                       parent_session_id=parent_session_id, workspace=root,
                                       notes=notes)
         if self._records_in_project():
             consent.remember_run(self.store, run.session_id, team)
         return run
+
+    async def _check_endpoints(self, team: TeamConfig) -> None:
+        """Refuse, before a record exists, a run whose servers take no connection. Only for
+        runs made in this process: a pool's worker may see another network, and reports an
+        unreachable server on its first call instead."""
+        from massgen_mcp.providers.registry import ProviderRouter
+
+        if isinstance(self.runner, SessionRunner) and isinstance(self.runner.provider,
+                                                                  ProviderRouter):
+            problems = await self.runner.provider.unreachable(team)
+            if problems:
+                raise EndpointUnreachableError("\n".join(problems))
 
     def _records_in_project(self) -> bool:
         """Whether the records sit inside the project (the default ./.massgen), where a
@@ -251,11 +278,13 @@ class ConsensusService:
         """The live status, from whichever process runs it, else from its record."""
         return await self.runner.status(check_session_id(session_id))
 
-    async def wait(self, session_id: str, wait_s: float | None, *, until_done: bool = False,
+    async def wait(self, session_id: str, wait_s: float | None, *, until_done: bool = True,
                    after_revision: int | None = None, on_change: StatusCallback | None = None
                    ) -> StatusRecord:
-        """The status once the run changes (since ``after_revision`` if given), or with
-        ``until_done`` once it has finished, or after ``wait_s`` seconds (None: no limit)."""
+        """The status once the run has finished, or (``until_done=False``, for live views)
+        once it changes (since ``after_revision`` if given), or after ``wait_s`` seconds
+        (None: no limit). Ending is the default: a caller that wants the answer should not
+        wake, and pay a round trip, at every step of the run."""
         await self.status(session_id)  # an unknown id fails now, not after the wait
         return await self.runner.wait(session_id, wait_s, until_done=until_done,
                                       after_revision=after_revision, on_change=on_change)
@@ -266,6 +295,11 @@ class ConsensusService:
         if result is None:
             raise RunNotFinishedError(session_id, (await self.status(session_id)).status)
         return result
+
+    def find_session(self, ref: str) -> str:
+        """The session id ``ref`` names for a person: ``latest``, an id, or a unique start
+        of one (:meth:`SessionStore.find`)."""
+        return self.store.find(ref)
 
     def record(self, session_id: str) -> SessionRecord:
         """Everything recorded about a session: status, result, events, every answer."""
@@ -319,7 +353,8 @@ class ConsensusService:
         return SetupView(
             providers_with_keys=found.providers_with_keys,
             providers_without_keys=sorted(set(PROVIDER_KEY_ENV) - set(found.providers_with_keys)),
-            coding_clis=[CliView(model=f"cli/{c.name}", path=c.path, logged_in=c.logged_in)
+            coding_clis=[CliView(model=f"cli/{c.name}", path=c.path, logged_in=c.logged_in,
+                                 version=c.version, refused=c.refused)
                          for c in found.clis],
             local_servers=[LocalServerView(url=s.url, models=list(s.models))
                            for s in found.local_servers],

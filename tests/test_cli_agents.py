@@ -32,9 +32,14 @@ from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, text
 from tests.helpers import FAST, Scripted, by_model
 
-BIN = Path(__file__).parent / "clients" / "node_modules" / ".bin"
+MODULES = Path(__file__).parent / "clients" / "node_modules"
+# Each CLI's own entry point, not node_modules/.bin: the older versions installed beside them
+# (tests/test_cli_versions.py) declare the same command names there.
+BIN = {"claude": MODULES / "@anthropic-ai" / "claude-code" / "bin" / "claude.exe",
+       "codex": MODULES / "@openai" / "codex" / "bin" / "codex.js",
+       "gemini": MODULES / "@google" / "gemini-cli" / "bundle" / "gemini.js"}
 needs_clis = pytest.mark.skipif(
-    not (BIN / "claude").exists() and not os.environ.get("MASSGEN_REQUIRE_CLIENTS"),
+    not BIN["claude"].exists() and not os.environ.get("MASSGEN_REQUIRE_CLIENTS"),
     reason="the coding-agent CLIs are not installed (npm ci in tests/clients)")
 
 CANARY = "sk-canary-" + "7" * 24
@@ -42,8 +47,8 @@ CANARY = "sk-canary-" + "7" * 24
 
 @pytest.fixture
 def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """A user with the three CLIs installed, MCP servers configured for each, an OpenAI key
-    in the environment, and massgen-mcp running inside a Claude Code session."""
+    """A user with the three CLIs installed, MCP servers (and hooks) configured for each, an
+    OpenAI key in the environment, and massgen-mcp running inside a Claude Code session."""
     home = tmp_path / "user"
     marker = tmp_path / "mcp-server-started"
     spy = {"command": "sh", "args": ["-c", f"touch {marker}; sleep 30"]}
@@ -51,6 +56,10 @@ def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     (home / ".gemini").mkdir()
     (home / ".claude.json").write_text(json.dumps({"mcpServers": {"spy": spy}}))
     touch = f"touch {marker}"
+    (home / ".claude").mkdir()
+    (home / ".claude" / "settings.json").write_text(json.dumps({"hooks": {
+        event: [{"matcher": "*", "hooks": [{"type": "command", "command": touch}]}]
+        for event in ("SessionStart", "UserPromptSubmit", "Stop")}}))
     (home / ".gemini" / "settings.json").write_text(json.dumps({
         "mcpServers": {"spy": spy}, "security": {"auth": {"selectedType": "gemini-api-key"}},
         "tools": {"discoveryCommand": touch},
@@ -61,12 +70,13 @@ def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     mark = uuid.uuid4().hex
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("CODEX_HOME", str(home / ".codex"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))  # the CLIs' versions, learned
     monkeypatch.setenv("OPENAI_API_KEY", CANARY)
     monkeypatch.setenv("CLAUDECODE", "1")  # we are a child of Claude Code
     monkeypatch.setenv("CLAUDE_CODE_ENTRYPOINT", "cli")
     monkeypatch.setenv("MASSGEN_TEST_MARK", mark)  # finds our CLI processes in /proc
     for name in ("claude", "codex", "gemini"):
-        monkeypatch.setenv(f"MASSGEN_{name.upper()}_PATH", str(BIN / name))
+        monkeypatch.setenv(f"MASSGEN_{name.upper()}_PATH", str(BIN[name]))
     project = tmp_path / "project"
     project.mkdir()
     (project / "main.py").write_text("print('hello')\n")
@@ -309,8 +319,8 @@ def test_doctor_lists_the_clis_and_whether_each_is_logged_in(
     log_in(user, "claude")
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    assert f"cli/claude (logged in, {BIN / 'claude'})" in out
-    assert f"cli/gemini (not logged in, {BIN / 'gemini'})" in out
+    assert f"cli/claude 2.1.330 (logged in, {BIN['claude']})" in out
+    assert f"cli/gemini 0.61.0 (not logged in, {BIN['gemini']})" in out
     assert "default team:  cli/claude, cli/claude, cli/claude" in out
     assert "sk-ant-oat01" not in out
 
@@ -419,44 +429,67 @@ def test_each_cli_output_is_parsed_with_its_usage_and_errors_are_named() -> None
 
 def test_the_child_environment_keeps_the_login_and_drops_keys_and_nesting(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    from massgen_mcp.core.secrets import register_secret
     from massgen_mcp.core.spec import AgentSpec
     from massgen_mcp.providers.cli.catalog import CLIS
-    from massgen_mcp.providers.cli.provider import child_env
+    from massgen_mcp.providers.cli.environment import child_env
 
-    monkeypatch.setenv("OPENAI_API_KEY", CANARY)
+    vendor_keys = {"ANTHROPIC_API_KEY": "sk-ant-api03-" + "a" * 24, "OPENAI_API_KEY": CANARY,
+                   "CODEX_API_KEY": "sk-codex-" + "c" * 24, "GEMINI_API_KEY": "AIza" + "g" * 35}
+    for name, value in vendor_keys.items():
+        monkeypatch.setenv(name, value)
+    # An API agent of the same vendor resolved it: registered for redaction, still Claude's.
+    register_secret(vendor_keys["ANTHROPIC_API_KEY"])
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-" + "s" * 20)
+    monkeypatch.setenv("MASSGEN_REDIS_URL", "redis://:pool-pw-" + "p" * 12 + "@127.0.0.1:6379")
     monkeypatch.setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-" + "o" * 20)
     monkeypatch.setenv("CLAUDECODE", "1")
     monkeypatch.setenv("CODEX_SANDBOX", "seatbelt")
     monkeypatch.setenv("GEMINI_CLI", "1")
     monkeypatch.setenv("LANG", "C.UTF-8")
-    claude = child_env(CLIS["claude"], AgentSpec(id="a", model="cli/claude"))
-    assert claude["CLAUDE_CODE_OAUTH_TOKEN"].startswith("sk-ant-oat01")  # its own login
-    assert claude["LANG"] == "C.UTF-8"
-    for gone in ("OPENAI_API_KEY", "MY_SERVICE_TOKEN", "CLAUDECODE", "CODEX_SANDBOX",
-                 "GEMINI_CLI", "ANTHROPIC_API_KEY"):
-        assert gone not in claude
-    codex = child_env(CLIS["codex"], AgentSpec(id="b", model="cli/codex"))
-    assert "CLAUDE_CODE_OAUTH_TOKEN" not in codex and "OPENAI_API_KEY" not in codex
+    own = {"claude": {"CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"},
+           "codex": {"OPENAI_API_KEY", "CODEX_API_KEY"}, "gemini": {"GEMINI_API_KEY"}}
+    for name, mine in own.items():
+        env = child_env(CLIS[name], AgentSpec(id="a", model=f"cli/{name}"))
+        # Its own login and its own vendor's key, as in the user's shell; nothing else secret.
+        assert {n for n in (*vendor_keys, "CLAUDE_CODE_OAUTH_TOKEN") if n in env} == mine
+        assert all(env[n] == os.environ[n] for n in mine)
+        for gone in ("MY_SERVICE_TOKEN", "MASSGEN_REDIS_URL", "CLAUDECODE", "CODEX_SANDBOX",
+                     "GEMINI_CLI"):
+            assert gone not in env
+        assert not [v for v in env.values() if "pool-pw-" in v]
+        assert env["LANG"] == "C.UTF-8"
 
-    # A key only when the agent's config asks for one, under the name the CLI reads.
+    # A key only when the agent's config asks for one, under the name the CLI reads, and then
+    # none of the user's.
     monkeypatch.setenv("TEAM_CODEX_KEY", "sk-team-" + "t" * 20)
     asked = child_env(CLIS["codex"], AgentSpec(id="b", model="cli/codex",
                                                api_key_env="TEAM_CODEX_KEY"))
     assert asked["CODEX_API_KEY"] == "sk-team-" + "t" * 20 and "TEAM_CODEX_KEY" not in asked
+    assert "OPENAI_API_KEY" not in asked
 
 
 # -- process handling, with small stand-in CLIs ---------------------------------------------------
 
 LEAKED = "sk-leaked-" + "q" * 30
+# A stand-in claude's answer to the version probe (massgen_mcp.providers.cli.versions): the
+# pinned version and the options its help lists, one line for --version and --help alike.
+STAND_IN_VERSION = ("2.1.330 (Claude Code) --print --output-format --tools --permission-mode "
+                    "--permission-prompts --restricted --strict-mcp-config --mcp-config "
+                    "--no-session-persistence --disable-slash-commands")
+ANSWER_PROBE = (f"if sys.argv[1:] in (['--version'], ['--help']):\n"
+                f"    print({STAND_IN_VERSION!r})\n    sys.exit()\n")  # Python, after import sys
+ANSWER_PROBE_SH = f"case \"$1\" in --version|--help) echo '{STAND_IN_VERSION}'; exit;; esac\n"
 
 
 def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
     """Put a small program in place of the claude binary."""
     script = tmp_path / "claude"
-    script.write_text(f"#!{sys.executable}\nimport json, os, subprocess, sys\n{body}\n")
+    script.write_text(f"#!{sys.executable}\nimport json, os, subprocess, sys\n{ANSWER_PROBE}"
+                      f"{body}\n")
     script.chmod(0o755)
     monkeypatch.setenv("MASSGEN_CLAUDE_PATH", str(script))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # its version, learned
 
 
 def claude_result(text: str = '{"action": "new_answer", "content": "42"}') -> str:

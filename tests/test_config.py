@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.spec import RunOptions, RunSpec, TeamConfig
+from massgen_mcp.core.spec import RunOptions, RunSpec, TeamConfig, build_team
 from massgen_mcp.team.choose import choose_team
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.team.massgen_yaml import load_config_file, presets_dir, team_from_mapping
@@ -75,7 +75,7 @@ def test_massgen_sample_loads_with_warnings(tmp_path: Path) -> None:
          "base_url: required for type chatcompletion"),
         ({"agents": [{"backend": {"model": "mystery"}}]}, "cannot tell the provider"),
         ({"agents": [{"backend": {"type": "openai", "model": "m", "temperature": 5}}]},
-         "agents[0].temperature: Input should be less than or equal to 2"),
+         "agents[0].backend.temperature: Input should be less than or equal to 2"),
         ({"agents": [{"backend": {"type": "openai", "model": "m", "api_key": "${NOPE_X}"}}]},
          "environment variable NOPE_X is not set"),
         ({"agents": [{"id": "x", "backend": {"type": "openai", "model": "m"}}] * 2},
@@ -86,7 +86,7 @@ def test_massgen_sample_loads_with_warnings(tmp_path: Path) -> None:
           "orchestrator": {"coordination_mode": "decomposition"}}, "'decomposition' is not"),
         ({"agents": [{"backend": {"type": "openai", "model": "m"}}],
           "orchestrator": {"max_new_answers_per_agent": 0}},
-         "options.max_answers_per_agent: Input should be greater than or equal to 1"),
+         "orchestrator.max_new_answers_per_agent: Input should be greater than or equal to 1"),
     ],
 )
 def test_errors_name_the_key(data: dict[str, Any], message: str) -> None:
@@ -211,3 +211,15 @@ async def test_the_ignored_keys_are_in_the_runs_record(scripted: Scripted, tmp_p
     notes = service.store.read_request(started.session_id).notes
     assert notes == started.notes and any(n.startswith("display: ignored") for n in notes)
     assert any("agents[1].backend.upload_files: ignored" in n for n in notes)
+
+
+
+async def test_cli_agents_from_models_take_run_options(tmp_path: Path) -> None:
+    """A team of coding CLIs named with --models and given a run option is rebuilt from its own
+    dump; its unset temperature must not count as "given" (it refused every such run)."""
+    team = await choose(tmp_path, models=["cli/claude", "cli/codex"],
+                        options=RunOptions(timeout_s=5))
+    assert [a.model for a in team.agents] == ["cli/claude", "cli/codex"]
+    assert team.options.timeout_s == 5
+    with pytest.raises(ConfigError, match=r"temperature: not available for a coding-agent CLI"):
+        build_team({"agents": [{"id": "a", "model": "cli/claude", "temperature": 0.5}]})

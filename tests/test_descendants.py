@@ -29,6 +29,7 @@ from massgen_mcp.team.massgen_yaml import team_from_mapping
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, tool_calls
 from tests.fixtures import escapees
 from tests.helpers import FAST, Scripted
+from tests.test_cli_agents import ANSWER_PROBE, ANSWER_PROBE_SH
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="descendants are tracked through /proc on Linux")
@@ -75,10 +76,11 @@ def stand_in_claude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder: Pat
     """A ``claude`` that starts the sleepers, then runs ``then``."""
     script = tmp_path / "claude"
     script.write_text(f"#!{sys.executable}\nimport json, sys, time\nfrom pathlib import Path\n"
-                      f"sys.path.insert(0, {str(FIXTURES)!r})\nimport escapees\n"
+                      f"{ANSWER_PROBE}sys.path.insert(0, {str(FIXTURES)!r})\nimport escapees\n"
                       f"escapees.spawn(Path({str(folder)!r}))\n{then}\n")
     script.chmod(0o755)
     monkeypatch.setenv("MASSGEN_CLAUDE_PATH", str(script))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # its version, learned
 
 
 async def call_claude() -> str | None:
@@ -151,15 +153,17 @@ async def test_the_cli_gets_its_environment_and_gives_its_status_as_without_a_re
     from massgen_mcp.core.errors import ProviderError
     from massgen_mcp.core.spec import AgentSpec
     from massgen_mcp.providers.cli.catalog import CLIS
-    from massgen_mcp.providers.cli.provider import child_env
+    from massgen_mcp.providers.cli.environment import child_env
 
     for name in ("LANG", "LC_ALL", "LC_CTYPE"):  # the C locale: Python's start-up coerces it
         monkeypatch.delenv(name, raising=False)
     dump = tmp_path / "environ"
     script = tmp_path / "claude"
-    script.write_text(f"#!/bin/sh\ncat /proc/$$/environ > {dump}\necho '{RESULT}'\n")
+    script.write_text(f"#!/bin/sh\n{ANSWER_PROBE_SH}cat /proc/$$/environ > {dump}\n"
+                      f"echo '{RESULT}'\n")
     script.chmod(0o755)
     monkeypatch.setenv("MASSGEN_CLAUDE_PATH", str(script))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # its version, learned
     assert "42" in (await call_claude() or "")
     pairs = (item.split("=", 1) for item in dump.read_text().split("\0") if item)
     assert dict(pairs) == child_env(CLIS["claude"], AgentSpec(id="c", model="cli/claude"))

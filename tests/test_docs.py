@@ -1,4 +1,9 @@
-"""The skill, llms.txt and plugin manifest follow their formats and point at things that exist."""
+"""The docs, the skill, llms.txt and plugin manifest follow their formats and point at what exists.
+
+The README leads and the reference lives in docs/*.md, so a link is only as good as the file
+and heading it names: every relative link of these pages must reach an existing file and, when
+it names one, a heading of that file (GitHub's anchors).
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,43 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+         ROOT / "skills" / "massgen-consensus" / "SKILL.md"]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def prose(markdown: str) -> str:
+    """The text outside fenced code blocks: a ``# comment`` in a shell block is no heading."""
+    return re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)
 
 
 def github_anchors(markdown: str) -> set[str]:
-    anchors = set()
-    for heading in re.findall(r"^#+ (.+)$", markdown, re.MULTILINE):
+    """The anchors GitHub gives a file's headings (lower case, punctuation dropped, spaces to
+    hyphens; a repeated heading gets -1, -2, ...)."""
+    anchors: set[str] = set()
+    for heading in re.findall(r"^#+ (.+)$", prose(markdown), re.MULTILINE):
         slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-        anchors.add(slug)
+        unique, n = slug, 0
+        while unique in anchors:
+            n += 1
+            unique = f"{slug}-{n}"
+        anchors.add(unique)
     return anchors
+
+
+def broken_links(page: Path, text: str) -> list[str]:
+    """Each relative link of ``text`` (read from ``page``) whose file or anchor does not exist."""
+    broken = []
+    for link in LINK.findall(prose(text)):
+        if re.match(r"^[a-z]+:", link):
+            continue  # https:, mailto: and the like are not ours to check offline
+        path, _, anchor = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        if not target.exists():
+            broken.append(f"{link}: no file {target}")
+        elif anchor and anchor not in github_anchors(target.read_text()):
+            broken.append(f"{link}: no heading #{anchor} in {target.relative_to(ROOT)}")
+    return broken
 
 
 def test_skill_frontmatter() -> None:
@@ -35,14 +69,35 @@ def test_llms_txt_structure_and_links() -> None:
     text = (ROOT / "llms.txt").read_text()
     lines = text.splitlines()
     assert lines[0].startswith("# ") and lines[2].startswith("> ")
-    anchors = github_anchors((ROOT / "README.md").read_text())
-    links = re.findall(r"\]\(([^)]+)\)", text)
-    assert len(links) >= 10
-    for link in links:
-        path, _, anchor = link.partition("#")
-        assert (ROOT / path).exists(), link
-        if anchor:
-            assert anchor in anchors, link
+    assert len(LINK.findall(text)) >= 10
+    assert broken_links(ROOT / "llms.txt", text) == []
+    linked = {(ROOT / link.partition("#")[0]).resolve() for link in LINK.findall(text)}
+    assert set(PAGES[:-1]) - linked == set(), "llms.txt lists every docs page"
+
+
+def test_every_relative_link_resolves() -> None:
+    """README.md, docs/*.md and the skill: every relative link reaches a file and a heading."""
+    assert len(PAGES) > 10
+    broken = [f"{page.relative_to(ROOT)}: {problem}"
+              for page in PAGES for problem in broken_links(page, page.read_text())]
+    assert broken == []
+
+
+def test_readme_contents_lists_every_docs_page() -> None:
+    """The README leads: its contents reach every page of docs/."""
+    readme = (ROOT / "README.md").read_text()
+    linked = {(ROOT / link.partition("#")[0]).resolve() for link in LINK.findall(readme)}
+    pages = set((ROOT / "docs").glob("*.md"))
+    assert pages and pages - linked == set()
+
+
+def test_link_checker_catches_a_missing_file_and_a_missing_heading() -> None:
+    page = ROOT / "docs" / "cli.md"
+    assert broken_links(page, "[a](nowhere.md) [b](team.md#no-such-heading) [c](team.md)") == [
+        f"nowhere.md: no file {ROOT / 'docs' / 'nowhere.md'}",
+        "team.md#no-such-heading: no heading #no-such-heading in docs/team.md"]
+    assert github_anchors("# A / B\n## Reading `show`\n```\n# not a heading\n```\n# A / B\n") == {
+        "a--b", "reading-show", "a--b-1"}
 
 
 def test_plugin_manifest_points_at_the_skill() -> None:
@@ -54,8 +109,8 @@ def test_plugin_manifest_points_at_the_skill() -> None:
     assert market["plugins"][0]["name"] == plugin["name"]
 
 
-def test_readme_lists_every_setting() -> None:
-    """The README's settings table is the code's table (core/settings.py), row for row."""
+def test_docs_list_every_setting() -> None:
+    """docs/config.md's settings table is the code's table (core/settings.py), row for row."""
     from massgen_mcp.core.settings import markdown_table
 
-    assert markdown_table() in (ROOT / "README.md").read_text()
+    assert markdown_table() in (ROOT / "docs" / "config.md").read_text()

@@ -203,13 +203,13 @@ def test_project_config_needs_consent_to_send_keys_abroad(home: Path, tmp_path: 
     assert "needs your consent" in cli(home, "doctor", **keys).stdout
 
 
-async def test_a_config_named_over_mcp_needs_consent(tmp_path: Path,
+async def test_a_config_named_over_mcp_needs_consent(tmp_path: Path, scripted: Scripted,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-canary-000000000")
     (tmp_path / "team.yaml").write_text(FOREIGN)
-    (tmp_path / "local.yaml").write_text(FOREIGN.replace(
-        "https://collector.example.invalid/v1", "http://127.0.0.1:9/v1"))
+    (tmp_path / "local.yaml").write_text(FOREIGN.replace(  # a run starts only if it answers
+        "https://collector.example.invalid/v1", scripted(agree).base_url))
     async with Client(create_server(root=tmp_path)) as client:
         refused = await client.call_tool("run_consensus", {
             "question": "q", "config": "team.yaml"}, raise_on_error=False)
@@ -467,7 +467,7 @@ def test_a_refused_write_ends_a_cli_run_failed(scripted: Scripted, home: Path) -
     summary = json.loads(proc.stdout)
     assert (summary["status"], summary["finish_reason"]) == ("failed", "record_write_failed")
     assert "Traceback" not in proc.stderr
-    assert "run ended failed (record_write_failed)" in proc.stderr
+    assert "massgen-mcp: failed (record_write_failed)" in proc.stderr
     [folder] = (home / "sessions").iterdir()
     status = json.loads((folder / "status.json").read_text())
     assert (status["status"], status["finish_reason"]) == ("failed", "record_write_failed")

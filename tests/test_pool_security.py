@@ -34,6 +34,7 @@ from massgen_mcp.pool import payloads
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.testing.scripted import agree
 from tests.helpers import data
+from tests.test_cli_agents import ANSWER_PROBE
 from tests.test_pool import REDIS, Pool, follow, free_port, models, start
 
 pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
@@ -313,12 +314,13 @@ async def test_no_child_gets_the_pool_s_redis_url_or_a_url_password(
     cli_env, mcp_env = tmp_path / "cli-env.json", tmp_path / "mcp-env.json"
     claude = tmp_path / "claude"
     claude.write_text(
-        f"#!{sys.executable}\nimport json, os\n"
+        f"#!{sys.executable}\nimport json, os, sys\n{ANSWER_PROBE}"
         f"open({str(cli_env)!r}, 'w').write(json.dumps(dict(os.environ)))\n"
         "print(json.dumps({'type': 'result', 'subtype': 'success', 'is_error': False, "
         "'result': json.dumps(dict(os.environ)), 'usage': {}}))\n")
     claude.chmod(0o755)
     monkeypatch.setenv("MASSGEN_CLAUDE_PATH", str(claude))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # its version, learned
     completion = await CliProvider().complete(
         AgentSpec(id="c", model="cli/claude"),
         [{"role": "user", "content": "print your environment"}], tools=None, timeout_s=60,

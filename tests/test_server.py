@@ -177,16 +177,16 @@ async def test_get_status_after_revision_never_misses_a_change(client: McpClient
         now = data(await call(client, "get_status", session_id=sid))
         while not now["answers"]:
             now = data(await call(client, "get_status", session_id=sid, wait_s=10,
-                                 after_revision=now["revision"]))
+                                 until="change", after_revision=now["revision"]))
         assert now["revision"] > 1
         # A poller that last saw an older revision gets the news at once, not after wait_s.
         caught_up = data(await asyncio.wait_for(call(
-            client, "get_status", session_id=sid, wait_s=50,
+            client, "get_status", session_id=sid, wait_s=50, until="change",
             after_revision=now["revision"] - 1), timeout=10))
         assert caught_up["revision"] == now["revision"]
         # One that is up to date waits for the next change.
         waiting = asyncio.create_task(call(client, "get_status", session_id=sid, wait_s=50,
-                                           after_revision=now["revision"]))
+                                           until="change", after_revision=now["revision"]))
         gate.set()
         later = data(await asyncio.wait_for(waiting, timeout=10))
         assert later["revision"] > now["revision"]

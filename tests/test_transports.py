@@ -133,7 +133,7 @@ async def test_stdout_carries_only_json_rpc_while_providers_fail(scripted: Scrip
     finally:
         raw.proc.terminate()
         await raw.proc.communicate()
-    assert len(raw.lines) >= 5
+    assert len(raw.lines) >= 4  # initialize, run_consensus, get_status (one: it waits), get_result
     for line in raw.lines:
         assert json.loads(line)["jsonrpc"] == "2.0", line
     assert b"Traceback" not in b"".join(raw.lines)

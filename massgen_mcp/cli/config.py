@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from massgen_mcp.core.spec import missing_credentials
+    from massgen_mcp.providers.endpoints import unreachable
     from massgen_mcp.team.consent import risks
     from massgen_mcp.team.massgen_yaml import read_config_file, resolve_config_path
 
@@ -32,7 +33,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if agent.tool_calling is False:
             extras.append("json-fallback")
         if agent.cli:
-            extras.append("coding-agent CLI (read-only, JSON decisions)")
+            extras.append(f"coding-agent CLI{cli_version(agent.cli)} (read-only, JSON "
+                          "decisions)")
         if agent.temperature is not None:
             extras.append(f"temperature={agent.temperature}")
         if agent.system_message:
@@ -51,7 +53,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for line in risks(team, loaded.expanded):
         say(f"  needs consent: {line} (as a project config, or named in a model's call, "
               "it runs only after 'massgen-mcp trust')")
-    for problem in missing_credentials(team) + cli_problems(team):
+    for problem in missing_credentials(team) + cli_problems(team) + asyncio.run(
+            unreachable(team.agents)):  # what a run would refuse before it starts
         say(f"  warning: {problem}")
     if team.mcp_servers() and args.servers:
         if not trusted(loaded):
@@ -96,8 +99,18 @@ async def servers_cut(team: TeamConfig) -> list[str]:
         await box.aclose()
 
 
+def cli_version(name: str) -> str:
+    """`` 2.1.330``, the version of the installed CLI ``name``, else ``""``: validate shows
+    the version a team's CLI agent would run."""
+    from massgen_mcp.providers.cli.catalog import look_for
+
+    cli = look_for(name)
+    return f" {cli.version}" if cli and cli.version else ""
+
+
 def cli_problems(team: TeamConfig) -> list[str]:
-    """One line per CLI agent whose CLI is missing, or not logged in while no key is given."""
+    """One line per CLI agent whose CLI is missing, refused (its version cannot run
+    read-only), or not logged in while no key is given."""
     from massgen_mcp.providers.cli.catalog import CLIS, look_for
 
     problems = []
@@ -109,6 +122,8 @@ def cli_problems(team: TeamConfig) -> list[str]:
             problems.append(f"agent {agent.id!r} ({agent.model}): the {agent.cli!r} command is "
                             f"not on PATH; install it and log in, or set "
                             f"MASSGEN_{agent.cli.upper()}_PATH")
+        elif cli.refused:
+            problems.append(f"agent {agent.id!r} ({agent.model}): refused: {cli.refused}")
         elif not cli.logged_in and not (agent.api_key or agent.api_key_env or agent.base_url):
             problems.append(f"agent {agent.id!r} ({agent.model}): {CLIS[agent.cli].executable} "
                             "does not look logged in; run it once and log in")

@@ -12,11 +12,15 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.settings import SETTINGS
 
 if TYPE_CHECKING:
     from massgen_mcp.pool.live import PoolConfig
     from massgen_mcp.service import ConsensusService
+
+# What the ``pool`` extra installs that the pool imports (fastmcp-tasks brings the others).
+POOL_MODULES = ("docket", "redis", "fastmcp_tasks")
 
 
 def home(args: argparse.Namespace) -> Path | None:
@@ -39,9 +43,29 @@ def pool(args: argparse.Namespace) -> PoolConfig | None:
     url = getattr(args, "redis", None) or SETTINGS.redis_url.read()
     if not url:
         return None
+    require_pool_extra()
     return PoolConfig(url, name=args.pool_name,
                       redelivery_timeout_s=getattr(args, "redelivery_timeout", 30.0),
                       insecure=args.insecure_redis)
+
+
+def require_pool_extra() -> None:
+    """A pool needs the ``pool`` extra (Docket, Redis, the MCP tasks extension); without it,
+    one line that says how to install it, not an ImportError's traceback from deep inside."""
+    import importlib.util
+
+    missing = []
+    for module in POOL_MODULES:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a broken or half-removed install
+            found = False
+        if not found:
+            missing.append(module)
+    if missing:
+        raise ConfigError(f"--redis (or MASSGEN_REDIS_URL): a worker pool needs "
+                          f"{', '.join(missing)}, which this install lacks; install them "
+                          "with: pip install 'massgen-mcp[pool]'")
 
 
 def pool_arguments(parser: argparse.ArgumentParser) -> None:

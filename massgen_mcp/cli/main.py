@@ -15,11 +15,13 @@ import logging
 import sys
 
 from massgen_mcp._version import __version__
-from massgen_mcp.cli import evaluate, flags
+from massgen_mcp.cli import evaluate, flags, models
 from massgen_mcp.cli.config import cmd_trust, cmd_validate
 from massgen_mcp.cli.output import (
     EXIT_BY_STATUS,
     EXIT_CANCELLED,
+    EXIT_CODES_HELP,
+    EXIT_DROPPED,
     EXIT_EXECUTION,
     EXIT_INPUT,
     EXIT_LISTEN,
@@ -32,24 +34,46 @@ from massgen_mcp.cli.records import cmd_prune, cmd_sessions, cmd_show
 from massgen_mcp.cli.run import cmd_run
 from massgen_mcp.cli.serve import cmd_doctor, cmd_install, cmd_serve, cmd_worker
 from massgen_mcp.core.edges import check_text
-from massgen_mcp.core.errors import ListenError, MassgenError, RecordWriteError
+from massgen_mcp.core.errors import (
+    ListenError,
+    MassgenError,
+    RecordWriteError,
+    SessionNotFoundError,
+)
 from massgen_mcp.core.records import RunStatus
 from massgen_mcp.core.secrets import RedactingFormatter, redact
 
-__all__ = ["EXIT_BY_STATUS", "EXIT_CANCELLED", "EXIT_EXECUTION", "EXIT_INPUT", "EXIT_LISTEN",
-           "EXIT_OK", "EXIT_TIMEOUT", "EXIT_USAGE", "build_parser", "main"]
+__all__ = ["EXIT_BY_STATUS", "EXIT_CANCELLED", "EXIT_DROPPED", "EXIT_EXECUTION", "EXIT_INPUT",
+           "EXIT_LISTEN", "EXIT_OK", "EXIT_TIMEOUT", "EXIT_USAGE", "build_parser", "main"]
+
+
+DESCRIPTION = """A team of models answers, votes and agrees on one answer.
+
+first steps:
+  massgen-mcp doctor                what this machine offers: keys, CLIs, local models
+  massgen-mcp run "a question"      ask the default team (or --models / --config)
+  massgen-mcp sessions              past runs; massgen-mcp show latest for the newest
+  massgen-mcp install claude-code   add massgen to an MCP host (see install --help)
+
+With no command: serve MCP over stdio, which is what MCP hosts start."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="massgen-mcp",
-        description="A team of models answers, votes and agrees on one answer. "
-                    "With no command: serve MCP over stdio.")
+        description=DESCRIPTION, epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"massgen-mcp {__version__}")
     parser.add_argument("--home", help="record folder (default: $MASSGEN_HOME or ./.massgen)")
     sub = parser.add_subparsers(dest="command")
 
-    run = sub.add_parser("run", help="run one consensus headless and print the final answer")
+    run = sub.add_parser("run", help="ask the team one question and print the agreed answer",
+                         description="Ask the team one question: the answer goes to stdout, "
+                                     "progress and the outcome to stderr.\nWithout --models "
+                                     "or --config the default team answers (doctor shows "
+                                     "which).",
+                         epilog=EXIT_CODES_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("question", help="the question ('-' reads it from stdin)")
     team = run.add_mutually_exclusive_group()
     team.add_argument("--models", help="comma-separated litellm models, e.g. "
@@ -59,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--context", help="background text for every agent")
     run.add_argument("--context-file", action="append", metavar="PATH",
                      help="a text file shared with every agent (repeat for more)")
-    run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument("--json", action="store_true",
+                     help="print one JSON object (session_id, status, winner, tied, dropped, "
+                          "final_answer, ...), also when interrupted")
     run.add_argument("--timeout", type=float, help="session timeout in seconds (default 600)")
     run.add_argument("--max-cost", type=float, help="stop at this cost in USD")
     run.add_argument("--max-tokens", type=int, help="stop at this many tokens in total")
@@ -67,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     evaluate.add_parser(sub)
+    models.add_parser(sub)
 
     validate = sub.add_parser("validate", help="check a config file and print the team")
     validate.add_argument("file", help="YAML file or @preset")
@@ -85,13 +112,17 @@ def build_parser() -> argparse.ArgumentParser:
     trust.set_defaults(func=cmd_trust)
 
     sessions = sub.add_parser("sessions", help="list past runs, newest first")
-    sessions.add_argument("--status", choices=[str(s) for s in RunStatus])
-    sessions.add_argument("--limit", type=int, default=20)
-    sessions.add_argument("--json", action="store_true")
+    sessions.add_argument("--status", choices=[str(s) for s in RunStatus],
+                          help="only runs that ended so (or are running)")
+    sessions.add_argument("--limit", type=int, default=20,
+                          help="how many to list (default 20)")
+    sessions.add_argument("--json", action="store_true", help="print a JSON list")
     sessions.set_defaults(func=cmd_sessions)
 
-    show = sub.add_parser("show", help="print a run's result and coordination table")
-    show.add_argument("session_id")
+    show = sub.add_parser("show", help="print a run's outcome, answer and coordination table")
+    show.add_argument("session_id", metavar="ID",
+                      help="a session id, its first characters (enough to name one), or "
+                           "'latest'")
     show.add_argument("--json", action="store_true", help="print result.json")
     show.add_argument("--html", action="store_true",
                       help="(re)write the session's report.html and print its path")
@@ -105,14 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
     prune.set_defaults(func=cmd_prune)
 
     doctor = sub.add_parser("doctor", help="show keys, local servers, the default team and why")
-    doctor.add_argument("--json", action="store_true")
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
     flags.pool_arguments(doctor)
     doctor.set_defaults(func=cmd_doctor)
 
     from massgen_mcp.cli.install import HOSTS
 
     install = sub.add_parser("install", help="add massgen to an MCP host's config")
-    install.add_argument("host", choices=list(HOSTS))
+    install.add_argument("host", choices=list(HOSTS), metavar="HOST",
+                         help="the MCP host: " + ", ".join(HOSTS))
     install.add_argument("--scope", choices=["project", "user"], default="project",
                          help="project folder config (default) or your user config")
     install.add_argument("--print", action="store_true",
@@ -121,11 +153,20 @@ def build_parser() -> argparse.ArgumentParser:
                          help="start the server with 'uvx massgen-mcp' instead of this install")
     install.set_defaults(func=cmd_install)
 
-    serve = sub.add_parser("serve", help="serve MCP (stdio by default; --http for HTTP)")
+    serve = sub.add_parser("serve", help="serve MCP (stdio by default; --http for HTTP)",
+                           description="Serve MCP over stdio (what hosts start; stdout is "
+                                       "the protocol) or, with --http, over streamable HTTP "
+                                       "with live session pages at /sessions and the "
+                                       "OpenAI-compatible /v1.")
     serve.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8765)
-    serve.add_argument("--path", default="/mcp")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="with --http: the address to listen on (default 127.0.0.1, this "
+                            "machine only; another address needs MASSGEN_MCP_TOKEN)")
+    serve.add_argument("--port", type=int, default=8765,
+                       help="with --http: the port (default 8765)")
+    serve.add_argument("--path", default="/mcp",
+                       help="with --http: where MCP is served (default /mcp); the live "
+                            "session pages are at /sessions")
     serve.add_argument("--api", choices=["both", "mcp", "openai"], default="both",
                        help="with --http: MCP at --path, the OpenAI-compatible "
                             "/v1/chat/completions and /v1/models, or both (default)")
@@ -171,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     except ListenError as exc:
         err(str(exc))
         return EXIT_LISTEN
+    except SessionNotFoundError as exc:  # the store names no face's way to list ids
+        err(f"{redact(str(exc))}; 'massgen-mcp sessions' lists them")
+        return EXIT_INPUT
     except MassgenError as exc:
         err(redact(str(exc)))
         return EXIT_INPUT

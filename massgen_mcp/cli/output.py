@@ -6,19 +6,46 @@ obeys control characters rather than showing them. One place to write means no c
 forget (``tests/test_limits.py`` checks that no other function in :mod:`massgen_mcp.cli`
 calls ``print``).
 
-Exit codes: 0 ok, 1 config or input error, 2 execution error (all agents failed), 3 timed out,
-4 cancelled or interrupted, 5 a wrong command line, 6 ``serve --http`` cannot listen.
+Exit codes, one meaning each, so a script can tell them apart (``massgen-mcp --help`` shows
+the same table, :data:`EXIT_CODES_HELP`):
+
+==  =====================================================================================
+0   ok: the team agreed on an answer
+1   a config or input error (a model string, a file, a session id); nothing was run
+2   the run failed: every agent failed, or the record could not be written
+3   the run timed out (the best answer so far is still printed)
+4   cancelled: Ctrl-C, SIGTERM, or another process cancelled it
+5   a wrong command line (an unknown flag, a missing argument): see the usage line
+6   ``serve --http`` cannot listen (the port is busy or the host is not this machine's)
+7   completed, but agents were dropped: the answer came from fewer agents than the team had
+==  =====================================================================================
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import sys
+from typing import NoReturn
 
-from massgen_mcp.core.records import RunStatus
+from massgen_mcp.core.records import ResultRecord, RunStatus
 
 EXIT_OK, EXIT_INPUT, EXIT_EXECUTION, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3, 4
 EXIT_USAGE = 5  # the command line itself is wrong (argparse's own 2 would read as execution)
 EXIT_LISTEN = 6  # serve --http cannot listen: the port is busy or the host is not ours
+# The run completed but not with the whole team: a script that takes exit 0 as "the team
+# agreed" must not get it when one agent's provider failed and two answered.
+EXIT_DROPPED = 7
+EXIT_CODES_HELP = """exit codes:
+  0  ok: the team agreed on an answer
+  1  config or input error (model string, file, session id); nothing was run
+  2  the run failed: every agent failed, or the record could not be written
+  3  the run timed out (the best answer so far is still printed)
+  4  cancelled (Ctrl-C, SIGTERM, or cancelled elsewhere)
+  5  wrong command line (unknown flag, missing argument)
+  6  serve --http cannot listen (port busy, or not this machine's address)
+  7  completed, but agents were dropped (the answer came from fewer agents)"""
 EXIT_BY_STATUS = {
     RunStatus.COMPLETED: EXIT_OK,
     RunStatus.FAILED: EXIT_EXECUTION,
@@ -26,6 +53,27 @@ EXIT_BY_STATUS = {
     RunStatus.CANCELLED: EXIT_CANCELLED,
     RunStatus.INTERRUPTED: EXIT_CANCELLED,
 }
+
+
+def exit_code(result: ResultRecord) -> int:
+    """The exit code of a finished run: by its status, except that a completed run which
+    lost agents on the way says so (:data:`EXIT_DROPPED`)."""
+    if result.status is RunStatus.COMPLETED and result.dropped:
+        return EXIT_DROPPED
+    return EXIT_BY_STATUS[result.status]
+
+
+def end_now(code: int) -> NoReturn:
+    """End the process at once with ``code``, its output flushed and its logs closed, without
+    the interpreter's teardown of every object a run left (0.5 s after a run with litellm
+    loaded, seconds on a busy machine): a cancelled run's record is closed by then, and
+    whoever pressed Ctrl-C is waiting for the prompt. Only the real binary calls it
+    (``massgen_mcp.__main__``), never code that runs inside another program."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing to keep
+            stream.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def say(text: str = "", *, err: bool = False, end: str = "\n") -> None:

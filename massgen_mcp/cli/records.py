@@ -8,16 +8,33 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import datetime
 
 from massgen_mcp.cli import flags
 from massgen_mcp.cli.output import EXIT_OK, say, say_json
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.records import EventType, RunStatus
+from massgen_mcp.core.records import EventType, RunStatus, clip
+
+QUESTION_CHARS = 60  # of the question, in a sessions line
+
+
+def when(timestamp: float | None) -> str:
+    """A start time as a person reads it, in local time: "today 14:02", "yesterday 09:15",
+    "Nov 20 14:02" this year, else "2025-11-20 14:02"."""
+    if timestamp is None:
+        return "-"
+    at = datetime.fromtimestamp(timestamp)
+    today = datetime.now().date()
+    if at.date() == today:
+        return at.strftime("today %H:%M")
+    if (today - at.date()).days == 1:
+        return at.strftime("yesterday %H:%M")
+    return at.strftime("%b %d %H:%M" if at.year == today.year else "%Y-%m-%d %H:%M")
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     service = flags.service(args)
-    sessions, _ = service.list_sessions(
+    sessions, more = service.list_sessions(
         RunStatus(args.status) if args.status else None, args.limit)
     if args.json:
         say_json(json.dumps([{**s.__dict__, "status": str(s.status)} for s in sessions],
@@ -25,38 +42,54 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not sessions:
         say(f"no sessions in {service.records_dir}")
+        return EXIT_OK
+    say(f"{'SESSION':<26}  {'STARTED':<15}  {'STATUS':<11}  {'WINNER':<6}  QUESTION")
     for s in sessions:
-        question = " ".join(s.question.split())[:60]
-        say(f"{s.session_id}  {s.status:<11} {s.winner or '-':<4} {question}")
+        question = clip(" ".join(s.question.split()), QUESTION_CHARS)[0]
+        say(f"{s.session_id}  {when(s.started_at):<15}  {s.status:<11}  {s.winner or '-':<6}"
+            f"  {question}")
+    if more:
+        say(f"(the newest {len(sessions)}; --limit N shows more)")
+    say("massgen-mcp show ID shows one (the first characters of an ID are enough; "
+        "'latest' is the newest)")
     return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from massgen_mcp.render.text import coordination_table, describe_event
+    from massgen_mcp.render.text import (
+        coordination_table,
+        describe_event,
+        other_errors,
+        outcome_line,
+    )
 
     service = flags.service(args)
+    session_id = service.find_session(args.session_id)
     if args.html:
-        path = service.write_report(args.session_id)
+        path = service.write_report(session_id)
         say(str(path))
         if args.open:
             import webbrowser
 
             webbrowser.open(path.as_uri())
         return EXIT_OK
-    record = service.record(args.session_id)
+    record = service.record(session_id)
     status, result = record.status, record.result
     if args.json:
         say_json((result or status).model_dump_json(indent=2))
         return EXIT_OK
-    say(f"session  {args.session_id}  ({status.status}, {status.finish_reason})")
+    say(f"session  {session_id}  (started {when(status.started_at)})")
     say(f"question {status.question}")
-    say(f"record   {service.folder(args.session_id)}")
-    if result and result.winner:
-        w = result.winner
-        say(f"winner   {w.label} by {w.agent_id} ({w.model}), tally {result.tally}")
+    say(f"record   {service.folder(session_id)}")
+    say("outcome  " + (outcome_line(result) if result else f"{status.status}, {status.phase}"))
+    for problem in other_errors(result) if result else []:
+        say(f"         {problem}")
+    if result and result.tally:
+        say("tally    " + ", ".join(f"{label}: {n}" for label, n in result.tally.items()))
     usage = (result or status).usage
     say(f"usage    {usage.calls} calls, {usage.prompt_tokens} prompt + "
-          f"{usage.completion_tokens} completion tokens, cost {usage.cost_usd}")
+          f"{usage.completion_tokens} completion tokens, cost "
+          f"{'unknown' if usage.cost_usd is None else f'${usage.cost_usd:.4f}'}")
     say()
     say(coordination_table(record.events, list(status.agents)))
     tool_lines = [describe_event(e) for e in record.events if e.type is EventType.TOOL_CALL]

@@ -20,9 +20,9 @@ from pydantic import ValidationError
 
 from massgen_mcp.cli import flags
 from massgen_mcp.cli.output import (
-    EXIT_BY_STATUS,
     EXIT_CANCELLED,
     err,
+    exit_code,
     say,
     say_json,
 )
@@ -32,7 +32,8 @@ from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import RunOptions, RunSpec, check_question, format_validation_error
 
 JSON_SUMMARY_KEYS = ("session_id", "status", "finish_reason", "winner", "final_answer", "tally",
-                     "timed_out", "budget_exceeded", "usage", "errors")
+                     "tie_broken", "tied", "dropped", "timed_out", "budget_exceeded", "usage",
+                     "errors")
 
 
 def spec_from(args: argparse.Namespace) -> RunSpec:
@@ -64,8 +65,11 @@ def progress(_session_id: str, event: Event) -> None:
         say(redact(line), err=True)
 
 
-async def run_one(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord, Path]:
-    """Start the run, follow it to its end (SIGTERM cancels it) and return its result."""
+async def run_one(args: argparse.Namespace, spec: RunSpec, started_ids: list[str]
+                  ) -> tuple[ResultRecord, Path]:
+    """Start the run (its id goes into ``started_ids`` at once), follow it to its end and
+    return its result. SIGTERM and Ctrl-C cancel the run: it ends ``cancelled`` and is
+    reported like any other ending (``--json`` included); a second Ctrl-C stops at once."""
     service = flags.service(args)
     if not args.quiet:
         service.add_event_listener(progress)
@@ -73,25 +77,43 @@ async def run_one(args: argparse.Namespace, spec: RunSpec) -> tuple[ResultRecord
     cancels: list[asyncio.Task[Any]] = []  # owned: awaited before the service closes
     try:
         started = await service.start(spec)
+        started_ids.append(started.session_id)
         for note in started.notes:
             err(note)
         if not args.quiet:
             say(f"session {started.session_id} · record in {started.record_dir}", err=True)
-        loop.add_signal_handler(signal.SIGTERM, lambda: cancels.append(loop.create_task(
-            service.cancel(started.session_id))))
+
+        def cancel() -> None:
+            cancels.append(loop.create_task(service.cancel(started.session_id)))
+
+        def interrupt() -> None:
+            loop.remove_signal_handler(signal.SIGINT)  # the next Ctrl-C: KeyboardInterrupt
+            cancel()
+
+        loop.add_signal_handler(signal.SIGTERM, cancel)
+        loop.add_signal_handler(signal.SIGINT, interrupt)
         await service.wait(started.session_id, None, until_done=True)
         return await service.result(started.session_id), started.record_dir
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
+        loop.remove_signal_handler(signal.SIGINT)
         await asyncio.gather(*cancels, return_exceptions=True)  # a finished run: nothing to do
         await service.aclose()  # Ctrl-C: the run is cancelled and its record closed
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from massgen_mcp.render.text import other_errors, outcome_line
+
     spec = spec_from(args)
+    started_ids: list[str] = []
     try:
-        result, folder = asyncio.run(run_one(args, spec))
-    except KeyboardInterrupt:
+        result, folder = asyncio.run(run_one(args, spec, started_ids))
+    except KeyboardInterrupt:  # Ctrl-C before the run had started, or pressed twice
+        session_id = started_ids[0] if started_ids else None
+        if args.json:  # a script still learns which record to look at
+            say_json(json.dumps({"session_id": session_id, "status": str(RunStatus.CANCELLED)},
+                                indent=2))
+        err("interrupted" + (f"; session {session_id} cancelled" if session_id else ""))
         return EXIT_CANCELLED
     if args.json:
         data = result.model_dump(mode="json")
@@ -101,8 +123,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         say_json(redact(json.dumps(summary, ensure_ascii=False, indent=2)))
     elif result.final_answer is not None:
         say(redact(result.final_answer))
-    if result.status is not RunStatus.COMPLETED or result.budget_exceeded:
-        err(f"run ended {result.status} ({result.finish_reason}); record: {folder}")
-        for problem in result.errors:
-            err(f"  {problem}")
-    return EXIT_BY_STATUS[result.status]
+    line = redact(outcome_line(result))
+    if result.status is not RunStatus.COMPLETED or result.dropped or result.budget_exceeded:
+        err(f"{line}; record: {folder}")  # a problem: said even with --quiet
+        for problem in other_errors(result):
+            err(f"  {redact(problem)}")
+    elif not args.quiet:
+        err(line)
+    return exit_code(result)

@@ -21,17 +21,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from massgen_mcp.service import ConsensusService
 
     async def survey() -> SetupView:
+        pool = flags.pool(args)
+        if pool is None:  # no pool: redis may not even be installed
+            service = flags.service(args)
+            try:
+                return await service.check_setup()
+            finally:
+                await service.aclose()
         from redis.exceptions import RedisError
 
         from massgen_mcp.pool.live import redact_url
 
-        pool = flags.pool(args)
-        service = (await ConsensusService.pool(pool, flags.home(args)) if pool
-                   else flags.service(args))
+        service = await ConsensusService.pool(pool, flags.home(args))
         try:
             return await service.check_setup()
         except RedisError as exc:  # a wrong password or address: say so, not a traceback
-            assert pool is not None
             raise PoolUnavailableError(
                 f"the pool's Redis ({redact_url(pool.url)}) refused: {str(exc).rstrip('.')}; "
                 "check the address and password in --redis (or MASSGEN_REDIS_URL)") from None
@@ -43,7 +47,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         say_json(setup.model_dump_json(indent=2))
         return EXIT_OK
     say("API keys:      " + (", ".join(setup.providers_with_keys) or "none found"))
-    clis = [f"{c.model} ({'logged in' if c.logged_in else 'not logged in'}, {c.path})"
+    clis = [f"{c.model} {c.version or '(version unknown)'} "
+            f"({'logged in' if c.logged_in else 'not logged in'}, {c.path})"
+            + (f" REFUSED: {c.refused}" if c.refused else "")
             for c in setup.coding_clis]
     say("coding CLIs:   " + ("; ".join(clis) or "none on PATH (claude, codex, gemini)"))
     servers = [f"{s.url} ({', '.join(s.models[:3])})" for s in setup.local_servers]
@@ -94,22 +100,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError("--redis: a pool front end serves over HTTP; add --http (hosts "
                           "that spawn a stdio server run it embedded)")
     else:
+        from massgen_mcp._version import __version__
+        from massgen_mcp.core.files import default_home
+
+        records = (home or default_home()).resolve() / "sessions"
+        # stderr: on stdio, stdout is the protocol. Hosts show this line in their MCP logs.
+        say(f"massgen-mcp {__version__}: serving MCP on stdio; records and each run's "
+            f"report.html in {records}; live session pages: massgen-mcp serve --http, then "
+            "http://127.0.0.1:8765/sessions", err=True)
         serve_stdio(home, tasks=args.tasks)
     return EXIT_OK
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from massgen_mcp.pool.worker import PoolWorker
-    from massgen_mcp.providers.registry import shared_router
-    from massgen_mcp.server.transports import configure_logging
-    from massgen_mcp.sessions.store import SessionStore
-
-    pool = flags.pool(args)
+    pool = flags.pool(args)  # first: without the pool extra, the imports below would fail
     if pool is None:
         raise ConfigError("worker: give the pool's Redis with --redis redis://host:6379/0 "
                           "(or set MASSGEN_REDIS_URL)")
     if not 1 <= args.concurrency <= 1000:
         raise ConfigError("--concurrency: between 1 and 1000 runs at once")
+    from massgen_mcp.pool.worker import PoolWorker
+    from massgen_mcp.providers.registry import shared_router
+    from massgen_mcp.server.transports import configure_logging
+    from massgen_mcp.sessions.store import SessionStore
+
     home = Path(args.home) if args.home else None
     configure_logging(home, log_file=None)
     worker = PoolWorker(pool, SessionStore(home), shared_router(),

@@ -8,13 +8,15 @@ secret (provider messages pass through :func:`massgen_mcp.core.secrets.redact` f
 MassgenError
 ├── ConfigError            bad config file, model string, option or tool input (exit code 1)
 │   ├── UntrustedConfigError  a project config or a call needs the user's consent first
-│   └── UnknownTeamError      a team model name (massgen/...) that names no team
+│   ├── UnknownTeamError      a team model name (massgen/...) that names no team
+│   └── EndpointUnreachableError  a model's server takes no connection (checked before a run)
 ├── ProviderError          one model call failed after retries; carries .retryable, .status_code
 ├── SessionNotFoundError   no session with that id in this store
 ├── SessionStateError      the session is in a state that does not allow the request
 │   └── RunNotFinishedError  it has no result yet; carries .session_id and .status
 ├── RecordWriteError       the record folder cannot be written (disk full, I/O, permissions)
 ├── PoolUnavailableError   a worker pool's Redis did not take a run (front ends of a pool)
+├── ModelDownloadError     ``models pull`` could not download, or refused, a model file
 └── ListenError            serve --http cannot listen on its address (exit code 6)
 ```
 """
@@ -43,6 +45,11 @@ class UntrustedConfigError(ConfigError):
 
 class UnknownTeamError(ConfigError):
     """A team model name that names no team."""
+
+
+class EndpointUnreachableError(ConfigError):
+    """A model's server (its base_url, or Ollama) takes no connection, so a run is not
+    started: the message names the URL, why, and what to do."""
 
 
 class ProviderError(MassgenError):
@@ -92,6 +99,10 @@ class RecordWriteError(MassgenError):
 
 class PoolUnavailableError(MassgenError):
     """The worker pool's Redis could not be reached, so a run was not queued."""
+
+
+class ModelDownloadError(MassgenError):
+    """A model file could not be downloaded, or did not match its pins and was deleted."""
 
 
 class ListenError(MassgenError):

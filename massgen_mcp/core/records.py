@@ -289,6 +289,24 @@ class ResultRecord(VersionedRecord):
     def budget_exceeded(self) -> bool:
         return self.finish_reason is FinishReason.BUDGET_EXCEEDED
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tied(self) -> list[str]:
+        """The labels that shared the most votes when the winner came by tie-break (the
+        agent listed first in the team won it), else empty: "consensus" alone would hide
+        that a three-way split was settled by config order, not by the votes."""
+        if not self.tie_broken or self.winner is None:
+            return []
+        best = self.tally.get(self.winner.label, 0)
+        return sorted(label for label, n in self.tally.items() if n == best)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def dropped(self) -> dict[str, str]:
+        """Agent id -> why it was dropped, for every agent that did not last the run."""
+        return {aid: agent.dropped_reason for aid, agent in self.agents.items()
+                if agent.dropped_reason is not None}
+
 
 class RequestRecord(VersionedRecord):
     """What a run was asked (``request.json``): enough to resume or continue it."""

@@ -6,7 +6,7 @@ doc; :meth:`Setting.read` reads the environment *at call time* (the tests, and a
 changes the environment, see the new value at once) and turns a bad value into a
 :class:`~massgen_mcp.core.errors.ConfigError` that names the variable and what a good value
 looks like, instead of a bare ``ValueError`` from deep inside. An unset or empty variable means
-the default. The README's settings table is :func:`markdown_table`'s output.
+the default. docs/config.md's settings table is :func:`markdown_table`'s output.
 
 Provider keys (``OPENAI_API_KEY``, ...) are not settings: they belong to the providers and
 are read where a run needs them (:mod:`massgen_mcp.core.env`).
@@ -15,6 +15,7 @@ are read where a run needs them (:mod:`massgen_mcp.core.env`).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -48,7 +49,7 @@ class Setting(Generic[T]):
 
     @property
     def default_text(self) -> str:
-        """The default as the README shows it."""
+        """The default as docs/config.md shows it."""
         if self.default is None:
             return "(none)"
         if isinstance(self.default, bool):
@@ -102,6 +103,12 @@ def _names(raw: str) -> tuple[str, ...]:
     return tuple(raw.replace(" ", "").split(","))
 
 
+def _base_url(raw: str) -> str:
+    if not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", raw):
+        raise ValueError(raw)
+    return raw.rstrip("/")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting, by the name the code uses."""
@@ -111,6 +118,8 @@ class Settings:
     max_parallel_per_provider: Setting[int]
     local_model: Setting[Path | None]
     local_threads: Setting[int | None]
+    hf_endpoint: Setting[str]
+    models_file: Setting[Path | None]
     clis: Setting[tuple[str, ...] | None]
     redis_url: Setting[str | None]
     pool_recheck_s: Setting[float]
@@ -134,19 +143,27 @@ SETTINGS = Settings(
                  "a folder path"),
     local_ports=Setting("MASSGEN_LOCAL_PORTS", _ports, None,
                         "ports probed for local OpenAI-compatible servers (default: Ollama "
-                        "11434, LM Studio 1234, llama.cpp 8080)",
+                        "11434, LM Studio 1234, vLLM 8000, llama.cpp 8080)",
                         "comma-separated port numbers, e.g. 11434,1234"),
     max_parallel_per_provider=Setting(
         "MASSGEN_MAX_PARALLEL_PER_PROVIDER", _positive_int, 16,
         "model calls at once per provider endpoint, in this process", "a whole number >= 1"),
     local_model=Setting("MASSGEN_LOCAL_MODEL", _path, None,
-                        "a .gguf file the embedded model (local/<its stem>) uses instead of "
-                        "the bundled one", "a path to a .gguf file"),
+                        "the default team's embedded model instead of the bundled one: a "
+                        "pulled model's name (massgen-mcp models list), or a .gguf file "
+                        "(local/<its stem>)", "a model name or a path to a .gguf file"),
     # 512 is llama.cpp's own limit (GGML_MAX_N_THREADS).
     local_threads=Setting("MASSGEN_LOCAL_THREADS", _between(int, 1, 512), None,
                           "CPU threads the embedded model runs on (default: every core, up "
                           "to 8); fewer keeps it fast on a machine that is busy with other work",
                           "a whole number from 1 to 512"),
+    hf_endpoint=Setting("MASSGEN_HF_ENDPOINT", _base_url, "https://huggingface.co",
+                        "where `massgen-mcp models pull` downloads from: a Hugging Face hub "
+                        "mirror (files are still checked against their pinned SHA-256)",
+                        "an http(s):// URL, e.g. https://huggingface.co"),
+    models_file=Setting("MASSGEN_MODELS_FILE", _path, None,
+                        "a YAML list of more GGUF models for `massgen-mcp models` (name, repo, "
+                        "revision, file, size, sha256, license each)", "a path to a YAML file"),
     clis=Setting("MASSGEN_CLIS", _names, None,
                  "which coding-agent CLIs are looked for (default all: claude,codex,gemini; "
                  "none: no CLI); MASSGEN_<NAME>_PATH pins one CLI's executable",
@@ -181,7 +198,7 @@ SETTINGS = Settings(
 
 
 def markdown_table() -> str:
-    """The settings as the README's table."""
+    """The settings as docs/config.md's table."""
     rows = ["| Variable | Default | What it does |", "|---|---|---|"]
     rows += [f"| `{s.env}` | {s.default_text} | {s.doc} |" for s in SETTINGS.all()]
     return "\n".join(rows) + "\n"

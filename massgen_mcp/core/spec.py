@@ -8,6 +8,7 @@ once, with messages that name the field and the fix, so the engine can trust wha
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -23,6 +24,7 @@ from pydantic import (
 from massgen_mcp.core.edges import check_text, has_control_characters
 from massgen_mcp.core.env import VAR_REFERENCE, getenv
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.model_names import model_problem
 from massgen_mcp.core.secrets import register_secret
 
 MAX_AGENTS = 8
@@ -144,6 +146,9 @@ class AgentSpec(BaseModel):
                 "expected a litellm model string such as 'openai/gpt-4o-mini' or "
                 "'anthropic/claude-sonnet-4-5' (no spaces)"
             )
+        problem = model_problem(value)  # litellm would say so only at the first call
+        if problem:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
@@ -156,7 +161,11 @@ class AgentSpec(BaseModel):
             raise ValueError(f"model {self.model!r}: a coding-agent CLI is cli/<name> or "
                              f"cli/<name>/<model>, with <name> one of {', '.join(CLI_NAMES)}")
         for name in _NOT_FOR_CLI:
-            if name in self.model_fields_set:
+            # A setting given with its default value asks for nothing: a team rebuilt from
+            # its own dump (run --timeout, with_overrides) passes temperature=None.
+            field = type(self).model_fields[name]
+            if (name in self.model_fields_set
+                    and getattr(self, name) != field.get_default(call_default_factory=True)):
                 raise ValueError(f"{name}: not available for a coding-agent CLI agent "
                                  f"({self.model}); remove it (the CLI runs read-only with "
                                  "its own settings)")
@@ -334,25 +343,38 @@ def check_question(text: str, field: str = "question") -> str:
 
 def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
     """Turn a pydantic error into one line per problem: ``agents[0].temperature: <why>``."""
-    lines = []
+    return "\n".join(f"{prefix}{path}: {message}" if path else
+                     f"{prefix.rstrip('.') or 'input'}: {message}"
+                     for path, message in validation_problems(exc))
+
+
+def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
+    """Each problem of a pydantic error as (key path, why): ``("agents[0].temperature",
+    "Input should be ...")``; the path is "" for the whole input. A file format that names
+    its keys otherwise (MassGen YAML) renames the paths."""
+    problems = []
     for err in exc.errors():
         path = ""
         for part in err["loc"]:
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-        where = f"{prefix}{path}" if path else prefix.rstrip(".") or "input"
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             message = "unknown key; remove it (see the README for the accepted keys)"
-        lines.append(f"{where}: {message}")
-    return "\n".join(lines)
+        problems.append((path, message))
+    return problems
 
 
-def build_team(data: dict[str, Any], *, source: str = "config") -> TeamConfig:
-    """Validate plain data into a TeamConfig, raising ConfigError with named fields."""
+def build_team(data: dict[str, Any], *, source: str = "config",
+               rename: Callable[[str], str] | None = None) -> TeamConfig:
+    """Validate plain data into a TeamConfig, raising ConfigError with named fields;
+    ``rename`` gives a field's path as the caller's input names it (``models[0]`` for
+    ``agents[0].model``)."""
     try:
         team = TeamConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{source} is invalid:\n{format_validation_error(exc)}") from None
+        lines = (format_validation_error(exc) if rename is None else "\n".join(
+            f"{rename(path)}: {why}" for path, why in validation_problems(exc)))
+        raise ConfigError(f"{source} is invalid:\n{lines}") from None
     for agent in team.agents:
         if agent.api_key is not None:
             register_secret(agent.api_key.get_secret_value())

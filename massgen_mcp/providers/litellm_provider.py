@@ -12,6 +12,7 @@ import contextlib
 import gc
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -23,12 +24,16 @@ from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.secrets import RedactingFormatter, redact
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion, ToolCall
+from massgen_mcp.providers.endpoints import connect_failure, endpoint_of, unreachable_message
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
 # Sent to self-hosted endpoints that need no key, so litellm never falls back to (and leaks)
 # OPENAI_API_KEY from the environment to an arbitrary base_url.
 _PLACEHOLDER_KEY = "no-key-needed"
+# litellm names its exceptions "litellm.BadRequestError: ..."; only that prefix goes (a plain
+# replace of "litellm." also cut its links, docs.litellm.ai, into docs.ai).
+_CLASS_PREFIX = re.compile(r"(?<![\w./])litellm\.(?=[A-Z])")
 
 
 def load_litellm() -> ModuleType:
@@ -118,8 +123,7 @@ def map_error(exc: Exception, litellm: ModuleType) -> ProviderError:
     status = status if isinstance(status, int) else None
     # litellm quotes the whole traceback of a response it could not convert: keep the why.
     text = redact(str(exc)).split("Traceback (most recent call last)")[0].replace("\n", " ")
-    for prefix in ("litellm.", "OpenAIException - "):
-        text = text.replace(prefix, "")
+    text = _CLASS_PREFIX.sub("", text).replace("OpenAIException - ", "")
     message = text[:400]
     errors = litellm.exceptions
     if isinstance(exc, errors.ContentPolicyViolationError):
@@ -154,7 +158,16 @@ def _cost(response: Any) -> float | None:
 
 
 class LiteLLMProvider:
-    """The default provider: one litellm ``acompletion`` per call, no retries of its own."""
+    """The default provider: one litellm ``acompletion`` per call, no retries of its own.
+
+    A connection that cannot be made to a server the user runs (a ``base_url``, Ollama) that
+    has never answered in this process is not worth a retry (nothing listens, the name does
+    not resolve, it is not TLS): the call fails at once, naming the URL
+    (:mod:`massgen_mcp.providers.endpoints`). Once it has answered, the same failure is a blip
+    and is retried like any other, as is every connection failure to a hosted API."""
+
+    def __init__(self) -> None:
+        self._answered: set[tuple[str, str]] = set()  # (provider, base_url) that replied
 
     async def complete(
         self,
@@ -205,7 +218,16 @@ class LiteLLMProvider:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise map_error(exc, litellm) from None
+            why = connect_failure(exc)
+            if why is None:
+                raise map_error(exc, litellm) from None
+            url = endpoint_of(agent)
+            # A hosted API that fails to connect is a network blip (DNS, Wi-Fi) until shown
+            # otherwise: retried as before. A server the user runs fails at once.
+            raise ProviderError(unreachable_message(agent, url, why),
+                                retryable=url is None or self._key(agent) in self._answered,
+                                kind="unreachable") from None
+        self._answered.add(self._key(agent))
         return Completion(
             content=message.content,
             tool_calls=calls,
@@ -214,3 +236,7 @@ class LiteLLMProvider:
             cost_usd=_cost(response),
             latency_s=time.perf_counter() - started,
         )
+
+    @staticmethod
+    def _key(agent: AgentSpec) -> tuple[str, str]:
+        return agent.provider, agent.base_url or ""

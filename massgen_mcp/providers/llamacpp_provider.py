@@ -6,7 +6,7 @@ from PyPI on first use (:mod:`.local_model`); any other GGUF file is used by set
 
 llama.cpp comes prebuilt, from the ``xllamacpp`` wheel (Xorbits, MIT; Linux x86_64/arm64,
 macOS, Windows), not from llama-cpp-python, which PyPI has only as source: installing it
-compiled llama.cpp for ~5 minutes. The README's "The embedded model" has the comparison.
+compiled llama.cpp for ~5 minutes. docs/embedded-model.md has the comparison.
 
 A tiny model cannot be trusted to call tools, so the workflow decision is generated under a JSON
 grammar built from the tools offered on the turn: the reply is always a well-formed ``vote``

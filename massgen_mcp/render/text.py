@@ -1,8 +1,17 @@
-"""Plain-text views of a run for people: progress lines and the coordination table."""
+"""Plain-text views of a run for people: progress lines, the one line on how a run ended
+(shared by the CLI, ``show`` and the HTML report), and the coordination table."""
 
 from __future__ import annotations
 
-from massgen_mcp.core.records import Decision, Event, EventType, clip
+from massgen_mcp.core.records import (
+    Decision,
+    Event,
+    EventType,
+    FinishReason,
+    ResultRecord,
+    RunStatus,
+    clip,
+)
 
 PROGRESS_CHARS = 80  # one progress line per event fits a terminal
 # How coordination ended (records.Decision), in words.
@@ -12,6 +21,72 @@ DECIDED: dict[str, str] = {Decision.ALL_VOTED: "every agent voted",
 
 def _short(text: str | None, limit: int = PROGRESS_CHARS) -> str:
     return clip(" ".join((text or "").split()), limit)[0]
+
+
+# Finish reasons the status already says ("cancelled (cancelled)" says nothing more).
+_SAID_BY_STATUS = (None, FinishReason.CONSENSUS, FinishReason.CANCELLED, FinishReason.TIMEOUT,
+                   FinishReason.INTERRUPTED)
+
+
+def _votes(n: int) -> str:
+    return f"{n} vote{'' if n == 1 else 's'}"
+
+
+def tie_among(tally: dict[str, int]) -> str | None:
+    """"A1, B1, C1 (1 vote each)" when several answers share the most votes, else None."""
+    best = max(tally.values(), default=0)
+    tied = sorted(label for label, n in tally.items() if n == best)
+    if best == 0 or len(tied) < 2:
+        return None
+    return f"{', '.join(tied)} ({_votes(best)} each)"
+
+
+def winner_phrase(result: ResultRecord) -> str | None:
+    """Who won and how: "A1 by agent_a (openai/a) with 2 of 3 votes", or "... by tie-break
+    among A1, B1, C1 (1 vote each)" when the votes did not decide; None without a winner."""
+    w = result.winner
+    if w is None:
+        return None
+    who = f"{w.label} by {w.agent_id} ({w.model})"
+    if result.tied:
+        votes = _votes(result.tally.get(w.label, 0))
+        return (f"{who} by tie-break among {', '.join(result.tied)} ({votes} each; the "
+                "agent listed first in the team wins a tie)")
+    total = sum(result.tally.values())
+    return f"{who} with {result.tally.get(w.label, 0)} of {_votes(total)}" if total else who
+
+
+def dropped_phrase(result: ResultRecord) -> str | None:
+    """"1 of 3 agents dropped: agent_c (openai/c): why", or None when every agent lasted."""
+    if not result.dropped:
+        return None
+    why = "; ".join(f"{aid} ({result.agents[aid].model}): {_short(reason, 160)}"
+                    for aid, reason in result.dropped.items())
+    return f"{len(result.dropped)} of {len(result.agents)} agents dropped: {why}"
+
+
+def outcome_line(result: ResultRecord) -> str:
+    """How a run ended, in one line: its status, why when it was not plain agreement, the
+    agents it lost and why, and the winner with how it won (a tie-break is named)."""
+    line = str(result.status).replace("_", " ")
+    if result.finish_reason not in _SAID_BY_STATUS:
+        line += f" ({result.finish_reason})"
+    dropped = dropped_phrase(result)
+    if dropped:
+        line += f" with {dropped}"
+    winner = winner_phrase(result)
+    if winner:
+        line += f"; {'winner' if result.status is RunStatus.COMPLETED else 'best answer'} "
+        line += winner
+    return line
+
+
+def other_errors(result: ResultRecord) -> list[str]:
+    """The result's errors that :func:`outcome_line` does not already say (each dropped
+    agent is there with its reason)."""
+    said = {f"{aid} ({result.agents[aid].model}): {reason}"
+            for aid, reason in result.dropped.items()}
+    return [e for e in result.errors if e not in said]
 
 
 def describe_event(event: Event) -> str | None:
@@ -55,7 +130,9 @@ def describe_event(event: Event) -> str | None:
         return f"{t} {who}'s turn cancelled{cut}: {event.reason}"
     if kind is EventType.CONSENSUS:
         how = DECIDED.get(event.reason or "", "")
-        return f"{t} consensus{': ' + how if how else ''}"
+        tie = tie_among(event.tally or {})
+        tied = f"; a tie among {tie}: the agent listed first wins it" if tie else ""
+        return f"{t} consensus{': ' + how if how else ''}{tied}"
     if kind in (EventType.TIMEOUT, EventType.BUDGET_EXCEEDED,
                 EventType.CANCELLED, EventType.FINAL_FALLBACK):
         detail = event.detail or event.reason or ""

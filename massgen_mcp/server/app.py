@@ -43,6 +43,7 @@ from massgen_mcp.server.views import (
     RunHandle,
     SessionPage,
     StatusView,
+    Until,
 )
 from massgen_mcp.service import ConsensusService, SetupView
 from massgen_mcp.team.context_files import Workspace
@@ -205,7 +206,8 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
         wait_s: WaitS = 0,
     ) -> RunHandle:
         """Ask a team of models to answer a question and agree on one answer. Returns a
-        session_id at once; then poll get_status(wait_s=30) and read get_result."""
+        session_id (with wait_s, the result too if the run ends by then); then call
+        get_status(wait_s=50) until done and read get_result."""
         with tools.tool_errors():
             spec = RunSpec(question=question, models=models, config=config,
                            base_url=base_url, context=context,
@@ -215,21 +217,25 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
     @tool(annotations=READ)
     async def get_status(
         session_id: SessionId, ctx: Context, wait_s: WaitS = 0,
+        until: Annotated[Until, Field(description=(
+            "with wait_s: 'done' returns when the run ends; 'change' at its next change "
+            "(live views)"))] = "done",
         after_revision: Annotated[int | None, Field(ge=0, description=(
-            "revision of the last status you saw; with wait_s, returns at once if the run "
-            "has changed since"))] = None,
+            "with until='change': the revision you last saw; returns at once if the run has "
+            "changed since"))] = None,
     ) -> StatusView:
         """Progress of a run: phase, each agent's state, votes so far, usage. With wait_s,
-        returns as soon as anything changes."""
+        waits for the run to end (sending progress notifications), so one call per wait_s
+        is enough."""
         with tools.tool_errors():
-            return await tools.get_status(tools.service_of(ctx), session_id, wait_s,
-                                          after_revision)
+            return await tools.get_status(tools.service_of(ctx), ctx, session_id, wait_s,
+                                          until, after_revision)
 
     @tool(annotations=READ, app=AppConfig(resource_uri=VIEW_URI))
     async def get_result(
         session_id: SessionId, ctx: Context,
         detail: Annotated[Detail, Field(
-            description="summary truncates each agent's answer; full returns everything")
+            description="summary clips answers and vote reasons; full returns everything")
                           ] = "summary",
     ) -> ResultView:
         """The outcome of a finished run: final answer, winner, votes with reasons, each
@@ -263,7 +269,8 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
         ctx: Context,
         wait_s: WaitS = 0,
     ) -> RunHandle:
-        """Ask the same team a follow-up; the earlier question and final answer are context."""
+        """Ask the same team a follow-up; the earlier question and final answer are context.
+        Returns a NEW session_id: poll that one with get_status, not the earlier one."""
         with tools.tool_errors():
             return await tools.continue_session(tools.service_of(ctx), ctx, session_id,
                                                 follow_up, wait_s)
@@ -327,5 +334,5 @@ def _add_resources(mcp: FastMCP) -> None:
     def consensus(question: str) -> str:
         """Get a team of models to agree on an answer to a question."""
         return (f"Use the massgen tools to get a team answer to this question:\n\n{question}\n\n"
-                "Call run_consensus, then get_status with wait_s=30 until it is done, then "
+                "Call run_consensus, then get_status with wait_s=50 until it is done, then "
                 "get_result. Report the final answer and mention the winner and the vote tally.")

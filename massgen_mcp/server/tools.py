@@ -3,7 +3,9 @@
 server/app.py only registers these with FastMCP (names, schemas, descriptions); the work is
 here, where it can be read and tested without the protocol. Runs go on in the background;
 hosts cut tool calls after ~60 s, so no tool blocks longer than its ``wait_s`` (capped at
-``MASSGEN_MCP_MAX_WAIT_S``, default 50 s).
+``MASSGEN_MCP_MAX_WAIT_S``, default 50 s). Every host turn costs the user time and tokens, so a
+wait returns when the run ends (not at each step, unless asked), and sends progress
+notifications while it waits: Claude Code resets its idle timer only on those.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from fastmcp import Context
 from fastmcp.exceptions import ToolError
 
-from massgen_mcp.core.errors import MassgenError, RunNotFinishedError
+from massgen_mcp.core.errors import MassgenError, RunNotFinishedError, SessionNotFoundError
 from massgen_mcp.core.records import RunStatus, StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
@@ -26,12 +28,14 @@ from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.server import shutdown
 from massgen_mcp.server.views import (
     NOT_FINISHED_HINT,
+    POLL_WAIT_S,
     CancelView,
     Detail,
     ResultView,
     RunHandle,
     SessionPage,
     StatusView,
+    Until,
     cancel_view,
     progress_message,
     result_view,
@@ -49,6 +53,10 @@ ROOTS_TIMEOUT_S = 5.0  # asking the client for its roots, once per run_consensus
 # draining by then (a task that steps aside then stays queued for another front end).
 STOP_POLL_S = 1.0
 TASK_HANDOFF_S = 8.0
+# A wait on a run that shows no change (a CLI agent thinking for minutes) still sends progress
+# this often: well inside Claude Code's idle limit (300 s over HTTP) once an operator raises
+# MASSGEN_MCP_MAX_WAIT_S, and a sign of life on the host's tool row meanwhile.
+QUIET_PROGRESS_S = 20.0
 
 
 def max_wait_s() -> float:
@@ -62,6 +70,8 @@ def tool_errors() -> Iterator[None]:
         yield
     except RunNotFinishedError as exc:
         raise ToolError(f"{exc}; {NOT_FINISHED_HINT}") from None
+    except SessionNotFoundError as exc:  # the store names no face's way to list ids
+        raise ToolError(f"{exc}; list_sessions shows the ids") from None
     except MassgenError as exc:
         raise ToolError(redact(str(exc))) from None
 
@@ -117,6 +127,38 @@ def progress_reporter(ctx: Context) -> StatusCallback:
     return report
 
 
+async def wait_reporting(service: ConsensusService, ctx: Context, session_id: str,
+                         wait_s: float, *, until_done: bool,
+                         after_revision: int | None = None) -> StatusRecord:
+    """:meth:`ConsensusService.wait`, sending a progress notification when it starts (where
+    the run is), on every change, and after every :data:`QUIET_PROGRESS_S` without one. It
+    ends with its run (done, cancelled, interrupted) or at ``wait_s``; a client that goes
+    away (``notifications/cancelled``, a closed session or stream) cancels this call, and the
+    wait with it."""
+    reporter = progress_reporter(ctx)
+    loop = asyncio.get_running_loop()
+    last_sent = loop.time()
+
+    async def report(status: StatusRecord) -> None:
+        nonlocal last_sent
+        last_sent = loop.time()
+        await reporter(status)
+
+    await report(await service.status(session_id))  # an unknown id fails here, at once
+    waiting = asyncio.create_task(service.wait(session_id, wait_s, until_done=until_done,
+                                               after_revision=after_revision, on_change=report))
+    try:
+        while True:
+            quiet_until = last_sent + QUIET_PROGRESS_S
+            await asyncio.wait({waiting}, timeout=max(0.0, quiet_until - loop.time()))
+            if waiting.done():
+                return waiting.result()
+            if loop.time() >= last_sent + QUIET_PROGRESS_S:
+                await report(await service.status(session_id))
+    finally:
+        waiting.cancel()
+
+
 async def run_as_task(service: ConsensusService, ctx: Context, task_id: str, spec: RunSpec
                       ) -> RunHandle:
     """Run ``spec`` to the end for an MCP task. A task delivered again (its front end died
@@ -152,20 +194,20 @@ async def run_as_task(service: ConsensusService, ctx: Context, task_id: str, spe
 
 
 async def wait_and_wrap(service: ConsensusService, ctx: Context, started: StartedRun,
-                        wait_s: float, message: str) -> RunHandle:
+                        wait_s: float, message: str,
+                        finished: str = "finished; the result is included") -> RunHandle:
     """The handle of a run just started; with ``wait_s``, wait that long for it to finish
-    (sending progress) and include the result if it did."""
+    (sending progress) and include the result if it did (then ``finished`` is the message)."""
     status = await service.status(started.session_id)
     wait = min(wait_s, max_wait_s())
     if wait > 0:
-        status = await service.wait(started.session_id, wait, until_done=True,
-                                    on_change=progress_reporter(ctx))
+        status = await wait_reporting(service, ctx, started.session_id, wait, until_done=True)
     handle = RunHandle(session_id=started.session_id, status=status.status,
                        record_dir=str(started.record_dir), message=message)
     if status.done:
         handle.result = result_view(await service.result(started.session_id),
                                     str(started.record_dir))
-        handle.message = "finished; the result is included"
+        handle.message = finished
     return handle
 
 
@@ -177,13 +219,17 @@ async def run_consensus(service: ConsensusService, ctx: Context, spec: RunSpec, 
     started = await service.start(spec, await client_root(ctx))
     return await wait_and_wrap(
         service, ctx, started, wait_s,
-        "started; call get_status with wait_s=30 until done, then get_result")
+        f"started; call get_status with wait_s={POLL_WAIT_S} until done (it returns when "
+        "the run ends), then get_result")
 
 
-async def get_status(service: ConsensusService, session_id: str, wait_s: float,
-                     after_revision: int | None) -> StatusView:
+async def get_status(service: ConsensusService, ctx: Context, session_id: str, wait_s: float,
+                     until: Until, after_revision: int | None) -> StatusView:
+    """The status now, or after waiting up to ``wait_s`` for the run to end (``until="done"``)
+    or to change (``until="change"``, since ``after_revision`` if given)."""
     wait = min(wait_s, max_wait_s())
-    status = (await service.wait(session_id, wait, after_revision=after_revision)
+    status = (await wait_reporting(service, ctx, session_id, wait, until_done=until == "done",
+                                   after_revision=after_revision)
               if wait > 0 else await service.status(session_id))
     return status_view(status)
 
@@ -206,14 +252,20 @@ async def cancel_session(service: ConsensusService, session_id: str) -> CancelVi
 async def continue_session(service: ConsensusService, ctx: Context, session_id: str,
                            follow_up: str, wait_s: float) -> RunHandle:
     started = await service.continue_session(session_id, follow_up)
-    return await wait_and_wrap(service, ctx, started, wait_s,
-                               "follow-up started; poll get_status")
+    new = f"a NEW session {started.session_id} (the earlier one, {session_id}, is unchanged)"
+    return await wait_and_wrap(
+        service, ctx, started, wait_s,
+        f"follow-up started as {new}: call get_status on the new id with "
+        f"wait_s={POLL_WAIT_S} until done, then get_result",
+        f"follow-up finished as {new}; the result is included")
 
 
 async def resume_session(service: ConsensusService, ctx: Context, session_id: str,
                          wait_s: float) -> RunHandle:
     started = await service.resume_session(session_id)
-    return await wait_and_wrap(service, ctx, started, wait_s, "resumed; poll get_status")
+    return await wait_and_wrap(
+        service, ctx, started, wait_s,
+        f"resumed; call get_status with wait_s={POLL_WAIT_S} until done, then get_result")
 
 
 def events_jsonl(service: ConsensusService, session_id: str) -> str:

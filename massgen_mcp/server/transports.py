@@ -305,11 +305,13 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
     server = create_server(home=home, auth=bearer_token_auth(token) if token else None,
                            token=token, openai_api=api in ("both", "openai"), pool=pool,
                            tasks=tasks or pool is not None)
+    origin = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     logging.getLogger(__name__).info(
-        "serving %s on http://%s:%d (token %s; %s)",
+        "serving %s on %s (token %s; %s); live session pages: %s/sessions%s",
         {"both": f"MCP at {path} and /v1", "mcp": f"MCP at {path}", "openai": "/v1"}[api],
-        host, port, "required" if token else "off",
-        f"runs on the pool at {redact_url(pool.url)}" if pool else "runs in this process")
+        origin, "required" if token else "off",
+        f"runs on the pool at {redact_url(pool.url)}" if pool else "runs in this process",
+        origin, f"?token=<{TOKEN_ENV}>" if token else "")
     from starlette.middleware import Middleware
 
     limit = SETTINGS.mcp_max_body_bytes.read()

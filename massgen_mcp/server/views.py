@@ -1,9 +1,10 @@
 """What the MCP tools return: the records, shaped and worded for the model that called.
 
 Each tool returns one of these pydantic models as structuredContent (and as text); tools/list
-carries no output schemas (see ``create_server``). Answers are clipped in summaries so a
-``get_result`` stays well under 8k tokens; the full text is always one ``detail="full"`` call or
-one resource read away. Every sentence telling the caller what to do next lives here.
+carries no output schemas (see ``create_server``). Answers and vote reasons are clipped in
+summaries so a ``get_result`` stays well under 8k tokens whatever the team's size; the full text
+is always one ``detail="full"`` call or one resource read away (result.json, the report).
+Every sentence telling the caller what to do next lives here.
 """
 
 from __future__ import annotations
@@ -28,7 +29,17 @@ from massgen_mcp.core.records import (
 
 SUMMARY_ANSWER_CHARS = 600
 SUMMARY_FINAL_CHARS = 16_000
+# A vote's reason is a sentence or two; a model that writes an essay, times eight agents,
+# would crowd the final answer out of the caller's context.
+SUMMARY_REASON_CHARS = 200
+SUMMARY_REASONS = 5  # votes whose reason a summary shows; the others keep voter and answer
 Detail = Literal["summary", "full"]
+# What a get_status wait returns on: the run's end (one call per wait_s for a host that only
+# wants the answer), or its next change (live views that redraw on every step).
+Until = Literal["done", "change"]
+# The wait_s to tell a polling host: the default cap (MASSGEN_MCP_MAX_WAIT_S), under the ~60 s
+# that Codex and Claude Desktop allow a tool call.
+POLL_WAIT_S = 50
 
 
 def report_uri(session_id: str) -> str:
@@ -87,6 +98,13 @@ class StatusView(BaseModel):
     next_step: str
 
 
+class VoteView(BaseModel):
+    voter: str
+    answer: str
+    reason: str = Field(description="clipped in summaries; empty past the first few votes")
+    reason_truncated: bool = False
+
+
 class ResultView(BaseModel):
     session_id: str
     status: RunStatus
@@ -95,9 +113,11 @@ class ResultView(BaseModel):
     final_answer_truncated: bool = False
     winner: Winner | None
     tie_broken: bool
+    tied: list[str] = Field(default_factory=list)  # labels that split the top votes
+    dropped: dict[str, str] = Field(default_factory=dict)  # agent id -> why it was dropped
     timed_out: bool
     budget_exceeded: bool
-    votes: list[VoteRecord]
+    votes: list[VoteView]
     tally: dict[str, int]
     answers: list[AnswerView]
     usage: UsageView
@@ -141,7 +161,8 @@ def status_view(status: StatusRecord) -> StatusView:
     if status.done:
         next_step = f"finished ({status.status}); call get_result to read the answer"
     else:
-        next_step = "still running; call get_status again with wait_s=30 to wait for changes"
+        next_step = (f"still running; call get_status again with wait_s={POLL_WAIT_S}: it "
+                     "returns when the run ends")
     return StatusView(
         session_id=status.session_id, status=status.status, done=status.done,
         phase=status.phase, elapsed_s=status.elapsed_s, question=status.question,
@@ -169,16 +190,36 @@ def result_view(result: ResultRecord, record_dir: str, detail: Detail = "summary
     for a in result.answers:
         text, cut = (a.content, False) if full else clip(a.content, SUMMARY_ANSWER_CHARS)
         answers.append(AnswerView(label=a.label, agent_id=a.agent_id, text=text, truncated=cut))
+    votes = ([VoteView(voter=v.voter, answer=v.answer, reason=v.reason) for v in result.votes]
+             if full else summary_votes(result.votes))
     return ResultView(
         session_id=result.session_id, status=result.status,
         finish_reason=result.finish_reason, final_answer=final,
         final_answer_truncated=final_cut, winner=result.winner, tie_broken=result.tie_broken,
+        tied=result.tied, dropped=result.dropped,
         timed_out=result.timed_out, budget_exceeded=result.budget_exceeded,
-        votes=result.votes, tally=result.tally, answers=answers,
+        votes=votes, tally=result.tally, answers=answers,
         usage=UsageView.of(result.usage), errors=result.errors, elapsed_s=result.elapsed_s,
         record_dir=record_dir, report=report_uri(result.session_id),
         parent_session_id=result.parent_session_id,
     )
+
+
+def summary_votes(votes: list[VoteRecord]) -> list[VoteView]:
+    """Every vote (who voted for what), with the reasons of at most :data:`SUMMARY_REASONS`
+    of them, each clipped: one per answer voted for comes first, so a dissent is never the
+    reason left out."""
+    first_for: dict[str, int] = {}
+    for i, vote in enumerate(votes):
+        first_for.setdefault(vote.answer, i)
+    firsts = set(first_for.values())
+    shown = set(sorted(range(len(votes)), key=lambda i: (i not in firsts, i))[:SUMMARY_REASONS])
+    views = []
+    for i, vote in enumerate(votes):
+        reason, cut = clip(vote.reason, SUMMARY_REASON_CHARS) if i in shown else ("", True)
+        views.append(VoteView(voter=vote.voter, answer=vote.answer, reason=reason,
+                              reason_truncated=cut and bool(vote.reason)))
+    return views
 
 
 def session_page(found: list[SessionSummary], next_cursor: str | None) -> SessionPage:
@@ -205,4 +246,4 @@ def progress_message(status: StatusRecord) -> str:
 
 
 # What a calling model is told to do when a run it asks about has no result yet.
-NOT_FINISHED_HINT = "poll get_status with wait_s until done"
+NOT_FINISHED_HINT = f"call get_status with wait_s={POLL_WAIT_S} until done"

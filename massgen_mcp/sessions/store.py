@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from massgen_mcp.core.errors import (
+    ConfigError,
     MassgenError,
     SessionNotFoundError,
     SessionStateError,
@@ -67,6 +68,9 @@ log = logging.getLogger(__name__)
 MIN_FREE_BYTES = 256 * 1024  # refuse to start a run that could not even write its first events
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _SESSION_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
+_ID_PREFIX = re.compile(r"[0-9A-HJKMNP-TV-Z]{1,26}")
+LATEST = "latest"  # what a person types for the newest session
+AMBIGUOUS_SHOWN = 10  # candidates named when a prefix fits several ids
 _LABEL = re.compile(r"[A-H][0-9]{1,2}")
 _R = TypeVar("_R", bound=VersionedRecord)
 
@@ -88,7 +92,7 @@ def check_session_id(session_id: str, field: str = "session_id") -> str:
     if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
         raise SessionNotFoundError(
             f"{field} {str(session_id)[:60]!r} is not a session id; ids are 26 characters "
-            "like 01JD3V6Y8T2K6Q3M1R5X0B7N4C (see list_sessions)"
+            "like 01JD3V6Y8T2K6Q3M1R5X0B7N4C"
         )
     return session_id
 
@@ -151,8 +155,7 @@ class SessionStore:
         folder = self.folder(session_id)
         if not folder.is_dir():
             raise SessionNotFoundError(
-                f"no session {session_id} in {self.sessions_dir}; use list_sessions to see ids"
-            )
+                f"no session {session_id} in {self.sessions_dir}")
         return folder
 
     def _read(self, session_id: str, name: str, kind: type[_R]) -> _R | None:
@@ -295,6 +298,33 @@ class SessionStore:
             return iter(())
         names = [p.name for p in self.sessions_dir.iterdir() if _SESSION_ID.fullmatch(p.name)]
         return iter(sorted(names, reverse=True))
+
+    def find(self, ref: str) -> str:
+        """The id a person means by ``ref``: ``latest`` (the newest session), a whole id, or
+        the start of exactly one id, in either case. People copy an id's first characters
+        from ``sessions`` or want the run they just made; a prefix that fits several ids is
+        refused with the candidates, never guessed."""
+        wanted = ref.strip().upper()
+        if wanted == LATEST.upper():
+            newest = next(self.session_ids(), None)
+            if newest is None:
+                raise SessionNotFoundError(f"no sessions yet in {self.sessions_dir}")
+            return newest
+        if not _ID_PREFIX.fullmatch(wanted):
+            raise SessionNotFoundError(
+                f"{ref[:60]!r} is not a session id, the start of one, or {LATEST!r}; ids are "
+                "26 characters like 01JD3V6Y8T2K6Q3M1R5X0B7N4C")
+        matches = [sid for sid in self.session_ids() if sid.startswith(wanted)]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise SessionNotFoundError(f"no session id starts with {wanted} in "
+                                       f"{self.sessions_dir}")
+        shown = ", ".join(matches[:AMBIGUOUS_SHOWN])
+        more = f" and {len(matches) - AMBIGUOUS_SHOWN} more" if (
+            len(matches) > AMBIGUOUS_SHOWN) else ""
+        raise ConfigError(f"{wanted} is the start of {len(matches)} session ids ({shown}"
+                          f"{more}); give more characters")
 
     def summary(self, session_id: str) -> SessionSummary | None:
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.spec import MAX_AGENTS, RunSpec, TeamConfig, build_team
 from massgen_mcp.team import consent
 from massgen_mcp.team.context_files import Workspace
-from massgen_mcp.team.massgen_yaml import load_config_file, resolve_config_path
+from massgen_mcp.team.massgen_yaml import load_config_file, preset_hint, resolve_config_path
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,10 @@ def _config_path(ref: str, workspace: Workspace) -> tuple[Path, bool]:
         if not given.is_file():
             raise ConfigError(f"config: {ref!r} does not exist or is not a file")
         return given.resolve(), True
-    workspace.path(ref, "config")  # exists, inside the workspace
+    try:
+        workspace.path(ref, "config")  # exists, inside the workspace
+    except ConfigError as exc:  # "fast_cheap" for "@fast_cheap"
+        raise ConfigError(f"{exc}{preset_hint(ref)}") from None
     # Consent is recorded for the file where it is reached (massgen_mcp.team.consent.place).
     return Path(os.path.abspath(workspace.root / ref)), False
 
@@ -87,7 +91,8 @@ def _team_from_models(models: list[str]) -> TeamConfig:
         model, _, own_url = spec.partition("@")
         agents.append({"id": f"agent_{chr(ord('a') + i)}", "model": model,
                        "base_url": own_url or None})
-    return build_team({"agents": agents}, source="models")
+    return build_team({"agents": agents}, source="models", rename=lambda path: re.sub(
+        r"^agents\[(\d+)\]\.(model|base_url)$", r"models[\1]", path))
 
 
 def with_overrides(team: TeamConfig, options: dict[str, Any], base_url: str | None = None, *,

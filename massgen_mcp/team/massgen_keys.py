@@ -6,7 +6,8 @@ it would silently change the run. :func:`check_keys` applies that rule to one ma
 
 * a key we implement: fine;
 * a MassGen key from :data:`UPSTREAM`: a warning naming it and what it would have done upstream;
-* close to a key we implement (difflib ratio >= 0.8): an error, "did you mean ...?";
+* close to a key we implement (difflib ratio >= 0.8): a problem, "did you mean ...?" (every
+  problem of a file is reported at once, so the caller collects them);
 * anything else: a warning (a newer MassGen key, or a key of another tool).
 
 The catalogue was taken from MassGen's documentation and example configs (``basic/``,
@@ -17,8 +18,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-
-from massgen_mcp.core.errors import ConfigError
 
 TYPO_CUTOFF = 0.8
 
@@ -101,10 +100,11 @@ UPSTREAM: dict[str, dict[str, str]] = {
 
 
 def check_keys(mapping: Iterable[str], where: str, section: str, implemented: Iterable[str],
-               warnings: list[str], *, reasons: dict[str, str] | None = None) -> None:
-    """Apply the rule above to the keys of one mapping. ``where`` prefixes messages
-    (``agents[0].backend``); ``reasons`` replaces the upstream note for some keys (what a
-    CLI agent does instead)."""
+               warnings: list[str], problems: list[str], *,
+               reasons: dict[str, str] | None = None) -> None:
+    """Apply the rule above to the keys of one mapping, adding to ``warnings`` and
+    ``problems``. ``where`` prefixes messages (``agents[0].backend``); ``reasons`` replaces
+    the upstream note for some keys (what a CLI agent does instead)."""
     implemented = set(implemented)
     upstream = UPSTREAM[section]
     prefix = f"{where}." if where else ""
@@ -119,6 +119,6 @@ def check_keys(mapping: Iterable[str], where: str, section: str, implemented: It
                             "massgen-mcp)")
         elif close := difflib.get_close_matches(key, sorted(implemented), n=1,
                                                 cutoff=TYPO_CUTOFF):
-            raise ConfigError(f"{prefix}{key}: unknown key; did you mean {close[0]!r}?")
+            problems.append(f"{prefix}{key}: unknown key; did you mean {close[0]!r}?")
         else:
             warnings.append(f"{prefix}{key}: not a key massgen-mcp knows; ignored")

@@ -18,8 +18,17 @@ from pydantic import ValidationError
 
 from massgen_mcp.core.env import VAR_REFERENCE, getenv
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.model_names import bare_model_guess
 from massgen_mcp.core.secrets import looks_secret, register_secret
-from massgen_mcp.core.spec import MAX_AGENTS, McpServerSpec, TeamConfig, build_team
+from massgen_mcp.core.spec import (
+    MAX_AGENTS,
+    AgentSpec,
+    McpServerSpec,
+    RunOptions,
+    TeamConfig,
+    build_team,
+    validation_problems,
+)
 from massgen_mcp.team.massgen_keys import check_keys
 from massgen_mcp.team.safe_yaml import parse_yaml, read_config_text
 
@@ -160,23 +169,25 @@ def _infer_provider(model: str, where: str) -> str:
     ):
         if model.startswith(prefix):
             return provider
-    raise ConfigError(
-        f"{where}: cannot tell the provider of model {model!r}; set backend.type "
-        "(e.g. type: openai) or write the model as provider/model"
-    )
+    guess = bare_model_guess(model)
+    hint = (f"did you mean {guess!r}? Or " if guess else "") + (
+        "set backend.type (e.g. type: openai) or write the model as provider/model")
+    raise ConfigError(f"{where}.model: cannot tell the provider of model {model!r}; {hint}")
 
 
-def _agent(raw: Any, index: int, warnings: list[str]) -> dict[str, Any]:
+def _agent(raw: Any, index: int, warnings: list[str], problems: list[str]) -> dict[str, Any]:
+    """One agent's fields; misspelt keys go to ``problems``, the first other problem of the
+    agent is raised (what follows from it would only repeat it)."""
     where = f"agents[{index}]"
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping with id, backend and system_message")
-    check_keys(raw, where, "agent", _AGENT_KEYS, warnings)
+    check_keys(raw, where, "agent", _AGENT_KEYS, warnings, problems)
     backend = raw.get("backend")
     if not isinstance(backend, dict):
         raise ConfigError(f"{where}.backend: required mapping with at least type and model")
     if backend.get("type") in CLI_BACKENDS:
-        return _cli_agent(raw, backend, where, index, warnings)
-    check_keys(backend, f"{where}.backend", "backend", _BACKEND_KEYS, warnings)
+        return _cli_agent(raw, backend, where, index, warnings, problems)
+    check_keys(backend, f"{where}.backend", "backend", _BACKEND_KEYS, warnings, problems)
     model, base_url = _model_string(backend, f"{where}.backend")
     agent = {
         "id": raw.get("id", f"agent{index + 1}"),
@@ -200,11 +211,12 @@ def _agent(raw: Any, index: int, warnings: list[str]) -> dict[str, Any]:
 
 
 def _cli_agent(raw: dict[str, Any], backend: dict[str, Any], where: str, index: int,
-               warnings: list[str]) -> dict[str, Any]:
+               warnings: list[str], problems: list[str]) -> dict[str, Any]:
     """An agent of a MassGen CLI backend (claude_code, codex, gemini_cli): the keys that mean
     something for a read-only panel member map, the others are named in a warning."""
     known = {"type", "model", "base_url", "api_key", "api_key_env", *_CLI_SYSTEM_KEYS}
-    check_keys(backend, f"{where}.backend", "backend", known, warnings, reasons=_CLI_IGNORED)
+    check_keys(backend, f"{where}.backend", "backend", known, warnings, problems,
+               reasons=_CLI_IGNORED)
     model, base_url = _model_string(backend, f"{where}.backend")
     system = raw.get("system_message")
     for key in _CLI_SYSTEM_KEYS:  # Claude Code's names for the same thing
@@ -231,17 +243,34 @@ def _api_key_reference(agent: dict[str, Any], backend: dict[str, Any], where: st
         agent["api_key_env"] = name
 
 
-def _options(data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
-    options: dict[str, Any] = dict(data.get("options") or {})
+# MassGen keys that set one of our options directly: the key a problem with it is named by.
+_OPTION_KEYS = {
+    "max_new_answers_per_agent": "max_answers_per_agent",
+    "skip_final_presentation": "skip_final_presentation",
+    "answer_novelty_requirement": "answer_novelty",
+    "max_orchestration_restarts": "max_orchestration_restarts",
+}
+
+
+def _options(data: dict[str, Any], warnings: list[str], problems: list[str],
+             origin: dict[str, str]) -> dict[str, Any]:
+    """The run options the file sets; ``origin`` gets the file's key path of each option
+    set from a MassGen key, so a bad value is named where it was written."""
+    given = data.get("options") or {}
+    if not isinstance(given, dict):
+        problems.append("options: expected a mapping of run options")
+        given = {}
+    options: dict[str, Any] = dict(given)
     orchestrator = data.get("orchestrator") or {}
     if not isinstance(orchestrator, dict):
-        raise ConfigError("orchestrator: expected a mapping")
-    check_keys(orchestrator, "orchestrator", "orchestrator", _ORCHESTRATOR_KEYS, warnings)
+        problems.append("orchestrator: expected a mapping")
+        orchestrator = {}
+    check_keys(orchestrator, "orchestrator", "orchestrator", _ORCHESTRATOR_KEYS, warnings,
+               problems)
     for key, value in orchestrator.items():
-        if key == "max_new_answers_per_agent":
-            options["max_answers_per_agent"] = value
-        elif key == "skip_final_presentation":
-            options["skip_final_presentation"] = value
+        if key in _OPTION_KEYS:
+            options[_OPTION_KEYS[key]] = value
+            origin[_OPTION_KEYS[key]] = f"orchestrator.{key}"
         elif key == "final_answer_strategy":
             if value == "winner_reuse":
                 options["skip_final_presentation"] = True
@@ -249,26 +278,27 @@ def _options(data: dict[str, Any], warnings: list[str]) -> dict[str, Any]:
                 warnings.append("orchestrator.final_answer_strategy: 'synthesize' is not "
                                 "supported; the winner presents (winner_present)")
             elif value != "winner_present":
-                raise ConfigError("orchestrator.final_answer_strategy: use winner_present "
-                                  "or winner_reuse")
+                problems.append("orchestrator.final_answer_strategy: use winner_present or "
+                                "winner_reuse")
         elif key == "context_paths":
-            options["workspace_tools"] = True
-            options["context_paths"] = _context_paths(value, warnings)
-        elif key == "coordination_mode":
-            if value != "voting":
-                raise ConfigError(f"orchestrator.coordination_mode: {value!r} is not "
-                                  "supported; massgen-mcp implements 'voting'")
-        elif key == "answer_novelty_requirement":
-            options["answer_novelty"] = value
-        elif key == "max_orchestration_restarts":
-            options["max_orchestration_restarts"] = value
+            try:
+                options["context_paths"] = _context_paths(value, warnings)
+                options["workspace_tools"] = True
+                origin["context_paths"] = "orchestrator.context_paths"
+            except ConfigError as exc:
+                problems.append(str(exc))
+        elif key == "coordination_mode" and value != "voting":
+            problems.append(f"orchestrator.coordination_mode: {value!r} is not supported; "
+                            "massgen-mcp implements 'voting'")
     timeouts = data.get("timeout_settings") or {}
     if not isinstance(timeouts, dict):
-        raise ConfigError("timeout_settings: expected a mapping")
+        problems.append("timeout_settings: expected a mapping")
+        timeouts = {}
     check_keys(timeouts, "timeout_settings", "timeout_settings",
-               {"orchestrator_timeout_seconds"}, warnings)
+               {"orchestrator_timeout_seconds"}, warnings, problems)
     if "orchestrator_timeout_seconds" in timeouts:
         options["timeout_s"] = timeouts["orchestrator_timeout_seconds"]
+        origin["timeout_s"] = "timeout_settings.orchestrator_timeout_seconds"
     return options
 
 
@@ -311,29 +341,83 @@ def _context_paths(value: Any, warnings: list[str]) -> list[str]:
 def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded | None = None
                       ) -> tuple[TeamConfig, list[str]]:
     """Translate a MassGen-format mapping; returns the team and warnings about ignored keys.
-    ``expanded`` collects each ``${VAR}`` put into the config (a trust check needs them)."""
+    ``expanded`` collects each ``${VAR}`` put into the config (a trust check needs them).
+
+    Every problem of the file is reported at once, one line each, named by its key path in
+    the file (``agents[1].backend.model``): fixing a config one run at a time costs a
+    newcomer a run per typo."""
     used: Expanded = [] if expanded is None else expanded
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping with an 'agents' list")
     warnings: list[str] = []
-    check_keys(data, "", "top", _TOP_KEYS, warnings)
+    problems: list[str] = []
+    check_keys(data, "", "top", _TOP_KEYS, warnings, problems)
     raw_agents = data.get("agents")
     if raw_agents is None and "agent" in data:
         raw_agents = [data["agent"]]
     if not isinstance(raw_agents, list) or not raw_agents:
-        raise ConfigError("agents: required, a list of 1-8 agents")
-    if len(raw_agents) > MAX_AGENTS:
-        raise ConfigError(
+        problems.append("agents: required, a list of 1-8 agents")
+        raw_agents = []
+    elif len(raw_agents) > MAX_AGENTS:
+        problems.append(
             f"agents: {len(raw_agents)} agents; massgen-mcp runs at most {MAX_AGENTS}. Every "
             "agent reads every current answer on every turn, so a round's tokens grow with "
             f"the square of the team (a round of {len(raw_agents)} reads "
             f"~{(len(raw_agents) / 3) ** 2:.0f}x what a round of 3 does) and votes split; "
             "keep the 8 most different models")
-    agents = [_agent(_expand_backend(raw, i, used), i, warnings)
-              for i, raw in enumerate(raw_agents)]
-    data = {k: _expand(v, k, used) for k, v in data.items() if k not in ("agents", "agent")}
-    team = build_team({"agents": agents, "options": _options(data, warnings)}, source=source)
+    agents = []
+    for i, raw in enumerate(raw_agents):
+        try:
+            agent = _agent(_expand_backend(raw, i, used), i, warnings, problems)
+        except ConfigError as exc:
+            problems.append(str(exc))
+            continue
+        try:
+            AgentSpec.model_validate(agent)
+        except ValidationError as exc:
+            problems.extend(f"{_agent_path(i, path)}: {why}"
+                            for path, why in validation_problems(exc))
+        agents.append(agent)
+    origin: dict[str, str] = {}
+    options: dict[str, Any] = {}
+    try:
+        rest = {k: _expand(v, k, used) for k, v in data.items() if k not in ("agents", "agent")}
+        options = _options(rest, warnings, problems, origin)
+        RunOptions.model_validate(options)
+    except ConfigError as exc:
+        problems.append(str(exc))
+    except ValidationError as exc:
+        problems.extend(f"{_option_path(path, origin)}: {why}"
+                        for path, why in validation_problems(exc))
+    if problems:
+        raise ConfigError("\n".join(problems))
+    team = build_team({"agents": agents, "options": options}, source=source)
     return team, warnings
+
+
+# Agent fields written under another name in a MassGen file (the others keep their names,
+# under backend: except these two).
+_AGENT_RENAMED = {"web_search": "enable_web_search"}
+_AGENT_TOP = ("id", "system_message")
+
+
+def _agent_path(index: int, path: str) -> str:
+    """The file's key path of a problem pydantic names by field (``model`` of agent 1 is
+    ``agents[1].backend.model``)."""
+    field, sep, rest = path.partition(".")
+    field, bracket, more = field.partition("[")
+    tail = f"{bracket}{more}{sep}{rest}"
+    if not field:
+        return f"agents[{index}]"
+    if field in _AGENT_TOP:
+        return f"agents[{index}].{field}{tail}"
+    return f"agents[{index}].backend.{_AGENT_RENAMED.get(field, field)}{tail}"
+
+
+def _option_path(path: str, origin: dict[str, str]) -> str:
+    field, sep, rest = path.partition(".")
+    field, bracket, more = field.partition("[")
+    return f"{origin.get(field, f'options.{field}')}{bracket}{more}{sep}{rest}"
 
 
 @dataclass(frozen=True)
@@ -353,14 +437,14 @@ def read_config_file(path: str | Path) -> LoadedConfig:
     Blocking (it reads a file): call it off the event loop."""
     path = Path(path)
     text = read_config_text(path)
-    data = parse_yaml(text, str(path))
+    data = parse_yaml(text, path.name)
     expanded: Expanded = []
     try:
         team, warnings = team_from_mapping(data, source=path.name, expanded=expanded)
-    except ConfigError as exc:
-        message = str(exc)
-        raise ConfigError(message if message.startswith(path.name) else f"{path.name}: {message}"
-                          ) from None
+    except ConfigError as exc:  # one line per problem, each naming the file
+        raise ConfigError("\n".join(
+            line if line.startswith(path.name) else f"{path.name}: {line}"
+            for line in str(exc).splitlines())) from None
     return LoadedConfig(path, team, warnings, text, expanded)
 
 
@@ -386,6 +470,8 @@ def presets_dir() -> Path:
 def resolve_config_path(ref: str) -> Path:
     """``@name`` names a preset in ``configs/``; anything else is a file path."""
     if not ref.startswith("@"):
+        if not Path(ref).exists() and (hint := preset_hint(ref)):
+            raise ConfigError(f"config file {ref!r} does not exist{hint}")
         return Path(ref)
     name = ref[1:]
     path = presets_dir() / f"{name}.yaml"
@@ -394,6 +480,16 @@ def resolve_config_path(ref: str) -> Path:
         raise ConfigError(f"config {ref!r}: no such preset; presets: "
                           + ", ".join(f"@{k}" for k in known))
     return path
+
+
+def preset_hint(ref: str) -> str:
+    """``"; did you mean '@fast_cheap' (a preset)?"`` when ``ref``, which names no file, is a
+    preset's name without its ``@`` (or close to one), else ``""``."""
+    if "/" in ref or "\\" in ref:
+        return ""
+    known = sorted(p.stem for p in presets_dir().glob("*.yaml"))
+    close = difflib.get_close_matches(ref.removesuffix(".yaml"), known, n=1, cutoff=0.8)
+    return f"; did you mean '@{close[0]}' (a preset)?" if close else ""
 
 
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_\-]{1,40}")

@@ -48,7 +48,7 @@ def parse_yaml(text: str, source: str) -> Any:
     try:  # the reader refuses control characters as soon as it is made
         loader = yaml.SafeLoader(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {source!r} is not valid YAML: {exc}") from None
+        raise _not_yaml(source, text, exc) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -56,11 +56,31 @@ def parse_yaml(text: str, source: str) -> Any:
         _check_expanded_size(node, source)
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {source!r} is not valid YAML: {exc}") from None
+        raise _not_yaml(source, text, exc) from None
     except RecursionError:
         raise ConfigError(f"config file {source!r} nests too deeply") from None
     finally:
         loader.dispose()
+
+
+def _not_yaml(source: str, text: str, exc: yaml.YAMLError) -> ConfigError:
+    """One line naming the file, the line and column, and what is wrong there (PyYAML's
+    own text names ``<unicode string>`` and spans five lines)."""
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML does not allow
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        return ConfigError(f"{source}, line {line}, column {column}: not valid YAML: "
+                           f"unacceptable character #x{exc.character:04x} ({exc.reason}); "
+                           "remove it")
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        context = ""
+        if exc.context and exc.context_mark is not None:
+            context = (f" ({exc.context} that starts at line {exc.context_mark.line + 1}, "
+                       f"column {exc.context_mark.column + 1})")
+        return ConfigError(f"{source}, line {mark.line + 1}, column {mark.column + 1}: not "
+                           f"valid YAML: {exc.problem}{context}")
+    return ConfigError(f"{source}: not valid YAML: {exc}")
 
 
 def _check_expanded_size(root: yaml.Node, source: str) -> None:

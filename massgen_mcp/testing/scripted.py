@@ -18,7 +18,7 @@ connection.
   :class:`~massgen_mcp.providers.base.Provider` seam, for tests of the protocol and the engine
   that need neither litellm nor a socket.
 
-This module ships in the package (it is not only a test helper) because the README's demo runs
+This module ships in the package (it is not only a test helper) because the docs' demo runs
 it standalone: ``python -m massgen_mcp.testing.scripted --port 8900 --latency 0.2`` serves the
 "everyone agrees" policy (:func:`agree`), so anyone can watch a run without a key.
 """

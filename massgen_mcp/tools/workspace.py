@@ -41,7 +41,8 @@ SEARCH_TIMEOUT_S = 5.0
 
 # Never listed, read or searched: matched against every path component, case-insensitively
 # (macOS and Windows folders are), and against the name with backup decorations taken off
-# (:func:`undecorated`: ``.env~``, ``.env.bak``, ``#.env#`` are ``.env``). Listed in the README.
+# (:func:`undecorated`: ``.env~``, ``.env.bak``, ``#.env#`` are ``.env``).
+# Listed in docs/agent-tools.md.
 DENY_NAMES = (
     # environment files
     ".env", ".env.*", ".env-*", ".env_*", ".env[0-9]*", "*.env", ".envrc", ".secrets",

@@ -14,11 +14,17 @@ Every call is one child process (:mod:`.provider`, supervised by :mod:`.supervis
 * **no MCP servers of the user's** (it would start massgen-mcp inside massgen-mcp): an explicit
   empty MCP configuration, and the user's settings files are not read where the CLI allows it
   (Gemini CLI, which always reads them, gets a private home with a copy of its login);
-* **a sanitised environment** (:func:`.provider.child_env`): the variables that tell a CLI it
-  runs inside another agent session are removed, and so is every credential-named variable,
-  except the CLI's own login token; an API key reaches the child only when the agent's config
-  names one (``api_key``/``api_key_env``, with ``base_url`` for a self-hosted or test
-  endpoint);
+* **the command line of the installed version** (:mod:`.versions`): each binary is asked its
+  version and options once (cached in memory and in the user cache folder); a version that
+  cannot run read-only is refused before the run, in one line with the command that updates
+  it;
+* **a sanitised environment** (:func:`.environment.child_env`): the variables that tell a CLI
+  it runs inside another agent session are removed, and so is every credential-named
+  variable, except the CLI's own login: its login token and its own vendor's API key
+  (``ANTHROPIC_API_KEY`` for Claude Code, ``OPENAI_API_KEY``/``CODEX_API_KEY`` for Codex,
+  ``GEMINI_API_KEY`` for Gemini CLI), as in the user's shell. When the agent's config names a
+  key (``api_key``/``api_key_env``) or an endpoint (``base_url``, self-hosted or a test's),
+  that key, or a placeholder, is the only one;
 * **an owner and a clean kill** (:mod:`.supervisor`, :mod:`massgen_mcp.core.children`):
   cancellation, the per-call
   timeout (``cli_call_timeout_s``), or too much output kill everything the CLI started with

@@ -1,5 +1,6 @@
-"""What a vendor module declares about its CLI (:class:`Cli`), and the small readers of
-untrusted CLI output they share: counts, mappings, the final JSON object, a redacted tail."""
+"""What a vendor module declares about its CLI (:class:`Cli`), what a probe learned about an
+installed one (:class:`CliVersion`), and the small readers of untrusted CLI output they share:
+counts, mappings, the final JSON object, a redacted tail."""
 
 from __future__ import annotations
 
@@ -17,6 +18,20 @@ from massgen_mcp.providers.base import Completion
 
 
 @dataclass(frozen=True)
+class CliVersion:
+    """What the installed binary said about itself (:mod:`.versions`): its version as printed,
+    the options its help lists, and the feature names it lists (Codex's ``features list``)."""
+
+    version: str
+    flags: frozenset[str]
+    features: frozenset[str] = frozenset()
+
+    def supports(self, name: str) -> bool:
+        """Whether it has the option (``--name``) or the feature (``name``)."""
+        return name in self.flags or name in self.features
+
+
+@dataclass(frozen=True)
 class Cli:
     """One supported CLI: how to find it, run it read-only, and read its answer."""
 
@@ -24,9 +39,22 @@ class Cli:
     backend: str  # MassGen's backend type
     executable: str
     vendor: str
-    own_login_vars: tuple[str, ...]  # the CLI's own credentials, passed through untouched
-    # (agent, system prompt, the call's private folder) -> argv; may write files in the folder
-    command: Callable[[AgentSpec, str, Path], list[str]]
+    title: str  # as its vendor names it: "Claude Code"
+    package: str  # its npm package, for the update command
+    # The oldest version whose read-only command line was tested (tests/test_cli_versions.py);
+    # an older one is refused rather than guessed at.
+    oldest: str
+    # Options (and features) the read-only command line cannot do without, as its help (the
+    # arguments after the executable that print it: help_args) and its feature list
+    # (features_args) name them; "a|b": either one.
+    needs: tuple[str, ...]
+    help_args: tuple[str, ...]
+    # The CLI's own credentials, passed through untouched when the agent's config names no
+    # key: its login token, and its own vendor's API key as in the user's shell.
+    own_login_vars: tuple[str, ...]
+    # (agent, system prompt, the call's private folder, what its version supports) -> argv;
+    # may write files in the folder
+    command: Callable[[AgentSpec, str, Path, CliVersion], list[str]]
     parse: Callable[[bytes], Completion]
     # Whether the CLI looks logged in, from where it keeps its login: files that exist, or a
     # non-secret account entry (never a token, never a network call).
@@ -38,6 +66,9 @@ class Cli:
     # Prepares a private home in the call's folder where the CLI would otherwise run the user's
     # hooks or keep transcripts; returns the variables that point the CLI at it.
     private_home: Callable[[Path], dict[str, str]] | None = None
+    # The arguments that print its feature flags, one a line, name first (Codex): a feature
+    # it does not list cannot be switched off by name (Codex refuses an unknown one).
+    features_args: tuple[str, ...] | None = None
 
 
 def count(value: Any) -> int:

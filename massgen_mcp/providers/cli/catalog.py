@@ -1,5 +1,6 @@
 """The supported CLIs (:data:`CLIS`) and which of them this machine has: where each is
-installed and whether it looks logged in (never a token read, never a network call)."""
+installed, its version (and why it is refused, if it is: :mod:`.versions`) and whether it
+looks logged in (never a token read, never a network call)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import shutil
 from dataclasses import dataclass
 
 from massgen_mcp.core.settings import SETTINGS
-from massgen_mcp.providers.cli import claude, codex, gemini
+from massgen_mcp.core.spec import TeamConfig
+from massgen_mcp.providers.cli import claude, codex, gemini, versions
 from massgen_mcp.providers.cli.base import Cli
 
 CLIS: dict[str, Cli] = {cli.name: cli for cli in (claude.CLI, codex.CLI, gemini.CLI)}
@@ -27,21 +29,41 @@ class FoundCli:
     vendor: str
     path: str
     logged_in: bool
+    version: str | None  # None: it did not say
+    refused: str | None  # why it cannot sit on a team (one line), else None
 
 
 def find_clis() -> list[FoundCli]:
     """The supported CLIs on this machine, in :data:`CLIS` order (``MASSGEN_CLIS``, e.g.
     ``claude,codex`` or ``none``, limits which are looked for). A login held in the environment
-    (Claude Code's ``CLAUDE_CODE_OAUTH_TOKEN``) counts; its value is not read."""
+    (Claude Code's ``CLAUDE_CODE_OAUTH_TOKEN``, a vendor's own API key) counts; its value is
+    not read. Blocking: may start each CLI once to learn its version."""
     wanted = SETTINGS.clis.read() or tuple(CLIS)
     return [found for name in CLIS if name in wanted and (found := look_for(name))]
 
 
 def look_for(name: str) -> FoundCli | None:
-    """The CLI ``name`` if it is installed, with whether it looks logged in."""
+    """The CLI ``name`` if it is installed, with its version (asked once per binary) and
+    whether it looks logged in. Blocking: may start the CLI."""
     cli = CLIS[name]
     path = find_executable(cli)
     if path is None:
         return None
     logged_in = cli.login_state() or any(os.environ.get(n) for n in cli.own_login_vars)
-    return FoundCli(cli.name, cli.vendor, path, logged_in)
+    found, refused = versions.check_now(cli, path)
+    return FoundCli(cli.name, cli.vendor, path, logged_in,
+                    found.version if found else None, refused)
+
+
+async def refusals(team: TeamConfig) -> list[str]:
+    """One line per CLI agent of ``team`` whose installed CLI cannot run read-only, so a run
+    is refused before it starts rather than losing the agent in it (a CLI that is not
+    installed is the run's to report, as a dropped agent)."""
+    lines = []
+    for agent in team.agents:
+        path = find_executable(CLIS[agent.cli]) if agent.cli else None
+        if agent.cli and path:
+            _, refused = await versions.check(CLIS[agent.cli], path)
+            if refused:
+                lines.append(f"agent {agent.id!r} ({agent.model}): {refused}")
+    return lines

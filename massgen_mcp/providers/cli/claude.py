@@ -1,5 +1,10 @@
 """Claude Code as a panel member: ``claude --print`` with no tools at all, the user's settings
-files not read, an empty MCP configuration, no session kept; its JSON result parsed."""
+files not read, an empty MCP configuration, no session kept; its JSON result parsed.
+
+Versions before ``--restricted`` and ``--permission-prompts`` (2.1.183 among them, June 2026)
+get the same guarantees from the options they have: ``--tools ""`` leaves nothing that could
+ask for a permission, and ``--setting-sources ""`` loads none of the user's, project's or
+local settings files (their hooks and permission rules)."""
 
 from __future__ import annotations
 
@@ -12,17 +17,32 @@ from pathlib import Path
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import Completion
-from massgen_mcp.providers.cli.base import Cli, count, json_object, mapping, strip_v1
+from massgen_mcp.providers.cli.base import (
+    Cli,
+    CliVersion,
+    count,
+    json_object,
+    mapping,
+    strip_v1,
+)
 
 
-def _claude_command(agent: AgentSpec, system: str, folder: Path) -> list[str]:
+def _claude_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion
+                    ) -> list[str]:
     # The system prompt goes in a file: a command line is readable by every local user.
     (folder / "system.md").write_text(system, encoding="utf-8")
     argv = [
         "claude", "--print", "--output-format", "json",
         "--tools", "",  # no built-in tool at all: nothing to read, write or run
-        "--permission-mode", "dontAsk", "--permission-prompts", "none",
-        "--restricted",  # ignores user/project settings files (hooks, permissions)
+        "--permission-mode", "dontAsk",
+    ]
+    if found.supports("--permission-prompts"):
+        argv += ["--permission-prompts", "none"]
+    if found.supports("--restricted"):
+        argv.append("--restricted")  # ignores user/project settings files (hooks, permissions)
+    else:
+        argv += ["--setting-sources", ""]  # the same files, before --restricted existed
+    argv += [
         "--strict-mcp-config", "--mcp-config", '{"mcpServers": {}}',
         "--no-session-persistence", "--disable-slash-commands",
         "--append-system-prompt-file", str(folder / "system.md"),
@@ -75,5 +95,12 @@ def _claude_api_env(key: str, base_url: str | None) -> dict[str, str]:
     return env
 
 
-CLI = Cli("claude", "claude_code", "claude", "Anthropic", ("CLAUDE_CODE_OAUTH_TOKEN",),
-          _claude_command, _claude_parse, _claude_logged_in, _claude_api_env, system_flag=True)
+CLI = Cli("claude", "claude_code", "claude", "Anthropic", "Claude Code",
+          "@anthropic-ai/claude-code", oldest="2.1.183",
+          needs=("--print", "--output-format", "--tools", "--permission-mode",
+                 "--restricted|--setting-sources", "--strict-mcp-config", "--mcp-config",
+                 "--no-session-persistence", "--disable-slash-commands"),
+          help_args=("--help",),
+          own_login_vars=("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"),
+          command=_claude_command, parse=_claude_parse, login_state=_claude_logged_in,
+          api_env=_claude_api_env, system_flag=True)

@@ -13,7 +13,7 @@ from massgen_mcp.core.edges import UnsafeJson, load_json
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import Completion
-from massgen_mcp.providers.cli.base import Cli, count, mapping
+from massgen_mcp.providers.cli.base import Cli, CliVersion, count, mapping
 
 # The key variable our self-hosted provider entry points Codex at (see _codex_command).
 _CODEX_KEY_VAR = "MASSGEN_CLI_API_KEY"
@@ -22,7 +22,8 @@ _CODEX_OFF = ("shell_tool", "unified_exec", "apps", "plugins", "hooks", "browser
               "computer_use", "view_image", "multi_agent", "goals", "memories")
 
 
-def _codex_command(agent: AgentSpec, system: str, folder: Path) -> list[str]:
+def _codex_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion
+                   ) -> list[str]:
     argv = [
         "codex", "exec", "--json", "--ephemeral", "--skip-git-repo-check",
         "--sandbox", "read-only",  # what its shell could do, were it on
@@ -31,7 +32,8 @@ def _codex_command(agent: AgentSpec, system: str, folder: Path) -> list[str]:
         "-c", 'approval_policy="never"',
     ]
     for feature in _CODEX_OFF:
-        argv += ["--disable", feature]
+        if found.supports(feature):  # one its version does not have is not there to be on
+            argv += ["--disable", feature]
     if agent.base_url:  # a self-hosted or test endpoint speaking the Responses API
         argv += ["-c", "model_provider=massgen",
                  "-c", "model_providers.massgen.name=massgen",
@@ -79,5 +81,11 @@ def _codex_api_env(key: str, base_url: str | None) -> dict[str, str]:
     return {_CODEX_KEY_VAR if base_url else "CODEX_API_KEY": key}
 
 
-CLI = Cli("codex", "codex", "codex", "OpenAI", (), _codex_command, _codex_parse,
-          _codex_logged_in, _codex_api_env, system_flag=False)
+CLI = Cli("codex", "codex", "codex", "OpenAI", "Codex", "@openai/codex", oldest="0.139.0",
+          needs=("--json", "--ephemeral", "--skip-git-repo-check", "--sandbox",
+                 "--ignore-user-config", "--ignore-rules", "--disable", "--config",
+                 "shell_tool"),
+          help_args=("exec", "--help"), features_args=("features", "list"),
+          own_login_vars=("OPENAI_API_KEY", "CODEX_API_KEY"),
+          command=_codex_command, parse=_codex_parse, login_state=_codex_logged_in,
+          api_env=_codex_api_env, system_flag=False)

@@ -13,32 +13,43 @@ from typing import Any
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import Completion
-from massgen_mcp.providers.cli.base import Cli, count, json_object, mapping, strip_v1
+from massgen_mcp.providers.cli.base import (
+    Cli,
+    CliVersion,
+    count,
+    json_object,
+    mapping,
+    strip_v1,
+)
 
 # Gemini CLI's plan mode still lets the model write plan files and search the web; this policy
-# (user tier, above plan mode's own rules) denies every tool that writes, runs or fetches.
+# (user tier, above plan mode's own rules) denies every tool that writes, runs or fetches, and
+# the subagents older versions offer as tools of their own (each a model loop of its own).
 _GEMINI_POLICY = """\
 [[rule]]
 toolName = ["write_file", "replace", "run_shell_command", "web_fetch", "google_web_search",
             "invoke_agent", "save_memory", "write_todos", "activate_skill", "exit_plan_mode",
-            "enter_plan_mode", "update_topic", "ask_user"]
+            "enter_plan_mode", "update_topic", "ask_user",
+            "codebase_investigator", "cli_help", "generalist"]
 decision = "deny"
 priority = 999
 denyMessage = "Read-only panel member: this tool is not available."
 """
 
 
-def _gemini_command(agent: AgentSpec, system: str, folder: Path) -> list[str]:
+def _gemini_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion
+                    ) -> list[str]:
     policy = folder / ".massgen-policy.toml"
     policy.write_text(_GEMINI_POLICY)
     argv = [
         "gemini", "--output-format", "json",
         "--approval-mode", "plan",  # its read-only mode
         "--policy", str(policy),
-        "--skip-trust",  # the working folder is our empty temporary one
         "--allowed-mcp-server-names", "massgen-none",  # no MCP server of the user's starts
         "--extensions", "none",
     ]
+    if found.supports("--skip-trust"):  # older versions ask no trust of a folder in headless mode
+        argv.append("--skip-trust")  # the working folder is our empty temporary one
     if agent.cli_model:
         argv.append(f"--model={agent.cli_model}")
     return [*argv, "--prompt", ""]  # the prompt comes on stdin ("appended to stdin")
@@ -97,5 +108,10 @@ def _gemini_api_env(key: str, base_url: str | None) -> dict[str, str]:
     return env
 
 
-CLI = Cli("gemini", "gemini_cli", "gemini", "Google", (), _gemini_command, _gemini_parse,
-          _gemini_logged_in, _gemini_api_env, system_flag=False, private_home=_gemini_home)
+CLI = Cli("gemini", "gemini_cli", "gemini", "Google", "Gemini CLI", "@google/gemini-cli",
+          oldest="0.34.0",
+          needs=("--output-format", "--approval-mode", "--policy", "--allowed-mcp-server-names",
+                 "--extensions", "--prompt"),
+          help_args=("--help",), own_login_vars=("GEMINI_API_KEY",),
+          command=_gemini_command, parse=_gemini_parse, login_state=_gemini_logged_in,
+          api_env=_gemini_api_env, system_flag=False, private_home=_gemini_home)

@@ -1,67 +1,27 @@
-"""The provider whose agents are CLI processes: one child per call, with the CLI's read-only
-command, a sanitised environment (:func:`child_env`) and the chat rendered as one prompt
-(:func:`render_prompt`); stderr goes to the session's ``cli.log``."""
+"""The provider whose agents are CLI processes: one child per call, with the read-only command
+of the CLI's installed version (:mod:`.versions`), a sanitised environment
+(:func:`.environment.child_env`) and the chat rendered as one prompt (:func:`render_prompt`);
+stderr goes to the session's ``cli.log``."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.core.env import POOL_URL_ENV
 from massgen_mcp.core.errors import ProviderError
-from massgen_mcp.core.secrets import carries_credential, looks_secret
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion
-from massgen_mcp.providers.cli.base import Cli, tail
+from massgen_mcp.providers.cli import versions
+from massgen_mcp.providers.cli.base import tail
 from massgen_mcp.providers.cli.catalog import CLIS, find_executable
+from massgen_mcp.providers.cli.environment import child_env
 from massgen_mcp.providers.cli.supervisor import MAX_STDERR_BYTES, run_child
 
 ERROR_TAIL_CHARS = 600
-
-# The way to the network the user set for every program, password or not: the CLI needs it
-# to reach its provider.
-PROXY_VARS = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
-                        "https_proxy", "all_proxy"})
-# Variables a CLI reads as "you are running inside another agent's session" (found in the
-# binaries; Claude Code itself checks the same list to detect a parent agent). A child that sees
-# them changes its behaviour or refuses to start.
-NESTING_VARS = frozenset({
-    "CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_CHILD_SESSION",
-    "CLAUDE_CODE_SESSION_ID", "CLAUDE_CODE_SSE_PORT", "CLAUDE_CODE_EXECPATH",
-    "CLAUDE_CODE_TASK_LIST_ID", "CLAUDE_CODE_CHILD_NOTES_DIR", "CLAUDE_AGENT_SDK_VERSION",
-    "CLAUDE_AGENT_SDK_CLIENT_APP", "REPL_ID",
-    "CODEX_SANDBOX", "CODEX_SANDBOX_NETWORK_DISABLED", "CODEX_THREAD_ID", "CODEX_CI",
-    "GEMINI_CLI", "GEMINI_CLI_IDE_SERVER_PORT", "GEMINI_CLI_IDE_WORKSPACE_PATH",
-    "GEMINI_CLI_IDE_SERVER_STDIO_ARGS", "COPILOT_CLI", "CURSOR_AGENT", "JUNIE_DATA",
-    "JUNIE_SHIM_PATH",
-})
-
-PLACEHOLDER_KEY = "no-key-needed"
-
-
-def child_env(cli: Cli, agent: AgentSpec) -> dict[str, str]:
-    """The environment a CLI child gets: ours without nesting markers and credentials (but the
-    CLI's own login token), plus the agent's own key and endpoint when its config gives them."""
-    key = agent.resolved_api_key()  # only an explicit api_key/api_key_env for cli/ models
-    own_login = () if key or agent.base_url else cli.own_login_vars
-    # By name and by value: another agent's api_key_env may be called anything, and a URL
-    # with a password (the pool's Redis among them) is a credential whatever it is called.
-    env = {name: value for name, value in os.environ.items()
-           if name not in NESTING_VARS and name != POOL_URL_ENV
-           and (name in PROXY_VARS or not carries_credential(value))
-           and (not looks_secret(name) or name in own_login)}
-    if not key and not agent.base_url:
-        return env  # the CLI's own login
-    # A self-hosted endpoint that needs no key still gets one, as with litellm: the CLIs
-    # refuse to start without (and must not fall back to a key of the user's).
-    key = key or PLACEHOLDER_KEY
-    return env | cli.api_env(key, agent.base_url)
-
 
 def render_prompt(messages: list[dict[str, Any]], *, with_system: bool) -> tuple[str, str]:
     """(system, prompt) for a CLI from our chat messages: one prompt per process, so a
@@ -99,6 +59,10 @@ class CliProvider:
                 f"{agent.model}: the {cli.executable!r} command is not on PATH; install it "
                 f"and log in, or set MASSGEN_{cli.name.upper()}_PATH", retryable=False,
                 kind="unavailable")
+        found, refused = await versions.check(cli, executable)  # asked once per binary
+        if refused or found is None:
+            raise ProviderError(f"{agent.model}: {refused}", retryable=False,
+                                kind="unavailable")
         system, prompt = render_prompt(messages, with_system=not cli.system_flag)
         started = time.perf_counter()
         # The call's private folder: the CLI works in an empty ``work`` inside it; its
@@ -109,7 +73,7 @@ class CliProvider:
             env = child_env(cli, agent)
             if cli.private_home is not None:
                 env.update(cli.private_home(folder))
-            argv = [executable, *cli.command(agent, system, folder)[1:]]
+            argv = [executable, *cli.command(agent, system, folder, found)[1:]]
             code, stdout, stderr = await run_child(argv, prompt.encode(), folder / "work", env)
         stderr_text = tail(stderr.decode(errors="replace"), MAX_STDERR_BYTES)
         if context is not None and context.log_path is not None and stderr_text.strip():

@@ -1,0 +1,152 @@
+"""Which model strings litellm can route, checked before a run writes anything.
+
+litellm refuses a model whose provider it cannot tell (``opnai/gpt-4o-mini``, ``gpt4o``) only
+when the first call is made, after the session folder exists, with a paragraph of text and a
+link it mangles. :func:`model_problem` says the same thing up front, in one line, with the
+string the user probably meant.
+
+litellm costs ~3 s to import, so nothing here imports it: the provider names are a copy of
+litellm's ``provider_list`` (``tests/test_errors_first.py`` checks the copy against the
+installed litellm), and bare model names (``gpt-4o``) are looked up in litellm's own model
+map, a JSON file read from its package the first time a bare name is checked (~25 ms).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+# litellm.provider_list of the litellm versions pyproject.toml allows.
+LITELLM_PROVIDERS = frozenset({
+    "a2a", "a2a_agent", "ai21", "ai21_chat", "aiml", "aiohttp_openai", "amazon_nova",
+    "anthropic", "anthropic_text", "apertis", "assemblyai", "auto_router", "aws_polly",
+    "aws_textract", "azure", "azure_ai", "azure_speech", "azure_text", "baseten", "bedrock",
+    "bedrock_mantle", "black_forest_labs", "bytez", "cerebras", "charity_engine", "chatgpt",
+    "chutes", "clarifai", "cloudflare", "codestral", "cognition", "cohere", "cohere_chat",
+    "cometapi", "compactifai", "cortecs", "cursor", "custom", "custom_openai", "darkbloom",
+    "dashscope", "databricks", "datarobot", "deepgram", "deepinfra", "deepseek",
+    "docker_model_runner", "dotprompt", "edenai", "elevenlabs", "empower", "fal_ai",
+    "featherless_ai", "fireworks_ai", "friendliai", "galadriel", "gdc", "gemini", "gigachat",
+    "github", "github_copilot", "gradient_ai", "groq", "helicone", "heroku", "hosted_vllm",
+    "huggingface", "humanloop", "hyperbolic", "inception", "infinity", "jina_ai", "lambda_ai",
+    "langflow", "langfuse", "langgraph", "lemonade", "libertai", "litellm_agent",
+    "litellm_proxy", "llamafile", "lm_studio", "manus", "maritalk", "meta", "meta_llama",
+    "milvus", "minimax", "mistral", "modelscope", "mongodb", "moonshot", "morph", "nadir",
+    "nano-gpt", "nebius", "neosantara", "nlp_cloud", "novita", "nscale", "nvidia_nim",
+    "nvidia_riva", "oci", "ollama", "ollama_chat", "oobabooga", "openai", "openai_like",
+    "openrouter", "ovhcloud", "parasail", "perplexity", "petals", "pg_vector", "pinstripes",
+    "poe", "predibase", "prism", "publicai", "qwen_ai_platform", "qwencloud", "ragflow",
+    "recraft", "reducto", "reka", "replicate", "runwayml", "s3_vectors", "sagemaker",
+    "sagemaker_chat", "sagemaker_nova", "sail", "sambanova", "sap", "scaleway", "scx-ai",
+    "snowflake", "soniox", "stability", "strands_decider", "synthetic", "tencent", "tensormesh",
+    "text-completion-codestral", "text-completion-inception", "text-completion-openai",
+    "together_ai", "topaz", "transcribe", "triton", "typesafe", "v0", "valkey",
+    "vercel_ai_gateway", "vertex_ai", "vertex_ai_beta", "vllm", "volcengine", "voyage", "wandb",
+    "watsonx", "watsonx_text", "xai", "xiaomi_mimo", "xinference", "zai",
+})
+# Ours, not litellm's: the embedded model and the coding-agent CLIs (massgen_mcp.providers).
+OWN_PREFIXES = frozenset({"local", "cli"})
+# Names people write for a provider that litellm spells otherwise (MassGen's backend types,
+# company names): difflib would not find most of these.
+_ALIASES = {
+    "claude": "anthropic", "google": "gemini", "grok": "xai", "x-ai": "xai",
+    "together": "together_ai", "fireworks": "fireworks_ai", "lmstudio": "lm_studio",
+    "mistralai": "mistral", "azure_openai": "azure",
+    "vertex": "vertex_ai", "vertexai": "vertex_ai", "kimi": "moonshot",
+}
+# Where a bare name's provider can be told from its start (for "did you mean xai/grok-3?").
+_FAMILIES = (("gpt", "openai"), ("o1", "openai"), ("o3", "openai"), ("o4", "openai"),
+             ("claude", "anthropic"), ("gemini", "gemini"), ("grok", "xai"),
+             ("deepseek", "deepseek"), ("mistral", "mistral"), ("kimi", "moonshot"),
+             ("glm", "zai"))
+_EXAMPLES = "openai, anthropic, gemini, xai, openrouter, ollama_chat, hosted_vllm"
+
+
+def model_problem(model: str) -> str | None:
+    """Why litellm could not route ``model``, with the closest string it could, or None."""
+    prefix, slash, rest = model.partition("/")
+    if slash:
+        if prefix in LITELLM_PROVIDERS or prefix in OWN_PREFIXES or prefix in _registered():
+            return None
+        guess = _provider_guess(prefix)
+        hint = (f"did you mean {guess + '/' + rest!r}?" if guess
+                else f"use one litellm knows, e.g. {_EXAMPLES}")
+        return f"unknown provider {prefix!r} in {model!r}; {hint}"
+    known = _bare_models()
+    # Fine-tuned OpenAI models (ft:gpt-4o-mini:org::id) are routed by their prefix.
+    if known is None or model in known or model.startswith("ft:"):
+        return None
+    guess = bare_model_guess(model)
+    hint = f"did you mean {guess!r}?" if guess else (
+        f"write it as provider/model: ollama_chat/{model} for Ollama, openai/{model} for "
+        "another OpenAI-compatible server (with its base_url)")
+    return f"cannot tell which provider serves {model!r}; {hint}"
+
+
+def _registered() -> list[str]:
+    """Providers a script registered with litellm in this process (``custom_provider_map``);
+    none unless litellm is already imported, and then asking costs nothing."""
+    litellm = sys.modules.get("litellm")
+    custom = getattr(litellm, "_custom_providers", None) if litellm else None
+    return [str(name) for name in custom] if isinstance(custom, list) else []
+
+
+def _provider_guess(prefix: str) -> str | None:
+    lowered = prefix.lower()
+    if lowered in LITELLM_PROVIDERS:
+        return lowered
+    if lowered in _ALIASES:
+        return _ALIASES[lowered]
+    close = difflib.get_close_matches(lowered, sorted(LITELLM_PROVIDERS), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def bare_model_guess(model: str) -> str | None:
+    """The model string a bare name most likely meant (``gpt4o``: ``gpt-4o``, ``grok-3``:
+    ``xai/grok-3``), or None."""
+    known = _bare_models() or frozenset()
+    lowered = model.lower()
+    if lowered in known:
+        return lowered
+    chat = sorted(name for name in known if not name.startswith(("ft:", "text-embedding")))
+    close = difflib.get_close_matches(lowered, chat, n=1, cutoff=0.8)
+    if close:
+        return close[0]
+    for start, provider in _FAMILIES:  # "grok-3" is xai's
+        if lowered.startswith(start):
+            return f"{provider}/{model}"
+    return None
+
+
+@functools.cache
+def _bare_models() -> frozenset[str] | None:
+    """The names litellm routes without a prefix (it looks them up in its model map), or
+    None when litellm or its map cannot be found."""
+    path = _model_map_path()
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return frozenset(name for name, entry in data.items()
+                     if "/" not in name and isinstance(entry, dict)
+                     and entry.get("litellm_provider"))
+
+
+def _model_map_path() -> Path | None:
+    """litellm's bundled model map, found without importing litellm (the same file it reads
+    itself: load_litellm sets LITELLM_LOCAL_MODEL_COST_MAP)."""
+    try:
+        spec = importlib.util.find_spec("litellm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations)),
+                "model_prices_and_context_window_backup.json")
+    return path if path.is_file() else None

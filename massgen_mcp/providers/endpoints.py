@@ -1,0 +1,164 @@
+"""Whether a model's server can be reached, asked before a run and told on a failed call.
+
+A ``base_url`` with nothing listening, a host name that does not resolve, ``https://`` to a
+plain-HTTP port, or Ollama not running: litellm reports each as "Connection error." (or with an
+``ssl:<SSLContext object ...>`` repr), and as a dropped connection it used to be retried for
+seconds. Two checks, so that the user sees the URL and what to do at once:
+
+* :func:`unreachable` connects to each endpoint a team names (TCP, plus a TLS handshake for
+  https) before a run in this process writes its record. Only explicit endpoints are probed
+  (``base_url``, Ollama's local default), never a hosted provider's API, and a success is
+  remembered per endpoint for :data:`PROBE_TTL_S`, so a healthy run pays one local connect
+  (well under a millisecond) now and then. A pool's front end does not probe: the worker that
+  will make the calls may see another network (``localhost`` is the worker's).
+* :func:`connect_failure` recognises, in a failed call, a connection that was never made; the
+  provider reports it with :func:`unreachable_message` and, the first time an endpoint is
+  called, does not retry it (:class:`~massgen_mcp.providers.litellm_provider.LiteLLMProvider`).
+  That catches what the probe cannot: a pool worker's calls, and a server that stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import ssl
+import time
+from urllib.parse import urlsplit
+
+from massgen_mcp.core.secrets import redact
+from massgen_mcp.core.spec import AgentSpec
+
+PROBE_TIMEOUT_S = 5.0
+PROBE_TTL_S = 300.0
+OLLAMA_DEFAULT = "http://localhost:11434"
+_OLLAMA = ("ollama", "ollama_chat")
+_reached: dict[tuple[str, str, int], float] = {}  # (scheme, host, port) -> when it answered
+
+
+def endpoint_of(agent: AgentSpec) -> str | None:
+    """The URL the agent's calls go to when it is one the user runs (its ``base_url``, or
+    Ollama's), else None (a hosted provider's API, the embedded model, a CLI)."""
+    if agent.cli or agent.model.startswith("local/"):
+        return None
+    if agent.base_url:
+        return agent.base_url
+    if agent.provider in _OLLAMA:  # where litellm sends an ollama/... model
+        return os.environ.get("OLLAMA_API_BASE") or OLLAMA_DEFAULT
+    return None
+
+
+def shown(url: str) -> str:
+    """The URL as it may be shown: no user or password (a token may be either), no
+    credential in its query."""
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        url = parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
+    return redact(url)  # masks credential-named query parameters too
+
+
+def unreachable_message(agent: AgentSpec, url: str | None, why: str) -> str:
+    """One line: which endpoint, why it failed, and what to do."""
+    if url is None:
+        return (f"cannot reach the {agent.provider or 'provider'} API ({why}); check this "
+                "machine's network connection and proxy settings")
+    if agent.provider in _OLLAMA:
+        model = agent.model.split("/", 1)[1]
+        elsewhere = "fix base_url" if agent.base_url else "set OLLAMA_API_BASE to where it runs"
+        return (f"cannot reach Ollama at {shown(url)} ({why}); start it (ollama serve) and "
+                f"pull the model (ollama pull {model}), or {elsewhere} (agent {agent.id})")
+    todo = "fix base_url" if "TLS" in why else "start the server there, or fix base_url"
+    return f"cannot reach {shown(url)} ({why}); {todo} (agent {agent.id}, {agent.model})"
+
+
+def connect_failure(exc: BaseException) -> str | None:
+    """Why a call's connection could not be made (refused, a name that does not resolve, a
+    failed TLS handshake), or None if the call failed otherwise (a dropped connection, a
+    timeout, an HTTP error: those are worth another try)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        original = getattr(current, "original_exception", None)  # litellm keeps it here
+        current = current.__cause__ or current.__context__ or (
+            original if isinstance(original, BaseException) else None)
+    # httpx's ConnectError, aiohttp's ClientConnector*Error: raised only while connecting.
+    if not any(type(e).__name__ == "ConnectError" or type(e).__name__.startswith(
+            "ClientConnector") for e in chain):
+        return None
+    for error in reversed(chain):
+        why = _describe(error)
+        if why:
+            return why
+    return "the connection could not be made"
+
+
+def _describe(error: BaseException) -> str | None:
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused: nothing is listening there"
+    if isinstance(error, socket.gaierror):
+        return "the host name does not resolve"
+    if isinstance(error, ssl.SSLError):
+        reason = getattr(error, "reason", None) or "handshake failed"
+        if reason == "WRONG_VERSION_NUMBER":
+            return "the TLS handshake failed: it speaks plain HTTP; use http://"
+        return f"the TLS handshake failed: {reason}"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror.lower()
+    return None
+
+
+async def unreachable(agents: list[AgentSpec]) -> list[str]:
+    """One line per agent whose endpoint does not take a connection now (probed at once,
+    each endpoint once); [] when all do."""
+    urls = {url for agent in agents if (url := endpoint_of(agent))}
+    found = dict(zip(urls, await asyncio.gather(*(_probe(url) for url in urls)), strict=True))
+    return [unreachable_message(agent, url, why) for agent in agents
+            if (url := endpoint_of(agent)) and (why := found[url])]
+
+
+async def _probe(url: str) -> str | None:
+    """Why ``url`` takes no connection, or None if it does (or cannot be probed directly)."""
+    parts = urlsplit(url)
+    host, scheme = parts.hostname, parts.scheme
+    try:
+        port = parts.port or (443 if scheme == "https" else 80)
+    except ValueError:
+        return "its port is not a number"
+    if not host:
+        return "it names no host"
+    if _behind_proxy(scheme, host):  # the calls go through the proxy: theirs to report
+        return None
+    key = (scheme, host, port)
+    reached = _reached.get(key)
+    if reached is not None and time.monotonic() - reached < PROBE_TTL_S:
+        return None
+    tls: ssl.SSLContext | None = None
+    if scheme == "https":  # only whether it speaks TLS: certificates are the call's to judge
+        tls = ssl.create_default_context()
+        tls.check_hostname = False
+        tls.verify_mode = ssl.CERT_NONE
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            _, writer = await asyncio.open_connection(
+                host, port, ssl=tls, server_hostname=host if tls else None)
+    except TimeoutError:
+        return f"no connection within {PROBE_TIMEOUT_S:g} s"
+    except OSError as exc:  # ssl.SSLError and socket.gaierror are OSErrors
+        return _describe(exc) or "the connection could not be made"
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    _reached[key] = time.monotonic()
+    return None
+
+
+def _behind_proxy(scheme: str, host: str) -> bool:
+    """Whether the calls to ``host`` go through a proxy (HTTPS_PROXY, ...), as litellm's
+    HTTP clients read it from the environment; the direct connection is then no evidence."""
+    import urllib.request  # ~4 ms: only when a run names a server
+
+    proxies = urllib.request.getproxies()
+    return bool(proxies.get(scheme) or proxies.get("all")) and not urllib.request.proxy_bypass(
+        host)
