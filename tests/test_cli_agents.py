@@ -33,8 +33,7 @@ from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agr
 from tests.helpers import FAST, Scripted, by_model
 
 MODULES = Path(__file__).parent / "clients" / "node_modules"
-# Each CLI's own entry point, not node_modules/.bin: the older versions installed beside them
-# (tests/test_cli_versions.py) declare the same command names there.
+# Each CLI's own entry point (node_modules/.bin holds launchers, not the programs).
 BIN = {"claude": MODULES / "@anthropic-ai" / "claude-code" / "bin" / "claude.exe",
        "codex": MODULES / "@openai" / "codex" / "bin" / "codex.js",
        "gemini": MODULES / "@google" / "gemini-cli" / "bundle" / "gemini.js"}

@@ -38,11 +38,17 @@ from tests.test_cli_agents import (
 )
 
 # At least five months before the pinned newest (2.1.330 of 2026-11-20, 0.169.0 of 2026-11-13,
-# 0.61.0 of 2026-09-25): 2026-06-19, 2026-06-11 and 2026-04-03.
-OLD = {"claude": (MODULES / "claude-code-old" / "bin" / "claude.exe", "2.1.183"),
-       "codex": (MODULES / "codex-old" / "bin" / "codex.js", "0.139.0"),
-       "gemini": (MODULES / "gemini-cli-old" / "dist" / "index.js", "0.34.0")}
+# 0.61.0 of 2026-09-25): 2026-06-19, 2026-06-05 and 2026-04-03, in a folder of their own
+# (tests/clients/old: beside the newest, their platform packages would share names).
+OLD_MODULES = MODULES.parent / "old" / "node_modules"
+OLD = {"claude": (OLD_MODULES / "@anthropic-ai" / "claude-code" / "bin" / "claude.exe",
+                  "2.1.183"),
+       "codex": (OLD_MODULES / "@openai" / "codex" / "bin" / "codex.js", "0.134.0"),
+       "gemini": (OLD_MODULES / "@google" / "gemini-cli" / "dist" / "index.js", "0.34.0")}
 NEWEST = {"claude": "2.1.330", "codex": "0.169.0", "gemini": "0.61.0"}
+needs_old_clis = pytest.mark.skipif(
+    not OLD["claude"][0].exists() and not os.environ.get("MASSGEN_REQUIRE_CLIENTS"),
+    reason="the older coding-agent CLIs are not installed (npm ci in tests/clients/old)")
 # Tools that only read what the CLI may see, or touch nothing: Codex before 0.169 always
 # offers view_image (reads an image file, like read_file; no feature turns it off there) and
 # update_plan (a plan shown in the conversation).
@@ -61,6 +67,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @needs_clis
+@needs_old_clis
 @pytest.mark.parametrize("name", ["claude", "codex", "gemini"])
 async def test_each_cli_five_months_older_answers_read_only(
         scripted: Scripted, user: dict[str, Any], monkeypatch: pytest.MonkeyPatch,  # noqa: F811
@@ -89,6 +96,7 @@ async def test_each_cli_five_months_older_answers_read_only(
 
 
 @needs_clis
+@needs_old_clis
 async def test_the_newest_and_the_old_versions_are_told_apart_and_cached(
         user: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     for name, (path, version) in OLD.items():
@@ -250,6 +258,5 @@ def test_each_cli_declares_a_tested_oldest_version_and_how_to_update() -> None:
         assert CLIS[name].oldest == version
         assert CLIS[name].package in {"@anthropic-ai/claude-code", "@openai/codex",
                                       "@google/gemini-cli"}
-    manifest = json.loads((MODULES.parent / "package.json").read_text())["dependencies"]
-    assert {manifest[f"{n}-old"] for n in ("claude-code", "codex", "gemini-cli")} == {
-        f"npm:{CLIS[n].package}@{OLD[n][1]}" for n in OLD}
+    manifest = json.loads((OLD_MODULES.parent / "package.json").read_text())["dependencies"]
+    assert manifest == {CLIS[n].package: OLD[n][1] for n in OLD}

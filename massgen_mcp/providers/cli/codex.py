@@ -81,7 +81,7 @@ def _codex_api_env(key: str, base_url: str | None) -> dict[str, str]:
     return {_CODEX_KEY_VAR if base_url else "CODEX_API_KEY": key}
 
 
-CLI = Cli("codex", "codex", "codex", "OpenAI", "Codex", "@openai/codex", oldest="0.139.0",
+CLI = Cli("codex", "codex", "codex", "OpenAI", "Codex", "@openai/codex", oldest="0.134.0",
           needs=("--json", "--ephemeral", "--skip-git-repo-check", "--sandbox",
                  "--ignore-user-config", "--ignore-rules", "--disable", "--config",
                  "shell_tool"),
