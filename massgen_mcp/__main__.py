@@ -6,8 +6,11 @@ for the reply to ``initialize``: that reply is sent before anything heavy is imp
 person at a terminal instead, it says so on stderr; Ctrl-C ends it quietly.
 """
 
+import os
 import sys
 
+# What a Unix tool killed by SIGPIPE reports (128 + 13), as `yes | head` does.
+EXIT_BROKEN_PIPE = 141
 TTY_HINT = ("massgen-mcp: this is an MCP server for hosts (Claude Code, Claude Desktop, "
             "Cursor, ...), waiting for JSON-RPC on stdin; run 'massgen-mcp install' to add it "
             "to a host, 'massgen-mcp --help' for the command line; Ctrl-C to quit")
@@ -33,6 +36,9 @@ def main() -> int:
         if not from_host:
             raise
         return 0  # Ctrl-C before the stdio server's own signal handling is up
+    except BrokenPipeError:  # `massgen-mcp sessions | head -1`: the reader has all it wants
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

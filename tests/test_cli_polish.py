@@ -10,6 +10,7 @@ Every command runs as the real binary (``python -m massgen_mcp``) against the sc
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -407,3 +408,16 @@ async def test_get_result_names_the_tie_and_the_dropped_agents(scripted: Scripte
     assert result["tie_broken"] is True and len(result["tied"]) == 2
     assert list(result["dropped"]) == ["agent_c"]
     assert "model c does not exist" in result["dropped"]["agent_c"]
+
+
+def test_a_closed_pipe_ends_the_output_without_a_traceback(home: Path) -> None:
+    """`massgen-mcp sessions | head -1`: the reader leaving is no error worth a traceback."""
+    read, write = os.pipe()
+    os.close(read)  # every write to stdout now fails: a reader that has gone
+    try:
+        done = subprocess.run([sys.executable, "-m", "massgen_mcp", "models", "list"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=60,
+                              env=server_env(home))
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == "", done.stderr

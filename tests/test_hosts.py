@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -12,6 +15,7 @@ import pytest
 from massgen_mcp.cli.install import HOSTS, install
 from massgen_mcp.cli.main import main
 from massgen_mcp.core.errors import ConfigError
+from tests.test_cli_agents import BIN, needs_clis
 
 
 @pytest.fixture
@@ -109,3 +113,26 @@ def test_cli_print_changes_nothing(dirs: tuple[Path, Path],
     assert "massgen added" in capsys.readouterr().out
     assert main(["install", "cursor"]) == 0
     assert "already up to date" in capsys.readouterr().out
+
+
+@needs_clis
+def test_codex_sees_the_project_server_once_the_folder_is_trusted_as_the_note_says(
+        dirs: tuple[Path, Path]) -> None:
+    """Codex ignores a project's .codex/config.toml in an untrusted folder, and says only
+    "No MCP servers configured yet": the install note must carry the line that fixes it."""
+    project, home = dirs
+    (home / ".codex").mkdir(parents=True, exist_ok=True)
+    result = install("codex", project=project, home=home)
+    trust = re.search(r"add (\[projects\.\"[^\"]+\"\] trust_level = \"trusted\") to "
+                      r"~/\.codex/config\.toml", result.note)
+    assert trust, result.note
+
+    def listed() -> str:
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "CODEX_HOME": str(home / ".codex")}
+        return subprocess.run(["node", str(BIN["codex"]), "mcp", "list"], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=60).stdout
+
+    assert "massgen" not in listed()
+    header, setting = trust.group(1).split("] ")
+    (home / ".codex" / "config.toml").write_text(f"{header}]\n{setting}\n")
+    assert re.search(r"^massgen +\S+massgen-mcp", listed(), re.MULTILINE)

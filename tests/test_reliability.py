@@ -36,7 +36,7 @@ from massgen_mcp.testing.scripted import (
     text,
 )
 from massgen_mcp.testing.scripted import tool_calls as calls
-from tests.helpers import FAST, Scripted, read_record, team_for
+from tests.helpers import FAST, Scripted, read_record, team_for, text_of
 from tests.test_transports import HEADERS, INIT, TOKEN, http_server, server_env  # noqa: F401
 
 
@@ -312,7 +312,13 @@ async def test_http_server_kill_9_leaves_an_interrupted_run(scripted: Scripted, 
     async with Client(create_server(home=home)) as client:
         status = (await client.call_tool("get_status", {
             "session_id": handle["session_id"]})).structured_content
+        result = await client.call_tool("get_result", {"session_id": handle["session_id"]},
+                                        raise_on_error=False)
     assert status["status"] == "interrupted" and len(status["answers"]) == 3
+    # Both point at the way out; neither sends the model to the other (a loop).
+    assert "resume_session" in status["next_step"]
+    assert "get_result" not in status["next_step"]
+    assert result.is_error and "call resume_session" in text_of(result.content[0])
 
 
 # -- retention -------------------------------------------------------------------------------

@@ -282,3 +282,29 @@ async def test_continue_session_says_it_started_a_new_session(scripted: Scripted
     assert waited["result"]["status"] == "completed"
     assert f"NEW session {waited['session_id']}" in waited["message"]
     assert waited["session_id"] not in (first["session_id"], new_id)
+
+
+async def test_elapsed_time_runs_on_while_a_call_is_in_flight(scripted: Scripted,
+                                                              home: Path) -> None:
+    """A status read between two changes tells the run's age now, not at its last change (a
+    reader saw 39 s for a run 100 s old, with a slow call in flight)."""
+    gates = Gates()
+    server = scripted(gates.policy)
+    try:
+        async with Client(create_server()) as client:
+            sid = (await client.call_tool("run_consensus", {
+                "question": "q", "models": models_for(server)})).structured_content[
+                "session_id"]
+            status: dict[str, Any] = {"answers": []}
+            while len(status["answers"]) < 2:  # a and b answered; c is held at its gate
+                status = (await client.call_tool("get_status", {
+                    "session_id": sid, "wait_s": 10, "until": "change",
+                    "after_revision": status.get("revision")})).structured_content
+            first = (await client.call_tool("get_status", {"session_id": sid})
+                     ).structured_content
+            second = (await client.call_tool("get_status", {"session_id": sid})
+                      ).structured_content
+    finally:
+        gates.open()
+    assert first["revision"] == second["revision"], "nothing changed between the two reads"
+    assert second["elapsed_s"] > first["elapsed_s"] > 0

@@ -210,4 +210,18 @@ def install(host_id: str, *, scope: Scope = "project", project: Path | None = No
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(updated, encoding="utf-8")
         os.replace(tmp, path)
-    return InstallResult(path, changed, backup, snippet, host.note)
+    note = host.note
+    if scope == "project" and host_id in _TRUSTED_PROJECTS_ONLY:
+        note += " " + _TRUSTED_PROJECTS_ONLY[host_id].format(folder=(project or Path.cwd()))
+    return InstallResult(path, changed, backup, snippet, note)
+
+
+# Hosts that read a project's config file only in a folder the user has trusted: without
+# this line, `codex mcp list` says "No MCP servers configured yet" and nothing says why.
+_TRUSTED_PROJECTS_ONLY = {
+    "codex": ("Codex reads a project's .codex/config.toml only in a trusted folder: run codex "
+              "here once and trust it, or add [projects.\"{folder}\"] trust_level = "
+              "\"trusted\" to ~/.codex/config.toml (or install with --scope user)."),
+    "gemini-cli": ("Gemini CLI disables a project's servers until the folder is trusted: "
+                   "trust it when Gemini CLI asks (or install with --scope user)."),
+}

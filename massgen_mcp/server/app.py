@@ -334,5 +334,6 @@ def _add_resources(mcp: FastMCP) -> None:
     def consensus(question: str) -> str:
         """Get a team of models to agree on an answer to a question."""
         return (f"Use the massgen tools to get a team answer to this question:\n\n{question}\n\n"
-                "Call run_consensus, then get_status with wait_s=50 until it is done, then "
+                "Call run_consensus with wait_s=50 (its reply has the result if the run ends "
+                "by then); otherwise get_status with wait_s=50 until it is done, then "
                 "get_result. Report the final answer and mention the winner and the vote tally.")

@@ -27,7 +27,6 @@ from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.server import shutdown
 from massgen_mcp.server.views import (
-    NOT_FINISHED_HINT,
     POLL_WAIT_S,
     CancelView,
     Detail,
@@ -37,6 +36,7 @@ from massgen_mcp.server.views import (
     StatusView,
     Until,
     cancel_view,
+    not_finished_hint,
     progress_message,
     result_view,
     session_page,
@@ -69,7 +69,7 @@ def tool_errors() -> Iterator[None]:
     try:
         yield
     except RunNotFinishedError as exc:
-        raise ToolError(f"{exc}; {NOT_FINISHED_HINT}") from None
+        raise ToolError(f"{exc}; {not_finished_hint(exc.status)}") from None
     except SessionNotFoundError as exc:  # the store names no face's way to list ids
         raise ToolError(f"{exc}; list_sessions shows the ids") from None
     except MassgenError as exc:

@@ -9,6 +9,7 @@ Every sentence telling the caller what to do next lives here.
 
 from __future__ import annotations
 
+import time
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -157,15 +158,26 @@ class CancelView(BaseModel):
     message: str
 
 
-def status_view(status: StatusRecord) -> StatusView:
+def elapsed_now(status: StatusRecord) -> float:
+    """How long the run has gone on: the record's figure is as of its last change, which
+    stands still while a slow call is in flight (a reader saw 39 s for a run 100 s old)."""
     if status.done:
+        return status.elapsed_s
+    return max(status.elapsed_s, time.time() - status.started_at)
+
+
+def status_view(status: StatusRecord) -> StatusView:
+    if status.status is RunStatus.INTERRUPTED:  # no result: get_result would send it back here
+        next_step = (f"interrupted (the server stopped while it ran); call resume_session "
+                     f"with wait_s={POLL_WAIT_S} to finish it from its recorded answers")
+    elif status.done:
         next_step = f"finished ({status.status}); call get_result to read the answer"
     else:
         next_step = (f"still running; call get_status again with wait_s={POLL_WAIT_S}: it "
                      "returns when the run ends")
     return StatusView(
         session_id=status.session_id, status=status.status, done=status.done,
-        phase=status.phase, elapsed_s=status.elapsed_s, question=status.question,
+        phase=status.phase, elapsed_s=elapsed_now(status), question=status.question,
         agents=[AgentView(agent_id=aid, model=a.model, phase=a.phase, answers=a.answers,
                           current_answer=a.current_answer,
                           voted_for=a.vote.answer if a.vote else None,
@@ -245,5 +257,10 @@ def progress_message(status: StatusRecord) -> str:
     return message + (f", votes {tally}" if tally else "")
 
 
-# What a calling model is told to do when a run it asks about has no result yet.
-NOT_FINISHED_HINT = f"call get_status with wait_s={POLL_WAIT_S} until done"
+def not_finished_hint(status: RunStatus) -> str:
+    """What a calling model is told to do when a run it asks about has no result yet: an
+    interrupted run waits for nobody (a hint to poll it would send the model round in a
+    circle between get_status and get_result)."""
+    if status is RunStatus.INTERRUPTED:
+        return f"call resume_session with wait_s={POLL_WAIT_S} to finish it"
+    return f"call get_status with wait_s={POLL_WAIT_S} until done"
