@@ -13,6 +13,7 @@ import asyncio
 import json
 import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,20 @@ def progress(_session_id: str, event: Event) -> None:
         say(redact(line), err=True)
 
 
+class DetachedExecutor(ThreadPoolExecutor):
+    """The run's threads, which the end of ``asyncio.run`` does not wait for.
+
+    Blocking work (loading the embedded model, reading a large file) cannot be cancelled
+    mid-way; ``asyncio.run`` would join it before returning, so a Ctrl-C during a model load
+    took seconds. Once the run is cancelled and its record closed, nothing such a thread
+    still computes is wanted, and a cancelled CLI ends with ``os._exit``
+    (:func:`massgen_mcp.cli.output.end_now`), which does not wait for it either. A run that
+    ends normally has no such work left."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=False, cancel_futures=True)
+
+
 async def run_one(args: argparse.Namespace, spec: RunSpec, started_ids: list[str]
                   ) -> tuple[ResultRecord, Path]:
     """Start the run (its id goes into ``started_ids`` at once), follow it to its end and
@@ -74,6 +89,7 @@ async def run_one(args: argparse.Namespace, spec: RunSpec, started_ids: list[str
     if not args.quiet:
         service.add_event_listener(progress)
     loop = asyncio.get_running_loop()
+    loop.set_default_executor(DetachedExecutor())
     cancels: list[asyncio.Task[Any]] = []  # owned: awaited before the service closes
     try:
         started = await service.start(spec)
