@@ -166,12 +166,16 @@ class ConsensusService:
             raise ConfigError(f"context: {len(context)} characters; the limit is "
                               f"{MAX_CONTEXT_CHARS}")
         choice = await choose_team(spec, workspace)
+        # A model's call (a confined workspace) chose any base_url it names, or its config
+        # file's; the default team's are the user's own.
+        chosen = workspace.confined and bool(spec.models or spec.config or spec.base_url)
         return await self._launch(question, choice.team, context, spec.parent_session_id,
-                                  choice.notes, workspace)
+                                  choice.notes, workspace, urls_from_call=chosen)
 
     async def _launch(self, question: str, team: TeamConfig, context: str | None,
                       parent_session_id: str | None, notes: list[str],
-                      workspace: Workspace | None = None) -> StartedRun:
+                      workspace: Workspace | None = None, *,
+                      urls_from_call: bool | None = None) -> StartedRun:
         problems = missing_credentials(team)
         if problems:
             raise ConfigError("missing API keys:\n" + "\n".join(problems))
@@ -183,7 +187,9 @@ class ConsensusService:
         if team.options.workspace_tools:  # context_paths must exist inside the workspace
             WorkspaceTools(root, tuple(team.options.context_paths),
                            tuple(team.options.allow_secret_files))
-        await self._check_endpoints(team)
+        await self._check_endpoints(team, (workspace or self.workspace).confined
+                                    if urls_from_call is None else urls_from_call)
+        self._check_local_models(team)
         run = await self.runner.start(question, team, context=context,
                                       parent_session_id=parent_session_id, workspace=root,
                                       notes=notes)
@@ -191,17 +197,36 @@ class ConsensusService:
             consent.remember_run(self.store, run.session_id, team)
         return run
 
-    async def _check_endpoints(self, team: TeamConfig) -> None:
+    async def _check_endpoints(self, team: TeamConfig, urls_from_call: bool) -> None:
         """Refuse, before a record exists, a run whose servers take no connection. Only for
         runs made in this process: a pool's worker may see another network, and reports an
-        unreachable server on its first call instead."""
+        unreachable server on its first call instead. Base URLs a model's call chose
+        (``urls_from_call``; a recorded team's, when a model continues it) are not probed:
+        the probe would tell the caller which hosts and ports answer
+        (:mod:`massgen_mcp.providers.endpoints`)."""
         from massgen_mcp.providers.registry import ProviderRouter
 
         if isinstance(self.runner, SessionRunner) and isinstance(self.runner.provider,
                                                                   ProviderRouter):
-            problems = await self.runner.provider.unreachable(team)
+            problems = await self.runner.provider.unreachable(
+                team, probe_base_urls=not urls_from_call)
             if problems:
                 raise EndpointUnreachableError("\n".join(problems))
+
+    def _check_local_models(self, team: TeamConfig) -> None:
+        """Refuse, before a record exists, a run on an offline model that was never pulled
+        (a run never downloads one). Only here: a pool's worker has a cache of its own."""
+        if not isinstance(self.runner, SessionRunner):
+            return
+        names = sorted({a.model.removeprefix("local/") for a in team.agents
+                        if a.model.startswith("local/")})
+        if not names:
+            return
+        from massgen_mcp.providers import local_model  # only for a team on this machine
+
+        problems = [why for why in map(local_model.not_pulled, names) if why]
+        if problems:
+            raise ConfigError("\n".join(problems))
 
     def _records_in_project(self) -> bool:
         """Whether the records sit inside the project (the default ./.massgen), where a

@@ -260,3 +260,101 @@ def test_each_cli_declares_a_tested_oldest_version_and_how_to_update() -> None:
                                       "@google/gemini-cli"}
     manifest = json.loads((OLD_MODULES.parent / "package.json").read_text())["dependencies"]
     assert manifest == {CLIS[n].package: OLD[n][1] for n in OLD}
+
+
+# -- Codex's features, and a cache that is not to be believed ----------------------------------
+
+CODEX_OPTIONS = ("--json --ephemeral --skip-git-repo-check --sandbox --ignore-user-config "
+                 "--ignore-rules --disable --config")
+CODEX_OFF = ["shell_tool", "unified_exec", "apps", "plugins", "hooks", "browser_use",
+             "computer_use", "view_image", "multi_agent", "goals", "memories"]
+
+
+def codex_stand_in(folder: Path, version: str, features: list[str], *,
+                   count: Path | None = None) -> Path:
+    """A ``codex`` that says ``version``, lists Codex's options in ``exec --help`` and
+    ``features`` in ``features list`` (in 0.169.0's format), counting each time it is asked."""
+    script = folder / "codex"
+    listed = "".join(f"{name:<40} stable             true\n" for name in features)
+    body = [f"#!{sys.executable}", "import sys", "args = sys.argv[1:]"]
+    if count:
+        body.append(f"open({str(count)!r}, 'a').write(' '.join(args) + '\\n')")
+    body += [f"if args == ['--version']: print('codex-cli {version}')",
+             f"elif args == ['exec', '--help']: print({CODEX_OPTIONS!r})",
+             f"elif args == ['features', 'list']: print({listed!r}, end='')"]
+    script.write_text("\n".join(body) + "\n")
+    script.chmod(0o755)
+    return script
+
+
+def codex_argv(found_version: str, features: list[str]) -> list[str]:
+    from massgen_mcp.core.spec import AgentSpec
+    from massgen_mcp.providers.cli.base import CliVersion
+
+    found = CliVersion(found_version, frozenset(CODEX_OPTIONS.split()), frozenset(features))
+    return CLIS["codex"].command(AgentSpec(id="c", model="cli/codex"), "s", Path("."), found)
+
+
+def test_codex_is_refused_when_a_feature_it_should_have_is_not_listed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every feature massgen-mcp turns off is required where the tested versions have it: a
+    list that lacks one (a new format, a version that renamed it) is refused, not run with it
+    on. view_image is a feature from 0.169.0 on; 0.134.0 has none to turn off."""
+    monkeypatch.setenv("MASSGEN_CODEX_PATH", str(codex_stand_in(tmp_path, "0.169.0",
+                                                                 ["shell_tool"])))
+    found = look_for("codex")
+    assert found is not None and found.refused == (
+        "Codex 0.169.0 lists no unified_exec feature, apps feature, plugins feature, hooks "
+        "feature, browser_use feature, computer_use feature, multi_agent feature, goals "
+        "feature, memories feature, view_image feature, which massgen-mcp needs to run it "
+        "read-only (tested from 0.134.0); update it: npm install -g @openai/codex@latest")
+
+    without_view_image = [f for f in CODEX_OFF if f != "view_image"]
+    codex_stand_in(tmp_path, "0.169.0", without_view_image)
+    found = look_for("codex")
+    assert found is not None and found.refused is not None
+    assert found.refused.startswith("Codex 0.169.0 lists no view_image feature,")
+    codex_stand_in(tmp_path, "0.134.0", without_view_image)
+    found = look_for("codex")
+    assert found is not None and found.refused is None
+
+    for version, features in (("0.169.0", CODEX_OFF), ("0.134.0", without_view_image)):
+        argv = codex_argv(version, features)
+        assert [argv[i + 1] for i, arg in enumerate(argv) if arg == "--disable"] == features
+
+
+def test_a_version_cache_that_is_not_the_users_own_is_not_believed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
+    """The red team's entry: the real binary's path, version 9.9.9, only shell_tool listed.
+    Refused as it stands (the features are required); and from a cache file others can
+    write, or one that is a link, not even read: the binary is asked again, and the cache
+    written anew, 0600."""
+    count = tmp_path / "asked"
+    binary = codex_stand_in(tmp_path, "0.169.0", CODEX_OFF, count=count)
+    monkeypatch.setenv("MASSGEN_CODEX_PATH", str(binary))
+    real, info = os.path.realpath(binary), binary.stat()
+    forged = {real: {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "version": "9.9.9",
+                     "flags": CODEX_OPTIONS.split(), "features": ["shell_tool"]}}
+    cache.parent.mkdir(parents=True)
+    cache.write_text(json.dumps(forged))
+    cache.chmod(0o600)
+    found = look_for("codex")
+    assert found is not None and found.version == "9.9.9" and found.refused is not None
+    assert "lists no unified_exec feature" in found.refused and not count.exists()
+
+    for plant in ("writable", "link"):
+        monkeypatch.setattr(versions, "_learned", {})
+        cache.unlink()
+        if plant == "writable":
+            cache.write_text(json.dumps(forged))
+            cache.chmod(0o666)
+        else:
+            (tmp_path / "forged.json").write_text(json.dumps(forged))
+            (tmp_path / "forged.json").chmod(0o600)
+            cache.symlink_to(tmp_path / "forged.json")
+        found = look_for("codex")
+        assert found is not None and (found.version, found.refused) == ("0.169.0", None)
+        assert cache.stat().st_mode & 0o777 == 0o600 and not cache.is_symlink()
+        assert json.loads(cache.read_text())[real]["version"] == "0.169.0"
+    assert json.loads((tmp_path / "forged.json").read_text()) == forged  # not written through
+    assert count.read_text().count("--version") == 2

@@ -227,6 +227,93 @@ def test_the_v1_endpoint_runs_no_project_config_without_consent(
     assert server.requests == []
 
 
+# -- what a project config reads from the environment, and what a call may name as a config ----
+
+# Values no redaction masks (they look like no credential): a webhook and a deploy hook.
+WEBHOOK = "https://hooks.example.invalid/services/T000/B000/quiet-orchid-4417"
+DEPLOY_HOOK = "https://deploy.example.invalid/v1/hooks/prj_3c9/amber-kettle-2231"
+FROM_ENV_CONFIG = """\
+agents:
+  - id: a
+    backend: {model: "${SLACK_WEBHOOK_URL}"}
+  - id: b
+    backend: {type: openai, model: gpt-4o-mini}
+orchestrator:
+  coordination_mode: "${DEPLOY_HOOK}"
+"""
+
+
+def holds_no_hook(text: str) -> str:
+    for part in ("quiet-orchid", "hooks.example", "amber-kettle", "deploy.example"):
+        assert part not in text, text
+    return text
+
+
+async def test_a_project_config_asks_consent_before_its_errors_could_quote_your_environment(
+        scripted: Scripted, tmp_path: Path) -> None:
+    """A cloned repository's config that writes ``${SLACK_WEBHOOK_URL}`` where a model name
+    goes would have the webhook quoted in its error, to whichever model called: consent for
+    what it reads comes first, and the errors name each value as the file writes it."""
+    server = scripted(agree)
+    repo = cloned_repo(tmp_path, FROM_ENV_CONFIG)
+    env = child_env(tmp_path, server, SLACK_WEBHOOK_URL=WEBHOOK, DEPLOY_HOOK=DEPLOY_HOOK)
+    reads = ("agents[0].backend.model reads ${SLACK_WEBHOOK_URL} from your environment; "
+             "orchestrator.coordination_mode reads ${DEPLOY_HOOK} from your environment")
+    params = StdioServerParameters(command=sys.executable, args=["-m", "massgen_mcp"],
+                                   env=env, cwd=str(repo))
+    async with SdkClient(params, mode="legacy") as client:
+        for args in ({}, {"config": ".massgen/config.yaml"}):
+            run = await client.call_tool("run_consensus", {"question": "q", **args})
+            assert run.is_error
+            said = holds_no_hook(text_of(run.content[0]))
+            assert "needs your consent" in said and reads in said, said
+        setup = await client.call_tool("check_setup", {})
+        reason = holds_no_hook(setup.structured_content["default_team_reason"])
+        assert "needs your consent" in reason and reads in reason, reason
+    refused = cli(repo, env, "run", "q")
+    assert refused.returncode == 1 and reads in holds_no_hook(refused.stderr), refused.stderr
+    assert reads in holds_no_hook(cli(repo, env, "doctor").stdout)
+    # The user, at their shell, sees what is wrong with it, named as the file writes it.
+    trust = cli(repo, env, "trust")
+    assert trust.returncode == 1
+    assert holds_no_hook(trust.stderr).splitlines() == [
+        "massgen-mcp: config.yaml: agents[0].backend.model: '${SLACK_WEBHOOK_URL}' does not "
+        "start with a known provider (provider/model); use one such as openai, anthropic, "
+        "gemini, xai, openrouter, ollama_chat, hosted_vllm",
+        "config.yaml: orchestrator.coordination_mode: '${DEPLOY_HOOK}' is not supported; "
+        "massgen-mcp implements 'voting'"]
+    assert server.requests == []
+
+
+PRIVATE_KEY = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAAcanary5d2e\n"
+               "-----END OPENSSH PRIVATE KEY-----\n")
+
+
+async def test_a_model_call_cannot_name_a_secret_file_as_its_config(
+        scripted: Scripted, tmp_path: Path) -> None:
+    """A config's errors quote what the file holds, so ``config`` from a model's call obeys
+    the deny-list ``context_files`` does, by the name given and by the file it leads to."""
+    server = scripted(agree)
+    repo = cloned_repo(tmp_path)
+    (repo / "keys").mkdir()
+    for key in (repo / "id_rsa", repo / "keys" / "id_rsa"):
+        key.write_text(PRIVATE_KEY)
+    (repo / "team.yaml").symlink_to(repo / ".env")
+    params = StdioServerParameters(command=sys.executable, args=["-m", "massgen_mcp"],
+                                   env=child_env(tmp_path, server), cwd=str(repo))
+    async with SdkClient(params, mode="legacy") as client:
+        for name in (".env", "id_rsa", "keys/id_rsa", "./.env", "team.yaml"):
+            run = await client.call_tool("run_consensus", {"question": "q", "config": name})
+            assert run.is_error
+            said = text_of(run.content[0])
+            assert said.startswith(f"config: {name!r} may hold secrets; a model's call cannot "
+                                   "use it as a config"), said
+            assert "massgen-mcp run --config" in said
+            for secret in (DB_PASSWORD, DOTENV_TOKEN, "DEPLOY_REGION", "canary5d2e"):
+                assert secret not in said
+    assert server.requests == []
+
+
 # -- the deny-list knows secrets by their common names ------------------------------------------
 
 SECRET_NAMES = [

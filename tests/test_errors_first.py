@@ -156,7 +156,11 @@ def test_an_unreachable_server_is_named_by_the_cli_before_the_run(home: Path,
 async def test_an_unreachable_server_is_named_by_the_mcp_tool(
         client: McpClient, home: Path, scripted: Scripted,
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's call names no server the run probes ahead (that would map which hosts and
+    ports are open: tests/test_endpoints.py); Ollama's address is the user's own setting."""
     for models, env, message in unreachable_cases(scripted(agree).port):
+        if not models[0].startswith("ollama/"):
+            continue
         for name, value in env.items():
             monkeypatch.setenv(name, value)
         text = await tool_error(client, home, models=models)
@@ -212,8 +216,10 @@ async def test_on_a_worker_the_first_call_fails_at_once_with_the_url(
         await provider.complete(dead, HI, tools=None, timeout_s=10)
     assert time.monotonic() - started < 1
     assert not info.value.retryable and info.value.kind == "unreachable"
-    assert str(info.value).startswith(f"cannot reach http://127.0.0.1:{port}/v1 (connection "
-                                      "refused")
+    # At run time nobody knows who chose the URL: one line without the why (no port-scan
+    # oracle for a model's call; tests/test_endpoints.py).
+    assert str(info.value) == (f"cannot reach http://127.0.0.1:{port}/v1; start the server "
+                               "there, or fix base_url (agent a, openai/a)")
 
     once = await asyncio.start_server(answer_once, "127.0.0.1", 0)
     alive = AgentSpec(id="b", model="openai/b",
@@ -265,7 +271,7 @@ async def test_in_a_pool_the_worker_names_the_unreachable_server(tmp_path: Path,
         assert time.monotonic() - started < 10  # the backoff alone was 1 + 2 + 4 s
         assert status["status"] == "failed"
         result, events = record(home, handle["session_id"])
-        assert any(f"cannot reach http://127.0.0.1:{port}/v1 (connection refused" in e
+        assert any(f"cannot reach http://127.0.0.1:{port}/v1; start the server there" in e
                    for e in result["errors"]), result["errors"]
         assert not [e for e in events if e["type"] == "retry"], "it is not retried"
     finally:
@@ -360,3 +366,102 @@ async def test_a_preset_named_without_its_at_is_suggested_by_the_mcp_tool(
     text = await tool_error(client, home, config="fast_cheap")
     assert text.endswith("does not exist or is not a file; did you mean '@fast_cheap' "
                          "(a preset)?"), text
+
+
+# -- values a config reads from the environment ---------------------------------------------------
+
+# What a config copies from the environment may be anything of the user's. These look like no
+# credential, so no redaction would mask them: an error may show only the file's own text.
+HOOK = "https://hooks.example.invalid/services/T000/B000/quiet-orchid-4417"
+NAME = "quiet-orchid-4417"  # also the tail of HOOK, as a fragment of it would be quoted
+FROM_ENV_VARS = {"TEAM_HOOK": HOOK, "TEAM_NAME": NAME}
+FROM_ENV = """\
+agents:
+  - id: a
+    backend: {model: "${TEAM_HOOK}"}
+  - id: b
+    backend: {type: "${TEAM_HOOK}", model: gpt-4o-mini}
+  - id: c
+    backend: {type: claude_code, model: "${TEAM_HOOK}"}
+  - id: d
+    backend: {type: openai, model: gpt-4o-mini, temperature: "${TEAM_HOOK}"}
+  - id: e
+    backend: {model: "${TEAM_NAME}"}
+orchestrator:
+  coordination_mode: "${TEAM_HOOK}"
+  answer_novelty_requirement: "${TEAM_HOOK}"
+timeout_settings: {orchestrator_timeout_seconds: "${TEAM_HOOK}"}
+"""
+FROM_ENV_LINES = [
+    "from_env.yaml: agents[0].backend.model: '${TEAM_HOOK}' does not start with a known "
+    "provider (provider/model); use one such as openai, anthropic, gemini, xai, openrouter, "
+    "ollama_chat, hosted_vllm",
+    "from_env.yaml: agents[1].backend.type: unknown backend type '${TEAM_HOOK}'; known types: "
+    "anthropic, azure_openai, cerebras, chatcompletion, claude, claude_code, codex, deepseek, "
+    "fireworks, gemini, gemini_cli, grok, groq, lmstudio, local, mistral, moonshot, nebius, "
+    "ollama, openai, openrouter, sglang, together, vllm, xai, zai",
+    "from_env.yaml: agents[2]: model 'cli/claude/${TEAM_HOOK}': a coding-agent CLI is "
+    "cli/<name> or cli/<name>/<model>, with <name> one of claude, codex, gemini",
+    "from_env.yaml: agents[3].backend.temperature: Input should be a valid number, unable to "
+    "parse string as a number",
+    "from_env.yaml: agents[4].backend.model: cannot tell the provider of model '${TEAM_NAME}'; "
+    "set backend.type (e.g. type: openai) or write the model as provider/model",
+    "from_env.yaml: orchestrator.coordination_mode: '${TEAM_HOOK}' is not supported; "
+    "massgen-mcp implements 'voting'",
+    "from_env.yaml: orchestrator.answer_novelty_requirement: Input should be 'lenient', "
+    "'balanced' or 'strict'",
+    "from_env.yaml: timeout_settings.orchestrator_timeout_seconds: Input should be a valid "
+    "number, unable to parse string as a number",
+]
+# A problem only the whole team shows (an id used twice) quotes the file's text too.
+TWICE = """\
+agents:
+  - id: "${TEAM_NAME}"
+    backend: {type: openai, model: gpt-4o-mini}
+  - id: quiet-orchid-4417
+    backend: {type: openai, model: gpt-4o}
+"""
+TWICE_LINES = ["twice.yaml is invalid:",
+               "twice.yaml: agents: agent id '${TEAM_NAME}' is used twice; give each agent its "
+               "own id"]
+
+
+def no_value(text: str) -> str:
+    """``text``, checked to hold no value from the environment, nor a part of one."""
+    assert NAME not in text and "hooks.example" not in text, text
+    return text
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_value_from_the_environment_is_named_as_the_file_writes_it(
+        home: Path, tmp_path: Path, command: str) -> None:
+    (tmp_path / "from_env.yaml").write_text(FROM_ENV)
+    (tmp_path / "twice.yaml").write_text(TWICE)
+    for name, lines in (("from_env.yaml", FROM_ENV_LINES), ("twice.yaml", TWICE_LINES)):
+        args = [name] if command == "validate" else ["q", "--config", name]
+        err = refused(cli(home, command, *args, cwd=tmp_path, env=FROM_ENV_VARS), home)
+        assert no_value(err).removeprefix("massgen-mcp: ").splitlines() == lines
+
+
+async def test_the_mcp_tools_name_a_value_from_the_environment_as_the_file_writes_it(
+        client: McpClient, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in FROM_ENV_VARS.items():
+        monkeypatch.setenv(name, value)
+    own = tmp_path / "xdg" / "massgen-mcp"  # the user's config folder (the home fixture's)
+    own.mkdir(parents=True)
+    (own / "from_env.yaml").write_text(FROM_ENV)
+    # The user's own file: every problem is named, each value as the file writes it.
+    text = await tool_error(client, home, config=str(own / "from_env.yaml"))
+    assert no_value(text).splitlines() == FROM_ENV_LINES
+    # The same file as the user's default team, from run_consensus and check_setup.
+    (own / "from_env.yaml").rename(own / "config.yaml")
+    lines = [line.replace("from_env.yaml", "config.yaml", 1) for line in FROM_ENV_LINES]
+    assert no_value(await tool_error(client, home)).splitlines() == lines
+    setup = await client.call_tool("check_setup", {}, raise_on_error=False)
+    assert setup.is_error and no_value(text_of(setup.content[0])).splitlines() == lines
+    # A file of the project asks for consent before anything in it is validated.
+    (tmp_path / "team.yaml").write_text(FROM_ENV)
+    text = no_value(await tool_error(client, home, config="team.yaml"))
+    assert "team.yaml needs your consent" in text
+    assert "agents[0].backend.model reads ${TEAM_HOOK} from your environment" in text
+    assert "orchestrator.coordination_mode reads ${TEAM_HOOK} from your environment" in text

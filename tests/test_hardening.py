@@ -238,7 +238,7 @@ def test_consent_covers_env_values_other_providers_keys_and_call_overrides(
         load_config_file(path, check_trust=True)
 
     # An environment value copied into a URL goes wherever the URL says.
-    with pytest.raises(UntrustedConfigError, match=r"base_url reads \$PROXY_HOST"):
+    with pytest.raises(UntrustedConfigError, match=r"base_url reads \$\{PROXY_HOST\}"):
         load("{type: chatcompletion, model: m, base_url: 'https://${PROXY_HOST}/v1'}")
     text = read_config_text(path)
     expanded: list[tuple[str, str]] = []

@@ -132,6 +132,9 @@ def leftovers(folder: Path) -> set[str]:
     return {p.name for p in folder.iterdir() if not p.name.endswith(".lock")}
 
 
+PULLED = {"tiny.gguf", "tiny.gguf.sha256"}  # the checked file and the record of its check
+
+
 def test_a_pull_follows_the_hub_checks_the_file_and_shows_progress(hub: Hub) -> None:
     model = hub.model("tiny", BLOB)
     folder = local_model.cache_dir()
@@ -139,7 +142,7 @@ def test_a_pull_follows_the_hub_checks_the_file_and_shows_progress(hub: Hub) -> 
     path = model_hub.pull(model, folder, on_progress=lambda done, total: seen.append(
         (done, total)))
     assert path == folder / "tiny.gguf" and path.read_bytes() == BLOB
-    assert leftovers(folder) == {"tiny.gguf"}  # no .part
+    assert leftovers(folder) == PULLED  # no .part
     assert [p for p, _ in hub.requests] == [
         f"/test/tiny-GGUF/resolve/{'0' * 40}/tiny.gguf", "/cdn/test/tiny-GGUF/tiny.gguf"]
     assert len(seen) >= 4 and seen[-1] == (len(BLOB), len(BLOB))
@@ -168,7 +171,7 @@ def test_a_pull_cut_too_often_keeps_its_part_for_the_next_pull(hub: Hub) -> None
     hub.cuts = 0
     assert model_hub.pull(model, folder).read_bytes() == BLOB
     assert hub.file_requests()[-1] == "bytes=1500000-"
-    assert leftovers(folder) == {"tiny.gguf"}
+    assert leftovers(folder) == PULLED
 
 
 def test_an_unreachable_hub_is_named_with_what_to_check(hub: Hub,
@@ -179,6 +182,122 @@ def test_an_unreachable_hub_is_named_with_what_to_check(hub: Hub,
                                                  r".*ConnectError.*MASSGEN_HF_ENDPOINT"):
         model_hub.pull(model, local_model.cache_dir())
     assert leftovers(local_model.cache_dir()) == set()
+
+
+@pytest.mark.parametrize("secret", ["mirr0rS3cret", "S3cr3t/Pass"], ids=["plain", "with /"])
+def test_the_mirror_credentials_are_never_shown(hub: Hub, monkeypatch: pytest.MonkeyPatch,
+                                                secret: str) -> None:
+    """A mirror's URL may carry a user and password (or a token as the user): every message
+    that shows it masks them, also a password whose '/' ends a URL parser's host part."""
+    model = hub.model("tiny", BLOB)
+    monkeypatch.setenv("MASSGEN_HF_ENDPOINT",
+                       f"http://mirroruser:{secret}@127.0.0.1:{unused_port()}")
+    with pytest.raises(ModelDownloadError) as caught:
+        model_hub.pull(model, local_model.cache_dir())
+    assert str(caught.value).startswith("tiny: could not download http://***@127.0.0.1:")
+    for part in (secret, *secret.split("/"), "mirroruser"):
+        assert part not in str(caught.value)
+    assert leftovers(local_model.cache_dir()) == set()
+
+
+def test_the_command_masks_the_mirror_credentials(hub: Hub, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    good, bad = hub.model("tiny", BLOB), hub.model("bad", BLOB[::-1], pin=BLOB)
+    monkeypatch.setenv("MASSGEN_MODELS_FILE", str(write_models_file(tmp_path, good, bad)))
+    monkeypatch.setenv("MASSGEN_HF_ENDPOINT", hub.url.replace("://", "://hf_user:s3cretpass@"))
+    for name, code in (("tiny", 0), ("bad", 2)):
+        done = subprocess.run(pull_command("pull", name), capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode == code, done.stderr
+        assert done.stderr.startswith(f"massgen-mcp: pulling {name} test file (3 MB, "
+                                      f"Apache-2.0) from http://***@127.0.0.1:")
+        assert "s3cretpass" not in done.stderr + done.stdout
+        assert "hf_user" not in done.stderr + done.stdout
+    assert "bad: the file from http://***@127.0.0.1:" in done.stderr
+
+
+def test_pulled_trusts_only_a_checked_plain_file(hub: Hub, tmp_path: Path) -> None:
+    """A file of the pinned size is not a pulled model: a link, or a file without the record
+    of its SHA-256 check (or with another file's record), is not used."""
+    model = hub.model("tiny", BLOB)
+    folder = local_model.cache_dir()
+    folder.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere.gguf"
+    elsewhere.write_bytes(b"x" * len(BLOB))
+    (folder / "tiny.gguf").symlink_to(elsewhere)
+    assert model_hub.pulled(model, folder) is None
+    (folder / "tiny.gguf").unlink()
+    (folder / "tiny.gguf").write_bytes(b"x" * len(BLOB))
+    assert model_hub.pulled(model, folder) is None, "the same size, never checked"
+    os.mkfifo(folder / "tiny.gguf.sha256")  # read without waiting on it: no marker
+    assert model_hub.pulled(model, folder) is None
+    (folder / "tiny.gguf.sha256").unlink()
+
+    path = model_hub.pull(model, folder)  # the unchecked file is replaced by the pinned one
+    assert path.read_bytes() == BLOB and model_hub.pulled(model, folder) == path
+    assert len(hub.file_requests()) == 1
+    (folder / "swap").write_bytes(b"y" * len(BLOB))
+    os.replace(folder / "swap", path)  # another file of that size, beside the old record
+    assert model_hub.pulled(model, folder) is None
+
+    (folder / "tiny.gguf.sha256").unlink()
+    path.write_bytes(BLOB)  # the right bytes, their record lost: checked again, not fetched
+    assert model_hub.pull(model, folder) == path and model_hub.pulled(model, folder) == path
+    assert len(hub.file_requests()) == 1
+    assert leftovers(folder) == PULLED
+
+
+@pytest.mark.parametrize("planted", [".part", ".lock"])
+def test_a_link_planted_in_the_cache_is_never_written_through(hub: Hub, tmp_path: Path,
+                                                               planted: str) -> None:
+    model = hub.model("tiny", BLOB)
+    folder = local_model.cache_dir()
+    folder.mkdir(parents=True)
+    victim = tmp_path / "bashrc"
+    victim.write_text("keep me\n")
+    name = "tiny.gguf.part" if planted == ".part" else ".tiny.gguf.lock"
+    (folder / name).symlink_to(victim)
+    with pytest.raises(ModelDownloadError, match=rf"{name} is not a plain file of this user's "
+                                                 r"\(it is a link, or another kind of file\); "
+                                                 r"delete it and pull again"):
+        model_hub.pull(model, folder)
+    assert victim.read_text() == "keep me\n" and hub.requests == []
+    assert not (folder / "tiny.gguf").exists()
+
+
+def test_a_lock_link_to_a_missing_file_creates_nothing(hub: Hub, tmp_path: Path) -> None:
+    model = hub.model("tiny", BLOB)
+    folder = local_model.cache_dir()
+    folder.mkdir(parents=True)
+    missing = tmp_path / "created-through-the-link"
+    (folder / ".tiny.gguf.lock").symlink_to(missing)
+    with pytest.raises(ModelDownloadError, match=r"\.tiny\.gguf\.lock is not a plain file"):
+        model_hub.pull(model, folder)
+    assert not missing.exists()
+
+
+def test_a_hard_linked_part_is_refused(hub: Hub, tmp_path: Path) -> None:
+    model = hub.model("tiny", BLOB)
+    folder = local_model.cache_dir()
+    folder.mkdir(parents=True)
+    victim = tmp_path / "bashrc"
+    victim.write_text("keep me\n")
+    os.link(victim, folder / "tiny.gguf.part")
+    with pytest.raises(ModelDownloadError, match=r"tiny\.gguf\.part is not a plain file"):
+        model_hub.pull(model, folder)
+    assert victim.read_text() == "keep me\n"
+
+
+def test_a_link_at_the_model_name_is_replaced_not_followed(hub: Hub, tmp_path: Path) -> None:
+    model = hub.model("tiny", BLOB)
+    folder = local_model.cache_dir()
+    folder.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere.gguf"
+    elsewhere.write_bytes(b"x" * len(BLOB))
+    (folder / "tiny.gguf").symlink_to(elsewhere)
+    path = model_hub.pull(model, folder)
+    assert not path.is_symlink() and path.read_bytes() == BLOB
+    assert elsewhere.read_bytes() == b"x" * len(BLOB)
 
 
 def test_a_server_that_ignores_range_sends_the_whole_file_again(hub: Hub) -> None:
@@ -236,7 +355,7 @@ def test_the_command_pulls_with_plain_progress_lines_and_says_how_to_use_it(
     assert refused.returncode == 2
     assert "bad: the file from" in refused.stderr and "does not match its pinned SHA-256" in (
         refused.stderr)
-    assert leftovers(local_model.cache_dir()) == {"tiny.gguf"}
+    assert leftovers(local_model.cache_dir()) == PULLED
 
     unknown = subprocess.run(pull_command("pull", "qwen9"), capture_output=True, text=True,
                              timeout=60)
@@ -296,6 +415,50 @@ def test_local_name_uses_a_pulled_model_and_names_the_command_until_then(
     assert discover.offline_advice("tiny") == ""
 
 
+def test_a_name_is_never_a_file_in_the_working_folder(hub: Hub, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MCP host starts the server in the user's project: a file a cloned repository ships
+    under a model's name (or any relative path) never becomes the model llama.cpp loads."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "qwen2.5-1.5b").write_bytes(b"the repository's bytes")
+    (repo / "mine.gguf").write_bytes(b"the repository's bytes")
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("MASSGEN_LOCAL_MODEL", "qwen2.5-1.5b")
+    assert local_model.model_name() == "qwen2.5-1.5b"
+    with pytest.raises(ProviderError, match=r"local/qwen2\.5-1\.5b is not downloaded yet"):
+        local_model.gguf_path("qwen2.5-1.5b")
+    for relative in ("mine.gguf", "./qwen2.5-1.5b", "sub/../mine.gguf"):
+        monkeypatch.setenv("MASSGEN_LOCAL_MODEL", relative)
+        with pytest.raises(ConfigError) as caught:
+            local_model.model_name()
+        assert str(caught.value).startswith(
+            f"MASSGEN_LOCAL_MODEL={relative!r} is not a model in massgen-mcp models list "
+            "(qwen2.5-1.5b, qwen2.5-0.5b); for a .gguf file of your own give its absolute "
+            "path (e.g. /home/you/models/")
+        with pytest.raises(ProviderError, match=r"local/mine: MASSGEN_LOCAL_MODEL="):
+            local_model.gguf_path("mine")
+
+
+def test_an_absolute_gguf_path_is_the_users_own_file(hub: Hub, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    own = tmp_path / "models" / "mine.gguf"
+    own.parent.mkdir()
+    own.write_bytes(b"GGUF")
+    monkeypatch.setenv("MASSGEN_LOCAL_MODEL", str(own))
+    assert local_model.model_name() == "mine" and local_model.gguf_path("mine") == own
+    for value, problem in (
+            (str(own.with_suffix(".bin")), "expected a name from massgen-mcp models list, or "
+                                           "the absolute path of a .gguf file; fix it"),
+            (str(own.with_name("gone.gguf")), "no such file; give the absolute path of an "
+                                              "existing .gguf file, or unset it")):
+        monkeypatch.setenv("MASSGEN_LOCAL_MODEL", value)
+        with pytest.raises(ConfigError) as caught:
+            local_model.model_name()
+        assert str(caught.value).startswith("MASSGEN_LOCAL_MODEL=") and problem in str(
+            caught.value)
+
+
 def test_the_offline_default_recommends_the_stronger_model(hub: Hub) -> None:
     advice = discover.offline_advice("smollm2")
     assert advice == ("; for better answers offline: massgen-mcp models pull qwen2.5-1.5b "
@@ -304,8 +467,11 @@ def test_the_offline_default_recommends_the_stronger_model(hub: Hub) -> None:
     better = model_hub.require("qwen2.5-1.5b")
     folder = local_model.cache_dir()
     folder.mkdir(parents=True)
-    with (folder / better.file).open("wb") as sparse:  # the size is all pulled() reads
+    with (folder / better.file).open("wb") as sparse:
         sparse.truncate(better.size)
+    assert local_model.pulled(better.name) is None, "the size alone is not a pulled model"
+    # As pull marks a file it checked (a sparse file cannot match the real pin).
+    model_hub.mark_checked(better, folder / better.file, (folder / better.file).stat())
     assert discover.offline_advice("smollm2") == (
         "; for better answers use the pulled local/qwen2.5-1.5b: set "
         "MASSGEN_LOCAL_MODEL=qwen2.5-1.5b")
@@ -373,3 +539,36 @@ async def test_a_pulled_gguf_runs_as_local_name(hub: Hub, tmp_path: Path,
     finally:
         provider.close()
     assert reply.content and reply.completion_tokens > 0
+
+
+@needs_model
+def test_doctor_in_a_repository_with_a_file_named_like_the_model(
+        hub: Hub, tmp_path: Path) -> None:
+    """The red team's reproduction: the catalog name stays the model, whatever the folder."""
+    (tmp_path / "qwen2.5-1.5b").write_bytes(b"the repository's bytes")
+    done = subprocess.run(
+        [sys.executable, "-m", "massgen_mcp", "doctor"], capture_output=True, text=True,
+        timeout=120, stdin=subprocess.DEVNULL, cwd=tmp_path,
+        env={**os.environ, "MASSGEN_LOCAL_MODEL": "qwen2.5-1.5b", "MASSGEN_CLIS": "none",
+             "MASSGEN_LOCAL_PORTS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert "embedded:      local/qwen2.5-1.5b\n" in done.stdout
+
+
+def test_a_run_on_a_model_not_pulled_is_refused_before_anything_is_written(
+        hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One line naming the command, exit 1, no session folder (it used to start a run whose
+    every agent failed, the same line four times over, exit 2)."""
+    model = hub.model("tiny", BLOB)
+    monkeypatch.setenv("MASSGEN_MODELS_FILE", str(write_models_file(tmp_path, model)))
+    home = tmp_path / "massgen-home"
+    monkeypatch.setenv("MASSGEN_HOME", str(home))
+    done = subprocess.run([sys.executable, "-m", "massgen_mcp", "run", "What is 12*12?",
+                           "--models", "local/tiny,local/tiny"], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        "massgen-mcp: local/tiny is not downloaded yet (3 MB, once); run: massgen-mcp models "
+        "pull tiny"]
+    assert not home.exists() or not any(home.rglob("sessions/*"))
+    assert hub.requests == [], "a run never starts a download"

@@ -22,7 +22,7 @@ from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedProvider, agree, answer
-from tests.helpers import Scripted
+from tests.helpers import Scripted, run_team, team_for
 
 RELEASE = Path(__file__).parent / "fixtures" / "release-0.1.0"
 OLD_ID = "01M825WQ0MVBEB1ZBBVMKK79J8"
@@ -157,3 +157,61 @@ async def test_the_live_status_is_masked_like_the_record(home: Path,
     gate.set()
     done = await service.wait(started.session_id, None, until_done=True)
     assert done.status is RunStatus.COMPLETED
+
+
+# -- records a repository can carry -------------------------------------------------------------
+
+PLANTED = "7ZZZZZZZZZZZZZZZZZZZZZZZZZ"  # the largest id there is: a time in the year 10889
+
+
+def planted_copy(record: Path, where: Path, question: str) -> Path:
+    """A copy of ``record`` asking ``question``, without its report."""
+    shutil.copytree(record, where)
+    (where / "report.html").unlink()
+    status = json.loads((where / "status.json").read_text())
+    (where / "status.json").write_text(json.dumps({**status, "question": question}))
+    return where
+
+
+async def test_a_planted_session_takes_over_neither_latest_nor_the_report(
+        scripted: Scripted, home: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A repository ships .massgen/sessions/7ZZZ... (always the largest id): as a link to a
+    folder outside the project, it is no session at all (not listed, not found, no report
+    written through it); as a real folder, its id's time is in the future, so it is not
+    ``latest`` (a person can still ask for it by id), and a report.html in it that links
+    elsewhere is replaced, not written through."""
+    mine = await run_team(team_for(scripted(agree)))
+    own = mine.result["session_id"]
+    sessions = home / "sessions"
+    outside = planted_copy(sessions / own, tmp_path / "outside" / PLANTED, "planted question")
+    (sessions / PLANTED).symlink_to(outside, target_is_directory=True)
+
+    def cli(*argv: str) -> tuple[int, str]:
+        code = main(list(argv))
+        captured = capsys.readouterr()
+        return code, captured.out + captured.err
+
+    code, out = cli("show", "latest")
+    assert code == 0 and out.startswith(f"session  {own}  ") and "planted question" not in out
+    code, out = cli("show", "latest", "--html")
+    assert code == 0 and out.strip() == str(sessions / own / "report.html")
+    code, out = cli("show", "7", "--html")  # the link's prefix: no session starts with it
+    assert code != 0 and f"no session id starts with 7 in {sessions}" in out
+    code, out = cli("show", PLANTED, "--html")
+    assert code != 0 and not (outside / "report.html").exists()
+    code, out = cli("sessions")
+    assert own in out and PLANTED not in out
+
+    (sessions / PLANTED).unlink()
+    real = planted_copy(sessions / own, sessions / PLANTED, "planted question")
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("not a report")
+    (real / "report.html").symlink_to(elsewhere)
+    code, out = cli("show", "latest")
+    assert code == 0 and out.startswith(f"session  {own}  ") and "planted question" not in out
+    code, out = cli("show", PLANTED, "--html")
+    assert code == 0 and out.strip() == str(real / "report.html")
+    assert elsewhere.read_text() == "not a report"
+    assert not (real / "report.html").is_symlink() and "<html" in (
+        real / "report.html").read_text().lower()

@@ -18,6 +18,7 @@ from massgen_mcp.cli.output import EXIT_CANCELLED, EXIT_EXECUTION, EXIT_OK, err,
 from massgen_mcp.core.errors import ModelDownloadError, ProviderError
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.providers import local_model, model_hub
+from massgen_mcp.providers.endpoints import shown
 
 BUNDLED = ("SmolLM2-135M-Instruct, Q4_1", "98 MB", "Apache-2.0")
 
@@ -88,7 +89,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     done = model_hub.pulled(model, folder)
     if done is None:
         url = model.url(SETTINGS.hf_endpoint.read())
-        err(f"pulling {model.title} ({model.size_text}, {model.license}) from {url}")
+        err(f"pulling {model.title} ({model.size_text}, {model.license}) from {shown(url)}")
         bar = Bar(model.name)
         try:
             done = model_hub.pull(model, folder, on_progress=bar.show, on_wait=lambda: err(

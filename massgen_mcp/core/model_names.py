@@ -66,12 +66,19 @@ _FAMILIES = (("gpt", "openai"), ("o1", "openai"), ("o3", "openai"), ("o4", "open
 _EXAMPLES = "openai, anthropic, gemini, xai, openrouter, ollama_chat, hosted_vllm"
 
 
-def model_problem(model: str) -> str | None:
-    """Why litellm could not route ``model``, with the closest string it could, or None."""
+def model_problem(model: str, written: str | None = None) -> str | None:
+    """Why litellm could not route ``model``, with the closest string it could, or None.
+
+    ``written`` is the text to quote instead when the model came from the environment (a
+    config's ``${VAR}``): then no part of the value is quoted and no guess is made from it,
+    since a guess would repeat it."""
     prefix, slash, rest = model.partition("/")
     if slash:
         if prefix in LITELLM_PROVIDERS or prefix in OWN_PREFIXES or prefix in _registered():
             return None
+        if written is not None:
+            return (f"{written!r} does not start with a known provider (provider/model); "
+                    f"use one such as {_EXAMPLES}")
         guess = _provider_guess(prefix)
         hint = (f"did you mean {guess + '/' + rest!r}?" if guess
                 else f"use one litellm knows, e.g. {_EXAMPLES}")
@@ -80,11 +87,12 @@ def model_problem(model: str) -> str | None:
     # Fine-tuned OpenAI models (ft:gpt-4o-mini:org::id) are routed by their prefix.
     if known is None or model in known or model.startswith("ft:"):
         return None
-    guess = bare_model_guess(model)
+    guess = bare_model_guess(model) if written is None else None
+    shown = model if written is None else written
     hint = f"did you mean {guess!r}?" if guess else (
-        f"write it as provider/model: ollama_chat/{model} for Ollama, openai/{model} for "
+        f"write it as provider/model: ollama_chat/{shown} for Ollama, openai/{shown} for "
         "another OpenAI-compatible server (with its base_url)")
-    return f"cannot tell which provider serves {model!r}; {hint}"
+    return f"cannot tell which provider serves {shown!r}; {hint}"
 
 
 def _registered() -> list[str]:

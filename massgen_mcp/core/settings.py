@@ -65,6 +65,18 @@ def _path(raw: str) -> Path:
     return Path(raw)
 
 
+def _model_choice(raw: str) -> Path | str:
+    """A file only by its absolute path, else a name: a value that could be read relative to
+    the working folder (an MCP host starts the server in the user's project) would let a file
+    a cloned repository ships under a model's name be loaded instead. Whether a name is in the
+    catalog is the providers' to say (:func:`massgen_mcp.providers.local_model.choice`)."""
+    if not Path(raw).is_absolute():
+        return raw
+    if not raw.lower().endswith(".gguf"):
+        raise ValueError(raw)
+    return Path(raw)
+
+
 def _ports(raw: str) -> tuple[int, ...]:
     return tuple(int(p) for p in raw.split(",") if p.strip())
 
@@ -116,7 +128,7 @@ class Settings:
     home: Setting[Path | None]
     local_ports: Setting[tuple[int, ...] | None]
     max_parallel_per_provider: Setting[int]
-    local_model: Setting[Path | None]
+    local_model: Setting[Path | str | None]
     local_threads: Setting[int | None]
     hf_endpoint: Setting[str]
     models_file: Setting[Path | None]
@@ -148,10 +160,12 @@ SETTINGS = Settings(
     max_parallel_per_provider=Setting(
         "MASSGEN_MAX_PARALLEL_PER_PROVIDER", _positive_int, 16,
         "model calls at once per provider endpoint, in this process", "a whole number >= 1"),
-    local_model=Setting("MASSGEN_LOCAL_MODEL", _path, None,
+    local_model=Setting("MASSGEN_LOCAL_MODEL", _model_choice, None,
                         "the default team's embedded model instead of the bundled one: a "
-                        "pulled model's name (massgen-mcp models list), or a .gguf file "
-                        "(local/<its stem>)", "a model name or a path to a .gguf file"),
+                        "pulled model's name (massgen-mcp models list), or the absolute path "
+                        "of a .gguf file (local/<its stem>)",
+                        "a name from massgen-mcp models list, or the absolute path of a .gguf "
+                        "file"),
     # 512 is llama.cpp's own limit (GGML_MAX_N_THREADS).
     local_threads=Setting("MASSGEN_LOCAL_THREADS", _between(int, 1, 512), None,
                           "CPU threads the embedded model runs on (default: every core, up "

@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -108,6 +109,21 @@ class McpServerSpec(BaseModel):
         return self.url or ""
 
 
+# The validation context key of fields whose value came from the environment (a config's
+# ``${VAR}``, massgen_mcp.team.massgen_yaml): ``{WRITTEN: {"model": "openai/${MODEL}"}}``. An
+# error quotes that text instead of the value, which may be anything of the user's, and
+# derives no hint from the value.
+WRITTEN = "written"
+
+
+def written(info: ValidationInfo, field: str) -> str | None:
+    """The text to quote for ``field`` instead of its value (see :data:`WRITTEN`), or None."""
+    context = info.context
+    texts = context.get(WRITTEN) if isinstance(context, dict) else None
+    text = texts.get(field) if isinstance(texts, dict) else None
+    return text if isinstance(text, str) else None
+
+
 class AgentSpec(BaseModel):
     """One agent: a model (litellm model string), an optional persona and sampling settings."""
 
@@ -140,25 +156,27 @@ class AgentSpec(BaseModel):
 
     @field_validator("model")
     @classmethod
-    def _check_model(cls, value: str) -> str:
+    def _check_model(cls, value: str, info: ValidationInfo) -> str:
         if not _MODEL.fullmatch(value):
             raise ValueError(
                 "expected a litellm model string such as 'openai/gpt-4o-mini' or "
                 "'anthropic/claude-sonnet-4-5' (no spaces)"
             )
-        problem = model_problem(value)  # litellm would say so only at the first call
+        # litellm would say so only at the first call
+        problem = model_problem(value, written(info, "model"))
         if problem:
             raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
-    def _check_cli(self) -> AgentSpec:
+    def _check_cli(self, info: ValidationInfo) -> AgentSpec:
         if not self.model.startswith("cli/"):
             return self
         name = self.model.split("/")[1]
+        shown = written(info, "model") or self.model
         if (name not in CLI_NAMES or self.model.count("/") > 2 or self.model.endswith("/")
                 or self.model.split("/")[-1].startswith("-")):
-            raise ValueError(f"model {self.model!r}: a coding-agent CLI is cli/<name> or "
+            raise ValueError(f"model {shown!r}: a coding-agent CLI is cli/<name> or "
                              f"cli/<name>/<model>, with <name> one of {', '.join(CLI_NAMES)}")
         for name in _NOT_FOR_CLI:
             # A setting given with its default value asks for nothing: a team rebuilt from
@@ -167,7 +185,7 @@ class AgentSpec(BaseModel):
             if (name in self.model_fields_set
                     and getattr(self, name) != field.get_default(call_default_factory=True)):
                 raise ValueError(f"{name}: not available for a coding-agent CLI agent "
-                                 f"({self.model}); remove it (the CLI runs read-only with "
+                                 f"({shown}); remove it (the CLI runs read-only with "
                                  "its own settings)")
         return self
 

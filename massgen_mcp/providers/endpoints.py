@@ -6,7 +6,8 @@ plain-HTTP port, or Ollama not running: litellm reports each as "Connection erro
 seconds. Two checks, so that the user sees the URL and what to do at once:
 
 * :func:`unreachable` connects to each endpoint a team names (TCP, plus a TLS handshake for
-  https) before a run in this process writes its record. Only explicit endpoints are probed
+  https) before a run in this process writes its record, and says why one takes no
+  connection (refused, no such host, not TLS, no answer). Only explicit endpoints are probed
   (``base_url``, Ollama's local default), never a hosted provider's API, and a success is
   remembered per endpoint for :data:`PROBE_TTL_S`, so a healthy run pays one local connect
   (well under a millisecond) now and then. A pool's front end does not probe: the worker that
@@ -15,6 +16,17 @@ seconds. Two checks, so that the user sees the URL and what to do at once:
   provider reports it with :func:`unreachable_message` and, the first time an endpoint is
   called, does not retry it (:class:`~massgen_mcp.providers.litellm_provider.LiteLLMProvider`).
   That catches what the probe cannot: a pool worker's calls, and a server that stopped.
+
+Why it fails is told only ahead of a run, and only for endpoints the person at this machine
+chose: on their command line, in their script, in their own config or the project's that a
+run without a team reads. A model's call (MCP, ``/v1``) that names a ``base_url`` (in
+``models``, ``base_url`` or a ``config`` file it names) is not probed ahead: eight URLs per
+call, each answered "refused", "does not resolve" or "not TLS" within milliseconds and with no
+record, would let whoever steers the calling model map which hosts and ports this machine
+reaches. Its run connects itself, as any run does, and a failed call says which URL could not
+be reached and what to do, not why (:func:`unreachable_message` without a reason): what a run
+has always revealed, no more. A malformed URL (no host, a port that is not a number) is
+refused before the run either way: that is read from the text, not the network.
 """
 
 from __future__ import annotations
@@ -50,26 +62,35 @@ def endpoint_of(agent: AgentSpec) -> str | None:
 
 
 def shown(url: str) -> str:
-    """The URL as it may be shown: no user or password (a token may be either), no
-    credential in its query."""
-    parts = urlsplit(url)
-    if "@" in parts.netloc:
-        url = parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
-    return redact(url)  # masks credential-named query parameters too
+    """The URL as it may be shown: no user or password (a token may be either), no fragment
+    (``#access_token=...``), no credential in its query.
+
+    The user part is masked up to the *last* ``@`` before any parsing: a password with an
+    unescaped ``/``, ``?``, ``#`` or ``@`` ends a parser's host part early and would be shown
+    as the host or path. A ``@`` in a path or query masks more than it needs to, which only
+    hides text, never shows a secret."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    return redact(scheme + sep + rest.split("#", 1)[0])  # and credential-named parameters
 
 
-def unreachable_message(agent: AgentSpec, url: str | None, why: str) -> str:
-    """One line: which endpoint, why it failed, and what to do."""
+def unreachable_message(agent: AgentSpec, url: str | None, why: str | None) -> str:
+    """One line: which endpoint, why it failed (``why``: None when the reason is not to be
+    told, see the module's docstring), and what to do."""
+    because = f" ({why})" if why else ""
     if url is None:
-        return (f"cannot reach the {agent.provider or 'provider'} API ({why}); check this "
+        return (f"cannot reach the {agent.provider or 'provider'} API{because}; check this "
                 "machine's network connection and proxy settings")
     if agent.provider in _OLLAMA:
         model = agent.model.split("/", 1)[1]
         elsewhere = "fix base_url" if agent.base_url else "set OLLAMA_API_BASE to where it runs"
-        return (f"cannot reach Ollama at {shown(url)} ({why}); start it (ollama serve) and "
+        return (f"cannot reach Ollama at {shown(url)}{because}; start it (ollama serve) and "
                 f"pull the model (ollama pull {model}), or {elsewhere} (agent {agent.id})")
-    todo = "fix base_url" if "TLS" in why else "start the server there, or fix base_url"
-    return f"cannot reach {shown(url)} ({why}); {todo} (agent {agent.id}, {agent.model})"
+    todo = "fix base_url" if why and "TLS" in why else "start the server there, or fix base_url"
+    return f"cannot reach {shown(url)}{because}; {todo} (agent {agent.id}, {agent.model})"
 
 
 def connect_failure(exc: BaseException) -> str | None:
@@ -109,25 +130,41 @@ def _describe(error: BaseException) -> str | None:
     return None
 
 
-async def unreachable(agents: list[AgentSpec]) -> list[str]:
+async def unreachable(agents: list[AgentSpec], *, probe_base_urls: bool = True) -> list[str]:
     """One line per agent whose endpoint does not take a connection now (probed at once,
-    each endpoint once); [] when all do."""
+    each endpoint once); [] when all do. ``probe_base_urls=False`` (a model's call chose
+    them): a ``base_url`` is only read, not connected to; Ollama's endpoint from the
+    environment is still probed."""
+    def probed(agent: AgentSpec) -> bool:
+        return probe_base_urls or not agent.base_url
+
     urls = {url for agent in agents if (url := endpoint_of(agent))}
-    found = dict(zip(urls, await asyncio.gather(*(_probe(url) for url in urls)), strict=True))
+    to_probe = {url for agent in agents if probed(agent) and (url := endpoint_of(agent))}
+    found = dict(zip(to_probe, await asyncio.gather(*(_probe(url) for url in to_probe)),
+                     strict=True))
+    found.update({url: _malformed(url) for url in urls - to_probe})
     return [unreachable_message(agent, url, why) for agent in agents
             if (url := endpoint_of(agent)) and (why := found[url])]
 
 
-async def _probe(url: str) -> str | None:
-    """Why ``url`` takes no connection, or None if it does (or cannot be probed directly)."""
+def _malformed(url: str) -> str | None:
+    """What makes ``url`` no place to connect to, read from the text alone (no network)."""
     parts = urlsplit(url)
-    host, scheme = parts.hostname, parts.scheme
     try:
-        port = parts.port or (443 if scheme == "https" else 80)
+        parts.port  # noqa: B018 (raises for a port that is not a number)
     except ValueError:
         return "its port is not a number"
-    if not host:
-        return "it names no host"
+    return None if parts.hostname else "it names no host"
+
+
+async def _probe(url: str) -> str | None:
+    """Why ``url`` takes no connection, or None if it does (or cannot be probed directly)."""
+    malformed = _malformed(url)
+    if malformed:
+        return malformed
+    parts = urlsplit(url)
+    host, scheme = parts.hostname or "", parts.scheme
+    port = parts.port or (443 if scheme == "https" else 80)
     if _behind_proxy(scheme, host):  # the calls go through the proxy: theirs to report
         return None
     key = (scheme, host, port)

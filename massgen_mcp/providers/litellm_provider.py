@@ -162,7 +162,7 @@ class LiteLLMProvider:
 
     A connection that cannot be made to a server the user runs (a ``base_url``, Ollama) that
     has never answered in this process is not worth a retry (nothing listens, the name does
-    not resolve, it is not TLS): the call fails at once, naming the URL
+    not resolve, it is not TLS): the call fails at once, naming the URL but not the reason
     (:mod:`massgen_mcp.providers.endpoints`). Once it has answered, the same failure is a blip
     and is retried like any other, as is every connection failure to a hosted API."""
 
@@ -223,8 +223,11 @@ class LiteLLMProvider:
                 raise map_error(exc, litellm) from None
             url = endpoint_of(agent)
             # A hosted API that fails to connect is a network blip (DNS, Wi-Fi) until shown
-            # otherwise: retried as before. A server the user runs fails at once.
-            raise ProviderError(unreachable_message(agent, url, why),
+            # otherwise: retried as before. A server the user runs fails at once, with its
+            # URL but not why: the URL may be a model's call's, whose caller must not learn
+            # which hosts refuse, do not resolve or are not TLS (endpoints' docstring); the
+            # user's own were told that before the run.
+            raise ProviderError(unreachable_message(agent, url, None if url else why),
                                 retryable=url is None or self._key(agent) in self._answered,
                                 kind="unreachable") from None
         self._answered.add(self._key(agent))

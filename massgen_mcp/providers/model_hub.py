@@ -13,8 +13,12 @@ time out long before it ended. The download:
   rest with an HTTP ``Range`` header (a dropped connection is also resumed at once, a few
   times, within one pull);
 * is checked before use: the whole file's SHA-256 must match the pin, else the part is
-  deleted and nothing is installed;
+  deleted and nothing is installed; ``<file>.sha256`` then records which file matched, and
+  only a plain file with that record counts as pulled (a file of the right size is not
+  enough);
 * is atomic: the checked file is renamed into place, so a reader sees all of it or nothing;
+* writes through no link: the part and the lock are opened with ``O_NOFOLLOW`` and must be
+  plain files of this user's, and a rename replaces a link at the file's name;
 * is safe in two processes at once: an exclusive ``flock`` on ``.<file>.lock`` makes the
   second wait for the first, then find the file there.
 
@@ -27,19 +31,24 @@ whatever the endpoint serves. ``MASSGEN_MODELS_FILE`` adds the user's own pinned
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
+import json
 import os
 import re
+import stat
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
 from massgen_mcp.core.errors import ConfigError, ModelDownloadError
 from massgen_mcp.core.settings import SETTINGS
+from massgen_mcp.providers.endpoints import shown
 
 CHUNK_BYTES = 1 << 20
 ATTEMPTS = 3  # connections per pull; each must bring bytes for the next one to be tried
@@ -169,13 +178,19 @@ def _entry_problems(entry: dict[str, Any]) -> list[str]:
 
 
 def pulled(model: HubModel, folder: Path) -> Path | None:
-    """The model's file in ``folder`` if it was pulled. Only a checked file is ever renamed
-    into place; the size check catches one cut short since."""
+    """The model's file in ``folder`` if a pull checked it: a plain file (never a link), of
+    the pinned size, whose marker says its SHA-256 matched the pin. The marker names the file
+    it vouches for (inode and modification time), so a file put in its place later, even of
+    the same size, is not trusted. Only ``stat`` calls and a small read: this is asked on
+    every ``doctor`` and run, where hashing 1.1 GB again would take seconds."""
     path = folder / model.file
     try:
-        return path if path.stat().st_size == model.size else None
+        found = path.lstat()
     except OSError:
         return None
+    if not stat.S_ISREG(found.st_mode) or found.st_size != model.size:
+        return None
+    return path if _read_marker(path) == _stamp(model, found) else None
 
 
 def pull(model: HubModel, folder: Path, *, on_progress: Progress | None = None,
@@ -187,44 +202,62 @@ def pull(model: HubModel, folder: Path, *, on_progress: Progress | None = None,
     import httpx
 
     folder.mkdir(parents=True, exist_ok=True)
+    target = folder / model.file
     with _exclusive(folder / f".{model.file}.lock", on_wait):
         done = pulled(model, folder)
         if done is not None:
             return done
+        found = _checked_in_place(model, target)
+        if found is not None:
+            mark_checked(model, target, found)
+            return target
         part = folder / f"{model.file}.part"
         url = model.url(SETTINGS.hf_endpoint.read())
         timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
-        with httpx.Client(timeout=timeout, follow_redirects=True) as client:
-            for attempt in range(1, ATTEMPTS + 1):
-                before = _size(part)
-                try:
-                    _fetch_rest(client, url, model, part, on_progress)
-                    break
-                except (httpx.TransportError, httpx.DecodingError) as exc:
-                    if attempt == ATTEMPTS or _size(part) == before:
-                        raise _interrupted(model, url, _size(part), exc) from None
-        _check(model, part, url)
-        os.replace(part, folder / model.file)
-        return folder / model.file
+        with os.fdopen(_open_own(part, os.O_RDWR), "r+b") as out, \
+                httpx.Client(timeout=timeout, follow_redirects=True) as client:
+            try:
+                for attempt in range(1, ATTEMPTS + 1):
+                    before = _size(out)
+                    try:
+                        _fetch_rest(client, url, model, out, part, on_progress)
+                        break
+                    except (httpx.TransportError, httpx.DecodingError) as exc:
+                        if attempt == ATTEMPTS or _size(out) == before:
+                            raise _interrupted(model, url, _size(out), exc) from None
+                    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # redirects; a bad URL
+                        raise _interrupted(model, url, _size(out), exc) from None
+            except BaseException:
+                if not _size(out):  # nothing to resume from: leave no empty part behind
+                    part.unlink(missing_ok=True)
+                raise
+            _check(model, out, part, url)
+            found = os.fstat(out.fileno())
+        os.replace(part, target)  # rename(2) replaces a link at target, never writes through it
+        mark_checked(model, target, found)
+        return target
 
 
 def _interrupted(model: HubModel, url: str, have: int, exc: Exception) -> ModelDownloadError:
+    """The error of a download that stopped; the URL shown without the credentials a mirror's
+    may carry (``https://user:token@mirror``), as in every message here."""
     if not have:
         return ModelDownloadError(
-            f"{model.name}: could not download {url} ({type(exc).__name__}); check the "
-            f"network or proxy (HTTPS_PROXY), or {SETTINGS.hf_endpoint.env} if you set it, "
-            "and pull again")
+            f"{model.name}: could not download {shown(url)} ({type(exc).__name__}); check "
+            f"the network or proxy (HTTPS_PROXY), or {SETTINGS.hf_endpoint.env} if you set "
+            "it, and pull again")
     return ModelDownloadError(
-        f"{model.name}: the download from {url} was interrupted at {have:,} of "
+        f"{model.name}: the download from {shown(url)} was interrupted at {have:,} of "
         f"{model.size:,} bytes ({type(exc).__name__}); run the same command again to resume")
 
 
-def _fetch_rest(client: Any, url: str, model: HubModel, part: Path,
+def _fetch_rest(client: Any, url: str, model: HubModel, out: BinaryIO, part: Path,
                 on_progress: Progress | None) -> None:
-    """Append what ``part`` lacks, asking for it with a Range header."""
-    have = _size(part)
+    """Append what the part file ``out`` lacks, asking for it with a Range header; whatever
+    arrived is on disk when this returns or raises (a later attempt resumes from it)."""
+    have = _size(out)
     if have > model.size:  # not this file: start again
-        part.unlink()
+        out.truncate(0)
         have = 0
     if have == model.size:
         return
@@ -232,53 +265,133 @@ def _fetch_rest(client: Any, url: str, model: HubModel, part: Path,
     with client.stream("GET", url, headers=headers) as response:
         if response.status_code == 206:
             if not response.headers.get("content-range", "").startswith(f"bytes {have}-"):
-                raise ModelDownloadError(f"{model.name}: {url} answered a resumed download "
-                                         "with the wrong part; delete "
-                                         f"{part} and pull again")
+                raise ModelDownloadError(f"{model.name}: {shown(url)} answered a resumed "
+                                         f"download with the wrong part; delete {part} and "
+                                         "pull again")
         elif response.status_code == 200:
             have = 0  # the server ignored the Range header: it sends the whole file
         else:
             raise ModelDownloadError(
-                f"{model.name}: {url} answered HTTP {response.status_code}; check the network "
-                f"(or {SETTINGS.hf_endpoint.env}, if you set it) and pull again")
-        with part.open("r+b" if have else "wb") as out:
-            out.seek(have)
-            out.truncate()
+                f"{model.name}: {shown(url)} answered HTTP {response.status_code}; check the "
+                f"network (or {SETTINGS.hf_endpoint.env}, if you set it) and pull again")
+        out.seek(have)
+        out.truncate()
+        try:
             for chunk in response.iter_bytes():  # as they come: a cut keeps every byte
                 have += len(chunk)
                 if have > model.size:
-                    out.close()
                     part.unlink()
                     raise ModelDownloadError(
-                        f"{model.name}: {url} sent more than the pinned {model.size:,} bytes; "
-                        "refused and deleted")
+                        f"{model.name}: {shown(url)} sent more than the pinned "
+                        f"{model.size:,} bytes; refused and deleted")
                 out.write(chunk)
                 if on_progress is not None:
                     on_progress(have, model.size)
+        finally:
             out.flush()
-            os.fsync(out.fileno())
+        os.fsync(out.fileno())
 
 
-def _check(model: HubModel, part: Path, url: str) -> None:
-    """Refuse (and delete) a file whose size or SHA-256 is not the pinned one."""
-    digest = hashlib.sha256()
-    with part.open("rb") as handle:
-        while chunk := handle.read(CHUNK_BYTES):
-            digest.update(chunk)
-    if _size(part) != model.size or digest.hexdigest() != model.sha256:
+def _check(model: HubModel, out: BinaryIO, part: Path, url: str) -> None:
+    """Refuse (and delete) a part file whose size or SHA-256 is not the pinned one."""
+    got = _sha256(out)
+    if _size(out) != model.size or got != model.sha256:
         part.unlink()
         raise ModelDownloadError(
-            f"{model.name}: the file from {url} does not match its pinned SHA-256 "
-            f"(got {digest.hexdigest()[:16]}..., expected {model.sha256[:16]}...); it was "
-            "deleted and nothing was installed. Pull again; if it happens again, the server "
-            "is not serving the pinned file")
+            f"{model.name}: the file from {shown(url)} does not match its pinned SHA-256 "
+            f"(got {got[:16]}..., expected {model.sha256[:16]}...); it was deleted and "
+            "nothing was installed. Pull again; if it happens again, the server is not "
+            "serving the pinned file")
 
 
-def _size(path: Path) -> int:
+def _checked_in_place(model: HubModel, path: Path) -> os.stat_result | None:
+    """The model's file, if it is already in place and matches its pin though its marker is
+    missing or stale (a cache copied from elsewhere, or a pull stopped between the rename and
+    the marker): hashing it again (1.1 GB: a few seconds) beats downloading it again. Read
+    through no link, and only a plain file."""
     try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        found = os.fstat(fd)
+        if (stat.S_ISREG(found.st_mode) and found.st_size == model.size
+                and _sha256(handle) == model.sha256):
+            return found
+    return None
+
+
+def _stamp(model: HubModel, found: os.stat_result) -> str:
+    """What the marker of a checked file holds: the pin it matched, and which file that was."""
+    return json.dumps({"sha256": model.sha256, "size": found.st_size, "inode": found.st_ino,
+                       "mtime_ns": found.st_mtime_ns}) + "\n"
+
+
+def _marker(path: Path) -> Path:
+    return path.with_name(f"{path.name}.sha256")
+
+
+def mark_checked(model: HubModel, path: Path, found: os.stat_result) -> None:
+    """Record that the file ``found`` at ``path`` matched its pin: written to a new temporary
+    file and renamed into place, so a reader sees a whole marker or none, and a link planted
+    at the marker's name is replaced, never written through."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                     suffix=".sha256")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(_stamp(model, found))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, _marker(path))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _read_marker(path: Path) -> str | None:
+    """The marker of ``path``, if it is a plain file (a link or a FIFO there is no marker)."""
+    try:
+        fd = os.open(_marker(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096).decode("utf-8", "replace") if stat.S_ISREG(
+            os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
+
+
+def _sha256(handle: BinaryIO) -> str:
+    handle.seek(0)
+    digest = hashlib.sha256()
+    while chunk := handle.read(CHUNK_BYTES):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _size(handle: BinaryIO) -> int:
+    return os.fstat(handle.fileno()).st_size
+
+
+def _open_own(path: Path, flags: int) -> int:
+    """A descriptor of the cache file ``path``, created if missing, only if it is a plain file
+    of this user's with no other name. Opened without following a link at ``path`` (and
+    without waiting on a FIFO there): a link planted as ``<file>.part`` or the lock, to
+    ``~/.bashrc`` say, would otherwise have a download written, then renamed, through it."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EMLINK):  # what O_NOFOLLOW meets at a link
+            raise
+    else:
+        found = os.fstat(fd)
+        if (stat.S_ISREG(found.st_mode) and found.st_nlink == 1
+                and found.st_uid == os.getuid()):
+            return fd
+        os.close(fd)
+    raise ModelDownloadError(f"{path} is not a plain file of this user's (it is a link, or "
+                             "another kind of file); delete it and pull again")
 
 
 @contextlib.contextmanager
@@ -286,7 +399,7 @@ def _exclusive(lock: Path, on_wait: Callable[[], None] | None) -> Iterator[None]
     """Hold an exclusive ``flock`` on ``lock``; if another process holds it, say so once and
     wait. The lock file stays: removing it would let a third process lock a new file while
     the second still holds the old one."""
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_own(lock, os.O_RDWR)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

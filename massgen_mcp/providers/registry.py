@@ -64,13 +64,15 @@ class ProviderRouter:
         return await provider.complete(agent, messages, tools=tools, timeout_s=timeout_s,
                                        context=context)
 
-    async def unreachable(self, team: TeamConfig) -> list[str]:
+    async def unreachable(self, team: TeamConfig, *, probe_base_urls: bool = True
+                          ) -> list[str]:
         """One line per agent whose server takes no connection now, asked before a run
-        here (:mod:`massgen_mcp.providers.endpoints`: only servers the user runs). A remote
-        provider other than litellm's connects its own way, if at all: nothing to ask."""
+        here (:mod:`massgen_mcp.providers.endpoints`: only servers the user runs, and no
+        ``base_url`` a model's call chose unless ``probe_base_urls``). A remote provider
+        other than litellm's connects its own way, if at all: nothing to ask."""
         if not isinstance(self.remote, LiteLLMProvider):
             return []
-        return await endpoints.unreachable(team.agents)
+        return await endpoints.unreachable(team.agents, probe_base_urls=probe_base_urls)
 
     def close(self) -> None:
         """Free what the providers hold (the embedded model's memory and threads)."""

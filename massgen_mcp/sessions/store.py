@@ -23,11 +23,14 @@ Session ids are ULIDs: they sort by creation time, carry 80 random bits, and con
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import re
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -70,6 +73,10 @@ _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _SESSION_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
 _ID_PREFIX = re.compile(r"[0-9A-HJKMNP-TV-Z]{1,26}")
 LATEST = "latest"  # what a person types for the newest session
+# How far a session id's time may run ahead of this clock and still be ``latest``: a pool's
+# front ends on other machines, whose clocks differ a little. An id from further ahead was
+# not made by a run (a repository can carry .massgen/sessions/7ZZZ..., the largest id).
+CLOCK_SKEW_S = 300.0
 AMBIGUOUS_SHOWN = 10  # candidates named when a prefix fits several ids
 _LABEL = re.compile(r"[A-H][0-9]{1,2}")
 _R = TypeVar("_R", bound=VersionedRecord)
@@ -86,6 +93,14 @@ def new_session_id(now: float | None = None) -> str:
         chars.append(_CROCKFORD[value & 31])
         value >>= 5
     return "".join(reversed(chars))
+
+
+def session_time(session_id: str) -> float:
+    """When a session id was made (its first 48 bits: milliseconds since the epoch)."""
+    millis = 0
+    for char in session_id[:10]:
+        millis = millis * 32 + _CROCKFORD.index(char)
+    return millis / 1000
 
 
 def check_session_id(session_id: str, field: str = "session_id") -> str:
@@ -144,16 +159,41 @@ class SessionStore:
             recorder.close()
 
     def write_report(self, session_id: str, html: str) -> Path:
-        """Write ``report.html`` into the session folder (atomically) and return its path."""
-        path = self.folder(session_id) / "report.html"
-        atomic_write(path, html)
-        return path
+        """Write ``report.html`` into the session folder (atomically) and return its path.
+
+        Never through a link: a repository can carry a session folder, or a report or
+        temporary file in one, that links elsewhere (``show --html`` would write there). The
+        folder is opened without following a link, the file is made new in it (``O_EXCL``
+        and ``O_NOFOLLOW``) and renamed over ``report.html``, which replaces a link rather
+        than writing through it."""
+        folder = self._existing(session_id)
+        tmp = f".report.html.{os.getpid()}.tmp"
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            with contextlib.suppress(FileNotFoundError):  # a crashed write's, or planted
+                os.unlink(tmp, dir_fd=fd)
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                   0o644, dir_fd=fd), "w", encoding="utf-8") as out:
+                out.write(html)
+            os.replace(tmp, "report.html", src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+        finally:
+            os.close(fd)
+        return folder / "report.html"
 
     # -- reading -----------------------------------------------------------------------------
 
     def _existing(self, session_id: str) -> Path:
+        """The session's folder: a directory, not a link to one (:meth:`session_ids`)."""
         folder = self.folder(session_id)
-        if not folder.is_dir():
+        try:
+            real = stat.S_ISDIR(folder.lstat().st_mode)
+        except OSError:
+            real = False
+        if not real:
             raise SessionNotFoundError(
                 f"no session {session_id} in {self.sessions_dir}")
         return folder
@@ -293,10 +333,13 @@ class SessionStore:
         shutil.rmtree(self._existing(session_id))
 
     def session_ids(self) -> Iterator[str]:
-        """Ids newest first."""
+        """Ids newest first: the folders named by one, not links (a run makes a folder; a
+        link was put there, and would lead ``show`` and its report outside the records)."""
         if not self.sessions_dir.is_dir():
             return iter(())
-        names = [p.name for p in self.sessions_dir.iterdir() if _SESSION_ID.fullmatch(p.name)]
+        with os.scandir(self.sessions_dir) as entries:
+            names = [entry.name for entry in entries if _SESSION_ID.fullmatch(entry.name)
+                     and entry.is_dir(follow_symlinks=False)]
         return iter(sorted(names, reverse=True))
 
     def find(self, ref: str) -> str:
@@ -305,8 +348,10 @@ class SessionStore:
         from ``sessions`` or want the run they just made; a prefix that fits several ids is
         refused with the candidates, never guessed."""
         wanted = ref.strip().upper()
-        if wanted == LATEST.upper():
-            newest = next(self.session_ids(), None)
+        if wanted == LATEST.upper():  # not one made in the future: see CLOCK_SKEW_S
+            now = time.time() + CLOCK_SKEW_S
+            newest = next((sid for sid in self.session_ids() if session_time(sid) <= now),
+                          None)
             if newest is None:
                 raise SessionNotFoundError(f"no sessions yet in {self.sessions_dir}")
             return newest

@@ -73,9 +73,14 @@ def _config_path(ref: str, workspace: Workspace) -> tuple[Path, bool]:
             raise ConfigError(f"config: {ref!r} does not exist or is not a file")
         return given.resolve(), True
     try:
-        workspace.path(ref, "config")  # exists, inside the workspace
+        found = workspace.path(ref, "config")  # exists, inside the workspace
     except ConfigError as exc:  # "fast_cheap" for "@fast_cheap"
         raise ConfigError(f"{exc}{preset_hint(ref)}") from None
+    if workspace.may_hold_secrets(ref, found):  # a config's errors quote what it holds
+        raise ConfigError(f"config: {ref!r} may hold secrets; a model's call cannot use it as "
+                          "a config (the secret-file deny-list of the workspace tools: a "
+                          "config's errors quote its lines); run it yourself with massgen-mcp "
+                          "run --config FILE")
     # Consent is recorded for the file where it is reached (massgen_mcp.team.consent.place).
     return Path(os.path.abspath(workspace.root / ref)), False
 

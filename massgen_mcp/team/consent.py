@@ -10,7 +10,8 @@ would hand it whatever its model reads there. The rule, like direnv's:
 * it needs consent when an agent would send a key from your environment (``api_key_env`` or
   ``${VAR}``) to a ``base_url`` that is neither on loopback nor the provider's own API host, or
   another provider's key to any host, or when the file copies any other environment variable
-  (``${VAR}``) into a field such as ``base_url`` or a prompt, or when it starts MCP servers
+  (``${VAR}``) into a field such as ``base_url`` or a prompt (asked before the file is validated,
+  :func:`check_reads`: an error about a field would quote its value), or when it starts MCP servers
   (a command of the file's choosing), or when it lifts the secret-file deny-list
   (``allow_secret_files``), or when it gives agents the workspace tools (``workspace_tools``,
   ``context_paths``) or MCP servers while one of its agents sits at such a foreign endpoint
@@ -157,8 +158,14 @@ def risks(team: TeamConfig, expanded: list[tuple[str, str]]) -> list[str]:
     fields (a URL or a prompt could carry them anywhere)."""
     servers = [f"it starts the MCP server {s.name!r}: {s.describe()}"
                for s in team.mcp_servers()]
-    return key_destinations(team) + servers + lifted_secrets(team) + exposures(team) + [
-        f"{where} reads ${name} from your environment" for name, where in expanded]
+    return key_destinations(team) + servers + lifted_secrets(team) + exposures(team) + reads(
+        expanded)
+
+
+def reads(expanded: list[tuple[str, str]]) -> list[str]:
+    """One line per environment variable the file copies into a field, named as the file
+    writes it (its value is the user's business, shown nowhere)."""
+    return [f"{where} reads ${{{name}}} from your environment" for name, where in expanded]
 
 
 def _trust_file() -> Path:
@@ -193,7 +200,17 @@ def check(team: TeamConfig, path: Path, text: str, expanded: list[tuple[str, str
     """Raise UntrustedConfigError unless ``team`` (read from ``path``, whose contents are
     ``text``, expanding ``expanded``) needs no consent, or the user trusted exactly this,
     here."""
-    found = risks(team, expanded)
+    _require(path, text, expanded, risks(team, expanded))
+
+
+def check_reads(path: Path, text: str, expanded: list[tuple[str, str]]) -> None:
+    """:func:`check` for the environment values alone, before the file is validated: an
+    error about a field quotes what is in it, and a file that asks for ``${SLACK_WEBHOOK_URL}``
+    as its model would otherwise have the webhook in its error, wherever the caller is."""
+    _require(path, text, expanded, reads(expanded))
+
+
+def _require(path: Path, text: str, expanded: list[tuple[str, str]], found: list[str]) -> None:
     if not found or _trusted().get(place(path)) == digest(text, expanded):
         return
     linked = (f" ({path} leads to {path.resolve()}; consent is given per project, so a link "

@@ -3,8 +3,9 @@
 A :class:`Workspace` is a root folder plus one rule. Relative paths resolve against the root.
 A *confined* workspace (the MCP server's, whose caller is a model) refuses absolute paths and
 anything that resolves outside the root, symlinks included, and files on the secret-file
-deny-list of :mod:`massgen_mcp.tools.workspace`; the CLI's workspace is not confined, because its
-caller is the user at a shell who can read those files anyway.
+deny-list of :mod:`massgen_mcp.tools.workspace`, as context or as a config (whose errors quote
+the lines they are about); the CLI's workspace is not confined, because its caller is the user
+at a shell who can read those files anyway.
 
 Context files are text only and size-capped: at most 20 files, 100,000 bytes per file,
 200,000 characters of context in total; binary and non-UTF-8 files are refused.
@@ -47,6 +48,15 @@ class Workspace:
             raise ConfigError(f"{field}: {name!r} does not exist or is not a file")
         return resolved
 
+    def may_hold_secrets(self, name: str, path: Path) -> bool:
+        """Whether a model's call must not have ``name`` (found at ``path`` by :meth:`path`)
+        read: the workspace is confined and the name, or the file it leads to, is on the
+        secret-file deny-list (which a call cannot lift)."""
+        if not self.confined:
+            return False
+        found = path.relative_to(self.root.resolve()).as_posix()
+        return is_denied(PurePosixPath(name)) or is_denied(PurePosixPath(found))
+
     def read_context_files(self, names: list[str]) -> str:
         """The files' contents wrapped as ``<file path="...">`` blocks, ready to use as
         context."""
@@ -57,8 +67,7 @@ class Workspace:
         total = 0
         for name in names:
             path = self.path(name, "context_files")
-            if self.confined and (is_denied(PurePosixPath(name)) or is_denied(
-                    PurePosixPath(path.relative_to(root).as_posix()))):
+            if self.may_hold_secrets(name, path):
                 raise ConfigError(f"context_files: {name!r} may hold secrets; a model's call "
                                   "cannot share it (the secret-file deny-list of the "
                                   "workspace tools; pass it yourself with massgen-mcp run "

@@ -8,6 +8,7 @@ naming the key and the closest key we do know.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from massgen_mcp.core.model_names import bare_model_guess
 from massgen_mcp.core.secrets import looks_secret, register_secret
 from massgen_mcp.core.spec import (
     MAX_AGENTS,
+    WRITTEN,
     AgentSpec,
     McpServerSpec,
     RunOptions,
@@ -29,6 +31,7 @@ from massgen_mcp.core.spec import (
     build_team,
     validation_problems,
 )
+from massgen_mcp.team import consent
 from massgen_mcp.team.massgen_keys import check_keys
 from massgen_mcp.team.safe_yaml import parse_yaml, read_config_text
 
@@ -94,41 +97,98 @@ _ORCHESTRATOR_KEYS = {"max_new_answers_per_agent", "skip_final_presentation",
 _TOP_KEYS = {"agents", "agent", "orchestrator", "timeout_settings", "options"}
 
 
-def _unknown(key: str, where: str, known: set[str]) -> ConfigError:
-    close = difflib.get_close_matches(key, sorted(known), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(known))}"
-    return ConfigError(f"{where + '.' if where else ''}{key}: unknown key{hint}")
-
-
 Expanded = list[tuple[str, str]]  # (variable, where it went) for every ${VAR} expanded
+_BARE_MASK = 8  # shorter values (a number, "openai") are masked only where quoted
 
 
-def _expand(value: Any, where: str, used: Expanded) -> Any:
-    """Replace ``${VAR}`` in strings with the environment variable; unset variables are errors.
+class _Expansion:
+    """The ``${VAR}`` expansions of one file: which variable went where (``used``, what
+    consent asks about) and, per key path, the text the file has there and what it became.
 
-    A credential-named variable may only be a whole ``api_key`` (see :func:`_agent`): anywhere
-    else its value would travel as plain text, in a prompt or a URL, to whichever server."""
-    if isinstance(value, str):
-        def sub(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if looks_secret(name):
-                raise ConfigError(f"{where}: ${{{name}}} looks like a credential; use it only "
-                                  f"as the whole api_key (api_key: \"${{{name}}}\") or as "
-                                  f"api_key_env: {name}")
-            value = getenv(name)
-            if value is None:
-                raise ConfigError(f"{where}: environment variable {name} is not set")
-            used.append((name, where))
-            return value
-        return VAR_REFERENCE.sub(sub, value)
-    if isinstance(value, dict):
-        return {k: _expand(v, f"{where}.{k}", used) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_expand(v, f"{where}[{i}]", used) for i, v in enumerate(value)]
-    return value
+    A value from the environment may be anything of the user's (a webhook URL, a token of a
+    shape no redaction knows), and a config's errors go wherever the caller is, a model
+    included: so no error quotes it. A problem with such a field quotes the file's own text
+    (``'${SLACK_WEBHOOK_URL}'``), and no hint is derived from the value."""
+
+    def __init__(self, used: Expanded) -> None:
+        self.used = used
+        self.fields: dict[str, tuple[str, str]] = {}  # key path -> (the file's text, value)
+
+    def expand(self, value: Any, where: str) -> Any:
+        """Replace ``${VAR}`` in strings with the environment variable; unset variables are
+        errors.
+
+        A credential-named variable may only be a whole ``api_key`` (see :func:`_agent`):
+        anywhere else its value would travel as plain text, in a prompt or a URL, to whichever
+        server."""
+        if isinstance(value, str):
+            def sub(match: re.Match[str]) -> str:
+                name = match.group(1)
+                if looks_secret(name):
+                    raise ConfigError(f"{where}: ${{{name}}} looks like a credential; use it "
+                                      f"only as the whole api_key (api_key: \"${{{name}}}\") "
+                                      f"or as api_key_env: {name}")
+                found = getenv(name)
+                if found is None:
+                    raise ConfigError(f"{where}: environment variable {name} is not set")
+                self.used.append((name, where))
+                return found
+            result = VAR_REFERENCE.sub(sub, value)
+            if result != value:
+                self.fields[where] = (value, result)
+            return result
+        if isinstance(value, dict):
+            return {k: self.expand(v, f"{where}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    def agent(self, raw: Any, index: int) -> Any:
+        """An agent with ``${VAR}`` expanded everywhere except a whole-``${VAR}`` api_key,
+        which :func:`_agent` keeps as a reference."""
+        if not isinstance(raw, dict):
+            return raw
+        where = f"agents[{index}]"
+        expanded = {k: self.expand(v, f"{where}.{k}") for k, v in raw.items() if k != "backend"}
+        backend = raw.get("backend")
+        if isinstance(backend, dict):
+            key = backend.get("api_key")
+            keep = isinstance(key, str) and VAR_REFERENCE.fullmatch(key) is not None
+            # mcp_servers keep their ${VAR}s: resolved when the server starts, never recorded.
+            backend = {k: v if (k == "api_key" and keep) or k == "mcp_servers"
+                       else self.expand(v, f"{where}.backend.{k}") for k, v in backend.items()}
+        if "backend" in raw:
+            expanded["backend"] = backend
+        return expanded
+
+    def written(self, where: str, text: str) -> str | None:
+        """``text`` as the file writes it, when the field at ``where`` came from the
+        environment (None when it did not): ``text`` is the field's value, or a string built
+        to end with it (``openai/`` + the model)."""
+        if where not in self.fields:
+            return None
+        source, value = self.fields[where]
+        for tail, own in ((value, source), (value.strip(), source.strip())):
+            if tail and text.endswith(tail):
+                return text[:len(text) - len(tail)] + own
+        return source
+
+    def mask(self, line: str) -> str:
+        """``line`` with every value a field took from the environment put back as the file's
+        text: the last guard for a message that quotes a value :meth:`written` did not reach
+        (an agent id named twice, say). Bare, a value is replaced only when it is long
+        enough not to be a word of the message itself."""
+        pairs = sorted(self.fields.values(), key=lambda pair: -len(pair[1]))
+        for source, value in pairs:
+            line = line.replace(repr(value), repr(source))
+        for source, value in pairs:
+            if len(value) >= _BARE_MASK:
+                line = line.replace(value, source)
+        return line
 
 
-def _model_string(backend: dict[str, Any], where: str) -> tuple[str, str | None]:
+def _model_string(backend: dict[str, Any], where: str, expansion: _Expansion
+                  ) -> tuple[str, str | None]:
     model = backend.get("model")
     if backend.get("type") in CLI_BACKENDS:  # the model is optional: the CLI has a default
         name = CLI_BACKENDS[backend["type"]]
@@ -144,7 +204,8 @@ def _model_string(backend: dict[str, Any], where: str) -> tuple[str, str | None]
     if backend_type is None:
         if "/" in model:
             return model, base_url
-        return _infer_provider(model, where) + "/" + model, base_url
+        return _infer_provider(model, where, expansion.written(f"{where}.model", model)
+                               ) + "/" + model, base_url
     if backend_type in UNSUPPORTED_BACKENDS:
         raise ConfigError(
             f"{where}.type: backend {backend_type!r} is not supported by massgen-mcp; use an "
@@ -152,8 +213,12 @@ def _model_string(backend: dict[str, Any], where: str) -> tuple[str, str | None]
             "codex, gemini_cli)"
         )
     if backend_type not in BACKEND_TYPES:
-        raise _unknown(str(backend_type), f"{where}.type",
-                       set(BACKEND_TYPES) | set(CLI_BACKENDS)) from None
+        written = expansion.written(f"{where}.type", str(backend_type))
+        shown = str(backend_type) if written is None else written
+        known = sorted(set(BACKEND_TYPES) | set(CLI_BACKENDS))
+        close = difflib.get_close_matches(shown, known, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known types: {', '.join(known)}"
+        raise ConfigError(f"{where}.type: unknown backend type {shown!r}; {hint}")
     prefix, default_url = BACKEND_TYPES[backend_type]
     if backend_type == "chatcompletion" and not base_url:
         raise ConfigError(f"{where}.base_url: required for type chatcompletion")
@@ -162,20 +227,24 @@ def _model_string(backend: dict[str, Any], where: str) -> tuple[str, str | None]
     return f"{prefix}/{model}", base_url or default_url
 
 
-def _infer_provider(model: str, where: str) -> str:
+def _infer_provider(model: str, where: str, written: str | None) -> str:
+    """The provider of a bare model name, or a ConfigError; ``written`` is the file's text
+    when the name came from the environment (quoted instead, and no guess is made from it)."""
     for prefix, provider in (
         ("gpt-", "openai"), ("o1", "openai"), ("o3", "openai"), ("o4", "openai"),
         ("claude", "anthropic"), ("gemini", "gemini"), ("grok", "xai"),
     ):
         if model.startswith(prefix):
             return provider
-    guess = bare_model_guess(model)
+    guess = bare_model_guess(model) if written is None else None
     hint = (f"did you mean {guess!r}? Or " if guess else "") + (
         "set backend.type (e.g. type: openai) or write the model as provider/model")
-    raise ConfigError(f"{where}.model: cannot tell the provider of model {model!r}; {hint}")
+    raise ConfigError(f"{where}.model: cannot tell the provider of model "
+                      f"{model if written is None else written!r}; {hint}")
 
 
-def _agent(raw: Any, index: int, warnings: list[str], problems: list[str]) -> dict[str, Any]:
+def _agent(raw: Any, index: int, warnings: list[str], problems: list[str],
+           expansion: _Expansion) -> dict[str, Any]:
     """One agent's fields; misspelt keys go to ``problems``, the first other problem of the
     agent is raised (what follows from it would only repeat it)."""
     where = f"agents[{index}]"
@@ -186,9 +255,9 @@ def _agent(raw: Any, index: int, warnings: list[str], problems: list[str]) -> di
     if not isinstance(backend, dict):
         raise ConfigError(f"{where}.backend: required mapping with at least type and model")
     if backend.get("type") in CLI_BACKENDS:
-        return _cli_agent(raw, backend, where, index, warnings, problems)
+        return _cli_agent(raw, backend, where, index, warnings, problems, expansion)
     check_keys(backend, f"{where}.backend", "backend", _BACKEND_KEYS, warnings, problems)
-    model, base_url = _model_string(backend, f"{where}.backend")
+    model, base_url = _model_string(backend, f"{where}.backend", expansion)
     agent = {
         "id": raw.get("id", f"agent{index + 1}"),
         "model": model,
@@ -211,13 +280,14 @@ def _agent(raw: Any, index: int, warnings: list[str], problems: list[str]) -> di
 
 
 def _cli_agent(raw: dict[str, Any], backend: dict[str, Any], where: str, index: int,
-               warnings: list[str], problems: list[str]) -> dict[str, Any]:
+               warnings: list[str], problems: list[str], expansion: _Expansion
+               ) -> dict[str, Any]:
     """An agent of a MassGen CLI backend (claude_code, codex, gemini_cli): the keys that mean
     something for a read-only panel member map, the others are named in a warning."""
     known = {"type", "model", "base_url", "api_key", "api_key_env", *_CLI_SYSTEM_KEYS}
     check_keys(backend, f"{where}.backend", "backend", known, warnings, problems,
                reasons=_CLI_IGNORED)
-    model, base_url = _model_string(backend, f"{where}.backend")
+    model, base_url = _model_string(backend, f"{where}.backend", expansion)
     system = raw.get("system_message")
     for key in _CLI_SYSTEM_KEYS:  # Claude Code's names for the same thing
         if backend.get(key):
@@ -253,7 +323,7 @@ _OPTION_KEYS = {
 
 
 def _options(data: dict[str, Any], warnings: list[str], problems: list[str],
-             origin: dict[str, str]) -> dict[str, Any]:
+             origin: dict[str, str], expansion: _Expansion) -> dict[str, Any]:
     """The run options the file sets; ``origin`` gets the file's key path of each option
     set from a MassGen key, so a bad value is named where it was written."""
     given = data.get("options") or {}
@@ -288,7 +358,9 @@ def _options(data: dict[str, Any], warnings: list[str], problems: list[str],
             except ConfigError as exc:
                 problems.append(str(exc))
         elif key == "coordination_mode" and value != "voting":
-            problems.append(f"orchestrator.coordination_mode: {value!r} is not supported; "
+            written = expansion.written("orchestrator.coordination_mode", str(value))
+            problems.append(f"orchestrator.coordination_mode: "
+                            f"{value if written is None else written!r} is not supported; "
                             "massgen-mcp implements 'voting'")
     timeouts = data.get("timeout_settings") or {}
     if not isinstance(timeouts, dict):
@@ -300,25 +372,6 @@ def _options(data: dict[str, Any], warnings: list[str], problems: list[str],
         options["timeout_s"] = timeouts["orchestrator_timeout_seconds"]
         origin["timeout_s"] = "timeout_settings.orchestrator_timeout_seconds"
     return options
-
-
-def _expand_backend(raw: Any, index: int, used: Expanded) -> Any:
-    """An agent with ``${VAR}`` expanded everywhere except a whole-``${VAR}`` api_key, which
-    :func:`_agent` keeps as a reference."""
-    if not isinstance(raw, dict):
-        return raw
-    where = f"agents[{index}]"
-    expanded = {k: _expand(v, f"{where}.{k}", used) for k, v in raw.items() if k != "backend"}
-    backend = raw.get("backend")
-    if isinstance(backend, dict):
-        key = backend.get("api_key")
-        keep = isinstance(key, str) and VAR_REFERENCE.fullmatch(key) is not None
-        # mcp_servers keep their ${VAR}s: resolved when the server starts, never recorded.
-        backend = {k: v if (k == "api_key" and keep) or k == "mcp_servers"
-                   else _expand(v, f"{where}.backend.{k}", used) for k, v in backend.items()}
-    if "backend" in raw:
-        expanded["backend"] = backend
-    return expanded
 
 
 def _context_paths(value: Any, warnings: list[str]) -> list[str]:
@@ -346,15 +399,13 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
     Every problem of the file is reported at once, one line each, named by its key path in
     the file (``agents[1].backend.model``): fixing a config one run at a time costs a
     newcomer a run per typo."""
-    used: Expanded = [] if expanded is None else expanded
+    expansion = _Expansion([] if expanded is None else expanded)
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping with an 'agents' list")
     warnings: list[str] = []
     problems: list[str] = []
     check_keys(data, "", "top", _TOP_KEYS, warnings, problems)
-    raw_agents = data.get("agents")
-    if raw_agents is None and "agent" in data:
-        raw_agents = [data["agent"]]
+    raw_agents = _raw_agents(data)
     if not isinstance(raw_agents, list) or not raw_agents:
         problems.append("agents: required, a list of 1-8 agents")
         raw_agents = []
@@ -368,12 +419,14 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
     agents = []
     for i, raw in enumerate(raw_agents):
         try:
-            agent = _agent(_expand_backend(raw, i, used), i, warnings, problems)
+            agent = _agent(expansion.agent(raw, i), i, warnings, problems, expansion)
         except ConfigError as exc:
             problems.append(str(exc))
             continue
+        written = expansion.written(f"agents[{i}].backend.model", agent["model"])
         try:
-            AgentSpec.model_validate(agent)
+            AgentSpec.model_validate(agent, context=None if written is None else {
+                WRITTEN: {"model": written}})
         except ValidationError as exc:
             problems.extend(f"{_agent_path(i, path)}: {why}"
                             for path, why in validation_problems(exc))
@@ -381,8 +434,9 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
     origin: dict[str, str] = {}
     options: dict[str, Any] = {}
     try:
-        rest = {k: _expand(v, k, used) for k, v in data.items() if k not in ("agents", "agent")}
-        options = _options(rest, warnings, problems, origin)
+        rest = {k: expansion.expand(v, k) for k, v in data.items()
+                if k not in ("agents", "agent")}
+        options = _options(rest, warnings, problems, origin, expansion)
         RunOptions.model_validate(options)
     except ConfigError as exc:
         problems.append(str(exc))
@@ -390,9 +444,38 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
         problems.extend(f"{_option_path(path, origin)}: {why}"
                         for path, why in validation_problems(exc))
     if problems:
-        raise ConfigError("\n".join(problems))
-    team = build_team({"agents": agents, "options": options}, source=source)
+        raise ConfigError("\n".join(expansion.mask(line) for line in problems))
+    try:
+        team = build_team({"agents": agents, "options": options}, source=source)
+    except ConfigError as exc:  # what only the whole team shows (an id used twice)
+        raise ConfigError(expansion.mask(str(exc))) from None
     return team, warnings
+
+
+def _raw_agents(data: dict[str, Any]) -> Any:
+    """The file's agents as written: ``agents:``, or MassGen's single ``agent:``."""
+    raw = data.get("agents")
+    return [data["agent"]] if raw is None and "agent" in data else raw
+
+
+def _variables_read(data: Any) -> Expanded:
+    """Each ``${VAR}`` a parsed config copies from the environment into its fields, as
+    :func:`team_from_mapping` records them, found without validating anything: consent for
+    them is asked before an error could quote what they hold. A part whose expansion fails is
+    skipped (that error names the variable, not a value)."""
+    used: Expanded = []
+    if not isinstance(data, dict):
+        return used
+    expansion = _Expansion(used)
+    raw_agents = _raw_agents(data)
+    for i, raw in enumerate(raw_agents if isinstance(raw_agents, list) else []):
+        with contextlib.suppress(ConfigError):
+            expansion.agent(raw, i)
+    with contextlib.suppress(ConfigError):
+        for key, value in data.items():
+            if key not in ("agents", "agent"):
+                expansion.expand(value, key)
+    return used
 
 
 # Agent fields written under another name in a MassGen file (the others keep their names,
@@ -432,12 +515,17 @@ class LoadedConfig:
     expanded: Expanded
 
 
-def read_config_file(path: str | Path) -> LoadedConfig:
+def read_config_file(path: str | Path, *, check_trust: bool = False) -> LoadedConfig:
     """Read and validate a YAML (or JSON) config file; errors name the file and the key.
+    ``check_trust`` applies the project-config rule of :mod:`massgen_mcp.team.consent`: the
+    values the file reads from the environment need consent before it is validated (an error
+    about a field must not be the way they leave), the rest once the team is known.
     Blocking (it reads a file): call it off the event loop."""
     path = Path(path)
     text = read_config_text(path)
     data = parse_yaml(text, path.name)
+    if check_trust:
+        consent.check_reads(path, text, _variables_read(data))
     expanded: Expanded = []
     try:
         team, warnings = team_from_mapping(data, source=path.name, expanded=expanded)
@@ -445,18 +533,15 @@ def read_config_file(path: str | Path) -> LoadedConfig:
         raise ConfigError("\n".join(
             line if line.startswith(path.name) else f"{path.name}: {line}"
             for line in str(exc).splitlines())) from None
+    if check_trust:
+        consent.check(team, path, text, expanded)
     return LoadedConfig(path, team, warnings, text, expanded)
 
 
 def load_config_file(path: str | Path, *, check_trust: bool = False
                      ) -> tuple[TeamConfig, list[str]]:
-    """The team and warnings of a config file (see :func:`read_config_file`); ``check_trust``
-    applies the project-config rule of :mod:`massgen_mcp.team.consent` to it."""
-    loaded = read_config_file(path)
-    if check_trust:
-        from massgen_mcp.team import consent
-
-        consent.check(loaded.team, loaded.path, loaded.text, loaded.expanded)
+    """The team and warnings of a config file (see :func:`read_config_file`)."""
+    loaded = read_config_file(path, check_trust=check_trust)
     return loaded.team, loaded.warnings
 
 

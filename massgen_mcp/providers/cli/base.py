@@ -69,6 +69,9 @@ class Cli:
     # The arguments that print its feature flags, one a line, name first (Codex): a feature
     # it does not list cannot be switched off by name (Codex refuses an unknown one).
     features_args: tuple[str, ...] | None = None
+    # (option or feature, version): needed from that version on, where it first came (Codex's
+    # view_image feature, from 0.169.0); an older version runs without it.
+    needs_from: tuple[tuple[str, str], ...] = ()
 
 
 def count(value: Any) -> int:

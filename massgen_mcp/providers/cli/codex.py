@@ -18,8 +18,15 @@ from massgen_mcp.providers.cli.base import Cli, CliVersion, count, mapping
 # The key variable our self-hosted provider entry points Codex at (see _codex_command).
 _CODEX_KEY_VAR = "MASSGEN_CLI_API_KEY"
 
+# Every feature of codex exec that could act beyond answering, switched off by name. Each is
+# required (CLI.needs): a version whose `features list` does not list one (a format we cannot
+# read, a cache entry that says otherwise) is refused rather than run with it on. All are
+# listed from the tested oldest (0.134.0) to the newest (0.169.0), but view_image, a feature
+# from 0.169.0 only: before, the tool is always offered and nothing turns it off (it reads an
+# image file, as read_file reads text), so there it is required only where it exists.
 _CODEX_OFF = ("shell_tool", "unified_exec", "apps", "plugins", "hooks", "browser_use",
               "computer_use", "view_image", "multi_agent", "goals", "memories")
+_CODEX_OFF_FROM = {"view_image": "0.169.0"}
 
 
 def _codex_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion
@@ -32,7 +39,7 @@ def _codex_command(agent: AgentSpec, system: str, folder: Path, found: CliVersio
         "-c", 'approval_policy="never"',
     ]
     for feature in _CODEX_OFF:
-        if found.supports(feature):  # one its version does not have is not there to be on
+        if found.supports(feature):  # refused before this when a required one is not listed
             argv += ["--disable", feature]
     if agent.base_url:  # a self-hosted or test endpoint speaking the Responses API
         argv += ["-c", "model_provider=massgen",
@@ -84,7 +91,8 @@ def _codex_api_env(key: str, base_url: str | None) -> dict[str, str]:
 CLI = Cli("codex", "codex", "codex", "OpenAI", "Codex", "@openai/codex", oldest="0.134.0",
           needs=("--json", "--ephemeral", "--skip-git-repo-check", "--sandbox",
                  "--ignore-user-config", "--ignore-rules", "--disable", "--config",
-                 "shell_tool"),
+                 *(f for f in _CODEX_OFF if f not in _CODEX_OFF_FROM)),
+          needs_from=tuple(_CODEX_OFF_FROM.items()),
           help_args=("exec", "--help"), features_args=("features", "list"),
           own_login_vars=("OPENAI_API_KEY", "CODEX_API_KEY"),
           command=_codex_command, parse=_codex_parse, login_state=_codex_logged_in,

@@ -12,7 +12,9 @@ What a binary said is kept in memory and on disk (``cli-versions.json`` in the u
 folder), keyed by its resolved path, size and modification time, so an update (npm writes
 the files anew) is asked again and nothing else is: a CLI start costs 0.1 s (Claude Code's
 native binary) to 2-4 s (Gemini CLI under node), and every massgen-mcp process (a ``run``, a
-``doctor``, an MCP server) would otherwise pay it again. A failed probe is not kept.
+``doctor``, an MCP server) would otherwise pay it again. A failed probe is not kept. What the
+cache says decides which options turn a CLI's tools off, so it is believed only from a regular
+file of the user's that no one else can write (written 0600); any doubt costs a probe.
 
 A probe is a child like a call (:func:`.supervisor.run_child`: its own session, killed with
 everything it started when it ends or times out) with the environment a call gets
@@ -27,11 +29,11 @@ import contextlib
 import json
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 
 from massgen_mcp.core.errors import ProviderError
-from massgen_mcp.core.files import atomic_write
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.cli.base import Cli, CliVersion
 from massgen_mcp.providers.cli.environment import child_env
@@ -116,30 +118,51 @@ async def _probe(cli: Cli, path: str) -> CliVersion:
     return CliVersion(version.group(0), flags, features)
 
 
+def _cache_entries() -> dict[str, object]:
+    """The disk cache's entries if the file is one to believe: a regular file (not a link)
+    of this user's, which no one else may read or write (0600, as written); else none."""
+    path = cache_path()
+    with contextlib.suppress(OSError, ValueError):
+        info = path.lstat()
+        if (stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid()
+                and not info.st_mode & 0o077):
+            entries = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(entries, dict):
+                return entries
+    return {}
+
+
 def _read_cache(key: _Key) -> CliVersion | None:
-    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-        entry = json.loads(cache_path().read_text(encoding="utf-8"))[key[0]]
-        if (entry["size"], entry["mtime_ns"]) == key[1:] and version_tuple(entry["version"]):
-            return CliVersion(str(entry["version"]),
-                              frozenset(str(flag) for flag in entry["flags"]),
-                              frozenset(str(name) for name in entry["features"]))
-    return None
+    entry = _cache_entries().get(key[0])
+    if not isinstance(entry, dict):
+        return None
+    version, flags, features = entry.get("version"), entry.get("flags"), entry.get("features")
+    if ((entry.get("size"), entry.get("mtime_ns")) != key[1:] or not isinstance(version, str)
+            or version_tuple(version) is None or not isinstance(flags, list)
+            or not isinstance(features, list)):
+        return None
+    return CliVersion(version, frozenset(str(flag) for flag in flags),
+                      frozenset(str(name) for name in features))
 
 
 def _write_cache(key: _Key, found: CliVersion) -> None:
-    """Add ``found`` to the disk cache; a cache that cannot be written costs a probe later,
-    never the call."""
+    """Add ``found`` to the disk cache (made anew, 0600, replacing whatever was there); a
+    cache that cannot be written costs a probe later, never the call."""
     path = cache_path()
+    entries = _cache_entries()
+    entries[key[0]] = {"size": key[1], "mtime_ns": key[2], "version": found.version,
+                       "flags": sorted(found.flags), "features": sorted(found.features)}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with contextlib.suppress(OSError):
-        try:
-            entries = json.loads(path.read_text(encoding="utf-8"))
-            entries = entries if isinstance(entries, dict) else {}
-        except (OSError, ValueError):
-            entries = {}
-        entries[key[0]] = {"size": key[1], "mtime_ns": key[2], "version": found.version,
-                           "flags": sorted(found.flags), "features": sorted(found.features)}
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(entries, indent=1))
+        tmp.unlink(missing_ok=True)  # a crashed write's (a link is removed, not followed)
+        try:
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                                   0o600), "w", encoding="utf-8") as out:
+                out.write(json.dumps(entries, indent=1))
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def refusal(cli: Cli, found: CliVersion | ProbeFailed) -> str | None:
@@ -153,12 +176,15 @@ def refusal(cli: Cli, found: CliVersion | ProbeFailed) -> str | None:
     if version is None or version < (version_tuple(cli.oldest) or ()):
         return (f"{cli.title} {found.version} is older than {cli.oldest}, the oldest "
                 f"massgen-mcp runs read-only; {update}")
-    missing = [need for need in cli.needs
-               if not any(found.supports(flag) for flag in need.split("|"))]
-    if missing:
-        return (f"{cli.title} {found.version} lists no {' or '.join(missing[0].split('|'))} "
-                f"option, which massgen-mcp needs to run it read-only (tested from "
-                f"{cli.oldest}); {update}")
+    needs = [*cli.needs, *(need for need, since in cli.needs_from
+                           if version >= (version_tuple(since) or ()))]
+    missing = [need.split("|") for need in needs
+               if not any(found.supports(name) for name in need.split("|"))]
+    if missing:  # "--a or --b option", "shell_tool feature": all of them, in one line
+        named = ", ".join(" or ".join(names) + (" option" if names[0].startswith("-")
+                                                else " feature") for names in missing)
+        return (f"{cli.title} {found.version} lists no {named}, which massgen-mcp needs to "
+                f"run it read-only (tested from {cli.oldest}); {update}")
     return None
 
 
