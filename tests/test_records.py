@@ -18,8 +18,9 @@ from massgen_mcp.core.spec import AgentSpec, RunSpec
 from massgen_mcp.providers.base import Completion
 from massgen_mcp.server.app import create_server
 from massgen_mcp.service import ConsensusService
+from massgen_mcp.sessions import store as store_module
 from massgen_mcp.sessions.runner import SessionRunner
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.sessions.store import SessionStore, new_session_id, session_time
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedProvider, agree, answer
 from tests.helpers import Scripted, run_team, team_for
@@ -215,3 +216,24 @@ async def test_a_planted_session_takes_over_neither_latest_nor_the_report(
     assert elsewhere.read_text() == "not a report"
     assert not (real / "report.html").is_symlink() and "<html" in (
         real / "report.html").read_text().lower()
+
+
+async def test_a_planted_session_dated_ahead_never_becomes_latest_when_its_day_comes(
+        scripted: Scripted, home: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A repository can ship an id dated a few days ahead: skipped while it is in the
+    future, it would become ``latest`` on that day. Its status was written here (checked
+    out) before that time, which no run's is: a run's id is made when it starts."""
+    monkeypatch.setattr(store_module, "CLOCK_SKEW_S", 0.0)  # no clock slack to hide in
+    sessions = home / "sessions"
+    first = (await run_team(team_for(scripted(agree)))).result["session_id"]
+    checked_out = planted_copy(sessions / first, sessions.parent / "checkout", "PLANTED-Q")
+    own = (await run_team(team_for(scripted(agree)))).result["session_id"]
+    # "That day has come": the planted id is newer than the user's run and not in the
+    # future, but its status was written before its id's time.
+    planted = new_session_id(session_time(own) + 0.001)
+    checked_out.rename(sessions / planted)
+    assert planted > own and SessionStore().find("latest") == own
+    assert main(["show", "latest"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"session  {own}  ") and "PLANTED-Q" not in out

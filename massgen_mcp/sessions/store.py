@@ -73,9 +73,10 @@ _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _SESSION_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
 _ID_PREFIX = re.compile(r"[0-9A-HJKMNP-TV-Z]{1,26}")
 LATEST = "latest"  # what a person types for the newest session
-# How far a session id's time may run ahead of this clock and still be ``latest``: a pool's
-# front ends on other machines, whose clocks differ a little. An id from further ahead was
-# not made by a run (a repository can carry .massgen/sessions/7ZZZ..., the largest id).
+# How far a session id's time may run ahead of this clock, or of when its status was written
+# here, and still be ``latest``: a pool's machines, whose clocks differ a little. An id from
+# further ahead was not made by a run (a repository can carry .massgen/sessions/7ZZZ..., the
+# largest id, or an id dated a few days ahead).
 CLOCK_SKEW_S = 300.0
 AMBIGUOUS_SHOWN = 10  # candidates named when a prefix fits several ids
 _LABEL = re.compile(r"[A-H][0-9]{1,2}")
@@ -342,6 +343,16 @@ class SessionStore:
                      and entry.is_dir(follow_symlinks=False)]
         return iter(sorted(names, reverse=True))
 
+    def _written_at(self, session_id: str) -> float:
+        """When the session's status was last written here: its inode change time, which
+        no record's contents and no checkout can set. A run's id is made when it starts, so
+        it is never later than that; an id a repository ships (dated days ahead, to become
+        ``latest`` once that day comes) is later than its checkout, and is never ``latest``."""
+        try:
+            return (self.sessions_dir / session_id / "status.json").lstat().st_ctime
+        except OSError:
+            return 0.0
+
     def find(self, ref: str) -> str:
         """The id a person means by ``ref``: ``latest`` (the newest session), a whole id, or
         the start of exactly one id, in either case. People copy an id's first characters
@@ -349,9 +360,9 @@ class SessionStore:
         refused with the candidates, never guessed."""
         wanted = ref.strip().upper()
         if wanted == LATEST.upper():  # not one made in the future: see CLOCK_SKEW_S
-            now = time.time() + CLOCK_SKEW_S
-            newest = next((sid for sid in self.session_ids() if session_time(sid) <= now),
-                          None)
+            now = time.time()
+            newest = next((sid for sid in self.session_ids() if session_time(sid)
+                           <= min(now, self._written_at(sid)) + CLOCK_SKEW_S), None)
             if newest is None:
                 raise SessionNotFoundError(f"no sessions yet in {self.sessions_dir}")
             return newest
