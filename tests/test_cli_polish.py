@@ -160,6 +160,21 @@ def test_dropped_agents_change_the_status_line_json_and_exit_code(scripted: Scri
 
 # -- Ctrl-C -------------------------------------------------------------------------------------
 
+def start_run(home: Path, *argv: str) -> subprocess.Popen[str]:
+    """``massgen-mcp run q ARGV --json`` in the background, as a person starts it."""
+    return subprocess.Popen([sys.executable, "-m", "massgen_mcp", "run", "q", *argv, "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=server_env(home))
+
+
+def press_ctrl_c(proc: subprocess.Popen[str]) -> tuple[str, str, float]:
+    """Ctrl-C once: what the run printed, and how long it took to end."""
+    pressed = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=15)
+    return out, err, time.monotonic() - pressed
+
+
 def test_ctrl_c_stops_within_a_second_and_json_names_the_session(scripted: Scripted,
                                                                   home: Path) -> None:
     arrived = threading.Semaphore(0)
@@ -168,17 +183,11 @@ def test_ctrl_c_stops_within_a_second_and_json_names_the_session(scripted: Scrip
         arrived.release()
         return Reply("text", delay_s=30)
 
-    server = scripted(hang)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "massgen_mcp", "run", "q", *team_args(server), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env(home))
+    proc = start_run(home, *team_args(scripted(hang)))
     try:
         for _ in range(3):  # every agent's call is in flight
             assert arrived.acquire(timeout=60)
-        pressed = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=15)
-        took = time.monotonic() - pressed
+        out, err, took = press_ctrl_c(proc)
     finally:
         proc.kill()
     assert proc.returncode == EXIT_CANCELLED, err
@@ -208,18 +217,13 @@ def test_ctrl_c_stops_the_coding_cli_agents_too(scripted: Scripted, home: Path,
         f"  - id: {name}\n    backend: {{type: {backend}, model: scripted-{name}, "
         f"base_url: '{server.base_url}'}}\n"
         for name, backend in (("claude", "claude_code"), ("codex", "codex"))))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "massgen_mcp", "run", "q", "--config", str(team), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env(home))
+    proc = start_run(home, "--config", str(team))
     try:
         if not both.wait(60):
             proc.kill()
             pytest.fail(f"the CLIs did not both call the model: {proc.communicate()[1]}")
         assert len(alive(user["mark"])) >= 2
-        pressed = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=15)
-        took = time.monotonic() - pressed
+        out, err, took = press_ctrl_c(proc)
     finally:
         proc.kill()
     assert proc.returncode == EXIT_CANCELLED, err
