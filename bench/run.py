@@ -59,8 +59,11 @@ def disagree(rounds: int) -> Callable[[ChatRequest], Reply]:
     return policy
 
 
-async def one_run(server: ScriptedServer, n: int, home: Path, **options: Any) -> dict[str, Any]:
-    runner = SessionRunner(SessionStore(home), LiteLLMProvider())
+async def one_run(server: ScriptedServer, n: int, home: Path, *, drafts: bool = False,
+                  **options: Any) -> dict[str, Any]:
+    """One run on a headless runner (``drafts``: with live drafts, as servers keep them:
+    every call streams)."""
+    runner = SessionRunner(SessionStore(home), LiteLLMProvider(), drafts=drafts)
     before_requests = len(server.requests)
     started = time.perf_counter()
     run = await runner.start("What is 6*7?", team(server, n, **options))
@@ -80,14 +83,20 @@ def bench_engine(quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, ScriptedServer(agree, latency_s=LATENCY_S) as srv:
         asyncio.run(one_run(srv, 3, Path(tmp)))  # warm litellm's first-call path
         for n in (3, 5, 8):
-            runs = [asyncio.run(one_run(srv, n, Path(tmp))) for _ in range(repeats)]
-            wall = statistics.median(r["wall_s"] for r in runs)
+            # Interleaved, so that both modes see the same machine.
+            runs = {False: [], True: []}
+            for _ in range(repeats):
+                for drafts in (False, True):
+                    runs[drafts].append(asyncio.run(one_run(srv, n, Path(tmp), drafts=drafts)))
+            wall = statistics.median(r["wall_s"] for r in runs[False])
+            live = statistics.median(r["wall_s"] for r in runs[True])
             out["overhead"][n] = {
                 "wall_s": round(wall, 3),
                 "critical_path_s": 3 * LATENCY_S,
                 "ratio": round(wall / (3 * LATENCY_S), 3),
-                "calls": statistics.median(r["calls"] for r in runs),
-                "prompt_tokens": statistics.median(r["prompt_tokens"] for r in runs),
+                "live_ratio": round(live / (3 * LATENCY_S), 3),
+                "calls": statistics.median(r["calls"] for r in runs[False]),
+                "prompt_tokens": statistics.median(r["prompt_tokens"] for r in runs[False]),
             }
     with tempfile.TemporaryDirectory() as tmp:
         for rounds in (1, 2, 3):
@@ -106,10 +115,13 @@ def bench_engine(quick: bool) -> dict[str, Any]:
 def print_engine(data: dict[str, Any]) -> None:
     print("\nCoordination overhead (scenario A: all agree, scripted latency "
           f"{LATENCY_S * 1000:.0f} ms; target ratio <= 1.10)")
-    print(f"{'agents':>6} {'calls':>6} {'prompt tok':>10} {'wall s':>7} {'ratio':>6}")
+    print("  ratio: headless (CLI without a terminal, Python API, eval); live: with live "
+          "drafts (servers, the CLI on a terminal), every call streamed")
+    print(f"{'agents':>6} {'calls':>6} {'prompt tok':>10} {'wall s':>7} {'ratio':>6} "
+          f"{'live':>6}")
     for n, row in data["overhead"].items():
         print(f"{n:>6} {row['calls']:>6} {row['prompt_tokens']:>10} {row['wall_s']:>7.3f} "
-              f"{row['ratio']:>6.3f}")
+              f"{row['ratio']:>6.3f} {row.get('live_ratio', float('nan')):>6.3f}")
     print("\nCost growth with disagreement (each agent revises its answer `rounds` times)")
     print(f"{'agents':>6} {'rounds':>6} {'calls':>6} {'prompt tok':>10}")
     for row in data["cost_growth"].values():
@@ -143,7 +155,7 @@ def _latency_run(policy: Callable[[ChatRequest], Reply], seed: int, home: Path,
 
 
 async def _run_once(srv: ScriptedServer, home: Path, **options: Any) -> Any:
-    runner = SessionRunner(SessionStore(home), LiteLLMProvider())
+    runner = SessionRunner(SessionStore(home), LiteLLMProvider(), drafts=False)
     run = await runner.start("What is 6*7?", team(srv, B_AGENTS, **options))
     return await run.task
 
@@ -515,6 +527,61 @@ def print_embedded(data: dict[str, Any]) -> None:
           f"{data['offline_run_s']} s ({data['completed']}/{data['runs']} completed)")
 
 
+def bench_streaming(quick: bool) -> dict[str, Any]:
+    """What streaming a reply to a live-draft listener costs one litellm call, against the
+    same call made whole: CPU and wall per call, for a short tool call (a vote's ~40
+    characters of arguments) and a 2,000-character answer, 4 characters (~1 token) a chunk as
+    hosted APIs stream. The scripted server runs in this process: its share is in the CPU."""
+    from massgen_mcp.consensus.prompts import workflow_tools
+    from massgen_mcp.consensus.state import View
+    from massgen_mcp.core.spec import AgentSpec
+    from massgen_mcp.providers.base import CallContext
+    from massgen_mcp.testing.scripted import text
+
+    load_litellm()
+    calls = 20 if quick else 50
+    long_text = ("The answer is 42. " * 120)[:2000]
+    tools = workflow_tools(View(0, (), may_answer=True, first_round=True))
+    messages = [{"role": "user", "content": "What is 6*7?"}]
+
+    def policy(req: ChatRequest) -> Reply:
+        return text(long_text) if req.model == "long" else vote("A1", "it answers")
+
+    async def per_call(agent: AgentSpec, offered: Any, stream: bool) -> tuple[float, float]:
+        provider = LiteLLMProvider()
+        context = CallContext("bench", on_text=lambda t, n: None) if stream else None
+        for _ in range(3):  # litellm's first-call setup
+            await provider.complete(agent, messages, tools=offered, timeout_s=30,
+                                    context=context)
+        cpu, wall = time.process_time(), time.perf_counter()
+        for _ in range(calls):
+            await provider.complete(agent, messages, tools=offered, timeout_s=30,
+                                    context=context)
+        return ((time.process_time() - cpu) / calls * 1000,
+                (time.perf_counter() - wall) / calls * 1000)
+
+    out: dict[str, Any] = {"calls": calls}
+    with ScriptedServer(policy) as srv:
+        for name, model, offered in (("tool_call", "short", tools), ("text_2000", "long", None)):
+            agent = AgentSpec(id="a", model=f"openai/{model}", base_url=srv.base_url)
+            for stream in (False, True):
+                runs = [asyncio.run(per_call(agent, offered, stream)) for _ in range(3)]
+                out[f"{name}_{'streamed' if stream else 'whole'}"] = {
+                    "cpu_ms": round(statistics.median(c for c, _ in runs), 2),
+                    "wall_ms": round(statistics.median(w for _, w in runs), 2)}
+    return out
+
+
+def print_streaming(data: dict[str, Any]) -> None:
+    print(f"\nStreaming to a live-draft listener, per litellm call (median of 3 x "
+          f"{data['calls']} calls)")
+    print(f"{'reply':>10} {'mode':>9} {'CPU ms':>7} {'wall ms':>8}")
+    for key, row in data.items():
+        if key != "calls":
+            name, mode = key.rsplit("_", 1)
+            print(f"{name:>10} {mode:>9} {row['cpu_ms']:>7.2f} {row['wall_ms']:>8.2f}")
+
+
 SECTIONS = {
     "engine": (bench_engine, print_engine),
     "latency": (bench_latency, print_latency),
@@ -525,6 +592,7 @@ SECTIONS = {
     "load": (bench_load, print_load),
     "memory": (bench_memory, print_memory),
     "embedded": (bench_embedded, print_embedded),
+    "streaming": (bench_streaming, print_streaming),
     "install_size": (bench_install_size, print_install_size),
 }
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from massgen_mcp._version import __version__
+from massgen_mcp.consensus.steering import MAX_NOTE_CHARS as MAX_NOTE_CHARS  # for faces
+from massgen_mcp.consensus.steering import clean_note
 from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import (
     ConfigError,
@@ -118,14 +121,16 @@ class ConsensusService:
         self.workspace = workspace
 
     @classmethod
-    def local(cls, home: Path | None = None, workspace: Workspace | None = None
-              ) -> ConsensusService:
+    def local(cls, home: Path | None = None, workspace: Workspace | None = None, *,
+              drafts: bool = True) -> ConsensusService:
         """Records under ``home`` (default ./.massgen or $MASSGEN_HOME), runs in this
-        process, file inputs from ``workspace`` (default: the working directory, confined)."""
+        process, file inputs from ``workspace`` (default: the working directory, confined).
+        ``drafts``: keep live drafts (models stream); off for a face nobody watches live,
+        since streaming costs CPU on every call."""
         from massgen_mcp.providers.registry import shared_router
 
         store = SessionStore(home)
-        return cls(store, SessionRunner(store, shared_router()),
+        return cls(store, SessionRunner(store, shared_router(), drafts=drafts),
                    workspace or Workspace(Path.cwd()))
 
     @classmethod
@@ -235,14 +240,20 @@ class ConsensusService:
 
     async def continue_session(self, session_id: str, follow_up: str, *,
                                options: RunOptions | None = None) -> StartedRun:
-        """A new run on ``follow_up`` by the same team, with the earlier question and final
-        answer as context; linked to its parent in both records."""
+        """A new run on ``follow_up`` by the same team, with the earlier question, the user's
+        notes to it (steering) and its final answer as context; linked to its parent in both
+        records."""
         follow_up = check_question(follow_up, "follow_up")
         parent = await self.result(session_id)
         request = self.store.read_request(session_id)
         earlier = (f"<earlier_question>\n{parent.question}\n</earlier_question>\n"
                    f"<earlier_final_answer>\n{parent.final_answer or '(none)'}\n"
                    "</earlier_final_answer>")
+        notes = [e.detail for e in self.store.read_events(session_id)
+                 if e.type is EventType.STEERED and e.detail]
+        if notes:  # the user's notes steered the earlier answer: they still stand
+            earlier += ("\n<earlier_user_notes>\n" + "\n".join(f"- {n}" for n in notes)
+                        + "\n</earlier_user_notes>")
         if request.context:
             earlier = request.context + "\n\n" + earlier
         team = self._recorded_team(session_id)
@@ -313,6 +324,20 @@ class ConsensusService:
         await self.status(session_id)  # an unknown id fails now, not after the wait
         return await self.runner.wait(session_id, wait_s, until_done=until_done,
                                       after_revision=after_revision, on_change=on_change)
+
+    def watch(self, session_id: str) -> AsyncIterator[StatusRecord]:
+        """The run's status now and on every change after, its agents' live drafts
+        included, until it ends: what the live views redraw from. Drafts change at most
+        every 0.2 s (the engine's DRAFT_INTERVAL_S)."""
+        return self.runner.watch(check_session_id(session_id))
+
+    async def steer(self, session_id: str, message: str) -> int:
+        """Send the running team the user's note (every agent sees it from its next turn;
+        votes cast before it no longer count); returns how many votes it cleared. ConfigError
+        for an empty or over-long note, SteerRefusedError when the run cannot take one."""
+        note = clean_note(message)
+        await self.status(session_id)  # an unknown id fails as such, not as a refusal
+        return await self.runner.steer(session_id, note)
 
     async def result(self, session_id: str) -> ResultRecord:
         """The outcome of a finished run; RunNotFinishedError while it goes on."""

@@ -107,10 +107,12 @@ class Outcome:
 
 
 async def run_team(team: TeamConfig, question: str = "What is 6*7?", context: str | None = None,
-                   listener: Callable[[str, dict[str, Any]], None] | None = None) -> Outcome:
-    """Run to the end; ``listener`` sees every event as the engine applies it."""
+                   listener: Callable[[str, dict[str, Any]], None] | None = None, *,
+                   drafts: bool = True) -> Outcome:
+    """Run to the end; ``listener`` sees every event as the engine applies it. ``drafts``:
+    with live drafts (calls stream), as a server runs; without, as the headless CLI does."""
     store = SessionStore()
-    runner = SessionRunner(store, LiteLLMProvider())
+    runner = SessionRunner(store, LiteLLMProvider(), drafts=drafts)
     if listener is not None:
         runner.add_event_listener(lambda sid, event: listener(sid, event.as_dict()))
     run = await runner.start(question, team, context=context)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -17,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from massgen_mcp.testing.scripted import ChatRequest, Reply
-from tests.helpers import Scripted, hostile
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, answer
+from tests.helpers import hostile
 from tests.test_clients import CLIENTS, stdio_command
 from tests.test_transports import server_env
 
@@ -32,9 +33,10 @@ pytestmark = [
 ]
 
 XSS = '<script>window.pwned=true</script><img src=x onerror="window.pwned=true">'
+WORDS = 60  # each first answer: "w000 ... w059"
 
 
-def test_get_result_view_follows_a_live_run_and_renders_safely(scripted: Scripted, home: Path,
+def test_get_result_view_follows_a_live_run_and_renders_safely(home: Path,
                                                                tmp_path: Path) -> None:
     release = threading.Event()
     answer_with_xss = hostile(XSS)
@@ -42,9 +44,17 @@ def test_get_result_view_follows_a_live_run_and_renders_safely(scripted: Scripte
     def policy(req: ChatRequest) -> Reply:
         if req.vote_labels:
             release.wait(60)  # hold the votes until the view has shown the run in flight
+        elif not req.is_final:  # numbered words, streamed slowly: a draft shows part of them
+            words = " ".join(f"w{i:03d}" for i in range(WORDS))
+            return answer(words + (f" {XSS}" if req.model == "b" else ""))
         return answer_with_xss(req)
 
-    server = scripted(policy)
+    with ScriptedServer(policy, chunk_delay_s=0.05) as server:
+        run_the_host(server, home, tmp_path, release)
+
+
+def run_the_host(server: ScriptedServer, home: Path, tmp_path: Path,
+                 release: threading.Event) -> None:
     models = [f"openai/{m}@{server.base_url}" for m in "abc"]
     shot = tmp_path / "apps-view.png"  # kept as this test run's artifact
     proc = subprocess.Popen(
@@ -70,6 +80,12 @@ def test_get_result_view_follows_a_live_run_and_renders_safely(scripted: Scripte
     assert out["earlyIsError"] is True  # get_result before the end: the view must follow
 
     during, after, summary = out["during"], out["after"], out["summary"]
+    drafting = out["drafting"]  # the view showed part of an answer while it was written
+    assert drafting["boxes"] and drafting["answers"] < 3
+    for box in drafting["boxes"]:
+        words = [int(w) for w in re.findall(r"\bw(\d{3})\b", box["text"])]
+        assert max(words) < WORDS - 1 and "tokens" in box["stats"], box
+    assert drafting["liveMarkup"] == 0 and drafting["pwned"] is False
     assert during["status"] == "running" and during["lanes"] == 3
     assert during["answers"] == 3 and during["votes"] == 0 and "Winner" not in during["text"]
     assert after["status"] == "completed" and after["lanes"] == 3 and after["votes"] == 3

@@ -418,11 +418,15 @@ def test_each_cli_output_is_parsed_with_its_usage_and_errors_are_named() -> None
         CLIS["codex"].parse(json.dumps({"type": "turn.failed", "error": {
             "message": "usage limit reached"}}).encode())
 
-    gemini = CLIS["gemini"].parse(b"Loaded cached credentials.\n" + json.dumps({
-        "response": "ok", "stats": {"models": {"g": {"tokens": {
-            "prompt": 30, "candidates": 5, "thoughts": 2}}}}}).encode())
+    # stream-json: output_tokens leave out the thinking (2), the total keeps it
+    gemini = CLIS["gemini"].parse(b"Loaded cached credentials.\n" + b"\n".join(
+        json.dumps(e).encode() for e in [
+            {"type": "message", "role": "assistant", "content": "o", "delta": True},
+            {"type": "message", "role": "assistant", "content": "k", "delta": True},
+            {"type": "result", "status": "success", "stats": {
+                "input_tokens": 30, "output_tokens": 5, "total_tokens": 37}}]))
     assert (gemini.content, gemini.prompt_tokens, gemini.completion_tokens) == ("ok", 30, 7)
-    with pytest.raises(ProviderError, match="gemini printed no JSON result"):
+    with pytest.raises(ProviderError, match="gemini printed no result: 'Segmentation fault"):
         CLIS["gemini"].parse(b"Segmentation fault")
 
 
@@ -562,10 +566,11 @@ def test_hostile_cli_output_is_read_safely() -> None:
         "type": "result", "subtype": "success", "result": "ok", "total_cost_usd": -1e308,
         "usage": {"input_tokens": "lots", "output_tokens": True}}).encode())
     assert (odd.prompt_tokens, odd.completion_tokens, odd.cost_usd) == (0, 0, None)
-    assert CLIS["claude"].parse(json.dumps({"subtype": "success", "result": "ok",
-                                            "usage": [1]}).encode()).prompt_tokens == 0
-    # Gemini prints indented JSON, sometimes after warnings; a nested object on its own line
-    # is not the result.
-    printed = "Warning: 256-color support not detected.\n" + json.dumps(
-        {"response": "the answer", "stats": {"models": {}}, "nested": {}}, indent=2)
+    assert CLIS["claude"].parse(json.dumps({"type": "result", "subtype": "success",
+                                            "result": "ok", "usage": [1]}).encode()
+                                ).prompt_tokens == 0
+    # Gemini prints warnings among its events sometimes: they are not events.
+    printed = "Warning: 256-color support not detected.\n" + "\n".join(json.dumps(e) for e in [
+        {"type": "message", "role": "assistant", "content": "the answer"},
+        {"type": "result", "status": "success", "stats": {"models": {}}, "nested": {}}])
     assert CLIS["gemini"].parse(printed.encode()).content == "the answer"

@@ -100,7 +100,8 @@ async def test_a_symlink_loop_is_an_error_for_the_agent_and_the_run_goes_on(
 def deep_replies(req: ChatRequest) -> Reply:
     """Agent a (native tools) and agent b (JSON in text) first answer with arguments nested
     100,000 deep; after the corrective retry they answer properly. (litellm itself cannot
-    convert a's reply: a is retried, then dropped.)"""
+    convert a's whole reply: a is then retried, then dropped. Streamed, a's arguments arrive
+    as text and get the corrective retry too.)"""
     if req.vote_labels or req.is_final or req.is_retry:
         return agree(req)
     if req.model == "a":
@@ -110,17 +111,20 @@ def deep_replies(req: ChatRequest) -> Reply:
     return agree(req)
 
 
-async def test_deeply_nested_json_in_a_reply_gets_a_corrective_retry(scripted: Scripted) -> None:
+@pytest.mark.parametrize("drafts", [False, True], ids=["whole", "streamed"])
+async def test_deeply_nested_json_in_a_reply_gets_a_corrective_retry(
+        scripted: Scripted, drafts: bool) -> None:
     server = scripted(deep_replies)
     team = team_for(server, agent_overrides={"b": {"tool_calling": False}})
-    out = await run_team(team)
+    out = await run_team(team, drafts=drafts)
     assert out.result["status"] == "completed", out.result
-    invalid = out.events("invalid_action")
-    assert {(e["agent_id"], e["reason"]) for e in invalid} == {("agent_b", "bad_arguments")}
-    retry = next(r for r in server.requests if r.model == "b" and r.is_retry)
-    assert "nested deeper than 64 levels" in json.dumps(retry.messages)
+    invalid = {(e["agent_id"], e["reason"]) for e in out.events("invalid_action")}
+    for model in ("b", "a") if drafts else ("b",):
+        assert (f"agent_{model}", "bad_arguments") in invalid
+        retry = next(r for r in server.requests if r.model == model and r.is_retry)
+        assert "nested deeper than 64 levels" in json.dumps(retry.messages)
     dropped = out.events("agent_dropped")
-    assert [e["agent_id"] for e in dropped] == ["agent_a"]
+    assert [e["agent_id"] for e in dropped] == ([] if drafts else ["agent_a"])
     assert "Traceback" not in json.dumps(out.events())
 
 

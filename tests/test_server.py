@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -85,6 +86,34 @@ async def test_wait_returns_the_result_and_reports_progress(tmp_path: Path,
     assert progress, "progress notifications while waiting"
     values = [v for v, _ in progress]
     assert values == sorted(values) and any("votes" in (m or "") for _, m in progress)
+
+
+async def test_progress_says_who_is_writing_while_drafts_stream(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from massgen_mcp.server import tools
+    from massgen_mcp.testing.policies import answer
+
+    monkeypatch.setattr(tools, "DRAFT_PROGRESS_S", 0.1)
+    long = "Forty-two, " * 60
+
+    def policy(req: ChatRequest) -> Reply:
+        return agree(req) if req.vote_labels or req.is_final else answer(long)
+
+    progress: list[str] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    with ScriptedServer(policy, chunk_chars=4, chunk_delay_s=0.01) as server:
+        async with Client(create_server(root=tmp_path), mode="legacy",
+                          progress_handler=on_progress) as c:
+            handle = (await c.call_tool("run_consensus", {
+                "question": "6*7?", "models": models_for(server, 2),
+                "wait_s": 30})).structured_content
+    assert handle["status"] == "completed"
+    writing = [m for m in progress if "is writing… " in m]
+    assert writing, progress
+    assert any(re.search(r"agent_\w+ is writing… \d+ tokens", m) for m in writing)
 
 
 async def test_get_result_summary_truncates_and_full_does_not(client: McpClient,
@@ -214,6 +243,41 @@ async def test_cancel_session(client: McpClient, scripted: Scripted) -> None:
     assert again["status"] == "cancelled" and "already" in again["message"]
     status = data(await call(client, "get_status", session_id=sid))
     assert status["status"] == "cancelled" and status["done"]
+
+
+async def test_steer_session_reaches_the_team_and_get_status_shows_it(
+        client: McpClient, scripted: Scripted) -> None:
+    """The MCP face of steering: the note is delivered (the requests after it carry it),
+    get_status lists it, and a note to a finished run is a clear tool error."""
+    release, voting = threading.Event(), threading.Semaphore(0)
+
+    def policy(req: ChatRequest) -> Reply:
+        if req.vote_labels and not release.is_set():
+            voting.release()
+            release.wait(60)
+        return agree(req)
+
+    server = scripted(policy)
+    sid = data(await call(client, "run_consensus", question="q",
+                          models=models_for(server)))["session_id"]
+    import asyncio
+    try:
+        for _ in range(3):  # every vote held: each request after the note is a new one
+            assert await asyncio.to_thread(voting.acquire, True, 30)
+        sent = len(server.requests)
+        steered = data(await call(client, "steer_session", session_id=sid,
+                                  message="Use metric units."))
+        assert steered["message"].startswith("delivered: every agent sees the note")
+        status = data(await call(client, "get_status", session_id=sid))
+        assert status["notes"] == ["Use metric units."]
+    finally:
+        release.set()
+    await finish(client, sid)
+    assert all("Use metric units." in r.user for r in server.requests[sent:])
+    late = await call(client, "steer_session", session_id=sid, message="more")
+    assert late.is_error and "not running" in text_of(late.content[0])
+    empty = await call(client, "steer_session", session_id=sid, message="")
+    assert empty.is_error
 
 
 async def test_continue_session_links_both_records(client: McpClient, scripted: Scripted,

@@ -57,7 +57,7 @@ async def arun(question: str, *, models: list[str] | None = None, config: str | 
         raise ConfigError(format_validation_error(exc)) from None
     # The caller's own paths, as on the command line: not confined to the working folder.
     service = ConsensusService.local(Path(home) if home else None,
-                                     Workspace(Path.cwd(), confined=False))
+                                     Workspace(Path.cwd(), confined=False), drafts=False)
     try:
         return await follow(service, (await service.start(spec)).session_id)
     finally:

@@ -28,12 +28,14 @@ def home(args: argparse.Namespace) -> Path | None:
     return Path(args.home) if args.home else None
 
 
-def service(args: argparse.Namespace) -> ConsensusService:
-    """The service, running in this process, reading the user's files unconfined."""
+def service(args: argparse.Namespace, *, drafts: bool = False) -> ConsensusService:
+    """The service, running in this process, reading the user's files unconfined;
+    ``drafts`` for a command that shows the agents' live drafts (models then stream)."""
     from massgen_mcp.service import ConsensusService
     from massgen_mcp.team.context_files import Workspace
 
-    return ConsensusService.local(home(args), Workspace(Path.cwd(), confined=False))
+    return ConsensusService.local(home(args), Workspace(Path.cwd(), confined=False),
+                                  drafts=drafts)
 
 
 def pool(args: argparse.Namespace) -> PoolConfig | None:

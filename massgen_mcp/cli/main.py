@@ -15,7 +15,7 @@ import logging
 import sys
 
 from massgen_mcp._version import __version__
-from massgen_mcp.cli import evaluate, flags, models
+from massgen_mcp.cli import evaluate, flags, models, steer
 from massgen_mcp.cli.config import cmd_trust, cmd_validate
 from massgen_mcp.cli.output import (
     EXIT_BY_STATUS,
@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate.add_parser(sub)
     models.add_parser(sub)
+    steer.add_parser(sub)
 
     validate = sub.add_parser("validate", help="check a config file and print the team")
     validate.add_argument("file", help="YAML file or @preset")

@@ -97,6 +97,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         say("\ntool calls")
         for line in tool_lines:
             say(f"  {line or ''}")
+    notes = [describe_event(e) for e in record.events if e.type is EventType.STEERED]
+    if notes:  # the NOTE columns of the table, in words
+        say("\nnotes")
+        for line in notes:
+            say(f"  {line or ''}")
     if result and result.final_answer is not None:
         say("\n" + result.final_answer)
     return EXIT_OK

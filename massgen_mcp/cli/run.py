@@ -3,7 +3,8 @@ outcome.
 
 This module only turns flags into a :class:`~massgen_mcp.core.spec.RunSpec` and records into
 text; the runs go through :class:`~massgen_mcp.service.ConsensusService`, the same door as the
-MCP tools. Progress lines go to stderr so that stdout holds only the answer (or ``--json``).
+MCP tools. Progress lines go to stderr so that stdout holds only the answer (or ``--json``);
+on a terminal, each agent's live line goes under them (:mod:`massgen_mcp.cli.live`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from massgen_mcp.cli import flags
+from massgen_mcp.cli.live import LiveLines
 from massgen_mcp.cli.output import (
     EXIT_CANCELLED,
     err,
@@ -85,12 +87,14 @@ async def run_one(args: argparse.Namespace, spec: RunSpec, started_ids: list[str
     """Start the run (its id goes into ``started_ids`` at once), follow it to its end and
     return its result. SIGTERM and Ctrl-C cancel the run: it ends ``cancelled`` and is
     reported like any other ending (``--json`` included); a second Ctrl-C stops at once."""
-    service = flags.service(args)
+    live = None if args.quiet else LiveLines.on_terminal(sys.stderr)
+    service = flags.service(args, drafts=live is not None)
     if not args.quiet:
-        service.add_event_listener(progress)
+        service.add_event_listener(progress if live is None else live.event)
     loop = asyncio.get_running_loop()
     loop.set_default_executor(DetachedExecutor())
     cancels: list[asyncio.Task[Any]] = []  # owned: awaited before the service closes
+    following: asyncio.Task[None] | None = None  # the live lines, on a terminal
     try:
         started = await service.start(spec)
         started_ids.append(started.session_id)
@@ -98,6 +102,8 @@ async def run_one(args: argparse.Namespace, spec: RunSpec, started_ids: list[str
             err(note)
         if not args.quiet:
             say(f"session {started.session_id} · record in {started.record_dir}", err=True)
+        if live is not None:
+            following = loop.create_task(live.follow(service.watch(started.session_id)))
 
         def cancel() -> None:
             cancels.append(loop.create_task(service.cancel(started.session_id)))
@@ -113,6 +119,11 @@ async def run_one(args: argparse.Namespace, spec: RunSpec, started_ids: list[str
     finally:
         loop.remove_signal_handler(signal.SIGTERM)
         loop.remove_signal_handler(signal.SIGINT)
+        if following is not None:
+            following.cancel()
+            await asyncio.gather(following, return_exceptions=True)
+        if live is not None:
+            live.clear()
         await asyncio.gather(*cancels, return_exceptions=True)  # a finished run: nothing to do
         await service.aclose()  # Ctrl-C: the run is cancelled and its record closed
 

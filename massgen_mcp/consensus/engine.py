@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from massgen_mcp.consensus import prompts
@@ -33,6 +35,7 @@ from massgen_mcp.consensus.actions import (
     parse_action,
     parse_check,
 )
+from massgen_mcp.consensus.drafts import Drafts
 from massgen_mcp.consensus.evidence import Evidence, is_evidence
 from massgen_mcp.consensus.pace import FirstRound
 from massgen_mcp.consensus.replay import RunRequest, progress_of
@@ -43,7 +46,8 @@ from massgen_mcp.consensus.snapshot import (
     timeline_of,
 )
 from massgen_mcp.consensus.state import View
-from massgen_mcp.core.errors import ProviderError, RecordWriteError
+from massgen_mcp.consensus.steering import NoteGate, clean_note
+from massgen_mcp.core.errors import ProviderError, RecordWriteError, SteerRefusedError
 from massgen_mcp.core.records import (
     PREVIEW_CHARS,
     CallPurpose,
@@ -61,6 +65,11 @@ from massgen_mcp.providers.base import CallContext, Completion, Provider, comple
 
 log = logging.getLogger(__name__)
 
+# Drafts change with every streamed token; whoever follows them (the live views, a pool
+# worker's publisher) hears of it at most this often.
+DRAFT_INTERVAL_S = 0.2
+DraftsListener = Callable[[], None]
+
 
 @dataclass(frozen=True)
 class Dropped:
@@ -75,9 +84,13 @@ class TurnOutcome:
 
 
 class ConsensusRun:
-    """One run of the protocol; create it, then ``await run()`` once."""
+    """One run of the protocol; create it, then ``await run()`` once.
 
-    def __init__(self, request: RunRequest, provider: Provider, recorder: Recorder) -> None:
+    ``on_drafts`` hears (at most every :data:`DRAFT_INTERVAL_S`) that the live drafts
+    changed; without it providers are not asked to stream."""
+
+    def __init__(self, request: RunRequest, provider: Provider, recorder: Recorder, *,
+                 on_drafts: DraftsListener | None = None) -> None:
         self.request = request
         self.options = request.team.options
         self.agents: dict[str, AgentSpec] = request.agents
@@ -97,6 +110,12 @@ class ConsensusRun:
         self._revision = 0  # bumped on every published status, so pollers can tell news
         self._calling: dict[str, CallPurpose] = {}  # agents with a model call in flight
         self.first_round = FirstRound(self.options.late_factor)  # the quorum's stopwatch
+        self.drafts = Drafts()
+        self._on_drafts = on_drafts
+        self._drafts_due: asyncio.TimerHandle | None = None
+        self._coordinating = False  # between the first turn and the decision: notes land
+        self._wake: asyncio.Future[None] | None = None  # a note woke the coordination loop
+        self._notes = NoteGate(already=len(self.coord.notes))
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -114,6 +133,19 @@ class ConsensusRun:
                              revision=self._revision, turning=self.in_flight,
                              activity=self.evidence.activity)
 
+    def _text_streamed(self, agent_id: str, text: str, tokens: int) -> None:
+        self.drafts.add(agent_id, text, tokens)
+        if self._drafts_due is None and self._on_drafts is not None:
+            self._drafts_due = asyncio.get_running_loop().call_later(
+                DRAFT_INTERVAL_S, self._drafts_changed)
+
+    def _drafts_changed(self) -> None:
+        if self._drafts_due is not None:
+            self._drafts_due.cancel()
+            self._drafts_due = None
+        if self._on_drafts is not None:
+            self._on_drafts()
+
     # -- model calls -------------------------------------------------------------------------
 
     async def _call(
@@ -124,8 +156,12 @@ class ConsensusRun:
             self._emit(EventType.RETRY, agent_id=agent.id, purpose=purpose, attempt=attempt,
                        delay_s=round(delay, 3), error=str(error), kind=error.kind,
                        status_code=error.status_code)
+            self.drafts.begin(agent.id, purpose)  # the retry writes its draft afresh
 
         self._calling[agent.id] = purpose
+        self.drafts.begin(agent.id, purpose)
+        on_text = (None if self._on_drafts is None
+                   else partial(self._text_streamed, agent.id))
         try:
             completion = await complete_with_retries(
                 self.provider, agent, messages, tools=tools,
@@ -133,10 +169,14 @@ class ConsensusRun:
                            else self.options.call_timeout_s),
                 max_retries=self.options.max_retries,
                 backoff_s=self.options.retry_backoff_s, on_retry=on_retry,
-                context=CallContext(self.request.session_id, self.request.log_path),
+                context=CallContext(self.request.session_id, self.request.log_path,
+                                    on_text=on_text),
             )
         finally:
             self._calling.pop(agent.id, None)
+            pace = self.drafts.end(agent.id)
+            if pace.first_token_s is not None:
+                self._drafts_changed()  # the draft is gone: say so now, not in 0.2 s
         completion = completion.redacted()
         if completion.tool_calls and all(is_evidence(c.name) for c in completion.tool_calls):
             purpose = CallPurpose.EVIDENCE  # usage tells tool rounds from decisions
@@ -144,7 +184,9 @@ class ConsensusRun:
         self._emit(EventType.CALL, agent_id=agent.id, purpose=purpose,
                    prompt_tokens=completion.prompt_tokens,
                    completion_tokens=completion.completion_tokens,
-                   cost_usd=completion.cost_usd, latency_s=round(completion.latency_s, 3))
+                   cost_usd=completion.cost_usd, latency_s=round(completion.latency_s, 3),
+                   **({} if pace.first_token_s is None else
+                      {"first_token_s": pace.first_token_s, "tokens_per_s": pace.tokens_per_s}))
         return completion
 
     # -- one turn ----------------------------------------------------------------------------
@@ -232,27 +274,56 @@ class ConsensusRun:
                            reason="stale view: new answers arrived while it was deciding")
 
     async def _coordinate(self) -> Decision | None:
-        """Run turns until a decision (returned) or until no agent is left (None)."""
-        while (decision := self.coord.decision()) is None and self.coord.live():
-            if self.coord.reviewing():
-                self.phase = Phase.VOTING
-            self._start_turns()
-            self._publish_status()
-            if not self.in_flight:  # cannot happen while the protocol invariants hold
-                raise RuntimeError("no agent can move but there is no consensus")
-            done, _ = await asyncio.wait(
-                self.in_flight.values(), timeout=self._until_late(),
-                return_when=asyncio.FIRST_COMPLETED)
-            if not done:
-                self._open_review_for_quorum()
-            for aid in [a for a, t in self.in_flight.items() if t in done]:
-                task = self.in_flight.pop(aid)
-                self._apply(task.result())  # a BudgetExceeded propagates from here
+        """Run turns until a decision (returned) or until no agent is left (None). A
+        steering note (:meth:`steer`) wakes the loop, to start the turns it asks for."""
+        self._coordinating = True
+        try:
+            while (decision := self.coord.decision()) is None and self.coord.live():
+                if self.coord.reviewing():
+                    self.phase = Phase.VOTING
+                self._start_turns()
+                self._publish_status()
+                if not self.in_flight:  # cannot happen while the protocol invariants hold
+                    raise RuntimeError("no agent can move but there is no consensus")
+                self._wake = asyncio.get_running_loop().create_future()
+                waiting: set[asyncio.Future[Any]] = {*self.in_flight.values(), self._wake}
+                done, _ = await asyncio.wait(waiting, timeout=self._until_late(),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    self._open_review_for_quorum()
+                for aid in [a for a, t in self.in_flight.items() if t in done]:
+                    task = self.in_flight.pop(aid)
+                    self._apply(task.result())  # a BudgetExceeded propagates from here
+        finally:
+            self._coordinating = False  # no await since the decision: no note slipped in
+            self._wake = None
         if decision is not None:
             self._emit(EventType.CONSENSUS, reason=decision,
                        tally={k: len(v) for k, v in self.coord.tally().items()})
             await self._cancel_turns(decision)
         return decision
+
+    def steer(self, message: str) -> int:
+        """Deliver the user's note to the team; returns how many votes it cleared.
+
+        Taken only while the agents coordinate (not once the team has decided, not while it
+        writes or checks the final answer). Every agent sees the note from its next turn on;
+        turns in flight finish on their old view (see :mod:`.state`). Raises ConfigError for
+        a note that is empty or too long, SteerRefusedError when the run cannot take it."""
+        note = redact(clean_note(message))
+        if self.status is not RunStatus.RUNNING or not self._coordinating:
+            where = ("the team has decided and is writing the final answer"
+                     if self.status is RunStatus.RUNNING else f"the run is {self.status}")
+            raise SteerRefusedError(
+                f"session {self.request.session_id} cannot take a note now: {where}. Send "
+                "it as a follow-up with continue_session once the run has finished")
+        self._notes.admit()
+        cleared = self.coord.steer(note)
+        self._emit(EventType.STEERED, detail=note, chars=len(note), count=cleared)
+        self._publish_status()
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+        return cleared
 
     def _until_late(self) -> float | None:
         """Seconds until round one's stragglers count as late (:mod:`.pace`), or None."""
@@ -332,7 +403,8 @@ class ConsensusRun:
         agent = self.agents[presenter]
         messages = prompts.check_messages(question=self.request.question,
                                           context=self.request.context,
-                                          persona=agent.system_message, final=final)
+                                          persona=agent.system_message, final=final,
+                                          notes=tuple(self.coord.notes))
         try:
             completion = await self._call(agent, messages, None, CallPurpose.CHECK)
         except ProviderError as exc:
@@ -385,6 +457,8 @@ class ConsensusRun:
         try:
             return await self._run()
         finally:
+            if self._drafts_due is not None:
+                self._drafts_due.cancel()
             if self.evidence.mcp is not None:  # every server stops with the run, however
                 await self.evidence.mcp.aclose()  # it ends
 

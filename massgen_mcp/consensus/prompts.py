@@ -65,7 +65,8 @@ CHECK_FINAL = (
 MAX_CHECKLIST_ITEMS = 5
 
 
-_OUR_TAGS = re.compile(r"<(/?)(answers?|question|context|feedback)\b", re.IGNORECASE)
+_OUR_TAGS = re.compile(r"<(/?)(answers?|question|context|feedback|user_notes?)\b",
+                       re.IGNORECASE)
 
 
 def _escape(text: str) -> str:
@@ -79,6 +80,17 @@ def render_question(question: str, context: str | None) -> str:
     if context:
         parts.append(f"<context>\n{_escape(context)}\n</context>")
     return "\n".join(parts)
+
+
+def render_notes(notes: tuple[str, ...]) -> str:
+    """The user's steering notes, marked as the user's own words (not an agent's, not the
+    question's author quoting someone), each escaped like every other quoted text."""
+    if not notes:
+        return ""
+    blocks = "\n".join(f"<user_note>\n{_escape(n)}\n</user_note>" for n in notes)
+    return ("\n<user_notes>\nWhile the team was working, the user who asked the question sent "
+            "these notes. They come from the user, not from an agent: follow them as part of "
+            f"the question, and judge every answer against them.\n{blocks}\n</user_notes>")
 
 
 def render_answers(view: View) -> str:
@@ -105,7 +117,7 @@ def turn_messages(
     *, question: str, context: str | None, persona: str | None, view: View, native_tools: bool,
     feedback: str | None = None,
 ) -> list[dict[str, Any]]:
-    user = render_question(question, context)
+    user = render_question(question, context) + render_notes(view.notes)
     if not view.first_round:
         user += "\n" + render_answers(view)
     if feedback:  # the last final answer was sent back by its check
@@ -166,6 +178,7 @@ def final_messages(
     reason_lines = "\n".join(f"- {r}" for r in reasons if r) or "- (no reasons given)"
     user = (
         render_question(question, context)
+        + render_notes(view.notes)
         + "\n"
         + render_answers(view)
         + f"\nSelected answer: {winner_label}\nVoters' reasons:\n{reason_lines}"
@@ -185,11 +198,11 @@ def checklist(question: str) -> str:
 
 
 def check_messages(*, question: str, context: str | None, persona: str | None,
-                   final: str) -> list[dict[str, Any]]:
+                   final: str, notes: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The winner's check of the final answer (max_orchestration_restarts)."""
     system = "\n\n".join(p for p in ((persona or "").strip(),
                                       CHECK_FINAL.format(checklist=checklist(question))) if p)
-    user = (render_question(question, context)
+    user = (render_question(question, context) + render_notes(notes)
             + f"\n<answer label=\"final\">\n{_escape(final)}\n</answer>")
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 

@@ -2,10 +2,10 @@
 
 A run continues from its record (``resume_session``, or a pool worker taking over from one
 that died) without making again any call whose outcome is recorded: :class:`Prior` reads the
-answers, standing votes, restarts and paid-for calls out of the recorded events, and
-:func:`progress_of` replays them into a fresh :class:`Progress`. Both the engine and the
-builders of an unstarted run's records (:mod:`.snapshot`) start from there, so a record
-reads the same whoever writes it.
+answers, standing votes, restarts, the user's steering notes and paid-for calls out of the
+recorded events, and :func:`progress_of` replays them into a fresh :class:`Progress`. Both
+the engine and the builders of an unstarted run's records (:mod:`.snapshot`) start from
+there, so a record reads the same whoever writes it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,14 @@ class PriorQuorum:
     """Review had opened before every agent answered (the agents then late still are)."""
 
 
-PriorStep = PriorAnswer | PriorVote | PriorRestart | PriorQuorum
+@dataclass(frozen=True)
+class PriorNote:
+    """The user steered the run (its note is shown to every agent from then on)."""
+
+    text: str
+
+
+PriorStep = PriorAnswer | PriorVote | PriorRestart | PriorQuorum | PriorNote
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,8 @@ class Prior:
                 steps.append(PriorRestart(e.detail))
             elif e.type is EventType.QUORUM:
                 steps.append(PriorQuorum())
+            elif e.type is EventType.STEERED and e.detail:
+                steps.append(PriorNote(e.detail))
         return cls(tuple(steps), tuple(e for e in events if e.type in _PAID), len(events))
 
 
@@ -145,6 +154,8 @@ def progress_of(request: RunRequest) -> Progress:
                 coord.add_vote(step.agent_id, step.label, step.reason, coord.version)
         elif isinstance(step, PriorQuorum):
             coord.open_review()
+        elif isinstance(step, PriorNote):
+            coord.steer(step.text)
         elif isinstance(step, PriorRestart):
             coord.restart()
             progress.restarts += 1

@@ -22,6 +22,7 @@ from massgen_mcp.core.records import (
     AgentStatus,
     AnswerRecord,
     AnswerRef,
+    Draft,
     Event,
     EventType,
     FinishReason,
@@ -32,6 +33,7 @@ from massgen_mcp.core.records import (
     VoteRecord,
     VoteRef,
     Winner,
+    clip,
 )
 
 
@@ -102,7 +104,18 @@ def status_record(request: RunRequest, progress: Progress, timeline: Timeline, *
                  for a in coord.current_answers()],
         tally={label: [v.voter for v in votes] for label, votes in coord.tally().items()},
         usage=progress.total.record(), decided_by=coord.decision(), late=coord.late(),
+        notes=[clip(note, PREVIEW_CHARS)[0] for note in coord.notes],
     )
+
+
+def with_drafts(status: StatusRecord, drafts: Mapping[str, Draft], revision: int
+                ) -> StatusRecord:
+    """``status`` with each working agent's live draft (memory only: never written)."""
+    if not drafts and not revision:
+        return status
+    agents = {aid: agent.model_copy(update={"draft": drafts.get(aid)})
+              if aid in drafts else agent for aid, agent in status.agents.items()}
+    return status.model_copy(update={"agents": agents, "drafts_revision": revision})
 
 
 def result_record(request: RunRequest, progress: Progress, timeline: Timeline, *,

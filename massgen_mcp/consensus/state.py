@@ -23,6 +23,10 @@ every protocol rule lives (and is unit-tested) in one place:
   under the user's control); with no votes at all (timeouts), the newest answer.
 * A restart (the final answer failed its check) clears every vote and bumps ``version``, like a
   new answer: every live agent takes another turn. Answers, labels and answer caps carry on.
+* A note from the user (steering) is added to every view from then on; like a new answer it
+  bumps ``version`` and clears every vote, because the votes judged the answers against the
+  question as it stood before. A turn in flight finishes on its old view: its answer is
+  accepted (it is an answer; its author sees the note in its next turn), its vote is stale.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ class View:
     answers: tuple[Answer, ...]  # ordered for this viewer: own answer last
     may_answer: bool
     first_round: bool
+    notes: tuple[str, ...] = ()  # the user's steering notes, oldest first
 
     @property
     def labels(self) -> list[str]:
@@ -110,6 +115,7 @@ class Coordination:
         self.decide = decide
         self.version = 0
         self.review_opened = False  # by a quorum, before every live agent had answered
+        self.notes: list[str] = []  # the user's steering notes, oldest first
         self._seq = 0
 
     # -- queries -----------------------------------------------------------------------------
@@ -148,12 +154,14 @@ class Coordination:
     def view_for(self, agent_id: str) -> View:
         """The anonymised snapshot shown to ``agent_id``: sorted by label, rotated own-last."""
         state = self.agents[agent_id]
+        notes = tuple(self.notes)
         if state.current is None:
-            return View(self.version, (), may_answer=True, first_round=True)
+            return View(self.version, (), may_answer=True, first_round=True, notes=notes)
         answers = self.current_answers()
         own = next(i for i, a in enumerate(answers) if a.agent_id == agent_id)
         rotated = answers[own + 1 :] + answers[: own + 1]
-        return View(self.version, tuple(rotated), self.may_answer(agent_id), first_round=False)
+        return View(self.version, tuple(rotated), self.may_answer(agent_id), first_round=False,
+                    notes=notes)
 
     def decision(self) -> Decision | None:
         """Why coordination ends now, or None while it goes on (see the rules above)."""
@@ -225,13 +233,7 @@ class Coordination:
             seq=self._seq,
         )
         state.answers.append(answer)
-        self.version += 1
-        invalidated = 0
-        for other in self.agents.values():
-            if other.vote is not None:
-                invalidated += 1
-                other.vote = None
-        return answer, invalidated
+        return answer, self._clear_votes()
 
     def add_vote(self, agent_id: str, label: str, reason: str, view_version: int) -> bool:
         """Record a vote; returns False (vote discarded) if it was cast on a stale view."""
@@ -248,9 +250,22 @@ class Coordination:
 
     def restart(self) -> None:
         """Start a new coordination round on the same answers (see the rules above)."""
+        self._clear_votes()
+
+    def steer(self, note: str) -> int:
+        """Add the user's note to every view from now on; returns how many votes it cleared
+        (see the rules above)."""
+        self.notes.append(note)
+        return self._clear_votes()
+
+    def _clear_votes(self) -> int:
         self.version += 1
+        cleared = 0
         for state in self.agents.values():
-            state.vote = None
+            if state.vote is not None:
+                cleared += 1
+                state.vote = None
+        return cleared
 
     def drop(self, agent_id: str, reason: str) -> None:
         state = self.agents[agent_id]

@@ -83,6 +83,12 @@ class SessionStateError(MassgenError):
     """The session exists but cannot do what was asked (e.g. resume a completed run)."""
 
 
+class SteerRefusedError(SessionStateError):
+    """A steering note the run cannot take: it is not running, the team has already
+    decided, or the user sent too many notes too fast. The message says which and what to
+    do instead."""
+
+
 class RunNotFinishedError(SessionStateError):
     """The run is still going (or was interrupted), so it has no result yet. Front ends add
     how to wait for it in their own words."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, computed_field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 SCHEMA_VERSION = 1
 # How much of an answer the live status, the events and the listings carry.
@@ -127,6 +127,8 @@ class EventType(StrEnum):
     # A decision came while an agent's turn was in flight: the turn was stopped (purpose;
     # count: model calls cut off mid-flight, 0 or 1; reason: the decision).
     TURN_CANCELLED = "turn_cancelled"
+    # The user sent the team a note mid-run (detail: the note; count: votes it cleared).
+    STEERED = "steered"
 
 
 class Record(BaseModel):
@@ -173,6 +175,18 @@ class VoteRef(Record):
     reason: str
 
 
+class Draft(Record):
+    """What an agent is writing right now, while its model call streams. Lives in memory
+    only (``get_status``, the live views): the record keeps answers, never drafts."""
+
+    purpose: CallPurpose
+    text: str  # the end of what is written so far (a few hundred characters), redacted
+    chars: int  # written so far in all
+    tokens: int  # so far, as the provider counts them (one per streamed chunk on most wires)
+    first_token_s: float | None = None  # seconds from the call's start to its first text
+    elapsed_s: float  # since the call started
+
+
 class AgentStatus(Record):
     """One agent in the live status."""
 
@@ -185,6 +199,9 @@ class AgentStatus(Record):
     dropped_reason: str | None = None
     usage: Usage = Usage()
     activity: str | None = None  # the evidence tool it is using now, e.g. "read_file a.py"
+    # Its model call's text so far, while it streams. Memory only: never serialised, so no
+    # status.json, Redis status or resource read can carry a draft.
+    draft: Draft | None = Field(None, exclude=True)
 
 
 class AnswerRef(Record):
@@ -216,6 +233,10 @@ class StatusRecord(VersionedRecord):
     usage: Usage = Usage()
     decided_by: Decision | None = None  # set once coordination has ended with a decision
     late: list[str] = []  # agents round one stopped waiting for (QUORUM), until they answer
+    notes: list[str] = []  # the user's steering notes so far, each clipped to PREVIEW_CHARS
+    # Bumped with every change of a draft (memory only, like the drafts): live views redraw
+    # on it, pollers that wait for news (``revision``) do not wake for every token.
+    drafts_revision: int = Field(0, exclude=True)
     pid: int | None = None  # the process running it (to tell orphaned runs)
     # The pool worker running it ("host#pid"), when a worker pool owns the run: its death is
     # handled by redelivery to another worker, not by the next server marking it interrupted.
@@ -360,6 +381,8 @@ class Event(Record):
     tool: str | None = None
     arguments: str | None = None  # the tool call's arguments, clipped
     late: list[str] | None = None  # quorum: the agents round one stopped waiting for
+    first_token_s: float | None = None  # call: seconds to its first streamed text
+    tokens_per_s: float | None = None  # call: completion tokens per second after the first
 
     @property
     def owner(self) -> str | None:

@@ -10,7 +10,9 @@ The embedded default runs every session in the server's own process
   with the same engine, writing the same record (:mod:`.worker`).
 
 Redis carries only what is live (:mod:`.live`): each run's latest status and events for
-every front end to read and wake on, cancel requests, and which worker holds which run. Task
+every front end to read and wake on, cancel requests, and which worker holds which run; the
+agents' live drafts as messages only, never stored (:mod:`.drafts`); steering notes and their
+replies (:mod:`.steering`). Task
 payloads are session ids; keys stay in each process's environment. A run always continues
 from its record, so a worker that dies costs only the calls in flight at that moment.
 """

@@ -4,7 +4,9 @@
 :class:`~massgen_mcp.sessions.runner.SessionRunner`, so the service, the MCP tools and the
 OpenAI endpoint cannot tell them apart. It keeps nothing about a run in memory: whichever
 front end is asked reads the status from Redis (falling back to status.json), wakes on the
-pool's live channel, and cancels through Redis, so any front end serves any session.
+pool's live channel, and cancels and steers through Redis, so any front end serves any
+session. The one thing it holds is what it heard of the agents' live drafts, which are never
+stored anywhere (:mod:`.drafts`).
 """
 
 from __future__ import annotations
@@ -14,17 +16,33 @@ import contextlib
 import json
 import logging
 import shutil
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from massgen_mcp.core.errors import ConfigError, MassgenError, PoolUnavailableError
-from massgen_mcp.core.records import Event, FinishReason, ResultRecord, RunStatus, StatusRecord
+from massgen_mcp.consensus.steering import clean_note
+from massgen_mcp.core.errors import (
+    ConfigError,
+    MassgenError,
+    PoolUnavailableError,
+    SteerRefusedError,
+)
+from massgen_mcp.core.records import (
+    Event,
+    FinishReason,
+    Phase,
+    ResultRecord,
+    RunStatus,
+    StatusRecord,
+)
+from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import TeamConfig
-from massgen_mcp.pool import live
+from massgen_mcp.pool import drafts, live, steering
+from massgen_mcp.pool.drafts import HeardDrafts
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.sessions import fencing
@@ -41,7 +59,12 @@ from massgen_mcp.sessions.runner import (
     recorded_team,
 )
 from massgen_mcp.sessions.store import SessionStore, check_session_id, new_session_id
-from massgen_mcp.sessions.waiting import ChangeSignal, StatusCallback, wait_for_status
+from massgen_mcp.sessions.waiting import (
+    ChangeSignal,
+    StatusCallback,
+    wait_for_status,
+    watch_status,
+)
 
 if TYPE_CHECKING:
     from docket import Docket
@@ -59,8 +82,9 @@ class PoolRunner:
         self.store = store
         self.config = config
         self._listeners = Listeners()
-        self._signals: dict[str, ChangeSignal] = {}  # sessions someone waits on
+        self._signals: dict[str, ChangeSignal] = {}  # sessions someone waits on or watches
         self._waiters: dict[str, int] = {}
+        self.drafts = HeardDrafts()  # the latest drafts workers published, per session
         self._redis: Redis | None = None
         self._docket: Docket | None = None
         self._stack = contextlib.AsyncExitStack()
@@ -171,7 +195,10 @@ class PoolRunner:
 
     async def status(self, session_id: str) -> StatusRecord:
         """The latest status a worker published, else status.json (Redis away, or a run
-        from before the pool)."""
+        from before the pool), with the drafts its worker last published."""
+        return self.drafts.merged(await self._status(session_id))
+
+    async def _status(self, session_id: str) -> StatusRecord:
         try:
             body = await self.redis.get(self.config.key("status", session_id))
         except Exception as exc:  # any redis failure: the files still answer
@@ -233,16 +260,34 @@ class PoolRunner:
                    ) -> StatusRecord:
         """As :meth:`SessionRunner.wait`, woken by the pool's live channel (and re-reading
         every :attr:`recheck_s` in case the channel dropped a message)."""
-        signal = self._signals.setdefault(session_id, ChangeSignal())
-        self._waiters[session_id] = self._waiters.get(session_id, 0) + 1
-
         async def read() -> tuple[StatusRecord, bool]:
             return await self.status(session_id), True
 
-        try:
+        with self._following(session_id) as signal:
             return await wait_for_status(read, signal, timeout_s, until_done=until_done,
                                          after_revision=after_revision, on_change=on_change,
                                          recheck_s=self.recheck_s)
+
+    async def watch(self, session_id: str) -> AsyncIterator[StatusRecord]:
+        """As :meth:`SessionRunner.watch`: the status now, then on every status or drafts
+        message its worker publishes (and every :attr:`recheck_s`), until the run ends."""
+        async def read() -> tuple[StatusRecord, bool]:
+            return await self.status(session_id), True
+
+        last: StatusRecord | None = None
+        with self._following(session_id) as signal:
+            async for status in watch_status(read, signal, self.recheck_s):
+                if status != last:  # an event alone wakes it too, and changes nothing here
+                    yield status
+                last = status
+
+    @contextlib.contextmanager
+    def _following(self, session_id: str) -> Iterator[ChangeSignal]:
+        """The signal the live channel pulses for ``session_id`` while someone follows it."""
+        signal = self._signals.setdefault(session_id, ChangeSignal())
+        self._waiters[session_id] = self._waiters.get(session_id, 0) + 1
+        try:
+            yield signal
         finally:
             self._waiters[session_id] -= 1
             if not self._waiters[session_id]:
@@ -252,11 +297,29 @@ class PoolRunner:
         session_id = live.message_session(data)
         if session_id is None:
             return
+        kind = live.message_kind(data, session_id)
+        if kind == "drafts":
+            message = drafts.read(session_id, data)
+            if message is None:
+                return
+            self.drafts.heard(message)
+        elif kind == "status" and session_id in self.drafts:
+            self._forget_ended(session_id, data)
         if self._listeners:  # the CLI's progress lines
             self._notify(data)
         signal = self._signals.get(session_id)
         if signal is not None:
             signal.pulse()
+
+    def _forget_ended(self, session_id: str, data: str) -> None:
+        """Drop the drafts of a run whose status says it ended (or that went back to the
+        queue), so none lingers if their last message was lost."""
+        try:
+            status = StatusRecord.model_validate(json.loads(data)["status"])
+        except (ValueError, KeyError, TypeError, RecursionError):  # anyone can publish
+            return
+        if status.session_id == session_id and (status.done or status.phase is Phase.QUEUED):
+            self.drafts.forget(session_id)
 
     def _notify(self, data: str) -> None:
         try:
@@ -274,8 +337,42 @@ class PoolRunner:
                 self._listeners.status(status)
 
     def _pulse_all(self) -> None:
+        self.drafts.clear()  # a draft's end may be among the messages missed
         for signal in self._signals.values():
             signal.pulse()
+
+    # -- steering ------------------------------------------------------------------------------
+
+    async def steer(self, session_id: str, note: str) -> int:
+        """Deliver the user's note to the worker running the session (:mod:`.steering`);
+        returns the votes it cleared. SteerRefusedError if the run is not running, is still
+        queued, or its worker refuses the note or does not answer."""
+        note = redact(clean_note(note))  # this process's keys never travel; the worker's
+        status = await self.status(check_session_id(session_id))  # engine masks its own
+        if status.status is not RunStatus.RUNNING:
+            raise SteerRefusedError(
+                f"session {session_id} is {status.status}, not running: a note only reaches "
+                "a running team. Send it as a follow-up with continue_session")
+        if status.phase is Phase.QUEUED:
+            raise SteerRefusedError(
+                f"session {session_id} is queued, waiting for a worker of the pool: a note "
+                "reaches a team at work, so send it once get_status shows the run under way "
+                "(or cancel the run and start it with the note in the question)")
+        try:
+            reply = await steering.send(self.redis, self.config, session_id, note)
+        except RedisError as exc:
+            raise PoolUnavailableError(
+                f"the pool's Redis ({live.redact_url(self.config.url)}) did not take the "
+                f"note: {exc}. Check that Redis is up, then send it again") from exc
+        if reply is None:
+            raise SteerRefusedError(
+                f"no worker took the note for session {session_id} within "
+                f"{steering.WAIT_S:g} s (its status names worker {status.worker}); if that "
+                "worker has stopped, another continues the run once its lease lapses: send "
+                "the note again then")
+        if not reply.ok:
+            raise SteerRefusedError(reply.message)
+        return reply.cleared
 
     # -- cancelling ----------------------------------------------------------------------------
 

@@ -14,8 +14,12 @@ Keys (``<name>`` is the pool's name, ``massgen`` by default):
 ``<name>:queued:<session>``  set while the session waits on Docket's queue (until claimed)
 ``<name>:swept:<session>``   set for a while when the sweep queued an unheld run again
 ``<name>:sweep``             the worker sweeping for unheld runs this period
-channel ``<name>:live``      ``{"sid", "status"}`` and ``{"sid", "event"}`` as the run goes
+channel ``<name>:live``      ``{"sid", "status"}`` and ``{"sid", "event"}`` as the run goes, and
+                             ``{"sid", "drafts"}``: the agents' live drafts, only ever
+                             published, never stored (:mod:`.drafts`)
 channel ``<name>:cancel``    session ids to stop
+channel ``<name>:steer``     steering notes, and their ``steer-id``/``steer-reply`` keys
+                             (:mod:`.steering`)
 
 Nothing here holds a key: statuses and events are masked before they are recorded
 (:class:`~massgen_mcp.sessions.recorder.FileRecorder`), and that masked copy is what is
@@ -151,6 +155,10 @@ class PoolConfig:
     @property
     def cancel_channel(self) -> str:
         return f"{self.name}:cancel"
+
+    @property
+    def steer_channel(self) -> str:
+        return f"{self.name}:steer"
 
 
 def worker_name() -> str:
@@ -328,6 +336,14 @@ def _message(session_id: str, kind: str, body: str) -> str:
     return f'{{"sid":{json.dumps(session_id)},"{kind}":{body}}}'
 
 
+def message_kind(data: str, session_id: str) -> str | None:
+    """What a live message about ``session_id`` carries (``status``, ``event``, ``drafts``),
+    read from its envelope as :func:`message_session` reads the session."""
+    start = len(_SID_PREFIX) + len(session_id) + 3  # past the id, '","'
+    end = data.find('"', start)
+    return data[start:end] if end > 0 else None
+
+
 def message_session(data: str) -> str | None:
     """The session a live message is about, without parsing the rest: a front end hears
     every message of the pool and most concern runs nobody waits on here. Session ids are
@@ -365,6 +381,10 @@ class LivePublisher:
         self._queue.put_nowait((session_id, "event", event.to_json(),
                                 self.fences.get(session_id)))
 
+    def drafts(self, session_id: str, body: str) -> None:
+        """A run's drafts now (:func:`.drafts.body`): published, never stored."""
+        self._queue.put_nowait((session_id, "drafts", body, self.fences.get(session_id)))
+
     async def flush(self) -> None:
         """Wait until everything queued so far has been written (or dropped)."""
         await self._queue.join()
@@ -375,7 +395,7 @@ class LivePublisher:
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             try:
-                await self._write(batch)
+                await self._write(_latest_drafts(batch))
                 if self._failing:
                     log.warning("redis is back; publishing live status again")
                 self._failing = False
@@ -393,6 +413,15 @@ class LivePublisher:
             for session_id, kind, body, fence in batch:
                 _put(pipe, self.config, session_id, kind, body, fence)
             await pipe.execute()
+
+
+def _latest_drafts(batch: list[tuple[str, str, str, int | None]]
+                   ) -> list[tuple[str, str, str, int | None]]:
+    """``batch`` without the drafts a later drafts message of the same run replaces (each
+    message holds all of a run's drafts): after a slow write, only the newest go out."""
+    last = {item[0]: i for i, item in enumerate(batch) if item[1] == "drafts"}
+    return [item for i, item in enumerate(batch)
+            if item[1] != "drafts" or last[item[0]] == i]
 
 
 # -- following the pool ----------------------------------------------------------------------

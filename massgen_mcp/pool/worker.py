@@ -12,9 +12,12 @@ One Docket task, :meth:`PoolWorker.run_session`, whatever the session's state:
   status and event also goes to Redis (:class:`~.live.LivePublisher`) for the front ends.
 
 A cancel arrives on the pool's cancel channel (or, if that message was missed, as a flag read
-at the next lease renewal) and stops the run like a local cancel. SIGTERM or SIGINT hands
-every run back: each is recorded ``requeued`` (still running, phase ``queued``), queued again
-and released at once, so another worker continues it without waiting for a redelivery.
+at the next lease renewal) and stops the run like a local cancel. A steering note arrives on
+the steer channel and is applied once, by the worker whose claim is the newest
+(:mod:`.steering`); the runs' live drafts go out on the live channel, never into a key
+(:mod:`.drafts`). SIGTERM or SIGINT hands every run back: each is recorded ``requeued``
+(still running, phase ``queued``), queued again and released at once, so another worker
+continues it without waiting for a redelivery.
 
 A worker that cannot renew its claim for most of a lease (cut off from Redis, or another
 worker took the run over) stops the run *without writing to its record*: by the time its
@@ -35,17 +38,19 @@ import contextlib
 import logging
 import signal
 import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
 from massgen_mcp.core.errors import MassgenError, SessionStateError
-from massgen_mcp.core.records import FinishReason, RunStatus
+from massgen_mcp.core.records import Draft, FinishReason, RunStatus
 from massgen_mcp.core.spec import missing_credentials
-from massgen_mcp.pool import live
+from massgen_mcp.pool import drafts, live, steering
 from massgen_mcp.pool.live import LivePublisher, PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
+from massgen_mcp.pool.steering import SteerReply, SteerRequest
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.sessions import fencing
 from massgen_mcp.sessions.fencing import RecordFenced
@@ -84,6 +89,8 @@ class PoolWorker:
         self._handing_back: set[str] = set()  # runs to queue again when they have stopped
         self._stopping = False  # SIGTERM: deliveries still claiming are handed back too
         self._unheld: set[str] = set()  # runs the last sweep found unheld
+        self._claims: dict[str, tuple[str, int]] = {}  # session -> (holder, fencing token)
+        self._steering: set[asyncio.Task[None]] = set()  # notes being applied
         self._redis: Redis | None = None
         self._docket: Docket | None = None
         self._publisher: LivePublisher
@@ -109,7 +116,8 @@ class PoolWorker:
         self._redis = live.connect(self.config)
         publisher = self._publisher = LivePublisher(self._redis, self.config)
         unsubscribe = [self.runner.add_event_listener(publisher.event),
-                       self.runner.add_status_listener(publisher.status)]
+                       self.runner.add_status_listener(publisher.status),
+                       self.runner.add_drafts_listener(self._publish_drafts)]
         stopped = asyncio.create_task(stop.wait(), name="massgen-stop")
         background = [
             stopped,  # owned here like the rest: cancelled and awaited however serve ends
@@ -118,6 +126,9 @@ class PoolWorker:
             asyncio.create_task(live.subscribe(self.config, self.config.cancel_channel,
                                                self._on_cancel, lambda: None),
                                 name="massgen-cancel-feed"),
+            asyncio.create_task(live.subscribe(self.config, self.config.steer_channel,
+                                               self._on_steer, lambda: None),
+                                name="massgen-steer-feed"),
         ]
         try:
             async with Docket(name=self.config.name, url=self.config.url) as docket:
@@ -143,9 +154,9 @@ class PoolWorker:
         finally:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
-            for task in background:
+            for task in (*background, *self._steering):
                 task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            await asyncio.gather(*background, *self._steering, return_exceptions=True)
             for undo in unsubscribe:
                 undo()
             await self._redis.aclose()
@@ -227,6 +238,60 @@ class PoolWorker:
             log.info("session %s: cancelled from a front end", session_id)
             run.task.cancel()
 
+    def _publish_drafts(self, session_id: str, current: Mapping[str, Draft],
+                        revision: int) -> None:
+        self._publisher.drafts(session_id,
+                               drafts.body(session_id, self.name, current, revision))
+
+    def _on_steer(self, data: str) -> None:
+        """A note from a front end: applied here if this worker runs its session (every
+        worker hears every note)."""
+        request = steering.read(data)
+        if request is None:
+            return
+        run = self.runner.runs.get(request.sid)
+        claim = self._claims.get(request.sid)
+        if run is None or run.done or claim is None:
+            return  # another worker's run, or nobody's: the sender hears nothing, and says so
+        task = asyncio.create_task(self._steer(run, request, *claim),
+                                   name=f"steer:{request.sid}")
+        self._steering.add(task)
+        task.add_done_callback(self._steering.discard)
+
+    async def _steer(self, run: LiveRun, request: SteerRequest, holder: str,
+                     fence: int) -> None:
+        """Take the note (once, while our claim is the newest), apply it, reply."""
+        try:
+            if not await steering.take(self.redis, self.config, request, holder, fence,
+                                       self.name):
+                return  # a duplicate, withdrawn by its sender, or no longer ours
+        except RedisError as exc:  # the sender hears nothing, and says so
+            log.warning("session %s: cannot take a note (%s)", request.sid, exc)
+            return
+        # A run being handed back (or fenced) may be stopped before its record takes the
+        # note: the sender is told to send it again, to whichever worker runs it next.
+        moving = SteerReply(ok=False, message=(
+            f"session {request.sid} is moving to another worker of the pool; send the note "
+            "again in a few seconds"))
+        if request.sid in self._handing_back or run.recorder.refused is not None:
+            reply = moving
+        else:
+            try:
+                reply = SteerReply(ok=True, cleared=run.engine.steer(request.note))
+                log.info("session %s: a note from a front end cleared %d vote(s)",
+                         request.sid, reply.cleared)
+            except RecordFenced:  # another worker took the run over meanwhile
+                reply = moving
+            except MassgenError as exc:  # refused by the engine: not running, too many...
+                reply = SteerReply(ok=False, message=str(exc)[:steering.MAX_REPLY_CHARS])
+        with contextlib.suppress(TimeoutError):  # the sender then reads the status the
+            async with asyncio.timeout(5):  # note made (its notes, its cleared votes)
+                await self._publisher.flush()
+        try:
+            await steering.answer(self.redis, self.config, request.id, reply)
+        except RedisError as exc:
+            log.warning("session %s: cannot reply to a note (%s)", request.sid, exc)
+
     # -- the task --------------------------------------------------------------------------------
 
     async def run_session(self, session_id: str) -> None:
@@ -249,6 +314,7 @@ class PoolWorker:
             status = await asyncio.to_thread(self.store.read_status, session_id)
             if not status.done:  # a late second delivery takes no fence from a finished run
                 fence = await self._fence(session_id, claimed)
+                self._claims[session_id] = (holder, fence)
                 run = await self._start(session_id, fence)
                 if run is not None:
                     await self._follow(run, holder, fence)
@@ -263,6 +329,7 @@ class PoolWorker:
                 async with asyncio.timeout(5):
                     await self._publisher.flush()
             self._publisher.fences.pop(session_id, None)
+            self._claims.pop(session_id, None)
             if run is not None and run.recorder.refused and session_id not in self._handing_back:
                 log.warning("session %s: stopped here without writing; it is another worker's "
                             "now", session_id)

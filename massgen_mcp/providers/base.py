@@ -59,13 +59,24 @@ class Completion:
         return message
 
 
+# Called with each piece of a reply as it streams in (reply text, or the text of a tool call's
+# arguments) and how many tokens that piece holds (the provider's best count: one per streamed
+# chunk where the wire sends a token per chunk). Always on the event loop's thread.
+TextListener = Callable[[str, int], None]
+
+
 @dataclass(frozen=True)
 class CallContext:
-    """What a provider may need to know about the run a call belongs to. Only the CLI agents
-    use it: where their stderr goes (the session's ``cli.log``)."""
+    """What a provider may need to know about the run a call belongs to: where a CLI agent's
+    stderr goes (the session's ``cli.log``), and who wants the reply's text while it is
+    written (``on_text``: the live draft). The HTTP providers stream only when ``on_text`` is
+    set (a whole reply is cheaper to parse); the coding CLIs always print their streaming
+    format and only call it when set. Where a model or wire cannot stream, ``on_text`` is
+    never called. The :class:`Completion` returned is the same either way."""
 
     session_id: str
     log_path: Path | None = None
+    on_text: TextListener | None = None
 
 
 class Provider(Protocol):

@@ -23,8 +23,9 @@ from typing import Any
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.secrets import RedactingFormatter, redact
 from massgen_mcp.core.spec import AgentSpec
-from massgen_mcp.providers.base import CallContext, Completion, ToolCall
+from massgen_mcp.providers.base import CallContext, Completion, TextListener, ToolCall
 from massgen_mcp.providers.endpoints import connect_failure, endpoint_of, unreachable_message
+from massgen_mcp.providers.openai_stream import stream_chat, streams_lean
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
@@ -121,8 +122,10 @@ def map_error(exc: Exception, litellm: ModuleType) -> ProviderError:
     """Translate any litellm/openai exception into a ProviderError with a redacted message."""
     status = getattr(exc, "status_code", None)
     status = status if isinstance(status, int) else None
-    # litellm quotes the whole traceback of a response it could not convert: keep the why.
+    # litellm quotes the whole traceback of a response it could not convert, and the error
+    # that broke a stream again after its own: keep the why, once.
     text = redact(str(exc)).split("Traceback (most recent call last)")[0].replace("\n", " ")
+    text = text.split(" Original exception: ")[0]
     text = _CLASS_PREFIX.sub("", text).replace("OpenAIException - ", "")
     message = text[:400]
     errors = litellm.exceptions
@@ -157,8 +160,50 @@ def _cost(response: Any) -> float | None:
     return float(cost) if isinstance(cost, int | float) else None
 
 
+async def _streamed(litellm: ModuleType, kwargs: dict[str, Any], on_text: TextListener) -> Any:
+    """The reply to ``kwargs`` streamed: each piece of its text, and of its tool calls'
+    arguments, goes to ``on_text`` as it arrives (one streamed chunk is a token), and the
+    whole reply is assembled by litellm's own builder, so that its content, tool calls, usage
+    and cost are those of the same call made without streaming. The HTTP stream is closed
+    however the call ends: a cancelled call leaves nothing running on the server."""
+    stream = await litellm.acompletion(**kwargs, stream=True,
+                                       stream_options={"include_usage": True})
+    chunks: list[Any] = []
+    try:
+        async for chunk in stream:
+            chunks.append(chunk)
+            for choice in chunk.choices:
+                if choice.delta.content:
+                    on_text(choice.delta.content, 1)
+                for call in choice.delta.tool_calls or ():
+                    if call.function is not None and call.function.arguments:
+                        on_text(call.function.arguments, 1)
+    finally:
+        await stream.aclose()
+    # A stream cut short between two events ends like a finished one, and litellm then makes
+    # up a final chunk of its own: only its note of the finish reason the wire sent tells
+    # them apart (what it checks itself when a connection breaks mid-stream; a litellm that
+    # kept no such note would be taken at its word). A reply cut short is a failed call,
+    # retried as a truncated whole reply would be.
+    notes = [getattr(stream, name, "not kept")
+             for name in ("received_finish_reason", "intermittent_finish_reason")]
+    finished = any(note is not None for note in notes)
+    response = litellm.stream_chunk_builder(chunks, messages=kwargs["messages"])
+    if response is None or not finished:
+        raise ProviderError("provider error: the reply's stream ended before the reply did",
+                            retryable=True, kind="server_error")
+    return response
+
+
 class LiteLLMProvider:
     """The default provider: one litellm ``acompletion`` per call, no retries of its own.
+
+    A call with a live-draft listener (``CallContext.on_text``) streams; one without is made
+    whole. A server the user runs that speaks OpenAI's format streams through
+    :mod:`.openai_stream` (a few microseconds a token); every other provider through litellm,
+    whose stream costs far more CPU than its whole reply (``bench/run.py --only streaming``:
+    ~12 ms more for a short reply, ~0.4 ms more per token), hidden behind a hosted model's
+    own pace.
 
     A connection that cannot be made to a server the user runs (a ``base_url``, Ollama) that
     has never answered in this process is not worth a retry (nothing listens, the name does
@@ -203,8 +248,18 @@ class LiteLLMProvider:
             if value is not None:
                 kwargs[name] = value
         started = time.perf_counter()
+        listener = context.on_text if context is not None else None
         try:
-            response = await litellm.acompletion(**kwargs)
+            if listener is not None and streams_lean(agent):
+                completion = await stream_chat(agent, messages, tools,
+                                               api_key=kwargs["api_key"],
+                                               timeout_s=timeout_s, on_text=listener)
+                self._answered.add(self._key(agent))
+                return completion
+            if listener is None:
+                response = await litellm.acompletion(**kwargs)
+            else:
+                response = await _streamed(litellm, kwargs, listener)
             message = response.choices[0].message
             usage = getattr(response, "usage", None)
             calls = [
@@ -215,7 +270,7 @@ class LiteLLMProvider:
                 )
                 for i, call in enumerate(message.tool_calls or [])
             ]
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ProviderError):
             raise
         except Exception as exc:
             why = connect_failure(exc)

@@ -12,13 +12,16 @@ A tiny model cannot be trusted to call tools, so the workflow decision is genera
 grammar built from the tools offered on the turn: the reply is always a well-formed ``vote``
 (with a label from the current enum) or ``new_answer``, returned to the engine as a native tool
 call. Inference runs in worker threads, never on the event loop; one loaded model serves up to
-:data:`SLOTS` agents at once; a cancelled call stops generating at the next token.
+:data:`SLOTS` agents at once; a cancelled call stops generating at the next token. Generation
+always streams inside llama.cpp; a call with a live-draft listener (``CallContext.on_text``)
+also gets each token's text on the event loop as it comes (the raw JSON of a decision).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import importlib.util
 import json
 import os
@@ -28,6 +31,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +40,7 @@ from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers import local_model
-from massgen_mcp.providers.base import CallContext, Completion, ToolCall
+from massgen_mcp.providers.base import CallContext, Completion, TextListener, ToolCall
 
 CONTEXT_TOKENS = 8192  # shared by the slots (SmolLM2 was trained on 8k)
 SLOTS = 3  # generations decoded together: a default team's three agents
@@ -166,9 +170,10 @@ class _Model:
             shutil.rmtree(self._folder, ignore_errors=True)
             raise
 
-    def generate(self, request: dict[str, Any], cancel: threading.Event
-                 ) -> tuple[str, int, int]:
-        """Stream one chat completion (blocking): its text, prompt and completion tokens."""
+    def generate(self, request: dict[str, Any], cancel: threading.Event,
+                 on_piece: Callable[[str], None] | None) -> tuple[str, int, int]:
+        """Stream one chat completion (blocking): its text, prompt and completion tokens.
+        ``on_piece`` gets each piece of the text as it is generated (on this thread)."""
         parts: list[str] = []
         usage: dict[str, int] = {}
         error: dict[str, Any] = {}
@@ -181,6 +186,8 @@ class _Model:
             for choice in chunk.get("choices", ()):
                 if choice["delta"].get("content"):
                     parts.append(choice["delta"]["content"])
+                    if on_piece is not None:
+                        on_piece(parts[-1])
             return cancel.is_set() or self.closing.is_set()
 
         self._server.handle_chat_completions(
@@ -226,7 +233,8 @@ class LlamaCppProvider:
             return self._models[path]
 
     def _generate(self, agent: AgentSpec, messages: list[dict[str, Any]],
-                  tools: list[dict[str, Any]] | None, cancel: threading.Event) -> Completion:
+                  tools: list[dict[str, Any]] | None, cancel: threading.Event,
+                  on_piece: Callable[[str], None] | None) -> Completion:
         model = self._load(agent.model.removeprefix("local/"))
         request: dict[str, Any] = {
             "messages": _plain_messages(messages, _decision_hint(tools) if tools else None),
@@ -243,7 +251,7 @@ class LlamaCppProvider:
         with self._active_lock:
             self._active += 1
         try:
-            text, prompt_tokens, generated = model.generate(request, cancel)
+            text, prompt_tokens, generated = model.generate(request, cancel, on_piece)
         finally:
             with self._active_lock:
                 self._active -= 1
@@ -272,8 +280,11 @@ class LlamaCppProvider:
             raise ProviderError(f"{agent.model}: the embedded model needs llama.cpp; "
                                 f"{INSTALL_HINT}", retryable=False, kind="unavailable")
         cancel = threading.Event()
+        on_piece = None
+        if context is not None and context.on_text is not None:
+            on_piece = _on_loop(asyncio.get_running_loop(), context.on_text, cancel)
         work = asyncio.ensure_future(
-            asyncio.to_thread(self._generate, agent, messages, tools, cancel))
+            asyncio.to_thread(self._generate, agent, messages, tools, cancel, on_piece))
         try:
             return await asyncio.shield(work)
         except asyncio.CancelledError:
@@ -296,6 +307,23 @@ class LlamaCppProvider:
             models, self._models = list(self._models.values()), {}
         for model in models:
             model.close()
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, on_text: TextListener, cancel: threading.Event
+             ) -> Callable[[str], None]:
+    """Hand each generated piece (one token; under a grammar, a piece of the decision's raw
+    JSON) from the generating thread to ``on_text`` on the event loop's thread, in order,
+    and before the call's result, which reaches the loop the same way after them. A call
+    that was cancelled delivers nothing more."""
+    def deliver(piece: str) -> None:
+        if not cancel.is_set():
+            on_text(piece, 1)
+
+    def forward(piece: str) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody listens
+            loop.call_soon_threadsafe(deliver, piece)
+
+    return forward
 
 
 def _close_at_exit(provider: weakref.ref[LlamaCppProvider]) -> None:

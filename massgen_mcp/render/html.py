@@ -4,10 +4,17 @@ One file, no network: inline CSS (light and dark), no scripts, hover text via ``
 string that came from a model or a user is HTML-escaped before it is placed in the page, and
 the final answer's Markdown is rendered by a deliberately small converter that works on the
 escaped text, so an answer can never inject markup.
+
+The one exception is the live page the HTTP server shows while a run goes on: it adds one box
+per agent and one fixed inline script (:data:`LIVE_SCRIPT`, allowed by its hash in
+:data:`LIVE_CSP`) that follows the server's event stream and writes each agent's draft with
+``textContent``, so a draft (model output, mid-sentence) is never parsed as markup either.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import re
 from collections.abc import Sequence
@@ -31,9 +38,12 @@ _MARKS = {
     EventType.FINAL: ("★", "final answer"),
     EventType.CHECK: ("✓", "final answer checked"),
     EventType.RESTART: ("⟲", "restart"),
-    EventType.QUORUM: ("⏱", "late: review began without it"),
+    EventType.QUORUM: ("◷", "late: review began without it"),
     EventType.TURN_CANCELLED: ("✂", "turn cancelled by the decision"),
+    EventType.STEERED: ("✉", "your note to the team"),
 }
+# Events about the whole team: drawn in every agent's lane.
+_TEAM_WIDE = (EventType.VOTES_INVALIDATED, EventType.RESTART, EventType.STEERED)
 
 _LIST_MARK = re.compile(r"^\s*([-*]|\d+\.)\s+")
 
@@ -67,8 +77,93 @@ color:var(--win)}.final-answer{font-size:15px}.final-answer pre{overflow:auto}
 pre,code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px}
 pre{background:var(--card);border:1px solid var(--line);border-radius:6px;padding:8px;
 white-space:pre-wrap;word-break:break-word}details{margin:6px 0}summary{cursor:pointer}
-.legend span{margin-right:14px}
+.legend span{margin-right:14px}.ev.steered{color:var(--accent)}
+.notes{margin:10px 0}.notes ol{margin:4px 0 0;padding-left:22px}.notes li{white-space:pre-wrap}
+.boxes{display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));gap:10px}
+.agent-box{background:var(--card);border:1px solid var(--line);border-radius:8px;
+padding:8px 12px;min-width:0}.agent-box.writing{border-color:var(--accent)}
+.agent-box .head{display:flex;gap:8px;align-items:baseline;flex-wrap:wrap;font-size:13px}
+.agent-box .draft{margin:6px 0 0;min-height:5.5em;max-height:14em;overflow:hidden;
+display:flex;flex-direction:column-reverse}.agent-box:not(.writing) .draft{color:var(--muted)}
 """
+
+# The live page's one script. It follows ``<page>/live`` (server-sent events: ``status`` with
+# the run's state and every agent's draft, ``end`` once the run is over), writes drafts and
+# notes with textContent only, re-reads the page itself when the run moves on (a new answer or
+# vote: the report below the boxes changes), and reloads once at the end for the final report
+# (or every 5 s if the server refused the stream).
+LIVE_SCRIPT = """
+"use strict";
+(() => {
+  const live = document.getElementById("live");
+  if (!live || !window.EventSource) return;
+  const boxes = new Map([...live.querySelectorAll(".agent-box")]
+    .map((box) => [box.dataset.agent, box]));
+  let revision = live.dataset.revision, busy = false, again = false;
+  const source = new EventSource(location.pathname.replace(/\\/?$/, "/live") + location.search);
+  source.addEventListener("status", (event) => draw(JSON.parse(event.data)));
+  source.addEventListener("end", () => { source.close(); location.reload(); });
+  // Refused (too many streams open): no stream, so reload now and then, as without scripts.
+  source.addEventListener("error", () => {
+    if (source.readyState === EventSource.CLOSED) setTimeout(() => location.reload(), 5000);
+  });
+
+  function draw(s) {
+    live.dataset.state = s.status;
+    for (const a of s.agents) {
+      const box = boxes.get(a.id);
+      if (!box) continue;
+      box.classList.toggle("writing", a.draft !== null);
+      box.querySelector(".phase").textContent =
+        a.activity ? `${a.phase} · ${a.activity}` : a.phase;
+      const d = a.draft;
+      box.querySelector(".stats").textContent = d === null ? ""
+        : `${d.purpose} · ${d.tokens} tokens` + (d.first_token_s === null ? ""
+          : ` · first token ${d.first_token_s.toFixed(1)} s`);
+      if (d !== null) box.querySelector(".draft code").textContent = d.text;
+    }
+    const notes = document.getElementById("notes");
+    notes.hidden = s.notes.length === 0;
+    notes.querySelector("ol").replaceChildren(...s.notes.map((note) => {
+      const item = document.createElement("li");
+      item.textContent = note;
+      return item;
+    }));
+    if (String(s.revision) !== revision) {
+      revision = String(s.revision);
+      refresh();
+    }
+  }
+
+  // The report below the boxes, re-rendered by the server: parsed with DOMParser (which runs
+  // no script) and swapped in; one fetch at a time, one more if the run moved meanwhile.
+  async function refresh() {
+    if (busy) { again = true; return; }
+    busy = true;
+    try {
+      do {
+        again = false;
+        const reply = await fetch(location.href, { cache: "no-store" });
+        if (!reply.ok) return;
+        const page = new DOMParser().parseFromString(await reply.text(), "text/html");
+        for (const id of ["head", "report"]) {
+          const fresh = page.getElementById(id);
+          if (fresh) document.getElementById(id).replaceWith(document.adoptNode(fresh));
+        }
+      } while (again);
+    } finally {
+      busy = false;
+    }
+  }
+})();
+"""
+_LIVE_SCRIPT_HASH = base64.b64encode(hashlib.sha256(LIVE_SCRIPT.encode()).digest()).decode()
+# What the pages may do: styles inline, nothing else loaded, no script at all in a report...
+REPORT_CSP = ("default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; "
+              "form-action 'none'; frame-ancestors 'none'")
+# ... and on the live page exactly LIVE_SCRIPT, talking to this server only.
+LIVE_CSP = (f"{REPORT_CSP}; script-src 'sha256-{_LIVE_SCRIPT_HASH}'; connect-src 'self'")
+
 
 
 def _e(value: object) -> str:
@@ -130,8 +225,7 @@ def _timeline(events: list[Event], agents: list[str]) -> str:
             if e.type is EventType.QUORUM:
                 if aid not in (e.late or []):
                     continue
-            elif e.owner != aid and e.type not in (EventType.VOTES_INVALIDATED,
-                                                   EventType.RESTART):
+            elif e.owner != aid and e.type not in _TEAM_WIDE:
                 continue
             left = 100 * (e.t or 0) / end
             marks.append(f'<span class="ev {e.type}" style="left:{left:.2f}%" '
@@ -230,9 +324,39 @@ def _outcome(record: SessionRecord) -> str:
     return line
 
 
+def _notes(record: SessionRecord, *, live: bool) -> str:
+    """The user's steering notes, in the page's header: each with when it came and the votes
+    it cleared. On the live page the list is always there (hidden while empty) for the
+    script to fill as notes arrive."""
+    steered = [e for e in record.events if e.type is EventType.STEERED]
+    if not steered and not live:
+        return ""
+    items = "".join(
+        f'<li title="at {e.t or 0:.2f}s · {_e(e.count or 0)} vote(s) cleared">{_e(e.detail)}</li>'
+        for e in steered)
+    return (f'<div class="card notes" id="notes"{"" if steered else " hidden"}>'
+            f"<strong>Your notes to the team</strong> <span class=\"muted\">(every agent "
+            f"sees them from its next turn; votes cast before a note no longer count)</span>"
+            f"<ol>{items}</ol></div>")
+
+
+def _live_boxes(record: SessionRecord) -> str:
+    """One box per agent, filled by :data:`LIVE_SCRIPT` from the event stream."""
+    status = record.status
+    boxes = "".join(
+        f'<div class="agent-box" data-agent="{_e(aid)}"><div class="head"><strong>{_e(aid)}'
+        f'</strong><span class="muted">{_e(a.model)}</span><span class="phase">{_e(a.phase)}'
+        f'</span><span class="stats muted"></span></div><pre class="draft"><code></code></pre>'
+        "</div>" for aid, a in status.agents.items())
+    return (f'<section id="live" data-revision="{_e(status.revision)}" data-state="'
+            f'{_e(status.status)}"><h2>Live</h2><div class="boxes">{boxes}</div></section>')
+
+
 def render_report(record: SessionRecord, *, live: bool = False) -> str:
-    """The whole page as a string. ``live`` adds a 2-second auto-refresh while the run is
-    still going (the live page on the HTTP server)."""
+    """The whole page as a string. ``live`` (the HTTP server's page) adds, while the run is
+    still going, one box per agent with its draft as it is written, and
+    :data:`LIVE_SCRIPT` to keep them current (the server must send :data:`LIVE_CSP` with
+    it); without scripts the page refreshes itself every 2 s instead."""
     status, result = record.status, record.result
     agents = list(status.agents)
     winner = result.winner if result else None
@@ -249,13 +373,15 @@ def render_report(record: SessionRecord, *, live: bool = False) -> str:
     final_html = (f'<div class="card final-answer">{markdown(final)}</div>' if final else
                   '<p class="muted">No final answer.</p>')
     cost = usage.cost_usd
-    refresh = ('<meta http-equiv="refresh" content="2">'
-               if live and status.status is RunStatus.RUNNING else "")
+    running = live and status.status is RunStatus.RUNNING
+    refresh = '<noscript><meta http-equiv="refresh" content="2"></noscript>' if running else ""
+    script = f"<script>{LIVE_SCRIPT}</script>" if running else ""
     return f"""<!doctype html>
 <html lang="en"><head>{refresh}<meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1">
 <title>massgen session {_e(status.session_id)}</title><style>{CSS}</style></head>
 <body>
+<header id="head">
 <h1>{_e(status.question)}</h1>
 <p class="muted">session {_e(status.session_id)} ·
 <span class="badge {_e(state)}" id="status">{_e(state)}</span>
@@ -263,6 +389,9 @@ def render_report(record: SessionRecord, *, live: bool = False) -> str:
 {_e(status.elapsed_s)} s · {_e(usage.calls)} calls ·
 {_e(usage.prompt_tokens)} prompt + {_e(usage.completion_tokens)} completion
 tokens · cost {'unknown' if cost is None else f'${cost:.4f}'}</p>
+{_notes(record, live=running)}</header>
+{_live_boxes(record) if running else ""}
+<div id="report">
 <p id="winner">{_outcome(record)}</p>
 <h2>Final answer</h2>{final_html}
 <h2>Timeline</h2>{_timeline(record.events, agents)}
@@ -272,6 +401,7 @@ tokens · cost {'unknown' if cost is None else f'${cost:.4f}'}</p>
 <table><tr><th>agent</th><th>model</th><th>status</th><th>calls</th><th>prompt tokens</th>
 <th>completion tokens</th><th>cost (USD)</th><th>dropped because</th></tr>
 {_agent_rows(record)}</table>
+</div>{script}
 </body></html>
 """
 

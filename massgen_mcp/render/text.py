@@ -128,6 +128,9 @@ def describe_event(event: Event) -> str | None:
     if kind is EventType.TURN_CANCELLED:
         cut = f", its {event.purpose} call cut off" if event.count else ""
         return f"{t} {who}'s turn cancelled{cut}: {event.reason}"
+    if kind is EventType.STEERED:
+        cleared = f"; {event.count} earlier vote(s) no longer count" if event.count else ""
+        return f"{t} your note to the team{cleared}: {_short(event.detail, 160)}"
     if kind is EventType.CONSENSUS:
         how = DECIDED.get(event.reason or "", "")
         tie = tie_among(event.tally or {})
@@ -144,8 +147,8 @@ def describe_event(event: Event) -> str | None:
 
 def coordination_table(events: list[Event], agent_ids: list[str]) -> str:
     """Agent x step grid: answered (A1), voted (→B1), stale vote (~B1), invalidated (✗),
-    dropped (DROP), turn cancelled by the decision (CUT), presented the final answer
-    (FINAL)."""
+    dropped (DROP), turn cancelled by the decision (CUT), the user's note reached every agent
+    (NOTE: the votes before it no longer count), presented the final answer (FINAL)."""
     steps: list[dict[str, str]] = []
     voted: set[str] = set()
     for event in events:
@@ -165,6 +168,9 @@ def coordination_table(events: list[Event], agent_ids: list[str]) -> str:
             cells[who] = "DROP"
         elif event.type is EventType.TURN_CANCELLED:
             cells[who] = "CUT"
+        elif event.type is EventType.STEERED:
+            cells = dict.fromkeys(agent_ids, "NOTE")
+            voted.clear()
         elif event.type is EventType.FINAL and event.presenter:
             cells[who] = "FINAL"
         if cells:
@@ -177,5 +183,6 @@ def coordination_table(events: list[Event], agent_ids: list[str]) -> str:
         lines.append(aid.ljust(width) + " | " + row)
     lines.append("A1 answered · →B1 voted for B1 · ~B1 stale vote discarded · "
                  "✗ vote invalidated · DROP dropped · CUT turn cancelled by the decision · "
+                 "NOTE your note reached the team (earlier votes no longer count) · "
                  "FINAL wrote the final answer")
     return "\n".join(lines)

@@ -43,9 +43,10 @@ from massgen_mcp.server.views import (
     RunHandle,
     SessionPage,
     StatusView,
+    SteerView,
     Until,
 )
-from massgen_mcp.service import ConsensusService, SetupView
+from massgen_mcp.service import MAX_NOTE_CHARS, ConsensusService, SetupView
 from massgen_mcp.team.context_files import Workspace
 
 if TYPE_CHECKING:  # the auth stack costs ~0.3 s to import; stdio never needs it
@@ -261,6 +262,18 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
         """Stop a running session; what was recorded so far is kept."""
         with tools.tool_errors():
             return await tools.cancel_session(tools.service_of(ctx), session_id)
+
+    @tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                      idempotent_hint=False, open_world_hint=False))
+    async def steer_session(
+        session_id: SessionId,
+        message: Annotated[str, Field(min_length=1, max_length=MAX_NOTE_CHARS)],
+        ctx: Context,
+    ) -> SteerView:
+        """Send a running team the user's note (e.g. a constraint they forgot); every agent
+        sees it next turn and earlier votes no longer count. At most 3 a minute."""
+        with tools.tool_errors():
+            return await tools.steer_session(tools.service_of(ctx), session_id, message)
 
     @tool(annotations=START)
     async def continue_session(

@@ -36,8 +36,9 @@ other's anonymised answers, vote, and agree on a final answer. Use it when a que
 several models' opinions (hard, ambiguous or high-stakes); it costs several model calls and \
 usually 10 s to a few minutes. Start with run_consensus (returns a session_id at once), then \
 call get_status with wait_s=50 until done (each call returns when the run ends), then \
-get_result. Cite the winner and vote tally when you use the answer. check_setup shows which \
-providers have keys."""
+get_result. If the user adds a requirement while it runs, pass it on with steer_session. Cite \
+the winner and vote tally when you use the answer. check_setup shows which providers have \
+keys."""
 
 # The versions negotiated with ``initialize`` (later ones use the modern handshake); the SDK
 # answers any other with the latest of them.

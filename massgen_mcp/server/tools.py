@@ -34,6 +34,7 @@ from massgen_mcp.server.views import (
     RunHandle,
     SessionPage,
     StatusView,
+    SteerView,
     Until,
     cancel_view,
     not_finished_hint,
@@ -41,6 +42,7 @@ from massgen_mcp.server.views import (
     result_view,
     session_page,
     status_view,
+    steer_view,
 )
 from massgen_mcp.service import ConsensusService, StartedRun, StatusCallback
 from massgen_mcp.team.context_files import Workspace
@@ -57,6 +59,9 @@ TASK_HANDOFF_S = 8.0
 # this often: well inside Claude Code's idle limit (300 s over HTTP) once an operator raises
 # MASSGEN_MCP_MAX_WAIT_S, and a sign of life on the host's tool row meanwhile.
 QUIET_PROGRESS_S = 20.0
+# While agents write (their drafts stream), progress says so this often ("agent_b is
+# writing… 412 tokens"): the host's tool row shows the run moving between its steps.
+DRAFT_PROGRESS_S = 5.0
 
 
 def max_wait_s() -> float:
@@ -131,7 +136,8 @@ async def wait_reporting(service: ConsensusService, ctx: Context, session_id: st
                          wait_s: float, *, until_done: bool,
                          after_revision: int | None = None) -> StatusRecord:
     """:meth:`ConsensusService.wait`, sending a progress notification when it starts (where
-    the run is), on every change, and after every :data:`QUIET_PROGRESS_S` without one. It
+    the run is), on every change, every :data:`DRAFT_PROGRESS_S` while an agent's draft
+    streams, and after every :data:`QUIET_PROGRESS_S` without one. It
     ends with its run (done, cancelled, interrupted) or at ``wait_s``; a client that goes
     away (``notifications/cancelled``, a closed session or stream) cancels this call, and the
     wait with it."""
@@ -147,14 +153,18 @@ async def wait_reporting(service: ConsensusService, ctx: Context, session_id: st
     await report(await service.status(session_id))  # an unknown id fails here, at once
     waiting = asyncio.create_task(service.wait(session_id, wait_s, until_done=until_done,
                                                after_revision=after_revision, on_change=report))
+    next_look = loop.time() + DRAFT_PROGRESS_S  # when to look for drafts next
     try:
         while True:
-            quiet_until = last_sent + QUIET_PROGRESS_S
-            await asyncio.wait({waiting}, timeout=max(0.0, quiet_until - loop.time()))
+            until = min(last_sent + QUIET_PROGRESS_S, next_look)
+            await asyncio.wait({waiting}, timeout=max(0.0, until - loop.time()))
             if waiting.done():
                 return waiting.result()
-            if loop.time() >= last_sent + QUIET_PROGRESS_S:
-                await report(await service.status(session_id))
+            next_look = loop.time() + DRAFT_PROGRESS_S
+            status = await service.status(session_id)
+            if (any(a.draft is not None for a in status.agents.values())
+                    or loop.time() >= last_sent + QUIET_PROGRESS_S):
+                await report(status)
     finally:
         waiting.cancel()
 
@@ -247,6 +257,11 @@ def list_sessions(service: ConsensusService, status: RunStatus | None, limit: in
 async def cancel_session(service: ConsensusService, session_id: str) -> CancelView:
     status, stopped = await service.cancel(session_id)
     return cancel_view(session_id, status, stopped)
+
+
+async def steer_session(service: ConsensusService, session_id: str, message: str
+                        ) -> SteerView:
+    return steer_view(session_id, await service.steer(session_id, message))
 
 
 async def continue_session(service: ConsensusService, ctx: Context, session_id: str,

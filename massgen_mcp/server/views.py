@@ -64,6 +64,12 @@ class UsageView(BaseModel):
                    tool_calls=usage.tool_calls)
 
 
+class DraftView(BaseModel):
+    text: str
+    tokens: int
+    first_token_s: float | None = None
+
+
 class AgentView(BaseModel):
     agent_id: str
     model: str
@@ -73,6 +79,7 @@ class AgentView(BaseModel):
     voted_for: str | None = None
     dropped_reason: str | None = None
     activity: str | None = Field(None, description="the tool it is using, e.g. 'read_file a.py'")
+    draft: DraftView | None = Field(None, description="what it is writing now (the end)")
 
 
 class AnswerView(BaseModel):
@@ -96,6 +103,7 @@ class StatusView(BaseModel):
     finish_reason: FinishReason | None = None
     revision: int = Field(0, description="grows with every change; pass it back as "
                                          "after_revision so no update is missed")
+    notes: list[str] = []
     next_step: str
 
 
@@ -181,14 +189,17 @@ def status_view(status: StatusRecord) -> StatusView:
         agents=[AgentView(agent_id=aid, model=a.model, phase=a.phase, answers=a.answers,
                           current_answer=a.current_answer,
                           voted_for=a.vote.answer if a.vote else None,
-                          dropped_reason=a.dropped_reason, activity=a.activity)
+                          dropped_reason=a.dropped_reason, activity=a.activity,
+                          draft=None if a.draft is None else DraftView(
+                              text=a.draft.text, tokens=a.draft.tokens,
+                              first_token_s=a.draft.first_token_s))
                 for aid, a in status.agents.items()],
         answers=[AnswerView(label=a.label, agent_id=a.agent_id, text=a.preview,
                             truncated=a.chars > len(a.preview))
                  for a in status.answers],
         tally={label: len(voters) for label, voters in status.tally.items()},
         usage=UsageView.of(status.usage), finish_reason=status.finish_reason,
-        revision=status.revision, next_step=next_step,
+        revision=status.revision, notes=status.notes, next_step=next_step,
     )
 
 
@@ -250,11 +261,26 @@ def cancel_view(session_id: str, status: RunStatus, stopped: bool) -> CancelView
     return CancelView(session_id=session_id, status=status, message=message)
 
 
+class SteerView(BaseModel):
+    session_id: str
+    votes_cleared: int
+    message: str
+
+
+def steer_view(session_id: str, cleared: int) -> SteerView:
+    return SteerView(session_id=session_id, votes_cleared=cleared, message=(
+        f"delivered: every agent sees the note from its next turn; {cleared} vote(s) cast "
+        f"before it no longer count. Call get_status with wait_s={POLL_WAIT_S} until done"))
+
+
 def progress_message(status: StatusRecord) -> str:
-    """One line for a progress notification: the phase, answers so far, votes so far."""
+    """One line for a progress notification: the phase, answers so far, votes so far, and
+    who is writing now ("agent_b is writing… 412 tokens")."""
     tally = ", ".join(f"{label}:{len(voters)}" for label, voters in status.tally.items() if voters)
     message = f"{status.phase}: {len(status.answers)} answer(s)"
-    return message + (f", votes {tally}" if tally else "")
+    writing = "; ".join(f"{aid} is writing… {a.draft.tokens} tokens"
+                        for aid, a in status.agents.items() if a.draft is not None)
+    return message + (f", votes {tally}" if tally else "") + (f"; {writing}" if writing else "")
 
 
 def not_finished_hint(status: RunStatus) -> str:

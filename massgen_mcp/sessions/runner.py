@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, TypedDict
@@ -24,8 +24,15 @@ from massgen_mcp.consensus import snapshot
 from massgen_mcp.consensus.engine import ConsensusRun
 from massgen_mcp.consensus.replay import Prior, RunRequest
 from massgen_mcp.consensus.snapshot import queued_status
-from massgen_mcp.core.errors import RecordWriteError, SessionStateError
+from massgen_mcp.core.errors import (
+    ConfigError,
+    MassgenError,
+    RecordWriteError,
+    SessionStateError,
+    SteerRefusedError,
+)
 from massgen_mcp.core.records import (
+    Draft,
     Event,
     FinishReason,
     RequestRecord,
@@ -36,15 +43,23 @@ from massgen_mcp.core.records import (
 from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.render.html import render_report
+from massgen_mcp.sessions import inbox
 from massgen_mcp.sessions.fencing import RecordFenced
 from massgen_mcp.sessions.recorder import EventHook, FileRecorder, StatusHook
 from massgen_mcp.sessions.store import SessionStore, new_session_id
-from massgen_mcp.sessions.waiting import ChangeSignal, StatusCallback, wait_for_status
+from massgen_mcp.sessions.waiting import (
+    ChangeSignal,
+    StatusCallback,
+    wait_for_status,
+    watch_status,
+)
 
 log = logging.getLogger(__name__)
 
 EventListener = Callable[[str, Event], None]  # (session id, event)
 StatusListener = Callable[[StatusRecord], None]
+# (session id, the drafts now, their revision): a pool worker's publisher.
+DraftsListener = Callable[[str, Mapping[str, Draft], int], None]
 Unsubscribe = Callable[[], None]
 CLOSE_DEADLINE_S = 10.0
 
@@ -72,9 +87,10 @@ class Listeners:
     def __init__(self) -> None:
         self._events: list[EventListener] = []
         self._statuses: list[StatusListener] = []
+        self._drafts: list[DraftsListener] = []
 
     def __bool__(self) -> bool:
-        return bool(self._events or self._statuses)
+        return bool(self._events or self._statuses or self._drafts)
 
     def add_event(self, listener: EventListener) -> Unsubscribe:
         self._events.append(listener)
@@ -83,6 +99,14 @@ class Listeners:
     def add_status(self, listener: StatusListener) -> Unsubscribe:
         self._statuses.append(listener)
         return lambda: self._statuses.remove(listener)
+
+    def add_drafts(self, listener: DraftsListener) -> Unsubscribe:
+        self._drafts.append(listener)
+        return lambda: self._drafts.remove(listener)
+
+    def drafts(self, session_id: str, drafts: Mapping[str, Draft], revision: int) -> None:
+        for listener in tuple(self._drafts):
+            listener(session_id, drafts, revision)
 
     def event(self, session_id: str, event: Event) -> None:
         for listener in tuple(self._events):
@@ -139,6 +163,8 @@ class Executor(Protocol):
     async def wait(self, session_id: str, timeout_s: float | None, *, until_done: bool = False,
                    after_revision: int | None = None, on_change: StatusCallback | None = None
                    ) -> StatusRecord: ...
+    def watch(self, session_id: str) -> AsyncIterator[StatusRecord]: ...
+    async def steer(self, session_id: str, note: str) -> int: ...
     async def cancel(self, session_id: str) -> bool: ...
     async def count_running(self) -> int: ...
     async def describe(self) -> ExecutorInfo: ...
@@ -215,7 +241,8 @@ class LiveRun(StartedRun):
 
     engine: ConsensusRun
     recorder: FileRecorder
-    changes: ChangeSignal
+    changes: ChangeSignal  # each new status
+    ticks: ChangeSignal  # each new status, and each change of the drafts (live views)
     task: asyncio.Task[ResultRecord] = field(init=False)
 
     @property
@@ -227,11 +254,14 @@ class SessionRunner:
     """Starts runs as background tasks in this process, at most ``max_running`` at once."""
 
     def __init__(self, store: SessionStore, provider: Provider, *, max_running: int = 256,
-                 worker: str | None = None) -> None:
+                 worker: str | None = None, drafts: bool = True) -> None:
         self.store = store
         self.provider = provider
         self.max_running = max_running
         self.worker = worker  # the pool worker this runner serves ("host#pid"), if any
+        # Whether runs keep live drafts (providers then stream; litellm's streaming costs
+        # ~12 ms of CPU a call and ~0.4 ms a token): off for faces nobody watches live.
+        self.drafts = drafts
         self.runs: dict[str, LiveRun] = {}  # only runs still going
         # Runs that ended while their record could not be written (disk full): their end
         # lives here, so this process still reports it truly. Rare, and small.
@@ -245,6 +275,9 @@ class SessionRunner:
 
     def add_status_listener(self, listener: StatusListener) -> Unsubscribe:
         return self._listeners.add_status(listener)
+
+    def add_drafts_listener(self, listener: DraftsListener) -> Unsubscribe:
+        return self._listeners.add_drafts(listener)
 
     def running_count(self) -> int:
         return len(self.runs)
@@ -284,13 +317,14 @@ class SessionRunner:
         them on."""
         self._check_capacity()
         session_id = new_session_id()
-        changes = ChangeSignal()
+        changes, ticks = ChangeSignal(), ChangeSignal()
         recorder = create_record(self.store, session_id, question, team, context=context,
                                  parent_session_id=parent_session_id, workspace=workspace,
-                                 notes=notes, hooks=self._hooks(session_id, changes))
+                                 notes=notes, hooks=self._hooks(session_id, changes, ticks))
         request = RunRequest(session_id, question, team, context, parent_session_id,
                              workspace=workspace if team.options.workspace_tools else None)
-        return self._launch(request, recorder, changes, fresh=True, notes=notes or [])
+        return self._launch(request, recorder, (changes, ticks), fresh=True,
+                            notes=notes or [])
 
     async def resume(self, session_id: str, team: TeamConfig, *, fence: int | None = None
                      ) -> LiveRun:
@@ -301,30 +335,42 @@ class SessionRunner:
         self._check_capacity()  # again: the runner may have closed while the record was read
         if session_id in self.runs:
             raise SessionStateError(f"session {session_id} is already running")
-        changes = ChangeSignal()
+        changes, ticks = ChangeSignal(), ChangeSignal()
         recorder = self.store.reopen(session_id, fence=fence,
-                                     **self._hooks(session_id, changes))
-        return self._launch(request, recorder, changes, fresh=False)
+                                     **self._hooks(session_id, changes, ticks))
+        return self._launch(request, recorder, (changes, ticks), fresh=False)
 
-    def _hooks(self, session_id: str, changes: ChangeSignal) -> RecorderHooks:
+    def _hooks(self, session_id: str, changes: ChangeSignal, ticks: ChangeSignal
+               ) -> RecorderHooks:
         """The recorder's hooks: every event to the event listeners (the CLI's progress
         lines, a worker's publisher), every status to the status listeners and the run's
-        change signal (waking long polls)."""
+        change signals (waking long polls and live views)."""
         def on_event(event: Event) -> None:
             self._listeners.event(session_id, event)
 
         def on_status(status: StatusRecord) -> None:
             changes.pulse()
+            ticks.pulse()
             self._listeners.status(status)
         return {"on_event": on_event, "on_status": on_status}
 
-    def _launch(self, request: RunRequest, recorder: FileRecorder, changes: ChangeSignal, *,
-                fresh: bool, notes: list[str] | None = None) -> LiveRun:
+    def _launch(self, request: RunRequest, recorder: FileRecorder,
+                signals: tuple[ChangeSignal, ChangeSignal], *, fresh: bool,
+                notes: list[str] | None = None) -> LiveRun:
         request = replace(request, log_path=recorder.folder / "cli.log")
         if self.worker is not None:
             recorder.stamp = {**recorder.stamp, "worker": self.worker}
-        engine = ConsensusRun(request, self.provider, recorder)
-        run = LiveRun(request.session_id, recorder.folder, engine, recorder, changes,
+        changes, ticks = signals
+
+        def on_drafts() -> None:
+            ticks.pulse()
+            if self._listeners:
+                self._listeners.drafts(request.session_id, engine.drafts.records(),
+                                       engine.drafts.revision)
+
+        engine = ConsensusRun(request, self.provider, recorder,
+                              on_drafts=on_drafts if self.drafts else None)
+        run = LiveRun(request.session_id, recorder.folder, engine, recorder, changes, ticks,
                       notes=notes or [])
         try:
             recorder.status(engine.snapshot())
@@ -338,24 +384,37 @@ class SessionRunner:
         return run
 
     async def _execute(self, run: LiveRun) -> ResultRecord:
+        # Notes from other processes arrive through the run's folder; a pool worker's come
+        # through Redis instead (its folder may be shared with other machines).
+        follow = (None if self.worker is not None else
+                  asyncio.create_task(self._follow_inbox(run), name=f"inbox:{run.session_id}"))
         try:
             return await run.engine.run()
         finally:
+            if follow is not None:
+                follow.cancel()
             run.recorder.close(report=render_report)
             if run.recorder.write_error is not None:
                 self.unrecorded[run.session_id] = run.recorder
             self.runs.pop(run.session_id, None)  # the record on disk is the truth from now on
             run.changes.pulse()
+            run.ticks.pulse()
 
     def _recorder(self, session_id: str) -> FileRecorder | None:
         run = self.runs.get(session_id)
         return run.recorder if run is not None else self.unrecorded.get(session_id)
 
     async def status(self, session_id: str) -> StatusRecord:
-        """Live status from memory when the run is here, else from its status.json."""
+        """Live status from memory when the run is here (with its agents' drafts), else from
+        its status.json."""
         recorder = self._recorder(session_id)
         if recorder is not None and recorder.latest_status is not None:
-            return recorder.latest_status
+            run = self.runs.get(session_id)
+            if run is None:
+                return recorder.latest_status
+            drafts = run.engine.drafts
+            return snapshot.with_drafts(recorder.latest_status, drafts.records(),
+                                        drafts.revision)
         return self.store.read_status(session_id)
 
     async def result(self, session_id: str) -> ResultRecord | None:
@@ -380,6 +439,60 @@ class SessionRunner:
 
         return await wait_for_status(read, run.changes, timeout_s, until_done=until_done,
                                      after_revision=after_revision, on_change=on_change)
+
+    async def watch(self, session_id: str) -> AsyncIterator[StatusRecord]:
+        """The run's status now, then again on every change, drafts included, until it ends
+        (see :func:`watch_status`)."""
+        run = self.runs.get(session_id)
+        if run is None:
+            yield await self.status(session_id)
+            return
+
+        async def read() -> tuple[StatusRecord, bool]:
+            return await self.status(session_id), session_id in self.runs
+
+        async for status in watch_status(read, run.ticks):
+            yield status
+
+    async def steer(self, session_id: str, note: str) -> int:
+        """Deliver the user's note to the run (:meth:`ConsensusRun.steer`), here or in the
+        process on this machine that runs it (:mod:`.inbox`); returns the votes it cleared.
+        SteerRefusedError if the run is not running, or its process does not take it."""
+        run = self.runs.get(session_id)
+        if run is not None and not run.done:
+            return run.engine.steer(note)
+        status = await self.status(session_id)
+        if status.status is not RunStatus.RUNNING:
+            raise SteerRefusedError(
+                f"session {session_id} is {status.status}, not running: a note only reaches "
+                "a running team. Send it as a follow-up with continue_session")
+        folder = self.store.folder(session_id)
+        name = await asyncio.to_thread(inbox.post, folder, note)
+        reply = await inbox.reply_to(folder, name, inbox.REPLY_WAIT_S)
+        if reply is None and not await asyncio.to_thread(inbox.withdraw, folder, name):
+            reply = await inbox.reply_to(folder, name, inbox.REPLY_WAIT_S)  # taken: nearly
+        if reply is None:
+            raise SteerRefusedError(
+                f"session {session_id} is marked running (pid {status.pid}) but no process "
+                f"took the note within {inbox.REPLY_WAIT_S:g} s; if that process has ended, "
+                "resume_session continues the run, then steer it")
+        if not reply.ok:
+            raise SteerRefusedError(reply.message)
+        return reply.cleared
+
+    async def _follow_inbox(self, run: LiveRun) -> None:
+        """Hand the notes other processes leave for ``run`` to its engine, and reply."""
+        while True:
+            await asyncio.sleep(inbox.POLL_S)
+            for name, text in await asyncio.to_thread(inbox.take, run.recorder.folder):
+                try:
+                    if text is None:
+                        raise ConfigError("message: not a readable note (a link, too long, "
+                                          "or not JSON)")
+                    reply = inbox.Reply(True, "", run.engine.steer(text))
+                except MassgenError as exc:
+                    reply = inbox.Reply(False, str(exc))
+                await asyncio.to_thread(inbox.answer, run.recorder.folder, name, reply)
 
     async def cancel(self, session_id: str) -> bool:
         """Cancel a run in this process; False if it was not running here."""

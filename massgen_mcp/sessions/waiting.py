@@ -18,7 +18,7 @@ lost; before this, such a change left the waiter asleep until its timeout (issue
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from massgen_mcp.core.records import StatusRecord
 
@@ -98,3 +98,18 @@ async def wait_for_status(read: StatusReader, signal: ChangeSignal, timeout_s: f
         if recheck_s is not None:
             remaining = recheck_s if remaining is None else min(remaining, recheck_s)
         await signal.wait(mark, remaining)
+
+
+async def watch_status(read: StatusReader, signal: ChangeSignal,
+                       recheck_s: float | None = None) -> AsyncIterator[StatusRecord]:
+    """The status now, then again after each pulse of ``signal``, until the run ends or is
+    no longer where the watcher looks. For live views: every step and every draft, with no
+    change lost (the mark is taken before each read, as in :func:`wait_for_status`);
+    ``recheck_s`` as there."""
+    while True:
+        mark = signal.mark()
+        status, live = await read()
+        yield status
+        if status.done or not live:
+            return
+        await signal.wait(mark, recheck_s)

@@ -20,7 +20,8 @@ connection.
 
 This module ships in the package (it is not only a test helper) because the docs' demo runs
 it standalone: ``python -m massgen_mcp.testing.scripted --port 8900 --latency 0.2`` serves the
-"everyone agrees" policy (:func:`agree`), so anyone can watch a run without a key.
+"everyone agrees" policy (:func:`agree`), so anyone can watch a run without a key
+(``--chunk-delay 0.05`` streams each reply slowly, to watch the drafts being written).
 """
 
 from __future__ import annotations
@@ -57,7 +58,14 @@ from massgen_mcp.testing.policies import (
     tool_calls,
     vote,
 )
-from massgen_mcp.testing.wire import cli_prompt, completion_body, tokens, wire_events, wire_of
+from massgen_mcp.testing.wire import (
+    cli_prompt,
+    completion_body,
+    completion_chunks,
+    tokens,
+    wire_events,
+    wire_of,
+)
 
 __all__ = ["ChatRequest", "Latency", "Policy", "Reply", "ScriptedProvider", "ScriptedServer",
            "Timing", "agree",
@@ -157,13 +165,23 @@ class ScriptedServer:
 
     ``latency_s`` is added to every response, ``latency`` draws a time per call (both may be
     set). A client that hangs up while its response is being delayed gets none; its
-    :class:`Timing` in ``timings`` keeps ``ended=None``."""
+    :class:`Timing` in ``timings`` keeps ``ended=None``.
+
+    A request with ``"stream": true`` gets an OpenAI stream (server-sent events): the reply in
+    pieces of ``chunk_chars`` characters, ``chunk_delay_s`` apart, so that a test can watch a
+    draft while the reply is still being written. A client that hangs up between two pieces
+    gets no more, and its ``Timing`` keeps ``ended=None`` too."""
 
     def __init__(self, policy: Policy = agree, *, latency_s: float = 0.0,
-                 latency: Latency | None = None, port: int = 0) -> None:
+                 latency: Latency | None = None, port: int = 0, chunk_chars: int = 4,
+                 chunk_delay_s: float = 0.0) -> None:
+        if chunk_chars < 1:
+            raise ValueError(f"chunk_chars must be at least 1, not {chunk_chars}")
         self.policy = policy
         self.latency_s = latency_s
         self.latency = latency
+        self.chunk_chars = chunk_chars  # ~1 token: the pieces a hosted model streams
+        self.chunk_delay_s = chunk_delay_s
         self.timings: list[Timing] = []
         self.requests: list[ChatRequest] = []
         self.in_flight = 0
@@ -289,6 +307,25 @@ class ScriptedServer:
                 self.wfile.flush()
                 self.close_connection = True
 
+            def _events(self, chunks: list[dict[str, Any]]) -> bool:
+                """Send an OpenAI stream, piece by piece; False if the client hung up before
+                the end. Chunked transfer encoding, as hosted APIs send it, so the connection
+                stays open for the client's next call."""
+                head = ["HTTP/1.1 200 OK", "Content-Type: text/event-stream",
+                        "Cache-Control: no-cache", "Transfer-Encoding: chunked"]
+                pieces = [("\r\n".join(head) + "\r\n\r\n").encode()]
+                for chunk in [*map(json.dumps, chunks), "[DONE]"]:
+                    data = f"data: {chunk}\n\n".encode()
+                    pieces.append(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                pieces[-1] += b"0\r\n\r\n"
+                if not server.chunk_delay_s:  # one write: a send per piece costs both ends
+                    pieces = [b"".join(pieces)]
+                for i, piece in enumerate(pieces):  # the head and the opening chunk at once
+                    if i > 1 and self._client_gone(server.chunk_delay_s):
+                        return False
+                    self.wfile.write(piece)
+                return True
+
             def _client_gone(self, seconds: float) -> bool:
                 """Wait ``seconds`` (the model's latency); True if the client hung up
                 meanwhile (a cancelled call), so that no reply is sent to nobody."""
@@ -326,6 +363,8 @@ class ScriptedServer:
                     self._send(reply.status, reply.content.encode(), {})
                 elif wire is not None:
                     self._stream(wire_events(wire, req, reply), wire)
+                elif req.body.get("stream"):
+                    return self._events(completion_chunks(req, reply, server.chunk_chars))
                 else:
                     self._send(200, json.dumps(completion_body(req, reply)).encode(), {})
                 return True
@@ -341,8 +380,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8900)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per response")
+    parser.add_argument("--chunk-delay", type=float, default=0.0, metavar="SECONDS",
+                        help="seconds between the pieces of a streamed reply (live drafts)")
     args = parser.parse_args()
-    with ScriptedServer(agree, latency_s=args.latency, port=args.port) as server:
+    with ScriptedServer(agree, latency_s=args.latency, port=args.port,
+                        chunk_delay_s=args.chunk_delay) as server:
         print(server.base_url, flush=True)
         threading.Event().wait()
 

@@ -56,6 +56,39 @@ def completion_body(req: ChatRequest, reply: Reply) -> dict[str, Any]:
     }
 
 
+def completion_chunks(req: ChatRequest, reply: Reply, chunk_chars: int) -> list[dict[str, Any]]:
+    """The same reply as :func:`completion_body`, as the ``chat.completion.chunk`` objects of
+    an OpenAI stream (``"stream": true``): the text, and each tool call's arguments, in pieces
+    of ``chunk_chars`` characters, as a model writes them; then the finish reason, and the
+    usage (the very same counts as the whole reply's) when ``stream_options.include_usage``
+    asks for it. Assembled by a client, the chunks give back the whole reply exactly."""
+    body = completion_body(req, reply)
+    [choice] = body["choices"]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"id": body["id"], "object": "chat.completion.chunk", "created": body["created"],
+                "model": body["model"],
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    def pieces(text: str) -> list[str]:
+        return [text[i:i + chunk_chars] for i in range(0, len(text), chunk_chars)]
+
+    # OpenAI opens a text reply with empty content, a tool-call reply with none.
+    chunks = [chunk({"role": "assistant", "content": None if message.get("tool_calls") else ""})]
+    chunks += [chunk({"content": piece}) for piece in pieces(message["content"] or "")]
+    for index, call in enumerate(message.get("tool_calls", [])):
+        chunks.append(chunk({"tool_calls": [{
+            "index": index, "id": call["id"], "type": "function",
+            "function": {"name": call["function"]["name"], "arguments": ""}}]}))
+        chunks += [chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                   for piece in pieces(call["function"]["arguments"])]
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if (req.body.get("stream_options") or {}).get("include_usage"):
+        chunks.append({**chunk({}), "choices": [], "usage": body["usage"]})
+    return chunks
+
+
 # -- the coding-agent CLIs' wire APIs -----------------------------------------------------------
 
 def _text_of(content: Any) -> str:

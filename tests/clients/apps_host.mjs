@@ -5,7 +5,8 @@
 //
 // Usage: node apps_host.mjs <server-command> <models-json> <question> <screenshot.png>
 // stdout: "running" once the live views show all three answers of the run in flight (the
-// test then lets the votes through), then one line "result <json>".
+// test then lets the votes through), then one line "result <json>". On the way, what the live
+// view's boxes showed the first time one held a streamed draft ("drafting").
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { AppBridge } from "@modelcontextprotocol/ext-apps/app-bridge";
@@ -102,6 +103,20 @@ const sessionId = started.structuredContent.session_id;
 const early = await client.callTool({ name: "get_result", arguments: { session_id: sessionId } });
 const live = await mount("live", client, { serverTools: {}, serverResources: {} }, { session_id: sessionId }, early);
 const toolsOnly = await mount("progress", client, { serverTools: {} }, { session_id: sessionId }, early);
+// Taken in one go, inside the view, the moment a box shows part of an answer being written.
+const liveFrame = await (await page.$("#live")).contentFrame();
+const drafting = await (await liveFrame.waitForFunction(() => {
+  const boxes = [...document.querySelectorAll("#live .agent-box")];
+  const writing = boxes.filter((b) => b.classList.contains("writing")
+                               && /\bw\d{3}\b/.test(b.querySelector(".draft").textContent));
+  return writing.length === 0 ? null : {
+    boxes: writing.map((b) => ({ agent: b.dataset.agent, text: b.querySelector(".draft").textContent,
+                                 stats: b.querySelector(".stats").textContent })),
+    answers: document.querySelectorAll("#view details").length,
+    liveMarkup: document.querySelectorAll("#live script, #live img, #live textarea").length,
+    pwned: window.pwned === true,
+  };
+}, null, { timeout: 60000, polling: 50 })).jsonValue();
 // The test holds the votes, so all three answers can only appear through live updates.
 await page.frameLocator("#live").locator('body[data-state="running"] #view details').nth(2)
   .waitFor({ timeout: 30000 });
@@ -126,6 +141,6 @@ await browser.close();
 await client.close();
 console.log("result " + JSON.stringify({
   viewUri, mimeType: view.mimeType, resourceMeta: view._meta ?? null, earlyIsError: early.isError === true,
-  during, after, progress, progressDone, summary, liveRequests: live.seen, toolsOnlyRequests: toolsOnly.seen,
+  during, drafting, after, progress, progressDone, summary, liveRequests: live.seen, toolsOnlyRequests: toolsOnly.seen,
   summaryRequests: summaryView.seen, problems, blocked,
 }));

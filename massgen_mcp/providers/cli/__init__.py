@@ -31,6 +31,12 @@ Every call is one child process (:mod:`.provider`, supervised by :mod:`.supervis
   SIGKILL, and the child is reaped; what it started is killed after a normal exit too, so no
   grandchild outlives the call: on Linux every descendant, even one that called ``setsid``
   or daemonized; on other platforms the CLI's process group;
+* **its output read as it streams** (the vendor module's reader of its JSON events, fed line by
+  line by :mod:`.supervisor`): the reply's text reaches ``CallContext.on_text`` (the live draft)
+  while the CLI writes it (Claude Code a few tokens at a time, Gemini CLI a chunk at a time,
+  Codex a whole message at a time), and the reply is built from the same events whether anyone
+  listens or not; each line and the whole output are capped, and output that is not what the
+  CLI should print is a clear error, never a crash;
 * **captured stderr**: kept to its last 64 KiB, redacted, appended to the session's
   ``cli.log`` and quoted in the error when the CLI fails.
 

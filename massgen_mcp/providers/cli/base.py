@@ -1,20 +1,27 @@
 """What a vendor module declares about its CLI (:class:`Cli`), what a probe learned about an
-installed one (:class:`CliVersion`), and the small readers of untrusted CLI output they share:
-counts, mappings, the final JSON object, a redacted tail."""
+installed one (:class:`CliVersion`), and what reads untrusted CLI output: :class:`EventReader`,
+the base of each vendor's reader of its JSON lines, and the small helpers they share (counts,
+mappings, a token estimate, a redacted tail)."""
 
 from __future__ import annotations
 
-import contextlib
+import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.core.edges import UnsafeJson, decode_json
+from massgen_mcp.core.edges import UnsafeJson, load_json
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import AgentSpec
-from massgen_mcp.providers.base import Completion
+from massgen_mcp.providers.base import Completion, TextListener
+
+# What an answer may add up to across streamed pieces (a line is capped by the supervisor):
+# a long answer is far below it.
+MAX_REPLY_CHARS = 8 * 1024 * 1024
+_KEPT_OTHER_CHARS = 4096  # of what was not an event, for the error when no result came
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,8 @@ class Cli:
     # (agent, system prompt, the call's private folder, what its version supports) -> argv;
     # may write files in the folder
     command: Callable[[AgentSpec, str, Path, CliVersion], list[str]]
-    parse: Callable[[bytes], Completion]
+    # (who wants the text as it comes) -> a reader of what this command prints, line by line
+    reader: Callable[[TextListener | None], EventReader]
     # Whether the CLI looks logged in, from where it keeps its login: files that exist, or a
     # non-secret account entry (never a token, never a network call).
     login_state: Callable[[], bool]
@@ -73,6 +81,79 @@ class Cli:
     # view_image feature, from 0.169.0); an older version runs without it.
     needs_from: tuple[tuple[str, str], ...] = ()
 
+    def parse(self, stdout: bytes, on_text: TextListener | None = None) -> Completion:
+        """A whole captured output read as a call reads it, a line at a time (for output
+        already in hand: captured files, tests)."""
+        reader = self.reader(on_text)
+        for line in stdout.split(b"\n"):
+            reader.feed(line)
+        return reader.finish()
+
+
+class EventReader(ABC):
+    """Reads one call's output, a line at a time as the supervisor hands it over
+    (:func:`.supervisor.run_child`), and builds the reply from the CLI's JSON events.
+
+    Everything in a line is untrusted (the model writes the text inside it; a broken or
+    foreign binary may print anything): a line that is not a JSON object is kept (its tail)
+    for the error and otherwise skipped, an event of an unknown type or with fields missing or
+    of the wrong type is skipped, and :meth:`finish` raises :class:`ProviderError` when no
+    usable result came. Never a crash, never a wait: a subclass only looks at what it knows.
+
+    The reply's text goes to ``on_text`` as it comes (:meth:`delta` for a piece of a message,
+    :meth:`message` for a whole one), with a token estimate: no CLI reports usage per piece."""
+
+    name = ""
+
+    def __init__(self, on_text: TextListener | None) -> None:
+        self._on_text = on_text
+        self._other = ""
+        self._sent = False  # whether any text went to on_text
+
+    def feed(self, line: bytes) -> None:
+        event = None
+        if line.lstrip().startswith(b"{"):
+            try:
+                value = load_json(line)
+            except UnsafeJson:
+                value = None
+            event = value if isinstance(value, dict) else None
+        if event is None:
+            if line.strip():
+                text = line.decode(errors="replace")
+                self._other = (self._other + text[-_KEPT_OTHER_CHARS:] + "\n")[
+                    -_KEPT_OTHER_CHARS:]
+            return
+        self.event(event)
+
+    @abstractmethod
+    def event(self, event: dict[str, Any]) -> None:
+        """One JSON object the CLI printed."""
+
+    @abstractmethod
+    def finish(self) -> Completion:
+        """The reply, once the output ended; :class:`ProviderError` if there is none."""
+
+    def delta(self, text: str) -> None:
+        """A piece of the message being written: passed on as it is."""
+        if text and self._on_text is not None:
+            self._sent = True
+            self._on_text(text, estimate_tokens(text))
+
+    def message(self, text: str) -> None:
+        """A whole message (a CLI that gives no pieces): set apart from the text before."""
+        if text and self._on_text is not None:
+            self._on_text(f"\n\n{text}" if self._sent else text, estimate_tokens(text))
+            self._sent = True
+
+    def no_result(self, what: str = "") -> ProviderError:
+        """The error for output that ended without a usable result (what was not an event
+        quoted, redacted)."""
+        printed = tail(self._other, 300)
+        return ProviderError(f"{self.name} printed no result{what}"
+                             f"{f': {printed!r}' if printed.strip() else ''}",
+                             retryable=False, kind="cli_error")
+
 
 def count(value: Any) -> int:
     """A token count from untrusted output: a non-negative int, else 0."""
@@ -84,28 +165,21 @@ def mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def text_of(value: Any) -> str:
+    """Text from untrusted output: a string, else empty."""
+    return value if isinstance(value, str) else ""
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens in a piece of reply text, estimated (about four characters a token): the CLIs
+    report usage only for the whole reply."""
+    return math.ceil(len(text) / 4)
+
+
 def strip_v1(url: str) -> str:
     """The API root of ``url``: Claude Code and Gemini CLI append their own /v1... paths."""
     url = url.rstrip("/")
     return url[:-3] if url.endswith("/v1") else url
-
-
-def json_object(stdout: bytes, name: str) -> dict[str, Any]:
-    """The JSON object a CLI printed last, on one line or many (some print warnings first):
-    from the first line starting with '{' whose object runs to the end of the output.
-
-    The one place CLI output is scanned for JSON (Codex's JSON lines are read one by one)."""
-    text = stdout.decode(errors="replace")
-    start = 0
-    for line in text.splitlines(keepends=True):
-        if line.startswith("{"):
-            with contextlib.suppress(UnsafeJson):
-                value, end = decode_json(text, start)
-                if isinstance(value, dict) and not text[end:].strip():
-                    return value
-        start += len(line)
-    raise ProviderError(f"{name} printed no JSON result: {tail(text, 300)!r}",
-                        retryable=False, kind="cli_error")
 
 
 def tail(text: str, chars: int) -> str:

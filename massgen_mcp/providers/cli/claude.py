@@ -1,5 +1,9 @@
 """Claude Code as a panel member: ``claude --print`` with no tools at all, the user's settings
-files not read, an empty MCP configuration, no session kept; its JSON result parsed.
+files not read, an empty MCP configuration, no session kept; its events read as they come
+(``--output-format stream-json --verbose``, with ``--include-partial-messages`` the text a few
+tokens at a time: every version from 2.1.183 lists both), the reply and its usage and price
+taken from the final ``result`` event, the same object ``--output-format json`` prints alone
+(the whole-reply format, for a binary whose help lists no ``--verbose``).
 
 Versions before ``--restricted`` and ``--permission-prompts`` (2.1.183 among them, June 2026)
 get the same guarantees from the options they have: ``--tools ""`` leaves nothing that could
@@ -13,17 +17,19 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.spec import AgentSpec
-from massgen_mcp.providers.base import Completion
+from massgen_mcp.providers.base import Completion, TextListener
 from massgen_mcp.providers.cli.base import (
     Cli,
     CliVersion,
+    EventReader,
     count,
-    json_object,
     mapping,
     strip_v1,
+    text_of,
 )
 
 
@@ -31,8 +37,14 @@ def _claude_command(agent: AgentSpec, system: str, folder: Path, found: CliVersi
                     ) -> list[str]:
     # The system prompt goes in a file: a command line is readable by every local user.
     (folder / "system.md").write_text(system, encoding="utf-8")
-    argv = [
-        "claude", "--print", "--output-format", "json",
+    argv = ["claude", "--print"]
+    if found.supports("--verbose"):  # stream-json refuses to run without it
+        argv += ["--output-format", "stream-json", "--verbose"]
+        if found.supports("--include-partial-messages"):
+            argv.append("--include-partial-messages")
+    else:
+        argv += ["--output-format", "json"]
+    argv += [
         "--tools", "",  # no built-in tool at all: nothing to read, write or run
         "--permission-mode", "dontAsk",
     ]
@@ -52,10 +64,46 @@ def _claude_command(agent: AgentSpec, system: str, folder: Path, found: CliVersi
     return argv
 
 
-def _claude_parse(stdout: bytes) -> Completion:
-    data = json_object(stdout, "claude")
+class _ClaudeReader(EventReader):
+    """Text from the top-level message's text deltas (``stream_event``), or from its whole
+    ``assistant`` messages when the version sends no deltas; the reply from the last
+    ``result``. A subagent's events (a ``parent_tool_use_id``) are not the reply: none run,
+    with every tool off, but they are skipped by that field anyway."""
+
+    name = "claude"
+
+    def __init__(self, on_text: TextListener | None) -> None:
+        super().__init__(on_text)
+        self._result: dict[str, Any] | None = None
+        self._partial = False  # deltas came: the whole messages repeat them
+
+    def event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "result":
+            self._result = event
+        elif event.get("parent_tool_use_id") is not None:
+            return
+        elif kind == "stream_event":
+            inner = mapping(event.get("event"))
+            delta = mapping(inner.get("delta"))
+            if inner.get("type") == "content_block_delta" and delta.get("type") == "text_delta":
+                self._partial = True
+                self.delta(text_of(delta.get("text")))
+        elif kind == "assistant" and not self._partial:
+            content = mapping(event.get("message")).get("content")
+            for block in content if isinstance(content, list) else []:
+                if mapping(block).get("type") == "text":
+                    self.message(text_of(block.get("text")))
+
+    def finish(self) -> Completion:
+        if self._result is None:
+            raise self.no_result()
+        return _claude_completion(self._result)
+
+
+def _claude_completion(data: dict[str, Any]) -> Completion:
     if data.get("is_error") or data.get("subtype") != "success":
-        status = data.get("api_error_status")
+        status = count(data.get("api_error_status")) or None  # untrusted: an int or nothing
         raise ProviderError(
             f"claude: {str(data.get('result') or data.get('subtype'))[:300]}"
             f"{f' (HTTP {status})' if status else ''}",
@@ -102,5 +150,5 @@ CLI = Cli("claude", "claude_code", "claude", "Anthropic", "Claude Code",
                  "--no-session-persistence", "--disable-slash-commands"),
           help_args=("--help",),
           own_login_vars=("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"),
-          command=_claude_command, parse=_claude_parse, login_state=_claude_logged_in,
+          command=_claude_command, reader=_ClaudeReader, login_state=_claude_logged_in,
           api_env=_claude_api_env, system_flag=True)

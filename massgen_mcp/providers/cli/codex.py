@@ -1,6 +1,9 @@
 """Codex as a panel member: ``codex exec`` in its read-only sandbox with its shell and every
-other tool feature off, the user's config and rules not read; its JSON event lines parsed.
-A self-hosted or test endpoint (``base_url``) becomes a provider entry of our own."""
+other tool feature off, the user's config and rules not read; its JSON event lines read as
+they come (``exec --json``, which every version from 0.134.0 has). Those carry each message
+whole, once it is complete (``item.completed``): no version prints deltas of a message's text,
+so a live draft of a Codex agent grows a message at a time. A self-hosted or test endpoint
+(``base_url``) becomes a provider entry of our own."""
 
 from __future__ import annotations
 
@@ -9,11 +12,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.core.edges import UnsafeJson, load_json
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.spec import AgentSpec
-from massgen_mcp.providers.base import Completion
-from massgen_mcp.providers.cli.base import Cli, CliVersion, count, mapping
+from massgen_mcp.providers.base import Completion, TextListener
+from massgen_mcp.providers.cli.base import (
+    Cli,
+    CliVersion,
+    EventReader,
+    count,
+    mapping,
+    text_of,
+)
 
 # The key variable our self-hosted provider entry points Codex at (see _codex_command).
 _CODEX_KEY_VAR = "MASSGEN_CLI_API_KEY"
@@ -52,32 +61,40 @@ def _codex_command(agent: AgentSpec, system: str, folder: Path, found: CliVersio
     return [*argv, "-"]  # the prompt comes on stdin
 
 
-def _codex_parse(stdout: bytes) -> Completion:
-    text: str | None = None
-    usage: dict[str, Any] = {}
-    failure = ""
-    for line in stdout.decode(errors="replace").splitlines():
-        try:
-            event = load_json(line)
-        except UnsafeJson:
-            continue
-        if not isinstance(event, dict):
-            continue
+class _CodexReader(EventReader):
+    """The reply is the last agent message (an earlier one is commentary before a tool call);
+    usage from ``turn.completed``; a failed turn or an error event names the failure."""
+
+    name = "codex"
+
+    def __init__(self, on_text: TextListener | None) -> None:
+        super().__init__(on_text)
+        self._text: str | None = None
+        self._usage: dict[str, Any] = {}
+        self._failure = ""
+
+    def event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
         item = mapping(event.get("item"))
-        if event.get("type") == "item.completed" and item.get("type") == "agent_message":
-            text = str(item.get("text") or "")
-        elif event.get("type") == "turn.completed":
-            usage = mapping(event.get("usage"))
-        elif event.get("type") == "turn.failed":
-            failure = str(mapping(event.get("error")).get("message") or "turn failed")
-        elif event.get("type") == "error":
-            failure = str(event.get("message") or "error")
-    if text is None:
-        raise ProviderError(f"codex gave no answer: {failure or 'no agent message'}"[:400],
-                            retryable=False, kind="cli_error")
-    return Completion(content=text, prompt_tokens=count(usage.get("input_tokens")),
-                      completion_tokens=count(usage.get("output_tokens"))
-                      + count(usage.get("reasoning_output_tokens")))
+        if kind == "item.completed" and item.get("type") == "agent_message":
+            self._text = text_of(item.get("text"))
+            self.message(self._text)
+        elif kind == "turn.completed":
+            self._usage = mapping(event.get("usage"))
+        elif kind == "turn.failed":
+            self._failure = str(mapping(event.get("error")).get("message") or "turn failed")
+        elif kind == "error":
+            self._failure = str(event.get("message") or "error")
+
+    def finish(self) -> Completion:
+        if self._text is None:
+            raise ProviderError(
+                f"codex gave no answer: {self._failure or 'no agent message'}"[:400],
+                retryable=False, kind="cli_error")
+        usage = self._usage
+        return Completion(content=self._text, prompt_tokens=count(usage.get("input_tokens")),
+                          completion_tokens=count(usage.get("output_tokens"))
+                          + count(usage.get("reasoning_output_tokens")))
 
 
 def _codex_logged_in() -> bool:
@@ -95,5 +112,5 @@ CLI = Cli("codex", "codex", "codex", "OpenAI", "Codex", "@openai/codex", oldest=
           needs_from=tuple(_CODEX_OFF_FROM.items()),
           help_args=("exec", "--help"), features_args=("features", "list"),
           own_login_vars=("OPENAI_API_KEY", "CODEX_API_KEY"),
-          command=_codex_command, parse=_codex_parse, login_state=_codex_logged_in,
+          command=_codex_command, reader=_CodexReader, login_state=_codex_logged_in,
           api_env=_codex_api_env, system_flag=False)

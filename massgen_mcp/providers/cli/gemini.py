@@ -1,6 +1,8 @@
 """Gemini CLI as a panel member: plan mode plus a policy that denies every tool that writes,
 runs or fetches, no MCP server or extension of the user's, and a private home per call
-(it always reads its settings there); its JSON result parsed."""
+(it always reads its settings there); its events read as they come (``--output-format
+stream-json``, which every version from 0.34.0 offers), the text a chunk of the model's
+stream at a time."""
 
 from __future__ import annotations
 
@@ -12,14 +14,16 @@ from typing import Any
 
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.spec import AgentSpec
-from massgen_mcp.providers.base import Completion
+from massgen_mcp.providers.base import Completion, TextListener
 from massgen_mcp.providers.cli.base import (
+    MAX_REPLY_CHARS,
     Cli,
     CliVersion,
+    EventReader,
     count,
-    json_object,
     mapping,
     strip_v1,
+    text_of,
 )
 
 # Gemini CLI's plan mode still lets the model write plan files and search the web; this policy
@@ -42,7 +46,7 @@ def _gemini_command(agent: AgentSpec, system: str, folder: Path, found: CliVersi
     policy = folder / ".massgen-policy.toml"
     policy.write_text(_GEMINI_POLICY)
     argv = [
-        "gemini", "--output-format", "json",
+        "gemini", "--output-format", "stream-json",
         "--approval-mode", "plan",  # its read-only mode
         "--policy", str(policy),
         "--allowed-mcp-server-names", "massgen-none",  # no MCP server of the user's starts
@@ -55,20 +59,54 @@ def _gemini_command(agent: AgentSpec, system: str, folder: Path, found: CliVersi
     return [*argv, "--prompt", ""]  # the prompt comes on stdin ("appended to stdin")
 
 
-def _gemini_parse(stdout: bytes) -> Completion:
-    data = json_object(stdout, "gemini")
-    if data.get("error"):
-        error = data["error"]
-        message = error.get("message") if isinstance(error, dict) else error
-        raise ProviderError(f"gemini reported an error: {str(message)[:300]}",
-                            retryable=False, kind="cli_error")
-    prompt = completion = 0
-    for model in mapping(mapping(data.get("stats")).get("models")).values():
-        tokens = mapping(mapping(model).get("tokens"))
-        prompt += count(tokens.get("prompt"))
-        completion += count(tokens.get("candidates")) + count(tokens.get("thoughts"))
-    return Completion(content=str(data.get("response") or ""), prompt_tokens=prompt,
-                      completion_tokens=completion)
+class _GeminiReader(EventReader):
+    """The reply is the text of the model's last turn, as ``--output-format json`` gives it:
+    the deltas of the assistant's messages since the last tool call (a turn that called a tool
+    is followed by another). Usage from the ``result`` event, whose ``output_tokens`` leave out
+    the model's thinking: the tokens past the prompt (``total_tokens - input_tokens``) count,
+    as the JSON format's ``candidates`` plus ``thoughts`` did."""
+
+    name = "gemini"
+
+    def __init__(self, on_text: TextListener | None) -> None:
+        super().__init__(on_text)
+        self._text: list[str] = []
+        self._chars = 0
+        self._result: dict[str, Any] | None = None
+        self._error = ""
+
+    def event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "message" and event.get("role") == "assistant":
+            text = text_of(event.get("content"))
+            self._chars += len(text)
+            if self._chars > MAX_REPLY_CHARS:
+                raise ProviderError(f"gemini's reply passed {MAX_REPLY_CHARS // 1024 // 1024} "
+                                    "MiB; stopped", retryable=False, kind="cli_error")
+            # A turn's first piece is set apart from the text of a turn before it.
+            (self.delta if self._text else self.message)(text)
+            self._text.append(text)
+        elif kind in ("tool_use", "tool_result"):
+            self._text, self._chars = [], 0  # that turn's text was not the answer
+        elif kind == "error" and event.get("severity") == "error":
+            self._error = text_of(event.get("message"))
+        elif kind == "result":
+            self._result = event
+
+    def finish(self) -> Completion:
+        if self._result is None:
+            raise self.no_result(f" ({self._error[:300]})" if self._error else "")
+        if self._result.get("status") != "success":
+            error = self._result.get("error")
+            message = mapping(error).get("message") or error or self._error or "no reason given"
+            raise ProviderError(f"gemini reported an error: {str(message)[:300]}",
+                                retryable=False, kind="cli_error")
+        stats = mapping(self._result.get("stats"))
+        prompt = count(stats.get("input_tokens"))
+        completion = max(count(stats.get("output_tokens")),
+                         count(stats.get("total_tokens")) - prompt)
+        return Completion(content="".join(self._text), prompt_tokens=prompt,
+                          completion_tokens=completion)
 
 
 def _gemini_logged_in() -> bool:
@@ -113,5 +151,5 @@ CLI = Cli("gemini", "gemini_cli", "gemini", "Google", "Gemini CLI", "@google/gem
           needs=("--output-format", "--approval-mode", "--policy", "--allowed-mcp-server-names",
                  "--extensions", "--prompt"),
           help_args=("--help",), own_login_vars=("GEMINI_API_KEY",),
-          command=_gemini_command, parse=_gemini_parse, login_state=_gemini_logged_in,
+          command=_gemini_command, reader=_GeminiReader, login_state=_gemini_logged_in,
           api_env=_gemini_api_env, system_flag=False, private_home=_gemini_home)

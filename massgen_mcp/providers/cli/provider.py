@@ -1,7 +1,12 @@
 """The provider whose agents are CLI processes: one child per call, with the read-only command
 of the CLI's installed version (:mod:`.versions`), a sanitised environment
 (:func:`.environment.child_env`) and the chat rendered as one prompt (:func:`render_prompt`);
-stderr goes to the session's ``cli.log``."""
+its output read line by line as it comes (the vendor's :class:`.base.EventReader`: the reply's
+text goes to ``CallContext.on_text`` while it is written); stderr goes to the session's
+``cli.log``.
+
+A CLI prints in the same format whether or not anyone listens, so the :class:`Completion` is
+built the same way either way."""
 
 from __future__ import annotations
 
@@ -74,12 +79,14 @@ class CliProvider:
             if cli.private_home is not None:
                 env.update(cli.private_home(folder))
             argv = [executable, *cli.command(agent, system, folder, found)[1:]]
-            code, stdout, stderr = await run_child(argv, prompt.encode(), folder / "work", env)
+            reader = cli.reader(context.on_text if context is not None else None)
+            code, _, stderr = await run_child(argv, prompt.encode(), folder / "work", env,
+                                              on_line=reader.feed)
         stderr_text = tail(stderr.decode(errors="replace"), MAX_STDERR_BYTES)
         if context is not None and context.log_path is not None and stderr_text.strip():
             _append_log(context.log_path, agent.id, code, stderr_text)
         try:
-            completion = cli.parse(stdout)
+            completion = reader.finish()
         except ProviderError as exc:
             if code == 0:
                 raise

@@ -1,32 +1,46 @@
 """The supervisor of one CLI child process, vendor-free: run it in its own session, feed
-its stdin, read its output under a size cap, and whatever ends the call, kill everything it
-started and reap it before returning."""
+its stdin, read its output under a size cap (whole, or line by line as it comes, for the CLIs'
+streaming formats), and whatever ends the call, kill everything it started and reap it before
+returning."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 from massgen_mcp.core import children
 from massgen_mcp.core.errors import ProviderError
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # a JSON result with a long answer is far below this
+# Read line by line, output is not kept, only each line until it ends: a line is capped like a
+# whole output (one JSON event holds at most the whole answer), and all lines together at a
+# figure far above a long answer streamed a token per line (Claude Code's partial messages:
+# ~350 bytes of event around each delta, so 32k tokens of answer are ~11 MiB).
+MAX_LINE_BYTES = MAX_OUTPUT_BYTES
+MAX_STREAM_BYTES = 64 * 1024 * 1024
 MAX_STDERR_BYTES = 64 * 1024
 EXIT_POLL_S = 0.2  # how often a call checks whether its CLI exited with its pipes still held
 PIPE_GRACE_S = 2.0  # after the CLI exits, how long its output may keep coming
 
 
 class OutputTooLarge(ProviderError):
-    def __init__(self) -> None:
-        super().__init__(f"the CLI printed more than {MAX_OUTPUT_BYTES // 1024 // 1024} MiB; "
+    def __init__(self, limit: int, what: str = "") -> None:
+        super().__init__(f"the CLI printed more than {limit // 1024 // 1024} MiB{what}; "
                          "stopped", retryable=False, kind="cli_error")
 
 
-async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str]
-                    ) -> tuple[int, bytes, bytes]:
+LineListener = Callable[[bytes], None]
+
+
+async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str], *,
+                    on_line: LineListener | None = None) -> tuple[int, bytes, bytes]:
     """Run ``argv`` in its own session (:func:`massgen_mcp.core.children.command`); (exit status,
-    stdout, stderr tail).
+    stdout, stderr tail). With ``on_line``, stdout is not kept (the stdout returned is empty):
+    each line (without its newline; the last one also without) goes to ``on_line`` as soon as
+    it ends, on the event loop's thread, while stderr is read beside it (a CLI that fills its
+    stderr pipe never waits on us). What ``on_line`` raises ends the call like too much output.
 
     Whatever ends the call (the CLI's exit, cancellation, a timeout around this call, too much
     output) everything the CLI started is killed (:func:`massgen_mcp.core.children.stop`: on Linux
@@ -44,10 +58,15 @@ async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str
                             kind="unavailable") from None
     assert proc.stdin and proc.stdout and proc.stderr
     stdout, stderr = bytearray(), bytearray()
+    out = (_read(proc.stdout, stdout, MAX_OUTPUT_BYTES, strict=True) if on_line is None
+           else _read_lines(proc.stdout, on_line))
     parts = [asyncio.ensure_future(part) for part in (
-        _feed(proc.stdin, stdin), _read(proc.stdout, stdout, MAX_OUTPUT_BYTES, strict=True),
+        _feed(proc.stdin, stdin), out,
         _read(proc.stderr, stderr, MAX_STDERR_BYTES + 4096, strict=False))]
     io = asyncio.gather(*parts)
+    # When the call is cancelled its parts are, and the gather then holds a CancelledError
+    # that nobody asks for: asyncio would log it as never retrieved.
+    io.add_done_callback(lambda done: done.cancelled() or done.exception())
     try:
         while not io.done():
             await asyncio.wait({io}, timeout=EXIT_POLL_S)
@@ -56,7 +75,7 @@ async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str
                 await asyncio.wait({io}, timeout=PIPE_GRACE_S)
                 break
         if io.done():
-            io.result()  # OutputTooLarge
+            io.result()  # OutputTooLarge, or what on_line raised
         code = await proc.wait()  # at once: the exit status is known once the CLI is gone
     finally:
         for part in parts:  # a failed gather leaves its other parts running
@@ -92,5 +111,28 @@ async def _read(stream: asyncio.StreamReader, buffer: bytearray, limit: int, *,
         buffer += chunk
         if len(buffer) > limit:
             if strict:
-                raise OutputTooLarge()
+                raise OutputTooLarge(limit)
             del buffer[:len(buffer) - limit]
+
+
+async def _read_lines(stream: asyncio.StreamReader, on_line: LineListener) -> None:
+    """Hand each line of ``stream`` to ``on_line`` as it ends, holding at most one unfinished
+    line (``MAX_LINE_BYTES``) and reading at most ``MAX_STREAM_BYTES`` in all."""
+    pending = bytearray()
+    total = 0
+    while chunk := await stream.read(65536):
+        total += len(chunk)
+        if total > MAX_STREAM_BYTES:
+            raise OutputTooLarge(MAX_STREAM_BYTES)
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            pending += chunk[start:end]
+            line = bytes(pending)
+            pending.clear()
+            on_line(line)
+            start = end + 1
+        pending += chunk[start:]
+        if len(pending) > MAX_LINE_BYTES:
+            raise OutputTooLarge(MAX_LINE_BYTES, " without a line break")
+    if pending:
+        on_line(bytes(pending))

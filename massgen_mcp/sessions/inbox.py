@@ -1,0 +1,133 @@
+"""Steering notes for a run that another process on this machine executes.
+
+In embedded mode a run lives in the process that started it: a host's MCP server, a
+``massgen-mcp run`` in another terminal, an HTTP server. ``massgen-mcp steer`` (or any other
+process sharing the records) reaches it through the run's folder:
+
+```
+<session folder>/inbox/<name>.note    the note, written whole (temp file, then rename)
+<session folder>/inbox/<name>.taken   the running process claimed it (an atomic rename)
+<session folder>/inbox/<name>.reply   what became of it: {"ok", "message", "cleared"}
+```
+
+The process running the session looks every :data:`POLL_S` seconds (one directory listing),
+claims each note by renaming it (so a note is taken once, and a sender that gives up can tell
+"never taken" from "taken, reply pending"), hands it to the engine and writes the reply. The
+folder is the user's own, but a note file is still read as untrusted: no links followed, at
+most :data:`MAX_NOTE_BYTES` read, and the engine checks the text like any note.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from massgen_mcp.consensus.steering import MAX_NOTE_CHARS
+from massgen_mcp.core.errors import SteerRefusedError
+from massgen_mcp.core.files import atomic_write
+
+INBOX = "inbox"
+POLL_S = 0.5  # how often a running process looks for notes
+REPLY_WAIT_S = 5.0  # how long a sender waits for the running process to take a note
+MAX_NOTE_BYTES = 4 * MAX_NOTE_CHARS + 4  # UTF-8: at most 4 bytes a character, and a margin
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the running process made of a note."""
+
+    ok: bool
+    message: str  # why it was refused, when it was
+    cleared: int = 0  # votes it cleared, when taken
+
+
+def _inbox(folder: Path) -> Path:
+    """The inbox folder, made if missing; never a link (a planted one would send notes and
+    replies elsewhere)."""
+    inbox = folder / INBOX
+    inbox.mkdir(mode=0o700, exist_ok=True)
+    if inbox.is_symlink() or not inbox.is_dir():
+        raise SteerRefusedError(f"{inbox} is not a folder of this run's; remove it")
+    return inbox
+
+
+def post(folder: Path, note: str) -> str:
+    """Leave ``note`` for the process running the session in ``folder``; returns its name."""
+    name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}"
+    atomic_write(_inbox(folder) / f"{name}.note", json.dumps({"note": note}))
+    return name
+
+
+def withdraw(folder: Path, name: str) -> bool:
+    """Take back a note nobody has claimed; False if the running process already took it."""
+    try:
+        (folder / INBOX / f"{name}.note").unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+async def reply_to(folder: Path, name: str, timeout_s: float) -> Reply | None:
+    """The reply to note ``name``, or None if none came within ``timeout_s``."""
+    path = folder / INBOX / f"{name}.reply"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(FileNotFoundError, ValueError, TypeError, KeyError):
+            data = json.loads(path.read_text(encoding="utf-8"))
+            path.unlink(missing_ok=True)
+            return Reply(bool(data["ok"]), str(data["message"]), int(data["cleared"]))
+        if time.monotonic() >= deadline:
+            return None
+        await asyncio.sleep(0.05)
+
+
+def take(folder: Path) -> list[tuple[str, str | None]]:
+    """Claim every note waiting for this run, oldest first: (name, text), the text None when
+    the file is not a readable note (a link, too long, not JSON)."""
+    inbox = folder / INBOX
+    if inbox.is_symlink():
+        return []
+    try:
+        names = sorted(e.name[:-5] for e in os.scandir(inbox)
+                       if e.name.endswith(".note") and not e.name.startswith("."))
+    except FileNotFoundError:
+        return []
+    taken = []
+    for name in names:
+        claimed = inbox / f"{name}.taken"
+        try:
+            os.rename(inbox / f"{name}.note", claimed)
+        except FileNotFoundError:  # withdrawn meanwhile
+            continue
+        taken.append((name, _read_note(claimed)))
+        claimed.unlink(missing_ok=True)
+    return taken
+
+
+def _read_note(path: Path) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        raw = file.read(MAX_NOTE_BYTES + 1)
+    if len(raw) > MAX_NOTE_BYTES:
+        return None
+    with contextlib.suppress(ValueError, UnicodeDecodeError):
+        data = json.loads(raw.decode("utf-8"))
+        note = data.get("note") if isinstance(data, dict) else None
+        return note if isinstance(note, str) else None
+    return None
+
+
+def answer(folder: Path, name: str, reply: Reply) -> None:
+    """Tell the sender of note ``name`` what became of it."""
+    with contextlib.suppress(OSError):  # the folder went away: nobody is left to tell
+        atomic_write(folder / INBOX / f"{name}.reply", json.dumps(
+            {"ok": reply.ok, "message": reply.message, "cleared": reply.cleared}))
