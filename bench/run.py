@@ -528,10 +528,13 @@ def print_embedded(data: dict[str, Any]) -> None:
 
 
 def bench_streaming(quick: bool) -> dict[str, Any]:
-    """What streaming a reply to a live-draft listener costs one litellm call, against the
-    same call made whole: CPU and wall per call, for a short tool call (a vote's ~40
+    """What streaming a reply to a live-draft listener costs one call, against the same call
+    made whole through litellm: CPU and wall per call, for a short tool call (a vote's ~40
     characters of arguments) and a 2,000-character answer, 4 characters (~1 token) a chunk as
-    hosted APIs stream. The scripted server runs in this process: its share is in the CPU."""
+    hosted APIs stream. ``lean``: openai/ at a base_url, read by providers.openai_stream;
+    ``litellm``: the same server as hosted_vllm/, through litellm's stream wrapper, as every
+    hosted provider streams. The scripted server runs in this process: its share is in the
+    CPU."""
     from massgen_mcp.consensus.prompts import workflow_tools
     from massgen_mcp.consensus.state import View
     from massgen_mcp.core.spec import AgentSpec
@@ -563,18 +566,20 @@ def bench_streaming(quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"calls": calls}
     with ScriptedServer(policy) as srv:
         for name, model, offered in (("tool_call", "short", tools), ("text_2000", "long", None)):
-            agent = AgentSpec(id="a", model=f"openai/{model}", base_url=srv.base_url)
-            for stream in (False, True):
+            for mode, prefix, stream in (("whole", "openai", False), ("lean", "openai", True),
+                                         ("litellm", "hosted_vllm", True)):
+                agent = AgentSpec(id="a", model=f"{prefix}/{model}", base_url=srv.base_url)
                 runs = [asyncio.run(per_call(agent, offered, stream)) for _ in range(3)]
-                out[f"{name}_{'streamed' if stream else 'whole'}"] = {
+                out[f"{name}_{mode}"] = {
                     "cpu_ms": round(statistics.median(c for c, _ in runs), 2),
                     "wall_ms": round(statistics.median(w for _, w in runs), 2)}
     return out
 
 
 def print_streaming(data: dict[str, Any]) -> None:
-    print(f"\nStreaming to a live-draft listener, per litellm call (median of 3 x "
-          f"{data['calls']} calls)")
+    print(f"\nStreaming to a live-draft listener, per call (median of 3 x {data['calls']} "
+          "calls): whole (litellm, no listener), lean (openai/ at a base_url), litellm "
+          "(every other provider)")
     print(f"{'reply':>10} {'mode':>9} {'CPU ms':>7} {'wall ms':>8}")
     for key, row in data.items():
         if key != "calls":
