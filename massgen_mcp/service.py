@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from massgen_mcp._version import __version__
+from massgen_mcp.consensus.prompts import escape_earlier
 from massgen_mcp.consensus.steering import MAX_NOTE_CHARS as MAX_NOTE_CHARS  # for faces
 from massgen_mcp.consensus.steering import clean_note
 from massgen_mcp.core.edges import check_text
@@ -246,10 +247,11 @@ class ConsensusService:
         follow_up = check_question(follow_up, "follow_up")
         parent = await self.result(session_id)
         request = self.store.read_request(session_id)
-        earlier = (f"<earlier_question>\n{parent.question}\n</earlier_question>\n"
-                   f"<earlier_final_answer>\n{parent.final_answer or '(none)'}\n"
+        earlier = (f"<earlier_question>\n{escape_earlier(parent.question)}\n"
+                   "</earlier_question>\n<earlier_final_answer>\n"
+                   f"{escape_earlier(parent.final_answer or '(none)')}\n"
                    "</earlier_final_answer>")
-        notes = [e.detail for e in self.store.read_events(session_id)
+        notes = [escape_earlier(e.detail) for e in self.store.read_events(session_id)
                  if e.type is EventType.STEERED and e.detail]
         if notes:  # the user's notes steered the earlier answer: they still stand
             earlier += ("\n<earlier_user_notes>\n" + "\n".join(f"- {n}" for n in notes)

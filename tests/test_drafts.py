@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from massgen_mcp.consensus.drafts import Drafts
 from massgen_mcp.core.records import CallPurpose, EventType, StatusRecord
-from massgen_mcp.core.secrets import redact, register_secret
+from massgen_mcp.core.secrets import redact_excerpt, register_secret
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.sessions.runner import SessionRunner
@@ -27,7 +27,8 @@ from massgen_mcp.testing.scripted import ScriptedServer
 from tests.helpers import team_for
 
 SECRET = "sk-draft-test-0123456789abcdefXYZ"
-LONG = "The answer is 42, because " + "six times seven " * 20 + SECRET + " and so on."
+LONG = ("The answer is 42, because " + "six times seven " * 20 + SECRET
+        + " and so on" * 40 + ".")  # the masked key shows for a while (0.4 s)
 
 
 def slow_answers(req: ChatRequest) -> Reply:
@@ -96,7 +97,8 @@ def test_an_answer_streamed_as_tool_call_json_shows_as_its_text(
         drafts.add("a", piece, 1)
         at, i = at + len(piece), i + 1
     shown = drafts.records()["a"]
-    assert shown.text == redact(content)[-400:] if content else shown.text == ""
+    expected = redact_excerpt(content[-1600:], cut_start=len(content) > 1600)[-400:]
+    assert shown.text == expected if content else shown.text == ""
     assert shown.chars == len(content)
 
 
@@ -107,3 +109,25 @@ def test_a_vote_or_plain_text_shows_as_written() -> None:
         drafts.add(aid, text, 3)
     assert {aid: d.text for aid, d in drafts.records().items()} == {
         "a": '{"answer": "A1", "reason": "clearest"}', "b": "Plain words."}
+
+
+def test_a_key_is_never_shown_in_part_while_it_streams() -> None:
+    """A key being written shows nothing of itself until it is whole (then masked), and a
+    key cut by the start of the kept text (many keys, masked short, bring it into view)
+    shows nothing of its end: with a key of no known shape (an ``api_key_env`` one)."""
+    key = "Zq8fLx2Pq9Wm4Tr7Yb1Nc5Hd3Gv6Ks0Jp"
+    register_secret(key)
+    drafts = Drafts()
+    drafts.begin("a", CallPurpose.ANSWER)
+    drafts.add("a", "the key is ", 1)
+    for i in range(1, len(key)):
+        drafts.add("a", key[i - 1], 1)
+        assert drafts.records()["a"].text == "the key is ", i
+    drafts.add("a", key[-1] + " and sk-proj-A1b2", 2)  # a key shape, begun
+    assert drafts.records()["a"].text == "the key is *** and "
+    for lead in range(len(key) + 1):
+        drafts.begin("a", CallPurpose.ANSWER)
+        drafts.add("a", "y" * lead + (key + " ") * 60, 1)
+        shown = drafts.records()["a"].text
+        assert not any(key[:n] in shown or key[-n:] in shown for n in range(2, len(key))), (
+            lead, shown[:40])

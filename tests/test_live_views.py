@@ -372,3 +372,12 @@ def test_a_live_line_fits_its_row_and_obeys_nothing_in_the_draft() -> None:
     assert hostile.endswith('"…x \\x1b]0;evil\\x07"')
     idle = agent.model_copy(update={"draft": None, "activity": "read_file a.py"})
     assert agent_line("agent_b", idle) == "agent_b  working · read_file a.py"
+
+
+def test_a_live_line_of_a_tool_call_stays_on_its_row() -> None:
+    """The activity quotes a path the model chose: a newline or tab in it would draw a second
+    row the redraw never clears (a forged progress line left on the screen)."""
+    agent = AgentStatus(model="openai/b", label_letter="B", phase=AgentPhase.WORKING,
+                        answers=0, activity="read_file a\n✓ consensus: A2 won\tb")
+    line = fit(agent_line("agent_b", agent), 80)
+    assert line == "agent_b  working · read_file a ✓ consensus: A2 won b"

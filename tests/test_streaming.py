@@ -249,6 +249,56 @@ async def test_a_hostile_stream_is_a_provider_error(serve: Serve, body: str) -> 
     assert info.value.kind == "server_error" and info.value.retryable
 
 
+async def _raw_server(head: bytes, body: Callable[[], Iterator[bytes]], sent: list[int]
+                      ) -> asyncio.Server:
+    """A server that answers any request with ``head`` then ``body``'s pieces, as fast as
+    the client reads them, counting the bytes the client took off the socket's buffers."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head)
+        try:
+            for piece in body():
+                writer.write(piece)
+                await writer.drain()
+                sent[0] += len(piece)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+@pytest.mark.usefixtures("_litellm_loaded")
+async def test_an_endless_error_page_is_not_read_to_its_end() -> None:
+    sent = [0]
+    server = await _raw_server(b"HTTP/1.1 500 Oops\r\nContent-Type: text/plain\r\n\r\n",
+                               lambda: (b"x" * (1 << 20) for _ in range(64)), sent)
+    agent = AgentSpec(id="a", model="openai/m",
+                      base_url=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1")
+    async with server:
+        with pytest.raises(ProviderError) as info:
+            await LiteLLMProvider().complete(agent, HI, tools=None, timeout_s=10,
+                                             context=Pieces().context())
+    assert info.value.kind == "server_error" and len(str(info.value)) < 500
+    assert sent[0] < 16 << 20, f"read {sent[0]:,} bytes of an error page"
+
+
+@pytest.mark.usefixtures("_litellm_loaded")
+async def test_a_compressed_stream_is_refused_not_inflated() -> None:
+    import gzip
+
+    bomb = gzip.compress(b"data: " + b"x" * (32 << 20))  # 32 MB of text in ~32 KB
+    server = await _raw_server(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                               b"Content-Encoding: gzip\r\n\r\n", lambda: iter([bomb]), [0])
+    agent = AgentSpec(id="a", model="openai/m",
+                      base_url=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1")
+    async with server:
+        with pytest.raises(ProviderError) as info:
+            await LiteLLMProvider().complete(agent, HI, tools=None, timeout_s=10,
+                                             context=Pieces().context())
+    assert "'gzip'-encoded body" in str(info.value)
+
+
 @pytest.mark.parametrize(("event", "kind"), [
     ({"message": "Rate limit reached", "type": "rate_limit_error", "code": 429}, "rate_limit"),
     ({"message": "overloaded", "type": "server_error", "code": 529}, "server_error"),

@@ -79,7 +79,10 @@ def agent_line(name: str, agent: AgentStatus) -> str:
     """``agent_b  writing answer… 412 tokens  "…tail"``, or its phase when not writing."""
     draft = agent.draft
     if draft is None:
-        return f"{name}  {agent.phase}" + (f" · {agent.activity}" if agent.activity else "")
+        # The activity quotes a tool call's argument (a path the model chose): folded to one
+        # row like a draft, since a newline would leave a line the redraw never clears.
+        activity = " ".join((agent.activity or "").split())
+        return f"{name}  {agent.phase}" + (f" · {activity}" if activity else "")
     tail = redact(" ".join(draft.text.split()))
     return f'{name}  writing {draft.purpose}… {draft.tokens} tokens  "…{tail}"'
 

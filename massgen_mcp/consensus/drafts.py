@@ -4,7 +4,9 @@ A draft is kept in memory only, for ``get_status`` and the live views: the recor
 answers, never drafts (a draft is half a thought, and the record must read the same whether a
 provider streamed or not). Each draft holds the end of the text so far, redacted when read:
 a key the model echoes is masked like everywhere else, even one the window cuts in two, since
-the window keeps enough text before its start to recognise any known secret whole.
+the window keeps enough text before its start to recognise any known secret whole; a key
+still being written is held back until it is whole, and one whose start fell out of the
+kept text (keys masked to ``***`` shrink it) is masked too.
 
 An answer written through the ``new_answer`` tool streams as the JSON of the tool call's
 arguments (``{"content": "The answer is…``); the draft shows the answer's text instead,
@@ -22,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from massgen_mcp.core.records import CallPurpose, Draft
-from massgen_mcp.core.secrets import redact
+from massgen_mcp.core.secrets import redact_excerpt
 
 DRAFT_CHARS = 400  # what a draft shows: the last few hundred characters
 _KEPT_CHARS = 4 * DRAFT_CHARS  # kept, so a secret across the window's edge is masked whole
@@ -168,7 +170,9 @@ class Drafts:
         now = time.monotonic()
         return {
             aid: Draft(purpose=d.purpose,
-                       text=redact(d.tail + d.unwrap.rest())[-DRAFT_CHARS:], chars=d.chars,
+                       text=redact_excerpt(d.tail + d.unwrap.rest(),
+                                           cut_start=d.chars > len(d.tail))[-DRAFT_CHARS:],
+                       chars=d.chars,
                        tokens=d.tokens,
                        first_token_s=round(d.first_token - d.started, 3),
                        elapsed_s=round(now - d.started, 3))

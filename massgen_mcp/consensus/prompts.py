@@ -75,6 +75,18 @@ def _escape(text: str) -> str:
     return _OUR_TAGS.sub(lambda m: "<\\" + m.group(1) + m.group(2), text)
 
 
+# The elements a follow-up's context quotes its parent run in (ConsensusService.continue_session).
+_EARLIER_TAGS = re.compile(r"<(/?)(earlier_(?:question|final_answer|user_notes))\b",
+                           re.IGNORECASE)
+
+
+def escape_earlier(text: str) -> str:
+    """Text quoted in a follow-up's ``<earlier_…>`` context, as :func:`_escape` does for
+    ours: an earlier final answer (model output) can neither close its element nor forge
+    one, such as ``<earlier_user_notes>`` (the user's own words)."""
+    return _EARLIER_TAGS.sub(lambda m: "<\\" + m.group(1) + m.group(2), text)
+
+
 def render_question(question: str, context: str | None) -> str:
     parts = [f"<question>\n{_escape(question)}\n</question>"]
     if context:

@@ -90,6 +90,39 @@ def redact(text: str) -> str:
     return _redact(text, _known_secrets()) if text else text
 
 
+# A key shape cut off by the end of a text still being written, before it is long enough
+# for _KEY_SHAPES to know it: ``sk-proj-A1b2``.
+_KEY_SHAPE_BEGUN = re.compile(r"\b(sk|pk|rk|gsk|xai|AIza)[-_][A-Za-z0-9_\-]*$")
+
+
+def redact_excerpt(text: str, *, cut_start: bool) -> str:
+    """``text``, an excerpt of a text still being written (a live draft), redacted as by
+    :func:`redact`, and safe at its edges too: a known secret the excerpt's end cuts off (so
+    far only its first characters were written) is held back until it is whole (then masked),
+    and, when ``cut_start`` (the excerpt lost its start), a secret whose start was cut off is
+    masked. Without this a draft shows a key but its last character while it streams."""
+    if not text:
+        return text
+    secrets = _known_secrets()
+    text = _redact(text, secrets)
+    end = len(text)
+    for secret in secrets:  # the longest proper prefix of a secret that ends the text
+        for i in range(max(0, len(text) - len(secret) + 1), end):
+            if secret.startswith(text[i:]):
+                end = i
+                break
+    begun = _KEY_SHAPE_BEGUN.search(text, 0, end)
+    text = text[:begun.start() if begun else end]
+    start = 0
+    if cut_start:
+        for secret in secrets:  # the longest proper suffix of a secret that starts the text
+            for i in range(min(len(secret) - 1, len(text)), start, -1):
+                if secret.endswith(text[:i]):
+                    start = i
+                    break
+    return (MASK + text[start:]) if start else text
+
+
 def _redact(text: str, secrets: list[str]) -> str:
     for secret in secrets:
         if secret in text:

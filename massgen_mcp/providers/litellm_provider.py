@@ -20,6 +20,8 @@ import warnings
 from types import ModuleType
 from typing import Any
 
+import httpx
+
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.secrets import RedactingFormatter, redact
 from massgen_mcp.core.spec import AgentSpec
@@ -75,6 +77,11 @@ def load_litellm() -> ModuleType:
             _module = litellm
             return litellm
         return _module
+
+
+async def litellm_module() -> ModuleType:
+    """litellm, imported off the event loop if it is not yet."""
+    return _module if _module is not None else await asyncio.to_thread(load_litellm)
 
 
 async def warm_up() -> None:
@@ -223,7 +230,12 @@ class LiteLLMProvider:
         timeout_s: float,
         context: CallContext | None = None,
     ) -> Completion:
-        litellm = _module if _module is not None else await asyncio.to_thread(load_litellm)
+        key = agent.resolved_api_key()
+        listener = context.on_text if context is not None else None
+        if listener is not None and streams_lean(agent):
+            return await self._stream_lean(agent, messages, tools, timeout_s, listener,
+                                           key or _PLACEHOLDER_KEY)
+        litellm = await litellm_module()
         kwargs: dict[str, Any] = {
             "model": agent.model,
             "messages": messages,
@@ -236,7 +248,6 @@ class LiteLLMProvider:
             kwargs["tool_choice"] = "required"
         if agent.base_url:
             kwargs["api_base"] = agent.base_url
-        key = agent.resolved_api_key()
         if key:
             kwargs["api_key"] = key
         elif agent.base_url:
@@ -248,14 +259,7 @@ class LiteLLMProvider:
             if value is not None:
                 kwargs[name] = value
         started = time.perf_counter()
-        listener = context.on_text if context is not None else None
         try:
-            if listener is not None and streams_lean(agent):
-                completion = await stream_chat(agent, messages, tools,
-                                               api_key=kwargs["api_key"],
-                                               timeout_s=timeout_s, on_text=listener)
-                self._answered.add(self._key(agent))
-                return completion
             if listener is None:
                 response = await litellm.acompletion(**kwargs)
             else:
@@ -273,18 +277,7 @@ class LiteLLMProvider:
         except (asyncio.CancelledError, ProviderError):
             raise
         except Exception as exc:
-            why = connect_failure(exc)
-            if why is None:
-                raise map_error(exc, litellm) from None
-            url = endpoint_of(agent)
-            # A hosted API that fails to connect is a network blip (DNS, Wi-Fi) until shown
-            # otherwise: retried as before. A server the user runs fails at once, with its
-            # URL but not why: the URL may be a model's call's, whose caller must not learn
-            # which hosts refuse, do not resolve or are not TLS (endpoints' docstring); the
-            # user's own were told that before the run.
-            raise ProviderError(unreachable_message(agent, url, None if url else why),
-                                retryable=url is None or self._key(agent) in self._answered,
-                                kind="unreachable") from None
+            raise self._failure(agent, exc, map_error(exc, litellm)) from None
         self._answered.add(self._key(agent))
         return Completion(
             content=message.content,
@@ -294,6 +287,41 @@ class LiteLLMProvider:
             cost_usd=_cost(response),
             latency_s=time.perf_counter() - started,
         )
+
+    async def _stream_lean(self, agent: AgentSpec, messages: list[dict[str, Any]],
+                           tools: list[dict[str, Any]] | None, timeout_s: float,
+                           listener: TextListener, key: str) -> Completion:
+        """A streamed call to an OpenAI-format server the user runs (:mod:`.openai_stream`),
+        its failures worded as litellm's are."""
+        try:
+            completion = await stream_chat(agent, messages, tools, api_key=key,
+                                           timeout_s=timeout_s, on_text=listener)
+        except (asyncio.CancelledError, ProviderError):
+            raise
+        except Exception as exc:  # httpx's: the connection broke, or could not be made
+            timed_out = isinstance(exc, httpx.TimeoutException)
+            raise self._failure(agent, exc, ProviderError(
+                f"{'timeout' if timed_out else 'provider error'}: "
+                f"{redact(str(exc) or type(exc).__name__)[:400]}",
+                retryable=True, kind="timeout" if timed_out else "server_error")) from None
+        self._answered.add(self._key(agent))
+        return completion
+
+    def _failure(self, agent: AgentSpec, exc: Exception, otherwise: ProviderError
+                 ) -> ProviderError:
+        """What a failed call raises: ``otherwise``, unless the connection could not be
+        made. A hosted API that fails to connect is a network blip (DNS, Wi-Fi) until shown
+        otherwise: retried as before. A server the user runs fails at once, with its URL but
+        not why: the URL may be a model's call's, whose caller must not learn which hosts
+        refuse, do not resolve or are not TLS (endpoints' docstring); the user's own were
+        told that before the run."""
+        why = connect_failure(exc)
+        if why is None:
+            return otherwise
+        url = endpoint_of(agent)
+        return ProviderError(unreachable_message(agent, url, None if url else why),
+                             retryable=url is None or self._key(agent) in self._answered,
+                             kind="unreachable")
 
     @staticmethod
     def _key(agent: AgentSpec) -> tuple[str, str]:

@@ -38,6 +38,7 @@ from massgen_mcp.providers.base import Completion, TextListener, ToolCall
 MAX_LINE_CHARS = 1 << 20  # one event; a token is a few characters
 MAX_REPLY_CHARS = 8 << 20  # the whole reply: text and tool-call arguments
 _ERROR_CHARS = 400
+_ERROR_BODY_BYTES = 64 << 10  # what is read of a refused request's body: its message
 
 
 def streams_lean(agent: AgentSpec) -> bool:
@@ -117,8 +118,8 @@ class _Reply:
             raise ProviderError(f"provider error: the reply passed {MAX_REPLY_CHARS:,} "
                                 "characters; stopped", retryable=False, kind="server_error")
 
-    def completion(self, agent: AgentSpec, messages: list[dict[str, Any]],
-                   latency_s: float) -> Completion:
+    async def completion(self, agent: AgentSpec, messages: list[dict[str, Any]],
+                         latency_s: float) -> Completion:
         usage = self.usage or {}
         prompt = usage.get("prompt_tokens")
         completion = usage.get("completion_tokens")
@@ -131,17 +132,20 @@ class _Reply:
                  for i, c in (sorted(self.calls.items()))]
         return Completion(content="".join(self.text) if self.text else None, tool_calls=calls,
                           prompt_tokens=prompt, completion_tokens=completion,
-                          cost_usd=_cost(agent.model, prompt, completion),
+                          cost_usd=await _cost(agent.model, prompt, completion),
                           latency_s=latency_s)
 
 
-def _cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+async def _cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
     """The call's price from litellm's table, as a whole call's ``response_cost`` is (None
-    when the table does not know the model)."""
-    from massgen_mcp.providers.litellm_provider import load_litellm  # loaded by now
+    when the table does not know the model). litellm is only needed here, once the reply is
+    in: a first call does not wait ~3 s for its import (usually done by then, in the
+    background) before it starts."""
+    from massgen_mcp.providers.litellm_provider import litellm_module
 
+    litellm = await litellm_module()
     try:
-        prompt_usd, completion_usd = load_litellm().cost_per_token(
+        prompt_usd, completion_usd = litellm.cost_per_token(
             model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
     except Exception:  # not in the table: litellm raises
         return None
@@ -215,11 +219,31 @@ def request_body(agent: AgentSpec, messages: list[dict[str, Any]],
     return body
 
 
+def _check_encoding(response: httpx.Response) -> None:
+    """The body is read as sent (``Accept-Encoding: identity``): a compressed one is refused,
+    since httpx would inflate each piece whole (64 KB of gzip is 64 MB of text) before any
+    cap here could look at it."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise _garbled(f"a {encoding[:20]!r}-encoded body (identity was asked for)")
+
+
+async def _head(response: httpx.Response, limit: int) -> bytes:
+    """At most the first ``limit`` bytes of the body (a refused request's message): a server
+    that sends an endless error page is not read to its end."""
+    got = bytearray()
+    async for data in response.aiter_raw():
+        got += data
+        if len(got) >= limit:
+            break
+    return bytes(got[:limit])
+
+
 async def _lines(response: httpx.Response) -> AsyncIterator[str]:
     """The body's lines, none longer than :data:`MAX_LINE_CHARS` (httpx's own reader would
     hold a line of any length in memory)."""
     pending = b""
-    async for data in response.aiter_bytes():
+    async for data in response.aiter_raw():
         pending += data
         *lines, pending = pending.split(b"\n")
         if len(pending) > MAX_LINE_CHARS:
@@ -240,9 +264,11 @@ async def stream_chat(agent: AgentSpec, messages: list[dict[str, Any]],
     reply = _Reply()
     async with httpx.AsyncClient(verify=_tls(), timeout=timeout_s) as client, client.stream(
             "POST", url, json=request_body(agent, messages, tools),
-            headers={"Authorization": f"Bearer {api_key}"}) as response:
+            headers={"Authorization": f"Bearer {api_key}",
+                     "Accept-Encoding": "identity"}) as response:
+        _check_encoding(response)
         if response.status_code >= 400:
-            body = (await response.aread())[:64 << 10].decode("utf-8", "replace")
+            body = (await _head(response, _ERROR_BODY_BYTES)).decode("utf-8", "replace")
             raise http_error(response.status_code, body, response.headers)
         done = False
         async for line in _lines(response):
@@ -260,4 +286,4 @@ async def stream_chat(agent: AgentSpec, messages: list[dict[str, Any]],
     if not (reply.finished or done):
         raise ProviderError("provider error: the reply's stream ended before the reply did",
                             retryable=True, kind="server_error")
-    return reply.completion(agent, messages, time.perf_counter() - started)
+    return await reply.completion(agent, messages, time.perf_counter() - started)

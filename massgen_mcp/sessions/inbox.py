@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import secrets
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,14 +107,20 @@ def take(folder: Path) -> list[tuple[str, str | None]]:
         except FileNotFoundError:  # withdrawn meanwhile
             continue
         taken.append((name, _read_note(claimed)))
-        claimed.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a planted folder stays: it is never read again
+            claimed.unlink(missing_ok=True)
     return taken
 
 
 def _read_note(path: Path) -> str | None:
+    """The note in ``path``, or None unless it is a regular file holding one: a link, a
+    folder or a FIFO (whose open would wait for a writer forever) is not read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
         return None
     with os.fdopen(fd, "rb") as file:
         raw = file.read(MAX_NOTE_BYTES + 1)
