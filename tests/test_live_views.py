@@ -109,9 +109,10 @@ async def test_the_live_page_shows_drafts_before_the_answers(
     mid = json.loads(mid_line.removeprefix(b"mid "))
     writing = [box for box in mid["boxes"] if box["writing"] and shown_words(box["text"])]
     assert len(writing) >= 2 and mid["status"] == "running" and mid["live"]
-    for box in writing:  # part of an answer, not yet all of it: a draft, shown as it streams
-        assert max(shown_words(box["text"])) < WORDS - 1, box
-        assert "tokens" in box["stats"] and box["phase"] == "working"
+    # Part of an answer, not yet all of it: a draft, shown as it streams. (A box may show all
+    # sixty words while its stream sends the reply's last characters, the JSON's end.)
+    assert any(max(shown_words(box["text"])) < WORDS - 1 for box in writing), writing
+    assert all("tokens" in box["stats"] and box["phase"] == "working" for box in writing)
     assert mid["answers"] < 3  # the report below the boxes has not got every answer yet
     assert mid["liveMarkup"] == 0 and mid["pwned"] is False
 
