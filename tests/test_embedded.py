@@ -20,6 +20,7 @@ from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.spec import PROVIDER_KEY_ENV, build_team
 from massgen_mcp.providers import local_model
 from massgen_mcp.providers.llamacpp_provider import (
+    VOTE_REASON_CHARS,
     LlamaCppProvider,
     decision_schema,
     embedded_model_name,
@@ -87,6 +88,7 @@ def test_offline_consensus_with_no_keys(monkeypatch: pytest.MonkeyPatch,
     assert result["decided_by"] in ("majority", "all_voted")
     assert live // 2 + 1 <= len(result["votes"]) <= live
     assert (len(result["votes"]) == live) == (result["decided_by"] == "all_voted")
+    assert all(len(v["reason"]) <= VOTE_REASON_CHARS for v in result["votes"])  # the grammar
 
 
 @needs_model
@@ -117,8 +119,8 @@ async def test_three_agents_decode_at_once_and_an_error_is_a_provider_error() ->
     import asyncio
 
     provider = LlamaCppProvider()
-    # Room for the vote's reason: the grammar has no length cap on it, and 48 tokens cut the
-    # JSON short now and then (a CI run saw no tool call at all).
+    # Room for the vote's reason (up to VOTE_REASON_CHARS): 48 tokens cut the JSON short now
+    # and then (a CI run saw no tool call at all).
     team = build_team({"agents": [{"id": x, "model": "local/smollm2", "max_tokens": 192}
                                   for x in "abc"]})
     tools = [t for t in workflow_tools(VIEW) if t["function"]["name"] == "vote"]
@@ -126,7 +128,9 @@ async def test_three_agents_decode_at_once_and_an_error_is_a_provider_error() ->
                 {"role": "user", "content": "Capital of France? A1: Paris. C1: Lyon."}]
     done = await asyncio.gather(*(provider.complete(agent, messages, tools=tools, timeout_s=60)
                                   for agent in team.agents))
-    assert all(json.loads(c.tool_calls[0].arguments)["answer"] in ("A1", "C1") for c in done)
+    votes = [json.loads(c.tool_calls[0].arguments) for c in done]
+    assert all(v["answer"] in ("A1", "C1") and len(v["reason"]) <= VOTE_REASON_CHARS
+               for v in votes)
     too_long = [{"role": "user", "content": "word " * 20_000}]
     with pytest.raises(ProviderError, match="local inference failed"):
         await provider.complete(team.agents[0], too_long, tools=None, timeout_s=60)

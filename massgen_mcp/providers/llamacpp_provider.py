@@ -57,6 +57,9 @@ def embedded_model_name() -> str | None:
     return local_model.model_name()
 
 
+VOTE_REASON_CHARS = 200  # what get_result shows of a reason, too (SUMMARY_REASON_CHARS)
+
+
 def decision_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
     """A JSON schema whose every instance is exactly one valid workflow call."""
     options = []
@@ -72,7 +75,8 @@ def decision_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
             options.append({"type": "object", "properties": {
                 "action": {"const": "vote"},
                 "answer": {"enum": labels},
-                "reason": {"type": "string"}},
+                # A reason is a sentence: unbounded, a tiny model rambles until max_tokens.
+                "reason": {"type": "string", "maxLength": VOTE_REASON_CHARS}},
                 "required": ["action", "answer", "reason"]})
     return options[0] if len(options) == 1 else {"anyOf": options}
 
