@@ -102,13 +102,17 @@ def test_an_answer_streamed_as_tool_call_json_shows_as_its_text(
     assert shown.chars == len(content)
 
 
-def test_a_vote_or_plain_text_shows_as_written() -> None:
+def test_a_vote_shows_its_reason_and_plain_text_shows_as_written() -> None:
+    """The embedded model's grammar writes ``{ "action": "vote", "answer" : "A1", ...``: the
+    keys are protocol; the draft shows nothing until the reason (or the answer's text)."""
     drafts = Drafts()
-    for aid, text in (("a", '{"answer": "A1", "reason": "clearest"}'), ("b", "Plain words.")):
+    for aid, text in (("a", '{"answer": "A1", "reason": "clearest"}'), ("b", "Plain words."),
+                      ("c", '{ "action": "vote", "answer" : "A1", "reas'),
+                      ("d", '{ "action" : "new_answer", "content" : "Par')):
         drafts.begin(aid, CallPurpose.EVALUATE)
         drafts.add(aid, text, 3)
     assert {aid: d.text for aid, d in drafts.records().items()} == {
-        "a": '{"answer": "A1", "reason": "clearest"}', "b": "Plain words."}
+        "a": "clearest", "b": "Plain words.", "c": "", "d": "Par"}
 
 
 def test_a_key_is_never_shown_in_part_while_it_streams() -> None:

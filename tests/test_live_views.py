@@ -332,7 +332,7 @@ def test_the_cli_shows_a_live_line_per_agent_on_a_terminal(home: Path,
     screen = run_in_terminal(home, slow)
     answered = screen.index(" answered ")
     before = screen[:answered]
-    live = re.findall(r'(agent_[abc])  writing answer… (\d+) tokens  "…([^"\r\n]*)"', before)
+    live = re.findall(r'(agent_[abc])  writing its answer… (\d+) tokens  "…([^"\r\n]*)"', before)
     assert {who for who, _, _ in live} >= {"agent_a", "agent_b", "agent_c"}, before[-2000:]
     assert any(shown_words(tail) and LAST not in tail for _, _, tail in live)
     assert "\x1b[3A\x1b[J" in screen, "the three lines are redrawn in place"
@@ -364,7 +364,7 @@ def test_a_live_line_fits_its_row_and_obeys_nothing_in_the_draft() -> None:
     agent = AgentStatus(model="openai/b", label_letter="B", phase=AgentPhase.WORKING,
                         answers=0, draft=draft)
     line = fit(agent_line("agent_b", agent), 59)
-    assert line.startswith('agent_b  writing answer… 99 tokens  "…') and line.endswith(' end"')
+    assert line.startswith('agent_b  writing its answer… 99 tokens  "…') and line.endswith(' end"')
     assert "\x1b" not in line and "\n" not in line
     columns = sum(2 if unicodedata.east_asian_width(c) == "W" else 1 for c in line)
     assert 57 <= columns <= 59

@@ -210,7 +210,7 @@ async def test_steering_what_is_not_running_on_a_worker_is_refused(
         worker = pool.worker()
         assert (await runner.wait(queued, 60, until_done=True)).status == "completed"
         with pytest.raises(SteerRefusedError, match=r"is completed, not running: .* "
-                                                    r"continue_session"):
+                                                    r"\(continue_session"):
             await runner.steer(queued, "a note")
         held = (await runner.start("hold this one", team)).session_id
         await votes.arrived(3)

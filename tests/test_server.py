@@ -277,7 +277,7 @@ async def test_steer_session_reaches_the_team_and_get_status_shows_it(
     late = await call(client, "steer_session", session_id=sid, message="more")
     assert late.is_error and "not running" in text_of(late.content[0])
     empty = await call(client, "steer_session", session_id=sid, message="")
-    assert empty.is_error
+    assert empty.is_error and text_of(empty.content[0]).startswith("message: empty; write")
 
 
 async def test_continue_session_links_both_records(client: McpClient, scripted: Scripted,

@@ -4,7 +4,7 @@ The progress lines (one per event, :func:`massgen_mcp.render.text.describe_event
 they always have; below them each agent has one line saying what it is doing now, with the end
 of its draft while its model call streams::
 
-    agent_b  writing answer… 412 tokens  "…the cache is keyed by the full path, so"
+    agent_b  writing its answer… 412 tokens  "…the cache is keyed by the full path, so"
 
 Only when stderr is a terminal that moves its cursor (not ``TERM=dumb``): anywhere else the
 plain lines are all there is, as before. The lines are redrawn by moving the cursor up over
@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from typing import TextIO
 
 from massgen_mcp.core.edges import terminal_safe
-from massgen_mcp.core.records import AgentStatus, Event, StatusRecord
+from massgen_mcp.core.records import AgentStatus, CallPurpose, Event, StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.render.text import describe_event
 
@@ -76,7 +76,7 @@ class LiveLines:
 
 
 def agent_line(name: str, agent: AgentStatus) -> str:
-    """``agent_b  writing answer… 412 tokens  "…tail"``, or its phase when not writing."""
+    """``agent_b  writing its answer… 412 tokens  "…tail"``, or its phase when not writing."""
     draft = agent.draft
     if draft is None:
         # The activity quotes a tool call's argument (a path the model chose): folded to one
@@ -84,7 +84,14 @@ def agent_line(name: str, agent: AgentStatus) -> str:
         activity = " ".join((agent.activity or "").split())
         return f"{name}  {agent.phase}" + (f" · {activity}" if activity else "")
     tail = redact(" ".join(draft.text.split()))
-    return f'{name}  writing {draft.purpose}… {draft.tokens} tokens  "…{tail}"'
+    tokens = f"{draft.tokens} token{'' if draft.tokens == 1 else 's'}"
+    return f"{name}  {_DOING[draft.purpose]}… {tokens}" + (f'  "…{tail}"' if tail else "")
+
+
+# What an agent with a draft is doing, in words (CallPurpose is the record's).
+_DOING = {CallPurpose.ANSWER: "writing its answer", CallPurpose.EVALUATE: "reviewing",
+          CallPurpose.FINAL: "writing the final answer", CallPurpose.CHECK: "checking it",
+          CallPurpose.EVIDENCE: "reading"}
 
 
 def fit(line: str, columns: int) -> str:

@@ -9,9 +9,10 @@ still being written is held back until it is whole, and one whose start fell out
 kept text (keys masked to ``***`` shrink it) is masked too.
 
 An answer written through the ``new_answer`` tool streams as the JSON of the tool call's
-arguments (``{"content": "The answer is…``); the draft shows the answer's text instead,
-unescaped as it comes (:class:`_Unwrap`). Anything else (a vote, a reply that is not such
-JSON) shows as written.
+arguments (``{"content": "The answer is…``), a vote as ``{"answer": "B1", "reason": "…``, and
+a model without tool calling writes the same as JSON text: the draft shows the answer's text,
+or the vote's reason, unescaped as it comes (:class:`_Unwrap`), and nothing while only the
+JSON's keys have come. A reply that is not such JSON shows as written.
 
 When a call ends its draft goes, and :meth:`Drafts.end` reports its pace for the ``call``
 event: the time to the first text and the tokens per second after it.
@@ -29,7 +30,7 @@ from massgen_mcp.core.secrets import redact_excerpt
 DRAFT_CHARS = 400  # what a draft shows: the last few hundred characters
 _KEPT_CHARS = 4 * DRAFT_CHARS  # kept, so a secret across the window's edge is masked whole
 _SNIFF_CHARS = 200  # how far into a reply that opens with "{" its "content" key may start
-_CONTENT = re.compile(r'"content"\s*:\s*"')
+_CONTENT = re.compile(r'"(?:content|reason)"\s*:\s*"')  # an answer's text, a vote's reason
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r",
             "t": "\t"}
 
@@ -107,8 +108,10 @@ class _Unwrap:
         return "".join(out)
 
     def rest(self) -> str:
-        """What a reply still sniffed at its end shows (a short reply that is not JSON)."""
-        return self.pending if self.mode == "sniff" else ""
+        """What a reply still sniffed shows: nothing while it may yet be JSON to unwrap (its
+        keys are protocol, not the agent's words)."""
+        return self.pending if self.mode == "sniff" and not self.pending.lstrip().startswith(
+            "{") else ""
 
 
 @dataclass

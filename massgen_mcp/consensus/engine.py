@@ -313,10 +313,11 @@ class ConsensusRun:
         note = redact(clean_note(message))
         if self.status is not RunStatus.RUNNING or not self._coordinating:
             where = ("the team has decided and is writing the final answer"
-                     if self.status is RunStatus.RUNNING else f"the run is {self.status}")
+                     if self.status is RunStatus.RUNNING
+                     else f"the run is {str(self.status).replace('_', ' ')}")
             raise SteerRefusedError(
                 f"session {self.request.session_id} cannot take a note now: {where}. Send "
-                "it as a follow-up with continue_session once the run has finished")
+                "it as a follow-up once the run has finished (continue_session, or a new run)")
         self._notes.admit()
         cleared = self.coord.steer(note)
         self._emit(EventType.STEERED, detail=note, chars=len(note), count=cleared)

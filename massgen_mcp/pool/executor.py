@@ -351,8 +351,9 @@ class PoolRunner:
         status = await self.status(check_session_id(session_id))  # engine masks its own
         if status.status is not RunStatus.RUNNING:
             raise SteerRefusedError(
-                f"session {session_id} is {status.status}, not running: a note only reaches "
-                "a running team. Send it as a follow-up with continue_session")
+                f"session {session_id} is {str(status.status).replace('_', ' ')}, not "
+                "running: a note only reaches a running team. Ask it as a follow-up instead "
+                "(continue_session, or a new run)")
         if status.phase is Phase.QUEUED:
             raise SteerRefusedError(
                 f"session {session_id} is queued, waiting for a worker of the pool: a note "

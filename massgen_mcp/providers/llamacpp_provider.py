@@ -210,6 +210,11 @@ class _Model:
         shutil.rmtree(self._folder, ignore_errors=True)
 
 
+def _moot(work: asyncio.Future[Any]) -> None:
+    if not work.cancelled():
+        work.exception()
+
+
 class LlamaCppProvider:
     """Runs ``local/*`` models in this process with llama.cpp (xllamacpp)."""
 
@@ -289,13 +294,15 @@ class LlamaCppProvider:
             on_piece = _on_loop(asyncio.get_running_loop(), context.on_text, cancel)
         work = asyncio.ensure_future(
             asyncio.to_thread(self._generate, agent, messages, tools, cancel, on_piece))
+        # A cancelled call's generation may end after the wait below (a prompt still being
+        # read stops only at its first token): its outcome is moot, and retrieved whenever
+        # it comes, so asyncio never prints it as an exception nobody retrieved.
+        work.add_done_callback(_moot)
         try:
             return await asyncio.shield(work)
         except asyncio.CancelledError:
             cancel.set()  # the generation stops at its next token: wait for that, briefly
             await asyncio.wait({work}, timeout=CANCEL_WAIT_S)
-            if work.done() and not work.cancelled():
-                work.exception()  # retrieved: the call was cancelled, its outcome is moot
             raise
         except _Cancelled:
             raise asyncio.CancelledError from None

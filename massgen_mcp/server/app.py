@@ -267,7 +267,8 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
                                       idempotent_hint=False, open_world_hint=False))
     async def steer_session(
         session_id: SessionId,
-        message: Annotated[str, Field(min_length=1, max_length=MAX_NOTE_CHARS)],
+        # No min_length: an empty note gets clean_note's sentence, not pydantic's.
+        message: Annotated[str, Field(max_length=MAX_NOTE_CHARS)],
         ctx: Context,
     ) -> SteerView:
         """Send a running team the user's note (e.g. a constraint they forgot); every agent

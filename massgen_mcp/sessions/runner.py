@@ -464,8 +464,9 @@ class SessionRunner:
         status = await self.status(session_id)
         if status.status is not RunStatus.RUNNING:
             raise SteerRefusedError(
-                f"session {session_id} is {status.status}, not running: a note only reaches "
-                "a running team. Send it as a follow-up with continue_session")
+                f"session {session_id} is {str(status.status).replace('_', ' ')}, not "
+                "running: a note only reaches a running team. Ask it as a follow-up instead "
+                "(continue_session, or a new run)")
         folder = self.store.folder(session_id)
         name = await asyncio.to_thread(inbox.post, folder, note)
         reply = await inbox.reply_to(folder, name, inbox.REPLY_WAIT_S)
