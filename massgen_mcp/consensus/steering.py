@@ -14,6 +14,7 @@ import time
 from collections import deque
 
 from massgen_mcp.core.errors import ConfigError, SteerRefusedError
+from massgen_mcp.core.records import RunStatus
 
 MAX_NOTE_CHARS = 2_000
 NOTES_PER_MINUTE = 3
@@ -32,6 +33,15 @@ def clean_note(message: object) -> str:
                           f"{MAX_NOTE_CHARS:,}. Send the gist; the agents see the question "
                           "already")
     return note
+
+
+def not_running(session_id: str, status: RunStatus) -> SteerRefusedError:
+    """The refusal of a note to a run that has ended (or never ran): the same words from
+    every executor."""
+    return SteerRefusedError(
+        f"session {session_id} is {str(status).replace('_', ' ')}, not running: a note only "
+        "reaches a running team. Ask it as a follow-up instead (continue_session, or a new "
+        "run)")
 
 
 class NoteGate:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from massgen_mcp.consensus.steering import clean_note
+from massgen_mcp.consensus.steering import clean_note, not_running
 from massgen_mcp.core.errors import (
     ConfigError,
     MassgenError,
@@ -350,10 +350,7 @@ class PoolRunner:
         note = redact(clean_note(note))  # this process's keys never travel; the worker's
         status = await self.status(check_session_id(session_id))  # engine masks its own
         if status.status is not RunStatus.RUNNING:
-            raise SteerRefusedError(
-                f"session {session_id} is {str(status.status).replace('_', ' ')}, not "
-                "running: a note only reaches a running team. Ask it as a follow-up instead "
-                "(continue_session, or a new run)")
+            raise not_running(session_id, status.status)
         if status.phase is Phase.QUEUED:
             raise SteerRefusedError(
                 f"session {session_id} is queued, waiting for a worker of the pool: a note "

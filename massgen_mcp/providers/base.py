@@ -105,6 +105,16 @@ class Bounded(Protocol):
 RetryHook = Callable[[int, ProviderError, float], Awaitable[None]]
 
 
+def retry_after_of(headers: Any) -> float | None:
+    """A response's Retry-After in seconds (None: absent, or an HTTP date, which our own
+    backoff then replaces); ``headers`` is any mapping, of either case."""
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 def backoff_delay(attempt: int, error: ProviderError, base_s: float) -> float:
     """Seconds to wait before retry ``attempt`` (1-based): Retry-After if given, else jittered
     exponential backoff."""

@@ -25,7 +25,13 @@ import httpx
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.secrets import RedactingFormatter, redact
 from massgen_mcp.core.spec import AgentSpec
-from massgen_mcp.providers.base import CallContext, Completion, TextListener, ToolCall
+from massgen_mcp.providers.base import (
+    CallContext,
+    Completion,
+    TextListener,
+    ToolCall,
+    retry_after_of,
+)
 from massgen_mcp.providers.endpoints import connect_failure, endpoint_of, unreachable_message
 from massgen_mcp.providers.openai_stream import stream_chat, streams_lean
 
@@ -115,13 +121,8 @@ def _retry_after(exc: Exception) -> float | None:
         getattr(getattr(exc, "response", None), "headers", None),
     ]
     for headers in candidates:
-        if not headers:
-            continue
-        value = headers.get("retry-after") or headers.get("Retry-After")
-        try:
-            return float(value) if value is not None else None
-        except (TypeError, ValueError):
-            return None  # an HTTP date: fall back to our own backoff
+        if headers:
+            return retry_after_of(headers)
     return None
 
 

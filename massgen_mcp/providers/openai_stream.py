@@ -33,7 +33,7 @@ import httpx
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import AgentSpec
-from massgen_mcp.providers.base import Completion, TextListener, ToolCall
+from massgen_mcp.providers.base import Completion, TextListener, ToolCall, retry_after_of
 
 MAX_LINE_CHARS = 1 << 20  # one event; a token is a few characters
 MAX_REPLY_CHARS = 8 << 20  # the whole reply: text and tool-call arguments
@@ -176,7 +176,7 @@ def http_error(status: int, body: str, headers: httpx.Headers) -> ProviderError:
         said = None
     text = redact(" ".join((said if isinstance(said, str) else body).split()))[:_ERROR_CHARS]
     lowered = text.lower()
-    retry_after = _retry_after(headers)
+    retry_after = retry_after_of(headers)
     if status == 429:
         return ProviderError(f"rate limited: {text}", retryable=True, status_code=429,
                              retry_after=retry_after, kind="rate_limit")
@@ -194,14 +194,6 @@ def http_error(status: int, body: str, headers: httpx.Headers) -> ProviderError:
                              kind="bad_request")
     return ProviderError(f"provider error: {text}", retryable=True, status_code=status,
                          retry_after=retry_after, kind="server_error")
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    try:
-        value = headers.get("retry-after")
-        return float(value) if value is not None else None
-    except ValueError:  # an HTTP date: our own backoff
-        return None
 
 
 def request_body(agent: AgentSpec, messages: list[dict[str, Any]],

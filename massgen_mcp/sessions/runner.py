@@ -24,6 +24,7 @@ from massgen_mcp.consensus import snapshot
 from massgen_mcp.consensus.engine import ConsensusRun
 from massgen_mcp.consensus.replay import Prior, RunRequest
 from massgen_mcp.consensus.snapshot import queued_status
+from massgen_mcp.consensus.steering import not_running
 from massgen_mcp.core.errors import (
     ConfigError,
     MassgenError,
@@ -463,10 +464,7 @@ class SessionRunner:
             return run.engine.steer(note)
         status = await self.status(session_id)
         if status.status is not RunStatus.RUNNING:
-            raise SteerRefusedError(
-                f"session {session_id} is {str(status.status).replace('_', ' ')}, not "
-                "running: a note only reaches a running team. Ask it as a follow-up instead "
-                "(continue_session, or a new run)")
+            raise not_running(session_id, status.status)
         folder = self.store.folder(session_id)
         name = await asyncio.to_thread(inbox.post, folder, note)
         reply = await inbox.reply_to(folder, name, inbox.REPLY_WAIT_S)
