@@ -16,6 +16,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 import httpx
 import pytest
@@ -101,9 +102,14 @@ def same(completion: Completion) -> Completion:
 
 async def both(server: ScriptedServer, tools: list[dict[str, object]] | None = None
                ) -> tuple[Completion, Completion, Pieces]:
-    """The same call made whole and streamed (in that order: each its own request)."""
+    """The same call made whole through litellm (the reference), whole directly and streamed
+    directly (providers.openai_direct), in that order, each its own request; the direct
+    whole reply must be litellm's, and the streamed one is returned beside it."""
     provider, pieces = LiteLLMProvider(), Pieces()
-    whole = await provider.complete(agent_of(server), HI, tools=tools, timeout_s=10)
+    with mock.patch.dict(os.environ, {"MASSGEN_OPENAI_DIRECT": "0"}):
+        whole = await provider.complete(agent_of(server), HI, tools=tools, timeout_s=10)
+    direct = await provider.complete(agent_of(server), HI, tools=tools, timeout_s=10)
+    assert same(direct) == same(whole)
     streamed = await provider.complete(agent_of(server), HI, tools=tools, timeout_s=10,
                                        context=pieces.context())
     return whole, streamed, pieces
@@ -112,8 +118,8 @@ async def both(server: ScriptedServer, tools: list[dict[str, object]] | None = N
 async def test_text_streams_in_order_and_completes_as_the_whole_reply(serve: Serve) -> None:
     server = serve(lambda req: text(REPLY))
     whole, streamed, pieces = await both(server)
-    assert [r.body.get("stream") for r in server.requests] == [None, True]
-    assert server.requests[1].body["stream_options"] == {"include_usage": True}
+    assert [r.body.get("stream") for r in server.requests] == [None, None, True]
+    assert server.requests[2].body["stream_options"] == {"include_usage": True}
     assert len(pieces.texts) == len(range(0, len(REPLY), 4)) > 1  # 4 characters a chunk
     assert "".join(pieces.texts) == REPLY == streamed.content
     assert pieces.tokens == len(pieces.texts)  # a streamed chunk is a token
@@ -125,7 +131,7 @@ async def test_text_streams_in_order_and_completes_as_the_whole_reply(serve: Ser
 
 async def test_providers_other_than_openai_at_a_base_url_stream_through_litellm(
         serve: Serve) -> None:
-    """Only openai/ at a base_url takes the lean path (providers.openai_stream); any other
+    """Only openai/ at a base_url takes the lean path (providers.openai_direct); any other
     provider streams through litellm's own wrapper, here vLLM's dialect of the same wire."""
     calls = (("new_answer", json.dumps({"content": "Paris\nis \"it\" ü"})),)
     server = serve(lambda req: tool_calls(*calls))
@@ -196,23 +202,27 @@ async def test_a_cancelled_stream_hangs_up_on_the_server(serve: Serve) -> None:
       for status in (400, 401, 404, 429, 500, 503)),
     drop(),  # the connection closes before any reply
 ], ids=lambda reply: f"{reply.kind}-{reply.status}")
-async def test_a_failed_call_fails_as_it_does_without_streaming(serve: Serve,
+async def test_a_failed_call_fails_as_it_does_through_litellm(serve: Serve,
                                                                 reply: Reply) -> None:
+    """litellm's whole call is the reference; the direct calls, whole and streamed, fail
+    the same way."""
     server = serve(lambda req: reply)
     provider = LiteLLMProvider()
     failures = []
-    for context in (None, Pieces().context()):
-        with pytest.raises(ProviderError) as info:
+    for direct, context in (("0", None), ("1", None), ("1", Pieces().context())):
+        with mock.patch.dict(os.environ, {"MASSGEN_OPENAI_DIRECT": direct}), \
+                pytest.raises(ProviderError) as info:
             await provider.complete(agent_of(server), HI, tools=None, timeout_s=10,
                                     context=context)
         failures.append(info.value)
-    whole, streamed = failures
-    assert (streamed.kind, streamed.retryable, streamed.retry_after) == (
-        whole.kind, whole.retryable, whole.retry_after)
-    if reply.kind == "error":  # (litellm calls a dropped connection a 500; it had no status)
-        assert streamed.status_code == whole.status_code
-        assert "scripted failure" in str(streamed) and "scripted failure" in str(whole)
-        assert str(streamed).split(":")[0] == str(whole).split(":")[0]  # the kind's words
+    whole, *direct_calls = failures
+    for failure in direct_calls:
+        assert (failure.kind, failure.retryable, failure.retry_after) == (
+            whole.kind, whole.retryable, whole.retry_after)
+        if reply.kind == "error":  # (litellm calls a dropped connection a 500: no status)
+            assert failure.status_code == whole.status_code
+            assert "scripted failure" in str(failure) and "scripted failure" in str(whole)
+            assert str(failure).split(":")[0] == str(whole).split(":")[0]  # the kind's words
 
 
 @pytest.mark.usefixtures("_litellm_loaded")
@@ -249,6 +259,32 @@ async def test_a_hostile_stream_is_a_provider_error(serve: Serve, body: str) -> 
     assert info.value.kind == "server_error" and info.value.retryable
 
 
+@pytest.mark.parametrize("body", [
+    "{garbage",
+    "",
+    '{"id": "x", "object": "chat.completion", "choices": []}',
+    '["not", "a", "reply"]',
+    '{"choices": [{"index": 0, "message": "text"}]}',
+    '{"choices": [{"index": 0, "message": {"content": ["a", "list"]}}]}',
+    '{"choices": [{"index": 0, "message": {"tool_calls": ["vote"]}}]}',
+    '{"choices": [{"index": 0, "message": {"tool_calls": [{"function": {"name": 7}}]}}]}',
+    "[" * 100_000 + "]" * 100_000,  # nested past the JSON parser's recursion limit
+])
+async def test_a_hostile_whole_reply_is_a_provider_error(serve: Serve, body: str) -> None:
+    server = serve(lambda req: raw(body))
+    with pytest.raises(ProviderError) as info:
+        await LiteLLMProvider().complete(agent_of(server), HI, tools=None, timeout_s=10)
+    assert info.value.kind == "server_error" and info.value.retryable
+
+
+async def test_an_error_object_in_a_whole_reply_is_worded_by_its_kind(serve: Serve) -> None:
+    event = {"message": "Rate limit reached", "type": "rate_limit_error", "code": 429}
+    server = serve(lambda req: raw(json.dumps({"error": event})))
+    with pytest.raises(ProviderError) as info:
+        await LiteLLMProvider().complete(agent_of(server), HI, tools=None, timeout_s=10)
+    assert info.value.kind == "rate_limit" and info.value.retryable
+
+
 async def _raw_server(head: bytes, body: Callable[[], Iterator[bytes]], sent: list[int]
                       ) -> asyncio.Server:
     """A server that answers any request with ``head`` then ``body``'s pieces, as fast as
@@ -266,6 +302,20 @@ async def _raw_server(head: bytes, body: Callable[[], Iterator[bytes]], sent: li
         finally:
             writer.close()
     return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+@pytest.mark.usefixtures("_litellm_loaded")
+async def test_an_endless_reply_is_not_read_to_its_end() -> None:
+    sent = [0]
+    server = await _raw_server(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n",
+                               lambda: (b"x" * (1 << 20) for _ in range(256)), sent)
+    agent = AgentSpec(id="a", model="openai/m",
+                      base_url=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1")
+    async with server:
+        with pytest.raises(ProviderError) as info:
+            await LiteLLMProvider().complete(agent, HI, tools=None, timeout_s=30)
+    assert "the reply passed" in str(info.value) and not info.value.retryable
+    assert sent[0] < 64 << 20, f"read {sent[0]:,} bytes of a reply"
 
 
 @pytest.mark.usefixtures("_litellm_loaded")
@@ -293,10 +343,11 @@ async def test_a_compressed_stream_is_refused_not_inflated() -> None:
     agent = AgentSpec(id="a", model="openai/m",
                       base_url=f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1")
     async with server:
-        with pytest.raises(ProviderError) as info:
-            await LiteLLMProvider().complete(agent, HI, tools=None, timeout_s=10,
-                                             context=Pieces().context())
-    assert "'gzip'-encoded body" in str(info.value)
+        for context in (None, Pieces().context()):
+            with pytest.raises(ProviderError) as info:
+                await LiteLLMProvider().complete(agent, HI, tools=None, timeout_s=10,
+                                                 context=context)
+            assert "'gzip'-encoded body" in str(info.value)
 
 
 @pytest.mark.parametrize(("event", "kind"), [

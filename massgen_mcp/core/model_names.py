@@ -19,6 +19,7 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 # litellm.provider_list of the litellm versions pyproject.toml allows.
 LITELLM_PROVIDERS = frozenset({
@@ -131,15 +132,25 @@ def bare_model_guess(model: str) -> str | None:
 
 
 @functools.cache
-def _bare_models() -> frozenset[str] | None:
-    """The names litellm routes without a prefix (it looks them up in its model map), or
-    None when litellm or its map cannot be found."""
+def model_map() -> dict[str, Any] | None:
+    """litellm's bundled model map (names, providers, prices), read once without importing
+    litellm; None when litellm or its map cannot be found or read."""
     path = _model_map_path()
     if path is None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@functools.cache
+def _bare_models() -> frozenset[str] | None:
+    """The names litellm routes without a prefix (it looks them up in its model map), or
+    None when litellm or its map cannot be found."""
+    data = model_map()
+    if data is None:
         return None
     return frozenset(name for name, entry in data.items()
                      if "/" not in name and isinstance(entry, dict)

@@ -127,6 +127,7 @@ class Settings:
 
     home: Setting[Path | None]
     local_ports: Setting[tuple[int, ...] | None]
+    openai_direct: Setting[bool]
     max_parallel_per_provider: Setting[int]
     local_model: Setting[Path | str | None]
     local_threads: Setting[int | None]
@@ -157,6 +158,10 @@ SETTINGS = Settings(
                         "ports probed for local OpenAI-compatible servers (default: Ollama "
                         "11434, LM Studio 1234, vLLM 8000, llama.cpp 8080)",
                         "comma-separated port numbers, e.g. 11434,1234"),
+    openai_direct=Setting("MASSGEN_OPENAI_DIRECT", _switch, True,
+                          "an openai/ model at a base_url is called over plain HTTP, not "
+                          "through litellm (0: through litellm, for a server whose replies "
+                          "only litellm reads)", "0 or 1"),
     max_parallel_per_provider=Setting(
         "MASSGEN_MAX_PARALLEL_PER_PROVIDER", _positive_int, 16,
         "model calls at once per provider endpoint, in this process", "a whole number >= 1"),

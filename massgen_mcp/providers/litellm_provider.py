@@ -33,7 +33,7 @@ from massgen_mcp.providers.base import (
     retry_after_of,
 )
 from massgen_mcp.providers.endpoints import connect_failure, endpoint_of, unreachable_message
-from massgen_mcp.providers.openai_stream import stream_chat, streams_lean
+from massgen_mcp.providers.openai_direct import chat, goes_direct
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
@@ -207,11 +207,11 @@ class LiteLLMProvider:
     """The default provider: one litellm ``acompletion`` per call, no retries of its own.
 
     A call with a live-draft listener (``CallContext.on_text``) streams; one without is made
-    whole. A server the user runs that speaks OpenAI's format streams through
-    :mod:`.openai_stream` (a few microseconds a token); every other provider through litellm,
-    whose stream costs far more CPU than its whole reply (``bench/run.py --only streaming``:
-    ~12 ms more for a short reply, ~0.4 ms more per token), hidden behind a hosted model's
-    own pace.
+    whole. A server the user runs that speaks OpenAI's format is called directly
+    (:mod:`.openai_direct`: a millisecond or two a call, a few microseconds a streamed token);
+    every other provider through litellm, whose stream costs far more CPU than its whole
+    reply (``bench/run.py --only streaming``: ~12 ms more for a short reply, ~0.4 ms more per
+    token), hidden behind a hosted model's own pace.
 
     A connection that cannot be made to a server the user runs (a ``base_url``, Ollama) that
     has never answered in this process is not worth a retry (nothing listens, the name does
@@ -233,9 +233,9 @@ class LiteLLMProvider:
     ) -> Completion:
         key = agent.resolved_api_key()
         listener = context.on_text if context is not None else None
-        if listener is not None and streams_lean(agent):
-            return await self._stream_lean(agent, messages, tools, timeout_s, listener,
-                                           key or _PLACEHOLDER_KEY)
+        if goes_direct(agent):
+            return await self._direct(agent, messages, tools, timeout_s, listener,
+                                      key or _PLACEHOLDER_KEY)
         litellm = await litellm_module()
         kwargs: dict[str, Any] = {
             "model": agent.model,
@@ -289,14 +289,14 @@ class LiteLLMProvider:
             latency_s=time.perf_counter() - started,
         )
 
-    async def _stream_lean(self, agent: AgentSpec, messages: list[dict[str, Any]],
-                           tools: list[dict[str, Any]] | None, timeout_s: float,
-                           listener: TextListener, key: str) -> Completion:
-        """A streamed call to an OpenAI-format server the user runs (:mod:`.openai_stream`),
-        its failures worded as litellm's are."""
+    async def _direct(self, agent: AgentSpec, messages: list[dict[str, Any]],
+                      tools: list[dict[str, Any]] | None, timeout_s: float,
+                      listener: TextListener | None, key: str) -> Completion:
+        """A call to an OpenAI-format server the user runs (:mod:`.openai_direct`), its
+        failures worded as litellm's are."""
         try:
-            completion = await stream_chat(agent, messages, tools, api_key=key,
-                                           timeout_s=timeout_s, on_text=listener)
+            completion = await chat(agent, messages, tools, api_key=key, timeout_s=timeout_s,
+                                    on_text=listener)
         except (asyncio.CancelledError, ProviderError):
             raise
         except Exception as exc:  # httpx's: the connection broke, or could not be made

@@ -1,27 +1,31 @@
-"""Stream a chat from a server the user runs that speaks OpenAI's API, without litellm.
+"""Call a server the user runs that speaks OpenAI's API over plain httpx, without litellm.
 
-A live draft needs the reply streamed, and litellm's stream wrapper costs ~12 ms of CPU a call
-and ~0.4 ms a token on the event loop (``bench/run.py --only streaming``): a 100,000-character
-answer took over 10 s of CPU, and starved the other agents' calls meanwhile. For a ``base_url``
-with the ``openai/`` prefix (Ollama's /v1, vLLM, LM Studio, llama.cpp's server, the scripted
-test server) the wire is plain: server-sent events of ``chat.completion.chunk`` objects. Read
-here with httpx and a JSON parse a line, the same reply costs a few microseconds a token.
-Hosted APIs and every other provider stream through litellm, which knows their dialects.
+For a ``base_url`` with the ``openai/`` prefix (Ollama's /v1, vLLM, LM Studio, llama.cpp's
+server, a company gateway, the scripted test server) the wire is plain: one JSON
+``chat.completion`` for a whole reply, server-sent events of ``chat.completion.chunk`` objects
+for a streamed one. litellm's path costs ~15 ms of CPU a whole call and ~12 ms plus ~0.4 ms a
+token a streamed one, all on the event loop that every agent of every run shares
+(``bench/run.py --only streaming``); read here with httpx and one JSON parse, a call costs a
+millisecond or two, and a run whose agents all come here never imports litellm (~3 s). Hosted
+APIs and every other provider go through litellm, which knows their dialects;
+``MASSGEN_OPENAI_DIRECT=0`` sends these through it too, for a server only litellm reads.
 
-The reply is the one the same call made whole through litellm gives: its text, tool calls
-(ids, names, arguments, in order), usage and cost (litellm's price table, when it knows the
-model). Failures are :class:`ProviderError` of the kinds :func:`.litellm_provider.map_error`
-gives (rate limits with Retry-After, auth, rejected requests, context window, server errors);
-a stream that ends before the server said the reply was finished is a failed call, retried.
-The server is untrusted: a line over :data:`MAX_LINE_CHARS`, a reply over
-:data:`MAX_REPLY_CHARS`, or JSON that is not a chunk fails the call; nothing is buffered
-beyond that.
+The reply is the one the same call made through litellm gives: its text, tool calls (ids,
+names, arguments, in order), usage and cost (litellm's price table, read without importing
+litellm: :func:`cost_of`). Failures are :class:`ProviderError` of the kinds
+:func:`.litellm_provider.map_error` gives (rate limits with Retry-After, auth, rejected requests,
+context window, server errors); a stream that ends before the server said the reply was
+finished is a failed call, retried. The server is untrusted: a body, line or reply over its
+cap, or JSON that is not the object it should be, fails the call; nothing is buffered beyond
+the caps.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -31,20 +35,24 @@ from typing import Any
 import httpx
 
 from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.model_names import model_map
 from massgen_mcp.core.secrets import redact
+from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import Completion, TextListener, ToolCall, retry_after_of
 
 MAX_LINE_CHARS = 1 << 20  # one event; a token is a few characters
 MAX_REPLY_CHARS = 8 << 20  # the whole reply: text and tool-call arguments
+MAX_BODY_BYTES = 4 * MAX_REPLY_CHARS  # a whole reply's JSON: escapes take room
 _ERROR_CHARS = 400
 _ERROR_BODY_BYTES = 64 << 10  # what is read of a refused request's body: its message
 
 
-def streams_lean(agent: AgentSpec) -> bool:
-    """Whether ``agent``'s streamed calls go through :func:`stream_chat`: an OpenAI-format
-    server at its own ``base_url`` (web search needs litellm's mapping)."""
-    return bool(agent.base_url) and agent.provider == "openai" and not agent.web_search
+def goes_direct(agent: AgentSpec) -> bool:
+    """Whether ``agent``'s calls go through :func:`chat`: an OpenAI-format server at its own
+    ``base_url`` (web search needs litellm's mapping), unless MASSGEN_OPENAI_DIRECT=0."""
+    return (bool(agent.base_url) and agent.provider == "openai" and not agent.web_search
+            and SETTINGS.openai_direct.read())
 
 
 @functools.cache
@@ -120,40 +128,62 @@ class _Reply:
 
     async def completion(self, agent: AgentSpec, messages: list[dict[str, Any]],
                          latency_s: float) -> Completion:
-        usage = self.usage or {}
-        prompt = usage.get("prompt_tokens")
-        completion = usage.get("completion_tokens")
-        if not isinstance(prompt, int) or not isinstance(completion, int):
-            # A server that sends no usage: an estimate (4 characters a token, a piece a
-            # token), as the budget needs some count.
-            prompt = sum(len(str(m.get("content") or "")) for m in messages) // 4
-            completion = self.pieces
         calls = [ToolCall(id=c.id or f"call_{i}", name=c.name, arguments="".join(c.arguments))
                  for i, c in (sorted(self.calls.items()))]
-        return Completion(content="".join(self.text) if self.text else None, tool_calls=calls,
-                          prompt_tokens=prompt, completion_tokens=completion,
-                          cost_usd=await _cost(agent.model, prompt, completion),
-                          latency_s=latency_s)
+        return await _completion(agent, messages, "".join(self.text) if self.text else None,
+                                 calls, self.usage, self.pieces, latency_s)
 
 
-async def _cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
-    """The call's price from litellm's table, as a whole call's ``response_cost`` is (None
-    when the table does not know the model). litellm is only needed here, once the reply is
-    in: a first call does not wait ~3 s for its import (usually done by then, in the
-    background) before it starts."""
-    from massgen_mcp.providers.litellm_provider import litellm_module
+async def _completion(agent: AgentSpec, messages: list[dict[str, Any]], text: str | None,
+                      calls: list[ToolCall], usage: Any, pieces: int,
+                      latency_s: float) -> Completion:
+    """The reply as a :class:`Completion`. A server that sends no usage gets an estimate (4
+    characters a token of the prompt, a streamed piece a token of the reply), as the budget
+    needs some count."""
+    usage = usage if isinstance(usage, dict) else {}
+    prompt = usage.get("prompt_tokens")
+    completion = usage.get("completion_tokens")
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        prompt = sum(len(str(m.get("content") or "")) for m in messages) // 4
+        completion = pieces or (len(text or "") + sum(len(c.arguments) for c in calls)) // 4
+    cost = await asyncio.to_thread(cost_of, agent.model, prompt, completion)
+    return Completion(content=text, tool_calls=calls, prompt_tokens=prompt,
+                      completion_tokens=completion, cost_usd=cost, latency_s=latency_s)
 
-    litellm = await litellm_module()
-    try:
-        prompt_usd, completion_usd = litellm.cost_per_token(
-            model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
-    except Exception:  # not in the table: litellm raises
+
+_TIER = re.compile(r"input_cost_per_token_above_(\d+)(k?)_tokens")
+
+
+def cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """The call's price in US dollars from litellm's price table, as litellm's
+    ``cost_per_token`` reckons a call with no cached tokens: the model's per-token prices, or
+    the prices of the highest ``above_<N>k_tokens`` tier the prompt passes. None when the table
+    does not know the model (most models a server of one's own serves). The table is read
+    from litellm's own copy without importing litellm (blocking, once: ~3 MB of JSON)."""
+    table = model_map() or {}
+    entry = table.get(model) or table.get(model.split("/", 1)[-1])
+    if not isinstance(entry, dict):
         return None
-    return float(prompt_usd + completion_usd)
+    input_key, output_key = "input_cost_per_token", "output_cost_per_token"
+    passed = 0
+    for key in entry:
+        tier = _TIER.fullmatch(key)
+        if tier is None:
+            continue
+        threshold = int(tier[1]) * (1000 if tier[2] else 1)
+        if passed < threshold < prompt_tokens:
+            passed = threshold
+            input_key, output_key = key, key.replace("input_", "output_", 1)
+    try:
+        price = (prompt_tokens * float(entry.get(input_key) or 0)
+                 + completion_tokens * float(entry.get(output_key) or 0))
+    except (TypeError, ValueError):
+        return None
+    return price
 
 
-def _garbled(what: str) -> ProviderError:
-    return ProviderError(f"provider error: the reply's stream held {what}", retryable=True,
+def _garbled(what: str, where: str = "the reply's stream") -> ProviderError:
+    return ProviderError(f"provider error: {where} held {what}", retryable=True,
                          kind="server_error")
 
 
@@ -197,10 +227,11 @@ def http_error(status: int, body: str, headers: httpx.Headers) -> ProviderError:
 
 
 def request_body(agent: AgentSpec, messages: list[dict[str, Any]],
-                 tools: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """What litellm would send the server for this call, streamed."""
-    body: dict[str, Any] = {"model": agent.model.split("/", 1)[1], "messages": messages,
-                            "stream": True, "stream_options": {"include_usage": True}}
+                 tools: list[dict[str, Any]] | None, *, stream: bool) -> dict[str, Any]:
+    """What litellm would send the server for this call."""
+    body: dict[str, Any] = {"model": agent.model.split("/", 1)[1], "messages": messages}
+    if stream:
+        body.update(stream=True, stream_options={"include_usage": True})
     if tools:
         body["tools"] = tools
         body["tool_choice"] = "required"
@@ -246,36 +277,78 @@ async def _lines(response: httpx.Response) -> AsyncIterator[str]:
         yield pending.decode("utf-8", "replace")
 
 
-async def stream_chat(agent: AgentSpec, messages: list[dict[str, Any]],
-                      tools: list[dict[str, Any]] | None, *, api_key: str, timeout_s: float,
-                      on_text: TextListener) -> Completion:
-    """One streamed call to ``agent.base_url``; raises ProviderError, or httpx's errors for
-    a connection that could not be made or broke (the caller words those)."""
+async def chat(agent: AgentSpec, messages: list[dict[str, Any]],
+               tools: list[dict[str, Any]] | None, *, api_key: str, timeout_s: float,
+               on_text: TextListener | None = None) -> Completion:
+    """One call to ``agent.base_url``, streamed to ``on_text`` when it is given, else whole
+    (cheaper to read); raises ProviderError, or httpx's errors for a connection that could
+    not be made or broke (the caller words those)."""
     url = f"{(agent.base_url or '').rstrip('/')}/chat/completions"
     started = time.perf_counter()
-    reply = _Reply()
     async with httpx.AsyncClient(verify=_tls(), timeout=timeout_s) as client, client.stream(
-            "POST", url, json=request_body(agent, messages, tools),
+            "POST", url, json=request_body(agent, messages, tools, stream=on_text is not None),
             headers={"Authorization": f"Bearer {api_key}",
                      "Accept-Encoding": "identity"}) as response:
         _check_encoding(response)
         if response.status_code >= 400:
             body = (await _head(response, _ERROR_BODY_BYTES)).decode("utf-8", "replace")
             raise http_error(response.status_code, body, response.headers)
-        done = False
-        async for line in _lines(response):
-            if not line.startswith("data:"):
-                continue  # event names, comments, blank separators
-            data = line[5:].strip()
-            if data == "[DONE]":
-                done = True
-                break
-            try:
-                chunk = json.loads(data)
-            except (ValueError, RecursionError):
-                raise _garbled("an event that is not JSON") from None
-            reply.add(chunk, on_text)
+        if on_text is None:
+            text, calls, usage = _whole(await _head(response, MAX_BODY_BYTES + 1))
+            return await _completion(agent, messages, text, calls, usage, 0,
+                                     time.perf_counter() - started)
+        reply = await _streamed(response, on_text)
+    return await reply.completion(agent, messages, time.perf_counter() - started)
+
+
+async def _streamed(response: httpx.Response, on_text: TextListener) -> _Reply:
+    reply = _Reply()
+    done = False
+    async for line in _lines(response):
+        if not line.startswith("data:"):
+            continue  # event names, comments, blank separators
+        data = line[5:].strip()
+        if data == "[DONE]":
+            done = True
+            break
+        try:
+            chunk = json.loads(data)
+        except (ValueError, RecursionError):
+            raise _garbled("an event that is not JSON") from None
+        reply.add(chunk, on_text)
     if not (reply.finished or done):
         raise ProviderError("provider error: the reply's stream ended before the reply did",
                             retryable=True, kind="server_error")
-    return await reply.completion(agent, messages, time.perf_counter() - started)
+    return reply
+
+
+def _whole(body: bytes) -> tuple[str | None, list[ToolCall], Any]:
+    """A whole ``chat.completion``: its first choice's text and tool calls, and its usage."""
+    if len(body) > MAX_BODY_BYTES:
+        raise ProviderError(f"provider error: the reply passed {MAX_BODY_BYTES:,} bytes; "
+                            "stopped", retryable=False, kind="server_error")
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        raise _garbled("a body that is not JSON", "the reply") from None
+    if isinstance(data, dict) and "error" in data:
+        raise _error_event(data["error"])
+    choices = data.get("choices") if isinstance(data, dict) else None
+    message = (choices[0].get("message") if isinstance(choices, list) and choices
+               and isinstance(choices[0], dict) else None)
+    if not isinstance(message, dict):
+        raise _garbled("no choice with a message", "the reply")
+    text = message.get("content")
+    if text is not None and not isinstance(text, str):
+        raise _garbled("a message whose content is not text", "the reply")
+    calls = []
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not isinstance(arguments, str | None):
+            raise _garbled("a tool call that is not a function call", "the reply")
+        call_id = call.get("id")
+        calls.append(ToolCall(id=call_id if isinstance(call_id, str) and call_id
+                              else f"call_{i}", name=name, arguments=arguments or ""))
+    return text or None, calls, data.get("usage")
