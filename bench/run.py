@@ -29,13 +29,16 @@ from massgen_mcp.core.spec import build_team  # noqa: E402
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm  # noqa: E402
 from massgen_mcp.sessions.runner import SessionRunner  # noqa: E402
 from massgen_mcp.sessions.store import SessionStore  # noqa: E402
+from massgen_mcp.testing import virtual_time  # noqa: E402
 from massgen_mcp.testing.scripted import (  # noqa: E402
     ChatRequest,
     Latency,
     Reply,
+    ScriptedProvider,
     ScriptedServer,
     agree,
     answer,
+    converge,
     vote,
 )
 
@@ -133,14 +136,6 @@ def print_engine(data: dict[str, Any]) -> None:
 B_MEDIAN_S, B_SIGMA, B_AGENTS, B_SLOW = 0.5, 0.5, 5, 3.0
 
 
-def converge(req: ChatRequest) -> Reply:
-    """Like :func:`agree`, but every agent votes for the same answer (the first by label),
-    as in MassGen, which shows every agent the answers in one order."""
-    if req.vote_labels and not (req.is_final or req.is_check):
-        return vote(sorted(req.vote_labels)[0], "it answers the question")
-    return agree(req)
-
-
 def _latency_run(policy: Callable[[ChatRequest], Reply], seed: int, home: Path,
                  **options: Any) -> dict[str, Any]:
     slow = {f"m{B_AGENTS - 1}": B_SLOW}
@@ -199,6 +194,67 @@ def print_latency(data: dict[str, Any]) -> None:
         print(f"{row['policy']:>9} {row['decide']:>9} {row['median']:>6.2f}x {row['p90']:>5.2f}x "
               f"{row['calls']:>6} {row['max_calls']:>4} {row['cancelled']:>4} "
               f"{row['prompt_tokens']:>10} {faster:>19.2f}x")
+
+
+# The rules' floor: the real engine in virtual time (massgen_mcp.testing.virtual_time), every
+# model in process, so only the protocol's waits count. Late factors besides the default show
+# what opening review sooner buys when a late first answer, as any new answer, clears votes.
+FLOOR_RULES: tuple[dict[str, Any], ...] = (
+    {"decide": "all"}, {"decide": "majority"}, {"decide": "majority", "late_factor": 2.0},
+    {"decide": "majority", "late_factor": 1.5})
+
+
+async def _floor_run(policy: Callable[[ChatRequest], Reply], seed: int, home: Path,
+                     **options: Any) -> dict[str, Any]:
+    slow = {f"m{B_AGENTS - 1}": B_SLOW}
+    provider = ScriptedProvider(policy, latency=Latency(B_MEDIAN_S, B_SIGMA, seed=seed,
+                                                        slower=slow))
+    agents = [{"id": f"agent{i}", "model": f"openai/m{i}"} for i in range(B_AGENTS)]
+    runner = SessionRunner(SessionStore(home), provider, drafts=False)
+    run = await runner.start("What is 6*7?", build_team({"agents": agents,
+                                                          "options": options}))
+    result = await run.task
+    ended = [t.ended for t in provider.timings if t.ended is not None]
+    span = max(ended) - min(t.started for t in provider.timings)
+    return {"ratio": span / B_MEDIAN_S, "calls": len(provider.timings),
+            "cancelled": result.usage.cancelled_calls, "status": result.status}
+
+
+def bench_latency_floor(quick: bool) -> dict[str, Any]:
+    """Scenario B in virtual time: each rule's own floor, over many seeds."""
+    seeds = range(100 if quick else 500)
+    out: dict[str, Any] = {"seeds": len(seeds)}
+    with tempfile.TemporaryDirectory() as tmp:
+        for policy in (agree, converge):
+            for rule in FLOOR_RULES:
+                started = time.process_time()
+                runs = [virtual_time.run(_floor_run(policy, seed, Path(tmp), **rule))
+                        for seed in seeds]
+                assert all(r["status"] == "completed" for r in runs)
+                ratios = sorted(r["ratio"] for r in runs)
+                name = "/".join([policy.__name__, *(f"{v}" for v in rule.values())])
+                out[name] = {
+                    "policy": policy.__name__, **rule,
+                    "median": round(statistics.median(ratios), 2),
+                    "p90": round(ratios[int(0.9 * len(ratios))], 2),
+                    "calls": statistics.median(r["calls"] for r in runs),
+                    "max_calls": max(r["calls"] for r in runs),
+                    "cancelled": statistics.median(r["cancelled"] for r in runs),
+                    "cpu_ms_per_run": round(1000 * (time.process_time() - started)
+                                            / len(runs), 1)}
+    return out
+
+
+def print_latency_floor(data: dict[str, Any]) -> None:
+    print(f"\nScenario B's floor: the real engine in virtual time (no CPU, HTTP or server "
+          f"cost), {data['seeds']} seeds; wall span / one median call")
+    print(f"{'votes':>9} {'decide':>9} {'late':>5} {'median':>7} {'p90':>6} {'calls':>6} "
+          f"{'max':>4} {'cut':>4}")
+    for row in data.values():
+        if isinstance(row, dict):
+            print(f"{row['policy']:>9} {row['decide']:>9} {row.get('late_factor', 3.0):>5g} "
+                  f"{row['median']:>6.2f}x {row['p90']:>5.2f}x {row['calls']:>6} "
+                  f"{row['max_calls']:>4} {row['cancelled']:>4}")
 
 
 def bench_cold_start(quick: bool) -> dict[str, Any]:
@@ -528,13 +584,13 @@ def print_embedded(data: dict[str, Any]) -> None:
 
 
 def bench_streaming(quick: bool) -> dict[str, Any]:
-    """What streaming a reply to a live-draft listener costs one call, against the same call
-    made whole through litellm: CPU and wall per call, for a short tool call (a vote's ~40
-    characters of arguments) and a 2,000-character answer, 4 characters (~1 token) a chunk as
-    hosted APIs stream. ``lean``: openai/ at a base_url, read by providers.openai_stream;
-    ``litellm``: the same server as hosted_vllm/, through litellm's stream wrapper, as every
-    hosted provider streams. The scripted server runs in this process: its share is in the
-    CPU."""
+    """What one call costs by the path it takes: CPU and wall per call, for a short tool call
+    (a vote's ~40 characters of arguments) and a 2,000-character answer, 4 characters (~1
+    token) a chunk when streamed, as hosted APIs stream. ``direct``: openai/ at a base_url,
+    called by providers.openai_direct, whole (headless runs) or streamed to a live draft
+    (``direct-sse``); ``litellm``: the same call through litellm (MASSGEN_OPENAI_DIRECT=0), as
+    every hosted provider is called, whole or streamed (``litellm-sse``). The scripted server
+    runs in this process: its share is in the CPU."""
     from massgen_mcp.consensus.prompts import workflow_tools
     from massgen_mcp.consensus.state import View
     from massgen_mcp.core.spec import AgentSpec
@@ -566,30 +622,33 @@ def bench_streaming(quick: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"calls": calls}
     with ScriptedServer(policy) as srv:
         for name, model, offered in (("tool_call", "short", tools), ("text_2000", "long", None)):
-            for mode, prefix, stream in (("whole", "openai", False), ("lean", "openai", True),
-                                         ("litellm", "hosted_vllm", True)):
-                agent = AgentSpec(id="a", model=f"{prefix}/{model}", base_url=srv.base_url)
+            for mode, direct, stream in (("litellm", "0", False), ("direct", "1", False),
+                                         ("litellm-sse", "0", True), ("direct-sse", "1", True)):
+                agent = AgentSpec(id="a", model=f"openai/{model}", base_url=srv.base_url)
+                os.environ["MASSGEN_OPENAI_DIRECT"] = direct
                 runs = [asyncio.run(per_call(agent, offered, stream)) for _ in range(3)]
                 out[f"{name}_{mode}"] = {
                     "cpu_ms": round(statistics.median(c for c, _ in runs), 2),
                     "wall_ms": round(statistics.median(w for _, w in runs), 2)}
+    os.environ.pop("MASSGEN_OPENAI_DIRECT")
     return out
 
 
 def print_streaming(data: dict[str, Any]) -> None:
-    print(f"\nStreaming to a live-draft listener, per call (median of 3 x {data['calls']} "
-          "calls): whole (litellm, no listener), lean (openai/ at a base_url), litellm "
-          "(every other provider)")
-    print(f"{'reply':>10} {'mode':>9} {'CPU ms':>7} {'wall ms':>8}")
+    print(f"\nOne call by its path (median of 3 x {data['calls']} calls): litellm (hosted "
+          "providers) or direct (openai/ at a base_url), whole (headless) or streamed to a "
+          "live draft (-sse)")
+    print(f"{'reply':>10} {'mode':>12} {'CPU ms':>7} {'wall ms':>8}")
     for key, row in data.items():
-        if key != "calls":
+        if key != "calls" and "_" in key:
             name, mode = key.rsplit("_", 1)
-            print(f"{name:>10} {mode:>9} {row['cpu_ms']:>7.2f} {row['wall_ms']:>8.2f}")
+            print(f"{name:>10} {mode:>12} {row['cpu_ms']:>7.2f} {row['wall_ms']:>8.2f}")
 
 
 SECTIONS = {
     "engine": (bench_engine, print_engine),
     "latency": (bench_latency, print_latency),
+    "latency_floor": (bench_latency_floor, print_latency_floor),
     "cold_start": (bench_cold_start, print_cold_start),
     "initialize": (bench_initialize, print_initialize),
     "status_latency": (bench_status_latency, print_status_latency),

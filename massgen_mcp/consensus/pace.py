@@ -19,6 +19,7 @@ the engine's stopwatch for it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from statistics import median
 
@@ -37,6 +38,16 @@ def late_at(answered_s: list[float], live: int, late_factor: float) -> float | N
     return late_factor * median(answered_s)
 
 
+def _now() -> float:
+    """The running event loop's clock (``time.monotonic`` unless the loop keeps its own, as
+    the benchmarks' virtual time does: :mod:`massgen_mcp.testing.virtual_time`), the same
+    clock the engine's waits read; outside a loop, ``time.monotonic``."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()
+
+
 class FirstRound:
     """Round one's stopwatch: when it began and how long each first answer took."""
 
@@ -47,10 +58,10 @@ class FirstRound:
 
     def start(self) -> None:
         """The agents' turns begin now (after the run's MCP servers are up)."""
-        self._started = time.monotonic()
+        self._started = _now()
 
     def elapsed(self) -> float:
-        return time.monotonic() - self._started
+        return _now() - self._started
 
     def answered(self) -> None:
         self.answered_s.append(self.elapsed())

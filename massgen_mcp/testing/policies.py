@@ -154,3 +154,12 @@ def agree(req: ChatRequest) -> Reply:
     if req.wants_json and "<answers>" in req.user:
         return vote(next(iter(req.answers)), "it answers the question")
     return answer(f"The answer from {req.model} is 42.")
+
+
+def converge(req: ChatRequest) -> Reply:
+    """Like :func:`agree`, but every agent votes for the same answer (the first by label),
+    as when models agree, and as MassGen's one display order makes "the first answer shown"
+    do (our views are rotated, so under :func:`agree` the first shown differs per agent)."""
+    if req.vote_labels and not (req.is_final or req.is_check):
+        return vote(sorted(req.vote_labels)[0], "it answers the question")
+    return agree(req)

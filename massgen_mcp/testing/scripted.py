@@ -51,6 +51,7 @@ from massgen_mcp.testing.policies import (
     Reply,
     agree,
     answer,
+    converge,
     drop,
     error,
     raw,
@@ -69,18 +70,25 @@ from massgen_mcp.testing.wire import (
 
 __all__ = ["ChatRequest", "Latency", "Policy", "Reply", "ScriptedProvider", "ScriptedServer",
            "Timing", "agree",
-           "answer", "drop", "error", "main", "raw", "text", "tool_calls", "vote"]
+           "answer", "converge", "drop", "error", "main", "raw", "text", "tool_calls", "vote"]
 
 
 class ScriptedProvider:
     """The policies of :class:`ScriptedServer`, in process: a Provider with no HTTP and no
     litellm. The model name a policy sees is the agent's model without its provider prefix
     (``openai/a`` -> ``a``). HTTP errors become ProviderErrors (429 and 5xx retryable), and a
-    dropped connection or a garbled body a retryable server error, as litellm would report."""
+    dropped connection or a garbled body a retryable server error, as litellm would report.
 
-    def __init__(self, policy: Policy | None = None) -> None:
+    ``latency`` delays each reply by a draw, as the server's does; ``timings`` holds each
+    call's start and end on the event loop's clock (``ended`` None: cancelled first), so a
+    run in virtual time (:mod:`.virtual_time`) is measured as a run over HTTP is."""
+
+    def __init__(self, policy: Policy | None = None, *, latency: Latency | None = None
+                 ) -> None:
         self.policy = policy or agree
+        self.latency = latency
         self.requests: list[ChatRequest] = []
+        self.timings: list[Timing] = []
         self._counts: dict[str, int] = defaultdict(int)
 
     def calls_by_model(self) -> dict[str, int]:
@@ -94,9 +102,14 @@ class ScriptedProvider:
                           {"model": model, "messages": messages, "tools": tools})
         self._counts[model] += 1
         self.requests.append(req)
+        loop = asyncio.get_running_loop()
+        timing = Timing(req, loop.time())
+        self.timings.append(timing)
         reply = self.policy(req)
-        if reply.delay_s:
-            await asyncio.sleep(reply.delay_s)  # a slow model, not a synchronisation
+        drawn = self.latency.draw(model, req.call_index) if self.latency else 0.0
+        if reply.delay_s + drawn:
+            await asyncio.sleep(reply.delay_s + drawn)  # a slow model, not a synchronisation
+        timing.ended = loop.time()
         if reply.kind == "error":
             retry_after = reply.headers.get("Retry-After")
             raise ProviderError(
