@@ -34,6 +34,7 @@ from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import ChatRequest, Policy, Reply, ScriptedServer, agree, answer
 
 FAST = {"retry_backoff_s": 0.01, "call_timeout_s": 10.0}
+NEVER_S = 30.0  # a scripted model this slow is never waited for in the tests
 
 
 def unused_port() -> int:

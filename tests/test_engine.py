@@ -7,6 +7,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
@@ -84,7 +86,11 @@ async def test_late_better_answer_invalidates_votes(scripted: Scripted) -> None:
     assert {q.model for q in again} == {"a", "b", "c"}
 
 
-async def test_stale_vote_is_discarded_and_agent_asked_again(scripted: Scripted) -> None:
+@pytest.mark.parametrize("decide", ["all", "majority"])
+async def test_stale_vote_is_discarded_and_agent_asked_again(scripted: Scripted,
+                                                             decide: str) -> None:
+    """Under both rules: a revision does not stop a vote in flight; it is awaited, then
+    discarded as stale (only a late first answer restarts turns: test_latency)."""
     answered = threading.Event()
 
     def slow_voter(req: ChatRequest) -> Reply:
@@ -103,9 +109,10 @@ async def test_stale_vote_is_discarded_and_agent_asked_again(scripted: Scripted)
             answered.set()
 
     server = scripted(by_model(agree, a=slow_voter, c=improver))
-    out = await run_team(team_for(server, ("a", "c")), listener=on_event)
+    out = await run_team(team_for(server, ("a", "c"), decide=decide), listener=on_event)
     discarded = out.events("vote_discarded")
     assert [e["agent_id"] for e in discarded] == ["agent_a"]
+    assert out.events("turn_restarted") == []
     assert out.result["status"] == "completed"
     assert server.calls_by_model()["a"] >= 3
 

@@ -37,9 +37,7 @@ from massgen_mcp.testing.scripted import (
     text,
     vote,
 )
-from tests.helpers import Scripted, by_model, run_team, team_for
-
-NEVER_S = 30.0  # a model this slow is never waited for in these tests
+from tests.helpers import NEVER_S, Scripted, by_model, run_team, team_for
 
 
 @pytest.fixture
@@ -161,28 +159,30 @@ async def test_decide_all_waits_for_a_straggler_s_first_answer(scripted: Scripte
 async def test_a_straggler_joins_late_under_the_protocol_s_rules(
         scripted: Scripted, gates: list[threading.Event]) -> None:
     """c is late: review opens for a and b (QUORUM, late=[agent_c]); c's first answer, written
-    without seeing theirs, joins when it comes and makes the votes cast before it stale."""
-    quorum_seen, c_joined = gate(gates), gate(gates)
+    without seeing theirs, joins when it comes, and a's and b's turns, deciding on a view
+    without it, are not awaited: hung up, counted, and started again on a view with it."""
+    quorum_seen = gate(gates)
+    deciding = {"a": gate(gates), "b": gate(gates)}
 
     def c_policy(req: ChatRequest) -> Reply:
         if req.call_index == 0:
             quorum_seen.wait(NEVER_S)
+            for started in deciding.values():
+                started.wait(NEVER_S)  # a and b are deciding without c's answer
             return agree(req)
         return for_a(req, delay_s=NEVER_S)  # then too slow to matter
 
     def ab_policy(req: ChatRequest) -> Reply:
-        if req.vote_labels:
-            c_joined.wait(NEVER_S)  # these votes were asked on a view without c's answer
-            return for_a(req)
-        return agree(req)
+        if req.vote_labels and req.call_index == 1:  # on a view without c's answer
+            deciding[req.model].set()
+            return for_a(req, delay_s=NEVER_S)  # never waited for
+        return for_a(req) if req.vote_labels else agree(req)
 
     statuses: list[Any] = []
 
     def on_event(_sid: str, event: dict[str, Any]) -> None:
         if event["type"] == "quorum":
             quorum_seen.set()
-        if event["type"] == "answer" and event["agent_id"] == "agent_c":
-            c_joined.set()
 
     server = scripted(by_model(ab_policy, c=c_policy))
     store = SessionStore()
@@ -198,13 +198,27 @@ async def test_a_straggler_joins_late_under_the_protocol_s_rules(
     assert kinds.index(EventType.QUORUM) < max(
         i for i, e in enumerate(events) if e.type is EventType.ANSWER)
     assert any(s.late == ["agent_c"] and s.phase == "voting" for s in statuses)
-    assert kinds.count(EventType.VOTE_DISCARDED) == 2, "votes cast before c joined are stale"
+    [c_label] = [e.label for e in events if e.type is EventType.ANSWER
+                 and e.agent_id == "agent_c"]
+    restarted = [e for e in events if e.type is EventType.TURN_RESTARTED]
+    assert sorted((e.agent_id, e.purpose, e.count, e.by) for e in restarted) == [
+        ("agent_a", "evaluate", 1, c_label), ("agent_b", "evaluate", 1, c_label)]
+    assert kinds.count(EventType.VOTE_DISCARDED) == 0
+    for model in "ab":
+        first, again = [t for t in server.timings if t.request.model == model
+                        and t.request.vote_labels][:2]
+        assert await asyncio.to_thread(first.over.wait, 10)
+        assert first.ended is None, "the server saw the outdated call hung up"
+        assert c_label not in first.request.vote_labels and c_label in again.request.vote_labels
+    assert result.usage.cancelled_calls == 3  # a's and b's restarts, c's vote the decision cut
     [c_first] = [t.request for t in server.timings if t.request.model == "c"][:1]
     assert "<answers>" not in c_first.user, "c's first draft saw no peer's answer"
     assert result.status is RunStatus.COMPLETED and result.decided_by is Decision.MAJORITY
     assert len(result.answers) == 3 and result.winner and result.winner.agent_id == "agent_a"
     line = describe_event(q)
     assert line is not None and "without agent_c" in line
+    line = describe_event(restarted[0])
+    assert line is not None and f"new answer {c_label} arrived" in line
 
 
 async def test_a_straggler_the_decision_leaves_behind(scripted: Scripted) -> None:

@@ -5,7 +5,8 @@ every message an agent is sent in :mod:`.prompts`; this module is the loop that 
 I/O. Each agent that needs a turn gets its own asyncio task holding a frozen
 :class:`~.state.View`; whenever any task finishes, its action is applied to the shared state and
 every agent that now needs a turn is started. Nothing is started on a view that is about to
-change in round one, and a vote that comes back on an outdated view is discarded and re-asked.
+change in round one, and a vote that comes back on an outdated view is discarded and re-asked
+(a review turn that a late first answer overtakes is restarted at once instead).
 
 Everything that happens is reported to a :class:`~.snapshot.Recorder` as typed records
 (:mod:`massgen_mcp.core.records`, projected by :mod:`.snapshot`); the engine itself never
@@ -99,6 +100,7 @@ class ConsensusRun:
         self.progress = progress_of(request)  # a continued run's recorded steps replayed
         self.coord = self.progress.coord
         self.in_flight: dict[str, asyncio.Task[TurnOutcome]] = {}
+        self._views: dict[str, View] = {}  # the view each turn in flight was started on
         self.evidence = Evidence(request, self.progress, self._emit, self._publish_status)
         self.phase = Phase.ANSWERING
         self.status = RunStatus.RUNNING
@@ -242,7 +244,7 @@ class ConsensusRun:
     def _start_turns(self) -> None:
         for aid, agent in self.agents.items():
             if aid not in self.in_flight and self.coord.needs_turn(aid):
-                view = self.coord.view_for(aid)
+                view = self._views[aid] = self.coord.view_for(aid)
                 self.in_flight[aid] = asyncio.create_task(
                     self._turn(agent, view), name=f"{self.request.session_id}:{aid}")
 
@@ -281,6 +283,7 @@ class ConsensusRun:
             while (decision := self.coord.decision()) is None and self.coord.live():
                 if self.coord.reviewing():
                     self.phase = Phase.VOTING
+                await self._restart_outdated()
                 self._start_turns()
                 self._publish_status()
                 if not self.in_flight:  # cannot happen while the protocol invariants hold
@@ -339,6 +342,33 @@ class ConsensusRun:
                    after_s=round(self.first_round.elapsed(), 3),
                    detail=f"{answered} of {live} answered; the rest took over "
                           f"{self.options.late_factor:g}× the median time of their peers")
+
+    async def _restart_outdated(self) -> None:
+        """When a late first answer joins (review opened without it, :mod:`.pace`), every
+        review turn still deciding on a view without it is stopped and started again on the
+        current answers, instead of being awaited: its vote would come back stale and be
+        discarded, and waiting for it only delays the decision. The straggler rule opened
+        those reviews early; this is its other half. Each stopped call is hung up, counted as
+        cancelled and recorded (``turn_restarted``). A revision does not do this: a turn in
+        flight then usually brings a revision of its own, accepted whatever its view, so it
+        is awaited as under MassGen's rules (the disagreement table in docs/performance.md
+        measures both). A first answer in flight is never stopped."""
+        if not self.coord.review_opened:
+            return
+        joined = {a.label for a in self.coord.current_answers() if a.revision == 1}
+        outdated = {aid: missing for aid, task in self.in_flight.items()
+                    if not task.done() and not self._views[aid].first_round
+                    and (missing := joined - set(self._views[aid].labels))}
+        for aid, missing in outdated.items():
+            purpose = self._calling.get(aid)  # None: between calls (a tool, a retry)
+            self._emit(EventType.TURN_RESTARTED, agent_id=aid, purpose=purpose,
+                       count=int(purpose is not None), by=", ".join(sorted(missing)),
+                       reason="a late first answer joined while it was deciding")
+            if purpose is not None:
+                self.progress.count_cancelled(aid)
+            self.in_flight[aid].cancel()
+        await asyncio.gather(*(self.in_flight.pop(aid) for aid in outdated),
+                             return_exceptions=True)
 
     async def _cancel_turns(self, decision: Decision) -> None:
         """The decision came first: stop every turn still in flight, counting and recording

@@ -86,8 +86,9 @@ class Prior:
         return cls(tuple(steps), tuple(e for e in events if e.type in _PAID), len(events))
 
 
-# The events that carry usage: calls, and calls a decision cancelled in flight.
-_PAID = (EventType.CALL, EventType.TURN_CANCELLED)
+# The events that carry usage: calls, and calls stopped in flight (by the decision, or to
+# restart a turn on a new answer).
+_PAID = (EventType.CALL, EventType.TURN_CANCELLED, EventType.TURN_RESTARTED)
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ def progress_of(request: RunRequest) -> Progress:
             progress.restarts += 1
             progress.feedback = step.feedback
     for call in request.prior.calls:
-        if call.type is EventType.TURN_CANCELLED:
+        if call.type is not EventType.CALL:
             if call.count:  # 0 or 1: a turn has at most one call in flight
                 progress.count_cancelled(call.agent_id)
             continue

@@ -13,7 +13,9 @@ every protocol rule lives (and is unit-tested) in one place:
   config order.
 * An accepted new answer bumps ``version`` and clears every vote.
 * A vote counts only if it was cast on the current ``version``; otherwise it is stale, discarded,
-  and the voter simply needs another turn.
+  and the voter simply needs another turn. (When the new answer is a late agent's first one,
+  the engine does not wait for such a vote: the review turn is stopped at once and started
+  again, :meth:`~massgen_mcp.consensus.engine.ConsensusRun._restart_outdated`.)
 * Decision (``decide``): with ``"all"`` (MassGen's rule), when every live agent holds a vote
   cast since the last new answer; with ``"majority"``, also as soon as a strict majority of
   the live agents hold votes for one and the same current answer: no vote still to come can

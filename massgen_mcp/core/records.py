@@ -127,6 +127,10 @@ class EventType(StrEnum):
     # A decision came while an agent's turn was in flight: the turn was stopped (purpose;
     # count: model calls cut off mid-flight, 0 or 1; reason: the decision).
     TURN_CANCELLED = "turn_cancelled"
+    # A late agent's first answer joined while an agent's review turn was deciding without
+    # it: the turn was stopped, to start again on the current answers (purpose; count: model
+    # calls cut off mid-flight, 0 or 1; by: the labels its view lacked).
+    TURN_RESTARTED = "turn_restarted"
     # The user sent the team a note mid-run (detail: the note; count: votes it cleared).
     STEERED = "steered"
 
@@ -163,8 +167,9 @@ class Usage(Record):
     evidence_calls: int = 0  # of ``calls``: tool rounds (the reply asked for evidence tools)
     evidence_tokens: int = 0  # of ``total_tokens``: spent in those tool rounds
     tool_calls: int = 0  # evidence tools run (read_file, mcp__..., ...)
-    # Of ``calls``: stopped in flight because the decision came first (sent, so counted, but
-    # with no reply and no tokens reported; a provider may still bill the prompt it had read).
+    # Of ``calls``: stopped in flight because the decision came first, or a new answer
+    # outdated the view it was deciding on (sent, so counted, but with no reply and no tokens
+    # reported; a provider may still bill the prompt it had read).
     cancelled_calls: int = 0
 
 

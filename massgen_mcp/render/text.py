@@ -128,6 +128,10 @@ def describe_event(event: Event) -> str | None:
     if kind is EventType.TURN_CANCELLED:
         cut = f", its {event.purpose} call cut off" if event.count else ""
         return f"{t} {who}'s turn cancelled{cut}: {event.reason}"
+    if kind is EventType.TURN_RESTARTED:
+        cut = f", its {event.purpose} call cut off" if event.count else ""
+        return (f"{t} {who}'s turn restarted{cut}: new answer {event.by} arrived while it "
+                "decided (a late first answer)")
     if kind is EventType.STEERED:
         cleared = f"; {event.count} earlier vote(s) no longer count" if event.count else ""
         return f"{t} your note to the team{cleared}: {_short(event.detail, 160)}"
@@ -147,7 +151,8 @@ def describe_event(event: Event) -> str | None:
 
 def coordination_table(events: list[Event], agent_ids: list[str]) -> str:
     """Agent x step grid: answered (A1), voted (→B1), stale vote (~B1), invalidated (✗),
-    dropped (DROP), turn cancelled by the decision (CUT), the user's note reached every agent
+    dropped (DROP), turn cancelled by the decision (CUT), turn restarted on a new answer
+    (REDO), the user's note reached every agent
     (NOTE: the votes before it no longer count), presented the final answer (FINAL)."""
     steps: list[dict[str, str]] = []
     voted: set[str] = set()
@@ -168,6 +173,8 @@ def coordination_table(events: list[Event], agent_ids: list[str]) -> str:
             cells[who] = "DROP"
         elif event.type is EventType.TURN_CANCELLED:
             cells[who] = "CUT"
+        elif event.type is EventType.TURN_RESTARTED:
+            cells[who] = "REDO"
         elif event.type is EventType.STEERED:
             cells = dict.fromkeys(agent_ids, "NOTE")
             voted.clear()
