@@ -4,17 +4,34 @@ failures against litellm's own; here: the price, and that such a run never impor
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Callable
 
 import pytest
 
+from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.model_names import model_map
-from massgen_mcp.providers.litellm_provider import load_litellm
-from massgen_mcp.providers.openai_direct import cost_of
-from massgen_mcp.testing.scripted import ScriptedServer, agree
+from massgen_mcp.core.spec import AgentSpec
+from massgen_mcp.providers.base import MAX_CALL_TOKENS, CallContext
+from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm
+from massgen_mcp.providers.openai_direct import MAX_REPLY_CHARS, MAX_TOOL_CALLS, cost_of
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, raw
+from massgen_mcp.testing.wire import completion_body
+from tests.helpers import Scripted, by_model, run_team, team_for
+
+HI = [{"role": "user", "content": "What is 6*7?"}]
+
+
+def _agent(server: ScriptedServer) -> AgentSpec:
+    return AgentSpec(id="a", model="openai/m", base_url=server.base_url)
+
+
+def _quiet(piece: str, tokens: int) -> None:
+    """A live-draft listener that keeps nothing (the call then streams)."""
 
 
 def _tiered_models() -> list[str]:
@@ -59,3 +76,89 @@ def test_a_run_on_servers_of_ones_own_never_imports_litellm() -> None:
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.strip().endswith("ok")
         assert len(server.requests) == 7
+
+
+# -- a hostile server (red-team findings on the direct path) ----------------------------------
+
+def _always(reply: Reply) -> Callable[[ChatRequest], Reply]:
+    return lambda req: reply
+
+
+def _calls(n: int) -> str:
+    one = {"id": "c", "type": "function", "function": {"name": "vote", "arguments": "{}"}}
+    return json.dumps({"choices": [{"message": {"tool_calls": [one] * n}}]})
+
+
+def _streamed_calls(n: int) -> str:
+    events = [{"choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": i, "id": f"c{i}", "function": {"name": "vote", "arguments": "{}"}}]}}]}
+        for i in range(n)]
+    return "".join(f"data: {json.dumps(e)}\n\n" for e in events)
+
+
+@pytest.mark.usefixtures("_litellm_loaded")
+async def test_a_reply_with_too_many_tool_calls_is_refused(scripted: Scripted) -> None:
+    """A 32 MiB reply held ~460,000 tool calls: seconds of the shared loop to build them, and
+    minutes to mask them one by one. At most 128 a reply, whole or streamed."""
+    for body, context in ((_calls(MAX_TOOL_CALLS + 1), None),
+                          (_streamed_calls(MAX_TOOL_CALLS + 1), CallContext("s", on_text=_quiet))):
+        server = scripted(_always(raw(body)))
+        with pytest.raises(ProviderError, match=f"{MAX_TOOL_CALLS}") as info:
+            await LiteLLMProvider().complete(_agent(server), HI, tools=None, timeout_s=10,
+                                             context=context)
+        assert info.value.kind == "server_error"
+    fine = scripted(lambda req: raw(_calls(MAX_TOOL_CALLS)))
+    reply = await LiteLLMProvider().complete(_agent(fine), HI, tools=None, timeout_s=10)
+    assert len(reply.tool_calls) == MAX_TOOL_CALLS
+
+
+@pytest.mark.usefixtures("_litellm_loaded")
+async def test_a_streamed_tool_call_s_name_counts_toward_the_reply_cap(
+        scripted: Scripted) -> None:
+    piece = "n" * (MAX_REPLY_CHARS // 2 + 1)
+    events = "".join(
+        "data: " + json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "function": {"name": piece}}]}}]}) + "\n\n" for _ in range(2))
+    server = scripted(lambda req: raw(events))
+    with pytest.raises(ProviderError, match="the reply passed"):
+        await LiteLLMProvider().complete(_agent(server), HI, tools=None, timeout_s=10,
+                                         context=CallContext("s", on_text=_quiet))
+
+
+@pytest.mark.usefixtures("_litellm_loaded")
+async def test_a_redirect_is_refused_not_read_as_the_reply(scripted: Scripted) -> None:
+    """Not followed (the key would go to another host), and its body is not a reply."""
+    server = scripted(lambda req: raw(_calls(1), status=307))
+    with pytest.raises(ProviderError, match=r"a redirect to .*\(not followed") as info:
+        await LiteLLMProvider().complete(_agent(server), HI, tools=None, timeout_s=10)
+    assert info.value.kind == "bad_request" and not info.value.retryable
+    assert len(server.requests) == 1
+
+
+def _lying(prompt_tokens: int) -> Callable[[ChatRequest], Reply]:
+    """agree's replies, with the usage a hostile server reports."""
+    def policy(req: ChatRequest) -> Reply:
+        body = completion_body(req, agree(req))
+        body["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": 1}
+        return raw(json.dumps(body))
+    return policy
+
+
+@pytest.mark.parametrize("direct", ["1", "0"], ids=["direct", "litellm"])
+@pytest.mark.parametrize("lie", [-10**12, int("9" * 4299)], ids=["negative", "4299-digits"])
+async def test_usage_a_server_lies_about_cannot_lift_a_budget_or_break_the_record(
+        scripted: Scripted, monkeypatch: pytest.MonkeyPatch, direct: str, lie: int) -> None:
+    """-10**12 tokens once lifted max_total_tokens for the whole team; 4,299-digit counts
+    added up past what JSON can carry, and the finished run's record could not be read."""
+    monkeypatch.setenv("MASSGEN_OPENAI_DIRECT", direct)
+    server = scripted(by_model(agree, **{"gpt-4o-mini": _lying(lie)}))
+    team = team_for(server, ("gpt-4o-mini", "b", "c"), max_total_tokens=50)
+    out = await run_team(team, drafts=False)
+    assert out.events("budget_exceeded"), "the budget held"
+    usage = out.result["usage"]
+    assert (0 <= usage["total_tokens"] <= 3 * MAX_CALL_TOKENS and usage["cost_usd"] is None) or (
+        usage["cost_usd"] >= 0)
+    # (the budget may trip before any answer: the run then failed, and says so readably)
+    assert out.store.read_status(out.result["session_id"]).status == out.result["status"]
+    assert out.store.read_result(out.result["session_id"]) is not None
+    assert (out.folder / "report.html").is_file()

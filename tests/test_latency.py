@@ -22,6 +22,8 @@ import pytest
 from massgen_mcp.consensus.pace import late_at, quorum
 from massgen_mcp.consensus.state import Coordination
 from massgen_mcp.core.records import Decision, Event, EventType, RunStatus
+from massgen_mcp.core.spec import AgentSpec, build_team
+from massgen_mcp.providers.base import CallContext, Completion
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.render.html import render_report
 from massgen_mcp.render.text import coordination_table, describe_event
@@ -31,6 +33,7 @@ from massgen_mcp.testing.scripted import (
     ChatRequest,
     Latency,
     Reply,
+    ScriptedProvider,
     ScriptedServer,
     agree,
     answer,
@@ -354,3 +357,61 @@ def test_scripted_server_times_each_call() -> None:
         # The reply reaches the client a moment before the server's thread marks it over.
         assert timing.over.wait(10) and timing.ended is not None
         assert timing.ended - timing.started >= 0.01
+
+
+async def test_a_run_cancelled_while_restarting_turns_lets_them_clean_up() -> None:
+    """The run is cancelled while it waits for the restarted turns to stop (their calls
+    take 0.3 s to clean up, as a coding CLI being killed and reaped does): each turn is
+    cancelled once and finishes its cleanup before the run ends (a second cancel cut it
+    short, and a CLI's process tree could outlive the run)."""
+    cleanup: list[tuple[str, str]] = []
+    cancelling: list[asyncio.Task[bool]] = []
+
+    def policy(req: ChatRequest) -> Reply:
+        if req.model == "c" and not req.vote_labels:
+            return answer("C says 42", delay_s=1.0)  # late: review opens without it
+        if not req.vote_labels:
+            return answer(f"{req.model} says 42")
+        return vote(req.vote_labels[0], "first", delay_s=NEVER_S if len(req.answers) == 2
+                    else 0.0)  # a's and b's first votes: restarted when c's answer joins
+
+    inner = ScriptedProvider(policy)
+    runner = SessionRunner(SessionStore(), _SlowToStop(inner, cleanup, cancelling))
+    _SlowToStop.runner = runner
+    team = build_team({"agents": [{"id": f"agent_{m}", "model": f"openai/{m}"} for m in "abc"],
+                       "options": {"late_factor": 1.0}})
+    live = await runner.start("What is 6*7?", team)
+    _SlowToStop.session_id = live.session_id
+    await asyncio.gather(live.task, return_exceptions=True)
+    assert cancelling, "no turn was restarted"
+    assert sorted(cleanup) == [("agent_a", "done"), ("agent_b", "done")]
+    assert (await runner.wait(live.session_id, 0)).status == "cancelled"
+
+
+class _SlowToStop:
+    """A provider whose cancelled call takes 0.3 s to stop; the first such cancel (a
+    restart) also cancels the whole run."""
+
+    runner: SessionRunner
+    session_id: str
+
+    def __init__(self, inner: ScriptedProvider, cleanup: list[tuple[str, str]],
+                 cancelling: list[asyncio.Task[bool]]) -> None:
+        self.inner, self.cleanup, self.cancelling = inner, cleanup, cancelling
+
+    async def complete(self, agent: AgentSpec, messages: list[dict[str, Any]], *,
+                       tools: list[dict[str, Any]] | None, timeout_s: float,
+                       context: CallContext | None = None) -> Completion:
+        try:
+            return await self.inner.complete(agent, messages, tools=tools,
+                                             timeout_s=timeout_s, context=context)
+        except asyncio.CancelledError:
+            if not self.cancelling:
+                self.cancelling.append(asyncio.ensure_future(
+                    self.runner.cancel(self.session_id)))
+            try:
+                await asyncio.sleep(0.3)  # killing and reaping a child, say
+                self.cleanup.append((agent.id, "done"))
+            except asyncio.CancelledError:
+                self.cleanup.append((agent.id, "cut short"))
+            raise

@@ -12,11 +12,12 @@ Kept apart from the engine so the rules are readable in one place and testable w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from massgen_mcp.core.records import Usage
 from massgen_mcp.core.spec import RunOptions
-from massgen_mcp.providers.base import Completion
+from massgen_mcp.providers.base import MAX_CALL_TOKENS, Completion
 
 
 @dataclass
@@ -36,6 +37,7 @@ class UsageMeter:
 
     def add(self, completion: Completion, *, evidence: bool = False) -> None:
         """Count one model call; ``evidence`` when it was a tool round, not a decision."""
+        completion = sane(completion)
         if evidence:
             self.evidence_calls += 1
             self.evidence_tokens += completion.prompt_tokens + completion.completion_tokens
@@ -67,6 +69,20 @@ class UsageMeter:
             evidence_tokens=self.evidence_tokens, tool_calls=self.tool_calls,
             cancelled_calls=self.cancelled_calls,
         )
+
+
+def sane(completion: Completion) -> Completion:
+    """``completion`` with its usage as a budget can trust (a server reports it): a token
+    count is a whole number from 0 to MAX_CALL_TOKENS (clamped: -10**12 would lift every
+    budget, 4,300 digits would make the record unreadable; anything else counts 0), and a
+    cost that is negative or not finite is unknown."""
+    def count(n: object) -> int:
+        return min(max(n, 0), MAX_CALL_TOKENS) if type(n) is int else 0
+    cost = completion.cost_usd
+    ok = isinstance(cost, int | float) and math.isfinite(cost) and cost >= 0
+    return replace(completion, prompt_tokens=count(completion.prompt_tokens),
+                   completion_tokens=count(completion.completion_tokens),
+                   cost_usd=cost if ok else None)
 
 
 class BudgetExceeded(Exception):

@@ -26,7 +26,7 @@ from functools import partial
 from typing import Any
 
 from massgen_mcp.consensus import prompts
-from massgen_mcp.consensus.accounting import BudgetExceeded, check_budget
+from massgen_mcp.consensus.accounting import BudgetExceeded, check_budget, sane
 from massgen_mcp.consensus.actions import (
     MAX_ANSWER_CHARS,
     Action,
@@ -179,7 +179,7 @@ class ConsensusRun:
             pace = self.drafts.end(agent.id)
             if pace.first_token_s is not None:
                 self._drafts_changed()  # the draft is gone: say so now, not in 0.2 s
-        completion = completion.redacted()
+        completion = sane(completion.redacted())  # usage a server may lie about
         if completion.tool_calls and all(is_evidence(c.name) for c in completion.tool_calls):
             purpose = CallPurpose.EVIDENCE  # usage tells tool rounds from decisions
         self.progress.count(agent.id, completion, evidence=purpose is CallPurpose.EVIDENCE)
@@ -367,8 +367,13 @@ class ConsensusRun:
             if purpose is not None:
                 self.progress.count_cancelled(aid)
             self.in_flight[aid].cancel()
-        await asyncio.gather(*(self.in_flight.pop(aid) for aid in outdated),
-                             return_exceptions=True)
+        if outdated:
+            # asyncio.wait, not gather: a run cancelled (or timed out) meanwhile must not
+            # cancel these turns a second time, mid-cleanup (a CLI not yet killed); and they
+            # stay in in_flight until they are over, so _stop_turns still awaits them.
+            await asyncio.wait([self.in_flight[aid] for aid in outdated])
+            for aid in outdated:
+                self.in_flight.pop(aid)
 
     async def _cancel_turns(self, decision: Decision) -> None:
         """The decision came first: stop every turn still in flight, counting and recording
@@ -385,8 +390,10 @@ class ConsensusRun:
     async def _stop_turns(self) -> None:
         tasks = list(self.in_flight.values())
         for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+            if not task.cancelling():  # once: a second cancel cuts its cleanup short
+                task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)  # a cancel of this wait is not passed on to them
         self.in_flight.clear()
 
     # -- the final answer --------------------------------------------------------------------

@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from massgen_mcp.core.errors import ProviderError
-from massgen_mcp.core.secrets import redact
+from massgen_mcp.core.secrets import redactor
 from massgen_mcp.core.spec import AgentSpec
 
 MAX_RETRY_AFTER_S = 60.0
+# What one call may claim to have used: a count beyond this (or negative, or not a whole
+# number) is a server's lie, and would lift or break every budget.
+MAX_CALL_TOKENS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,9 @@ class Completion:
     def redacted(self) -> Completion:
         """This reply with every known secret masked: model output is untrusted, and an
         echoed key must not reach the record, the user or another provider's agent."""
-        return replace(self, content=self.content and redact(self.content), tool_calls=[
-            replace(call, arguments=redact(call.arguments)) for call in self.tool_calls])
+        clean = redactor()
+        return replace(self, content=self.content and clean(self.content), tool_calls=[
+            replace(call, arguments=clean(call.arguments)) for call in self.tool_calls])
 
     def assistant_message(self) -> dict[str, Any]:
         """This reply as an OpenAI-format assistant message, for corrective retries."""

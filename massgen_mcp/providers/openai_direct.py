@@ -39,11 +39,20 @@ from massgen_mcp.core.model_names import model_map
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec
-from massgen_mcp.providers.base import Completion, TextListener, ToolCall, retry_after_of
+from massgen_mcp.providers.base import (
+    MAX_CALL_TOKENS,
+    Completion,
+    TextListener,
+    ToolCall,
+    retry_after_of,
+)
 
 MAX_LINE_CHARS = 1 << 20  # one event; a token is a few characters
-MAX_REPLY_CHARS = 8 << 20  # the whole reply: text and tool-call arguments
+# The whole reply: text, tool-call names and arguments. Ten times the longest answer the
+# protocol takes (MAX_ANSWER_CHARS, 100,000); a longer reply is refused there anyway.
+MAX_REPLY_CHARS = 1 << 20
 MAX_BODY_BYTES = 4 * MAX_REPLY_CHARS  # a whole reply's JSON: escapes take room
+MAX_TOOL_CALLS = 128  # per reply; the engine acts on one decision and a few evidence calls
 _ERROR_CHARS = 400
 _ERROR_BODY_BYTES = 64 << 10  # what is read of a refused request's body: its message
 
@@ -105,13 +114,17 @@ class _Reply:
     def _tool_call(self, piece: Any, on_text: TextListener) -> None:
         if not isinstance(piece, dict) or not isinstance(piece.get("index", 0), int):
             raise _garbled("a tool call that is not a JSON object")
-        call = self.calls.setdefault(piece.get("index", 0), _Call())
+        index = piece.get("index", 0)
+        if index not in self.calls and len(self.calls) >= MAX_TOOL_CALLS:
+            raise _garbled(f"over {MAX_TOOL_CALLS} tool calls")
+        call = self.calls.setdefault(index, _Call())
         if isinstance(piece.get("id"), str) and piece["id"]:
             call.id = piece["id"]
         function = piece.get("function") or {}
         if not isinstance(function, dict):
             raise _garbled("a tool call's function that is not a JSON object")
         if isinstance(function.get("name"), str):
+            self._grow(function["name"])
             call.name += function["name"]
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
@@ -143,7 +156,7 @@ async def _completion(agent: AgentSpec, messages: list[dict[str, Any]], text: st
     usage = usage if isinstance(usage, dict) else {}
     prompt = usage.get("prompt_tokens")
     completion = usage.get("completion_tokens")
-    if not isinstance(prompt, int) or not isinstance(completion, int):
+    if not all(type(n) is int and 0 <= n <= MAX_CALL_TOKENS for n in (prompt, completion)):
         prompt = sum(len(str(m.get("content") or "")) for m in messages) // 4
         completion = pieces or (len(text or "") + sum(len(c.arguments) for c in calls)) // 4
     cost = await asyncio.to_thread(cost_of, agent.model, prompt, completion)
@@ -290,11 +303,19 @@ async def chat(agent: AgentSpec, messages: list[dict[str, Any]],
             headers={"Authorization": f"Bearer {api_key}",
                      "Accept-Encoding": "identity"}) as response:
         _check_encoding(response)
+        if 300 <= response.status_code < 400:  # not followed: the key must not go elsewhere
+            raise ProviderError(
+                f"request rejected: {url} answered {response.status_code}, a redirect to "
+                f"{redact(response.headers.get('location', '?'))[:200]} (not followed; "
+                "set base_url to where it points)", retryable=False,
+                status_code=response.status_code, kind="bad_request")
         if response.status_code >= 400:
             body = (await _head(response, _ERROR_BODY_BYTES)).decode("utf-8", "replace")
             raise http_error(response.status_code, body, response.headers)
         if on_text is None:
-            text, calls, usage = _whole(await _head(response, MAX_BODY_BYTES + 1))
+            whole = await _head(response, MAX_BODY_BYTES + 1)
+            # Off the loop every run shares: a hostile 32 MiB body takes seconds to parse.
+            text, calls, usage = await asyncio.to_thread(_whole, whole)
             return await _completion(agent, messages, text, calls, usage, 0,
                                      time.perf_counter() - started)
         reply = await _streamed(response, on_text)
@@ -341,8 +362,12 @@ def _whole(body: bytes) -> tuple[str | None, list[ToolCall], Any]:
     text = message.get("content")
     if text is not None and not isinstance(text, str):
         raise _garbled("a message whose content is not text", "the reply")
+    listed = message.get("tool_calls") or []
+    if not isinstance(listed, list) or len(listed) > MAX_TOOL_CALLS:
+        raise _garbled(f"tool calls that are not a list of at most {MAX_TOOL_CALLS}",
+                       "the reply")
     calls = []
-    for i, call in enumerate(message.get("tool_calls") or ()):
+    for i, call in enumerate(listed):
         function = call.get("function") if isinstance(call, dict) else None
         name = function.get("name") if isinstance(function, dict) else None
         arguments = function.get("arguments") if isinstance(function, dict) else None
