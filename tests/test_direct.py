@@ -162,3 +162,14 @@ async def test_usage_a_server_lies_about_cannot_lift_a_budget_or_break_the_recor
     assert out.store.read_status(out.result["session_id"]).status == out.result["status"]
     assert out.store.read_result(out.result["session_id"]) is not None
     assert (out.folder / "report.html").is_file()
+
+
+@pytest.mark.usefixtures("_litellm_loaded")
+async def test_a_whole_reply_over_the_reply_cap_is_refused_as_a_streamed_one_is(
+        scripted: Scripted) -> None:
+    """Under the body's cap (4 MiB of JSON), over the reply's (1 MiB of text)."""
+    body = json.dumps({"choices": [{"message": {"content": "x" * (MAX_REPLY_CHARS + 1)}}]})
+    server = scripted(_always(raw(body)))
+    with pytest.raises(ProviderError, match="the reply passed 1,048,576 characters") as info:
+        await LiteLLMProvider().complete(_agent(server), HI, tools=None, timeout_s=10)
+    assert not info.value.retryable

@@ -265,8 +265,8 @@ def _check_encoding(response: httpx.Response) -> None:
 
 
 async def _head(response: httpx.Response, limit: int) -> bytes:
-    """At most the first ``limit`` bytes of the body (a refused request's message): a server
-    that sends an endless error page is not read to its end."""
+    """At most the first ``limit`` bytes of the body (a whole reply, a refused request's
+    message): a server that sends an endless body is not read to its end."""
     got = bytearray()
     async for data in response.aiter_raw():
         got += data
@@ -314,7 +314,7 @@ async def chat(agent: AgentSpec, messages: list[dict[str, Any]],
             raise http_error(response.status_code, body, response.headers)
         if on_text is None:
             whole = await _head(response, MAX_BODY_BYTES + 1)
-            # Off the loop every run shares: a hostile 32 MiB body takes seconds to parse.
+            # Off the loop every run shares: a hostile 4 MiB body takes a while to parse.
             text, calls, usage = await asyncio.to_thread(_whole, whole)
             return await _completion(agent, messages, text, calls, usage, 0,
                                      time.perf_counter() - started)
@@ -376,4 +376,7 @@ def _whole(body: bytes) -> tuple[str | None, list[ToolCall], Any]:
         call_id = call.get("id")
         calls.append(ToolCall(id=call_id if isinstance(call_id, str) and call_id
                               else f"call_{i}", name=name, arguments=arguments or ""))
+    if len(text or "") + sum(len(c.name) + len(c.arguments) for c in calls) > MAX_REPLY_CHARS:
+        raise ProviderError(f"provider error: the reply passed {MAX_REPLY_CHARS:,} "
+                            "characters; stopped", retryable=False, kind="server_error")
     return text or None, calls, data.get("usage")
