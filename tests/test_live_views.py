@@ -9,6 +9,7 @@ the words but not the last has shown a draft, whatever the timing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pty
@@ -76,9 +77,26 @@ needs_playwright = pytest.mark.skipif(
 @needs_browser
 @needs_playwright
 async def test_the_live_page_shows_drafts_before_the_answers(
-        http_server: str, slow: ScriptedServer, tmp_path: Path) -> None:  # noqa: F811
-    base = http_server.removesuffix("/mcp")
-    async with Client(http_server, auth=TOKEN) as client:
+        http_server: str, tmp_path: Path) -> None:  # noqa: F811
+    """The answers start streaming once the page is loaded (a browser can take longer to
+    start than the ~3 s the answers stream; under load the page then met them written)."""
+    watching = threading.Event()
+
+    def after_the_page_loads(req: ChatRequest) -> Reply:
+        if not (req.vote_labels or req.is_final):
+            watching.wait(120)
+        return numbered(req)
+
+    with ScriptedServer(after_the_page_loads, chunk_delay_s=0.03) as slow, contextlib.ExitStack(
+            ) as cleanup:
+        cleanup.callback(watching.set)  # no server thread waits past the test
+        await _watch_a_run(http_server, slow, tmp_path, watching)
+
+
+async def _watch_a_run(mcp_url: str, slow: ScriptedServer, tmp_path: Path,
+                       watching: threading.Event) -> None:
+    base = mcp_url.removesuffix("/mcp")
+    async with Client(mcp_url, auth=TOKEN) as client:
         sid = (await client.call_tool("run_consensus", {
             "question": "Count to sixty", "models": [f"openai/{m}@{slow.base_url}"
                                                      for m in "abc"]})).structured_content[
@@ -93,6 +111,8 @@ async def test_the_live_page_shows_drafts_before_the_answers(
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             assert browser.stdout is not None
+            ready = await asyncio.wait_for(browser.stdout.readline(), 90)
+            watching.set()
             mid_line = await asyncio.wait_for(browser.stdout.readline(), 90)
             end_line = await asyncio.wait_for(browser.stdout.readline(), 120)
             await asyncio.wait_for(browser.wait(), 30)
@@ -103,6 +123,7 @@ async def test_the_live_page_shows_drafts_before_the_answers(
         err = (await browser.stderr.read()).decode() if browser.stderr else ""
         final = (await client.call_tool("get_result", {"session_id": sid})).structured_content
 
+    assert ready == b"ready\n", (ready, err[-3000:])
     assert page.headers["content-security-policy"] == LIVE_CSP
     assert "<script>" in page.text and 'class="agent-box"' in page.text
     assert mid_line.startswith(b"mid "), (mid_line, err[-3000:])

@@ -3,7 +3,8 @@
 // page shows mid-run and after the run, with anything the page's CSP refused.
 //
 // Usage: node live_page.mjs <page-url> <screenshot.png> [min-chars]
-// stdout: "mid <json>" once at least two agents' boxes show min-chars (40) of streamed text
+// stdout: "ready" once the page is loaded (and follows its event stream), "mid <json>" once
+// at least two agents' boxes show min-chars (40) of streamed text
 // (the screenshot is taken then), then "end <json>" once the page has reloaded into the final
 // report.
 import { chromium } from "playwright-core";
@@ -48,6 +49,7 @@ function inspect() {
 }
 
 await page.goto(url);
+console.log("ready");
 await page.waitForFunction((least) => [...document.querySelectorAll(".agent-box.writing .draft")]
   .filter((d) => d.textContent.length >= least).length >= 2, Number(minChars), { timeout: 90000 });
 const mid = await inspect();
