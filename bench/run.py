@@ -136,11 +136,14 @@ def print_engine(data: dict[str, Any]) -> None:
 B_MEDIAN_S, B_SIGMA, B_AGENTS, B_SLOW = 0.5, 0.5, 5, 3.0
 
 
+def _b_latency(seed: int) -> Latency:
+    """Scenario B's latencies for one seed: the last agent's model is the slow one."""
+    return Latency(B_MEDIAN_S, B_SIGMA, seed=seed, slower={f"m{B_AGENTS - 1}": B_SLOW})
+
+
 def _latency_run(policy: Callable[[ChatRequest], Reply], seed: int, home: Path,
                  **options: Any) -> dict[str, Any]:
-    slow = {f"m{B_AGENTS - 1}": B_SLOW}
-    latency = Latency(B_MEDIAN_S, B_SIGMA, seed=seed, slower=slow)
-    with ScriptedServer(policy, latency=latency) as srv:
+    with ScriptedServer(policy, latency=_b_latency(seed)) as srv:
         result = asyncio.run(_run_once(srv, home, **options))
         done = [t for t in srv.timings if t.ended is not None]
         span = max(t.ended for t in done if t.ended) - min(t.started for t in srv.timings)
@@ -206,9 +209,7 @@ FLOOR_RULES: tuple[dict[str, Any], ...] = (
 
 async def _floor_run(policy: Callable[[ChatRequest], Reply], seed: int, home: Path,
                      **options: Any) -> dict[str, Any]:
-    slow = {f"m{B_AGENTS - 1}": B_SLOW}
-    provider = ScriptedProvider(policy, latency=Latency(B_MEDIAN_S, B_SIGMA, seed=seed,
-                                                        slower=slow))
+    provider = ScriptedProvider(policy, latency=_b_latency(seed))
     agents = [{"id": f"agent{i}", "model": f"openai/m{i}"} for i in range(B_AGENTS)]
     runner = SessionRunner(SessionStore(home), provider, drafts=False)
     run = await runner.start("What is 6*7?", build_team({"agents": agents,

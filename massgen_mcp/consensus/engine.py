@@ -360,13 +360,8 @@ class ConsensusRun:
                     if not task.done() and not self._views[aid].first_round
                     and (missing := joined - set(self._views[aid].labels))}
         for aid, missing in outdated.items():
-            purpose = self._calling.get(aid)  # None: between calls (a tool, a retry)
-            self._emit(EventType.TURN_RESTARTED, agent_id=aid, purpose=purpose,
-                       count=int(purpose is not None), by=", ".join(sorted(missing)),
-                       reason="a late first answer joined while it was deciding")
-            if purpose is not None:
-                self.progress.count_cancelled(aid)
-            self.in_flight[aid].cancel()
+            self._cut(aid, EventType.TURN_RESTARTED, by=", ".join(sorted(missing)),
+                      reason="a late first answer joined while it was deciding")
         if outdated:
             # asyncio.wait, not gather: a run cancelled (or timed out) meanwhile must not
             # cancel these turns a second time, mid-cleanup (a CLI not yet killed); and they
@@ -378,14 +373,19 @@ class ConsensusRun:
     async def _cancel_turns(self, decision: Decision) -> None:
         """The decision came first: stop every turn still in flight, counting and recording
         each (a model call cut off mid-flight counts as cancelled, not as a call)."""
-        for aid, task in self.in_flight.items():
-            purpose = self._calling.get(aid)  # None: between calls (a tool, a retry)
-            self._emit(EventType.TURN_CANCELLED, agent_id=aid, purpose=purpose,
-                       count=int(purpose is not None), reason=f"decided: {decision}")
-            if purpose is not None:
-                self.progress.count_cancelled(aid)
-            task.cancel()
+        for aid in self.in_flight:
+            self._cut(aid, EventType.TURN_CANCELLED, reason=f"decided: {decision}")
         await self._stop_turns()
+
+    def _cut(self, aid: str, event_type: EventType, **data: Any) -> None:
+        """Cancel ``aid``'s turn in flight, recording why and counting a model call cut off
+        mid-flight as cancelled (none when the turn was between calls: a tool, a retry)."""
+        purpose = self._calling.get(aid)
+        self._emit(event_type, agent_id=aid, purpose=purpose, count=int(purpose is not None),
+                   **data)
+        if purpose is not None:
+            self.progress.count_cancelled(aid)
+        self.in_flight[aid].cancel()
 
     async def _stop_turns(self) -> None:
         tasks = list(self.in_flight.values())

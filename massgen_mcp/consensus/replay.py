@@ -87,7 +87,7 @@ class Prior:
 
 
 # The events that carry usage: calls, and calls stopped in flight (by the decision, or to
-# restart a turn on a new answer).
+# restart a turn on a late first answer).
 _PAID = (EventType.CALL, EventType.TURN_CANCELLED, EventType.TURN_RESTARTED)
 
 

@@ -167,9 +167,9 @@ class Usage(Record):
     evidence_calls: int = 0  # of ``calls``: tool rounds (the reply asked for evidence tools)
     evidence_tokens: int = 0  # of ``total_tokens``: spent in those tool rounds
     tool_calls: int = 0  # evidence tools run (read_file, mcp__..., ...)
-    # Of ``calls``: stopped in flight because the decision came first, or a new answer
-    # outdated the view it was deciding on (sent, so counted, but with no reply and no tokens
-    # reported; a provider may still bill the prompt it had read).
+    # Of ``calls``: stopped in flight because the decision came first, or a late first answer
+    # joined while it was deciding without it (sent, so counted, but with no reply and no
+    # tokens reported; a provider may still bill the prompt it had read).
     cancelled_calls: int = 0
 
 

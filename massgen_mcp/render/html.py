@@ -40,7 +40,7 @@ _MARKS = {
     EventType.RESTART: ("⟲", "restart"),
     EventType.QUORUM: ("◷", "late: review began without it"),
     EventType.TURN_CANCELLED: ("✂", "turn cancelled by the decision"),
-    EventType.TURN_RESTARTED: ("⤺", "turn restarted on a new answer"),
+    EventType.TURN_RESTARTED: ("⤺", "turn restarted on a late first answer"),
     EventType.STEERED: ("✉", "your note to the team"),
 }
 # Events about the whole team: drawn in every agent's lane.

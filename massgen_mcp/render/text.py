@@ -151,8 +151,8 @@ def describe_event(event: Event) -> str | None:
 
 def coordination_table(events: list[Event], agent_ids: list[str]) -> str:
     """Agent x step grid: answered (A1), voted (→B1), stale vote (~B1), invalidated (✗),
-    dropped (DROP), turn cancelled by the decision (CUT), turn restarted on a new answer
-    (REDO), the user's note reached every agent
+    dropped (DROP), turn cancelled by the decision (CUT), turn restarted on a late first
+    answer (REDO), the user's note reached every agent
     (NOTE: the votes before it no longer count), presented the final answer (FINAL)."""
     steps: list[dict[str, str]] = []
     voted: set[str] = set()
