@@ -263,3 +263,18 @@ def test_locks_work_in_a_local_folder_and_a_lock_excludes_another_holder(
     finally:
         os.close(first)
         os.close(second)
+
+
+def test_a_pool_whose_home_cannot_be_fenced_refuses_to_start_in_one_line(
+        tmp_path: Path) -> None:
+    # A home the pool cannot lock files in (here: one that cannot even be made, as a file
+    # system without locks cannot be mounted in a test) stops the worker before it takes a run.
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-m", "massgen_mcp", "--home", str(blocker / "home"), "worker",
+         "--redis", "redis://127.0.0.1:1/0"], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"the pool cannot fence its records on {sys.platform}" in done.stderr
+    assert "run without --redis" in done.stderr

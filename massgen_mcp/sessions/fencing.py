@@ -49,8 +49,12 @@ class RecordFenced(asyncio.CancelledError):
 def check(home: Path) -> None:
     """Refuse, in one line, to run a pool whose ``home`` cannot hold a fence: a file system
     without locks (see module)."""
-    home.mkdir(parents=True, exist_ok=True)
-    why = portable.locks_work(home)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why: str | None = f"cannot create it ({exc.strerror or exc})"
+    else:
+        why = portable.locks_work(home)
     if why is not None:
         raise ConfigError(
             f"the pool cannot fence its records on {sys.platform} in {home}: {why}. Put "
