@@ -20,6 +20,9 @@ and imports no POSIX-only module (fcntl, resource, termios, pwd, grp) itself.
   token) and fall back on some file systems to a lock file's existence, which a paused or
   killed process never releases: a fence must fail closed. :func:`locks_work` says whether
   a folder's file system gives real locks.
+* **Replacing a file.** On Windows a rename over a file that another process has open (a
+  reader of ``status.json``, say) fails with ``PermissionError`` for as long as it is open;
+  :func:`replace` tries again for a moment, as such reads take milliseconds.
 * **Signals.** Windows' event loop has no ``add_signal_handler``; :func:`on_signal` falls
   back to ``signal.signal`` (Ctrl-C, Ctrl-Break) handing the callback to the loop.
   ``SIGKILL`` does not exist there either: :data:`KILL` is what kills a process outright
@@ -37,6 +40,7 @@ import os
 import signal
 import stat
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,6 +56,7 @@ else:
     KILL = signal.SIGKILL
 
 _WINDOWS_LOCK_AT = 0x7FFF_FFF0  # the byte locked on Windows: past any data, within 32 bits
+_REPLACE_RETRY_S = 2.0
 
 
 def open_nofollow(path: str | Path, flags: int, mode: int = 0o666) -> int:
@@ -71,6 +76,21 @@ def open_nofollow(path: str | Path, flags: int, mode: int = 0o666) -> int:
 def _is_junction(path: str | Path) -> bool:
     is_junction: Callable[[str | Path], bool] | None = getattr(os.path, "isjunction", None)
     return bool(is_junction and is_junction(path))  # Python 3.12+
+
+
+def replace(source: str | Path, target: str | Path) -> None:
+    """``os.replace``, retried on Windows while a reader holds ``target`` open (see module)."""
+    if sys.platform == "win32":
+        deadline = time.monotonic() + _REPLACE_RETRY_S
+        while True:
+            try:
+                os.replace(source, target)
+                return
+            except PermissionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)  # another process's handle: nothing to wait on
+    os.replace(source, target)
 
 
 def owned_by_me(info: os.stat_result) -> bool:
