@@ -93,6 +93,16 @@ def windows_modules(tmp_path: Path) -> dict[str, str]:
 
 # -- without the modules Windows lacks ----------------------------------------------------------
 
+def test_every_module_imports_without_the_posix_only_modules(
+        windows_modules: dict[str, str]) -> None:
+    walk = ("import importlib, pkgutil, massgen_mcp\n"
+            "for found in pkgutil.walk_packages(massgen_mcp.__path__, 'massgen_mcp.'):\n"
+            "    importlib.import_module(found.name)\n")
+    done = subprocess.run([sys.executable, "-c", walk], env=windows_modules,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_cli_runs_a_team_without_the_posix_only_modules(
         scripted: Scripted, windows_modules: dict[str, str], home: Path) -> None:
     server = scripted(agree)
