@@ -72,10 +72,12 @@ def key_variables() -> list[str]:
 
 def server_command(use_uvx: bool) -> tuple[str, list[str]]:
     """How the host should start us: the installed script (absolute path, since hosts do not
-    inherit your virtualenv's PATH) or ``uvx massgen-mcp``."""
+    inherit your virtualenv's PATH; ``massgen-mcp.exe`` in ``Scripts`` on Windows) or
+    ``uvx massgen-mcp``."""
     if use_uvx:
         return "uvx", ["massgen-mcp"]
-    beside_python = Path(sys.executable).parent / "massgen-mcp"
+    beside_python = Path(sys.executable).parent / (
+        "massgen-mcp.exe" if sys.platform == "win32" else "massgen-mcp")
     if beside_python.is_file():
         return str(beside_python), []
     script = shutil.which("massgen-mcp")
@@ -84,32 +86,35 @@ def server_command(use_uvx: bool) -> tuple[str, list[str]]:
     return sys.executable, ["-m", "massgen_mcp"]
 
 
-def _app_config_dir(home: Path) -> Path:
-    """Where desktop apps keep their settings on this platform."""
-    if sys.platform == "darwin":
-        return home / "Library/Application Support"
-    if sys.platform == "win32":
-        return Path(os.environ.get("APPDATA", home))
+def _app_config_dir(home: Path, platform: str) -> Path:
+    """Where desktop apps keep their settings on ``platform`` (a ``sys.platform`` value)."""
+    if platform == "darwin":
+        return home / "Library" / "Application Support"
+    if platform == "win32":  # %APPDATA%, the roaming profile
+        return Path(os.environ.get("APPDATA") or home / "AppData" / "Roaming")
     return home / ".config"
 
 
-def _user_file(host_id: str, home: Path) -> Path:
+def _user_file(host_id: str, home: Path, platform: str) -> Path:
+    """The user-level config: in the home folder on every platform (Claude Code, Cursor,
+    Codex, Gemini CLI), or in the desktop apps' folder (VS Code, Claude Desktop)."""
     if host_id == "vscode":
-        return _app_config_dir(home) / "Code/User/mcp.json"
+        return _app_config_dir(home, platform) / "Code" / "User" / "mcp.json"
     if host_id == "claude-desktop":
-        return _app_config_dir(home) / "Claude/claude_desktop_config.json"
+        return _app_config_dir(home, platform) / "Claude" / "claude_desktop_config.json"
     user_file = HOSTS[host_id].user_file
     assert user_file is not None
     return home / user_file
 
 
-def config_path(host_id: str, scope: Scope, project: Path, home: Path) -> Path:
+def config_path(host_id: str, scope: Scope, project: Path, home: Path,
+                platform: str = sys.platform) -> Path:
     host = HOSTS[host_id]
     if scope == "project":
         if host.project_file is None:
             raise ConfigError(f"{host.name} has no project-level config; use --scope user")
         return project / host.project_file
-    return _user_file(host_id, home)
+    return _user_file(host_id, home, platform)
 
 
 def json_entry(host_id: str, command: str, args: list[str]) -> dict[str, Any]:
@@ -184,13 +189,14 @@ def _merge_toml(existing: str | None, section: str, path: Path) -> str:
 
 
 def install(host_id: str, *, scope: Scope = "project", project: Path | None = None,
-            home: Path | None = None, use_uvx: bool = False, dry_run: bool = False
-            ) -> InstallResult:
-    """Add (or update) the massgen server in a host's config file."""
+            home: Path | None = None, use_uvx: bool = False, dry_run: bool = False,
+            platform: str = sys.platform) -> InstallResult:
+    """Add (or update) the massgen server in a host's config file (where ``platform``'s
+    host keeps it)."""
     if host_id not in HOSTS:
         raise ConfigError(f"host {host_id!r}: choose one of {', '.join(HOSTS)}")
     host = HOSTS[host_id]
-    path = config_path(host_id, scope, project or Path.cwd(), home or Path.home())
+    path = config_path(host_id, scope, project or Path.cwd(), home or Path.home(), platform)
     command, args = server_command(use_uvx)
     existing = _read(path)
     if host.key == "toml":

@@ -29,6 +29,7 @@ from massgen_mcp.cli.output import (
     say,
     say_json,
 )
+from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.records import Event, ResultRecord, RunStatus
 from massgen_mcp.core.secrets import redact
@@ -109,16 +110,16 @@ async def run_one(args: argparse.Namespace, spec: RunSpec, started_ids: list[str
             cancels.append(loop.create_task(service.cancel(started.session_id)))
 
         def interrupt() -> None:
-            loop.remove_signal_handler(signal.SIGINT)  # the next Ctrl-C: KeyboardInterrupt
+            portable.off_signal(loop, signal.SIGINT)  # the next Ctrl-C: KeyboardInterrupt
             cancel()
 
-        loop.add_signal_handler(signal.SIGTERM, cancel)
-        loop.add_signal_handler(signal.SIGINT, interrupt)
+        portable.on_signal(loop, signal.SIGTERM, cancel)
+        portable.on_signal(loop, signal.SIGINT, interrupt)
         await service.wait(started.session_id, None, until_done=True)
         return await service.result(started.session_id), started.record_dir
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
-        loop.remove_signal_handler(signal.SIGINT)
+        portable.off_signal(loop, signal.SIGTERM)
+        portable.off_signal(loop, signal.SIGINT)
         if following is not None:
             following.cancel()
             await asyncio.gather(following, return_exceptions=True)

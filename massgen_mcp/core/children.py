@@ -14,9 +14,21 @@ nobody to signal it.
   process of its own rather than our server being the subreaper (asyncio's child watcher,
   concurrent runs). The spawn is in its own session, as before; if the reaper
   does not finish within :data:`STOP_GRACE_S`, :func:`stop` SIGKILLs the group.
-* **Other platforms** (macOS, the BSDs): there is no subreaper; the child leads its own
-  process group and :func:`stop` SIGKILLs the group. A descendant that leaves the group
-  (``setsid``, a daemon) can outlive the call there.
+* **macOS, the BSDs**: there is no subreaper; the child leads its own process group and
+  :func:`stop` SIGKILLs the group.
+* **Windows**: no process groups to signal; :func:`stop` kills the child and every process
+  below it by parent pid (``psutil``), which misses one whose parent exited before.
+
+And everywhere, a net under these: every spawn carries a *marker*, a random value in its
+environment (:data:`MARKER_ENV`) that whatever it starts inherits, and :func:`stop` (or
+:func:`sweep`, for an MCP server the SDK stops) kills every process that still carries it.
+That catches what escaped the mechanism above: on macOS a descendant that left the group
+(``setsid``, a daemon); on Linux the tree of a command that SIGKILLed its own reaper (the
+reaper then cannot kill it, and the orphans go to init). What it cannot catch is a process
+that also drops the marker from its environment (an ``exec`` with a clean one): only a
+pid namespace or a cgroup could hold that one, and neither is there for an ordinary user
+everywhere (docs/platforms.md, docs/security.md). Linux reads the environments in ``/proc``;
+elsewhere ``psutil`` does (imported there only: on Linux it imports ``resource``).
 """
 
 from __future__ import annotations
@@ -25,11 +37,15 @@ import asyncio
 import contextlib
 import errno
 import os
+import secrets
 import shutil
-import signal
 import sys
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+from massgen_mcp.core import portable
 
 REAPER = Path(__file__).with_name("reaper.py")  # imported only where tracked (Linux)
 STOP_GRACE_S = 5.0  # for the reaper to kill and reap a tree; SIGKILL to the group after
@@ -37,28 +53,44 @@ _EXIT_POLL_S = 0.01
 # Python's start-up sets LC_CTYPE when the locale is C (PEP 538); the reaper removes it again
 # unless the caller's environment has it, so the command gets exactly the environment asked.
 _STARTUP_ADDS = ("LC_CTYPE",)
+MARKER_ENV = "MASSGEN_MCP_CALL"
+# Which platform's cleanup a spawn gets: sys.platform, or another one a test forces (the
+# macOS path runs on Linux in tests/test_platforms.py).
+PLATFORM = sys.platform
+
+
+@dataclass(frozen=True)
+class Spawn:
+    """What to spawn, in its own session (``start_new_session=True``): ``argv`` with ``env``
+    (the caller's environment and the :data:`MARKER_ENV` ``marker``)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    marker: str
 
 
 def tracked() -> bool:
     """Whether descendants are tracked beyond the process group (Linux, with /proc)."""
-    return (sys.platform.startswith("linux") and bool(sys.executable) and REAPER.is_file()
+    return (PLATFORM.startswith("linux") and bool(sys.executable) and REAPER.is_file()
             and os.path.isdir("/proc/self"))
 
 
 def command(argv: Sequence[str], env: Mapping[str, str], cwd: str | Path | None = None
-            ) -> list[str]:
-    """The argument vector to spawn, in its own session (``start_new_session=True``), for
-    ``argv`` to run with ``env`` in ``cwd``: under the reaper where :func:`tracked`, else
-    ``argv`` itself.
+            ) -> Spawn:
+    """How to spawn ``argv`` with ``env`` in ``cwd``: under the reaper where :func:`tracked`,
+    else ``argv`` itself; with a new marker (see module).
 
     The program is looked up here as exec would (``PATH`` of ``env``, or relative to
     ``cwd``), so a missing one raises :class:`FileNotFoundError` (or
     :class:`PermissionError`) naming it, as the spawn would without the reaper."""
+    marker = secrets.token_hex(12)
+    marked = {**env, MARKER_ENV: marker}
     if not tracked():
-        return list(argv)
+        return Spawn(list(argv), marked, marker)
     program = _resolve(argv[0], env, cwd)
     unset = ",".join(name for name in _STARTUP_ADDS if name not in env)
-    return [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), unset, program, *argv]
+    return Spawn([sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), unset, program,
+                  *argv], marked, marker)
 
 
 def _resolve(name: str, env: Mapping[str, str], cwd: str | Path | None) -> str:
@@ -75,28 +107,96 @@ def _resolve(name: str, env: Mapping[str, str], cwd: str | Path | None) -> str:
     return os.path.abspath(found)
 
 
-async def stop(proc: asyncio.subprocess.Process) -> None:
-    """End ``proc`` (spawned from :func:`command`) and everything it started.
+async def stop(proc: asyncio.subprocess.Process, marker: str) -> None:
+    """End ``proc`` (spawned from :func:`command` with ``marker``) and everything it started.
 
     Under the reaper: :data:`massgen_mcp.core.reaper.AT_ONCE` to the reaper, which SIGKILLs and
     reaps the whole tree at once and exits; then, and at once on other platforms or once the
-    process has exited, SIGKILL to its process group, for whatever a stuck reaper left.
-    Returns once the process has exited or :data:`STOP_GRACE_S` has passed after the group
-    kill; its pipes are the caller's."""
+    process has exited, a kill of its process group (of its tree, on Windows), for whatever a
+    stuck reaper left; then :func:`sweep` for what carries the marker. Returns once the
+    process has exited or :data:`STOP_GRACE_S` has passed after the group kill; its pipes
+    are the caller's."""
     if proc.returncode is None and tracked():
+        _stop_reaper(proc)
+        await _exited(proc, STOP_GRACE_S)
+    _kill_tree(proc.pid)
+    await asyncio.to_thread(sweep, marker)
+    await _exited(proc, STOP_GRACE_S)
+
+
+def _stop_reaper(proc: asyncio.subprocess.Process) -> None:
+    if sys.platform == "linux":
         from massgen_mcp.core.reaper import AT_ONCE
 
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(AT_ONCE)
-        await _exited(proc, STOP_GRACE_S)
-    _kill_group(proc.pid)
-    await _exited(proc, STOP_GRACE_S)
 
 
-def _kill_group(pgid: int) -> None:
-    """SIGKILL process group ``pgid`` (a child spawned in its own session leads it)."""
+def _kill_tree(pid: int) -> None:
+    """Kill process group ``pid`` (a child spawned in its own session leads it); on Windows,
+    which has none to signal, the process and every process below it by parent pid."""
+    if sys.platform == "win32":
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            parent = psutil.Process(pid)
+            for process in [parent, *parent.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(pid, portable.KILL)
+
+
+def sweep(marker: str, within_s: float = STOP_GRACE_S) -> list[int]:
+    """Kill every process whose environment carries ``marker`` (see module), round after
+    round until none is left (what one forks meanwhile carries it too) or ``within_s`` has
+    passed; the pids killed. Blocking: call it in a thread."""
+    deadline = time.monotonic() + within_s
+    killed: list[int] = []
+    while found := _carrying(marker):
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, portable.KILL)
+        killed += [pid for pid in found if pid not in killed]
+        if time.monotonic() > deadline:
+            break
+        time.sleep(_EXIT_POLL_S)  # other processes' deaths: nothing to block on
+    return killed
+
+
+def _carrying(marker: str) -> list[int]:
+    """The live processes (not zombies) whose environment holds ``MARKER_ENV=marker``; never
+    this one."""
+    entry = f"{MARKER_ENV}={marker}".encode()
+    if PLATFORM.startswith("linux") and os.path.isdir("/proc/self"):
+        found = [pid for pid in _proc_pids() if entry in _proc_environ(pid)]
+    else:
+        found = _psutil_carrying(marker)
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def _proc_pids() -> list[int]:
+    with os.scandir("/proc") as entries:
+        return [int(item.name) for item in entries if item.name.isdigit()]
+
+
+def _proc_environ(pid: int) -> list[bytes]:
+    try:  # a zombie's is empty; another user's cannot be read
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def _psutil_carrying(marker: str) -> list[int]:
+    import psutil
+
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):  # gone, a zombie, or not ours to read
+            if process.environ().get(MARKER_ENV) == marker:
+                found.append(process.pid)
+    return found
 
 
 async def _exited(proc: asyncio.subprocess.Process, within_s: float) -> None:

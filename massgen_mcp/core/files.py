@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from massgen_mcp.core import portable
 from massgen_mcp.core.settings import SETTINGS
 
 HOME_ENV = SETTINGS.home.env
@@ -33,7 +34,7 @@ def atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        portable.replace(tmp, path)  # retried on Windows while a reader holds it
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -34,12 +34,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import resource
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import NoReturn
+
+# Linux only (prctl, /proc, sigtimedwait): massgen_mcp.core.children starts it nowhere else, and
+# the type checker skips the rest of this file for the other platforms.
+assert sys.platform == "linux", "the reaper runs on Linux only"
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -155,6 +158,8 @@ def descendants(root: int) -> list[int]:
 
 def _exit_like(status: int) -> NoReturn:
     """Exit as the command did: its code, or death by its signal (without a core file)."""
+    import resource  # here, not at the top: only a signal death needs it
+
     code = os.waitstatus_to_exitcode(status)
     if code < 0:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -79,6 +79,7 @@ class PoolRunner:
     """Queues runs for the pool's workers and follows them through Redis."""
 
     def __init__(self, store: SessionStore, config: PoolConfig) -> None:
+        fencing.check(store.home)  # one line, where records cannot be fenced
         self.store = store
         self.config = config
         self._listeners = Listeners()

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
+from massgen_mcp.core import portable
 from massgen_mcp.core.errors import MassgenError, SessionStateError
 from massgen_mcp.core.records import Draft, FinishReason, RunStatus
 from massgen_mcp.core.spec import missing_credentials
@@ -81,6 +82,7 @@ class PoolWorker:
 
     def __init__(self, config: PoolConfig, store: SessionStore, provider: Provider, *,
                  concurrency: int = 32) -> None:
+        fencing.check(store.home)  # one line, where records cannot be fenced
         self.config = config
         self.store = store
         self.name = live.worker_name()
@@ -112,7 +114,7 @@ class PoolWorker:
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
+            portable.on_signal(loop, signum, stop.set)
         self._redis = live.connect(self.config)
         publisher = self._publisher = LivePublisher(self._redis, self.config)
         unsubscribe = [self.runner.add_event_listener(publisher.event),
@@ -153,7 +155,7 @@ class PoolWorker:
                     await publisher.flush()
         finally:
             for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(signum)
+                portable.off_signal(loop, signum)
             for task in (*background, *self._steering):
                 task.cancel()
             await asyncio.gather(*background, *self._steering, return_exceptions=True)

@@ -19,8 +19,9 @@ time out long before it ended. The download:
 * is atomic: the checked file is renamed into place, so a reader sees all of it or nothing;
 * writes through no link: the part and the lock are opened with ``O_NOFOLLOW`` and must be
   plain files of this user's, and a rename replaces a link at the file's name;
-* is safe in two processes at once: an exclusive ``flock`` on ``.<file>.lock`` makes the
-  second wait for the first, then find the file there.
+* is safe in two processes at once: an exclusive lock on ``.<file>.lock`` (``flock``, or
+  ``msvcrt.locking`` on Windows: :mod:`massgen_mcp.core.portable`) makes the second wait for
+  the first, then find the file there.
 
 ``MASSGEN_HF_ENDPOINT`` points the download at a mirror (as ``HF_ENDPOINT`` does for
 huggingface_hub; the tests use it for a local stand-in). It is an environment setting, never
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -46,6 +46,7 @@ from typing import Any, BinaryIO
 
 import yaml
 
+from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError, ModelDownloadError
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.providers.endpoints import shown
@@ -310,7 +311,7 @@ def _checked_in_place(model: HubModel, path: Path) -> os.stat_result | None:
     the marker): hashing it again (1.1 GB: a few seconds) beats downloading it again. Read
     through no link, and only a plain file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = portable.open_nofollow(path, os.O_RDONLY)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
@@ -352,7 +353,7 @@ def mark_checked(model: HubModel, path: Path, found: os.stat_result) -> None:
 def _read_marker(path: Path) -> str | None:
     """The marker of ``path``, if it is a plain file (a link or a FIFO there is no marker)."""
     try:
-        fd = os.open(_marker(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = portable.open_nofollow(_marker(path), os.O_RDONLY)
     except OSError:
         return None
     try:
@@ -380,14 +381,14 @@ def _open_own(path: Path, flags: int) -> int:
     without waiting on a FIFO there): a link planted as ``<file>.part`` or the lock, to
     ``~/.bashrc`` say, would otherwise have a download written, then renamed, through it."""
     try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+        fd = portable.open_nofollow(path, flags | os.O_CREAT, 0o600)
     except OSError as exc:
         if exc.errno not in (errno.ELOOP, errno.EMLINK):  # what O_NOFOLLOW meets at a link
             raise
     else:
         found = os.fstat(fd)
         if (stat.S_ISREG(found.st_mode) and found.st_nlink == 1
-                and found.st_uid == os.getuid()):
+                and portable.owned_by_me(found)):
             return fd
         os.close(fd)
     raise ModelDownloadError(f"{path} is not a plain file of this user's (it is a link, or "
@@ -396,17 +397,15 @@ def _open_own(path: Path, flags: int) -> int:
 
 @contextlib.contextmanager
 def _exclusive(lock: Path, on_wait: Callable[[], None] | None) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock``; if another process holds it, say so once and
+    """Hold an exclusive lock on ``lock``; if another process holds it, say so once and
     wait. The lock file stays: removing it would let a third process lock a new file while
     the second still holds the old one."""
     fd = _open_own(lock, os.O_RDWR)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not portable.lock(fd, wait=False):
             if on_wait is not None:
                 on_wait()
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            portable.lock(fd)
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import gc
 import json
 import logging
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError, ListenError
 from massgen_mcp.core.files import default_home
 from massgen_mcp.core.net import is_loopback
@@ -271,7 +273,7 @@ def serve_stdio(home: Path | None = None, *, tasks: bool = False) -> None:
             stopping.add(loop.create_task(stop(signum)))
 
         for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, on_signal, signum)
+            portable.on_signal(loop, signum, functools.partial(on_signal, signum))
         await server.run_async(transport="stdio", show_banner=False)
 
     asyncio.run(main())

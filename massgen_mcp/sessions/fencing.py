@@ -16,17 +16,23 @@ with an older one:
 
 The file is rewritten in place, never replaced by a rename: a lock on a replaced file would
 guard nothing. ``flock`` works on local disks and on NFSv4 (Linux maps it to NFS locks), which
-is what a pool's shared ``MASSGEN_HOME`` is.
+is what a pool's shared ``MASSGEN_HOME`` is. On Windows the lock is ``msvcrt.locking`` and
+exclusive only (:mod:`massgen_mcp.core.portable`): writes of one claim then take turns, and the
+guarantee is the same. Where the home's file system gives no lock at all, the pool refuses to
+start (:func:`check`): a fence that does not lock fences nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+from massgen_mcp.core import portable
+from massgen_mcp.core.errors import ConfigError
 
 FENCE_FILE = "fence"
 _WIDTH = 20  # every token is written with this many digits, so a rewrite covers the last
@@ -40,19 +46,38 @@ class RecordFenced(asyncio.CancelledError):
     treat it as a failure to record and go on making calls."""
 
 
+def check(home: Path) -> None:
+    """Refuse, in one line, to run a pool whose ``home`` cannot hold a fence: a file system
+    without locks (see module)."""
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why: str | None = f"cannot create it ({exc.strerror or exc})"
+    else:
+        why = portable.locks_work(home)
+    if why is not None:
+        raise ConfigError(
+            f"the pool cannot fence its records on {sys.platform} in {home}: {why}. Put "
+            "MASSGEN_HOME on a local disk or NFSv4, or run without --redis (one server)")
+
+
+def _open(folder: Path) -> int:
+    return os.open(folder / FENCE_FILE, os.O_RDWR | os.O_CREAT | portable.BINARY, 0o644)
+
+
 def _read(fd: int) -> int:
-    text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+    text = portable.pread(fd, 64, 0).decode("ascii", "replace").strip()
     return int(text) if text.isdigit() else 0  # a new (empty) file: no claim yet
 
 
 def take(folder: Path, token: int) -> int:
     """Make ``token`` the record's newest claim and return the token in force: ``token``,
     or one above the file's when the file already holds as much (see module)."""
-    fd = os.open(folder / FENCE_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open(folder)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        portable.lock(fd)
         token = max(token, _read(fd) + 1)
-        os.pwrite(fd, f"{token:0{_WIDTH}d}\n".encode("ascii"), 0)
+        portable.pwrite(fd, f"{token:0{_WIDTH}d}\n".encode("ascii"), 0)
         os.fsync(fd)
         return token
     finally:
@@ -64,12 +89,12 @@ class Fence:
 
     def __init__(self, folder: Path, token: int) -> None:
         self.token = token
-        self._fd = os.open(folder / FENCE_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = _open(folder)
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
         """Hold the record for one write, or raise :class:`RecordFenced`."""
-        fcntl.flock(self._fd, fcntl.LOCK_SH)
+        portable.lock(self._fd, shared=True)
         try:
             newest = _read(self._fd)
             if newest > self.token:
@@ -77,7 +102,7 @@ class Fence:
                                    f"this one holds token {self.token}")
             yield
         finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            portable.unlock(self._fd)
 
     def close(self) -> None:
         os.close(self._fd)

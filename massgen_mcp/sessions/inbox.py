@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from massgen_mcp.consensus.steering import MAX_NOTE_CHARS
+from massgen_mcp.core import portable
 from massgen_mcp.core.errors import SteerRefusedError
 from massgen_mcp.core.files import atomic_write
 
@@ -116,7 +117,7 @@ def _read_note(path: Path) -> str | None:
     """The note in ``path``, or None unless it is a regular file holding one: a link, a
     folder or a FIFO (whose open would wait for a writer forever) is not read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = portable.open_nofollow(path, os.O_RDONLY)
     except OSError:
         return None
     if not stat.S_ISREG(os.fstat(fd).st_mode):

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from massgen_mcp.core import portable
 from massgen_mcp.core.errors import (
     ConfigError,
     MassgenError,
@@ -115,6 +116,23 @@ def check_session_id(session_id: str, field: str = "session_id") -> str:
 
 
 
+def _write_report_here(folder: Path, tmp: str, html: str) -> Path:
+    """:meth:`SessionStore.write_report` where a folder cannot be opened (Windows): the folder
+    was found to be no link (``_existing``); the file is made new (``O_EXCL``: a link at its
+    name fails the open) and renamed over ``report.html``, replacing whatever is there."""
+    temporary = folder / tmp
+    temporary.unlink(missing_ok=True)
+    try:
+        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | portable.BINARY,
+                               0o644), "w", encoding="utf-8") as out:
+            out.write(html)
+        os.replace(temporary, folder / "report.html")
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return folder / "report.html"
+
+
 def _pool_owned(status: StatusRecord) -> bool:
     """Whether a worker pool runs this session (a worker's name, or queued for one)."""
     return status.worker is not None or status.phase is Phase.QUEUED
@@ -169,11 +187,13 @@ class SessionStore:
         than writing through it."""
         folder = self._existing(session_id)
         tmp = f".report.html.{os.getpid()}.tmp"
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        if not portable.DIRECTORY:  # Windows: no folder descriptors (see _write_report_here)
+            return _write_report_here(folder, tmp, html)
+        fd = os.open(folder, os.O_RDONLY | portable.DIRECTORY | portable.NOFOLLOW)
         try:
             with contextlib.suppress(FileNotFoundError):  # a crashed write's, or planted
                 os.unlink(tmp, dir_fd=fd)
-            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | portable.NOFOLLOW,
                                    0o644, dir_fd=fd), "w", encoding="utf-8") as out:
                 out.write(html)
             os.replace(tmp, "report.html", src_dir_fd=fd, dst_dir_fd=fd)

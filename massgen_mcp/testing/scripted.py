@@ -31,7 +31,7 @@ import asyncio
 import json
 import math
 import random
-import select
+import selectors
 import socket
 import sys
 import threading
@@ -343,16 +343,18 @@ class ScriptedServer:
                 """Wait ``seconds`` (the model's latency); True if the client hung up
                 meanwhile (a cancelled call), so that no reply is sent to nobody."""
                 deadline = time.monotonic() + seconds
-                poller = select.poll()  # not select(): a process may hold over 1,024 fds
-                poller.register(self.connection, select.POLLIN)
-                while (left := deadline - time.monotonic()) > 0:
-                    readable = poller.poll(left * 1000)
-                    if readable and not self.connection.recv(1, socket.MSG_PEEK):
-                        self.close_connection = True
-                        return True
-                    if readable:  # a pipelined request: not ours to read now
-                        time.sleep(left)
-                        break
+                # epoll/kqueue, not select(): a process may hold over 1,024 fds (select() only
+                # on Windows, where it has no such limit)
+                with selectors.DefaultSelector() as poller:
+                    poller.register(self.connection, selectors.EVENT_READ)
+                    while (left := deadline - time.monotonic()) > 0:
+                        readable = poller.select(left)
+                        if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                            self.close_connection = True
+                            return True
+                        if readable:  # a pipelined request: not ours to read now
+                            time.sleep(left)
+                            break
                 return False
 
             def _answer(self, req: ChatRequest, wire: str | None = None) -> bool:

@@ -107,11 +107,17 @@ class McpToolbox:
             if spec.type == "stdio":
                 env = _resolve(spec.env, f"mcp server {spec.name}.env")
                 # The SDK spawns it in its own session; under the reaper on Linux, so that
-                # whatever the server starts dies with it, even when it exits by itself.
-                command, *args = children.command([spec.command or "", *spec.args],
-                                                  get_default_environment() | env, spec.cwd)
-                transport = StdioTransport(command=command, args=args, env=env, cwd=spec.cwd,
-                                           keep_alive=False)
+                # whatever the server starts dies with it, even when it exits by itself. Once
+                # the SDK has stopped it, what still carries its marker is killed (a tree
+                # that left its group, or killed its reaper: core/children.py).
+                spawn = children.command([spec.command or "", *spec.args],
+                                         get_default_environment() | env, spec.cwd)
+                command, *args = spawn.argv
+                self._stack.push_async_callback(asyncio.to_thread, children.sweep,
+                                                spawn.marker)
+                transport = StdioTransport(command=command, args=args,
+                                           env=env | {children.MARKER_ENV: spawn.marker},
+                                           cwd=spec.cwd, keep_alive=False)
             else:
                 transport = StreamableHttpTransport(
                     spec.url or "", headers=_resolve(spec.headers,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError
 
 MAX_READ_BYTES = 100_000
@@ -335,7 +336,7 @@ class WorkspaceTools:
 
     def _read_text(self, path: Path, relative: PurePosixPath) -> str:
         try:  # non-blocking, then checked on the open file: a FIFO can neither hang nor pass
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            fd = os.open(path, os.O_RDONLY | portable.NONBLOCK | portable.BINARY)
         except OSError:
             raise ToolRefused(f"{relative} does not exist or cannot be read") from None
         try:

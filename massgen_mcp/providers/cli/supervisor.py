@@ -44,15 +44,16 @@ async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str
 
     Whatever ends the call (the CLI's exit, cancellation, a timeout around this call, too much
     output) everything the CLI started is killed (:func:`massgen_mcp.core.children.stop`: on Linux
-    every descendant, ``setsid`` or daemonized ones too; elsewhere its process group) and the
+    every descendant, ``setsid`` or daemonized ones too; elsewhere its process group or tree;
+    everywhere, what still carries the call's marker) and the
     CLI reaped before this returns. Output is read until the CLI exits and its pipes close; a
     pipe that something it started keeps open is given ``PIPE_GRACE_S`` after the exit, then
     abandoned."""
     try:
+        spawn = children.command(argv, env, cwd)
         proc = await asyncio.create_subprocess_exec(
-            *children.command(argv, env, cwd), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=cwd, env=env,
-            start_new_session=True)
+            *spawn.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, cwd=cwd, env=spawn.env, start_new_session=True)
     except (OSError, ValueError) as exc:  # not executable, or a NUL byte in an argument
         raise ProviderError(f"could not start {Path(argv[0]).name}: {exc}", retryable=False,
                             kind="unavailable") from None
@@ -71,7 +72,7 @@ async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str
         while not io.done():
             await asyncio.wait({io}, timeout=EXIT_POLL_S)
             if proc.returncode is not None and not io.done():
-                await children.stop(proc)  # the CLI is gone: what it started goes too
+                await children.stop(proc, spawn.marker)  # the CLI is gone: what it started goes too
                 await asyncio.wait({io}, timeout=PIPE_GRACE_S)
                 break
         if io.done():
@@ -81,7 +82,7 @@ async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str
         for part in parts:  # a failed gather leaves its other parts running
             part.cancel()
         await asyncio.gather(*parts, return_exceptions=True)
-        await children.stop(proc)
+        await children.stop(proc, spawn.marker)
         # Read the pipes to their end (the tree is dead, so it comes at once) so that they
         # close now, not when the garbage collector finds them; a descendant that escaped
         # (possible only where descendants are not tracked) is given up on after the grace.

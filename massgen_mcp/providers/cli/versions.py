@@ -33,6 +33,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.cli.base import Cli, CliVersion
@@ -124,7 +125,7 @@ def _cache_entries() -> dict[str, object]:
     path = cache_path()
     with contextlib.suppress(OSError, ValueError):
         info = path.lstat()
-        if (stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid()
+        if (stat.S_ISREG(info.st_mode) and portable.owned_by_me(info)
                 and not info.st_mode & 0o077):
             entries = json.loads(path.read_text(encoding="utf-8"))
             if isinstance(entries, dict):
@@ -157,7 +158,7 @@ def _write_cache(key: _Key, found: CliVersion) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.unlink(missing_ok=True)  # a crashed write's (a link is removed, not followed)
         try:
-            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | portable.NOFOLLOW,
                                    0o600), "w", encoding="utf-8") as out:
                 out.write(json.dumps(entries, indent=1))
             os.replace(tmp, path)
