@@ -21,6 +21,7 @@ from massgen_mcp.core.spec import MAX_CONTEXT_CHARS
 from massgen_mcp.tools.workspace import is_denied, is_hidden
 
 MAX_FILES = 20
+VCS_DIRS = (".git", ".hg", ".svn")  # internals: remotes' URLs and credentials
 MAX_FILE_BYTES = 100_000
 
 
@@ -52,12 +53,12 @@ class Workspace:
         """Whether a model's call must not have ``name`` (found at ``path`` by :meth:`path`)
         read: the workspace is confined and the name, or the file it leads to, is on the
         secret-file deny-list (which a call cannot lift) or inside ``.git/`` (its config
-        holds the remotes' URLs, tokens included), ``.hg/``, ``.svn/`` or ``.massgen/``, in any
-        letter case, as the workspace tools refuse them."""
+        holds the remotes' URLs, tokens included), ``.hg/`` or ``.svn/``, in any letter case,
+        as the workspace tools refuse them."""
         if not self.confined:
             return False
         found = path.relative_to(self.root.resolve()).as_posix()
-        return any(is_denied(PurePosixPath(p)) or is_hidden(PurePosixPath(p))
+        return any(is_denied(PurePosixPath(p)) or is_hidden(PurePosixPath(p), VCS_DIRS)
                    for p in (name, found))
 
     def read_context_files(self, names: list[str]) -> str:
