@@ -11,18 +11,29 @@ requests that server did *not* get.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 import pytest
+from mcp import Client as SdkClient
+from mcp.client.stdio import StdioServerParameters
 
 from massgen_mcp.core.errors import ConfigError, UntrustedConfigError
+from massgen_mcp.core.records import RunStatus
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.service import ConsensusService
+from massgen_mcp.sessions import inbox
 from massgen_mcp.team.context_files import Workspace
+from massgen_mcp.testing.scripted import ScriptedServer
 from massgen_mcp.tools.workspace import WorkspaceTools, is_denied
-from tests.helpers import Scripted
+from tests.helpers import Scripted, text_of
 from tests.test_consent import FOREIGN_URL
+from tests.test_steering import Gate
 
 GH_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 DB_PASSWORD = "Sup3r-s3cret-db-pw-9182"
@@ -155,3 +166,212 @@ def test_ordinary_text_keeps_its_at_signs_and_hashes() -> None:
     text = ("mail bob@example.com; see https://example.com/a?q=x@y; commit "
             "0123456789abcdef0123456789abcdef01234567; AKIA is a prefix; task-1234567890ab")
     assert redact(text) == text
+
+
+# -- 2, 3. records are read as untrusted input --------------------------------------------------
+
+SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA-canary\n"
+
+
+async def recorded_run(scripted: Scripted, home: Path, runs: int = 1) -> list[str]:
+    """``runs`` real, completed runs recorded under ``home`` (the project's .massgen)."""
+    server = scripted()
+    service = ConsensusService.local(home, Workspace(home.parent))
+    ids = []
+    for _ in range(runs):
+        started = await service.start(RunSpec(question="What is 6*7?", models=[
+            f"openai/a@{server.base_url}", f"openai/b@{server.base_url}"]))
+        await service.wait(started.session_id, 30)
+        ids.append(started.session_id)
+    await service.aclose()
+    return ids
+
+
+def stdio_params(cwd: Path) -> StdioServerParameters:
+    env = {k: v for k, v in os.environ.items() if k != "MASSGEN_HOME"}
+    return StdioServerParameters(command=sys.executable, args=["-m", "massgen_mcp"],
+                                 env=env, cwd=str(cwd))
+
+
+async def test_a_linked_answer_is_not_served_by_the_resources(scripted: Scripted,
+                                                              tmp_path: Path) -> None:
+    repo = tmp_path / "cloned"
+    [sid] = await recorded_run(scripted, repo / ".massgen")
+    secret = tmp_path / "id_rsa"
+    secret.write_text(SSH_KEY)
+    answer = repo / ".massgen" / "sessions" / sid / "answers" / "A1.md"
+    answer.unlink()
+    answer.symlink_to(secret)
+    async with SdkClient(stdio_params(repo), mode="legacy") as client:
+        for uri in (f"massgen://sessions/{sid}/answers/A1", f"massgen://sessions/{sid}/report"):
+            try:
+                served = "".join(getattr(c, "text", "") for c in
+                                 await client.read_resource(uri))
+            except Exception as exc:  # refused: what the error says must not carry it either
+                served = str(exc)
+            assert "canary" not in served and "PRIVATE KEY" not in served, (uri, served)
+        listed = await client.call_tool("list_sessions", {})
+        assert "canary" not in json.dumps(listed.structured_content)
+
+
+def test_a_linked_answers_folder_is_not_followed(tmp_path: Path, home: Path) -> None:
+    from massgen_mcp.sessions.store import SessionStore
+
+    store = SessionStore(home)
+    sid = "01KAAAAAAAAAAAAAAAAAAAAAAA"
+    folder = store.sessions_dir / sid
+    folder.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "A1.md").write_text(SSH_KEY)
+    (folder / "answers").symlink_to(elsewhere)
+    from massgen_mcp.core.errors import SessionNotFoundError
+
+    with pytest.raises(SessionNotFoundError):
+        store.read_answer(sid, "A1")
+
+
+def plant_bad_status(folder: Path, kind: str) -> None:
+    status = folder / "status.json"
+    status.unlink()
+    if kind == "dev-zero":
+        status.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(status)
+    elif kind == "sparse":
+        with status.open("wb") as handle:
+            handle.truncate(8 * 1024 ** 3)  # 8 GiB, no blocks used
+    elif kind == "deep":
+        status.write_text("[" * 100_000)
+
+
+BAD_KINDS = ["dev-zero", "fifo", "sparse", "deep"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="FIFOs and /dev/zero are POSIX")
+async def test_bad_status_files_neither_stop_the_cli_nor_the_stdio_server(
+        scripted: Scripted, tmp_path: Path) -> None:
+    repo = tmp_path / "cloned"
+    ids = await recorded_run(scripted, repo / ".massgen", runs=len(BAD_KINDS) + 1)
+    sane, planted = ids[0], ids[1:]  # the sane run is the oldest: latest must skip the rest
+    for sid, kind in zip(planted, BAD_KINDS, strict=True):
+        plant_bad_status(repo / ".massgen" / "sessions" / sid, kind)
+    env = {k: v for k, v in os.environ.items() if k != "MASSGEN_HOME"}
+    for args in (["sessions"], ["sessions", "--json"], ["show", "latest"]):
+        done = subprocess.run([sys.executable, "-m", "massgen_mcp", *args], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert sane in done.stdout and "Traceback" not in done.stderr, done.stderr
+        assert not any(sid in done.stdout for sid in planted), done.stdout
+        warnings = [line for line in done.stderr.splitlines() if "corrupt" in line]
+        assert len(warnings) == len(planted), done.stderr  # one line per bad record
+    async with SdkClient(stdio_params(repo), mode="legacy") as client:
+        listed = await client.call_tool("list_sessions", {})
+        shown = [s["session_id"] for s in listed.structured_content["sessions"]]
+        assert shown == [sane]
+        bad = await client.call_tool("get_status", {"session_id": planted[0]})
+        assert bad.is_error and "cannot be read" in text_of(bad.content[0])
+
+
+def test_a_planted_events_file_is_streamed_not_swallowed(tmp_path: Path, home: Path) -> None:
+    from massgen_mcp.core.errors import SessionStateError
+    from massgen_mcp.sessions.store import SessionStore
+
+    store = SessionStore(home)
+    sid = "01KAAAAAAAAAAAAAAAAAAAAAAA"
+    folder = store.sessions_dir / sid
+    folder.mkdir(parents=True)
+    (folder / "events.jsonl").symlink_to("/dev/zero")
+    with pytest.raises(SessionStateError, match=r"events\.jsonl"):
+        store.read_events(sid)
+    (folder / "events.jsonl").unlink()
+    with (folder / "events.jsonl").open("wb") as handle:  # one endless line, sparse
+        handle.truncate(64 * 1024 ** 2)
+    with pytest.raises(SessionStateError, match=r"events\.jsonl"):
+        store.read_events(sid)
+
+
+# -- 4, 10. a run's status always ends final ----------------------------------------------------
+
+@pytest.fixture
+def gate() -> Iterator[Gate]:
+    held = Gate()
+    yield held
+    held.release.set()  # never leave a server thread waiting
+
+
+def run_cli(home: Path, server: ScriptedServer, *extra: str) -> subprocess.Popen[str]:
+    """``massgen-mcp run`` in its own process (the agents a, b, c of ``server``)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "massgen_mcp", "run", "What is 6*7?", "--models",
+         ",".join(f"openai/{m}@{server.base_url}" for m in "abc"), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "MASSGEN_HOME": str(home)})
+
+
+def on_disk(home: Path) -> tuple[str, dict[str, object]]:
+    [folder] = (home / "sessions").iterdir()
+    return folder.name, json.loads((folder / "status.json").read_text())
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="kill -9 is POSIX")
+async def test_a_killed_run_shows_interrupted_to_every_reader(
+        scripted: Scripted, home: Path, gate: Gate) -> None:
+    server = scripted(gate.policy)
+    proc = run_cli(home, server, "--quiet")
+    try:
+        await gate.held()
+    finally:
+        proc.kill()  # SIGKILL: no handler, no last status write
+        proc.communicate(timeout=60)
+        gate.release.set()
+    sid, status = on_disk(home)
+    assert status["status"] == "running"  # as the killed process left it
+    env = {**os.environ, "MASSGEN_HOME": str(home)}
+    listed = subprocess.run([sys.executable, "-m", "massgen_mcp", "sessions", "--json"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert [s["status"] for s in json.loads(listed.stdout)] == ["interrupted"], listed.stdout
+    shown = subprocess.run([sys.executable, "-m", "massgen_mcp", "show", sid],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert "outcome  interrupted" in shown.stdout, shown.stdout
+    service = ConsensusService.local(home)  # a reader that starts no server
+    assert (await service.status(sid)).status is RunStatus.INTERRUPTED
+    assert [s.status for s in service.list_sessions()[0]] == [RunStatus.INTERRUPTED]
+    await service.aclose()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
+async def test_a_closed_terminal_cancels_a_cli_run_like_sigterm(
+        scripted: Scripted, home: Path, gate: Gate) -> None:
+    server = scripted(gate.policy)
+    proc = run_cli(home, server, "--quiet")
+    try:
+        await gate.held()
+        proc.send_signal(signal.SIGHUP)
+        gate.release.set()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        gate.release.set()
+    assert proc.returncode == 4, err  # cancelled
+    assert on_disk(home)[1]["status"] == "cancelled"
+
+
+async def test_a_note_that_is_not_text_is_refused_and_the_run_ends_final(
+        scripted: Scripted, home: Path, gate: Gate) -> None:
+    """A lone surrogate in a session's inbox file (written by anyone who can write there;
+    ``massgen-mcp steer`` refuses one itself) is refused like any bad note."""
+    server = scripted(gate.policy)
+    running = ConsensusService.local(home)
+    run = await running.start(RunSpec(question="What is 6*7?", models=[
+        f"openai/{m}@{server.base_url}" for m in "abc"]))
+    await gate.held()
+    folder = running.record_folder(run.session_id)
+    name = inbox.post(folder, "use \ud800 units")  # JSON-escaped: the file itself is ASCII
+    reply = await inbox.reply_to(folder, name, 30)
+    gate.release.set()
+    final = await running.wait(run.session_id, 60)
+    await running.aclose()
+    assert reply is not None and not reply.ok and "message:" in reply.message, reply
+    assert final.status is RunStatus.COMPLETED
+    assert json.loads((folder / "status.json").read_text())["status"] == "completed"
