@@ -10,6 +10,8 @@ requests that server did *not* get.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -29,11 +31,13 @@ from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.sessions import inbox
 from massgen_mcp.team.context_files import Workspace
-from massgen_mcp.testing.scripted import ScriptedServer
+from massgen_mcp.testing.scripted import ChatRequest, Policy, Reply, ScriptedServer, agree
 from massgen_mcp.tools.workspace import WorkspaceTools, is_denied
 from tests.helpers import Scripted, text_of
 from tests.test_consent import FOREIGN_URL
+from tests.test_hardening import can_mount_tmpfs
 from tests.test_steering import Gate
+from tests.test_transports import RawStdio
 
 GH_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 DB_PASSWORD = "Sup3r-s3cret-db-pw-9182"
@@ -375,3 +379,67 @@ async def test_a_note_that_is_not_text_is_refused_and_the_run_ends_final(
     assert reply is not None and not reply.ok and "message:" in reply.message, reply
     assert final.status is RunStatus.COMPLETED
     assert json.loads((folder / "status.json").read_text())["status"] == "completed"
+
+
+def fills_the_disk(where: list[Path]) -> Policy:
+    """Agree, but first fill the record folder's disk (``where[0]``, set once the process that
+    mounted it runs), so that no later record write, the final status included, fits."""
+    def policy(req: ChatRequest) -> Reply:
+        fill = where[0] / "fill"
+        if not fill.exists():
+            with contextlib.suppress(OSError), fill.open("wb") as out:
+                while True:
+                    out.write(b"\0" * 4096)
+                    out.flush()
+        return agree(req)
+    return policy
+
+
+@pytest.mark.skipif(not can_mount_tmpfs(), reason="needs unshare -rm to mount a small tmpfs")
+def test_a_run_whose_final_status_the_full_disk_refused_reads_failed(
+        scripted: Scripted, home: Path) -> None:
+    """MASSGEN_HOME on a real 600 KB tmpfs that the model's first reply fills: the run's
+    last status cannot be written, and a reader (``sessions`` after the run, in the same
+    mount) must not show it running."""
+    where: list[Path] = []
+    server = scripted(fills_the_disk(where))
+    home.mkdir(parents=True)
+    models = ",".join(f"openai/{m}@{server.base_url}" for m in "ab")
+    proc = subprocess.Popen(
+        ["unshare", "-rm", "sh", "-c",
+         f"mount -t tmpfs -o size=600k tmpfs '{home}' && "
+         f"'{sys.executable}' -m massgen_mcp run q --quiet --models {models}; echo ---; "
+         f"'{sys.executable}' -m massgen_mcp sessions --json; echo ---; "
+         f"cat '{home}'/sessions/*/status.json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "MASSGEN_HOME": str(home)})
+    where.append(Path(f"/proc/{proc.pid}/root") / str(home).lstrip("/"))
+    out, err = proc.communicate(timeout=120)
+    _, listed, status = out.split("---\n")
+    assert "no space left" in err, err
+    assert [s["status"] for s in json.loads(listed)] == ["failed"], (listed, err)
+    assert json.loads(status)["status"] == "running"  # what the disk kept: readers know better
+
+
+# -- 6. no file in the working folder configures the server -------------------------------------
+
+async def test_a_projects_dotenv_does_not_configure_fastmcp(tmp_path: Path, home: Path) -> None:
+    """fastmcp reads FASTMCP_* from a .env in the working folder unless told not to; with
+    FASTMCP_LOG_LEVEL=DEBUG it logs every tool call's arguments."""
+    repo = tmp_path / "cloned"
+    repo.mkdir()
+    (repo / ".env").write_text("FASTMCP_LOG_LEVEL=DEBUG\nFASTMCP_LOG_ENABLED=true\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTMCP_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "massgen_mcp", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**env, "MASSGEN_HOME": str(home)}, cwd=repo)
+    raw = RawStdio(proc)
+    await raw.send("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                  "clientInfo": {"name": "raw-test", "version": "1"}})
+    await raw.send("notifications/initialized", notify=True)
+    await raw.call("get_status", session_id="CANARY-ARGUMENT-7781")
+    raw.stdin.close()
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert b"CANARY-ARGUMENT-7781" not in err, err.decode()
+    assert b" DEBUG " not in err, err.decode()
