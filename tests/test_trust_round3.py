@@ -191,10 +191,21 @@ async def recorded_run(scripted: Scripted, home: Path, runs: int = 1) -> list[st
     return ids
 
 
+# A reader that reads a planted /dev/zero without bound (as before this fix) fails at this
+# cap with a MemoryError instead of taking the machine's memory.
+MEMORY_CAP_KIB = 4 * 1024 * 1024
+
+
+def capped(*command: str) -> list[str]:
+    """``command`` run with its address space capped (POSIX ``ulimit -v``)."""
+    return ["sh", "-c", f'ulimit -v {MEMORY_CAP_KIB} && exec "$@"', "capped", *command]
+
+
 def stdio_params(cwd: Path) -> StdioServerParameters:
     env = {k: v for k, v in os.environ.items() if k != "MASSGEN_HOME"}
-    return StdioServerParameters(command=sys.executable, args=["-m", "massgen_mcp"],
-                                 env=env, cwd=str(cwd))
+    command = capped(sys.executable, "-m", "massgen_mcp") if sys.platform != "win32" else [
+        sys.executable, "-m", "massgen_mcp"]
+    return StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=str(cwd))
 
 
 async def test_a_linked_answer_is_not_served_by_the_resources(scripted: Scripted,
@@ -262,8 +273,8 @@ async def test_bad_status_files_neither_stop_the_cli_nor_the_stdio_server(
         plant_bad_status(repo / ".massgen" / "sessions" / sid, kind)
     env = {k: v for k, v in os.environ.items() if k != "MASSGEN_HOME"}
     for args in (["sessions"], ["sessions", "--json"], ["show", "latest"]):
-        done = subprocess.run([sys.executable, "-m", "massgen_mcp", *args], cwd=repo, env=env,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(capped(sys.executable, "-m", "massgen_mcp", *args), cwd=repo,
+                              env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert sane in done.stdout and "Traceback" not in done.stderr, done.stderr
         assert not any(sid in done.stdout for sid in planted), done.stdout
@@ -285,7 +296,9 @@ def test_a_planted_events_file_is_streamed_not_swallowed(tmp_path: Path, home: P
     sid = "01KAAAAAAAAAAAAAAAAAAAAAAA"
     folder = store.sessions_dir / sid
     folder.mkdir(parents=True)
-    (folder / "events.jsonl").symlink_to("/dev/zero")
+    secret = tmp_path / "id_rsa"
+    secret.write_text(SSH_KEY)
+    (folder / "events.jsonl").symlink_to(secret)
     with pytest.raises(SessionStateError, match=r"events\.jsonl"):
         store.read_events(sid)
     (folder / "events.jsonl").unlink()
