@@ -220,11 +220,11 @@ async def test_a_linked_answer_is_not_served_by_the_resources(scripted: Scripted
     async with SdkClient(stdio_params(repo), mode="legacy") as client:
         for uri in (f"massgen://sessions/{sid}/answers/A1", f"massgen://sessions/{sid}/report"):
             try:
-                served = "".join(getattr(c, "text", "") for c in
-                                 await client.read_resource(uri))
+                served = (await client.read_resource(uri)).model_dump_json()
             except Exception as exc:  # refused: what the error says must not carry it either
                 served = str(exc)
             assert "canary" not in served and "PRIVATE KEY" not in served, (uri, served)
+            assert "cannot be read" in served, served  # refused, and says why
         listed = await client.call_tool("list_sessions", {})
         assert "canary" not in json.dumps(listed.structured_content)
 
