@@ -13,10 +13,14 @@ read whole, marked interrupted and pruned. One run's folder is written by its
   final.md         the final answer
   report.html      the run as one self-contained page, written when the run ends
   fence            pool runs only: the fencing token of the newest claim (see fencing.py)
+  running.lock     held by the process that runs it; a free lock means it is gone (liveness.py)
 ```
 
 The JSON files hold the typed records of :mod:`massgen_mcp.core.records`. They are replaced
 atomically (write a temp file, then rename), so a reader or a crash never sees half a file.
+Every file is read as untrusted input (a cloned repository can ship a record): no link
+followed, a regular file only, a size cap per kind, redacted again; a file that fails is
+*corrupt*, logged once, and its session is skipped by lists, ``latest`` and the start-up sweep.
 Session ids are ULIDs: they sort by creation time, carry 80 random bits, and contain only
 ``0-9A-Z``, so they are safe as folder names and cannot traverse paths.
 """
