@@ -94,6 +94,27 @@ def test_a_symlink_to_git_config_is_refused_by_what_it_leads_to(tmp_path: Path) 
         Workspace(repo).read_context_files(["notes.txt"])
 
 
+def test_a_hard_link_is_no_context_file_of_a_call(tmp_path: Path) -> None:
+    repo = repo_with_secrets(tmp_path)
+    os.link(repo / ".git" / "config", repo / "notes.txt")
+    with pytest.raises(ConfigError, match="hard links"):
+        Workspace(repo).read_context_files(["notes.txt"])
+
+
+def test_a_hard_linked_answer_is_not_read(tmp_path: Path, home: Path) -> None:
+    from massgen_mcp.core.errors import SessionStateError
+    from massgen_mcp.sessions.store import SessionStore
+
+    store = SessionStore(home)
+    sid = "01KAAAAAAAAAAAAAAAAAAAAAAA"
+    (store.sessions_dir / sid / "answers").mkdir(parents=True)
+    secret = store.sessions_dir / "id_rsa"
+    secret.write_text(SSH_KEY)
+    os.link(secret, store.sessions_dir / sid / "answers" / "A1.md")
+    with pytest.raises(SessionStateError, match="hard links"):
+        store.read_answer(sid, "A1")
+
+
 async def test_context_files_reach_a_loopback_team_with_tokens_masked(
         scripted: Scripted, tmp_path: Path, home: Path) -> None:
     server = scripted()
@@ -161,6 +182,7 @@ def test_well_known_token_shapes_are_masked(token: str) -> None:
     ("HTTPS://user:p%40ss@host/x", "HTTPS://user:***@host/x"),
     ("https://tok%3Avalue%40x@host/x", "https://***@host/x"),
     ("http://admin:S3c@r3t@10.0.0.5:8000/v1", "http://admin:***@10.0.0.5:8000/v1"),
+    ("https:\\/\\/tok123456789012345678@host/x", "https:\\/\\/***@host/x"),  # JSON-escaped
 ])
 def test_url_userinfo_is_masked_with_or_without_a_password(url: str, shown: str) -> None:
     assert redact(f"remote {url} end") == f"remote {shown} end"

@@ -64,10 +64,11 @@ class UnsafeFileError(OSError):
 
 
 def open_safely(path: Path, max_bytes: int) -> BinaryIO:
-    """``path`` opened for reading, when it is a regular file of at most ``max_bytes``, not
-    reached through a link (its last component; the folders above are the caller's:
-    a record's session folder is checked not to be a link). ``FileNotFoundError`` when it is
-    missing; :class:`UnsafeFileError` naming why when it is not read.
+    """``path`` opened for reading, when it is a regular file of at most ``max_bytes`` with
+    no other name (hard link), not reached through a link (its last component; the folders
+    above are the caller's: a record's session folder is checked not to be a link).
+    ``FileNotFoundError`` when it is missing; :class:`UnsafeFileError` naming why when it is
+    not read.
 
     ``O_NOFOLLOW`` refuses a link where the OS has it (a ``lstat`` check first elsewhere,
     which a race could pass, but Windows needs privilege to make a link); ``O_NONBLOCK``
@@ -85,6 +86,8 @@ def open_safely(path: Path, max_bytes: int) -> BinaryIO:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UnsafeFileError(f"{path.name} is not a regular file")
+        if info.st_nlink > 1:  # another name of it may be anything (a record is never linked)
+            raise UnsafeFileError(f"{path.name} has other names (hard links)")
         if info.st_size > max_bytes:
             raise UnsafeFileError(f"{path.name} is {info.st_size} bytes; the limit is "
                                   f"{max_bytes}")

@@ -44,8 +44,9 @@ _URL_PASSWORD = re.compile(r"\b([a-z][a-z0-9+.\-]*://[^\s/?#@:]*:)[^\s/?#@]+@", 
 # A URL's whole userinfo, up to the last ``@`` of its authority (a password may hold an ``@``):
 # ``https://TOKEN@host`` carries a token as its user (git remotes do), and so does
 # ``https://TOKEN:x-oauth-basic@host``. See :func:`_mask_userinfo` for what stays readable.
-_URL_USERINFO = re.compile(r"\b([a-z][a-z0-9+.\-]*://)([^\s/?#@]*(?:@[^\s/?#@]*)*)@",
-                           re.IGNORECASE)
+# The scheme's slashes may come JSON-escaped (``https:\/\/TOKEN@host``, as PHP writes them).
+_URL_USERINFO = re.compile(
+    r"\b([a-z][a-z0-9+.\-]*:(?://|\\/\\/))([^\s/\\?#@]*(?:@[^\s/\\?#@]*)*)@", re.IGNORECASE)
 # A user name shown beside a masked password: ``app``, ``oauth2``, ``x-access-token``.
 _PLAIN_USER = re.compile(r"[A-Za-z][A-Za-z0-9._\-]{0,14}")
 # A credential in a URL's query (``redis://h/0?password=PW``, ``postgresql://u@h/db?sslpassword=

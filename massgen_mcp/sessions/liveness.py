@@ -24,6 +24,7 @@ import contextlib
 import errno
 import logging
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -90,6 +91,9 @@ class RunLock:
             log.warning("session %s: no %s: %s", folder.name, LOCK_FILE, exc)
             return None
         try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1 or info.st_size > 4 * _SLOT:
+                raise OSError(f"{LOCK_FILE} is not a lock file this process made")
             for _ in range(_TAKE_TRIES):
                 if _try_lock(fd, shared=False):
                     lock = cls(fd)

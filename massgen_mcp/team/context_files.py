@@ -76,7 +76,12 @@ class Workspace:
                                   "cannot share it (the secret-file deny-list of the "
                                   "workspace tools; pass it yourself with massgen-mcp run "
                                   "--context-file)")
-            size = path.stat().st_size
+            info = path.stat()
+            if self.confined and info.st_nlink > 1:  # another name of it may be a secret file
+                raise ConfigError(f"context_files: {name!r} has other names (hard links); a "
+                                  "model's call cannot share it (pass it yourself with "
+                                  "massgen-mcp run --context-file)")
+            size = info.st_size
             if size > MAX_FILE_BYTES:
                 raise ConfigError(
                     f"context_files: {name!r} is {size} bytes; the limit is {MAX_FILE_BYTES} "
