@@ -478,3 +478,27 @@ async def test_a_projects_dotenv_does_not_configure_fastmcp(tmp_path: Path, home
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert b"CANARY-ARGUMENT-7781" not in err, err.decode()
     assert b" DEBUG " not in err, err.decode()
+
+
+def test_the_start_up_sweep_writes_the_final_status_the_disk_refused(home: Path) -> None:
+    """Once there is space, the next server start writes what readers already showed."""
+    from massgen_mcp.core.records import FinishReason, Phase, StatusRecord
+    from massgen_mcp.sessions.liveness import RunLock
+    from massgen_mcp.sessions.store import SessionStore
+
+    store = SessionStore(home)
+    sid = "01KAAAAAAAAAAAAAAAAAAAAAAA"
+    folder = store.sessions_dir / sid
+    folder.mkdir(parents=True)
+    (folder / "status.json").write_text(StatusRecord(
+        session_id=sid, status=RunStatus.RUNNING, phase=Phase.ANSWERING, question="q",
+        started_at=1.0, updated_at=1.0, agents={}).model_dump_json())
+    lock = RunLock.take(folder)
+    assert lock is not None
+    assert store.read_status(sid).status is RunStatus.RUNNING  # held: it runs
+    lock.failed()
+    lock.release()  # the process ended with its final status unwritten
+    assert store.read_status(sid).finish_reason is FinishReason.RECORD_WRITE_FAILED
+    assert store.mark_interrupted(lambda pid: True) == [sid]
+    on_disk = json.loads((folder / "status.json").read_text())
+    assert (on_disk["status"], on_disk["finish_reason"]) == ("failed", "record_write_failed")
