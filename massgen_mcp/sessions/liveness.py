@@ -41,6 +41,7 @@ _FAILED = b"failed record_write_failed"
 _TAKE_TRIES = 100  # a reader holds the lock for a moment only
 _TAKE_PAUSE_S = 0.01
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)  # a planted FIFO must not hold the open
 _BINARY = getattr(os, "O_BINARY", 0)
 
 
@@ -86,7 +87,8 @@ class RunLock:
         """Hold ``folder``'s lock, with ``running`` as its last word; None (and a warning) if
         it cannot be taken: the run goes on, and readers go by its status alone."""
         try:
-            fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _BINARY, 0o644)
+            fd = os.open(folder / LOCK_FILE,
+                         os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _BINARY, 0o644)
         except OSError as exc:
             log.warning("session %s: no %s: %s", folder.name, LOCK_FILE, exc)
             return None
