@@ -5,6 +5,7 @@ model call needs it. ``run``/``arun`` (:mod:`massgen_mcp.api.python`) and ``regi
 (:mod:`massgen_mcp.api.litellm_team`) load on first use.
 """
 
+import os as _os
 from typing import Any
 
 from massgen_mcp._version import __version__
@@ -15,6 +16,14 @@ from massgen_mcp.core.errors import (
     SessionNotFoundError,
     SessionStateError,
 )
+
+# fastmcp's settings are pydantic-settings that read a ".env" in the working folder
+# (FASTMCP_*): a cloned repository's .env would configure the server, FASTMCP_LOG_LEVEL=DEBUG
+# logging every tool call's arguments. Only the project config that consent governs may, so
+# the file is pointed at nothing before fastmcp is first imported (it reads the name at import),
+# as load_litellm does for litellm's .env. A path the user set, absolute, stays theirs.
+if not _os.path.isabs(_os.environ.get("FASTMCP_ENV_FILE", "")):
+    _os.environ["FASTMCP_ENV_FILE"] = _os.devnull
 
 __all__ = [
     "ConfigError",

@@ -40,6 +40,7 @@ from massgen_mcp.core.records import (
     SessionSummary,
     StatusRecord,
 )
+from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import (
     MAX_AGENTS,
     MAX_CONTEXT_CHARS,
@@ -167,7 +168,10 @@ class ConsensusService:
         parts = [given] if given else []
         if spec.context_files:
             parts.append(workspace.read_context_files(spec.context_files))
-        context = "\n\n".join(parts) or None
+        # Known keys and token shapes (a .git/config's remote URL, a pasted token) are masked
+        # before any prompt is built: the team may sit at an endpoint the user does not run.
+        context = redact("\n\n".join(parts)) or None
+        question = redact(question)
         if context and len(context) > MAX_CONTEXT_CHARS:
             raise ConfigError(f"context: {len(context)} characters; the limit is "
                               f"{MAX_CONTEXT_CHARS}")

@@ -14,7 +14,7 @@ the same table, :data:`EXIT_CODES_HELP`):
 1   a config or input error (a model string, a file, a session id); nothing was run
 2   the run failed: every agent failed, or the record could not be written
 3   the run timed out (the best answer so far is still printed)
-4   cancelled: Ctrl-C, SIGTERM, or another process cancelled it
+4   cancelled: Ctrl-C, SIGTERM, SIGHUP, or another process cancelled it
 5   a wrong command line (an unknown flag, a missing argument): see the usage line
 6   ``serve --http`` cannot listen (the port is busy or the host is not this machine's)
 7   completed, but agents were dropped: the answer came from fewer agents than the team had
@@ -42,7 +42,7 @@ EXIT_CODES_HELP = """exit codes:
   1  config or input error (model string, file, session id); nothing was run
   2  the run failed: every agent failed, or the record could not be written
   3  the run timed out (the best answer so far is still printed)
-  4  cancelled (Ctrl-C, SIGTERM, or cancelled elsewhere)
+  4  cancelled (Ctrl-C, SIGTERM, SIGHUP, or cancelled elsewhere)
   5  wrong command line (unknown flag, missing argument)
   6  serve --http cannot listen (port busy, or not this machine's address)
   7  completed, but agents were dropped (the answer came from fewer agents)"""

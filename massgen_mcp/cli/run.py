@@ -83,10 +83,15 @@ class DetachedExecutor(ThreadPoolExecutor):
         super().shutdown(wait=False, cancel_futures=True)
 
 
+# What cancels a run like SIGTERM: also SIGHUP, where it exists (the terminal closed; left to
+# its default, it would kill the process with the run's status still ``running``).
+STOPS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
 async def run_one(args: argparse.Namespace, spec: RunSpec, started_ids: list[str]
                   ) -> tuple[ResultRecord, Path]:
     """Start the run (its id goes into ``started_ids`` at once), follow it to its end and
-    return its result. SIGTERM and Ctrl-C cancel the run: it ends ``cancelled`` and is
+    return its result. SIGTERM, SIGHUP and Ctrl-C cancel the run: it ends ``cancelled`` and is
     reported like any other ending (``--json`` included); a second Ctrl-C stops at once."""
     live = None if args.quiet else LiveLines.on_terminal(sys.stderr)
     service = flags.service(args, drafts=live is not None)
@@ -113,13 +118,14 @@ async def run_one(args: argparse.Namespace, spec: RunSpec, started_ids: list[str
             portable.off_signal(loop, signal.SIGINT)  # the next Ctrl-C: KeyboardInterrupt
             cancel()
 
-        portable.on_signal(loop, signal.SIGTERM, cancel)
+        for signum in STOPS:
+            portable.on_signal(loop, signum, cancel)
         portable.on_signal(loop, signal.SIGINT, interrupt)
         await service.wait(started.session_id, None, until_done=True)
         return await service.result(started.session_id), started.record_dir
     finally:
-        portable.off_signal(loop, signal.SIGTERM)
-        portable.off_signal(loop, signal.SIGINT)
+        for signum in (*STOPS, signal.SIGINT):
+            portable.off_signal(loop, signum)
         if following is not None:
             following.cancel()
             await asyncio.gather(following, return_exceptions=True)

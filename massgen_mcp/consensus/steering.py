@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import ConfigError, SteerRefusedError
 from massgen_mcp.core.records import RunStatus
 
@@ -23,11 +24,13 @@ MAX_NOTES = 10  # in one run: at most 20,000 characters added to every prompt
 
 def clean_note(message: object) -> str:
     """The note as it will be shown to the agents; ConfigError naming ``message`` if empty,
-    not text, or too long."""
+    not text (:func:`~massgen_mcp.core.edges.check_text`, the check a question gets: a lone
+    surrogate from a session's inbox file would fail every later record write), or too
+    long."""
     if not isinstance(message, str) or not message.strip():
         raise ConfigError("message: empty; write the note to the team, e.g. "
                           "'use Python 3.12, not 3.8'")
-    note = message.strip()
+    note = check_text(message, "message").strip()
     if len(note) > MAX_NOTE_CHARS:
         raise ConfigError(f"message: {len(note):,} characters; the limit is "
                           f"{MAX_NOTE_CHARS:,}. Send the gist; the agents see the question "

@@ -25,9 +25,30 @@ from typing import Any
 from urllib.parse import quote
 
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CRED)", re.IGNORECASE)
-_KEY_SHAPES = re.compile(r"\b(sk|pk|rk|gsk|xai|AIza)[-_][A-Za-z0-9_\-]{12,}")
+# Well-known token shapes, one compiled alternation, so a text is scanned once whatever the
+# number of shapes (the hot path: every draft excerpt, status write and log line goes through
+# it). detect-secrets' pattern set was the other candidate; it is a repository scanner that
+# runs one regex per plugin per line with entropy filters, many passes where this is one, and
+# its high-entropy plugins would mask hashes and ids in answers. The shapes are the vendors'
+# documented prefixes: model providers (``sk-``, ``AIza``, ...), GitHub (``ghp_ gho_ ghu_ ghs_
+# ghr_`` classic tokens, ``github_pat_`` fine-grained), GitLab (``glpat-``), Slack
+# (``xoxb- xoxp- xoxa- xoxr- xoxs- xoxo-``) and AWS access key ids (``AKIA``, ``ASIA``, ...).
+_KEY_SHAPES = re.compile(
+    r"\b(?:(?:sk|pk|rk|gsk|xai|AIza)[-_][A-Za-z0-9_\-]{12,}"
+    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|glpat-[A-Za-z0-9_\-]{16,}"
+    r"|xox[abposre]-[A-Za-z0-9\-]{10,}"
+    r"|(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[A-Z0-9]{16}\b)")
 # The password in a URL's userinfo (``redis://:PASSWORD@host``, ``postgres://u:PASSWORD@h``).
 _URL_PASSWORD = re.compile(r"\b([a-z][a-z0-9+.\-]*://[^\s/?#@:]*:)[^\s/?#@]+@", re.IGNORECASE)
+# A URL's whole userinfo, up to the last ``@`` of its authority (a password may hold an ``@``):
+# ``https://TOKEN@host`` carries a token as its user (git remotes do), and so does
+# ``https://TOKEN:x-oauth-basic@host``. See :func:`_mask_userinfo` for what stays readable.
+# The scheme's slashes may come JSON-escaped (``https:\/\/TOKEN@host``, as PHP writes them).
+_URL_USERINFO = re.compile(
+    r"\b([a-z][a-z0-9+.\-]*:(?://|\\/\\/))([^\s/\\?#@]*(?:@[^\s/\\?#@]*)*)@", re.IGNORECASE)
+# A user name shown beside a masked password: ``app``, ``oauth2``, ``x-access-token``.
+_PLAIN_USER = re.compile(r"[A-Za-z][A-Za-z0-9._\-]{0,14}")
 # A credential in a URL's query (``redis://h/0?password=PW``, ``postgresql://u@h/db?sslpassword=
 # PW``, ``https://h/?access_token=T``): redis-py and libpq read a password from there as from the
 # userinfo. Any parameter whose name holds one of these words counts; masking a harmless one
@@ -93,7 +114,9 @@ def redact(text: str) -> str:
 
 # A key shape cut off by the end of a text still being written, before it is long enough
 # for _KEY_SHAPES to know it: ``sk-proj-A1b2``.
-_KEY_SHAPE_BEGUN = re.compile(r"\b(sk|pk|rk|gsk|xai|AIza)[-_][A-Za-z0-9_\-]*$")
+_KEY_SHAPE_BEGUN = re.compile(
+    r"\b(?:(?:sk|pk|rk|gsk|xai|AIza)[-_]|gh[pousr]_|github_pat_|glpat-|xox[abposre]-"
+    r"|(?:AKIA|ASIA)(?=[A-Z0-9]*$))[A-Za-z0-9_\-]*$")
 
 
 def redact_excerpt(text: str, *, cut_start: bool) -> str:
@@ -139,9 +162,24 @@ def _redact(text: str, secrets: list[str]) -> str:
 
 
 def mask_url_credentials(text: str) -> str:
-    """``text`` with the password of every URL in it masked, in the userinfo
-    (``redis://:***@h``) and in credential-named query parameters (``?password=***``)."""
-    return _URL_QUERY_SECRET.sub(rf"\1{MASK}", _URL_PASSWORD.sub(rf"\1{MASK}@", text))
+    """``text`` with the credentials of every URL in it masked: the userinfo
+    (``redis://:***@h``, ``https://***@host`` for a token given as the user) and
+    credential-named query parameters (``?password=***``)."""
+    return _URL_QUERY_SECRET.sub(rf"\1{MASK}", _URL_USERINFO.sub(_mask_userinfo, text))
+
+
+def _mask_userinfo(match: re.Match[str]) -> str:
+    """A user name stays readable only beside a password, and only when it is short and
+    plain (``postgres://app:***@db``); a user alone is a token as often as a name (``https://
+    ghp_...@github.com``, a bare token in a git remote), so it is masked, and so is a long
+    or percent-encoded one (``https://TOKEN:x-oauth-basic@host``)."""
+    scheme, userinfo = match.group(1), match.group(2)
+    if not userinfo:
+        return match.group(0)
+    user, colon, password = userinfo.partition(":")
+    if colon and password and (not user or _PLAIN_USER.fullmatch(user)):
+        return f"{scheme}{user}:{MASK}@"
+    return f"{scheme}{MASK}@"
 
 
 def carries_credential(value: str) -> bool:

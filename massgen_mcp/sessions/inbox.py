@@ -24,15 +24,13 @@ import contextlib
 import json
 import os
 import secrets
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from massgen_mcp.consensus.steering import MAX_NOTE_CHARS
-from massgen_mcp.core import portable
 from massgen_mcp.core.errors import SteerRefusedError
-from massgen_mcp.core.files import atomic_write
+from massgen_mcp.core.files import atomic_write, read_bytes_safely
 
 INBOX = "inbox"
 POLL_S = 0.5  # how often a running process looks for notes
@@ -117,15 +115,8 @@ def _read_note(path: Path) -> str | None:
     """The note in ``path``, or None unless it is a regular file holding one: a link, a
     folder or a FIFO (whose open would wait for a writer forever) is not read."""
     try:
-        fd = portable.open_nofollow(path, os.O_RDONLY)
+        raw = read_bytes_safely(path, MAX_NOTE_BYTES)
     except OSError:
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    with os.fdopen(fd, "rb") as file:
-        raw = file.read(MAX_NOTE_BYTES + 1)
-    if len(raw) > MAX_NOTE_BYTES:
         return None
     with contextlib.suppress(ValueError, UnicodeDecodeError):
         data = json.loads(raw.decode("utf-8"))

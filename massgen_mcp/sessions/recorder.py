@@ -32,6 +32,7 @@ from massgen_mcp.core.records import (
 )
 from massgen_mcp.core.secrets import redact, redact_data
 from massgen_mcp.sessions.fencing import Fence, RecordFenced
+from massgen_mcp.sessions.liveness import RunLock
 
 if TYPE_CHECKING:
     from massgen_mcp.sessions.store import SessionStore
@@ -115,12 +116,28 @@ class FileRecorder:
             self._fence = Fence(self.folder, fence) if fence is not None else None
         except OSError as exc:
             raise RecordWriteError(describe_write_error(exc, store.home)) from None
+        # Held until the last status is written: readers tell a dead run by it (liveness).
+        self._lock = RunLock.take(self.folder) if fence is None else None
+
+    def _final_status_again(self) -> None:
+        """After a refused write, try the final status once more as the run closes (space
+        may be back); if the disk still refuses it, the run's lock says ``failed``."""
+        status = self.latest_status
+        if self.write_error is None or status is None or not status.status.done:
+            return
+        try:
+            atomic_write(self.folder / "status.json", masked(status)[1])
+        except OSError as exc:
+            log.warning("session %s: the final status is still not written: %s",
+                        self.session_id, exc)
 
     def _failed(self, exc: OSError) -> None:
         if self.write_error is not None:
             log.warning("session %s: %s", self.session_id, exc)
             return
         self.write_error = RecordWriteError(describe_write_error(exc, self.store.home))
+        if self._lock is not None:
+            self._lock.failed()
         log.error("session %s: %s", self.session_id, self.write_error)
         raise self.write_error from exc
 
@@ -201,6 +218,13 @@ class FileRecorder:
                 self._write(self.folder / "final.md", clean.final_answer + "\n")
             self._write(self.folder / "result.json", text)
 
+    def abandon(self) -> None:
+        """Close what the recorder holds, writing nothing (a record that was never made)."""
+        with contextlib.suppress(OSError):
+            os.close(self._events)
+        if self._lock is not None:
+            self._lock.release()
+
     def close(self, report: Renderer | None = None) -> None:
         """Close the event log and release the fence. ``report``, for the closer of a finished
         run: renders ``report.html``, which is written while the fence is still held (a paused
@@ -208,6 +232,8 @@ class FileRecorder:
         writes the bytes it is given."""
         os.close(self._events)
         try:
+            if self.refused is None:
+                self._final_status_again()
             if report is None or self.result is None or self.write_error is not None:
                 return
             with self._owned():
@@ -220,6 +246,8 @@ class FileRecorder:
         finally:
             if self._fence is not None:
                 self._fence.close()
+            if self._lock is not None:
+                self._lock.release()
 
 
 def create_record(store: SessionStore, session_id: str, *, config: dict[str, Any],
@@ -228,6 +256,7 @@ def create_record(store: SessionStore, session_id: str, *, config: dict[str, Any
     """A new session folder in ``store`` with its config and request, and the recorder that
     writes the rest; or RecordWriteError (and no folder) when the home cannot take it."""
     folder = store.folder(session_id)
+    recorder: FileRecorder | None = None
     try:
         store.sessions_dir.mkdir(parents=True, exist_ok=True)
         if shutil.disk_usage(store.sessions_dir).free < MIN_FREE_BYTES:
@@ -237,11 +266,15 @@ def create_record(store: SessionStore, session_id: str, *, config: dict[str, Any
         recorder.write_json("config.json", config)
         recorder.write_record("request.json", request)
     except (OSError, RecordWriteError) as exc:
+        if recorder is not None:
+            recorder.abandon()
         shutil.rmtree(folder, ignore_errors=True)  # never leave an empty session behind
         if isinstance(exc, RecordWriteError):
             raise exc from None
         raise RecordWriteError(describe_write_error(exc, store.home)) from None
     except Exception:  # whatever else stops it: still no half-made session folder
+        if recorder is not None:
+            recorder.abandon()
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return recorder

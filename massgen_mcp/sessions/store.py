@@ -13,10 +13,14 @@ read whole, marked interrupted and pruned. One run's folder is written by its
   final.md         the final answer
   report.html      the run as one self-contained page, written when the run ends
   fence            pool runs only: the fencing token of the newest claim (see fencing.py)
+  running.lock     held by the process that runs it; a free lock means it is gone (liveness.py)
 ```
 
 The JSON files hold the typed records of :mod:`massgen_mcp.core.records`. They are replaced
 atomically (write a temp file, then rename), so a reader or a crash never sees half a file.
+Every file is read as untrusted input (a cloned repository can ship a record): no link
+followed, a regular file only, a size cap per kind, redacted again; a file that fails is
+*corrupt*, logged once, and its session is skipped by lists, ``latest`` and the start-up sweep.
 Session ids are ULIDs: they sort by creation time, carry 80 random bits, and contain only
 ``0-9A-Z``, so they are safe as folder names and cannot traverse paths.
 """
@@ -45,11 +49,17 @@ from massgen_mcp.core.errors import (
     SessionNotFoundError,
     SessionStateError,
 )
-from massgen_mcp.core.files import atomic_write, default_home
+from massgen_mcp.core.files import (
+    MIB,
+    atomic_write,
+    default_home,
+    open_safely,
+    read_bytes_safely,
+    read_text_safely,
+)
 from massgen_mcp.core.records import (
     Event,
     EventType,
-    FinishReason,
     Phase,
     RequestRecord,
     ResultRecord,
@@ -59,6 +69,8 @@ from massgen_mcp.core.records import (
     StatusRecord,
     VersionedRecord,
 )
+from massgen_mcp.core.secrets import redact, redact_data
+from massgen_mcp.sessions.liveness import as_seen, ended, lock_state, owned_by_pool
 from massgen_mcp.sessions.recorder import (
     EventHook,
     FileRecorder,
@@ -81,6 +93,12 @@ LATEST = "latest"  # what a person types for the newest session
 CLOCK_SKEW_S = 300.0
 AMBIGUOUS_SHOWN = 10  # candidates named when a prefix fits several ids
 _LABEL = re.compile(r"[A-H][0-9]{1,2}")
+# What a reader takes from a record file (a planted one may be a link, a FIFO or endless).
+RECORD_MAX_BYTES = 8 * MIB  # config, request, status, result (context is <= 200k characters)
+ANSWER_MAX_BYTES = 4 * MIB
+EVENTS_MAX_BYTES = 256 * MIB  # streamed; a line at most:
+EVENT_LINE_MAX_BYTES = 8 * MIB
+_warned: set[tuple[str, str]] = set()  # (session, file) a warning was logged for
 _R = TypeVar("_R", bound=VersionedRecord)
 
 
@@ -131,13 +149,6 @@ def _write_report_here(folder: Path, tmp: str, html: str) -> Path:
         temporary.unlink(missing_ok=True)
         raise
     return folder / "report.html"
-
-
-def _pool_owned(status: StatusRecord) -> bool:
-    """Whether a worker pool runs this session (a worker's name, or queued for one)."""
-    return status.worker is not None or status.phase is Phase.QUEUED
-
-
 
 
 class SessionStore:
@@ -219,20 +230,40 @@ class SessionStore:
                 f"no session {session_id} in {self.sessions_dir}")
         return folder
 
-    def _read(self, session_id: str, name: str, kind: type[_R]) -> _R | None:
+    def _corrupt(self, session_id: str, name: str, why: object) -> SessionStateError:
+        """The error for a record file that is not read, logged once per file and process
+        (lists meet the same bad record on every page)."""
+        if (session_id, name) not in _warned:
+            _warned.add((session_id, name))
+            log.warning("session %s: %s is corrupt, skipped: %s", session_id, name, why)
+        return SessionStateError(f"session {session_id}: {name} cannot be read: {why}")
+
+    def _read_json(self, session_id: str, name: str) -> Any:
+        """A record file's JSON, read as untrusted input (:func:`read_bytes_safely`: no link,
+        a regular file, at most :data:`RECORD_MAX_BYTES`) and redacted again; None when the
+        file is missing, :class:`SessionStateError` when it is not sane."""
         path = self._existing(session_id) / name
         try:
-            return kind.model_validate_json(path.read_bytes())
+            return redact_data(json.loads(read_bytes_safely(path, RECORD_MAX_BYTES)))
         except FileNotFoundError:
             return None
+        except (OSError, ValueError, RecursionError) as exc:
+            raise self._corrupt(session_id, name, exc) from None
+
+    def _read(self, session_id: str, name: str, kind: type[_R]) -> _R | None:
+        data = self._read_json(session_id, name)
+        if data is None:
+            return None
+        try:
+            return kind.model_validate(data)
         except ValidationError as exc:
-            raise SessionStateError(f"session {session_id}: {name} cannot be read: "
-                                    f"{exc.errors()[0]['msg']}") from None
+            raise self._corrupt(session_id, name, exc.errors()[0]["msg"]) from None
 
     def read_config(self, session_id: str) -> dict[str, Any]:
         """The team and options the session ran with (config.json; keys masked)."""
-        path = self._existing(session_id) / "config.json"
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = self._read_json(session_id, "config.json")
+        if data is None:
+            raise SessionNotFoundError(f"session {session_id} has no config.json")
         if not isinstance(data, dict):
             raise SessionStateError(f"session {session_id}: config.json is not a mapping")
         return data
@@ -244,6 +275,17 @@ class SessionStore:
         return request
 
     def read_status(self, session_id: str) -> StatusRecord:
+        """The session's status as a reader should show it: a run left ``running`` by a
+        process that is gone (killed, its terminal closed) is shown ended
+        (:func:`~massgen_mcp.sessions.liveness.as_seen`), whoever reads it."""
+        status = self._read_status(session_id)
+        seen = as_seen(status, self.folder(session_id))
+        if seen is not status:  # the run may have just ended: read its own last word
+            status = self._read_status(session_id)
+            seen = as_seen(status, self.folder(session_id))
+        return seen
+
+    def _read_status(self, session_id: str) -> StatusRecord:
         status = self._read(session_id, "status.json", StatusRecord)
         if status is None:
             raise SessionNotFoundError(f"session {session_id} has no status.json yet")
@@ -253,32 +295,66 @@ class SessionStore:
         return self._read(session_id, "result.json", ResultRecord)
 
     def read_events(self, session_id: str) -> list[Event]:
+        """The events, streamed line by line from a file read as untrusted input (at most
+        :data:`EVENTS_MAX_BYTES`, a line at most :data:`EVENT_LINE_MAX_BYTES`)."""
         path = self._existing(session_id) / "events.jsonl"
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         events = []
-        for i, line in enumerate(lines):
-            try:
-                events.append(Event.model_validate_json(line))
-            except ValidationError:
-                if i == len(lines) - 1:
-                    break  # a line cut short by a crash: everything before it is intact
-                raise
+        bad: str | None = None  # a bad line is fine only as the last (cut short by a crash)
+        try:
+            with open_safely(path, EVENTS_MAX_BYTES) as handle:
+                while line := handle.readline(EVENT_LINE_MAX_BYTES + 1):
+                    if bad is not None:
+                        raise self._corrupt(session_id, "events.jsonl", bad)
+                    if not line.strip():
+                        continue
+                    try:
+                        if len(line) > EVENT_LINE_MAX_BYTES:
+                            raise ValueError(f"a line over {EVENT_LINE_MAX_BYTES} bytes")
+                        events.append(Event.model_validate(redact_data(json.loads(line))))
+                    except (ValueError, RecursionError) as exc:
+                        bad = str(exc).splitlines()[0]
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise self._corrupt(session_id, "events.jsonl", exc) from None
         return events
+
+    def _answers_dir(self, session_id: str) -> Path | None:
+        """The answers folder, when it is a folder and not a link to one."""
+        folder = self._existing(session_id) / "answers"
+        try:
+            return folder if stat.S_ISDIR(folder.lstat().st_mode) else None
+        except OSError:
+            return None
+
+    def _read_answer_file(self, session_id: str, path: Path) -> str:
+        try:
+            return read_text_safely(path, ANSWER_MAX_BYTES)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise self._corrupt(session_id, f"answers/{path.name}", exc) from None
 
     def read_answer(self, session_id: str, label: str) -> str:
         if not _LABEL.fullmatch(label):
             raise SessionNotFoundError(f"{label!r} is not an answer label (like A1 or C2)")
-        path = self._existing(session_id) / "answers" / f"{label}.md"
+        folder = self._answers_dir(session_id)
         try:
-            return path.read_text(encoding="utf-8")
+            if folder is None:
+                raise FileNotFoundError(label)
+            return self._read_answer_file(session_id, folder / f"{label}.md")
         except FileNotFoundError:
             raise SessionNotFoundError(f"session {session_id} has no answer {label}") from None
 
     def read_record(self, session_id: str) -> SessionRecord:
-        """Everything recorded about a session, typed."""
-        folder = self._existing(session_id) / "answers"
-        answers = ({p.stem: p.read_text(encoding="utf-8") for p in folder.glob("*.md")}
-                   if folder.is_dir() else {})
+        """Everything recorded about a session, typed; SessionStateError if a file of it is
+        not sane (a link, not a regular file, too large, not what it should hold)."""
+        folder = self._answers_dir(session_id)
+        answers = {}
+        for path in sorted(folder.glob("*.md")) if folder is not None else []:
+            if _LABEL.fullmatch(path.stem):  # what a recorder writes; anything else is not read
+                with contextlib.suppress(FileNotFoundError):
+                    answers[path.stem] = self._read_answer_file(session_id, path)
         return SessionRecord(status=self.read_status(session_id),
                              result=self.read_result(session_id),
                              events=self.read_events(session_id), answers=answers)
@@ -286,40 +362,49 @@ class SessionStore:
     # -- housekeeping ------------------------------------------------------------------------
 
     def mark_interrupted(self, is_alive: Callable[[int], bool]) -> list[str]:
-        """Mark runs left ``running`` by a process that is gone as ``interrupted``.
+        """Mark runs left ``running`` by a process that is gone as ``interrupted`` (or
+        ``failed``, when the disk refused their last status: it may take it now).
 
-        The record stays intact: status.json gets the new status and events.jsonl an
-        ``interrupted`` event, so list, status and resume all see it.
+        Gone means: nobody holds the run's lock (:mod:`~massgen_mcp.sessions.liveness`), or,
+        for a record from before locks, its pid is not alive. The record stays intact:
+        status.json gets the new status and events.jsonl an ``interrupted`` event, so list,
+        status and resume all see it. A record that is not sane is skipped (one warning):
+        start-up never depends on one.
         """
         marked = []
         for sid in self.session_ids():
             try:
-                status = self.read_status(sid)
-            except (SessionNotFoundError, SessionStateError):
-                continue
-            pid = status.pid
-            if status.status is not RunStatus.RUNNING or (pid is not None and is_alive(pid)):
-                continue
-            if _pool_owned(status):
-                continue  # a worker pool owns it: redelivery, not this server, continues it
-            try:
-                result = self.read_result(sid)
-                if result is not None:  # it finished, but its last status write was lost
-                    ended = status.model_copy(update={
-                        "status": result.status, "finish_reason": result.finish_reason,
-                        "phase": Phase.DONE})
-                else:
-                    ended = status.model_copy(update={
-                        "status": RunStatus.INTERRUPTED,
-                        "finish_reason": FinishReason.INTERRUPTED, "phase": Phase.DONE})
-                    self.append_event(sid, EventType.INTERRUPTED, reason=f"process {pid} "
-                                      "ended while the run was in progress")
-                atomic_write(self.folder(sid) / "status.json", masked(ended)[1])
+                if self._mark_if_gone(sid, is_alive):
+                    marked.append(sid)
             except (OSError, MassgenError) as exc:  # a full disk must not stop start-up
                 log.warning("could not mark session %s interrupted: %s", sid, exc)
-                continue
-            marked.append(sid)
+            except Exception as exc:  # nor may anything a planted record makes happen
+                log.warning("session %s skipped: %s", sid, redact(repr(exc))[:300])
         return marked
+
+    def _mark_if_gone(self, sid: str, is_alive: Callable[[int], bool]) -> bool:
+        try:
+            status = self._read_status(sid)
+        except (SessionNotFoundError, SessionStateError):
+            return False
+        if status.status is not RunStatus.RUNNING or owned_by_pool(status):
+            return False  # a worker pool owns it: redelivery, not this server, continues it
+        free, word = lock_state(self.folder(sid))
+        pid = status.pid
+        if free is False or (free is None and pid is not None and is_alive(pid)):
+            return False
+        result = self.read_result(sid)
+        if result is not None:  # it finished, but its last status write was lost
+            final = status.model_copy(update={
+                "status": result.status, "finish_reason": result.finish_reason,
+                "phase": Phase.DONE})
+        else:
+            final = ended(status, word)
+            if final.status is RunStatus.INTERRUPTED:
+                self.append_event(sid, EventType.INTERRUPTED, reason=f"process {pid} "
+                                  "ended while the run was in progress")
+        atomic_write(self.folder(sid) / "status.json", masked(final)[1])
+        return True
 
     def pool_unfinished(self, quiet_for_s: float, now: float | None = None) -> list[str]:
         """Runs a worker pool owns that are still running or queued and whose status has not
@@ -331,7 +416,7 @@ class SessionStore:
                 status = self.read_status(sid)
             except (SessionNotFoundError, SessionStateError):
                 continue
-            if (status.status is RunStatus.RUNNING and _pool_owned(status)
+            if (status.status is RunStatus.RUNNING and owned_by_pool(status)
                     and now - status.updated_at >= quiet_for_s):
                 found.append(sid)
         return found
@@ -382,7 +467,8 @@ class SessionStore:
         if wanted == LATEST.upper():  # not one made in the future: see CLOCK_SKEW_S
             now = time.time()
             newest = next((sid for sid in self.session_ids() if session_time(sid)
-                           <= min(now, self._written_at(sid)) + CLOCK_SKEW_S), None)
+                           <= min(now, self._written_at(sid)) + CLOCK_SKEW_S
+                           and self.summary(sid) is not None), None)  # a sane record
             if newest is None:
                 raise SessionNotFoundError(f"no sessions yet in {self.sessions_dir}")
             return newest

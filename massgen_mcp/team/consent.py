@@ -23,8 +23,8 @@ would hand it whatever its model reads there. The rule, like direnv's:
   commands would run its own files, so it asks again; any change asks again;
 * a model's call (an MCP tool call, the ``/v1`` endpoint) decides less than a file
   (:func:`check_call`): it may not lift the deny-list at all, may not give the workspace tools
-  to an agent at a foreign endpoint, and its ``base_url`` may not redirect an agent that sends
-  a key from your environment.
+  to an agent at a foreign endpoint nor send it ``context_files``, and its ``base_url`` may
+  not redirect an agent that sends a key from your environment.
 
 A session record in the project's ``.massgen`` is a project file as well: a recorded team
 that needs consent runs again only if this machine started that run (:func:`check_recorded`).
@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -115,13 +116,17 @@ def foreign_endpoint(agent: AgentSpec) -> str | None:
     return agent.base_url
 
 
-def _exposed(team: TeamConfig) -> dict[tuple[str, str], set[str]]:
+def _exposed(team: TeamConfig, *, context_files: bool = False
+             ) -> dict[tuple[str, str], set[str]]:
     """(agent id, foreign endpoint) -> what of the user's would reach it: the project's files
-    (workspace tools) and MCP servers' results. Every agent counts, tools or not: what one
-    agent reads goes into its answer, and every agent reads every answer."""
+    (workspace tools, or ``context_files`` a call names) and MCP servers' results. Every agent
+    counts, tools or not: what one agent reads goes into its answer, and every agent reads
+    every answer (and ``context_files`` are in every agent's prompt)."""
     reach = set()
     if team.options.workspace_tools:
         reach.add("the project's files (workspace_tools)")
+    if context_files:
+        reach.add("the project's files (context_files)")
     if team.mcp_servers():
         reach.add("what the team's MCP servers return")
     if not reach:
@@ -241,12 +246,13 @@ def revoke(path: Path) -> bool:
 
 
 def check_call(before: TeamConfig, after: TeamConfig, overrides: dict[str, object],
-               base_url: str | None) -> None:
+               base_url: str | None, context_files: Sequence[str] = ()) -> None:
     """Refuse what a model's call may not decide (the calling model may have been steered by
     the repository it reads): lifting the secret-file deny-list; giving the workspace tools or
     MCP servers' results to an agent at a foreign endpoint that ``before`` (the team as its
-    file or models gave it) did not already give them to; and a ``base_url`` that would
-    receive a key from the user's environment."""
+    file or models gave it) did not already give them to; sending ``context_files`` to any
+    agent at a foreign endpoint (the call chooses the files, so no file's consent covers
+    them); and a ``base_url`` that would receive a key from the user's environment."""
     if overrides.get("allow_secret_files"):
         raise UntrustedConfigError(
             "options.allow_secret_files: only you can lift the secret-file deny-list, not a "
@@ -254,7 +260,8 @@ def check_call(before: TeamConfig, after: TeamConfig, overrides: dict[str, objec
             f"({user_config_dir() / 'config.yaml'}), in a file you run yourself (massgen-mcp "
             "run --config FILE), or in the project's config and trust it (massgen-mcp trust)")
     had = _exposed(before)
-    new = {where: what for where, what in _exposed(after).items()
+    new = {where: what for where, what
+           in _exposed(after, context_files=bool(context_files)).items()
            if not what <= had.get(where, set())}
     if new:
         raise UntrustedConfigError(

@@ -18,9 +18,10 @@ from pathlib import Path, PurePosixPath
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.spec import MAX_CONTEXT_CHARS
-from massgen_mcp.tools.workspace import is_denied
+from massgen_mcp.tools.workspace import is_denied, is_hidden
 
 MAX_FILES = 20
+VCS_DIRS = (".git", ".hg", ".svn")  # internals: remotes' URLs and credentials
 MAX_FILE_BYTES = 100_000
 
 
@@ -51,11 +52,14 @@ class Workspace:
     def may_hold_secrets(self, name: str, path: Path) -> bool:
         """Whether a model's call must not have ``name`` (found at ``path`` by :meth:`path`)
         read: the workspace is confined and the name, or the file it leads to, is on the
-        secret-file deny-list (which a call cannot lift)."""
+        secret-file deny-list (which a call cannot lift) or inside ``.git/`` (its config
+        holds the remotes' URLs, tokens included), ``.hg/`` or ``.svn/``, in any letter case,
+        as the workspace tools refuse them."""
         if not self.confined:
             return False
         found = path.relative_to(self.root.resolve()).as_posix()
-        return is_denied(PurePosixPath(name)) or is_denied(PurePosixPath(found))
+        return any(is_denied(PurePosixPath(p)) or is_hidden(PurePosixPath(p), VCS_DIRS)
+                   for p in (name, found))
 
     def read_context_files(self, names: list[str]) -> str:
         """The files' contents wrapped as ``<file path="...">`` blocks, ready to use as
@@ -72,7 +76,12 @@ class Workspace:
                                   "cannot share it (the secret-file deny-list of the "
                                   "workspace tools; pass it yourself with massgen-mcp run "
                                   "--context-file)")
-            size = path.stat().st_size
+            info = path.stat()
+            if self.confined and info.st_nlink > 1:  # another name of it may be a secret file
+                raise ConfigError(f"context_files: {name!r} has other names (hard links); a "
+                                  "model's call cannot share it (pass it yourself with "
+                                  "massgen-mcp run --context-file)")
+            size = info.st_size
             if size > MAX_FILE_BYTES:
                 raise ConfigError(
                     f"context_files: {name!r} is {size} bytes; the limit is {MAX_FILE_BYTES} "

@@ -47,7 +47,9 @@ SEARCH_TIMEOUT_S = 5.0
 DENY_NAMES = (
     # environment files
     ".env", ".env.*", ".env-*", ".env_*", ".env[0-9]*", "*.env", ".envrc", ".secrets",
-    ".secret", ".dev.vars", "local.settings.json",
+    ".secret", ".dev.vars", "local.settings.json", "env.local",
+    # application configs that hold the database password by convention
+    "wp-config.php", "appsettings.json", "appsettings.*.json",
     # private keys, certificates with keys, key stores
     "*.pem", "*.key", "*.p8", "*.p12", "*.pfx", "*.ppk", "*.keystore", "*.jks", "*.keytab",
     "*.kdbx", "*.ovpn", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "secring.*", "*.asc",
@@ -68,6 +70,9 @@ DENY_NAMES = (
     # ... and those known by where they are (a pattern with a slash matches a component
     # together with the folders above it): the GitHub CLI's token, gcloud's ~/.config/gcloud
     ".config/gh", ".config/gcloud",
+    # a repository's own config holds its remotes' URLs, tokens included, and its credentials
+    # store; the workspace tools hide all of .git/ anyway (HIDDEN_DIRS), context_files too
+    ".git/config", ".git/credentials", ".git/modules/*/config",
 )
 # Suffixes editors and people add to a copy: the copy of a secret file is a secret file.
 BACKUP_SUFFIXES = (".bak", ".backup", ".old", ".orig", ".save", ".swp", ".swo", ".tmp",
