@@ -107,7 +107,7 @@ class Membership:
 
         redis = live.connect(self.config)
         try:
-            await self.join(redis)
+            await live.within(self.config, "a front end joining the pool", self.join(redis))
         except RedisError as exc:
             raise PoolUnavailableError(
                 f"the pool's Redis ({live.redact_url(self.config.url)}) did not answer: "
