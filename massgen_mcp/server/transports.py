@@ -319,15 +319,17 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
             "a pool front end with a token needs FASTMCP_TASKS_ENCRYPTION_KEY: MCP tasks keep "
             "each request's headers (the bearer token among them) in Redis, encrypted only "
             "with that key. Set it to the same long random string on every front end")
+    membership = None
     if pool is not None:  # before serving: the pool's front ends must agree
         from massgen_mcp.pool.frontends import Membership
 
-        asyncio.run(Membership(pool, token).check())
+        membership = Membership(pool, token, (home or default_home()).resolve())
+        asyncio.run(membership.check())
     sock = listen(host, port)
     configure_logging(home)
     server = create_server(home=home, auth=bearer_token_auth(token) if token else None,
                            token=token, openai_api=api in ("both", "openai"), pool=pool,
-                           tasks=tasks or pool is not None)
+                           tasks=tasks or pool is not None, membership=membership)
     origin = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     logging.getLogger(__name__).info(
         "serving %s on %s (token %s; %s); live session pages: %s/sessions%s",
@@ -341,10 +343,13 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
     header_timeout = SETTINGS.mcp_header_timeout_s.read()
     body_timeout = SETTINGS.mcp_body_timeout_s.read()
     body_deadline = SETTINGS.mcp_body_deadline_s.read()
-    app = server.http_app(path=path, middleware=[
-        Middleware(BodySizeLimit, limit=limit),
-        Middleware(BodyReadTimeout, timeout_s=body_timeout, deadline_s=body_deadline)],
-                          host_origin_protection="auto")
+    middleware = [Middleware(BodySizeLimit, limit=limit),
+                  Middleware(BodyReadTimeout, timeout_s=body_timeout, deadline_s=body_deadline)]
+    if membership is not None:  # first: a front end that differs from its pool serves nothing
+        from massgen_mcp.pool.frontends import ServingGate
+
+        middleware.insert(0, Middleware(ServingGate, membership=membership))
+    app = server.http_app(path=path, middleware=middleware, host_origin_protection="auto")
     if api == "openai":  # the MCP endpoint is not served at all
         app.router.routes = [r for r in app.router.routes if getattr(r, "path", "") != path]
     import uvicorn
