@@ -21,9 +21,9 @@ serves, and refuses to start if it differs:
 
 A front end checks again every :data:`TTL_S` / 3. One that finds it differs from the pool
 (another front end came first while Redis was empty) stops serving: every request gets 503
-and the reason in one line (:class:`ServingGate`) until it matches again. A front end with a
-token replaces a record written by one without (the pool is protected, so that record is
-wrong), so the unprotected one is the one that stops.
+and one line (:class:`ServingGate`; the reason goes to the log) until it matches again. A
+front end with a token replaces a record written by one without (the pool is protected, so
+that record is wrong), so the unprotected one is the one that stops.
 """
 
 from __future__ import annotations
@@ -100,12 +100,16 @@ class Membership:
         """Record in the shared home, for good, that the pool is protected."""
         if self._marked():
             return
-        self.marker.parent.mkdir(parents=True, exist_ok=True)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
         try:
+            self.marker.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.marker, flags, 0o644)
         except FileExistsError:
             return  # another front end wrote it first
+        except OSError as exc:  # Redis still holds the fact; the records cannot be written
+            log.warning("cannot record in %s that the pool is protected: %s", self.marker,
+                        exc.strerror or exc)
+            return
         with os.fdopen(fd, "w", encoding="utf-8") as file:
             file.write(_MARKER_TEXT.format(name=self.config.name))
 
