@@ -100,6 +100,9 @@ class SetupView(BaseModel):
     redis_url: str | None = Field(description="the pool's Redis, password masked")
     workers: list[str] = Field(description="pool workers seen recently")
     sessions_running: int
+    pool_problem: str | None = Field(None, description=(
+        "why the pool could not be surveyed (then workers and sessions_running are unknown, "
+        "not zero)"))
     versions: dict[str, str]
     how_to_add_more: str
 
@@ -419,7 +422,8 @@ class ConsensusService:
             default_team_reason=found.reason,
             storage=str(self.store.sessions_dir),
             mode=info.mode, redis_url=info.redis_url, workers=list(info.workers),
-            sessions_running=await self.runner.count_running(),
+            sessions_running=await self.runner.count_running() if info.surveyed else 0,
+            pool_problem=None if info.surveyed else info.problem,
             versions=versions,
             how_to_add_more=(
                 "set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, "

@@ -472,6 +472,49 @@ def test_the_child_environment_keeps_the_login_and_drops_keys_and_nesting(
     assert "OPENAI_API_KEY" not in asked
 
 
+# Credentials a coding CLI must not inherit whatever they are called: by a name beyond *KEY*,
+# *TOKEN*, *SECRET*, *PASSWORD*, or by a value shaped like a known token.
+HIDDEN_CREDENTIALS = {
+    "REDISCLI_AUTH": "redis-auth-" + "r" * 16,
+    "DB_PASS": "hunter2-hunter2",
+    "SMTP_PASSWD": "mail-pw-" + "m" * 10,
+    "GPG_PASSPHRASE": "correct horse battery staple",
+    "SENTRY_DSN": "https://0123456789abcdef0123456789abcdef@o1.ingest.sentry.io/1",
+    "AZURE_STORAGE_CONNECTION_STRING": "DefaultEndpointsProtocol=https;AccountKey=abc",
+    "GITHUB_CLONE": "ghp_" + "G" * 36,
+    "CI_GITLAB": "glpat-" + "l" * 20,
+    "NOTIFY": "xoxb-" + "1234567890-" * 3,
+    "AWS_ID": "AKIA" + "ABCDEFGHIJKLMNOP",
+    "HUB": "hf_" + "h" * 34,
+    "REGISTRY": "npm_" + "n" * 36,
+    "OPENAI_ALT": "sk-proj-" + "o" * 30,
+    "SESSION_JWT_VALUE": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlLXZhbHVl",
+    "DEPLOY_KEY_PEM": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Bl\n",
+    "REMOTE": "https://" + "t" * 40 + "@git.example.com/repo.git",
+    "HEADER": "Bearer " + "b" * 30,
+}
+HARMLESS = {"PWD": "/work/project", "OLDPWD": "/work", "SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1",
+            "PASSENGER_APP_ENV": "production", "AUTHOR_NAME": "Ada", "SESSIONNAME": "Console",
+            "GIT_ASKPASS": "/usr/bin/ksshaskpass", "EDITOR": "vim",
+            "HOMEBREW_URL": "https://github.com/Homebrew/brew"}
+
+
+def test_the_child_environment_drops_credentials_by_name_and_by_shape(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from massgen_mcp.core.spec import AgentSpec
+    from massgen_mcp.providers.cli.catalog import CLIS
+    from massgen_mcp.providers.cli.environment import child_env
+
+    for name, value in {**HIDDEN_CREDENTIALS, **HARMLESS}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:proxy-pw@proxy.example:3128")
+    for cli in CLIS.values():
+        env = child_env(cli, AgentSpec(id="a", model=f"cli/{cli.name}"))
+        assert sorted(set(HIDDEN_CREDENTIALS) & set(env)) == []
+        assert {name: env.get(name) for name in HARMLESS} == HARMLESS
+        assert env["HTTPS_PROXY"].startswith("http://user:")  # the way out, as the user set it
+
+
 # -- process handling, with small stand-in CLIs ---------------------------------------------------
 
 LEAKED = "sk-leaked-" + "q" * 30

@@ -16,6 +16,7 @@ import pyarrow
 import pyarrow.parquet
 import pytest
 
+from massgen_mcp.cli.output import EXIT_INPUT
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.evaluation.datasets import MAX_ITEMS, Fields, Item, load_items
 
@@ -188,26 +189,32 @@ def test_without_a_seed_limit_keeps_file_order(tmp_path: Path) -> None:
     assert [i.answer for i in load_items(source)] == [str(n) for n in range(30)]
 
 
-def test_a_seed_shuffles_deterministically_before_the_limit(tmp_path: Path) -> None:
+def test_a_seed_samples_deterministically_with_the_limit(tmp_path: Path) -> None:
+    """With --limit, a seed draws a random sample (reservoir sampling: every row is read,
+    only the sample kept); alone, it shuffles every row."""
     rows = [{"question": f"q{n}", "answer": str(n)} for n in range(30)]
     source = write_jsonl(tmp_path / "q.jsonl", rows)
-    order = list(range(30))
-    random.Random(7).shuffle(order)
 
     first = load_items(source, limit=5, seed=7)
-    assert [i.answer for i in first] == [str(n) for n in order[:5]]
+    answers = [i.answer for i in first]
+    assert len(set(answers)) == 5 and set(answers) <= {str(n) for n in range(30)}
     assert load_items(source, limit=5, seed=7) == first  # the same sample every time
-    assert [i.answer for i in load_items(source, limit=5, seed=8)] != [i.answer for i in first]
-    assert first[0].source == f"q.jsonl:{order[0] + 1}"  # still names its line
+    assert [i.answer for i in load_items(source, limit=5, seed=8)] != answers
+    assert answers != [str(n) for n in range(5)]  # not the first rows
+    assert first[0].source == f"q.jsonl:{int(answers[0]) + 1}"  # still names its line
+    order = list(range(30))
+    random.Random(7).shuffle(order)
     everything = load_items(source, seed=7)
     assert [i.answer for i in everything] == [str(n) for n in order]
+    assert sorted(i.answer for i in load_items(source, limit=100, seed=7)) == sorted(
+        str(n) for n in range(30))
 
 
 def test_more_than_the_cap_needs_a_limit(tmp_path: Path) -> None:
     path = tmp_path / "big.jsonl"
     path.write_text('{"question": "q", "answer": "a"}\n' * (MAX_ITEMS + 1), encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"^big\.jsonl: 10,001 rows, more than 10,000 at "
-                                          r"once; pass --limit N \(with --seed S"):
+    with pytest.raises(ConfigError, match=r"^big\.jsonl: more than 10,000 rows at once; pass "
+                                          r"--limit N \(with --seed S"):
         load_items(str(path))
     assert len(load_items(str(path), limit=3, seed=1)) == 3
     path.write_text('{"question": "q", "answer": "a"}\n' * MAX_ITEMS, encoding="utf-8")
@@ -408,3 +415,116 @@ def test_a_local_folder_never_shadows_a_hugging_face_name(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=r"there is a local 'openai/gsm8k' here.*hf:\./"):
         load_items("hf:openai/gsm8k:main:test")
+
+
+# -- streaming: a source is read only as far as the rows eval takes ----------------------------
+
+# Each child runs under an address-space limit, so a regression fails with a MemoryError
+# instead of taking the machine's memory, and prints its peak RSS (MiB) last.
+BOUNDED = """
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.evaluation.datasets import load_items
+try:
+    options = json.loads(sys.argv[2])
+    found = [item.source for item in load_items(*json.loads(sys.argv[1]), **options)]
+except ConfigError as exc:
+    found = str(exc)
+print(json.dumps(found))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+PEAK_MIB = 500
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS and /proc: Linux")
+
+
+def load_bounded(source: str, **options: Any) -> tuple[list[str] | str, int]:
+    """load_items(source, **options) in a child: the items' sources (or the error's one
+    line), and the child's peak RSS in MiB."""
+    proc = subprocess.run([sys.executable, "-c", BOUNDED, json.dumps([source]),
+                           json.dumps(options)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found, peak = proc.stdout.splitlines()
+    return json.loads(found), int(peak)
+
+
+@linux_only
+def test_a_sparse_8_gib_jsonl_is_read_only_up_to_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "huge.jsonl"
+    write_jsonl(path, [{"question": f"q{n}", "answer": str(n)} for n in range(3)])
+    with path.open("r+b") as file:
+        file.truncate(8 * 2**30)  # then 8 GiB of NUL bytes, with no line break
+    found, peak = load_bounded(str(path), limit=2)
+    assert found == ["huge.jsonl:1", "huge.jsonl:2"]
+    assert peak < PEAK_MIB
+    # Every row needed: the endless line is refused in one line, not read.
+    found, peak = load_bounded(str(path))
+    assert found == "huge.jsonl:4: the line is longer than 8 MiB; each line must be one item"
+    assert peak < PEAK_MIB
+    # A sample reads the whole file: refused up front.
+    found, _ = load_bounded(str(path), limit=2, seed=1)
+    assert found == ("huge.jsonl: 8.0 GiB; a random sample (--seed) reads the whole file, at "
+                     "most 1 GiB; drop --seed to take the first --limit rows, or split the file")
+
+
+@pytest.fixture(scope="module")
+def dictionary_bomb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A few hundred KB on disk declaring 20 M rows, each a one-megabyte question: a
+    dictionary-encoded column holds the value once and 20 M indices to it."""
+    import numpy
+
+    path = tmp_path_factory.mktemp("bomb") / "bomb.parquet"
+    question = pyarrow.array(["Q" * 2**20])
+    answer = pyarrow.array(["4"])
+    kind = pyarrow.dictionary(pyarrow.int32(), pyarrow.string())
+    schema = pyarrow.schema([("question", kind), ("answer", kind)])
+    with pyarrow.parquet.ParquetWriter(path, schema, compression="zstd") as writer:
+        for _ in range(4):
+            indices = pyarrow.array(numpy.zeros(5_000_000, dtype="int32"))
+            writer.write_table(pyarrow.table({
+                "question": pyarrow.DictionaryArray.from_arrays(indices, question),
+                "answer": pyarrow.DictionaryArray.from_arrays(indices, answer)}, schema=schema))
+    return path
+
+
+@linux_only
+def test_a_parquet_table_of_huge_dictionary_rows_is_read_only_up_to_the_limit(
+        dictionary_bomb: Path) -> None:
+    found, peak = load_bounded(str(dictionary_bomb), limit=3)
+    assert found == ["bomb.parquet#0", "bomb.parquet#1", "bomb.parquet#2"]
+    assert peak < PEAK_MIB
+
+
+@linux_only
+def test_a_table_declaring_too_many_rows_is_refused_in_one_line(dictionary_bomb: Path) -> None:
+    found, peak = load_bounded(str(dictionary_bomb), limit=3, seed=1)
+    assert found == ("bomb.parquet: declares 20,000,000 rows; a random sample (--seed) reads "
+                     "every row, at most 10,000,000; drop --seed to take the first --limit "
+                     "rows")
+    assert peak < PEAK_MIB
+    found, peak = load_bounded(str(dictionary_bomb))
+    assert found == ("bomb.parquet: more than 10,000 rows at once; pass --limit N (with "
+                     "--seed S for a random sample)")
+    assert peak < PEAK_MIB
+
+
+@linux_only
+def test_running_out_of_memory_is_one_line(tmp_path: Path, home: Path) -> None:
+    """Rows that fit the caps but not the memory there is: eval says so in one line."""
+    path = tmp_path / "wide.parquet"
+    indices = pyarrow.array([0] * 64, pyarrow.int32())
+    pyarrow.parquet.write_table(pyarrow.table({
+        "question": pyarrow.DictionaryArray.from_arrays(indices, pyarrow.array(["Q" * 2**23])),
+        "answer": pyarrow.array(["4"] * 64)}), path, compression="zstd")
+    code = ("import resource, sys\n"
+            "from massgen_mcp.cli.main import main\n"
+            "import pyarrow.parquet\n"
+            "size = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (size + 2**28, size + 2**28))\n"
+            f"sys.exit(main(['eval', {str(path)!r}, '--limit', '64', '--models', 'a,b']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == EXIT_INPUT, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        "massgen-mcp: wide.parquet: ran out of memory while reading it; pass a smaller --limit, or "
+        "split the file"]

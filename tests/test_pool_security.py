@@ -14,9 +14,12 @@ import json
 import os
 import pickle
 import re
+import signal
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from redis.typing import EncodableT, FieldT
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.pool import payloads
+from massgen_mcp.pool.frontends import GATE_MESSAGE, TTL_S
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.testing.scripted import agree
 from tests.helpers import data
@@ -365,51 +369,113 @@ def test_credentials_in_a_url_query_are_masked(text: str, shown: str) -> None:
         assert redact_url(text) == shown
 
 
+def front_end_command(pool: Pool, token: str | None, key: str | None, port: int,
+                      home: Path | None = None) -> tuple[list[str], dict[str, str]]:
+    """`serve --http --redis` on ``port`` with this token and tasks key (None: unset)."""
+    env = {k: v for k, v in pool.env().items()
+           if k not in ("MASSGEN_MCP_TOKEN", "FASTMCP_TASKS_ENCRYPTION_KEY")}
+    env.update({name: value for name, value in (
+        ("MASSGEN_MCP_TOKEN", token), ("FASTMCP_TASKS_ENCRYPTION_KEY", key)) if value})
+    if home is not None:
+        env["MASSGEN_HOME"] = str(home)
+    return [sys.executable, "-m", "massgen_mcp", "serve", "--http", "--port", str(port),
+            "--redis", pool.url], env
+
+
+def refused(pool: Pool, token: str | None, key: str | None) -> str:
+    """The last line of a front end that refuses to start."""
+    command, env = front_end_command(pool, token, key, free_port())
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0, proc.stderr
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def started(pool: Pool, token: str | None, key: str | None, home: Path | None = None
+            ) -> tuple[subprocess.Popen[bytes], str]:
+    """A front end that started, and its URL."""
+    port = free_port()
+    command, env = front_end_command(pool, token, key, port, home)
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                            stderr=(pool.tmp / f"front-{port}.log").open("wb"))
+    pool.procs.append(proc)
+    url = f"http://127.0.0.1:{port}"
+    pool._until(lambda: pool._health(url) is not None or proc.poll() is not None,
+                "front end did not start")
+    assert proc.poll() is None, (pool.tmp / f"front-{port}.log").read_text()
+    return proc, url
+
+
+TOKEN_ONE, KEY_A = "token-one-" + "1" * 20, "tasks-key-" + "a" * 20
+
+
 def test_front_ends_of_one_pool_agree_on_token_and_tasks_key(pool: Pool) -> None:
     """A front end that differs from the live ones refuses to start, with the reason; one
     without a token never serves a pool that front ends with a token served."""
-
-    def serve(token: str | None, key: str | None, *, port: int = 0
-              ) -> tuple[list[str], dict[str, str]]:
-        env = {k: v for k, v in pool.env().items()
-               if k not in ("MASSGEN_MCP_TOKEN", "FASTMCP_TASKS_ENCRYPTION_KEY")}
-        env.update({name: value for name, value in (
-            ("MASSGEN_MCP_TOKEN", token), ("FASTMCP_TASKS_ENCRYPTION_KEY", key)) if value})
-        return [sys.executable, "-m", "massgen_mcp", "serve", "--http", "--port",
-                str(port or free_port()), "--redis", pool.url], env
-
-    def refused(token: str | None, key: str | None) -> str:
-        command, env = serve(token, key)
-        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-        assert proc.returncode != 0, proc.stderr
-        return proc.stderr.strip().splitlines()[-1]
-
-    def started(token: str | None, key: str | None) -> subprocess.Popen[bytes]:
-        port = free_port()
-        command, env = serve(token, key, port=port)
-        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                                stderr=(pool.tmp / f"front-{port}.log").open("wb"))
-        pool.procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        pool._until(lambda: pool._health(url) is not None or proc.poll() is not None,
-                    "front end did not start")
-        assert proc.poll() is None, (pool.tmp / f"front-{port}.log").read_text()
-        return proc
-
-    first = started("token-one-" + "1" * 20, "tasks-key-" + "a" * 20)
-    assert "use another MASSGEN_MCP_TOKEN:" in refused("token-two-" + "2" * 20,
-                                                        "tasks-key-" + "a" * 20)
-    assert "use another FASTMCP_TASKS_ENCRYPTION_KEY:" in refused("token-one-" + "1" * 20,
+    first, _ = started(pool, TOKEN_ONE, KEY_A)
+    assert "use another MASSGEN_MCP_TOKEN:" in refused(pool, "token-two-" + "2" * 20, KEY_A)
+    assert "use another FASTMCP_TASKS_ENCRYPTION_KEY:" in refused(pool, TOKEN_ONE,
                                                                    "tasks-key-" + "b" * 20)
-    second = started("token-one-" + "1" * 20, "tasks-key-" + "a" * 20)  # the same: joins
-    assert "not for callers without one: set MASSGEN_MCP_TOKEN" in refused(None, None)
+    second, _ = started(pool, TOKEN_ONE, KEY_A)  # the same: joins
+    assert "not for callers without one: set MASSGEN_MCP_TOKEN" in refused(pool, None, None)
     stored = Redis.from_url(pool.url).get("massgen:frontends") or b""
     assert b"token-one" not in stored and b"tasks-key" not in stored
     for proc in (first, second):
         proc.terminate()
         proc.wait(30)
     # Still, once all are gone: sessions started with a token stay behind one.
-    assert "not for callers without one" in refused(None, None)
+    assert "not for callers without one" in refused(pool, None, None)
+
+
+def http_status(url: str, method: str = "GET", token: str | None = None,
+                body: bytes | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, method=method, data=body, headers={
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+        **({"Authorization": f"Bearer {token}"} if token else {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_a_pool_never_forgets_that_it_is_protected(pool: Pool, tmp_path: Path,
+                                                   home: Path) -> None:
+    """Redis emptied (FLUSHALL): the shared home still says the pool is protected. A front end
+    without a token that joined anyway (another home, while Redis was empty) stops serving
+    with 503 and one line at its next check; the protected one keeps serving, behind its
+    token."""
+    first, first_url = started(pool, TOKEN_ONE, KEY_A)
+    redis = Redis.from_url(pool.url)
+    redis.flushall()
+    assert "not for callers without one" in refused(pool, None, None)
+    assert redis.exists("massgen:protected")  # the refusal told Redis again
+    assert (home / "pool-massgen.protected").is_file()
+
+    # One that cannot see the shared home, started while Redis is empty and the protected
+    # front end is paused (so it cannot put the fact back first): it joins.
+    first.send_signal(signal.SIGSTOP)
+    try:
+        redis.flushall()
+        _, stray_url = started(pool, None, None, home=tmp_path / "elsewhere")
+    finally:
+        first.send_signal(signal.SIGCONT)
+    pool._until(lambda: http_status(f"{stray_url}/healthz")[0] == 503
+                and b"differs" in http_status(f"{stray_url}/healthz")[1],
+                "the front end without a token kept serving", timeout=4 * TTL_S)
+    for method, path, body in (("POST", "/v1/chat/completions",
+                                b'{"model": "massgen", "messages": []}'),
+                               ("POST", "/mcp", b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'),
+                               ("GET", "/sessions", None)):
+        status, reply = http_status(stray_url + path, method, body=body)
+        assert status == 503, (path, reply)
+        assert json.loads(reply)["error"]["message"] == GATE_MESSAGE
+        assert b"\n" not in reply and b"elsewhere" not in reply
+    assert (tmp_path / "elsewhere" / "pool-massgen.protected").is_file()  # for good
+    # The protected front end still serves, and still only with its token.
+    assert http_status(f"{first_url}/v1/models")[0] == 401
+    assert http_status(f"{first_url}/v1/models", token=TOKEN_ONE)[0] == 200
+    stored = json.loads(redis.get("massgen:frontends") or b"{}")
+    assert stored["token"] != "none"
 
 
 def docket_message(**fields: Any) -> Fields:

@@ -40,10 +40,11 @@ def add_parser(sub: Any) -> None:
     evals.add_argument("--answer-field", default="answer", help="default: answer")
     evals.add_argument("--choices-field", help="a list of options: the question gets them as "
                                                "A., B., ... and the answer becomes a letter")
-    evals.add_argument("--limit", type=int, help="only the first N questions (after --seed's "
-                                                 "shuffle)")
-    evals.add_argument("--seed", type=int, help="shuffle the questions with this seed; also "
-                                                "seeds the bootstrap intervals")
+    evals.add_argument("--limit", type=int, help="only the first N questions (with --seed: a "
+                                                 "random sample of N)")
+    evals.add_argument("--seed", type=int, help="sample (with --limit) or shuffle the questions "
+                                                "with this seed; also seeds the bootstrap "
+                                                "intervals")
     evals.add_argument("--concurrency", type=int, default=1,
                        help="runs at once (default 1)")
     evals.add_argument("--answer-regex", help="how to find the answer in a reply: a regular "

@@ -30,9 +30,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 await service.aclose()
         from redis.exceptions import RedisError
 
-        from massgen_mcp.pool.live import redact_url
+        from massgen_mcp.pool.live import redact_url, within
 
-        service = await ConsensusService.pool(pool, flags.home(args))
+        service = await within(pool, "doctor", ConsensusService.pool(pool, flags.home(args)))
         try:
             return await service.check_setup()
         except RedisError as exc:  # a wrong password or address: say so, not a traceback
@@ -58,7 +58,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     say("default team:  " + (", ".join(setup.default_team) or "none"))
     say("  why:         " + setup.default_team_reason)
     say("records:       " + setup.storage)
-    if setup.mode == "pool":
+    if setup.mode == "pool" and setup.pool_problem:
+        say(f"runs:          on the worker pool at {setup.redis_url}; could not tell how many "
+            f"workers are live: {setup.pool_problem}")
+    elif setup.mode == "pool":
         say(f"runs:          on the worker pool at {setup.redis_url}; "
               f"{len(setup.workers)} worker(s) live"
               + (f" ({', '.join(setup.workers)})" if setup.workers else

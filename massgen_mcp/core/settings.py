@@ -142,6 +142,7 @@ class Settings:
     mcp_max_body_bytes: Setting[int]
     mcp_header_timeout_s: Setting[float]
     mcp_body_timeout_s: Setting[float]
+    mcp_body_deadline_s: Setting[float]
     tasks_key: Setting[str | None]
 
     def all(self) -> list[Setting[object]]:
@@ -210,6 +211,10 @@ SETTINGS = Settings(
     mcp_body_timeout_s=Setting("MASSGEN_MCP_BODY_TIMEOUT_S", _seconds(0.001, 86_400), 30.0,
                                "HTTP: time allowed between two pieces of a request body",
                                "seconds, more than 0"),
+    mcp_body_deadline_s=Setting("MASSGEN_MCP_BODY_DEADLINE_S", _seconds(0.001, 86_400), 120.0,
+                                "HTTP: the most time a whole request body may take (past the "
+                                "time between two pieces, it must also keep up 1 KiB/s)",
+                                "seconds, more than 0"),
     tasks_key=Setting("FASTMCP_TASKS_ENCRYPTION_KEY", _text, None,
                       "encrypts MCP task results a pool's front ends share (with --redis and "
                       "a token)", "a Fernet key"),

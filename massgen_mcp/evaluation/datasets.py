@@ -23,29 +23,23 @@ Multiple choice: with a choices field, the choices are appended to the question 
 the letter, which the scorer compares with the reply's last standalone capital letter; so at most
 10 choices (A-J).
 
-pyarrow and datasets (the ``eval`` extra) are imported only when a Parquet file or a Hugging Face
-dataset is read: importing them takes most of a second, and the CLI should start fast.
+Sources are streamed (:mod:`.sources`): eval reads only the rows it takes, so a huge or
+hostile file costs what ``--limit`` asks for, not its size.
 """
 
 from __future__ import annotations
 
-import codecs
-import csv
-import io
 import random
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from itertools import islice
+from typing import Any, NoReturn
 
 from massgen_mcp.core.edges import UnsafeJson, load_json
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.evaluation.sources import Source, open_source
 
-SAMPLE = "@sample"
-SAMPLE_PATH = Path(__file__).parent.parent / "data" / "eval_sample.jsonl"
-EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet")
 MAX_ITEMS = 10_000  # without a --limit: a typo'd split should not start 100,000 runs
 LETTERS = "ABCDEFGHIJ"  # the scorer's letters
-INSTALL_EVAL = "pip install 'massgen-mcp[eval]'"
 _FLAGS = {"question": "--question-field", "answer": "--answer-field", "choices": "--choices-field"}
 # Field names datasets commonly use, for the flag an error suggests.
 _LIKELY = {
@@ -54,9 +48,6 @@ _LIKELY = {
     "choices": ("choices", "options", "answers", "endings", "candidates"),
 }
 _MISSING = object()
-
-Row = tuple[str, object]  # where it came from (file:line, file#index), and the row
-
 
 @dataclass(frozen=True)
 class Item:
@@ -81,141 +72,53 @@ def load_items(source: str, fields: Fields = Fields(), *, limit: int | None = No
                seed: int | None = None) -> list[Item]:
     """The items of ``source`` (a file, ``@sample`` or ``hf:NAME[:CONFIG[:SPLIT]]``).
 
-    With ``seed`` the rows are shuffled by ``random.Random(seed)`` first, else kept in order;
-    then the first ``limit`` are taken. Only the rows taken are mapped to items, so only their
-    field errors are reported. Without a limit, more than :data:`MAX_ITEMS` rows is an error.
+    The source is streamed (:mod:`.sources`) and read only as far as needed: without
+    ``seed``, the first ``limit`` rows; with ``seed`` and ``limit``, a random sample of
+    ``limit`` rows drawn by reservoir sampling with ``random.Random(seed)`` (every row is
+    read, none kept but the sample); with ``seed`` alone, every row, shuffled. Only the rows
+    taken are parsed and mapped to items, so only their errors are reported. Without a
+    limit, more than :data:`MAX_ITEMS` rows is an error. Running out of memory is one line.
     """
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit: {limit}; give a whole number of at least 1")
-    if source.startswith("hf:"):
-        name, rows = _read_hf(source)
-    else:
-        path = SAMPLE_PATH if source == SAMPLE else Path(source)
-        name, rows = path.name, _read_file(source, path)
-    if not rows:
-        raise ConfigError(f"{name}: no rows; the dataset is empty")
-    if limit is None and len(rows) > MAX_ITEMS:
-        raise ConfigError(f"{name}: {len(rows):,} rows, more than {MAX_ITEMS:,} at once; pass "
-                          "--limit N (with --seed S for a random sample)")
-    order = list(range(len(rows)))
-    if seed is not None:
-        random.Random(seed).shuffle(order)
-    return [_item(*rows[index], fields) for index in order[:limit]]
-
-
-def _read_file(source: str, path: Path) -> list[Row]:
-    if path.is_dir():
-        raise ConfigError(f"{source}: a folder; pass a file, or hf:{source} for a folder of "
-                          "Hugging Face data files")
-    suffix = path.suffix.lower()
-    if suffix not in EXTENSIONS:
-        raise ConfigError(f"{source}: unknown file type {suffix or '(no extension)'!r}; use "
-                          f"{', '.join(EXTENSIONS)}, {SAMPLE} or hf:NAME[:CONFIG[:SPLIT]]")
-    if not path.is_file():
-        raise ConfigError(f"{source}: no such file")
-    if suffix == ".parquet":
-        return _read_parquet(path)
+    opened = open_source(source, sampling=seed is not None and limit is not None)
     try:
-        data = path.read_bytes().removeprefix(codecs.BOM_UTF8)
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot be read ({exc.strerror or exc})") from None
-    return _read_csv(path.name, data) if suffix == ".csv" else _read_jsonl(path.name, data)
+        rows = _take(opened, limit, seed)
+        if not rows:
+            raise ConfigError(f"{opened.name}: no rows; the dataset is empty")
+        return [_item(where, row, fields) for where, row in rows]
+    except MemoryError:
+        raise ConfigError(f"{opened.name}: ran out of memory while reading it; pass a smaller "
+                          "--limit, or split the file") from None
 
 
-def _read_jsonl(name: str, data: bytes) -> list[Row]:
-    rows: list[Row] = []
-    for number, raw in enumerate(data.splitlines(), 1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{name}:{number}: byte {exc.start + 1} of the line is not "
-                              "UTF-8; save the file as UTF-8") from None
-        if not line.strip():
-            continue
-        try:
-            rows.append((f"{name}:{number}", load_json(line)))
-        except UnsafeJson as exc:
-            raise ConfigError(f"{name}:{number}: {exc}; each line must be one JSON object "
-                              "such as {\"question\": \"...\", \"answer\": \"...\"}") from None
-    return rows
+def _take(source: Source, limit: int | None, seed: int | None) -> list[tuple[str, object]]:
+    """The rows :func:`load_items` keeps, parsed, in the order it uses them."""
+    if limit is None:
+        if source.declared is not None and source.declared > MAX_ITEMS:
+            _too_many(source.name)
+        rows = [(where, parse()) for where, parse in islice(source.rows, MAX_ITEMS + 1)]
+        if len(rows) > MAX_ITEMS:
+            _too_many(source.name)
+        if seed is not None:
+            random.Random(seed).shuffle(rows)
+        return rows
+    if seed is None:
+        return [(where, parse()) for where, parse in islice(source.rows, limit)]
+    rng = random.Random(seed)
+    kept: list[tuple[str, object]] = []
+    for seen, (where, parse) in enumerate(source.rows):  # Algorithm R
+        if seen < limit:
+            kept.append((where, parse()))
+        elif (slot := rng.randrange(seen + 1)) < limit:
+            kept[slot] = (where, parse())
+    rng.shuffle(kept)
+    return kept
 
 
-def _read_csv(name: str, data: bytes) -> list[Row]:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{name}:{line}: byte {exc.start + 1} of the file is not UTF-8; save "
-                          "the file as UTF-8") from None
-    reader = csv.reader(io.StringIO(text, newline=""))
-    rows: list[Row] = []
-    header: list[str] | None = None
-    while True:
-        start = reader.line_num + 1  # a quoted field may span lines: name the first
-        try:
-            values = next(reader)
-        except StopIteration:
-            return rows
-        except csv.Error as exc:
-            raise ConfigError(f"{name}:{start}: {exc}; check the file's quoting") from None
-        if not values:
-            continue  # a blank line
-        if header is None:
-            header = values
-            continue
-        # A short row's missing cells are null, as csv.DictReader has them.
-        cells = dict(zip(header, values + [None] * (len(header) - len(values)), strict=False))
-        rows.append((f"{name}:{start}", cells))
-
-
-def _read_parquet(path: Path) -> list[Row]:
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError:
-        raise ConfigError(f"{path.name}: reading Parquet needs pyarrow; {INSTALL_EVAL}") from None
-    try:
-        table = pyarrow.parquet.read_table(path)
-    except (pyarrow.ArrowException, OSError) as exc:
-        raise ConfigError(f"{path.name}: not a readable Parquet file ({_one_line(exc)})") \
-            from None
-    return [(f"{path.name}#{index}", row) for index, row in enumerate(table.to_pylist())]
-
-
-def _read_hf(source: str) -> tuple[str, list[Row]]:
-    parts = source.removeprefix("hf:").split(":")
-    if len(parts) > 3 or not parts[0]:
-        raise ConfigError(f"{source}: expected hf:NAME[:CONFIG[:SPLIT]], e.g. "
-                          "hf:cais/mmlu:all:test")
-    name, config, split = [*parts, "", ""][:3]
-    split = split or "test"
-    # datasets.load_dataset reads a local folder of that name before the Hub: a cloned
-    # repository could shadow a benchmark with answers of its own. A folder is read only when
-    # it is written as a path.
-    if not name.startswith(("/", "./", "../", "~")) and Path(name).exists():
-        raise ConfigError(f"{source}: there is a local {name!r} here, which would be read "
-                          f"instead of the Hugging Face dataset; write hf:./{name} to read "
-                          "the local one, or run from another folder")
-    name = str(Path(name).expanduser()) if name.startswith("~") else name
-    label = f"hf:{name}:{config}:{split}"
-    try:
-        import datasets
-    except ImportError:
-        raise ConfigError(f"{source}: reading Hugging Face datasets needs the datasets "
-                          f"package; {INSTALL_EVAL}") from None
-    try:
-        dataset = datasets.load_dataset(name, config or None, split=split)
-        rows: list[dict[str, Any]] = dataset.to_list()
-    except Exception as exc:  # the Hub, the network, the files: any of them, said in one line
-        raise ConfigError(f"{source}: Hugging Face dataset {name!r} (config "
-                          f"{config or 'default'}, split {split}) could not be loaded: "
-                          f"{_one_line(exc)}") from None
-    return label, [(f"{label}#{index}", row) for index, row in enumerate(rows)]
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or "no message"
-    return f"{type(exc).__name__}: {text[:300]}"
+def _too_many(name: str) -> NoReturn:
+    raise ConfigError(f"{name}: more than {MAX_ITEMS:,} rows at once; pass --limit N (with "
+                      "--seed S for a random sample)")
 
 
 def _item(where: str, row: object, fields: Fields) -> Item:

@@ -235,10 +235,15 @@ class PoolRunner:
     async def describe(self) -> ExecutorInfo:
         url = live.redact_url(self.config.url)
         try:
-            await self.redis.ping()
-            workers = tuple(sorted(w.name for w in await live.retrying(self.docket.workers)))
+            async with asyncio.timeout(live.CHECK_S):
+                await self.redis.ping()
+                workers = tuple(sorted(w.name for w in await live.retrying(self.docket.workers)))
+        except TimeoutError:  # frozen: how many workers live is unknown, not zero
+            return ExecutorInfo("pool", url, problem=f"redis did not answer within "
+                                                     f"{live.CHECK_S:g} s", surveyed=False)
         except Exception as exc:  # any failure to reach Redis is the answer itself
-            return ExecutorInfo("pool", url, problem=f"redis unreachable: {exc}")
+            return ExecutorInfo("pool", url, problem=f"redis unreachable: {exc}",
+                                surveyed=False)
         return ExecutorInfo("pool", url, workers, None if workers else
                             "no worker seen recently; start massgen-mcp worker")
 

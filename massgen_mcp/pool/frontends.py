@@ -13,7 +13,17 @@ serves, and refuses to start if it differs:
   a word in Redis.
 * ``<pool>:protected`` is set, for good, once a front end with a token served the pool:
   its sessions were started by callers who had to show one, so a front end without a token
-  never serves them (deleting that key, by hand, is the way back to an open pool).
+  never serves them. Redis can lose that key (``FLUSHALL``, a restart without persistence),
+  so the same fact is also a file in the shared ``MASSGEN_HOME``, ``pool-<pool>.protected``
+  (:data:`MARKER`), which Redis cannot lose: either one makes the pool protected, and each
+  front end puts back the one that is missing. Deleting both, by hand, is the way back to an
+  open pool.
+
+A front end checks again every :data:`TTL_S` / 3. One that finds it differs from the pool
+(another front end came first while Redis was empty) stops serving: every request gets 503
+and one line (:class:`ServingGate`; the reason goes to the log) until it matches again. A
+front end with a token replaces a record written by one without (the pool is protected, so
+that record is wrong), so the unprotected one is the one that stops.
 """
 
 from __future__ import annotations
@@ -22,8 +32,10 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import secrets
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from massgen_mcp.core.errors import ConfigError, PoolUnavailableError
 from massgen_mcp.core.settings import SETTINGS
@@ -39,6 +51,10 @@ TASKS_KEY_ENV = SETTINGS.tasks_key.env
 TTL_S = 30.0
 ROUNDS = 200_000
 LABELS = {"token": SETTINGS.mcp_token.env, "tasks_key": TASKS_KEY_ENV}  # as the user sets them
+MARKER = "pool-{name}.protected"  # in MASSGEN_HOME: this pool was served with a token
+_MARKER_TEXT = ("a front end with MASSGEN_MCP_TOKEN served the pool {name}: front ends without "
+                "one refuse it. To open it again, stop its front ends, delete this file and "
+                "the Redis key {name}:protected\n")
 
 
 def fingerprint(secret: str | None, salt: str) -> str:
@@ -51,10 +67,12 @@ def fingerprint(secret: str | None, salt: str) -> str:
 class Membership:
     """This front end's token and tasks key, as the pool's record of its front ends."""
 
-    def __init__(self, config: PoolConfig, token: str | None) -> None:
+    def __init__(self, config: PoolConfig, token: str | None, home: Path) -> None:
         self.config = config
         self.token = token
         self.tasks_key = SETTINGS.tasks_key.read()
+        self.marker = home / MARKER.format(name=config.name)
+        self.mismatch: str | None = None  # why this front end must not serve, while it differs
         self._mine: dict[str, dict[str, str]] = {}  # salt -> our fingerprints under it
 
     @property
@@ -73,15 +91,46 @@ class Membership:
             self._mine[salt] = {"salt": salt, "token": token, "tasks_key": tasks_key}
         return self._mine[salt]
 
+    def _marked(self) -> bool:
+        """Whether the shared home says the pool is protected (any entry of that name
+        counts: a planted link or folder errs on the side of protection)."""
+        return os.path.lexists(self.marker)
+
+    def _mark(self) -> None:
+        """Record in the shared home, for good, that the pool is protected."""
+        if self._marked():
+            return
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            self.marker.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.marker, flags, 0o644)
+        except FileExistsError:
+            return  # another front end wrote it first
+        except OSError as exc:  # Redis still holds the fact; the records cannot be written
+            log.warning("cannot record in %s that the pool is protected: %s", self.marker,
+                        exc.strerror or exc)
+            return
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(_MARKER_TEXT.format(name=self.config.name))
+
     async def join(self, redis: Redis) -> None:
         """Join (or refresh) the pool's record; ConfigError if this front end differs."""
+        marked = await asyncio.to_thread(self._marked)
         if self.token:
+            if not marked:
+                await asyncio.to_thread(self._mark)
             await redis.set(self.protected_key, "1")
-        elif await redis.exists(self.protected_key):
+        elif marked or await redis.exists(self.protected_key):
+            # What one of the two remembers, the other learns again.
+            if marked:
+                await redis.set(self.protected_key, "1")
+            else:
+                await asyncio.to_thread(self._mark)
             raise ConfigError(
                 f"this pool ({self.config.name}) is served by front ends with a token, so its "
                 "sessions are not for callers without one: set MASSGEN_MCP_TOKEN as on the "
-                f"other front ends (to open the pool again, delete {self.protected_key})")
+                f"other front ends (to open the pool again, stop them and delete "
+                f"{self.protected_key} and {self.marker})")
         for _ in range(3):  # another front end may write it between our read and write
             found = await redis.get(self.key)
             theirs = json.loads(found) if found else None
@@ -90,6 +139,14 @@ class Membership:
                 if await redis.set(self.key, json.dumps(ours), nx=True, px=int(TTL_S * 1000)):
                     return
                 continue
+            if self.token and theirs.get("token") == "none":
+                # Written by a front end without a token while Redis was empty: in a protected
+                # pool that record is wrong, and ours replaces it (that one stops serving).
+                log.error("a front end without %s joined this protected pool (%s) while its "
+                          "Redis was empty; it stops serving at its next check",
+                          LABELS["token"], self.config.name)
+                await redis.set(self.key, json.dumps(ours), px=int(TTL_S * 1000))
+                return
             differ = [label for name, label in LABELS.items() if theirs.get(name) != ours[name]]
             if differ:
                 raise ConfigError(
@@ -107,7 +164,7 @@ class Membership:
 
         redis = live.connect(self.config)
         try:
-            await self.join(redis)
+            await live.within(self.config, "a front end joining the pool", self.join(redis))
         except RedisError as exc:
             raise PoolUnavailableError(
                 f"the pool's Redis ({live.redact_url(self.config.url)}) did not answer: "
@@ -116,16 +173,55 @@ class Membership:
             await redis.aclose()
 
     async def keep(self) -> None:
-        """Refresh the record while this front end serves (a third of its lifetime apart)."""
+        """Refresh the record while this front end serves (a third of its lifetime apart);
+        while it differs from the pool, :attr:`mismatch` says why and it serves nothing."""
         redis = live.connect(self.config)
         try:
             while True:
                 await asyncio.sleep(TTL_S / 3)
-                try:
-                    await self.join(redis)
-                except ConfigError as exc:  # Redis was emptied and another came first
-                    log.error("%s", exc)
-                except Exception as exc:  # redis errors of every kind: try again later
-                    log.warning("cannot refresh this front end in the pool: %s", exc)
+                await self.refresh(redis)
         finally:
             await redis.aclose()
+
+    async def refresh(self, redis: Redis) -> None:
+        """Join again, and serve or stop serving by the answer."""
+        try:
+            await self.join(redis)
+        except ConfigError as exc:  # Redis was emptied and another came first
+            if self.mismatch is None:
+                log.error("this front end stops serving: %s", exc)
+            self.mismatch = str(exc)
+        except Exception as exc:  # redis errors of every kind: try again later
+            log.warning("cannot refresh this front end in the pool: %s", exc)
+        else:
+            if self.mismatch is not None:
+                log.warning("this front end matches the pool again; serving")
+            self.mismatch = None
+
+
+GATE_MESSAGE = ("this front end differs from the other front ends of its pool (in "
+                f"{LABELS['token']} or {LABELS['tasks_key']}) and serves nothing until it "
+                "matches; its log says how")
+
+
+class ServingGate:
+    """ASGI middleware: while ``membership`` differs from its pool, every HTTP request gets
+    503 and one line (``/healthz`` too, so a load balancer drops it). The details (the pool's
+    keys, the shared folder) are in the log, not told to any caller."""
+
+    def __init__(self, app: Any, membership: Membership) -> None:
+        self.app = app
+        self.membership = membership
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or self.membership.mismatch is None:
+            await self.app(scope, receive, send)
+            return
+        body = json.dumps({"error": {
+            "message": GATE_MESSAGE, "type": "server_error",
+            "param": None, "code": "pool_mismatch"}}).encode()
+        await send({"type": "http.response.start", "status": 503,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})

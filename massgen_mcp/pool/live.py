@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.errors import ConfigError, PoolUnavailableError
 from massgen_mcp.core.records import Event, StatusRecord
 from massgen_mcp.core.secrets import mask_url_credentials, register_secret
 
@@ -60,6 +60,12 @@ RECONNECT_S = 1.0
 RETRIES = 6
 RETRY_BASE_S = 0.1
 RETRY_CAP_S = 2.0
+# A Redis that accepts connections and never answers (frozen, or another service on its
+# port) must not hang anyone: every read on our clients gives up after READ_TIMEOUT_S (above
+# the 5 s a steering reply is waited for with BLPOP), and a one-off check (doctor, a front end
+# joining the pool) gives up after CHECK_S, in one line naming the Redis.
+READ_TIMEOUT_S = 15.0
+CHECK_S = 10.0
 _T = TypeVar("_T")
 TASK_NAME = "massgen.run_session"  # the Docket task every worker registers
 
@@ -187,9 +193,27 @@ def connect(config: PoolConfig) -> Redis:
     # message) read as U+FFFD instead of raising inside a worker's or front end's loop.
     return Redis.from_url(config.url, decode_responses=True, encoding_errors="replace",
                           health_check_interval=10, socket_connect_timeout=5,
+                          socket_timeout=READ_TIMEOUT_S,
                           retry=_Retry(ExponentialBackoff(cap=RETRY_CAP_S, base=RETRY_BASE_S),
                                        RETRIES),
                           retry_on_error=[RedisConnectionError, RedisTimeoutError])
+
+
+def no_answer(config: PoolConfig, what: str) -> PoolUnavailableError:
+    """The one line for a Redis that did not answer ``what`` within :data:`CHECK_S`."""
+    return PoolUnavailableError(
+        f"the pool's Redis ({redact_url(config.url)}) did not answer {what} within "
+        f"{CHECK_S:g} s; check that --redis names a running Redis (not another service) "
+        "that is not frozen")
+
+
+async def within(config: PoolConfig, what: str, operation: Awaitable[_T]) -> _T:
+    """``operation``, or :func:`no_answer` if Redis takes more than :data:`CHECK_S`."""
+    try:
+        async with asyncio.timeout(CHECK_S):
+            return await operation
+    except TimeoutError:
+        raise no_answer(config, what) from None
 
 
 def _retryable(error: BaseException) -> bool:

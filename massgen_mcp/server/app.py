@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # the auth stack costs ~0.3 s to import; stdio never needs it
     from fastmcp.server.auth import AuthProvider
     from fastmcp.utilities.tasks import TaskConfig
 
+    from massgen_mcp.pool.frontends import Membership
     from massgen_mcp.pool.live import PoolConfig
     from massgen_mcp.server.openai_api import OwnedTasks
 
@@ -87,7 +88,8 @@ WaitS = Annotated[float, Field(ge=0, le=600, description=(
 def create_server(*, home: Path | None = None, root: Path | None = None,
                   auth: AuthProvider | None = None, token: str | None = None,
                   service: ConsensusService | None = None, openai_api: bool = False,
-                  pool: PoolConfig | None = None, tasks: bool = False) -> FastMCP:
+                  pool: PoolConfig | None = None, tasks: bool = False,
+                  membership: Membership | None = None) -> FastMCP:
     """Build the FastMCP app. ``home`` holds the records (default ./.massgen or
     $MASSGEN_HOME); ``root`` is the folder ``context_files`` are read from (default cwd);
     ``token`` guards the live HTTP pages the same way ``auth`` guards /mcp; ``service``
@@ -95,7 +97,10 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
     to stop its runs on a signal); ``openai_api`` adds ``/v1/chat/completions`` and
     ``/v1/models`` (HTTP only). ``pool`` makes this a front end of a worker pool: runs go to
     ``massgen-mcp worker`` processes through Redis. ``tasks`` makes ``run_consensus``
-    task-capable (the MCP tasks extension), on the pool's Redis or in memory without one."""
+    task-capable (the MCP tasks extension), on the pool's Redis or in memory without one.
+    ``membership``: the front end's place in its pool, as serve_http joined it (whose
+    :class:`~massgen_mcp.pool.frontends.ServingGate` stops the HTTP app while it differs);
+    kept up to date here."""
 
     slot = ServiceSlot(service)
     owned: list[OwnedTasks] = []  # the /v1 routes' tasks, when they are on
@@ -125,7 +130,8 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         if pool is not None:  # serve_http joined the pool; this keeps it knowing us
             from massgen_mcp.pool.frontends import Membership
 
-            background.append(asyncio.create_task(Membership(pool, token).keep(),
+            member = membership or Membership(pool, token, running.home)
+            background.append(asyncio.create_task(member.keep(),
                                                   name="massgen-pool-membership"))
         try:
             yield {"service": running}

@@ -4,9 +4,12 @@ On stdio, stdout *is* the protocol: logging goes to stderr and to ``<home>/serve
 and litellm is kept quiet when it loads. Over HTTP the server binds loopback by default, checks
 Host/Origin headers, and requires a bearer token (``MASSGEN_MCP_TOKEN``, compared in constant
 time) whenever one is set; binding a non-loopback address without a token is refused. A client
-gets :data:`HEADER_TIMEOUT_S` to send a request's headers and :data:`BODY_TIMEOUT_S` for each
-piece of its body (``MASSGEN_MCP_HEADER_TIMEOUT_S``, ``MASSGEN_MCP_BODY_TIMEOUT_S``), so a slow
-or stalled client cannot hold a connection for ever.
+gets :data:`HEADER_TIMEOUT_S` to send a request's headers, :data:`BODY_TIMEOUT_S` for each
+piece of its body and :data:`BODY_DEADLINE_S` for the whole body, which must also keep up
+:data:`MIN_BODY_RATE` once the first :data:`BODY_TIMEOUT_S` are past
+(``MASSGEN_MCP_HEADER_TIMEOUT_S``, ``MASSGEN_MCP_BODY_TIMEOUT_S``,
+``MASSGEN_MCP_BODY_DEADLINE_S``), so a slow, stalled or dripping client cannot hold a
+connection for ever.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ MAX_BODY_ENV = SETTINGS.mcp_max_body_bytes.env
 HEADER_TIMEOUT_S = SETTINGS.mcp_header_timeout_s.default  # connecting (or the last response)
 # to a request's full headers
 BODY_TIMEOUT_S = SETTINGS.mcp_body_timeout_s.default  # between body pieces
+BODY_DEADLINE_S = SETTINGS.mcp_body_deadline_s.default  # for a whole body
+MIN_BODY_RATE = 1024  # bytes a second a body must average, past its first BODY_TIMEOUT_S
 
 
 class BodySizeLimit:
@@ -92,44 +97,62 @@ class _TooLarge(Exception):
 
 
 class BodyReadTimeout:
-    """ASGI middleware: a request body that stalls for :data:`BODY_TIMEOUT_S` gets 408 and
-    the connection is closed. Only while the body is incomplete: an open stream (MCP's SSE)
-    then waits for the disconnect as long as it likes."""
+    """ASGI middleware: a request body that stalls for ``timeout_s``, or is not whole within
+    ``deadline_s``, or falls behind :data:`MIN_BODY_RATE` once ``timeout_s`` has passed (a
+    byte every few seconds, each piece in time), gets 408 and the connection is closed. Only
+    while the body is incomplete: an open stream (MCP's SSE) then waits for the disconnect as
+    long as it likes."""
 
-    def __init__(self, app: Any, timeout_s: float = BODY_TIMEOUT_S) -> None:
+    def __init__(self, app: Any, timeout_s: float = BODY_TIMEOUT_S,
+                 deadline_s: float = BODY_DEADLINE_S) -> None:
         self.app = app
         self.timeout_s = timeout_s
+        self.deadline_s = deadline_s
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         complete = False
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        seen = 0
 
         async def timed_receive() -> Any:
-            nonlocal complete
+            nonlocal complete, seen
             if complete:
                 return await receive()
+            # The time the body may have taken by now: what it sent so far buys it more.
+            allowed = start + min(self.deadline_s, self.timeout_s + seen / MIN_BODY_RATE)
+            wait = min(self.timeout_s, allowed - loop.time())
+            if wait <= 0:
+                raise _TooSlow(self._slow())
             try:
-                async with asyncio.timeout(self.timeout_s):
+                async with asyncio.timeout(wait):
                     message = await receive()
             except TimeoutError:
-                raise _TooSlow from None
+                raise _TooSlow(self._slow() if wait < self.timeout_s else
+                               f"the request body stalled for {self.timeout_s:g} s") from None
+            seen += len(message.get("body", b""))
             complete = message["type"] != "http.request" or not message.get("more_body")
             return message
 
         try:
             await self.app(scope, timed_receive, send)
-        except _TooSlow:
+        except _TooSlow as slow:
             body = json.dumps({"error": {
-                "message": f"the request body stalled for {self.timeout_s:g} s",
-                "type": "invalid_request_error", "param": None,
+                "message": str(slow), "type": "invalid_request_error", "param": None,
                 "code": "request_timeout"}}).encode()
             await send({"type": "http.response.start", "status": 408,
                         "headers": [(b"content-type", b"application/json"),
                                     (b"content-length", str(len(body)).encode()),
                                     (b"connection", b"close")]})
             await send({"type": "http.response.body", "body": body})
+
+    def _slow(self) -> str:
+        return (f"the request body came too slowly: a body must arrive within "
+                f"{self.deadline_s:g} s, at {MIN_BODY_RATE // 1024} KiB/s or more after the "
+                f"first {self.timeout_s:g} s")
 
 
 class _TooSlow(Exception):
@@ -298,15 +321,17 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
             "a pool front end with a token needs FASTMCP_TASKS_ENCRYPTION_KEY: MCP tasks keep "
             "each request's headers (the bearer token among them) in Redis, encrypted only "
             "with that key. Set it to the same long random string on every front end")
+    membership = None
     if pool is not None:  # before serving: the pool's front ends must agree
         from massgen_mcp.pool.frontends import Membership
 
-        asyncio.run(Membership(pool, token).check())
+        membership = Membership(pool, token, (home or default_home()).resolve())
+        asyncio.run(membership.check())
     sock = listen(host, port)
     configure_logging(home)
     server = create_server(home=home, auth=bearer_token_auth(token) if token else None,
                            token=token, openai_api=api in ("both", "openai"), pool=pool,
-                           tasks=tasks or pool is not None)
+                           tasks=tasks or pool is not None, membership=membership)
     origin = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     logging.getLogger(__name__).info(
         "serving %s on %s (token %s; %s); live session pages: %s/sessions%s",
@@ -319,10 +344,14 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
     limit = SETTINGS.mcp_max_body_bytes.read()
     header_timeout = SETTINGS.mcp_header_timeout_s.read()
     body_timeout = SETTINGS.mcp_body_timeout_s.read()
-    app = server.http_app(path=path, middleware=[
-        Middleware(BodySizeLimit, limit=limit),
-        Middleware(BodyReadTimeout, timeout_s=body_timeout)],
-                          host_origin_protection="auto")
+    body_deadline = SETTINGS.mcp_body_deadline_s.read()
+    middleware = [Middleware(BodySizeLimit, limit=limit),
+                  Middleware(BodyReadTimeout, timeout_s=body_timeout, deadline_s=body_deadline)]
+    if membership is not None:  # first: a front end that differs from its pool serves nothing
+        from massgen_mcp.pool.frontends import ServingGate
+
+        middleware.insert(0, Middleware(ServingGate, membership=membership))
+    app = server.http_app(path=path, middleware=middleware, host_origin_protection="auto")
     if api == "openai":  # the MCP endpoint is not served at all
         app.router.routes = [r for r in app.router.routes if getattr(r, "path", "") != path]
     import uvicorn

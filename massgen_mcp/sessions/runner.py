@@ -144,6 +144,7 @@ class ExecutorInfo:
     redis_url: str | None = None  # password masked
     workers: tuple[str, ...] = ()  # pool workers seen within Docket's heartbeat window
     problem: str | None = None  # why this front end cannot take runs now
+    surveyed: bool = True  # False: Redis could not be read, so ``workers`` is unknown, not ()
 
 
 class Executor(Protocol):

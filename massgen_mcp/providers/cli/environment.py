@@ -4,6 +4,7 @@ for the version probe (:mod:`.versions`), so a probe sees no key the CLI itself 
 from __future__ import annotations
 
 import os
+import re
 
 from massgen_mcp.core.env import POOL_URL_ENV
 from massgen_mcp.core.secrets import carries_credential, looks_secret
@@ -30,6 +31,42 @@ NESTING_VARS = frozenset({
 
 PLACEHOLDER_KEY = "no-key-needed"
 
+# Names that hold a credential beyond looks_secret's (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*,
+# *CRED*): REDISCLI_AUTH, DB_PASS, SMTP_PASSWD, GPG_PASSPHRASE, SENTRY_DSN, *_COOKIE,
+# *_SESSION, *_CONNECTION_STRING (Azure's holds AccountKey=...), *_PRIVATE.
+_CREDENTIAL_NAME = re.compile(
+    r"(?:^|_)(?:PASS|PASSWD|PASSPHRASE|PASSCODE|PW|AUTH|AUTHORIZATION|DSN|COOKIE|SESSION|"
+    r"CONNECTION_STRING|CONN_STR|PRIVATE|SIGNATURE|OTP)(?:_|$)", re.IGNORECASE)
+# ... kept all the same: a path to the SSH agent's socket (git over SSH), not a credential.
+_NOT_CREDENTIALS = frozenset({"SSH_AUTH_SOCK"})
+# Values shaped like a credential, whatever their name: the well-known token formats (OpenAI,
+# Anthropic, Google, xAI, Groq, GitHub, GitLab, Slack, AWS access key ids, Hugging Face, npm,
+# Stripe), a JWT, a PEM private key, a basic/bearer header, a URL carrying a bare token as its
+# user (https://TOKEN@host). A URL with a password is carries_credential's.
+_CREDENTIAL_VALUE = re.compile(
+    r"\b(?:sk|pk|rk|gsk|xai)[-_][A-Za-z0-9_\-]{12,}"
+    r"|\bAIza[A-Za-z0-9_\-]{20,}"
+    r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
+    r"|\bglpat-[A-Za-z0-9_\-]{16,}"
+    r"|\bxox[abposr]-[A-Za-z0-9\-]{10,}"
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
+    r"|\bhf_[A-Za-z0-9]{30,}"
+    r"|\bnpm_[A-Za-z0-9]{30,}"
+    r"|\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+    r"|^(?:Basic|Bearer)\s+\S{12,}"
+    r"|://[^\s/?#@:]{16,}@")
+
+
+def is_credential(name: str, value: str) -> bool:
+    """Whether the variable ``name=value`` must not reach a child: by its name (as
+    :func:`looks_secret` and more) or by its value (a registered key, a URL with a password,
+    a known token shape), so a credential under an unexpected name stays behind too."""
+    if name in _NOT_CREDENTIALS:
+        return False
+    return (looks_secret(name) or _CREDENTIAL_NAME.search(name) is not None
+            or carries_credential(value) or _CREDENTIAL_VALUE.search(value) is not None)
+
 
 def child_env(cli: Cli, agent: AgentSpec) -> dict[str, str]:
     """The environment a CLI child gets: ours without nesting markers and credentials, but
@@ -37,15 +74,14 @@ def child_env(cli: Cli, agent: AgentSpec) -> dict[str, str]:
     when the agent's config names a key or an endpoint, that key and endpoint instead."""
     key = agent.resolved_api_key()  # only an explicit api_key/api_key_env for cli/ models
     own_login = () if key or agent.base_url else cli.own_login_vars
-    # By name and by value: another agent's api_key_env may be called anything, and a URL
-    # with a password (the pool's Redis among them) is a credential whatever it is called.
-    # The CLI's own variables are kept by name: their value may be registered as a secret
-    # because an API agent of the same vendor resolved the same key.
+    # By name and by value (:func:`is_credential`): another agent's api_key_env may be called
+    # anything, and a URL with a password (the pool's Redis among them) is a credential
+    # whatever it is called. The CLI's own variables are kept by name: their value may be
+    # registered as a secret because an API agent of the same vendor resolved the same key.
+    # The proxy variables are kept, password or not: the CLI needs them to reach anything.
     env = {name: value for name, value in os.environ.items()
            if name not in NESTING_VARS and name != POOL_URL_ENV
-           and (name in own_login or (
-               (name in PROXY_VARS or not carries_credential(value))
-               and not looks_secret(name)))}
+           and (name in own_login or name in PROXY_VARS or not is_credential(name, value))}
     if not key and not agent.base_url:
         return env  # the CLI's own login
     # A self-hosted endpoint that needs no key still gets one, as with litellm: the CLIs
