@@ -19,13 +19,17 @@ import os
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 from typing import Any
 
-SNAPSHOT = Path(__file__).with_name("early_replies.json")
-HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-MODERN_VERSION = "2026-07-28"
-LIST_METHODS = ("tools/list", "prompts/list", "resources/list", "resources/templates/list")
+from massgen_mcp.core.settings import SETTINGS
+from massgen_mcp.server.handshake import (
+    HANDSHAKE_VERSIONS,
+    LIST_METHODS,
+    MODERN_VERSION,
+    SNAPSHOT,
+    fingerprint,
+)
+
 CLIENT = {"name": "massgen-snapshot", "version": "1"}
 ENVELOPE = {"io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
             "io.modelcontextprotocol/clientCapabilities": {},
@@ -36,7 +40,8 @@ class _Conversation:
     """One server process over raw stdio; :meth:`ask` returns a reply's raw result bytes."""
 
     def __init__(self, home: str) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        env = {k: v for k, v in os.environ.items()
+               if not k.endswith("_API_KEY") and k != SETTINGS.mcp_max_wait_s.env}
         env.update(MASSGEN_HOME=home, MASSGEN_EARLY_INITIALIZE="0")
         self.proc = subprocess.Popen([sys.executable, "-m", "massgen_mcp"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -82,7 +87,7 @@ def generate() -> dict[str, dict[str, str]]:
                 found = {"initialize": talk.ask("initialize", {
                     "protocolVersion": version, "capabilities": {}, "clientInfo": CLIENT})}
                 talk.tell("notifications/initialized")
-                found |= {method: talk.ask(method) for method in LIST_METHODS}
+                found |= {method: talk.ask(method) for method in sorted(LIST_METHODS)}
             finally:
                 talk.close()
             replies[version] = found
@@ -90,14 +95,16 @@ def generate() -> dict[str, dict[str, str]]:
         try:
             replies[MODERN_VERSION] = {
                 method: talk.ask(method, {"_meta": ENVELOPE})
-                for method in ("server/discover", *LIST_METHODS)}
+                for method in ("server/discover", *sorted(LIST_METHODS))}
         finally:
             talk.close()
     return replies
 
 
 def render(replies: dict[str, dict[str, str]]) -> str:
-    return json.dumps(replies, indent=1, ensure_ascii=False) + "\n"
+    """The snapshot file: the replies and the fingerprint of the sources they came from."""
+    return json.dumps({"fingerprint": fingerprint(), **replies}, indent=1,
+                      ensure_ascii=False) + "\n"
 
 
 def main() -> int:

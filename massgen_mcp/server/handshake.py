@@ -21,7 +21,9 @@ replies, and one the SDK would refuse gets no early reply.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +38,8 @@ other's anonymised answers, vote, and agree on a final answer. Use it when a que
 several models' opinions (hard, ambiguous or high-stakes); it costs several model calls and \
 usually 10 s to a few minutes. One call does it: run_consensus(question, wait_s=50) returns \
 the final answer, the winner and the vote tally when the run ends within the wait (most do). \
-Only if it comes back still running, call get_status(session_id, wait_s=50) until done; its \
-last reply has the result too. If the user adds a requirement while it runs, pass it on with \
+Only if it comes back still running, call get_status(session_id, wait_s=50) until done, then \
+get_result. If the user adds a requirement while it runs, pass it on with \
 steer_session. Cite the winner and vote tally when you use the answer. check_setup shows \
 which providers have keys."""
 
@@ -60,14 +62,35 @@ def request_id(value: object) -> str | int | None:
     return value if isinstance(value, str | int) and not isinstance(value, bool) else None
 
 
+# The sources of what the snapshot holds (besides INSTRUCTIONS): tool, resource and prompt
+# names, descriptions and argument schemas. An edit to one of them without a fresh snapshot
+# (a checkout being worked on) turns the early replies off instead of sending stale ones.
+SURFACE_SOURCES = ("server/app.py", "server/views.py", "server/session_view.py",
+                   "core/spec.py", "core/records.py", "service.py", "_version.py")
+
+
+def fingerprint() -> str:
+    """A hash of the instructions and the surface's sources."""
+    digest = hashlib.sha256(INSTRUCTIONS.encode())
+    package = Path(__file__).resolve().parent.parent
+    for name in SURFACE_SOURCES:
+        try:
+            digest.update(name.encode() + b"\0" + (package / name).read_bytes())
+        except OSError:
+            digest.update(name.encode() + b"\0missing")
+    return digest.hexdigest()
+
+
 def load_snapshot(path: Path = SNAPSHOT) -> dict[str, dict[str, str]] | None:
-    """``{version: {method: raw result JSON}}``; None if it is missing or unreadable (then
-    nothing is answered early)."""
+    """``{version: {method: raw result JSON}}``; None if it is missing, unreadable or made
+    from other sources (then nothing is answered early)."""
     try:
         loaded = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return loaded if isinstance(loaded, dict) else None
+    if not isinstance(loaded, dict) or loaded.pop("fingerprint", None) != fingerprint():
+        return None
+    return loaded
 
 
 class Opening:
@@ -80,6 +103,9 @@ class Opening:
         self.version: str | None = None  # negotiated by initialize
         self.stopped = False
         self._ids: set[str | int] = set()  # of the requests answered
+        # The tools' schema states MASSGEN_MCP_MAX_WAIT_S; the snapshot holds the default.
+        self._fixed = LIST_METHODS - ({"tools/list"} if os.environ.get(
+            SETTINGS.mcp_max_wait_s.env) else set())
 
     def answer(self, line: bytes) -> tuple[str | int, bytes] | None:
         """The request id and the reply line to send for ``line``, or None; the first line
@@ -137,10 +163,10 @@ class Opening:
                 return None  # a request before the handshake: the SDK's error alone
             self.era = "modern"
         if self.era == "modern":
-            if method in LIST_METHODS | {"server/discover"} and _modern_params_accepted(params):
+            if method in self._fixed | {"server/discover"} and _modern_params_accepted(params):
                 return self._snapshot.get(MODERN_VERSION, {}).get(method)
             return None
-        if self.version is not None and method in LIST_METHODS \
+        if self.version is not None and method in self._fixed \
                 and _handshake_params_accepted(params):
             return self._snapshot.get(self.version, {}).get(method)
         return None
