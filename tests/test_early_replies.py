@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ async def converse(home: Path, lines: list[bytes], replies: int, early: str) -> 
     """Send ``lines`` at once to a fresh server; its first ``replies`` lines, then none more
     once stdin closes (one reply per request, never two)."""
     proc = await asyncio.create_subprocess_exec(
-        "python", "-m", "massgen_mcp", stdin=asyncio.subprocess.PIPE,
+        sys.executable, "-m", "massgen_mcp", stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env=server_env(home, MASSGEN_EARLY_INITIALIZE=early))
     assert proc.stdin is not None and proc.stdout is not None
@@ -122,6 +123,35 @@ async def test_discover_and_the_lists_are_the_sdks_bytes(tmp_path: Path) -> None
 async def test_whatever_comes_first_each_request_gets_the_sdks_one_reply(
         tmp_path: Path, lines: list[bytes], replies: int) -> None:
     await same_as_sdk(tmp_path, lines, replies)
+
+
+@pytest.mark.parametrize("lines", [
+    [req(1, "server/discover", {"_meta": ENVELOPE}),
+     *(req(i, method, {"_meta": ENVELOPE}) for i, method in enumerate(LISTS[:3], 2))],
+    [initialize(1, "2025-06-18"), note("notifications/initialized"),
+     *(req(i, method) for i, method in enumerate(LISTS[:3], 2))],
+], ids=["claude-code", "gemini-cli"])
+async def test_the_opening_is_answered_while_fastmcp_is_still_loading(
+        tmp_path: Path, lines: list[bytes]) -> None:
+    """A fastmcp that never finishes importing: every opening request a host waits for is
+    answered all the same (hosts wait for these before their first model request)."""
+    shadow = tmp_path / "shadow" / "fastmcp"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("import threading\nthreading.Event().wait()\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "massgen_mcp", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        env=server_env(tmp_path / "home", PYTHONPATH=str(shadow.parent)))
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(b"".join(line + b"\n" for line in lines))
+        await proc.stdin.drain()
+        ids = [json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))["id"]
+               for _ in range(4)]
+    finally:
+        proc.kill()
+        await proc.wait()
+    assert sorted(ids) == [1, 2, 3, 4]
 
 
 def test_it_answers_only_what_it_is_sure_of() -> None:
