@@ -335,7 +335,7 @@ HOST_OPENINGS: dict[str, list[list[tuple[int | None, str, dict[str, Any] | None]
               [(None, "notifications/initialized", None), (4, "tools/list", None)]],
 }
 HOST_START_METHODS = {1: "first", 2: "prompts/list", 3: "resources/list", 4: "tools/list",
-                      5: "tools/call"}
+                      5: "tools/call", 6: "first_call"}
 
 
 def _host_start_once(opening: list[list[tuple[int | None, str, dict[str, Any] | None]]],
@@ -350,8 +350,11 @@ def _host_start_once(opening: list[list[tuple[int | None, str, dict[str, Any] | 
     seen: dict[int, float] = {}
     try:
         modern = "_meta" in (opening[0][0][2] or {})
-        for batch in [*opening, [(5, "tools/call", {**call, "_meta": _ENVELOPE} if modern
-                                  else call)]]:
+        cheap = {"name": "list_sessions", "arguments": {}}
+        calls = [[(6, "tools/call", cheap)], [(5, "tools/call", call)]]
+        for batch in [*opening, *([(id_, method, {**params, "_meta": _ENVELOPE} if modern
+                                    else params) for id_, method, params in batch]
+                                  for batch in calls)]:
             for id_, method, params in batch:
                 message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
                 if id_ is not None:
@@ -375,8 +378,9 @@ def _host_start_once(opening: list[list[tuple[int | None, str, dict[str, Any] | 
 
 def bench_host_start(quick: bool) -> dict[str, Any]:
     """Spawn -> each reply a host waits for, the way Claude Code, Gemini CLI and Codex open
-    (median of fresh spawns), then -> the reply to a first tools/call: run_consensus with
-    wait_s=50 on scenario A's scripted team (litellm warms up in the background meanwhile).
+    (median of fresh spawns), then -> the reply to a first tools/call (list_sessions, sent
+    as soon as tools/list is answered: what litellm's warm-up in the background may delay),
+    then -> run_consensus with wait_s=50 on scenario A's scripted team.
     With early replies (as shipped) and without (MASSGEN_EARLY_INITIALIZE=0: the SDK alone).
     MASSGEN_BENCH_SOURCE=<dir> measures another checkout's massgen_mcp (e.g. a release; the
     server runs in a temporary folder, so that PYTHONPATH, not this checkout, supplies it)."""
@@ -406,13 +410,13 @@ def print_host_start(data: dict[str, Any]) -> None:
     print("\nHost start, spawn -> reply (s, median of fresh spawns; targets: first reply "
           f"{data['targets_s']['first']}, lists {data['targets_s']['lists']})")
     print(f"{'host':>8} {'mode':>10} {'first':>7} {'prompts':>8} {'resources':>9} "
-          f"{'tools':>7} {'call':>7}")
+          f"{'tools':>7} {'1st call':>8} {'run':>7}")
     for key, row in data.items():
         if key == "targets_s":
             continue
         host, mode = key.split("_", 1)
         cells = [row.get(m) for m in ("first", "prompts/list", "resources/list", "tools/list",
-                                      "tools/call")]
+                                      "first_call", "tools/call")]
         print(f"{host:>8} {mode:>10} " + " ".join(
             f"{c:>7.3f}" if c is not None else f"{'-':>7}" for c in cells))
 
