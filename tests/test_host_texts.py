@@ -77,7 +77,7 @@ async def test_a_finished_run_reads_in_a_few_lines_and_keeps_the_full_record(
     assert progress and all(total == 7 for _, total in progress), progress
     values = [v for v, _ in progress]
     assert values == sorted(set(values)), "progress grows with every notification"
-    assert values[-1] == 7
+    assert values[0] == 0 and values[-1] == 7
 
 
 async def test_a_run_still_going_says_what_to_call_next(tmp_path: Path,

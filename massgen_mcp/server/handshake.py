@@ -140,7 +140,8 @@ class Opening:
             return None
         id_, method, params = request_id(message.get("id")), message.get("method"), \
             message.get("params")
-        if id_ is None or id_ in self._ids or not isinstance(method, str):
+        if id_ is None or id_ in self._ids or not isinstance(method, str) or (
+                isinstance(id_, int) and abs(id_) >= 2**53):  # a number every reader keeps
             return None
         result = self._result(method, params)
         if result is None:

@@ -126,14 +126,14 @@ def progress_reporter(ctx: Context) -> StatusCallback:
     total (:func:`progress_steps`), so a host's bar measures. Progress must grow with every
     notification: a keep-alive without news, or votes cleared by a new answer, moves it a
     tenth of the way left instead (the total is reached only when the run is done)."""
-    sent = 0.0
+    sent: float | None = None
 
     async def report(status: StatusRecord) -> None:
         nonlocal sent
         done, total = progress_steps(status)
-        if status.done and sent >= total:
+        if status.done and sent is not None and sent >= total:
             return  # the end, already sent
-        sent = float(done) if done > sent else sent + (total - sent) / 10
+        sent = float(done) if sent is None or done > sent else sent + (total - sent) / 10
         await ctx.report_progress(sent, total, progress_message(status))
 
     return report
