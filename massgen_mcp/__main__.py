@@ -1,9 +1,10 @@
 """The ``massgen-mcp`` command.
 
 Run with no arguments (or ``serve``), it is an MCP server on stdio, spawned by a host that waits
-for the reply to ``initialize``: that reply is sent before anything heavy is imported
-(:mod:`massgen_mcp.server.handshake`), then the CLI starts the server as usual. Started by a
-person at a terminal instead, it says so on stderr; Ctrl-C ends it quietly.
+for its opening requests to be answered (``initialize`` or ``server/discover``, then the
+lists): a thread answers them from the first instant, while the server loads
+(:mod:`massgen_mcp.server.early`), then the CLI starts the server as usual and it takes over.
+Started by a person at a terminal instead, it says so on stderr; Ctrl-C ends it quietly.
 """
 
 import os
@@ -22,9 +23,9 @@ def main() -> int:
         if from_host:
             if sys.stdin.isatty():
                 print(TTY_HINT, file=sys.stderr, flush=True)
-            from massgen_mcp.server import handshake
+            from massgen_mcp.server import early
 
-            handshake.taken = handshake.answer_early(sys.stdin.buffer, sys.stdout.buffer)
+            early.taken = early.start(sys.stdin.buffer, sys.stdout.buffer)
         from massgen_mcp.cli.main import main as cli_main
         from massgen_mcp.cli.output import EXIT_CANCELLED, end_now
 

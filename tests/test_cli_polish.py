@@ -408,10 +408,13 @@ async def test_get_result_names_the_tie_and_the_dropped_agents(scripted: Scripte
     sid = json.loads(done.stdout)["session_id"]
     async with Client(create_server()) as client:
         got = await client.call_tool("get_result", {"session_id": sid})
-    result = json.loads(text_of(got.content[0]))
+    result = got.structured_content
+    assert result is not None
     assert result["tie_broken"] is True and len(result["tied"]) == 2
     assert list(result["dropped"]) == ["agent_c"]
     assert "model c does not exist" in result["dropped"]["agent_c"]
+    shown = text_of(got.content[0])  # what a host that shows only text gets
+    assert "a tie between" in shown and "Dropped: agent_c (" in shown
 
 
 def test_a_closed_pipe_ends_the_output_without_a_traceback(home: Path) -> None:

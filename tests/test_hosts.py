@@ -88,6 +88,30 @@ def test_codex_replaces_only_its_own_table(dirs: tuple[Path, Path]) -> None:
     assert result.backup is not None and "old" in result.backup.read_text()
 
 
+def test_headless_hosts_get_what_they_need_and_approval_only_when_asked(
+        dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """codex exec answers without us unless the entry is required; what lets a model start
+    paid runs unasked is written only with --approve-tools."""
+    project, home = dirs
+    codex = install("codex", project=project, home=home)
+    entry = servers_of("codex", codex.path)["massgen"]
+    assert entry["required"] is True and "default_tools_approval_mode" not in entry
+    assert "--approve-tools" in codex.note
+    gemini = install("gemini-cli", project=project, home=home)
+    assert "trust" not in servers_of("gemini-cli", gemini.path)["massgen"]
+    assert "GEMINI_CLI_TRUST_WORKSPACE=true" in gemini.note and "--scope user" not in gemini.note
+    assert "--approve-tools" in gemini.note
+    claude = install("claude-code", project=project, home=home)
+    assert "--allowedTools mcp__massgen" in claude.note
+    assert main(["install", "codex", "--approve-tools"]) == 0
+    assert servers_of("codex", codex.path)["massgen"]["default_tools_approval_mode"] == "approve"
+    assert main(["install", "gemini-cli", "--approve-tools"]) == 0
+    assert servers_of("gemini-cli", gemini.path)["massgen"]["trust"] is True
+    assert "paid runs on its own" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="--allowedTools mcp__massgen"):
+        install("claude-code", project=project, home=home, approve_tools=True)
+
+
 def test_unreadable_files_are_clear_errors(dirs: tuple[Path, Path]) -> None:
     project, home = dirs
     (project / ".mcp.json").write_text("{not json")

@@ -6,6 +6,13 @@ Installing merges: other servers and settings stay untouched, the old file is ke
 ``.bak-<time>`` copy whenever it changes, and installing twice changes nothing. API keys are
 never written into these files: hosts pass their environment to the server (Codex needs the
 variable names listed in ``env_vars``).
+
+Headless hosts (``codex exec``, ``gemini -p``) must see our tools without asking anyone: Codex's
+entry says ``required = true`` (else its first model request leaves before our tools are
+listed and it answers without us). What lets a model start paid runs without asking is
+written only with ``approve_tools`` (``--approve-tools``): ``default_tools_approval_mode =
+"approve"`` for Codex, ``"trust": true`` for Gemini CLI. The read-only tools are annotated
+``readOnlyHint``, which is all some hosts need to call them unasked.
 """
 
 from __future__ import annotations
@@ -45,15 +52,19 @@ HOSTS: dict[str, Host] = {
                    "Enable 'massgen' in Cursor Settings > MCP. Tool calls are cut after "
                    "~60 s; massgen's tools never block longer than 50 s."),
     "codex": Host("Codex", ".codex/config.toml", ".codex/config.toml", "toml",
-                  "Written with startup_timeout_sec = 30 and tool_timeout_sec = 120; provider "
-                  "key variables are forwarded via env_vars."),
+                  "Written with required = true (codex waits for our tools before its first "
+                  "model request), startup_timeout_sec = 30 and tool_timeout_sec = 120; "
+                  "provider key variables are forwarded via env_vars."),
     "vscode": Host("VS Code", ".vscode/mcp.json", None, "servers",
                    "Open the Command Palette > 'MCP: List Servers' to start it."),
     "claude-desktop": Host("Claude Desktop", None, None, "mcpServers",
                            "Quit and reopen Claude Desktop. Its tool timeout is ~60 s; "
                            "massgen's tools never block longer than 50 s."),
     "gemini-cli": Host("Gemini CLI", ".gemini/settings.json", ".gemini/settings.json",
-                       "mcpServers", "Run /mcp in Gemini CLI to check it is connected."),
+                       "mcpServers", "Run /mcp in Gemini CLI to check it is connected. In a "
+                       "folder you have not trusted, Gemini CLI starts no MCP server at all, "
+                       "user-scope ones included: trust the folder when it asks, or set "
+                       "GEMINI_CLI_TRUST_WORKSPACE=true for headless runs (gemini -p)."),
 }
 
 
@@ -64,6 +75,25 @@ class InstallResult:
     backup: Path | None
     snippet: str
     note: str
+
+
+# What each host needs to call our tools headless, and what --approve-tools wrote instead.
+_HEADLESS = {
+    "claude-code": "Headless (claude -p), allow our tools: claude -p --allowedTools "
+                   "mcp__massgen \"...\".",
+    "codex": "Headless (codex exec) refuses tools that are not read-only unless approved: "
+             "install again with --approve-tools, which writes default_tools_approval_mode "
+             "= \"approve\".",
+    "gemini-cli": "Headless (gemini -p) leaves out tools that would need confirmation: "
+                  "install again with --approve-tools (writes \"trust\": true), or run "
+                  "gemini -p --yolo.",
+}
+_APPROVED = {
+    "codex": "Tool calls are approved without asking (default_tools_approval_mode = "
+             "\"approve\"): a model can start paid runs on its own.",
+    "gemini-cli": "Tool calls run without confirmation (\"trust\": true): a model can start "
+                  "paid runs on its own.",
+}
 
 
 def key_variables() -> list[str]:
@@ -117,24 +147,30 @@ def config_path(host_id: str, scope: Scope, project: Path, home: Path,
     return _user_file(host_id, home, platform)
 
 
-def json_entry(host_id: str, command: str, args: list[str]) -> dict[str, Any]:
+def json_entry(host_id: str, command: str, args: list[str], approve_tools: bool = False
+               ) -> dict[str, Any]:
     entry: dict[str, Any] = {"command": command, "args": args}
     if host_id in ("claude-code", "vscode"):
         entry = {"type": "stdio", **entry}
     if host_id == "gemini-cli":
         entry["timeout"] = 120_000  # ms per tool call; massgen's tools return within 50 s
+        if approve_tools:
+            entry["trust"] = True
     return entry
 
 
-def toml_section(command: str, args: list[str]) -> str:
+def toml_section(command: str, args: list[str], approve_tools: bool = False) -> str:
     lines = [
         f"[mcp_servers.{SERVER_NAME}]",
         f"command = {json.dumps(command)}",
         f"args = {json.dumps(args)}",
         f"env_vars = {json.dumps(key_variables())}",
+        "required = true",
         "startup_timeout_sec = 30",
         "tool_timeout_sec = 120",
     ]
+    if approve_tools:
+        lines.append('default_tools_approval_mode = "approve"')
     return "\n".join(lines) + "\n"
 
 
@@ -190,20 +226,25 @@ def _merge_toml(existing: str | None, section: str, path: Path) -> str:
 
 def install(host_id: str, *, scope: Scope = "project", project: Path | None = None,
             home: Path | None = None, use_uvx: bool = False, dry_run: bool = False,
-            platform: str = sys.platform) -> InstallResult:
+            approve_tools: bool = False, platform: str = sys.platform) -> InstallResult:
     """Add (or update) the massgen server in a host's config file (where ``platform``'s
-    host keeps it)."""
+    host keeps it); ``approve_tools`` lets the host's model call every tool without asking
+    (Codex, Gemini CLI)."""
     if host_id not in HOSTS:
         raise ConfigError(f"host {host_id!r}: choose one of {', '.join(HOSTS)}")
+    if approve_tools and host_id not in _APPROVED:
+        raise ConfigError(f"--approve-tools: {HOSTS[host_id].name} has no such setting in "
+                          "its server entry; " + _HEADLESS.get(
+                              host_id, "approve the tools in the host when it asks"))
     host = HOSTS[host_id]
     path = config_path(host_id, scope, project or Path.cwd(), home or Path.home(), platform)
     command, args = server_command(use_uvx)
     existing = _read(path)
     if host.key == "toml":
-        snippet = toml_section(command, args)
+        snippet = toml_section(command, args, approve_tools)
         updated = _merge_toml(existing, snippet, path)
     else:
-        entry = json_entry(host_id, command, args)
+        entry = json_entry(host_id, command, args, approve_tools)
         snippet = json.dumps({host.key: {SERVER_NAME: entry}}, indent=2)
         updated = _merge_json(existing, host.key, entry, path)
     changed = updated != existing
@@ -219,6 +260,10 @@ def install(host_id: str, *, scope: Scope = "project", project: Path | None = No
     note = host.note
     if scope == "project" and host_id in _TRUSTED_PROJECTS_ONLY:
         note += " " + _TRUSTED_PROJECTS_ONLY[host_id].format(folder=(project or Path.cwd()))
+    if approve_tools:
+        note += " " + _APPROVED[host_id]
+    elif host_id in _HEADLESS:
+        note += " " + _HEADLESS[host_id]
     return InstallResult(path, changed, backup, snippet, note)
 
 
@@ -228,6 +273,4 @@ _TRUSTED_PROJECTS_ONLY = {
     "codex": ("Codex reads a project's .codex/config.toml only in a trusted folder: run codex "
               "here once and trust it, or add [projects.\"{folder}\"] trust_level = "
               "\"trusted\" to ~/.codex/config.toml (or install with --scope user)."),
-    "gemini-cli": ("Gemini CLI disables a project's servers until the folder is trusted: "
-                   "trust it when Gemini CLI asks (or install with --scope user)."),
 }

@@ -152,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="print the entry and the file it belongs in; change nothing")
     install.add_argument("--uvx", action="store_true",
                          help="start the server with 'uvx massgen-mcp' instead of this install")
+    install.add_argument("--approve-tools", action="store_true",
+                         help="let the host's model call every massgen tool without asking, "
+                              "headless runs included (codex: default_tools_approval_mode = "
+                              "\"approve\"; gemini-cli: \"trust\": true); it can then start "
+                              "paid runs on its own")
     install.set_defaults(func=cmd_install)
 
     serve = sub.add_parser("serve", help="serve MCP (stdio by default; --http for HTTP)",

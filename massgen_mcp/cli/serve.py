@@ -76,7 +76,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_install(args: argparse.Namespace) -> int:
     from massgen_mcp.cli.install import install
 
-    result = install(args.host, scope=args.scope, use_uvx=args.uvx, dry_run=args.print)
+    result = install(args.host, scope=args.scope, use_uvx=args.uvx, dry_run=args.print,
+                     approve_tools=args.approve_tools)
     if args.print:
         say(f"# {result.path}")
         say(result.snippet, end="" if result.snippet.endswith("\n") else "\n")

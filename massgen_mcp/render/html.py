@@ -119,8 +119,8 @@ LIVE_SCRIPT = """
         a.activity ? `${a.phase} · ${a.activity}` : a.phase;
       const d = a.draft;
       box.querySelector(".stats").textContent = d === null ? ""
-        : `${d.purpose} · ${d.tokens} tokens` + (d.first_token_s === null ? ""
-          : ` · first token ${d.first_token_s.toFixed(1)} s`);
+        : `${d.purpose} · ${d.tokens} token${d.tokens === 1 ? "" : "s"}`
+          + (d.first_token_s === null ? "" : ` · first token ${d.first_token_s.toFixed(1)} s`);
       if (d !== null) box.querySelector(".draft code").textContent = d.text;
     }
     const notes = document.getElementById("notes");

@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastmcp import Context, FastMCP
 from fastmcp.apps import AppConfig
+from fastmcp.tools import ToolResult
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from massgen_mcp._version import __version__
 from massgen_mcp.core.records import RunStatus
+from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import (
     MAX_AGENTS,
     MAX_CONTEXT_CHARS,
@@ -36,17 +38,9 @@ from massgen_mcp.server import tools
 from massgen_mcp.server.handshake import INSTRUCTIONS
 from massgen_mcp.server.pages import add_health_route, add_live_pages
 from massgen_mcp.server.session_view import VIEW_URI, view_html
-from massgen_mcp.server.views import (
-    CancelView,
-    Detail,
-    ResultView,
-    RunHandle,
-    SessionPage,
-    StatusView,
-    SteerView,
-    Until,
-)
-from massgen_mcp.service import MAX_NOTE_CHARS, ConsensusService, SetupView
+from massgen_mcp.server.texts import readable
+from massgen_mcp.server.views import Detail, Until
+from massgen_mcp.service import MAX_NOTE_CHARS, ConsensusService
 from massgen_mcp.team.context_files import Workspace
 
 if TYPE_CHECKING:  # the auth stack costs ~0.3 s to import; stdio never needs it
@@ -81,8 +75,12 @@ START = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent
                         open_world_hint=True)
 
 SessionId = Annotated[str, Field(description="id returned by run_consensus", max_length=64)]
-WaitS = Annotated[float, Field(ge=0, le=600, description=(
-    "wait up to this many seconds (capped at 50) for the run to finish; 0 returns at once"))]
+# The schema states the server's cap (MASSGEN_MCP_MAX_WAIT_S, 50 s unless the operator changed
+# it); a larger value is not refused, only capped, so a model that asks for 60 loses no turn.
+MAX_WAIT_S = SETTINGS.mcp_max_wait_s.read()
+WaitS = Annotated[float, Field(ge=0, json_schema_extra={"maximum": MAX_WAIT_S}, description=(
+    f"wait up to this many seconds (at most {MAX_WAIT_S:g}) for the run to finish, sending "
+    "progress; it returns as soon as the run ends; 0 returns at once"))]
 
 
 def create_server(*, home: Path | None = None, root: Path | None = None,
@@ -211,15 +209,17 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
             description="limits such as timeout_s, max_cost_usd, max_answers_per_agent")
                            ] = None,
         wait_s: WaitS = 0,
-    ) -> RunHandle:
-        """Ask a team of models to answer a question and agree on one answer. Returns a
-        session_id (with wait_s, the result too if the run ends by then); then call
-        get_status(wait_s=50) until done and read get_result."""
+    ) -> ToolResult:
+        """Ask a team of models to answer a question and agree on one answer. Call it with
+        wait_s=50: this one call returns the final answer, the winner and the vote tally when
+        the run ends within the wait, as most do. Only if it returns still running, call
+        get_status(session_id, wait_s=50) until done, then get_result."""
         with tools.tool_errors():
             spec = RunSpec(question=question, models=models, config=config,
                            base_url=base_url, context=context,
                            context_files=context_files or [], options=options)
-            return await tools.run_consensus(tools.service_of(ctx), ctx, spec, wait_s)
+            return readable(await tools.run_consensus(tools.service_of(ctx), ctx, spec,
+                                                      wait_s))
 
     @tool(annotations=READ)
     async def get_status(
@@ -230,13 +230,13 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
         after_revision: Annotated[int | None, Field(ge=0, description=(
             "with until='change': the revision you last saw; returns at once if the run has "
             "changed since"))] = None,
-    ) -> StatusView:
-        """Progress of a run: phase, each agent's state, votes so far, usage. With wait_s,
-        waits for the run to end (sending progress notifications), so one call per wait_s
-        is enough."""
+    ) -> ToolResult:
+        """For a run still going after run_consensus's wait: phase, each agent's state,
+        votes so far, usage. With wait_s=50 it returns when the run ends (sending progress),
+        so one call per 50 s is enough; then get_result."""
         with tools.tool_errors():
-            return await tools.get_status(tools.service_of(ctx), ctx, session_id, wait_s,
-                                          until, after_revision)
+            return readable(await tools.get_status(tools.service_of(ctx), ctx, session_id,
+                                                   wait_s, until, after_revision))
 
     @tool(annotations=READ, app=AppConfig(resource_uri=VIEW_URI))
     async def get_result(
@@ -244,11 +244,11 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
         detail: Annotated[Detail, Field(
             description="summary clips answers and vote reasons; full returns everything")
                           ] = "summary",
-    ) -> ResultView:
+    ) -> ToolResult:
         """The outcome of a finished run: final answer, winner, votes with reasons, each
         agent's last answer, usage and cost."""
         with tools.tool_errors():
-            return await tools.get_result(tools.service_of(ctx), session_id, detail)
+            return readable(await tools.get_result(tools.service_of(ctx), session_id, detail))
 
     @tool(annotations=READ)
     async def list_sessions(
@@ -257,17 +257,17 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
         limit: Annotated[int, Field(ge=1, le=100)] = 20,
         cursor: Annotated[str | None, Field(description="next_cursor of the previous page",
                                             max_length=64)] = None,
-    ) -> SessionPage:
+    ) -> ToolResult:
         """Past and running sessions, newest first."""
         with tools.tool_errors():
-            return tools.list_sessions(tools.service_of(ctx), status, limit, cursor)
+            return readable(tools.list_sessions(tools.service_of(ctx), status, limit, cursor))
 
     @tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                           idempotent_hint=True, open_world_hint=False))
-    async def cancel_session(session_id: SessionId, ctx: Context) -> CancelView:
+    async def cancel_session(session_id: SessionId, ctx: Context) -> ToolResult:
         """Stop a running session; what was recorded so far is kept."""
         with tools.tool_errors():
-            return await tools.cancel_session(tools.service_of(ctx), session_id)
+            return readable(await tools.cancel_session(tools.service_of(ctx), session_id))
 
     @tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                       idempotent_hint=False, open_world_hint=False))
@@ -276,11 +276,12 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
         # No min_length: an empty note gets clean_note's sentence, not pydantic's.
         message: Annotated[str, Field(max_length=MAX_NOTE_CHARS)],
         ctx: Context,
-    ) -> SteerView:
+    ) -> ToolResult:
         """Send a running team the user's note (e.g. a constraint they forgot); every agent
         sees it next turn and earlier votes no longer count. At most 3 a minute."""
         with tools.tool_errors():
-            return await tools.steer_session(tools.service_of(ctx), session_id, message)
+            return readable(await tools.steer_session(tools.service_of(ctx), session_id,
+                                                      message))
 
     @tool(annotations=START)
     async def continue_session(
@@ -288,28 +289,29 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
         follow_up: Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS)],
         ctx: Context,
         wait_s: WaitS = 0,
-    ) -> RunHandle:
+    ) -> ToolResult:
         """Ask the same team a follow-up; the earlier question and final answer are context.
         Returns a NEW session_id: poll that one with get_status, not the earlier one."""
         with tools.tool_errors():
-            return await tools.continue_session(tools.service_of(ctx), ctx, session_id,
-                                                follow_up, wait_s)
+            return readable(await tools.continue_session(tools.service_of(ctx), ctx,
+                                                         session_id, follow_up, wait_s))
 
     @tool(annotations=START)
     async def resume_session(session_id: SessionId, ctx: Context, wait_s: WaitS = 0
-                             ) -> RunHandle:
+                             ) -> ToolResult:
         """Continue an interrupted run (the server stopped mid-run) from its recorded
         answers."""
         with tools.tool_errors():
-            return await tools.resume_session(tools.service_of(ctx), ctx, session_id, wait_s)
+            return readable(await tools.resume_session(tools.service_of(ctx), ctx, session_id,
+                                                       wait_s))
 
     @tool(annotations=READ)
-    async def check_setup(ctx: Context) -> SetupView:
+    async def check_setup(ctx: Context) -> ToolResult:
         """What this server can use: providers with keys (names only), coding-agent CLIs and
         whether each is logged in, local servers, the embedded model, the default team and
         why, where records are stored."""
         with tools.tool_errors():
-            return await tools.service_of(ctx).check_setup()
+            return readable(await tools.service_of(ctx).check_setup())
 
 
 def _add_resources(mcp: FastMCP) -> None:

@@ -1,30 +1,32 @@
-"""Answer a stdio host's ``initialize`` before fastmcp has been imported.
+"""Which of a host's opening requests the launcher may answer before fastmcp has loaded.
 
-A host spawns ``massgen-mcp`` and waits for the reply to ``initialize``; importing fastmcp and
-the mcp SDK alone takes ~0.8 s here, most of the handshake. Yet the reply is fixed: our name,
-version, instructions and capabilities, and the protocol version the SDK would choose. So the
-launcher (``massgen_mcp.__main__``) reads the first line of stdin with nothing but the standard
-library loaded and, if it is an ``initialize`` the SDK would accept, answers it at once
-(:func:`answer_early`). Everything read is then handed to the real server as unread input
-(:mod:`massgen_mcp.server.stdio`), so the SDK reads and handles that line exactly as usual; its
-own reply to that request is dropped, after a check that it says what we said (a difference is
-logged, and a test holds the two equal for every protocol version).
+A host spawns ``massgen-mcp`` and waits for its opening requests to be answered: Claude Code's
+``server/discover`` (protocol 2026-07-28), the others' ``initialize``, then ``tools/list``,
+``prompts/list`` and ``resources/list``. Importing fastmcp and the mcp SDK alone takes ~0.8 s
+here, yet those replies are fixed. So the launcher answers them from a snapshot of what the SDK
+itself answers (``early_replies.json``, written by :mod:`massgen_mcp.server.early_snapshot`),
+while the server loads (:mod:`massgen_mcp.server.early`), then hands every byte it read to the
+SDK, which handles them as usual; its own replies to the requests answered early are dropped.
 
-Anything else falls back to the SDK alone, unanswered here: a line that is not UTF-8 JSON text,
-an ``initialize`` the SDK would refuse (its error must be the only reply), and a first line
-longer than :data:`MAX_EARLY_BYTES` (the SDK reads it at full speed).
+:class:`Opening` follows the connection line by line, as the SDK would see it, and answers
+only while it is sure of the SDK's answer: an ``initialize`` the SDK accepts, then list
+requests on that connection; or ``server/discover`` and list requests with a 2026-07-28
+envelope the SDK accepts. At the first line it is not sure of (not UTF-8 JSON, a batch, an
+unknown method, a request before the handshake, params it does not know, a cursor) it stops
+for good: that line and all later ones get the SDK's answer alone, so a request never gets two
+replies, and one the SDK would refuse gets no early reply.
 
 ``MASSGEN_EARLY_INITIALIZE=0`` turns this off.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from dataclasses import dataclass
-from typing import IO, Any
+from pathlib import Path
+from typing import Any
 
-from massgen_mcp._version import __version__
 from massgen_mcp.core.edges import UnsafeJson, load_json
 from massgen_mcp.core.settings import SETTINGS
 
@@ -34,38 +36,25 @@ INSTRUCTIONS = """\
 massgen runs a team of AI models on one question: they answer independently, read each \
 other's anonymised answers, vote, and agree on a final answer. Use it when a question is worth \
 several models' opinions (hard, ambiguous or high-stakes); it costs several model calls and \
-usually 10 s to a few minutes. Start with run_consensus (returns a session_id at once), then \
-call get_status with wait_s=50 until done (each call returns when the run ends), then \
-get_result. If the user adds a requirement while it runs, pass it on with steer_session. Cite \
-the winner and vote tally when you use the answer. check_setup shows which providers have \
-keys."""
+usually 10 s to a few minutes. One call does it: run_consensus(question, wait_s=50) returns \
+the final answer, the winner and the vote tally when the run ends within the wait (most do). \
+Only if it comes back still running, call get_status(session_id, wait_s=50) until done, then \
+get_result. If the user adds a requirement while it runs, pass it on with \
+steer_session. Cite the winner and vote tally when you use the answer. check_setup shows \
+which providers have keys."""
 
-# The versions negotiated with ``initialize`` (later ones use the modern handshake); the SDK
-# answers any other with the latest of them.
+SNAPSHOT = Path(__file__).with_name("early_replies.json")
+# The versions negotiated with ``initialize``; the SDK answers any other with the latest.
 HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-CAPABILITIES: dict[str, Any] = {
-    "logging": {},
-    "prompts": {"listChanged": True},
-    "resources": {"subscribe": False, "listChanged": True},
-    "tools": {"listChanged": True},
-}
+MODERN_VERSION = "2026-07-28"
+VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+INFO_KEY = "io.modelcontextprotocol/clientInfo"
+CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+LIST_METHODS = frozenset({"tools/list", "prompts/list", "resources/list",
+                          "resources/templates/list"})
 
-
-# An initialize is well under 1 KiB; past this the first line is left to the SDK.
+# An opening request is well under 1 KiB; a line longer than this is left to the SDK.
 MAX_EARLY_BYTES = 64 * 1024
-
-
-@dataclass
-class Early:
-    """What the launcher read from stdin (the server must read it first), and our reply if
-    we answered the host's first line."""
-
-    data: bytes
-    request_id: str | int | None = None
-    result: dict[str, Any] | None = None
-
-
-taken: Early | None = None  # what the launcher read, for the stdio transport to hand on
 
 
 def request_id(value: object) -> str | int | None:
@@ -73,37 +62,175 @@ def request_id(value: object) -> str | int | None:
     return value if isinstance(value, str | int) and not isinstance(value, bool) else None
 
 
-def initialize_result(requested: object) -> dict[str, Any]:
-    version = requested if requested in HANDSHAKE_VERSIONS else HANDSHAKE_VERSIONS[-1]
-    return {"protocolVersion": version, "capabilities": CAPABILITIES,
-            "serverInfo": {"name": "massgen", "version": __version__},
-            "instructions": INSTRUCTIONS}
+# The sources of what the snapshot holds (besides INSTRUCTIONS): tool, resource and prompt
+# names, descriptions and argument schemas. An edit to one of them without a fresh snapshot
+# (a checkout being worked on) turns the early replies off instead of sending stale ones.
+SURFACE_SOURCES = ("server/app.py", "server/views.py", "server/session_view.py",
+                   "core/spec.py", "core/records.py", "service.py", "_version.py")
 
 
-def _read_first_line(fd: int) -> bytes:
-    """Stdin up to the end of its first line (and whatever came with it), at most a little
-    over :data:`MAX_EARLY_BYTES`, or to its end."""
-    data = bytearray()
-    while b"\n" not in data and len(data) <= MAX_EARLY_BYTES:
-        chunk = os.read(fd, 65536)  # a pipe returns what is there; nothing is waited for
-        if not chunk:
-            break
-        data += chunk
-    return bytes(data)
+def fingerprint() -> str:
+    """A hash of the instructions and the surface's sources."""
+    digest = hashlib.sha256(INSTRUCTIONS.encode())
+    package = Path(__file__).resolve().parent.parent
+    for name in SURFACE_SOURCES:
+        try:
+            digest.update(name.encode() + b"\0" + (package / name).read_bytes())
+        except OSError:
+            digest.update(name.encode() + b"\0missing")
+    return digest.hexdigest()
 
 
-def _sdk_accepts(params: dict[str, Any]) -> bool:
+def load_snapshot(path: Path = SNAPSHOT) -> dict[str, dict[str, str]] | None:
+    """``{version: {method: raw result JSON}}``; None if it is missing, unreadable or made
+    from other sources (then nothing is answered early)."""
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(loaded, dict) or loaded.pop("fingerprint", None) != fingerprint():
+        return None
+    return loaded
+
+
+class Opening:
+    """The connection as the SDK sees it, from the lines read so far; :meth:`answer` gives the
+    reply to a line when it is sure what the SDK answers."""
+
+    def __init__(self, snapshot: dict[str, dict[str, str]]) -> None:
+        self._snapshot = snapshot
+        self.era: str | None = None  # "handshake" or "modern", from the first request
+        self.version: str | None = None  # negotiated by initialize
+        self.stopped = False
+        self._ids: set[str | int] = set()  # of the requests answered
+        # The tools' schema states MASSGEN_MCP_MAX_WAIT_S; the snapshot holds the default.
+        self._fixed = LIST_METHODS - ({"tools/list"} if os.environ.get(
+            SETTINGS.mcp_max_wait_s.env) else set())
+
+    def answer(self, line: bytes) -> tuple[str | int, bytes] | None:
+        """The request id and the reply line to send for ``line``, or None; the first line
+        it is unsure of stops it for good."""
+        if self.stopped:
+            return None
+        reply = self._answer(line)
+        if reply is None and not self._harmless(line):
+            self.stopped = True
+        return reply
+
+    def _harmless(self, line: bytes) -> bool:
+        """A line that gets no reply from anyone and changes nothing we rely on: a blank line
+        or a notification (``notifications/initialized`` included: the SDK accepts list
+        requests right after ``initialize``)."""
+        if not line.strip():
+            return True
+        try:
+            message = load_json(line)
+        except UnsafeJson:
+            return False
+        return (isinstance(message, dict) and message.get("jsonrpc") == "2.0"
+                and isinstance(message.get("method"), str) and "id" not in message)
+
+    def _answer(self, line: bytes) -> tuple[str | int, bytes] | None:
+        try:
+            message = load_json(line)
+        except UnsafeJson:
+            return None  # the SDK answers it (a parse error, with its id if it has one)
+        if not (isinstance(message, dict) and message.get("jsonrpc") == "2.0"
+                and set(message) <= {"jsonrpc", "id", "method", "params"}):
+            return None
+        id_, method, params = request_id(message.get("id")), message.get("method"), \
+            message.get("params")
+        if id_ is None or id_ in self._ids or not isinstance(method, str) or (
+                isinstance(id_, int) and abs(id_) >= 2**53):  # a number every reader keeps
+            return None
+        result = self._result(method, params)
+        if result is None:
+            return None
+        self._ids.add(id_)
+        return id_, (b'{"jsonrpc":"2.0","id":' + json.dumps(id_, ensure_ascii=False).encode()
+                     + b',"result":' + result.encode() + b"}\n")
+
+    def _result(self, method: str, params: object) -> str | None:
+        if self.era is None:
+            if method == "initialize":
+                self.era = "handshake"
+                if not (isinstance(params, dict) and initialize_accepted(params)):
+                    return None
+                requested = params["protocolVersion"]
+                self.version = requested if requested in HANDSHAKE_VERSIONS \
+                    else HANDSHAKE_VERSIONS[-1]
+                return self._snapshot.get(self.version, {}).get("initialize")
+            if not is_enveloped(params):
+                return None  # a request before the handshake: the SDK's error alone
+            self.era = "modern"
+        if self.era == "modern":
+            if method in self._fixed | {"server/discover"} and _modern_params_accepted(params):
+                return self._snapshot.get(MODERN_VERSION, {}).get(method)
+            return None
+        if self.version is not None and method in self._fixed \
+                and _handshake_params_accepted(params):
+            return self._snapshot.get(self.version, {}).get(method)
+        return None
+
+
+def is_enveloped(params: object) -> bool:
+    """Whether the SDK reads a request as 2026-07-28 (its ``_meta`` names a version)."""
+    return (isinstance(params, dict) and isinstance(params.get("_meta"), dict)
+            and VERSION_KEY in params["_meta"])
+
+
+def _progress_token_ok(meta: dict[str, Any]) -> bool:
+    return "progressToken" not in meta or request_id(meta["progressToken"]) is not None
+
+
+def _handshake_params_accepted(params: object) -> bool:
+    """No params, or only a ``_meta`` with at most a progress token (no cursor: a page the
+    snapshot does not hold)."""
+    if params is None:
+        return True
+    if not isinstance(params, dict) or not set(params) <= {"_meta"}:
+        return False
+    meta = params.get("_meta", {})
+    return isinstance(meta, dict) and set(meta) <= {"progressToken"} \
+        and _progress_token_ok(meta)
+
+
+def _modern_params_accepted(params: object) -> bool:
+    """Only a ``_meta`` envelope the SDK surely accepts: version 2026-07-28, capabilities it
+    can read, client info absent or well formed."""
+    if not (isinstance(params, dict) and set(params) == {"_meta"}):
+        return False
+    meta = params["_meta"]
+    if not (isinstance(meta, dict)
+            and set(meta) <= {VERSION_KEY, INFO_KEY, CAPABILITIES_KEY, "progressToken"}
+            and meta.get(VERSION_KEY) == MODERN_VERSION and _progress_token_ok(meta)):
+        return False
+    info = meta.get(INFO_KEY)
+    return _capabilities_accepted(meta.get(CAPABILITIES_KEY)) \
+        and (INFO_KEY not in meta or _implementation_accepted(info))
+
+
+def initialize_accepted(params: dict[str, Any]) -> bool:
     """Whether the SDK's InitializeRequestParams surely accept ``params``; when unsure, no
     (the SDK then answers alone, a little later)."""
-    info = params.get("clientInfo")
-    capabilities = params.get("capabilities")
-    if not (isinstance(params.get("protocolVersion"), str) and isinstance(info, dict)
-            and isinstance(capabilities, dict) and isinstance(params.get("_meta", {}), dict)):
-        return False
-    if not (isinstance(info.get("name"), str) and isinstance(info.get("version"), str)
-            and "icons" not in info
+    return (isinstance(params.get("protocolVersion"), str)
+            and set(params) <= {"protocolVersion", "capabilities", "clientInfo", "_meta"}
+            and _implementation_accepted(params.get("clientInfo"))
+            and _capabilities_accepted(params.get("capabilities"))
+            and isinstance(params.get("_meta", {}), dict)
+            and set(params.get("_meta", {})) <= {"progressToken"}
+            and _progress_token_ok(params.get("_meta", {})))
+
+
+def _implementation_accepted(info: object) -> bool:
+    return (isinstance(info, dict) and isinstance(info.get("name"), str)
+            and isinstance(info.get("version"), str) and "icons" not in info
             and all(isinstance(info.get(key), str | None)
-                    for key in ("title", "description", "websiteUrl"))):
+                    for key in ("title", "description", "websiteUrl")))
+
+
+def _capabilities_accepted(capabilities: object) -> bool:
+    if not isinstance(capabilities, dict):
         return False
     roots = capabilities.get("roots", {})
     if not isinstance(roots, dict) or not isinstance(roots.get("listChanged", False), bool):
@@ -119,33 +246,3 @@ def _sdk_accepts(params: dict[str, Any]) -> bool:
 
 def _only_objects(value: dict[str, Any]) -> bool:
     return all(isinstance(inner, dict) and _only_objects(inner) for inner in value.values())
-
-
-def answer_early(stdin: IO[bytes], stdout: IO[bytes]) -> Early | None:
-    """Read the host's first line; answer it if it is an ``initialize`` the SDK accepts.
-    Returns what was read (None at end of input), which the server must then read first."""
-    if not SETTINGS.early_initialize.read():
-        return None
-    data = _read_first_line(stdin.fileno())
-    if not data:
-        return None
-    early = Early(data)
-    line, newline, _ = data.partition(b"\n")
-    if not newline and len(data) > MAX_EARLY_BYTES:
-        return early
-    try:
-        message = load_json(line)
-    except UnsafeJson:
-        return early  # the server answers it (a parse error, with its id if it has one)
-    if (not isinstance(message, dict) or message.get("jsonrpc") != "2.0"
-            or message.get("method") != "initialize"):
-        return early
-    early.request_id = request_id(message.get("id"))
-    params = message.get("params")
-    if early.request_id is None or not isinstance(params, dict) or not _sdk_accepts(params):
-        return early  # the server answers it with the SDK's own error
-    early.result = initialize_result(params["protocolVersion"])
-    reply = {"jsonrpc": "2.0", "id": early.request_id, "result": early.result}
-    stdout.write(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
-    stdout.flush()
-    return early

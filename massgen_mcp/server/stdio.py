@@ -10,10 +10,12 @@ request's id when Python's ``json`` can still read it (the client drops error re
 is null). fastmcp opens the transport through its module attribute ``stdio_server``;
 :func:`install` points that at ours.
 
-It also takes over from the launcher, which may have read the host's first line already and
-answered its ``initialize`` (:mod:`massgen_mcp.server.handshake`): what the launcher read comes
-before the rest of stdin, so the SDK reads that line itself, and the SDK's own reply to it is
-dropped, being the one already sent.
+It also takes over from the launcher, which has been reading stdin since the process started
+and may have answered the host's opening requests (:mod:`massgen_mcp.server.early`): the SDK
+reads every line from the launcher's reader, those included, and its own replies to the
+requests answered early are dropped, being the ones already sent. And it lets a host that
+opened with ``server/discover`` fall back to ``initialize`` on the same connection
+(:mod:`massgen_mcp.server.late_initialize`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import json
 import logging
 import sys
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, BinaryIO
+from typing import Any
 
 import anyio
 from mcp.server import stdio as mcp_stdio
@@ -32,7 +34,9 @@ from mcp.server.stdio import stdio_server as mcp_stdio_server
 from mcp.shared.message import SessionMessage
 from mcp.types import PARSE_ERROR, ErrorData, JSONRPCError
 
-from massgen_mcp.server import handshake
+from massgen_mcp.server import early, handshake
+from massgen_mcp.server.early import EarlyStdin
+from massgen_mcp.server.late_initialize import LateInitialize
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +62,8 @@ class _AnsweringReader:
     """mcp's read stream, minus the parse failures, which are answered on the write
     stream."""
 
-    def __init__(self, inner: Any, write: Any) -> None:
-        self._inner, self._write = inner, write
+    def __init__(self, inner: Any, write: Any, late: LateInitialize) -> None:
+        self._inner, self._write, self._late = inner, write, late
 
     @property
     def last_context(self) -> Any:  # the dispatcher reads the sender's contextvars here
@@ -69,7 +73,10 @@ class _AnsweringReader:
         while True:
             item = await self._inner.receive()
             if not isinstance(item, Exception):
-                return item
+                item = await self._late.inbound(item)
+                if item is not None:
+                    return item
+                continue
             reply = parse_error_reply(item)
             if reply is not None:
                 await self._write.send(SessionMessage(reply))
@@ -94,30 +101,31 @@ class _AnsweringReader:
         return await self._inner.__aexit__(*exc)
 
 
-class _AfterEarlyReply:
-    """mcp's write stream, minus the SDK's reply to the ``initialize`` the launcher already
-    answered (the first reply with its id, whatever it says: a request id has one reply); a
-    reply that differs from ours is logged (a test keeps them equal)."""
+class _AfterEarlyReplies:
+    """mcp's write stream, minus the SDK's replies to the requests the launcher answered
+    early (the first reply with each id: a request id has one reply). A reply that differs
+    from the one sent is logged; a test keeps them equal."""
 
-    def __init__(self, inner: Any, early: handshake.Early) -> None:
-        self._inner, self._early = inner, early
+    def __init__(self, inner: Any, answered: dict[str | int, bytes]) -> None:
+        self._inner, self._answered = inner, answered
 
     async def send(self, item: Any) -> None:
         message = getattr(item, "message", None)
-        if (message is not None and self._early.result is not None
-                and getattr(message, "id", None) == self._early.request_id):
-            ours, self._early.result = self._early.result, None
-            theirs = message.model_dump(by_alias=True, exclude_unset=True, mode="json")
-            if theirs.get("result") != ours:
-                log.warning("the early initialize reply differed from the SDK's: sent %s, "
-                            "the SDK's is %s", json.dumps(ours), json.dumps(theirs))
+        id_ = getattr(message, "id", None)
+        if message is not None and id_ is not None and id_ in self._answered:
+            sent = self._answered.pop(id_)
+            theirs = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+            if theirs + b"\n" != sent:
+                log.warning("an early reply differed from the SDK's: sent %s, the SDK's is %s "
+                            "(refresh it: python -m massgen_mcp.server.early_snapshot)",
+                            sent.decode(errors="replace").strip(), theirs.decode())
             return
         await self._inner.send(item)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def __aenter__(self) -> _AfterEarlyReply:
+    async def __aenter__(self) -> _AfterEarlyReplies:
         await self._inner.__aenter__()
         return self
 
@@ -125,36 +133,31 @@ class _AfterEarlyReply:
         return await self._inner.__aexit__(*exc)
 
 
-class _ReadAgain(io.RawIOBase):
-    """``data`` (what the launcher read), then the rest of ``inner``: stdin as if the launcher
-    had not touched it."""
+class _EarlyRaw(io.RawIOBase):
+    """Stdin as the launcher's thread passes it on: every byte, from the first."""
 
-    def __init__(self, data: bytes, inner: BinaryIO) -> None:
-        self._data, self._inner = data, inner
+    def __init__(self, early: EarlyStdin) -> None:
+        self._early = early
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        if not self._data:
-            chunk = self._inner.read1(len(view)) if isinstance(self._inner, io.BufferedReader) \
-                else self._inner.read(len(view))
-        else:
-            chunk, self._data = self._data[:len(view)], self._data[len(view):]
+        chunk = self._early.read(len(view))
         view[:len(chunk)] = chunk
         return len(chunk)
 
 
 @contextlib.contextmanager
-def _stdin_after(early: handshake.Early) -> Iterator[anyio.AsyncFile[str]]:
-    """Stdin for the SDK, starting with what the launcher read. fd 0 is claimed as the SDK
-    claims it when it opens stdin itself (children read the null device, not the host)."""
-    buffer, release = mcp_stdio._claim_fd(0, sys.stdin, "rb", mcp_stdio._open_stdin_diversion)
+def _stdin_after(early: EarlyStdin) -> Iterator[anyio.AsyncFile[str]]:
+    """Stdin for the SDK, from the launcher's reader. fd 0 is claimed as the SDK claims it
+    when it opens stdin itself (children read the null device, not the host); the reader
+    holds its own duplicate of it."""
+    _unread, release = mcp_stdio._claim_fd(0, sys.stdin, "rb", mcp_stdio._open_stdin_diversion)
     try:
         text = mcp_stdio._UnownedTextWrapper(  # decoded as the SDK decodes stdin
-            io.BufferedReader(_ReadAgain(early.data, buffer)), encoding="utf-8",
-            errors="replace")
+            io.BufferedReader(_EarlyRaw(early)), encoding="utf-8", errors="replace")
         yield anyio.wrap_file(text)
     finally:
         if release is not None:
@@ -163,14 +166,16 @@ def _stdin_after(early: handshake.Early) -> Iterator[anyio.AsyncFile[str]]:
 
 @contextlib.asynccontextmanager
 async def stdio_server(*args: Any, **kwargs: Any) -> AsyncIterator[tuple[Any, Any]]:
-    early, handshake.taken = handshake.taken, None
+    early_stdin, early.taken = early.taken, None
+    answered = early_stdin.hand_over() if early_stdin is not None else {}
     with contextlib.ExitStack() as stack:
-        if early is not None:
-            kwargs["stdin"] = stack.enter_context(_stdin_after(early))
+        if early_stdin is not None:
+            kwargs["stdin"] = stack.enter_context(_stdin_after(early_stdin))
         async with mcp_stdio_server(*args, **kwargs) as (read, write):
-            if early is not None:
-                write = _AfterEarlyReply(write, early)
-            yield _AnsweringReader(read, write), write
+            if answered:
+                write = _AfterEarlyReplies(write, answered)
+            late = LateInitialize(write)
+            yield _AnsweringReader(read, write, late), late.wrap(write)
 
 
 def install() -> None:

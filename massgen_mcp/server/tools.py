@@ -39,6 +39,7 @@ from massgen_mcp.server.views import (
     cancel_view,
     not_finished_hint,
     progress_message,
+    progress_steps,
     result_view,
     session_page,
     status_view,
@@ -121,13 +122,19 @@ async def client_root(ctx: Context) -> Workspace | None:
 
 def progress_reporter(ctx: Context) -> StatusCallback:
     """Send each status seen while a tool waits as a progress notification (hosts such as
-    Claude Code reset their idle timer only on these)."""
-    step = 0
+    Claude Code reset their idle timer only on these), with the run's steps done out of its
+    total (:func:`progress_steps`), so a host's bar measures. Progress must grow with every
+    notification: a keep-alive without news, or votes cleared by a new answer, moves it a
+    tenth of the way left instead (the total is reached only when the run is done)."""
+    sent: float | None = None
 
     async def report(status: StatusRecord) -> None:
-        nonlocal step
-        step += 1
-        await ctx.report_progress(step, None, progress_message(status))
+        nonlocal sent
+        done, total = progress_steps(status)
+        if status.done and sent is not None and sent >= total:
+            return  # the end, already sent
+        sent = float(done) if sent is None or done > sent else sent + (total - sent) / 10
+        await ctx.report_progress(sent, total, progress_message(status))
 
     return report
 
@@ -159,7 +166,10 @@ async def wait_reporting(service: ConsensusService, ctx: Context, session_id: st
             until = min(last_sent + QUIET_PROGRESS_S, next_look)
             await asyncio.wait({waiting}, timeout=max(0.0, until - loop.time()))
             if waiting.done():
-                return waiting.result()
+                ended = waiting.result()
+                if ended.done:
+                    await reporter(ended)  # the host's bar reaches its total
+                return ended
             next_look = loop.time() + DRAFT_PROGRESS_S
             status = await service.status(session_id)
             if (any(a.draft is not None for a in status.agents.values())

@@ -277,10 +277,26 @@ def progress_message(status: StatusRecord) -> str:
     """One line for a progress notification: the phase, answers so far, votes so far, and
     who is writing now ("agent_b is writing… 412 tokens")."""
     tally = ", ".join(f"{label}:{len(voters)}" for label, voters in status.tally.items() if voters)
-    message = f"{status.phase}: {len(status.answers)} answer(s)"
-    writing = "; ".join(f"{aid} is writing… {a.draft.tokens} tokens"
+    message = f"{status.phase}: {counted(len(status.answers), 'answer')}"
+    writing = "; ".join(f"{aid} is writing… {counted(a.draft.tokens, 'token')}"
                         for aid, a in status.agents.items() if a.draft is not None)
     return message + (f", votes {tally}" if tally else "") + (f"; {writing}" if writing else "")
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 token``, ``2 tokens``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def progress_steps(status: StatusRecord) -> tuple[int, int]:
+    """How far a run is, in steps of a plain consensus: each agent's first answer, each
+    agent's vote, the final answer (a dropped agent's steps count as done). A run that
+    revises answers or restarts takes more calls than this, never more steps."""
+    agents = status.agents.values()
+    answered = sum(1 for a in agents if a.answers or a.dropped_reason)
+    voted = sum(1 for a in agents if a.vote is not None or a.dropped_reason)
+    total = 2 * len(status.agents) + 1
+    return (total if status.done else answered + voted), total
 
 
 def not_finished_hint(status: RunStatus) -> str:
