@@ -27,7 +27,9 @@ from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import (
     ConfigError,
     EndpointUnreachableError,
+    MassgenError,
     RunNotFinishedError,
+    SessionNotFoundError,
     SessionStateError,
 )
 from massgen_mcp.core.records import (
@@ -35,6 +37,7 @@ from massgen_mcp.core.records import (
     EventType,
     Phase,
     ResultRecord,
+    RunKind,
     RunStatus,
     SessionRecord,
     SessionSummary,
@@ -60,7 +63,7 @@ from massgen_mcp.sessions.runner import (
     recorded_team,
 )
 from massgen_mcp.sessions.runner import StartedRun as StartedRun  # start()'s reply, for faces
-from massgen_mcp.sessions.store import SessionStore, check_session_id
+from massgen_mcp.sessions.store import LATEST, SessionStore, check_session_id
 from massgen_mcp.sessions.waiting import StatusCallback as StatusCallback  # for faces
 from massgen_mcp.team import consent
 from massgen_mcp.team.choose import choose_team, with_overrides
@@ -157,10 +160,11 @@ class ConsensusService:
 
     # -- starting runs ------------------------------------------------------------------------
 
-    async def start(self, spec: RunSpec, workspace: Workspace | None = None) -> StartedRun:
+    async def start(self, spec: RunSpec, workspace: Workspace | None = None, *,
+                    kind: RunKind = RunKind.RUN) -> StartedRun:
         """Check ``spec``, choose its team and start the run in the background. File inputs
         and the agents' tools use ``workspace`` (e.g. the MCP client's root) if given, else
-        the service's own."""
+        the service's own. ``kind``: ``eval`` marks a run eval made (see :class:`RunKind`)."""
         workspace = workspace or self.workspace
         question = check_question(spec.question)
         given = check_text(spec.context or "", "context").strip()
@@ -176,12 +180,13 @@ class ConsensusService:
         # file's; the default team's are the user's own.
         chosen = workspace.confined and bool(spec.models or spec.config or spec.base_url)
         return await self._launch(question, choice.team, context, spec.parent_session_id,
-                                  choice.notes, workspace, urls_from_call=chosen)
+                                  choice.notes, workspace, urls_from_call=chosen, kind=kind)
 
     async def _launch(self, question: str, team: TeamConfig, context: str | None,
                       parent_session_id: str | None, notes: list[str],
                       workspace: Workspace | None = None, *,
-                      urls_from_call: bool | None = None) -> StartedRun:
+                      urls_from_call: bool | None = None,
+                      kind: RunKind = RunKind.RUN) -> StartedRun:
         problems = missing_credentials(team)
         if problems:
             raise ConfigError("missing API keys:\n" + "\n".join(problems))
@@ -196,9 +201,14 @@ class ConsensusService:
         await self._check_endpoints(team, (workspace or self.workspace).confined
                                     if urls_from_call is None else urls_from_call)
         self._check_local_models(team)
-        run = await self.runner.start(question, team, context=context,
-                                      parent_session_id=parent_session_id, workspace=root,
-                                      notes=notes)
+        if kind is not RunKind.RUN and isinstance(self.runner, SessionRunner):
+            run: StartedRun = await self.runner.start(
+                question, team, context=context, parent_session_id=parent_session_id,
+                workspace=root, notes=notes, kind=kind)
+        else:  # a pool's runs are not marked (its queue carries no kind): they stay listed
+            run = await self.runner.start(question, team, context=context,
+                                          parent_session_id=parent_session_id, workspace=root,
+                                          notes=notes)
         if self._records_in_project():
             consent.remember_run(self.store, run.session_id, team)
         return run
@@ -268,12 +278,17 @@ class ConsensusService:
         return started
 
     async def sample_member(self, session_id: str, agent_id: str, copies: int,
-                            question: str) -> StartedRun:
+                            question: str, *, spec: RunSpec | None = None) -> StartedRun:
         """A run of ``copies`` identical copies of one agent of a recorded session's team (its
         model, endpoint, persona and sampling settings), on ``question``: their first drafts
         are independent samples of that agent alone, which is what ``eval``'s
-        self-consistency baseline needs. Same checks and consent as the session's own run."""
-        team = self._recorded_team(session_id)
+        self-consistency baseline needs. Same checks and consent as the session's own run.
+
+        ``spec``: the team as the caller gave it (``eval`` passes its own), chosen again in
+        memory. The recorded team never holds inline ``api_key`` values, so a config that
+        names its keys inline could not be sampled from its record."""
+        team = ((await choose_team(spec, self.workspace)).team if spec is not None
+                else self._recorded_team(session_id))
         agent = next((a for a in team.agents if a.id == agent_id), None)
         if agent is None:
             raise ConfigError(f"agent_id: session {session_id} has no agent {agent_id!r} "
@@ -288,7 +303,8 @@ class ConsensusService:
                                                   "skip_final_presentation": True})
         sampled = TeamConfig.model_validate({**team.model_dump(), "agents": copied,
                                              "options": options})  # ids checked again
-        return await self._launch(check_question(question), sampled, None, None, [])
+        return await self._launch(check_question(question), sampled, None, None, [],
+                                  kind=RunKind.EVAL)
 
     async def resume_session(self, session_id: str) -> StartedRun:
         """Continue an interrupted run from its recorded answers and votes, in the same
@@ -348,10 +364,28 @@ class ConsensusService:
             raise RunNotFinishedError(session_id, (await self.status(session_id)).status)
         return result
 
-    def find_session(self, ref: str) -> str:
+    def find_session(self, ref: str, *, include_eval: bool = False) -> str:
         """The session id ``ref`` names for a person: ``latest``, an id, or a unique start
-        of one (:meth:`SessionStore.find`)."""
-        return self.store.find(ref)
+        of one (:meth:`SessionStore.find`). ``latest`` is the newest run a person made:
+        eval's runs are skipped unless ``include_eval``; an id names any run."""
+        found = self.store.find(ref)
+        if include_eval or ref.strip().lower() != LATEST or not self.is_eval(found):
+            return found
+        # Older ids than the newest one find accepts are not from the future either.
+        newest = next((sid for sid in self.store.session_ids()
+                       if sid < found and not self.is_eval(sid)), None)
+        if newest is None:
+            raise SessionNotFoundError(
+                f"no sessions but eval's in {self.store.sessions_dir}; `massgen-mcp sessions "
+                "--all` lists those, and an id shows one")
+        return newest
+
+    def is_eval(self, session_id: str) -> bool:
+        """Whether ``massgen-mcp eval`` made the run (its request says so)."""
+        try:
+            return self.store.read_request(session_id).kind is RunKind.EVAL
+        except MassgenError:
+            return False
 
     def record(self, session_id: str) -> SessionRecord:
         """Everything recorded about a session: status, result, events, every answer."""
@@ -375,9 +409,22 @@ class ConsensusService:
         return self.store.read_answer(check_session_id(session_id), label)
 
     def list_sessions(self, status: RunStatus | None = None, limit: int = 20,
-                      cursor: str | None = None) -> tuple[list[SessionSummary], str | None]:
-        """A page of sessions newest first, and the cursor of the next page (None: last)."""
-        return self.store.list(status=status, limit=limit, cursor=cursor)
+                      cursor: str | None = None, *, include_eval: bool = False
+                      ) -> tuple[list[SessionSummary], str | None]:
+        """A page of sessions newest first, and the cursor of the next page (None: last).
+        Eval's runs (a run per question and sampling runs it stops itself) are left out
+        unless ``include_eval``: a person's list is the runs they made."""
+        found: list[SessionSummary] = []
+        while True:
+            page, cursor = self.store.list(status=status, limit=limit, cursor=cursor)
+            for summary in page:
+                if not include_eval and self.is_eval(summary.session_id):
+                    continue
+                if len(found) == limit:
+                    return found, found[-1].session_id
+                found.append(summary)
+            if cursor is None:
+                return found, None
 
     async def cancel(self, session_id: str) -> tuple[RunStatus, bool]:
         """Stop a run; returns its status afterwards and whether this call stopped it."""

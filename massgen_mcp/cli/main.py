@@ -118,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     sessions.add_argument("--limit", type=int, default=20,
                           help="how many to list (default 20)")
     sessions.add_argument("--json", action="store_true", help="print a JSON list")
+    sessions.add_argument("--all", action="store_true",
+                          help="also the runs massgen-mcp eval made (left out by default)")
     sessions.set_defaults(func=cmd_sessions)
 
     show = sub.add_parser("show", help="print a run's outcome, answer and coordination table")
