@@ -120,6 +120,8 @@ class EventType(StrEnum):
     BUDGET_EXCEEDED = "budget_exceeded"
     CANCELLED = "cancelled"
     FINAL_FALLBACK = "final_fallback"
+    # The presenter answered with a new_answer action: its content became the final answer.
+    FINAL_UNWRAPPED = "final_unwrapped"
     FINAL = "final"
     FINISHED = "finished"
     INTERRUPTED = "interrupted"  # written by the next server when it finds the run orphaned
