@@ -3,10 +3,23 @@ MCP; errors come before anything is written; progress lines say what they mean."
 
 from __future__ import annotations
 
+import asyncio
+import json
+import threading
 import time
+from pathlib import Path
 
+import pytest
+
+from massgen_mcp.cli.main import main
+from massgen_mcp.cli.output import EXIT_INPUT
 from massgen_mcp.core.records import Event, EventType, FinishReason, RunStatus
+from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.render.text import describe_event
+from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.testing.scripted import ChatRequest, Reply, agree
+from tests.helpers import Scripted, team_for
 
 
 def test_progress_lines_quote_vote_reasons_and_say_a_finish_once() -> None:
@@ -24,3 +37,58 @@ def test_progress_lines_quote_vote_reasons_and_say_a_finish_once() -> None:
     assert line(type=EventType.FINISHED, status=RunStatus.COMPLETED,
                 finish_reason=FinishReason.CONSENSUS) == (
         "[  1.00s] finished: completed (consensus)")
+
+
+def test_continue_and_resume_at_a_terminal_end_as_run_does(
+        scripted: Scripted, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`steer` on a finished run says to ask a follow-up: the CLI can, as MCP's
+    continue_session and resume_session can, with run's output and exit codes."""
+    hold = {"votes": False}
+    voting, released = threading.Semaphore(0), threading.Event()
+
+    def policy(req: ChatRequest) -> Reply:
+        if req.vote_labels and hold["votes"]:
+            voting.release()
+            released.wait(30)
+        return agree(req)
+
+    server = scripted(policy)
+    models = ",".join(f"openai/{m}@{server.base_url}" for m in "abc")
+    assert main(["run", "What is 6*7?", "--models", models, "--quiet"]) == 0
+    first = capsys.readouterr().out
+    assert main(["continue", "latest", "And doubled?", "--json", "--quiet"]) == 0
+    child = json.loads(capsys.readouterr().out)
+    assert child["status"] == "completed" and child["final_answer"].startswith("Final: ")
+    request = next(r for r in server.requests if "And doubled?" in r.user)
+    assert "<earlier_question>" in request.user and first.strip()[:20] in request.user
+    parent = json.loads((home / "sessions" / child["session_id"] / "request.json")
+                        .read_text())["parent_session_id"]
+    assert parent is not None
+
+    # The same checks as MCP's: a finished run is not resumed; an unknown id is named.
+    assert main(["resume", parent]) == EXIT_INPUT
+    assert "only interrupted runs can be resumed" in capsys.readouterr().err
+    assert main(["continue", "01JD3V6Y8T", "more?"]) == EXIT_INPUT
+    assert "no session id starts with" in capsys.readouterr().err
+    assert main(["continue", parent, "  "]) == EXIT_INPUT
+    assert "follow_up" in capsys.readouterr().err
+
+    # A run whose process stopped (interrupted), resumed from its record at a terminal.
+    hold["votes"] = True
+
+    async def interrupted() -> str:
+        runner = SessionRunner(SessionStore(), ProviderRouter())
+        run = await runner.start("What is 6*7?", team_for(server))
+        for _ in range(3):
+            assert await asyncio.to_thread(voting.acquire, True, 30)
+        await runner.aclose(interrupt=True)
+        return run.session_id
+
+    session_id = asyncio.run(interrupted())
+    hold["votes"] = False
+    released.set()
+    assert main(["resume", session_id[:12]]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("Final: ") and "completed" in captured.err
+    assert main(["steer", session_id, "use Python"]) == EXIT_INPUT
+    assert f'massgen-mcp continue {session_id} "..."' in capsys.readouterr().err

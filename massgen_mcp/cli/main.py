@@ -15,7 +15,7 @@ import logging
 import sys
 
 from massgen_mcp._version import __version__
-from massgen_mcp.cli import evaluate, flags, models, steer
+from massgen_mcp.cli import evaluate, flags, follow_up, models, steer
 from massgen_mcp.cli.config import cmd_trust, cmd_validate
 from massgen_mcp.cli.output import (
     EXIT_BY_STATUS,
@@ -31,7 +31,7 @@ from massgen_mcp.cli.output import (
     err,
 )
 from massgen_mcp.cli.records import cmd_prune, cmd_sessions, cmd_show
-from massgen_mcp.cli.run import cmd_run
+from massgen_mcp.cli.run import add_limit_flags, cmd_run
 from massgen_mcp.cli.serve import cmd_doctor, cmd_install, cmd_serve, cmd_worker
 from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import (
@@ -83,14 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--context", help="background text for every agent")
     run.add_argument("--context-file", action="append", metavar="PATH",
                      help="a text file shared with every agent (repeat for more)")
-    run.add_argument("--json", action="store_true",
-                     help="print one JSON object (session_id, status, winner, tied, dropped, "
-                          "final_answer, ...), also when interrupted")
-    run.add_argument("--timeout", type=float, help="session timeout in seconds (default 600)")
-    run.add_argument("--max-cost", type=float, help="stop at this cost in USD")
-    run.add_argument("--max-tokens", type=int, help="stop at this many tokens in total")
-    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_limit_flags(run)
     run.set_defaults(func=cmd_run)
+    follow_up.add_parsers(sub)
 
     evaluate.add_parser(sub)
     models.add_parser(sub)

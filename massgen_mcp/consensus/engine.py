@@ -321,7 +321,8 @@ class ConsensusRun:
                      else f"the run is {str(self.status).replace('_', ' ')}")
             raise SteerRefusedError(
                 f"session {self.request.session_id} cannot take a note now: {where}. Send "
-                "it as a follow-up once the run has finished (continue_session, or a new run)")
+                "it as a follow-up once the run has finished (continue_session, or massgen-mcp "
+                "continue ID \"...\" at a terminal, or a new run)")
         self._notes.admit()
         cleared = self.coord.steer(note)
         self._emit(EventType.STEERED, detail=note, chars=len(note), count=cleared)
