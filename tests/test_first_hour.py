@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.cli.main import main
-from massgen_mcp.cli.output import EXIT_INPUT
+from massgen_mcp.cli.output import EXIT_INPUT, EXIT_USAGE
 from massgen_mcp.core.records import Event, EventType, FinishReason, RunStatus
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.render.text import describe_event
@@ -92,3 +92,26 @@ def test_continue_and_resume_at_a_terminal_end_as_run_does(
     assert captured.out.startswith("Final: ") and "completed" in captured.err
     assert main(["steer", session_id, "use Python"]) == EXIT_INPUT
     assert f'massgen-mcp continue {session_id} "..."' in capsys.readouterr().err
+
+
+def test_eval_takes_base_url_and_a_wrong_flag_gets_its_commands_usage(
+        scripted: Scripted, home: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_eval import Policy, write_questions
+
+    server = scripted(Policy())
+    questions = write_questions(tmp_path / "q.jsonl", 1)
+    assert main(["eval", str(questions), "--models", "openai/a,openai/b,openai/c",
+                 "--base-url", server.base_url, "--baselines", "members"]) == 0
+    assert "consensus" in capsys.readouterr().out
+    assert {r.model for r in server.requests} == {"a", "b", "c"}
+    for argv, usage, near in ((["sessions", "--jsn"], "usage: massgen-mcp sessions", "--json"),
+                              (["run", "q", "--jsn"], "usage: massgen-mcp run", "--json"),
+                              (["eval", str(questions), "--baseurl", "x"],
+                               "usage: massgen-mcp eval", "--base-url"),
+                              (["models", "list", "--jsn"], "usage: massgen-mcp models list",
+                               "--json")):
+        assert main(argv) == EXIT_USAGE
+        said = capsys.readouterr().err
+        assert said.startswith(usage) and f"did you mean {near}?" in said, said
+    assert len(list((home / "sessions").iterdir())) == 1  # the eval's one run, no more

@@ -11,8 +11,10 @@ write and the exit codes are in :mod:`.output`.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import sys
+from collections.abc import Sequence
 
 from massgen_mcp._version import __version__
 from massgen_mcp.cli import evaluate, flags, follow_up, models, steer
@@ -58,6 +60,25 @@ first steps:
 With no command: serve MCP over stdio, which is what MCP hosts start."""
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser that refuses what it does not know itself, with its own usage
+    and the nearest flag: argparse would hand the leftovers to the top parser, which printed
+    the usage of ``massgen-mcp`` for a typo in ``run --jsn``."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            flags = [f for action in self._actions for f in action.option_strings
+                     if f.startswith("--")]
+            near = [m for extra in extras if extra.startswith("-")
+                    for m in difflib.get_close_matches(extra.split("=", 1)[0], flags, 1, 0.6)]
+            hint = f"; did you mean {' or '.join(dict.fromkeys(near))}?" if near else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="massgen-mcp",
@@ -65,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"massgen-mcp {__version__}")
     parser.add_argument("--home", help="record folder (default: $MASSGEN_HOME or ./.massgen)")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=CommandParser)
 
     run = sub.add_parser("run", help="ask the team one question and print the agreed answer",
                          description="Ask the team one question: the answer goes to stdout, "
