@@ -230,8 +230,9 @@ class ConsensusService:
                 raise EndpointUnreachableError("\n".join(problems))
 
     def _check_local_models(self, team: TeamConfig) -> None:
-        """Refuse, before a record exists, a run on an offline model that was never pulled
-        (a run never downloads one). Only here: a pool's worker has a cache of its own."""
+        """Refuse, before a record exists, a run on an offline model that does not exist or
+        was never pulled (a run never downloads one). Only here: a pool's worker has a cache
+        of its own."""
         if not isinstance(self.runner, SessionRunner):
             return
         names = sorted({a.model.removeprefix("local/") for a in team.agents
@@ -240,7 +241,9 @@ class ConsensusService:
             return
         from massgen_mcp.providers import local_model  # only for a team on this machine
 
-        problems = [why for why in map(local_model.not_pulled, names) if why]
+        # A name no model has (a typo), else a catalog model not pulled yet.
+        problems = [why for why in (local_model.unknown(n) or local_model.not_pulled(n)
+                                    for n in names) if why]
         if problems:
             raise ConfigError("\n".join(problems))
 

@@ -115,3 +115,32 @@ def test_eval_takes_base_url_and_a_wrong_flag_gets_its_commands_usage(
         said = capsys.readouterr().err
         assert said.startswith(usage) and f"did you mean {near}?" in said, said
     assert len(list((home / "sessions").iterdir())) == 1  # the eval's one run, no more
+
+
+def written(home: Path) -> list[str]:
+    """Everything under the record folder: what a refused run must not have made."""
+    return sorted(str(p.relative_to(home)) for p in home.rglob("*")) if home.exists() else []
+
+
+def test_an_unknown_offline_model_is_refused_before_anything_is_written(
+        home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "q", "--models", "local/smolm2", "--quiet"]) == EXIT_INPUT
+    said = capsys.readouterr().err
+    assert "local/smolm2: no such offline model; did you mean local/smollm2?" in said
+    assert "massgen-mcp models list" in said and "MASSGEN_LOCAL_MODEL" in said
+    assert written(home) == []
+    config = tmp_path / "team.yaml"
+    config.write_text("agents:\n  - id: a\n    backend: {type: local, model: smolm2}\n")
+    assert main(["validate", str(config)]) == EXIT_INPUT
+    assert "did you mean local/smollm2?" in capsys.readouterr().err
+    assert main(["run", "q", "--models", "smollm2", "--quiet"]) == EXIT_INPUT
+    assert "did you mean 'local/smollm2'?" in capsys.readouterr().err
+    assert written(home) == []
+
+
+def test_the_bare_names_of_offline_models_are_the_catalogs() -> None:
+    from massgen_mcp.core.model_names import EMBEDDED_MODELS
+    from massgen_mcp.providers.local_model import BUNDLED_NAME
+    from massgen_mcp.providers.model_hub import CATALOG
+
+    assert (BUNDLED_NAME, *(m.name for m in CATALOG)) == EMBEDDED_MODELS

@@ -56,6 +56,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for problem in missing_credentials(team) + cli_problems(team) + asyncio.run(
             unreachable(team.agents)):  # what a run would refuse before it starts
         say(f"  warning: {problem}")
+    unknown = local_problems(team)  # what no environment fixes: the run would not start
+    for problem in unknown:
+        err(f"{args.file}: {problem}")
+    if unknown:
+        return EXIT_INPUT
     if team.mcp_servers() and args.servers:
         if not trusted(loaded):
             err(f"{args.file}: validate --servers starts the commands it names; run "
@@ -66,6 +71,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     elif team.mcp_servers():
         say("  (validate --servers starts its MCP servers and checks what they offer)")
     return EXIT_OK
+
+
+def local_problems(team: TeamConfig) -> list[str]:
+    """Offline models (local/NAME) that do not exist, as a run would refuse them."""
+    from massgen_mcp.providers import local_model
+
+    names = sorted({a.model.removeprefix("local/") for a in team.agents
+                    if a.model.startswith("local/")})
+    return [why for why in map(local_model.unknown, names) if why]
 
 
 def trusted(loaded: LoadedConfig) -> bool:

@@ -124,6 +124,29 @@ def not_pulled(name: str) -> str | None:
             f"massgen-mcp models pull {name}")
 
 
+def unknown(name: str) -> str | None:
+    """Why ``local/<name>`` names no model this machine could run (a typo such as
+    ``local/smolm2``), with the nearest name and every way to get one; None for a known name.
+    Said before a run starts, so no session is recorded for it."""
+    import difflib
+
+    try:
+        custom = custom_gguf()
+        names = [BUNDLED_NAME, *model_hub.catalog()]
+    except ConfigError as exc:  # a broken MASSGEN_LOCAL_MODEL or MASSGEN_MODELS_FILE
+        return f"local/{name}: {exc}"
+    if custom is not None:
+        names.append(custom.stem)
+    if name in names:
+        return None
+    near = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    guess = f"did you mean local/{near[0]}? " if near else ""
+    return (f"local/{name}: no such offline model; {guess}use local/{BUNDLED_NAME} (bundled), "
+            f"a model from massgen-mcp models list ({', '.join(names[1:]) or 'none'}; pulled "
+            f"first with massgen-mcp models pull NAME), or set {MODEL_ENV} to the absolute "
+            f"path of a .gguf file named {name}.gguf")
+
+
 def gguf_path(name: str) -> Path:
     """The file behind ``local/<name>``, fetching the bundled model on first use (blocking:
     call it from a worker thread)."""
