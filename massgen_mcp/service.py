@@ -54,6 +54,7 @@ from massgen_mcp.core.spec import (
     missing_credentials,
 )
 from massgen_mcp.providers.cli.catalog import refusals as cli_refusals
+from massgen_mcp.providers.cli.catalog import unusable as cli_unusable
 from massgen_mcp.sessions.runner import (
     EventListener,
     Executor,
@@ -190,6 +191,7 @@ class ConsensusService:
         problems = missing_credentials(team)
         if problems:
             raise ConfigError("missing API keys:\n" + "\n".join(problems))
+        self._check_clis(team)
         refused = await cli_refusals(team)
         if refused:
             raise ConfigError("coding-agent CLIs that cannot run read-only:\n"
@@ -228,6 +230,18 @@ class ConsensusService:
                 team, probe_base_urls=not urls_from_call)
             if problems:
                 raise EndpointUnreachableError("\n".join(problems))
+
+    def _check_clis(self, team: TeamConfig) -> None:
+        """Refuse, before a record exists, a team of coding-agent CLIs none of which this
+        machine has installed and logged in (@cli_team on a machine without them). Only
+        here: a pool's worker has CLIs of its own."""
+        if not isinstance(self.runner, SessionRunner):
+            return
+        missing = cli_unusable(team)
+        if missing:
+            raise ConfigError("no agent of this team can run here; every one is a coding-agent "
+                              "CLI that is missing or not logged in:\n" + "\n".join(missing)
+                              + "\n(massgen-mcp doctor shows the CLIs found)")
 
     def _check_local_models(self, team: TeamConfig) -> None:
         """Refuse, before a record exists, a run on an offline model that does not exist or

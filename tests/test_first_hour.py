@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import threading
 import time
 from pathlib import Path
@@ -144,3 +145,34 @@ def test_the_bare_names_of_offline_models_are_the_catalogs() -> None:
     from massgen_mcp.providers.model_hub import CATALOG
 
     assert (BUNDLED_NAME, *(m.name for m in CATALOG)) == EMBEDDED_MODELS
+
+
+def test_a_team_of_clis_none_of_which_can_run_is_refused_before_anything_is_written(
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    for name in ("MASSGEN_CLAUDE_PATH", "MASSGEN_CODEX_PATH", "MASSGEN_GEMINI_PATH",
+                 "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY", "OPENAI_API_KEY",
+                 "CODEX_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["run", "q", "--config", "@cli_team", "--quiet"]) == EXIT_INPUT
+    said = capsys.readouterr().err
+    for command, package in (("claude", "@anthropic-ai/claude-code"),
+                             ("codex", "@openai/codex"), ("gemini", "@google/gemini-cli")):
+        assert f"the {command!r} command is not installed" in said
+        assert f"npm install -g {package}" in said
+    assert written(home) == []
+
+    if sys.platform == "win32":  # the stand-in below is a shell script
+        return
+    fake = empty / "claude"  # installed, never logged in
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    assert main(["run", "q", "--models", "cli/claude", "--quiet"]) == EXIT_INPUT
+    said = capsys.readouterr().err
+    assert "Claude Code is installed but not logged in" in said
+    assert "CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_API_KEY" in said
+    assert written(home) == []
