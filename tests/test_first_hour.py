@@ -176,3 +176,21 @@ def test_a_team_of_clis_none_of_which_can_run_is_refused_before_anything_is_writ
     assert "Claude Code is installed but not logged in" in said
     assert "CLAUDE_CODE_OAUTH_TOKEN or ANTHROPIC_API_KEY" in said
     assert written(home) == []
+
+
+def test_an_unknown_option_gets_the_nearest_name_and_the_page_with_every_other_problem(
+        home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "team.yaml"
+    config.write_text("agents:\n  - id: a\n    backend: {type: openai, model: gpt-4o-mini, "
+                      "temperature: 9}\n  - id: b\n    backend: {type: openai, model: gpt-4o, "
+                      "temprature: 0.5}\noptions:\n  timeout: 30\n  decide: sometimes\n")
+    for argv in (["validate", str(config)], ["run", "q", "--config", str(config)]):
+        assert main(argv) == EXIT_INPUT
+        said = capsys.readouterr().err
+        assert ("options.timeout: unknown key; did you mean 'timeout_s'? remove or rename it "
+                "(every accepted key: docs/options.md)") in said
+        for other in ("agents[0].backend.temperature", "agents[1].backend.temprature",
+                      "options.decide"):
+            assert other in said, (other, said)
+    assert written(home) == []
+    assert (Path(__file__).parents[1] / "docs" / "options.md").is_file()
