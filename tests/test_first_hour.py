@@ -4,10 +4,12 @@ MCP; errors come before anything is written; progress lines say what they mean."
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -194,3 +196,62 @@ def test_an_unknown_option_gets_the_nearest_name_and_the_page_with_every_other_p
             assert other in said, (other, said)
     assert written(home) == []
     assert (Path(__file__).parents[1] / "docs" / "options.md").is_file()
+
+
+class _WebPage(http.server.BaseHTTPRequestHandler):
+    """A web server where an OpenAI-compatible one was meant: every request gets a page."""
+
+    def _page(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b"<!DOCTYPE html>\n<html><head><title>It works</title></head></html>\n"
+        self.send_response(404)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _page
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def web_page() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _WebPage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_a_base_url_that_answers_html_is_one_line_before_anything_is_written(
+        web_page: str, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    models = f"openai/x@{web_page},openai/y@{web_page}"
+    assert main(["run", "q", "--models", models, "--quiet"]) == EXIT_INPUT
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert (f"{web_page} is not an OpenAI-compatible endpoint (it answered with an HTML "
+            "page)") in lines[0] and "<!DOCTYPE" not in lines[0]
+    assert written(home) == []
+
+
+async def test_a_call_a_web_page_answers_is_not_retried_and_says_so(web_page: str) -> None:
+    """Where no probe ran (a pool worker's run, a model's call naming the URL), the call
+    says the same in one line, and no retry waits for a web page to change."""
+    from massgen_mcp.core.spec import build_team
+    from tests.helpers import FAST, run_team
+
+    team = build_team({"agents": [{"id": f"agent_{m}", "model": f"openai/{m}",
+                                   "base_url": f"{web_page}/v1"} for m in "ab"],
+                       "options": {**FAST, "retry_backoff_s": 5.0}})
+    out = await run_team(team)
+    assert out.result["status"] == "failed"
+    for reason in out.result["dropped"].values():
+        assert "not an OpenAI-compatible endpoint (it answered with an HTML page)" in reason
+        assert "<!DOCTYPE" not in reason
+    assert out.events("retry") == []
