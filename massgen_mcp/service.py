@@ -10,10 +10,11 @@ What a calling model is told (next steps, summaries, resource URIs) is written i
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -124,6 +125,9 @@ class ConsensusService:
         self.store = store
         self.runner = runner
         self.workspace = workspace
+        # Set by a face that can show it (the CLI on a terminal): the bundled model's first
+        # fetch then happens before the run, with this progress, not inside the run.
+        self.fetch_progress: Callable[[int, int], None] | None = None
 
     @classmethod
     def local(cls, home: Path | None = None, workspace: Workspace | None = None, *,
@@ -203,6 +207,7 @@ class ConsensusService:
         await self._check_endpoints(team, (workspace or self.workspace).confined
                                     if urls_from_call is None else urls_from_call)
         self._check_local_models(team)
+        await self._fetch_bundled(team)
         if kind is not RunKind.RUN and isinstance(self.runner, SessionRunner):
             run: StartedRun = await self.runner.start(
                 question, team, context=context, parent_session_id=parent_session_id,
@@ -260,6 +265,17 @@ class ConsensusService:
                                     for n in names) if why]
         if problems:
             raise ConfigError("\n".join(problems))
+
+    async def _fetch_bundled(self, team: TeamConfig) -> None:
+        """The bundled offline model's first fetch, before the record exists, when this
+        face shows its progress (:attr:`fetch_progress`); a failed fetch refuses the run."""
+        if self.fetch_progress is None or not isinstance(self.runner, SessionRunner) or all(
+                a.model != "local/smollm2" for a in team.agents):
+            return
+        from massgen_mcp.providers import local_model
+
+        if local_model.bundled_missing():
+            await asyncio.to_thread(local_model.fetch_bundled, self.fetch_progress)
 
     def _records_in_project(self) -> bool:
         """Whether the records sit inside the project (the default ./.massgen), where a

