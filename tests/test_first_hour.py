@@ -346,3 +346,30 @@ def test_the_first_runs_model_fetch_is_progress_before_the_run_in_one_size(
     started = next(i for i, line in enumerate(lines) if " · record in " in line)
     assert started > lines.index(bar[-1])  # all before the run began
     assert not any("WARNING" in line for line in lines)
+
+
+def test_doctor_does_not_tell_you_to_install_what_you_have(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", "--json"]) == 0
+    setup = json.loads(capsys.readouterr().out)
+    advice = setup["how_to_add_more"]
+    if setup["embedded_model"] is not None:
+        assert "massgen-mcp[local]" not in advice
+    else:
+        assert "pip install 'massgen-mcp[local]'" in advice
+    assert "log in to Claude Code, Codex or Gemini CLI" in advice  # MASSGEN_CLIS=none here
+
+
+def test_how_to_add_more_leaves_out_what_is_there() -> None:
+    from massgen_mcp.providers.cli.catalog import FoundCli
+    from massgen_mcp.service import how_to_add_more
+
+    def cli(name: str, logged_in: bool = True) -> FoundCli:
+        return FoundCli(name, "vendor", f"/bin/{name}", logged_in, "1.0", None)
+
+    every = how_to_add_more([cli("claude"), cli("codex"), cli("gemini")], [object()],
+                            "smollm2")
+    assert "log in" not in every and "Ollama" not in every and "[local]" not in every
+    some = how_to_add_more([cli("claude"), cli("codex", logged_in=False)], [], None)
+    assert "log in to Codex or Gemini CLI" in some and "start Ollama" in some
+    assert "pip install 'massgen-mcp[local]'" in some
