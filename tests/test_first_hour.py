@@ -373,3 +373,21 @@ def test_how_to_add_more_leaves_out_what_is_there() -> None:
     some = how_to_add_more([cli("claude"), cli("codex", logged_in=False)], [], None)
     assert "log in to Codex or Gemini CLI" in some and "start Ollama" in some
     assert "pip install 'massgen-mcp[local]'" in some
+
+
+async def test_show_html_open_with_no_browser_says_so(scripted: Scripted, home: Path,
+                                                      tmp_path: Path) -> None:
+    from tests.helpers import run_team
+    from tests.test_cli_polish import cli
+
+    out = await run_team(team_for(scripted(agree)))
+    empty = tmp_path / "no-browsers"
+    empty.mkdir()
+    shown = cli(home, "show", out.result["session_id"], "--html", "--open",
+                BROWSER=str(empty / "browser"), PATH=str(empty))
+    assert shown.returncode == 0, shown.stderr
+    report = out.folder / "report.html"
+    assert shown.stdout.strip() == str(report) and report.is_file()
+    assert shown.stderr.strip() == (
+        f"massgen-mcp: no web browser found to open it; open {report} in one (or set BROWSER "
+        "to the command that starts yours)")

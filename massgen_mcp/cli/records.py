@@ -77,7 +77,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         if args.open:
             import webbrowser
 
-            webbrowser.open(path.as_uri())
+            if not webbrowser.open(path.as_uri()):  # it says False, and nothing else would
+                err(f"no web browser found to open it; open {path} in one (or set BROWSER to "
+                    "the command that starts yours)")
         return EXIT_OK
     record = service.record(session_id)
     status, result = record.status, record.result
