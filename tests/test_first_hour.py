@@ -362,7 +362,7 @@ def test_doctor_does_not_tell_you_to_install_what_you_have(
 
 def test_how_to_add_more_leaves_out_what_is_there() -> None:
     from massgen_mcp.providers.cli.catalog import FoundCli
-    from massgen_mcp.service import how_to_add_more
+    from massgen_mcp.team.discover import how_to_add_more
 
     def cli(name: str, logged_in: bool = True) -> FoundCli:
         return FoundCli(name, "vendor", f"/bin/{name}", logged_in, "1.0", None)

@@ -74,12 +74,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def local_problems(team: TeamConfig) -> list[str]:
-    """Offline models (local/NAME) that do not exist, as a run would refuse them."""
+    """Offline models (local/NAME) that do not exist, as a run would refuse them (one not
+    pulled yet is what the run says: validate looks at the file, not the cache)."""
     from massgen_mcp.providers import local_model
 
-    names = sorted({a.model.removeprefix("local/") for a in team.agents
-                    if a.model.startswith("local/")})
-    return [why for why in map(local_model.unknown, names) if why]
+    return local_model.team_problems((a.model for a in team.agents), pulled=False)
 
 
 def trusted(loaded: LoadedConfig) -> bool:

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from massgen_mcp.core.errors import ConfigError, ProviderError
@@ -150,6 +150,15 @@ def unknown(name: str) -> str | None:
             f"a model from massgen-mcp models list ({', '.join(names[1:]) or 'none'}; pulled "
             f"first with massgen-mcp models pull NAME), or set {MODEL_ENV} to the absolute "
             f"path of a .gguf file named {name}.gguf")
+
+
+def team_problems(models: Iterable[str], *, pulled: bool = True) -> list[str]:
+    """Why the team's offline models (``local/NAME``) cannot run: a name no model has (a
+    typo), else (``pulled``) a catalog model not downloaded yet. Said before a run (and by
+    ``validate``), so no session is recorded for them."""
+    names = sorted({m.removeprefix("local/") for m in models if m.startswith("local/")})
+    return [why for why in (unknown(n) or (not_pulled(n) if pulled else None) for n in names)
+            if why]
 
 
 def gguf_path(name: str) -> Path:
