@@ -10,10 +10,11 @@ What a calling model is told (next steps, summaries, resource URIs) is written i
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,9 @@ from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import (
     ConfigError,
     EndpointUnreachableError,
+    MassgenError,
     RunNotFinishedError,
+    SessionNotFoundError,
     SessionStateError,
 )
 from massgen_mcp.core.records import (
@@ -35,6 +38,7 @@ from massgen_mcp.core.records import (
     EventType,
     Phase,
     ResultRecord,
+    RunKind,
     RunStatus,
     SessionRecord,
     SessionSummary,
@@ -52,6 +56,7 @@ from massgen_mcp.core.spec import (
     missing_credentials,
 )
 from massgen_mcp.providers.cli.catalog import refusals as cli_refusals
+from massgen_mcp.providers.cli.catalog import unusable as cli_unusable
 from massgen_mcp.sessions.runner import (
     EventListener,
     Executor,
@@ -61,7 +66,7 @@ from massgen_mcp.sessions.runner import (
     recorded_team,
 )
 from massgen_mcp.sessions.runner import StartedRun as StartedRun  # start()'s reply, for faces
-from massgen_mcp.sessions.store import SessionStore, check_session_id
+from massgen_mcp.sessions.store import LATEST, SessionStore, check_session_id
 from massgen_mcp.sessions.waiting import StatusCallback as StatusCallback  # for faces
 from massgen_mcp.team import consent
 from massgen_mcp.team.choose import choose_team, with_overrides
@@ -124,6 +129,9 @@ class ConsensusService:
         self.store = store
         self.runner = runner
         self.workspace = workspace
+        # Set by a face that can show it (the CLI on a terminal): the bundled model's first
+        # fetch then happens before the run, with this progress, not inside the run.
+        self.fetch_progress: Callable[[int, int], None] | None = None
 
     @classmethod
     def local(cls, home: Path | None = None, workspace: Workspace | None = None, *,
@@ -161,10 +169,11 @@ class ConsensusService:
 
     # -- starting runs ------------------------------------------------------------------------
 
-    async def start(self, spec: RunSpec, workspace: Workspace | None = None) -> StartedRun:
+    async def start(self, spec: RunSpec, workspace: Workspace | None = None, *,
+                    kind: RunKind = RunKind.RUN) -> StartedRun:
         """Check ``spec``, choose its team and start the run in the background. File inputs
         and the agents' tools use ``workspace`` (e.g. the MCP client's root) if given, else
-        the service's own."""
+        the service's own. ``kind``: ``eval`` marks a run eval made (see :class:`RunKind`)."""
         workspace = workspace or self.workspace
         question = check_question(spec.question)
         given = check_text(spec.context or "", "context").strip()
@@ -183,15 +192,17 @@ class ConsensusService:
         # file's; the default team's are the user's own.
         chosen = workspace.confined and bool(spec.models or spec.config or spec.base_url)
         return await self._launch(question, choice.team, context, spec.parent_session_id,
-                                  choice.notes, workspace, urls_from_call=chosen)
+                                  choice.notes, workspace, urls_from_call=chosen, kind=kind)
 
     async def _launch(self, question: str, team: TeamConfig, context: str | None,
                       parent_session_id: str | None, notes: list[str],
                       workspace: Workspace | None = None, *,
-                      urls_from_call: bool | None = None) -> StartedRun:
+                      urls_from_call: bool | None = None,
+                      kind: RunKind = RunKind.RUN) -> StartedRun:
         problems = missing_credentials(team)
         if problems:
             raise ConfigError("missing API keys:\n" + "\n".join(problems))
+        self._check_clis(team)
         refused = await cli_refusals(team)
         if refused:
             raise ConfigError("coding-agent CLIs that cannot run read-only:\n"
@@ -203,9 +214,15 @@ class ConsensusService:
         await self._check_endpoints(team, (workspace or self.workspace).confined
                                     if urls_from_call is None else urls_from_call)
         self._check_local_models(team)
-        run = await self.runner.start(question, team, context=context,
-                                      parent_session_id=parent_session_id, workspace=root,
-                                      notes=notes)
+        await self._fetch_bundled(team)
+        if kind is not RunKind.RUN and isinstance(self.runner, SessionRunner):
+            run: StartedRun = await self.runner.start(
+                question, team, context=context, parent_session_id=parent_session_id,
+                workspace=root, notes=notes, kind=kind)
+        else:  # a pool's runs are not marked (its queue carries no kind): they stay listed
+            run = await self.runner.start(question, team, context=context,
+                                          parent_session_id=parent_session_id, workspace=root,
+                                          notes=notes)
         if self._records_in_project():
             consent.remember_run(self.store, run.session_id, team)
         return run
@@ -226,20 +243,41 @@ class ConsensusService:
             if problems:
                 raise EndpointUnreachableError("\n".join(problems))
 
-    def _check_local_models(self, team: TeamConfig) -> None:
-        """Refuse, before a record exists, a run on an offline model that was never pulled
-        (a run never downloads one). Only here: a pool's worker has a cache of its own."""
+    def _check_clis(self, team: TeamConfig) -> None:
+        """Refuse, before a record exists, a team of coding-agent CLIs none of which this
+        machine has installed and logged in (@cli_team on a machine without them). Only
+        here: a pool's worker has CLIs of its own."""
         if not isinstance(self.runner, SessionRunner):
             return
-        names = sorted({a.model.removeprefix("local/") for a in team.agents
-                        if a.model.startswith("local/")})
-        if not names:
+        missing = cli_unusable(team)
+        if missing:
+            raise ConfigError("no agent of this team can run here; every one is a coding-agent "
+                              "CLI that is missing or not logged in:\n" + "\n".join(missing)
+                              + "\n(massgen-mcp doctor shows the CLIs found)")
+
+    def _check_local_models(self, team: TeamConfig) -> None:
+        """Refuse, before a record exists, a run on an offline model that does not exist or
+        was never pulled (a run never downloads one). Only here: a pool's worker has a cache
+        of its own."""
+        if not isinstance(self.runner, SessionRunner) or not any(
+                a.model.startswith("local/") for a in team.agents):
             return
         from massgen_mcp.providers import local_model  # only for a team on this machine
 
-        problems = [why for why in map(local_model.not_pulled, names) if why]
+        problems = local_model.team_problems(a.model for a in team.agents)
         if problems:
             raise ConfigError("\n".join(problems))
+
+    async def _fetch_bundled(self, team: TeamConfig) -> None:
+        """The bundled offline model's first fetch, before the record exists, when this
+        face shows its progress (:attr:`fetch_progress`); a failed fetch refuses the run."""
+        if self.fetch_progress is None or not isinstance(self.runner, SessionRunner) or all(
+                a.model != "local/smollm2" for a in team.agents):
+            return
+        from massgen_mcp.providers import local_model
+
+        if local_model.bundled_missing():
+            await asyncio.to_thread(local_model.fetch_bundled, self.fetch_progress)
 
     def _records_in_project(self) -> bool:
         """Whether the records sit inside the project (the default ./.massgen), where a
@@ -275,12 +313,17 @@ class ConsensusService:
         return started
 
     async def sample_member(self, session_id: str, agent_id: str, copies: int,
-                            question: str) -> StartedRun:
+                            question: str, *, spec: RunSpec | None = None) -> StartedRun:
         """A run of ``copies`` identical copies of one agent of a recorded session's team (its
         model, endpoint, persona and sampling settings), on ``question``: their first drafts
         are independent samples of that agent alone, which is what ``eval``'s
-        self-consistency baseline needs. Same checks and consent as the session's own run."""
-        team = self._recorded_team(session_id)
+        self-consistency baseline needs. Same checks and consent as the session's own run.
+
+        ``spec``: the team as the caller gave it (``eval`` passes its own), chosen again in
+        memory. The recorded team never holds inline ``api_key`` values, so a config that
+        names its keys inline could not be sampled from its record."""
+        team = ((await choose_team(spec, self.workspace)).team if spec is not None
+                else self._recorded_team(session_id))
         agent = next((a for a in team.agents if a.id == agent_id), None)
         if agent is None:
             raise ConfigError(f"agent_id: session {session_id} has no agent {agent_id!r} "
@@ -295,7 +338,8 @@ class ConsensusService:
                                                   "skip_final_presentation": True})
         sampled = TeamConfig.model_validate({**team.model_dump(), "agents": copied,
                                              "options": options})  # ids checked again
-        return await self._launch(check_question(question), sampled, None, None, [])
+        return await self._launch(check_question(question), sampled, None, None, [],
+                                  kind=RunKind.EVAL)
 
     async def resume_session(self, session_id: str) -> StartedRun:
         """Continue an interrupted run from its recorded answers and votes, in the same
@@ -355,10 +399,28 @@ class ConsensusService:
             raise RunNotFinishedError(session_id, (await self.status(session_id)).status)
         return result
 
-    def find_session(self, ref: str) -> str:
+    def find_session(self, ref: str, *, include_eval: bool = False) -> str:
         """The session id ``ref`` names for a person: ``latest``, an id, or a unique start
-        of one (:meth:`SessionStore.find`)."""
-        return self.store.find(ref)
+        of one (:meth:`SessionStore.find`). ``latest`` is the newest run a person made:
+        eval's runs are skipped unless ``include_eval``; an id names any run."""
+        found = self.store.find(ref)
+        if include_eval or ref.strip().lower() != LATEST or not self.is_eval(found):
+            return found
+        # Older ids than the newest one find accepts are not from the future either.
+        newest = next((sid for sid in self.store.session_ids()
+                       if sid < found and not self.is_eval(sid)), None)
+        if newest is None:
+            raise SessionNotFoundError(
+                f"no sessions but eval's in {self.store.sessions_dir}; `massgen-mcp sessions "
+                "--all` lists those, and an id shows one")
+        return newest
+
+    def is_eval(self, session_id: str) -> bool:
+        """Whether ``massgen-mcp eval`` made the run (its request says so)."""
+        try:
+            return self.store.read_request(session_id).kind is RunKind.EVAL
+        except MassgenError:
+            return False
 
     def record(self, session_id: str) -> SessionRecord:
         """Everything recorded about a session: status, result, events, every answer."""
@@ -382,9 +444,22 @@ class ConsensusService:
         return self.store.read_answer(check_session_id(session_id), label)
 
     def list_sessions(self, status: RunStatus | None = None, limit: int = 20,
-                      cursor: str | None = None) -> tuple[list[SessionSummary], str | None]:
-        """A page of sessions newest first, and the cursor of the next page (None: last)."""
-        return self.store.list(status=status, limit=limit, cursor=cursor)
+                      cursor: str | None = None, *, include_eval: bool = False
+                      ) -> tuple[list[SessionSummary], str | None]:
+        """A page of sessions newest first, and the cursor of the next page (None: last).
+        Eval's runs (a run per question and sampling runs it stops itself) are left out
+        unless ``include_eval``: a person's list is the runs they made."""
+        found: list[SessionSummary] = []
+        while True:
+            page, cursor = self.store.list(status=status, limit=limit, cursor=cursor)
+            for summary in page:
+                if not include_eval and self.is_eval(summary.session_id):
+                    continue
+                if len(found) == limit:
+                    return found, found[-1].session_id
+                found.append(summary)
+            if cursor is None:
+                return found, None
 
     async def cancel(self, session_id: str) -> tuple[RunStatus, bool]:
         """Stop a run; returns its status afterwards and whether this call stopped it."""
@@ -399,7 +474,7 @@ class ConsensusService:
         return status.status, False
 
     async def check_setup(self) -> SetupView:
-        from massgen_mcp.team.discover import discover
+        from massgen_mcp.team.discover import discover, how_to_add_more
 
         found = await discover(survey=True)
         info = await self.runner.describe()
@@ -425,15 +500,8 @@ class ConsensusService:
             sessions_running=await self.runner.count_running() if info.surveyed else 0,
             pool_problem=None if info.surveyed else info.problem,
             versions=versions,
-            how_to_add_more=(
-                "set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, "
-                "XAI_API_KEY, OPENROUTER_API_KEY, ...) in the environment or a .env file; "
-                "log in to Claude Code, Codex or Gemini CLI (used when no key is set, or as "
-                "cli/claude, cli/codex, cli/gemini); start Ollama or LM Studio; pip install "
-                "'massgen-mcp[local]' for the offline model; or set a team in "
-                ".massgen/config.yaml. options.workspace_tools lets agents (not CLI agents) "
-                "read the project's files (read-only, secret files never), which sends what "
-                "they read to their providers"),
+            how_to_add_more=how_to_add_more(found.clis, found.local_servers,
+                                            found.embedded_model),
         )
 
     # -- the records folder, for the CLI and eval ---------------------------------------------

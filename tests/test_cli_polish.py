@@ -87,12 +87,13 @@ async def test_show_latest_unique_prefixes_and_a_sessions_header(scripted: Scrip
         f"massgen-mcp: {shared} is the start of 2 session ids ({newer}, {older}); give more "
         "characters")
 
-    listing = cli(home, "sessions").stdout.splitlines()
+    listed = cli(home, "sessions")
+    listing = listed.stdout.splitlines()  # the list only: a hint would break `| tail -n +2`
     assert re.fullmatch(r"SESSION +STARTED +STATUS +WINNER +QUESTION", listing[0])
     assert re.fullmatch(rf"{newer}  today \d\d:\d\d +completed +[A-H]1 +What is the largest "
                         r"planet\? Say why\.", listing[1]), listing[1]
-    assert listing[2].startswith(f"{older}  today ")
-    assert "show ID" in listing[-1] and "'latest'" in listing[-1]
+    assert listing[2].startswith(f"{older}  today ") and len(listing) == 3
+    assert "show ID" in listed.stderr and "'latest'" in listed.stderr
 
 
 async def test_a_missing_session_names_each_faces_own_command(home: Path) -> None:

@@ -114,3 +114,22 @@ def test_docs_list_every_setting() -> None:
     from massgen_mcp.core.settings import markdown_table
 
     assert markdown_table() in (ROOT / "docs" / "config.md").read_text()
+
+
+def test_docs_has_a_contents_page_that_lists_every_page() -> None:
+    """docs/ opens on its contents (GitHub shows a folder's README.md), and it reaches every
+    page there."""
+    contents = ROOT / "docs" / "README.md"
+    linked = {(contents.parent / link.partition("#")[0]).resolve()
+              for link in LINK.findall(contents.read_text())}
+    assert set((ROOT / "docs").glob("*.md")) - {contents} - linked == set()
+
+
+def test_development_states_no_test_count_that_goes_stale() -> None:
+    """A count in the present tense is wrong after the next merge: the suite's line gives the
+    command that counts them, and a measured figure says when."""
+    text = (ROOT / "docs" / "development.md").read_text()
+    suite = next(line for line in text.splitlines() if "# the whole suite" in line)
+    assert not re.search(r"\d+ tests", suite), suite
+    assert "pytest -q --collect-only -n 0 | tail -1" in text
+    assert not re.search(r"whole suite, \d+ tests", text)

@@ -372,3 +372,32 @@ async def test_identical_independent_answers_are_kept(scripted: Scripted) -> Non
     assert out.result["status"] == "completed"
     assert len(out.events("answer")) == 3 and not out.events("invalid_action")
     assert out.result["usage"]["calls"] == 7
+
+
+@pytest.mark.parametrize(("presentation", "final", "event"), [
+    # A coding-agent CLI answered the final prompt with the protocol: the answer it voted for
+    # stands, verbatim, and the event log says why.
+    ('{"action": "vote", "answer": "B1", "reason": "it is right"}', "selected", "fallback"),
+    ('```json\n{"action": "vote", "answer": "B1"}\n```', "selected", "fallback"),
+    ('{"action": "new_answer", "content": "Final: 42, unwrapped."}', "Final: 42, unwrapped.",
+     "unwrapped"),
+    # An answer that shows JSON is an answer.
+    ('The config is {"action": "vote"} in JSON.', 'The config is {"action": "vote"} in JSON.',
+     None),
+])
+async def test_a_presentation_that_is_an_action_object_is_never_the_final_answer(
+        scripted: Scripted, presentation: str, final: str, event: str | None) -> None:
+    def policy(req: ChatRequest) -> Reply:
+        return text(presentation) if req.is_final else agree(req)
+
+    out = await run_team(team_for(scripted(policy)))
+    r = out.result
+    winning = next(a["content"] for a in r["answers"] if a["label"] == r["winner"]["label"])
+    assert r["final_answer"] == (winning if final == "selected" else final)
+    assert r["presented_by"] == (None if final == "selected" else r["winner"]["agent_id"])
+    fallbacks, unwrapped = out.events("final_fallback"), out.events("final_unwrapped")
+    assert [e["reason"] for e in fallbacks] == (
+        ["the presentation was a 'vote' action, not an answer; the selected answer "
+         f"{r['winner']['label']} stands"] if event == "fallback" else [])
+    assert len(unwrapped) == (1 if event == "unwrapped" else 0)
+    assert (out.folder / "final.md").read_text().strip() == r["final_answer"]

@@ -245,3 +245,49 @@ def test_a_run_that_failed_counts_as_wrong_and_runs_again_on_resume(
     broken["on"] = False
     assert main(args) == 0
     assert re.search(r"^consensus +100% ", capsys.readouterr().out, re.MULTILINE)
+
+
+def test_eval_scores_every_method_for_a_config_with_inline_keys_and_stays_out_of_the_list(
+        scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """MassGen's commonest config names its keys inline. The records never hold them, so the
+    self-consistency samples run on the team as given, in memory; and eval's runs (one per
+    question, plus sampling runs it cancels itself) stay out of `sessions` and `latest`."""
+    server = scripted(Policy())
+    key = "sk-inline-eval-key-0042"
+    config = tmp_path / "team.yaml"
+    config.write_text("agents:\n" + "".join(
+        f"  - id: agent_{m}\n    backend: {{type: chatcompletion, model: {m}, "
+        f"base_url: '{server.base_url}', api_key: '{key}'}}\n" for m in "abc"))
+    questions = write_questions(tmp_path / "q.jsonl", 2)
+    assert main(["eval", str(questions), "--config", str(config), "--name", "k",
+                 "--samples", "3"]) == 0
+    captured = capsys.readouterr()
+    assert "self-consistency: agent_a ×3" in captured.out, captured.err
+    samples = [r for r in server.requests if r.model == "a" and not r.vote_labels
+               and not r.is_final]
+    assert len(samples) == 2 + 2 * 3  # each question's draft, then its 3 samples
+    assert {r.headers.get("authorization") for r in server.requests} == {f"Bearer {key}"}
+    assert key not in "".join(p.read_text(errors="replace") for p in home.rglob("*")
+                              if p.is_file())
+
+    assert main(["sessions"]) == 0
+    listed = capsys.readouterr()
+    assert listed.out == "" and "--all lists them" in listed.err
+    assert main(["show", "latest"]) == 1
+    assert "no sessions but eval's" in capsys.readouterr().err
+    assert main(["sessions", "--all", "--json"]) == 0
+    every = json.loads(capsys.readouterr().out)
+    assert len(every) == 2 + 2 and {s["kind"] for s in every} == {"eval"}
+    assert sorted(s["status"] for s in every) == ["cancelled", "cancelled", "completed",
+                                                  "completed"]
+    assert main(["sessions", "--all"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert len(rows) == 4 and all("[eval] What is" in row for row in rows), rows
+
+    assert main(["run", "What is 1 plus 4?", "--config", str(config), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["sessions", "--json"]) == 0
+    mine = json.loads(capsys.readouterr().out)
+    assert [s["kind"] for s in mine] == ["run"] and mine[0]["question"] == "What is 1 plus 4?"
+    assert main(["show", "latest", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["session_id"] == mine[0]["session_id"]

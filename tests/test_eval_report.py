@@ -3,6 +3,7 @@ browser."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,51 @@ def test_summary_renders_in_a_real_browser_and_fetches_nothing(tmp_path: Path) -
     picture = chromium(f"--screenshot={shot}", "--window-size=1200,1800",
                        (tmp_path / "realistic.html").as_uri(), tmp=tmp_path)
     assert picture.returncode == 0 and shot.stat().st_size > 10_000
+
+
+MARK = re.compile(r'class="mark[^"]*" (?:cx="([\d.]+)" cy="([\d.]+)"|d="M([\d.]+) ([\d.]+)'
+                  r'|x="([\d.]+)" y="([\d.]+)")')
+LABEL = re.compile(r'<text x="([\d.]+)" y="([\d.]+)" text-anchor="\w+">([^<]*)</text></g>')
+
+
+def pairs(svg: str) -> list[tuple[str, tuple[float, float], tuple[float, float]]]:
+    """(label, its marker's centre, where the label meets the eye: its anchor) per point."""
+    found = []
+    for group in re.findall(r'<g class="point".*?</g>', svg):
+        mark, label = MARK.search(group), LABEL.search(group)
+        assert mark and label, group
+        cx, cy, px, py, rx, ry = mark.groups()
+        centre = ((float(cx), float(cy)) if cx else (float(px), float(py) + 6) if px
+                  else (float(rx) + 4.5, float(ry) + 4.5))  # circle, triangle/diamond, square
+        found.append((label.group(3), centre, (float(label.group(1)),
+                                                float(label.group(2)) - 4)))
+    return found
+
+
+def test_each_label_sits_nearest_its_own_point_when_points_coincide() -> None:
+    """The team consensus, the self-consistency baseline and the ceiling often land on the
+    same accuracy and calls: their markers sit 7 px apart, and a label put beside one of them
+    on the far side of another was read as the other's (the dot carried 'self-consistency',
+    the triangle 'consensus')."""
+    from massgen_mcp.render.eval_report import chart
+
+    ok, bar = 0.8, [0.4, 1.0]  # the same accuracy and interval
+    cases = [
+        [method("consensus", "consensus", ok, bar, 4, 7, None),
+         method("alone: agent_a (openai/a)", "member", 0.6, [0.2, 1.0], 3, 1, None),
+         method("majority of first drafts", "majority", 0.2, [0.0, 0.6], 1, 3, None),
+         method("self-consistency: agent_a ×7", "self_consistency", ok, bar, 4, 7, None),
+         method("any member right (ceiling)", "ceiling", ok, bar, 4, 7, None)],
+        [method("consensus", "consensus", ok, bar, 4, 3, 0.002),
+         method("self-consistency: b ×3", "self_consistency", ok, bar, 4, 3, 0.002),
+         method("alone: b (openai/b)", "member", 0.5, [0.1, 0.9], 2, 1, 0.0007)],
+        [method("consensus", "consensus", ok, bar, 4, 1, None),
+         method("self-consistency: a ×1", "self_consistency", ok, bar, 4, 1, None)],
+    ]
+    for methods in cases:
+        found = pairs(chart(methods))
+        assert len(found) == len(methods)
+        for label, centre, anchor in found:
+            own = math.dist(centre, anchor)
+            others = [math.dist(c, anchor) for name, c, _ in found if name != label]
+            assert all(own < other for other in others), (label, centre, anchor, found)

@@ -76,7 +76,8 @@ async def test_new_records_keep_the_release_0_1_0_json(old_home: Path) -> None:
         new_keys = set(json.loads((new / name).read_text()))
         # Added since 0.1.0, optional and ignored by older readers (extra="ignore").
         assert new_keys - old_keys <= {"schema_version", "workspace", "notes", "worker",
-                                       "decided_by", "late", "tied", "dropped"}, name
+                                       "decided_by", "late", "tied", "dropped",
+                                       "kind"}, name  # kind: eval's runs (issue 49)
         assert old_keys <= new_keys, name
     old_events = {json.loads(line)["type"]: set(json.loads(line))
                   for line in (old / "events.jsonl").read_text().splitlines()}

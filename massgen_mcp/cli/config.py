@@ -56,6 +56,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for problem in missing_credentials(team) + cli_problems(team) + asyncio.run(
             unreachable(team.agents)):  # what a run would refuse before it starts
         say(f"  warning: {problem}")
+    unknown = local_problems(team)  # what no environment fixes: the run would not start
+    for problem in unknown:
+        err(f"{args.file}: {problem}")
+    if unknown:
+        return EXIT_INPUT
     if team.mcp_servers() and args.servers:
         if not trusted(loaded):
             err(f"{args.file}: validate --servers starts the commands it names; run "
@@ -66,6 +71,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     elif team.mcp_servers():
         say("  (validate --servers starts its MCP servers and checks what they offer)")
     return EXIT_OK
+
+
+def local_problems(team: TeamConfig) -> list[str]:
+    """Offline models (local/NAME) that do not exist, as a run would refuse them (one not
+    pulled yet is what the run says: validate looks at the file, not the cache)."""
+    from massgen_mcp.providers import local_model
+
+    return local_model.team_problems((a.model for a in team.agents), pulled=False)
 
 
 def trusted(loaded: LoadedConfig) -> bool:

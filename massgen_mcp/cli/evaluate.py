@@ -33,6 +33,8 @@ def add_parser(sub: Any) -> None:
     team = evals.add_mutually_exclusive_group()
     team.add_argument("--models", help="comma-separated litellm models")
     team.add_argument("--config", help="MassGen-format YAML file, or @preset")
+    evals.add_argument("--base-url", help="OpenAI-compatible endpoint for agents without one "
+                                          "(as for run)")
     evals.add_argument("--name", help="results folder under <home>/evals (default: file and "
                                       "team)")
     evals.add_argument("--timeout", type=float, help="per-question run timeout in seconds")
@@ -92,7 +94,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         err("interrupted while loading the questions")
         return EXIT_CANCELLED
-    base = {"models": args.models.split(",") if args.models else None, "config": args.config}
+    base = {"models": args.models.split(",") if args.models else None, "config": args.config,
+            "base_url": args.base_url}
     options = {"timeout_s": args.timeout} if args.timeout else {}
     # The eval's own option set keeps its (empty) name with or without --compare, so adding
     # --compare to an evaluation later resumes it instead of running it again.
@@ -112,8 +115,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 self_consistency="self-consistency" in baselines,
                 best_member=args.best_member, samples=args.samples,
                 concurrency=args.concurrency,
-                settings={"dataset": args.questions, "team": args.config or args.models
-                          or "default", "compare": args.compare or [], "limit": args.limit,
+                settings={"dataset": args.questions, "team": _team_setting(args),
+                          "compare": args.compare or [], "limit": args.limit,
                           "seed": args.seed, "baselines": sorted(baselines),
                           "answer_regex": args.answer_regex, "best_member": args.best_member,
                           "samples": args.samples, "fields": [args.question_field,
@@ -154,6 +157,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     say(format_table(summary(results)))
     err(f"results: {plan.folder / 'results.json'}; summary: {plan.folder / 'summary.html'}")
     return EXIT_OK
+
+
+def _team_setting(args: argparse.Namespace) -> str:
+    """The team as results.json records it (a stored result is only resumed by the same):
+    the endpoint is part of it when given."""
+    team = str(args.config or args.models or "default")
+    return f"{team} @ {args.base_url}" if args.base_url else team
 
 
 def _spec_maker(base: dict[str, Any], options: dict[str, Any]) -> Any:

@@ -11,11 +11,13 @@ write and the exit codes are in :mod:`.output`.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import sys
+from collections.abc import Sequence
 
 from massgen_mcp._version import __version__
-from massgen_mcp.cli import evaluate, flags, models, steer
+from massgen_mcp.cli import evaluate, flags, follow_up, models, steer
 from massgen_mcp.cli.config import cmd_trust, cmd_validate
 from massgen_mcp.cli.output import (
     EXIT_BY_STATUS,
@@ -31,7 +33,7 @@ from massgen_mcp.cli.output import (
     err,
 )
 from massgen_mcp.cli.records import cmd_prune, cmd_sessions, cmd_show
-from massgen_mcp.cli.run import cmd_run
+from massgen_mcp.cli.run import add_limit_flags, cmd_run
 from massgen_mcp.cli.serve import cmd_doctor, cmd_install, cmd_serve, cmd_worker
 from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import (
@@ -58,6 +60,25 @@ first steps:
 With no command: serve MCP over stdio, which is what MCP hosts start."""
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser that refuses what it does not know itself, with its own usage
+    and the nearest flag: argparse would hand the leftovers to the top parser, which printed
+    the usage of ``massgen-mcp`` for a typo in ``run --jsn``."""
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            flags = [f for action in self._actions for f in action.option_strings
+                     if f.startswith("--")]
+            near = [m for extra in extras if extra.startswith("-")
+                    for m in difflib.get_close_matches(extra.split("=", 1)[0], flags, 1, 0.6)]
+            hint = f"; did you mean {' or '.join(dict.fromkeys(near))}?" if near else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="massgen-mcp",
@@ -65,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"massgen-mcp {__version__}")
     parser.add_argument("--home", help="record folder (default: $MASSGEN_HOME or ./.massgen)")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=CommandParser)
 
     run = sub.add_parser("run", help="ask the team one question and print the agreed answer",
                          description="Ask the team one question: the answer goes to stdout, "
@@ -83,14 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--context", help="background text for every agent")
     run.add_argument("--context-file", action="append", metavar="PATH",
                      help="a text file shared with every agent (repeat for more)")
-    run.add_argument("--json", action="store_true",
-                     help="print one JSON object (session_id, status, winner, tied, dropped, "
-                          "final_answer, ...), also when interrupted")
-    run.add_argument("--timeout", type=float, help="session timeout in seconds (default 600)")
-    run.add_argument("--max-cost", type=float, help="stop at this cost in USD")
-    run.add_argument("--max-tokens", type=int, help="stop at this many tokens in total")
-    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_limit_flags(run)
     run.set_defaults(func=cmd_run)
+    follow_up.add_parsers(sub)
 
     evaluate.add_parser(sub)
     models.add_parser(sub)
@@ -118,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     sessions.add_argument("--limit", type=int, default=20,
                           help="how many to list (default 20)")
     sessions.add_argument("--json", action="store_true", help="print a JSON list")
+    sessions.add_argument("--all", action="store_true",
+                          help="also the runs massgen-mcp eval made (left out by default)")
     sessions.set_defaults(func=cmd_sessions)
 
     show = sub.add_parser("show", help="print a run's outcome, answer and coordination table")

@@ -20,7 +20,7 @@ from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.providers import local_model, model_hub
 from massgen_mcp.providers.endpoints import shown
 
-BUNDLED = ("SmolLM2-135M-Instruct, Q4_1", "98 MB", "Apache-2.0")
+BUNDLED = ("SmolLM2-135M-Instruct, Q4_1", local_model.SIZE_TEXT, "Apache-2.0")
 
 
 def add_parser(sub: Any) -> None:
@@ -114,8 +114,9 @@ def cmd_pull(args: argparse.Namespace) -> int:
 class Bar:
     """Download progress on stderr: a redrawn bar on a terminal, else a line every 10%."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, mib: bool = False) -> None:
         self.name, self.tty = name, sys.stderr.isatty()
+        self.mib = mib  # sizes in MiB with a decimal (the bundled model's 93.8 MiB)
         self.began = time.monotonic()
         self.first: int | None = None  # bytes already there when this pull began
         self.drawn_at = 0.0
@@ -128,7 +129,9 @@ class Bar:
             self.first = done
         percent = 100 * done // max(total, 1)
         speed = (done - self.first) / max(now - self.began, 1e-3) / 1e6
-        text = f"{self.name}: {percent:3d}%  {done / 1e6:,.0f} of {total / 1e6:,.0f} MB"
+        text = (f"{self.name}: {percent:3d}%  {done / 2**20:,.1f} of {total / 2**20:,.1f} MiB"
+                if self.mib else
+                f"{self.name}: {percent:3d}%  {done / 1e6:,.0f} of {total / 1e6:,.0f} MB")
         if not self.tty:
             if percent >= self.next_tenth or done == total:
                 err(f"{text}  {speed:.1f} MB/s")

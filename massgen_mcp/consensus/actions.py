@@ -146,6 +146,33 @@ def _check_vote(label: object, reason: object, view: View) -> CastVote | Invalid
     return CastVote(label, text[:MAX_REASON_CHARS])
 
 
+_FENCE = re.compile(r"\A```(?:json)?\s*(.*?)\s*```\Z", re.DOTALL | re.IGNORECASE)
+
+
+def presented_action(text: str) -> tuple[str, str | None] | None:
+    """What a final presentation is when the whole reply is a workflow action, not an answer
+    (a coding-agent CLI that keeps playing the protocol answered ``{"action": "vote", ...}``):
+    ``("new_answer", content)`` for an answer with usable content, ``(action, None)`` for a
+    vote or anything else with an ``action``. None for a reply that is an answer (JSON an
+    answer merely contains is left alone: only a reply that is nothing but the object)."""
+    fenced = _FENCE.match(text.strip())
+    body = fenced.group(1) if fenced else text.strip()
+    if not body.startswith("{"):
+        return None
+    try:
+        value = load_json(body)
+    except UnsafeJson:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("action"), str):
+        return None
+    action = value["action"][:40]
+    content = value.get("content")
+    if action == "new_answer" and isinstance(content, str) and content.strip() and (
+            len(content) <= MAX_ANSWER_CHARS):
+        return action, content.strip()
+    return action, None
+
+
 def parse_check(text: str) -> tuple[str, str | None]:
     """(verdict, feedback) from a check reply; anything but a well-formed restart accepts."""
     try:

@@ -35,6 +35,7 @@ from massgen_mcp.consensus.actions import (
     NewAnswer,
     parse_action,
     parse_check,
+    presented_action,
 )
 from massgen_mcp.consensus.drafts import Drafts
 from massgen_mcp.consensus.evidence import Evidence, is_evidence
@@ -320,7 +321,8 @@ class ConsensusRun:
                      else f"the run is {str(self.status).replace('_', ' ')}")
             raise SteerRefusedError(
                 f"session {self.request.session_id} cannot take a note now: {where}. Send "
-                "it as a follow-up once the run has finished (continue_session, or a new run)")
+                "it as a follow-up once the run has finished (continue_session, or massgen-mcp "
+                "continue ID \"...\" at a terminal, or a new run)")
         self._notes.admit()
         cleared = self.coord.steer(note)
         self._emit(EventType.STEERED, detail=note, chars=len(note), count=cleared)
@@ -427,6 +429,17 @@ class ConsensusRun:
         if problem:
             self._emit(EventType.FINAL_FALLBACK, agent_id=presenter.id, reason=problem)
             return winner.content, None
+        action = presented_action(text)
+        if action is not None:  # the protocol, not an answer: whatever the provider kind
+            name, content = action
+            if content is None:
+                self._emit(EventType.FINAL_FALLBACK, agent_id=presenter.id, reason=(
+                    f"the presentation was a {name!r} action, not an answer; the selected "
+                    f"answer {winner.label} stands"))
+                return winner.content, None
+            self._emit(EventType.FINAL_UNWRAPPED, agent_id=presenter.id, reason=(
+                "the presentation was a 'new_answer' action; its content is the final answer"))
+            text = content
         return text, presenter.id
 
     async def _restart_after_check(self, final: str | None, presenter: str | None) -> bool:

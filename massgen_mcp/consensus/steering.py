@@ -43,8 +43,8 @@ def not_running(session_id: str, status: RunStatus) -> SteerRefusedError:
     every executor."""
     return SteerRefusedError(
         f"session {session_id} is {str(status).replace('_', ' ')}, not running: a note only "
-        "reaches a running team. Ask it as a follow-up instead (continue_session, or a new "
-        "run)")
+        "reaches a running team. Ask it as a follow-up instead (continue_session, or "
+        f"massgen-mcp continue {session_id} \"...\" at a terminal, or a new run)")
 
 
 class NoteGate:

@@ -69,6 +69,10 @@ _FAMILIES = (("gpt", "openai"), ("o1", "openai"), ("o3", "openai"), ("o4", "open
              ("deepseek", "deepseek"), ("mistral", "mistral"), ("kimi", "moonshot"),
              ("glm", "zai"))
 _EXAMPLES = "openai, anthropic, gemini, xai, openrouter, ollama_chat, hosted_vllm"
+# The offline models that run in this process (local/<name>): the bundled one, then the
+# catalog of ``models pull`` (providers.model_hub; a test keeps the two lists the same). A bare
+# "smollm2" means one of these, not a model litellm routes.
+EMBEDDED_MODELS = ("smollm2", "qwen2.5-1.5b", "qwen2.5-0.5b")
 
 
 def model_problem(model: str, written: str | None = None) -> str | None:
@@ -121,8 +125,11 @@ def _provider_guess(prefix: str) -> str | None:
 def bare_model_guess(model: str) -> str | None:
     """The model string a bare name most likely meant (``gpt4o``: ``gpt-4o``, ``grok-3``:
     ``xai/grok-3``), or None."""
-    known = _bare_models() or frozenset()
     lowered = model.lower()
+    embedded = difflib.get_close_matches(lowered, EMBEDDED_MODELS, n=1, cutoff=0.8)
+    if embedded:
+        return f"local/{embedded[0]}"
+    known = _bare_models() or frozenset()
     if lowered in known:
         return lowered
     chat = sorted(name for name in known if not name.startswith(("ft:", "text-embedding")))

@@ -56,6 +56,14 @@ class RunStatus(StrEnum):
 
 
 # What the run as a whole is doing.
+class RunKind(StrEnum):
+    """Who asked for a run: a person (or a host's model), or ``eval``, whose question-by-
+    question runs and sampling runs would otherwise fill ``sessions`` and take ``latest``."""
+
+    RUN = "run"
+    EVAL = "eval"
+
+
 class Phase(StrEnum):
     QUEUED = "queued"  # waiting for a worker of the pool (massgen-mcp worker) to take it
     ANSWERING = "answering"  # round one: independent answers
@@ -112,6 +120,8 @@ class EventType(StrEnum):
     BUDGET_EXCEEDED = "budget_exceeded"
     CANCELLED = "cancelled"
     FINAL_FALLBACK = "final_fallback"
+    # The presenter answered with a new_answer action: its content became the final answer.
+    FINAL_UNWRAPPED = "final_unwrapped"
     FINAL = "final"
     FINISHED = "finished"
     INTERRUPTED = "interrupted"  # written by the next server when it finds the run orphaned
@@ -343,6 +353,7 @@ class RequestRecord(VersionedRecord):
     workspace: str | None = None  # the root the workspace tools read, when they are on
     # What the user was told about the team: config keys ignored, or why this default team.
     notes: list[str] = []
+    kind: RunKind = RunKind.RUN  # eval's runs are left out of ``sessions`` and ``latest``
 
 
 class Event(Record):

@@ -7,6 +7,7 @@ once, with messages that name the field and the fix, so the engine can trust wha
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -377,9 +378,24 @@ def validation_problems(exc: ValidationError) -> list[tuple[str, str]]:
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            message = "unknown key; remove it (see the README for the accepted keys)"
+            message = unknown_key(err["loc"])
         problems.append((path, message))
     return problems
+
+
+def unknown_key(loc: tuple[int | str, ...]) -> str:
+    """Why a key is refused: the nearest key of the same section (``timeout``: did you mean
+    ``timeout_s``?) and the page that lists them all."""
+    names = [str(part) for part in loc if not isinstance(part, int)]
+    section = names[-2] if len(names) > 1 else ""
+    models: dict[str, tuple[type[BaseModel], ...]] = {
+        "options": (RunOptions,), "agents": (AgentSpec,), "mcp_servers": (McpServerSpec,),
+        "": (RunOptions, TeamConfig)}  # RunOptions checked alone, or the whole team
+    known = sorted({f for model in models.get(section, ()) for f in model.model_fields})
+    near = difflib.get_close_matches(names[-1] if names else "", known, n=1, cutoff=0.6)
+    guess = f"did you mean {near[0]!r}? " if near else ""
+    page = "docs/options.md" if section in ("options", "") else "docs/config.md"
+    return f"unknown key; {guess}remove or rename it (every accepted key: {page})"
 
 
 def build_team(data: dict[str, Any], *, source: str = "config",

@@ -27,7 +27,7 @@ from typing import Any
 from massgen_mcp.api.python import follow
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import atomic_write
-from massgen_mcp.core.records import AgentPhase, RunStatus, StatusRecord
+from massgen_mcp.core.records import AgentPhase, RunKind, RunStatus, StatusRecord
 from massgen_mcp.core.spec import MAX_AGENTS, RunSpec
 from massgen_mcp.evaluation.answers import expected_answer, is_correct, normalise
 from massgen_mcp.evaluation.datasets import Item
@@ -152,7 +152,8 @@ async def evaluate(service: ConsensusService, plan: Plan, *,
             if row["arms"].get(arm.name, {}).get("status") == "completed":  # on a resume
                 continue
             async with slots:
-                started = await service.start(arm.spec(item.question + ANSWER_LINE))
+                started = await service.start(arm.spec(item.question + ANSWER_LINE),
+                                              kind=RunKind.EVAL)
                 await follow(service, started.session_id)
             row["arms"][arm.name] = await score_run(service, started.session_id, expected,
                                                     plan.pattern)
@@ -178,7 +179,8 @@ async def evaluate(service: ConsensusService, plan: Plan, *,
         async with slots:
             row["self_consistency"] = (await self_consistency(
                 service, row["arms"][plan.arms[0].name]["session_id"], best["agent_id"],
-                int(best["samples"]), item, plan.pattern)).as_dict()
+                int(best["samples"]), item, plan.pattern,
+                plan.arms[0].spec(item.question))).as_dict()
         await save()
         if on_progress:
             on_progress("self-consistency",
@@ -242,17 +244,20 @@ def choose_best(results: Results, plan: Plan) -> dict[str, Any] | None:
 
 
 async def self_consistency(service: ConsensusService, session_id: str, agent_id: str,
-                           samples: int, item: Item,
-                           pattern: re.Pattern[str] | None) -> Method:
+                           samples: int, item: Item, pattern: re.Pattern[str] | None,
+                           spec: RunSpec | None = None) -> Method:
     """``samples`` independent drafts of one member (runs of up to 8 copies, each stopped as
-    soon as its drafts are in), their majority answer, and what the drafts cost."""
+    soon as its drafts are in), their majority answer, and what the drafts cost.
+
+    ``spec``: the team as the user gave it, so a member whose config names its key inline
+    is sampled with that key (held in memory; the record of ``session_id`` has none)."""
     expected = expected_answer(item.answer)
     sizes = [MAX_AGENTS] * (samples // MAX_AGENTS) + (
         [samples % MAX_AGENTS] if samples % MAX_AGENTS else [])
 
     async def one_run(copies: int) -> list[Method]:
         started = await service.sample_member(session_id, agent_id, copies,
-                                              item.question + ANSWER_LINE)
+                                              item.question + ANSWER_LINE, spec=spec)
         await _drafts_then_stop(service, started.session_id)
         drafts = await first_drafts(service, started.session_id, expected, pattern)
         return [drafts.alone[a] for a in drafts.order] + [

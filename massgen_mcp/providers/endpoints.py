@@ -34,15 +34,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import socket
 import ssl
 import time
 from urllib.parse import urlsplit
 
+from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import AgentSpec
 
 PROBE_TIMEOUT_S = 5.0
+HTML_PROBE_S = 2.0  # a server slow to say what it is gets the benefit of the doubt
+NOT_OPENAI = "it answered with an HTML page"
+_HTML = re.compile(r"<!doctype html|<html[\s>]", re.IGNORECASE)
 PROBE_TTL_S = 300.0
 OLLAMA_DEFAULT = "http://localhost:11434"
 _OLLAMA = ("ollama", "ollama_chat")
@@ -89,6 +94,8 @@ def unreachable_message(agent: AgentSpec, url: str | None, why: str | None) -> s
         elsewhere = "fix base_url" if agent.base_url else "set OLLAMA_API_BASE to where it runs"
         return (f"cannot reach Ollama at {shown(url)}{because}; start it (ollama serve) and "
                 f"pull the model (ollama pull {model}), or {elsewhere} (agent {agent.id})")
+    if why == NOT_OPENAI:
+        return not_openai_message(url, [agent])
     todo = "fix base_url" if why and "TLS" in why else "start the server there, or fix base_url"
     return f"cannot reach {shown(url)}{because}; {todo} (agent {agent.id}, {agent.model})"
 
@@ -143,8 +150,18 @@ async def unreachable(agents: list[AgentSpec], *, probe_base_urls: bool = True) 
     found = dict(zip(to_probe, await asyncio.gather(*(_probe(url) for url in to_probe)),
                      strict=True))
     found.update({url: _malformed(url) for url in urls - to_probe})
-    return [unreachable_message(agent, url, why) for agent in agents
-            if (url := endpoint_of(agent)) and (why := found[url])]
+    lines = [unreachable_message(agent, url, why) for agent in agents
+             if (url := endpoint_of(agent)) and (why := found[url]) and why != NOT_OPENAI]
+    pages = {url: [a for a in agents if endpoint_of(a) == url]
+             for url, why in found.items() if why == NOT_OPENAI}
+    return lines + [not_openai_message(url, named) for url, named in pages.items()]
+
+
+def not_openai_message(url: str, agents: list[AgentSpec]) -> str:
+    """One line for an endpoint that answered with a web page, whichever agents use it."""
+    who = ", ".join(f"{a.id} ({a.model})" for a in agents)
+    return (f"{shown(url)} is not an OpenAI-compatible endpoint ({NOT_OPENAI}); fix base_url "
+            f"(such a server's URL usually ends in /v1; agents {who})")
 
 
 def _malformed(url: str) -> str | None:
@@ -178,17 +195,60 @@ async def _probe(url: str) -> str | None:
         tls.verify_mode = ssl.CERT_NONE
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_S):
-            _, writer = await asyncio.open_connection(
+            reader, writer = await asyncio.open_connection(
                 host, port, ssl=tls, server_hostname=host if tls else None)
     except TimeoutError:
         return f"no connection within {PROBE_TIMEOUT_S:g} s"
     except OSError as exc:  # ssl.SSLError and socket.gaierror are OSErrors
         return _describe(exc) or "the connection could not be made"
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
+    try:
+        html = await _answers_html(reader, writer, parts.netloc.rsplit("@", 1)[-1],
+                                   parts.path.rstrip("/"))
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    if html:  # a web server, or the wrong port: every call would fail the same way
+        return NOT_OPENAI
     _reached[key] = time.monotonic()
     return None
+
+
+async def _answers_html(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        host: str, path: str) -> bool:
+    """Whether the server answers where the calls will go (``POST <base_url>/chat/
+    completions``, with an empty object: no model runs, an OpenAI-compatible server refuses
+    it in JSON) with an HTML page, as a web server or a wrong port does. Its first 4 KiB
+    within :data:`HTML_PROBE_S`; anything else (JSON, plain text, silence) is not judged
+    here: the calls will say."""
+    request = (f"POST {path}/chat/completions HTTP/1.1\r\nHost: {host}\r\nAccept: "
+               "application/json\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+               "Connection: close\r\n\r\n{}")
+    try:
+        async with asyncio.timeout(HTML_PROBE_S):
+            writer.write(request.encode("ascii", "replace"))
+            await writer.drain()
+            head = await reader.read(4096)
+    except (TimeoutError, OSError):
+        return False
+    text = head.decode("utf-8", "replace")
+    headers, _, body = text.partition("\r\n\r\n")
+    return bool(re.search(r"^content-type:\s*text/html", headers, re.IGNORECASE | re.MULTILINE)
+                or is_html(body))
+
+
+def is_html(text: str) -> bool:
+    """Whether a reply's text is a web page (not a model's or an API's answer): the providers
+    report such a failed call in one line, not as the page."""
+    return bool(_HTML.search(text[:512]))
+
+
+def html_error(status: int | None) -> ProviderError:
+    """A call a web page answered (a web server, a wrong port): what no retry changes, in one
+    line, for the runs :func:`unreachable` did not probe (a pool worker's, a model's call)."""
+    return ProviderError(f"the endpoint is not an OpenAI-compatible endpoint ({NOT_OPENAI}); "
+                         "fix base_url (such a server's URL usually ends in /v1)",
+                         retryable=False, status_code=status, kind="bad_request")
 
 
 def _behind_proxy(scheme: str, host: str) -> bool:

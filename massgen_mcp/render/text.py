@@ -99,7 +99,9 @@ def describe_event(event: Event) -> str | None:
     if kind is EventType.ANSWER:
         return f"{t} {who} answered {event.label}: {_short(event.preview)}"
     if kind is EventType.VOTE:
-        return f"{t} {who} voted for {event.label}: {_short(event.reason)}"
+        # Quoted: the reason is the model's words, and may read like ours ("consensus ...").
+        reason = f': "{_short(event.reason)}"' if event.reason else ""
+        return f"{t} {who} voted for {event.label}{reason}"
     if kind is EventType.VOTE_DISCARDED:
         return f"{t} {who}'s vote for {event.label} discarded (stale view); asking again"
     if kind is EventType.VOTES_INVALIDATED:
@@ -141,11 +143,14 @@ def describe_event(event: Event) -> str | None:
         tied = f"; a tie among {tie}: the agent listed first wins it" if tie else ""
         return f"{t} consensus{': ' + how if how else ''}{tied}"
     if kind in (EventType.TIMEOUT, EventType.BUDGET_EXCEEDED,
-                EventType.CANCELLED, EventType.FINAL_FALLBACK):
+                EventType.CANCELLED, EventType.FINAL_FALLBACK, EventType.FINAL_UNWRAPPED):
         detail = event.detail or event.reason or ""
         return f"{t} {kind.replace('_', ' ')} {detail}".rstrip()
     if kind is EventType.FINISHED:
-        return f"{t} finished: {event.status} ({event.finish_reason})"
+        said = event.finish_reason in _SAID_BY_STATUS and (
+            event.finish_reason is not FinishReason.CONSENSUS)  # "completed" says not how
+        why = "" if said else f" ({event.finish_reason})"
+        return f"{t} finished: {event.status}{why}"
     return None
 
 

@@ -1,6 +1,6 @@
 """Serve the MCP app over stdio (what hosts spawn) or streamable HTTP.
 
-On stdio, stdout *is* the protocol: logging goes to stderr and to ``<home>/server.log`` only,
+On stdio, stdout *is* the protocol: logging goes to stderr and to ``server.log`` only,
 and litellm is kept quiet when it loads. Over HTTP the server binds loopback by default, checks
 Host/Origin headers, and requires a bearer token (``MASSGEN_MCP_TOKEN``, compared in constant
 time) whenever one is set; binding a non-loopback address without a token is refused. A client
@@ -34,6 +34,7 @@ from massgen_mcp.core.net import is_loopback
 from massgen_mcp.core.secrets import RedactingFormatter
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.server.guard import token_matches
+from massgen_mcp.server.log_file import FollowingLogFile
 
 if TYPE_CHECKING:
     from fastmcp.server.auth import TokenVerifier
@@ -245,15 +246,12 @@ def bearer_token_auth(token: str) -> TokenVerifier:
 
 
 def configure_logging(home: Path | None, log_file: str | None = "server.log") -> None:
-    """Logs to stderr and ``<home>/<log_file>`` (None: stderr only); never to stdout."""
+    """Logs to stderr and ``<home>/<log_file>`` (None: stderr only), which is in the user's
+    state folder until the records folder exists (:mod:`.log_file`: a host's health check
+    writes nothing into the project); never to stdout."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    folder = home or default_home()
-    try:
-        if log_file is not None:
-            folder.mkdir(parents=True, exist_ok=True)
-            handlers.append(logging.FileHandler(folder / log_file, encoding="utf-8"))
-    except OSError:
-        pass  # a read-only folder must not stop the server; stderr still has the logs
+    if log_file is not None:
+        handlers.append(FollowingLogFile(home or default_home(), log_file))
     for handler in handlers:
         handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: "
                                                 "%(message)s"))

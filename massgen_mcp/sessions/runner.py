@@ -38,6 +38,7 @@ from massgen_mcp.core.records import (
     FinishReason,
     RequestRecord,
     ResultRecord,
+    RunKind,
     RunStatus,
     StatusRecord,
 )
@@ -121,7 +122,8 @@ class Listeners:
 def create_record(store: SessionStore, session_id: str, question: str, team: TeamConfig, *,
                   context: str | None, parent_session_id: str | None,
                   workspace: Path | None, notes: list[str] | None,
-                  hooks: RecorderHooks | None = None) -> FileRecorder:
+                  hooks: RecorderHooks | None = None,
+                  kind: RunKind = RunKind.RUN) -> FileRecorder:
     """A new session's folder with its config (keys masked) and request: everything any
     process needs to run it. ``workspace`` is recorded only when the team's tools read it."""
     if not team.options.workspace_tools:
@@ -131,7 +133,7 @@ def create_record(store: SessionStore, session_id: str, question: str, team: Tea
         request=RequestRecord(question=question, context=context,
                               parent_session_id=parent_session_id,
                               workspace=str(workspace) if workspace else None,
-                              notes=notes or []),
+                              notes=notes or [], kind=kind),
         on_event=hooks["on_event"] if hooks else None,
         on_status=hooks["on_status"] if hooks else None)
 
@@ -312,17 +314,18 @@ class SessionRunner:
     async def start(
         self, question: str, team: TeamConfig, *, context: str | None = None,
         parent_session_id: str | None = None, workspace: Path | None = None,
-        notes: list[str] | None = None,
+        notes: list[str] | None = None, kind: RunKind = RunKind.RUN,
     ) -> LiveRun:
         """Create the record and start the run in the background; returns at once.
         ``workspace`` is the root the evidence tools read, when the team's options turn
-        them on."""
+        them on; ``kind`` marks eval's runs (kept out of ``sessions`` and ``latest``)."""
         self._check_capacity()
         session_id = new_session_id()
         changes, ticks = ChangeSignal(), ChangeSignal()
         recorder = create_record(self.store, session_id, question, team, context=context,
                                  parent_session_id=parent_session_id, workspace=workspace,
-                                 notes=notes, hooks=self._hooks(session_id, changes, ticks))
+                                 notes=notes, hooks=self._hooks(session_id, changes, ticks),
+                                 kind=kind)
         request = RunRequest(session_id, question, team, context, parent_session_id,
                              workspace=workspace if team.options.workspace_tools else None)
         return self._launch(request, recorder, (changes, ticks), fresh=True,

