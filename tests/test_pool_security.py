@@ -351,7 +351,8 @@ async def test_no_child_gets_the_pool_s_redis_url_or_a_url_password(
 @pytest.mark.parametrize(("text", "shown"), [
     ("redis://h:6379/0?password=s3cr3tQ", "redis://h:6379/0?password=***"),
     ("redis://h/0?db=1&PASSWORD=s3cr3tQ&x=1", "redis://h/0?db=1&PASSWORD=***&x=1"),
-    ("'postgresql://app@db/prod?password=s3cr3tQ'", "'postgresql://app@db/prod?password=***'"),
+    # a user alone may be a token (https://TOKEN@host): masked too (issue 47)
+    ("'postgresql://app@db/prod?password=s3cr3tQ'", "'postgresql://***@db/prod?password=***'"),
     ("https://h/cb?access_token=s3cr3tQ#top", "https://h/cb?access_token=***#top"),
     ("https://h/?api_key=s3cr3tQ;pwd=s3cr3tQ", "https://h/?api_key=***;pwd=***"),
     ("u?pass=s3cr3tQ&Secret=s3cr3tQ&key=s3cr3tQ&auth=s3cr3tQ&token=s3cr3tQ",

@@ -129,7 +129,8 @@ async def test_the_per_turn_cap_makes_the_agent_decide(scripted: Scripted, proje
     ("fifo", "not a regular file"),
     ("huge.log", "are not read"),
     ("image.png", "binary"),
-    (".git/config", "version-control"),
+    (".git/HEAD", "version-control"),
+    (".git/config", "secrets"),  # its remote URL may carry a token (on the deny-list too)
 ])
 def test_hostile_paths_are_refused(tmp_path: Path, path: str, why: str) -> None:
     root = tmp_path / "root"
@@ -138,6 +139,7 @@ def test_hostile_paths_are_refused(tmp_path: Path, path: str, why: str) -> None:
     (root / ".aws").mkdir()
     (root / ".git").mkdir()
     (root / ".git" / "config").write_text("x")
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main")
     for name in ("config/.env.production", "deploy/server.pem", ".aws/credentials", ".env"):
         (root / name).write_text(CANARY)
     (tmp_path / "outside.txt").write_text(CANARY)

@@ -241,7 +241,9 @@ class PoolRunner:
         except TimeoutError:  # frozen: how many workers live is unknown, not zero
             return ExecutorInfo("pool", url, problem=f"redis did not answer within "
                                                      f"{live.CHECK_S:g} s", surveyed=False)
-        except Exception as exc:  # any failure to reach Redis is the answer itself
+        except Exception as exc:  # failing to reach Redis is the answer itself...
+            if not live.retryable(exc):  # ...but a refusal (a wrong password) is the caller's
+                raise
             return ExecutorInfo("pool", url, problem=f"redis unreachable: {exc}",
                                 surveyed=False)
         return ExecutorInfo("pool", url, workers, None if workers else

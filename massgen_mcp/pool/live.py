@@ -185,9 +185,9 @@ def connect(config: PoolConfig) -> Redis:
     class _Retry(Retry):
         async def call_with_retry(self, do: Any, fail: Any, is_retryable: Any = None,
                                   with_failure_count: bool = False) -> Any:
-            def retryable(error: Exception) -> bool:
-                return _retryable(error) and (is_retryable is None or is_retryable(error))
-            return await super().call_with_retry(do, fail, retryable, with_failure_count)
+            def ours(error: Exception) -> bool:
+                return retryable(error) and (is_retryable is None or is_retryable(error))
+            return await super().call_with_retry(do, fail, ours, with_failure_count)
 
     # Bytes that are no UTF-8 (anyone who can write to Redis can put them in a key or a
     # message) read as U+FFFD instead of raising inside a worker's or front end's loop.
@@ -216,7 +216,7 @@ async def within(config: PoolConfig, what: str, operation: Awaitable[_T]) -> _T:
         raise no_answer(config, what) from None
 
 
-def _retryable(error: BaseException) -> bool:
+def retryable(error: BaseException) -> bool:
     """A dropped connection or a timeout is worth another try; a refused password is not."""
     from redis.exceptions import AuthenticationError
     from redis.exceptions import ConnectionError as RedisConnectionError
@@ -235,7 +235,7 @@ async def retrying(operation: Callable[..., Awaitable[_T]], *args: Any) -> _T:
         try:
             return await operation(*args)
         except RedisError as exc:
-            if not _retryable(exc):
+            if not retryable(exc):
                 raise
             log.info("redis connection lost (%s); trying again", exc)
             await asyncio.sleep(min(RETRY_CAP_S, RETRY_BASE_S * 2 ** attempt))
