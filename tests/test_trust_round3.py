@@ -163,6 +163,8 @@ TOKENS = [
     "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
     "xoxp-1234567890-abcdefghijkl",
     "AKIAIOSFODNN7EXAMPLE", "ASIAY34FZKBOKMUTVV7A",
+    "AIzaSyD-" + "k9" * 15,  # Google: no separator after the prefix
+    "hf_" + "h" * 34, "npm_" + "n" * 36,
 ]
 
 

@@ -32,12 +32,16 @@ _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CRED)", re.IGNORECASE)
 # its high-entropy plugins would mask hashes and ids in answers. The shapes are the vendors'
 # documented prefixes: model providers (``sk-``, ``AIza``, ...), GitHub (``ghp_ gho_ ghu_ ghs_
 # ghr_`` classic tokens, ``github_pat_`` fine-grained), GitLab (``glpat-``), Slack
-# (``xoxb- xoxp- xoxa- xoxr- xoxs- xoxo-``) and AWS access key ids (``AKIA``, ``ASIA``, ...).
+# (``xoxb- xoxp- xoxa- xoxr- xoxs- xoxo-``), AWS access key ids (``AKIA``, ``ASIA``, ...),
+# Hugging Face (``hf_``) and npm (``npm_``). The one list: a child process's environment is
+# filtered by it too (:func:`has_key_shape`).
 _KEY_SHAPES = re.compile(
-    r"\b(?:(?:sk|pk|rk|gsk|xai|AIza)[-_][A-Za-z0-9_\-]{12,}"
+    r"\b(?:(?:sk|pk|rk|gsk|xai)[-_][A-Za-z0-9_\-]{12,}"
+    r"|AIza[A-Za-z0-9_\-]{20,}"  # Google's: AIzaSy... (no separator after the prefix)
     r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
     r"|glpat-[A-Za-z0-9_\-]{16,}"
     r"|xox[abposre]-[A-Za-z0-9\-]{10,}"
+    r"|(?:hf|npm)_[A-Za-z0-9]{30,}"
     r"|(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[A-Z0-9]{16}\b)")
 # The password in a URL's userinfo (``redis://:PASSWORD@host``, ``postgres://u:PASSWORD@h``).
 _URL_PASSWORD = re.compile(r"\b([a-z][a-z0-9+.\-]*://[^\s/?#@:]*:)[^\s/?#@]+@", re.IGNORECASE)
@@ -61,6 +65,11 @@ MASK = "***"
 
 _lock = threading.Lock()
 _registered: set[str] = set()
+
+
+def has_key_shape(text: str) -> bool:
+    """Whether ``text`` holds a token of a well-known shape (see :data:`_KEY_SHAPES`)."""
+    return _KEY_SHAPES.search(text) is not None
 
 
 def looks_secret(name: str) -> bool:
@@ -115,7 +124,7 @@ def redact(text: str) -> str:
 # A key shape cut off by the end of a text still being written, before it is long enough
 # for _KEY_SHAPES to know it: ``sk-proj-A1b2``.
 _KEY_SHAPE_BEGUN = re.compile(
-    r"\b(?:(?:sk|pk|rk|gsk|xai|AIza)[-_]|gh[pousr]_|github_pat_|glpat-|xox[abposre]-"
+    r"\b(?:(?:sk|pk|rk|gsk|xai)[-_]|AIza|gh[pousr]_|github_pat_|glpat-|xox[abposre]-"
     r"|(?:AKIA|ASIA)(?=[A-Z0-9]*$))[A-Za-z0-9_\-]*$")
 
 

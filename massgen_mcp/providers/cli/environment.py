@@ -7,7 +7,7 @@ import os
 import re
 
 from massgen_mcp.core.env import POOL_URL_ENV
-from massgen_mcp.core.secrets import carries_credential, looks_secret
+from massgen_mcp.core.secrets import carries_credential, has_key_shape, looks_secret
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.cli.base import Cli
 
@@ -39,20 +39,12 @@ _CREDENTIAL_NAME = re.compile(
     r"CONNECTION_STRING|CONN_STR|PRIVATE|SIGNATURE|OTP)(?:_|$)", re.IGNORECASE)
 # ... kept all the same: a path to the SSH agent's socket (git over SSH), not a credential.
 _NOT_CREDENTIALS = frozenset({"SSH_AUTH_SOCK"})
-# Values shaped like a credential, whatever their name: the well-known token formats (OpenAI,
-# Anthropic, Google, xAI, Groq, GitHub, GitLab, Slack, AWS access key ids, Hugging Face, npm,
-# Stripe), a JWT, a PEM private key, a basic/bearer header, a URL carrying a bare token as its
-# user (https://TOKEN@host). A URL with a password is carries_credential's.
+# Values shaped like a credential, whatever their name, beyond the token shapes redaction
+# knows (core.secrets.has_key_shape): a JWT, a PEM private key, a basic/bearer header, a URL
+# carrying a bare token as its user (https://TOKEN@host). A URL with a password is
+# carries_credential's.
 _CREDENTIAL_VALUE = re.compile(
-    r"\b(?:sk|pk|rk|gsk|xai)[-_][A-Za-z0-9_\-]{12,}"
-    r"|\bAIza[A-Za-z0-9_\-]{20,}"
-    r"|\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"
-    r"|\bglpat-[A-Za-z0-9_\-]{16,}"
-    r"|\bxox[abposr]-[A-Za-z0-9\-]{10,}"
-    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"
-    r"|\bhf_[A-Za-z0-9]{30,}"
-    r"|\bnpm_[A-Za-z0-9]{30,}"
-    r"|\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
+    r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
     r"|^(?:Basic|Bearer)\s+\S{12,}"
     r"|://[^\s/?#@:]{16,}@")
@@ -65,7 +57,8 @@ def is_credential(name: str, value: str) -> bool:
     if name in _NOT_CREDENTIALS:
         return False
     return (looks_secret(name) or _CREDENTIAL_NAME.search(name) is not None
-            or carries_credential(value) or _CREDENTIAL_VALUE.search(value) is not None)
+            or carries_credential(value) or has_key_shape(value)
+            or _CREDENTIAL_VALUE.search(value) is not None)
 
 
 def child_env(cli: Cli, agent: AgentSpec) -> dict[str, str]:
