@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.render.eval_report import render_eval_summary, verdict
+from massgen_mcp.evaluation.report import render_eval_summary, verdict
 from tests.test_report import chromium, needs_browser
 
 HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(1)>']
@@ -240,7 +240,7 @@ def test_each_label_sits_nearest_its_own_point_when_points_coincide() -> None:
     same accuracy and calls: their markers sit 7 px apart, and a label put beside one of them
     on the far side of another was read as the other's (the dot carried 'self-consistency',
     the triangle 'consensus')."""
-    from massgen_mcp.render.eval_report import chart
+    from massgen_mcp.evaluation.report import chart
 
     ok, bar = 0.8, [0.4, 1.0]  # the same accuracy and interval
     cases = [

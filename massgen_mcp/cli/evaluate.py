@@ -70,9 +70,9 @@ def add_parser(sub: Any) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from massgen_mcp.evaluation.answers import compile_pattern
     from massgen_mcp.evaluation.datasets import Fields, load_items
+    from massgen_mcp.evaluation.report import render_eval_summary
     from massgen_mcp.evaluation.runner import MAX_SAMPLES, Arm, Plan, evaluate
     from massgen_mcp.evaluation.summary import format_table, summarise
-    from massgen_mcp.render.eval_report import render_eval_summary
 
     for flag in ("limit", "concurrency", "samples"):
         value = getattr(args, flag)
