@@ -291,3 +291,44 @@ def test_eval_scores_every_method_for_a_config_with_inline_keys_and_stays_out_of
     assert [s["kind"] for s in mine] == ["run"] and mine[0]["question"] == "What is 1 plus 4?"
     assert main(["show", "latest", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["session_id"] == mine[0]["session_id"]
+
+
+FROM_MAIN = Path(__file__).resolve().parent / "fixtures" / "eval-main"
+
+
+def test_an_eval_folder_written_by_an_earlier_version_resumes_byte_for_byte(
+        scripted: Scripted, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """fixtures/eval-main holds what `eval q.jsonl --config team.yaml --name old --samples 2
+    --compare decide=all` wrote at 550744d (3 questions, this file's Policy): results.json,
+    the summary the page is drawn from, and the table. The same command resumes that folder
+    without a call, prints the same table and writes results.json back unchanged; the summary
+    read from it has the same shape."""
+    from massgen_mcp.evaluation.datasets import load_items
+    from massgen_mcp.evaluation.runner import Arm, Plan, Results
+    from massgen_mcp.evaluation.summary import summarise
+
+    server = scripted(Policy())
+    monkeypatch.chdir(tmp_path)  # the stored settings name q.jsonl and team.yaml as given
+    write_questions(tmp_path / "q.jsonl", 3)
+    (tmp_path / "team.yaml").write_text("agents:\n" + "".join(
+        f"  - id: agent_{m}\n    backend: {{type: chatcompletion, model: {m}, "
+        f"base_url: '{server.base_url}'}}\n" for m in "abc"))
+    folder = home / "evals" / "old"
+    folder.mkdir(parents=True)
+    stored = (FROM_MAIN / "results.json").read_text()
+    (folder / "results.json").write_text(stored)
+    assert main(["eval", "q.jsonl", "--config", "team.yaml", "--name", "old", "--samples", "2",
+                 "--compare", "decide=all"]) == 0
+    assert capsys.readouterr().out == (FROM_MAIN / "table.txt").read_text()
+    assert server.requests == []
+    assert (folder / "results.json").read_text() == stored
+    assert (folder / "summary.html").read_text().count('class="point"') == 8
+
+    results = Results(folder)
+    results.load()
+    spec = lambda q: RunSpec(question=q)  # noqa: E731
+    plan = Plan(load_items("q.jsonl"), [Arm("", spec), Arm("decide=all", spec)], folder,
+                settings=json.loads(stored)["settings"])
+    summary = summarise(results, plan)
+    assert summary == json.loads((FROM_MAIN / "summary.json").read_text())
