@@ -11,13 +11,14 @@ from the summary is HTML-escaped before it is placed in the page.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from massgen_mcp.core.records import clip
+from massgen_mcp.render.format import escape as _e
+from massgen_mcp.render.format import usd
 from massgen_mcp.render.html import CSS
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -58,10 +59,6 @@ UNKNOWN_BAND = 84  # right of the plot: methods whose cost is unknown
 CHAR_WIDTH, LINE_HEIGHT = 6.6, 13  # a 12 px label's width per character and its height
 
 
-def _e(value: object) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
-
-
 def _num(value: object) -> float | None:
     """A finite number, or None (missing, unknown, NaN, infinite, or not a number)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -89,14 +86,7 @@ def _interval(value: object) -> str:
 
 
 def _usd(value: object) -> str:
-    """Dollars with as many decimals as a small amount needs: $0.0012, $0.050, $1.50."""
-    amount = _num(value)
-    if amount is None:
-        return "unknown"
-    if amount == 0:
-        return "$0"
-    decimals = min(8, max(2, 1 - math.floor(math.log10(abs(amount)))))
-    return f"${amount:.{decimals}f}"
+    return usd(_num(value))
 
 
 def _usd_tick(value: float) -> str:

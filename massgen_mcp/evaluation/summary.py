@@ -19,6 +19,7 @@ from typing import Any
 
 from massgen_mcp.evaluation.runner import Plan, Results, key
 from massgen_mcp.evaluation.stats import bootstrap_interval, cost_per_correct, mcnemar
+from massgen_mcp.render.format import usd
 
 Row = dict[str, Any]
 Pick = Callable[[Row], Row | None]  # one method's result in a question's row, if it has one
@@ -124,8 +125,8 @@ def format_table(summary: dict[str, Any]) -> str:
         low, high = m["interval"]
         lines.append(
             f"{m['name'][:40]:40} {m['accuracy']:8.0%} {f'{low:.0%}–{high:.0%}':>13} "
-            f"{m['mean_calls']:6.1f} {m['mean_tokens']:7.0f} {_usd(m['cost_per_question']):>10} "
-            f"{_usd(m['cost_per_correct']):>9} {m['mean_seconds']:7.2f}")
+            f"{m['mean_calls']:6.1f} {m['mean_tokens']:7.0f} {usd(m['cost_per_question']):>10} "
+            f"{usd(m['cost_per_correct']):>9} {m['mean_seconds']:7.2f}")
     for c in summary["comparisons"]:
         lines.append(f"{c['a']} vs {c['b']}: right only by the first {c['a_only']}x, only by "
                      f"the second {c['b_only']}x; McNemar exact p = {c['p_value']:.3g}")
@@ -138,7 +139,3 @@ def format_table(summary: dict[str, Any]) -> str:
         lines.append(f"every member wrong on {summary['all_wrong']:.0%} of questions "
                      f"({summary['questions']} of {summary['of']} scored)")
     return "\n".join(lines)
-
-
-def _usd(value: float | None) -> str:
-    return "unknown" if value is None else f"{value:.4f}"

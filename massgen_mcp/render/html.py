@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import html
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from massgen_mcp.core.records import Event, EventType, ResultRecord, RunStatus, SessionRecord, clip
+from massgen_mcp.render.format import escape as _e
 from massgen_mcp.render.text import DECIDED, dropped_phrase, other_errors, winner_phrase
 
 if TYPE_CHECKING:
@@ -165,10 +165,6 @@ REPORT_CSP = ("default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; "
 # ... and on the live page exactly LIVE_SCRIPT, talking to this server only.
 LIVE_CSP = (f"{REPORT_CSP}; script-src 'sha256-{_LIVE_SCRIPT_HASH}'; connect-src 'self'")
 
-
-
-def _e(value: object) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def markdown(text: str) -> str:

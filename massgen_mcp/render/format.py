@@ -1,0 +1,23 @@
+"""The small formatters every view for people shares: one HTML escape and one way to write
+money, so the run report, the eval page and the eval table cannot drift apart."""
+
+from __future__ import annotations
+
+import html
+import math
+
+
+def escape(value: object) -> str:
+    """Any value as text safe inside an element or a quoted attribute (``None`` is empty)."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def usd(value: float | None) -> str:
+    """Dollars with as many decimals as a small amount needs: $0.0012, $0.050, $1.50; "unknown"
+    when the price is (a provider without prices reports none, and a sum may overflow)."""
+    if value is None or not math.isfinite(value):
+        return "unknown"
+    if value == 0:
+        return "$0"
+    decimals = min(8, max(2, 1 - math.floor(math.log10(abs(value)))))
+    return f"${value:.{decimals}f}"
