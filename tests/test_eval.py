@@ -83,7 +83,8 @@ def test_eval_proves_every_figure_on_a_team_of_known_accuracies(
     results = Results(folder)
     results.load()
     summary = summarise(results, Plan(load_items(str(questions)),
-                                      [Arm("", lambda q: RunSpec(question=q))], folder))
+                                      [Arm("", lambda q: RunSpec(question=q))], folder)
+                        ).model_dump(mode="json")
     got = {m["name"]: m for m in summary["methods"]}
     outcomes = {"consensus": [1, 1, 1, 1, 0],
                 "alone: agent_a (openai/a)": [1, 1, 1, 0, 0],
@@ -205,6 +206,13 @@ def test_a_stored_result_is_resumed_only_by_the_evaluation_that_made_it(
     data["best_member"] = {"agent_id": "agent_a", "samples": 10_000}
     stored.write_text(json.dumps(data))
     assert main(base) == 1 and "best_member entry is damaged" in capsys.readouterr().err
+    data = json.loads(good)
+    name = next(iter(data["questions"]))
+    data["questions"][name]["arms"][""]["alone"] = "everyone"
+    stored.write_text(json.dumps(data))
+    assert main(base) == 1
+    assert (f"question {name}'s entry is damaged (arms..alone: Input should be a valid "
+            "dictionary)") in capsys.readouterr().err
     assert len(server.requests) == calls
 
 
@@ -330,5 +338,5 @@ def test_an_eval_folder_written_by_an_earlier_version_resumes_byte_for_byte(
     spec = lambda q: RunSpec(question=q)  # noqa: E731
     plan = Plan(load_items("q.jsonl"), [Arm("", spec), Arm("decide=all", spec)], folder,
                 settings=json.loads(stored)["settings"])
-    summary = summarise(results, plan)
+    summary = summarise(results, plan).model_dump(mode="json")
     assert summary == json.loads((FROM_MAIN / "summary.json").read_text())

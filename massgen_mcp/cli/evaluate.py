@@ -12,7 +12,7 @@ import hashlib
 import re
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -20,6 +20,9 @@ from massgen_mcp.cli import flags
 from massgen_mcp.cli.output import EXIT_CANCELLED, EXIT_OK, err, say
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.spec import RunOptions, RunSpec, format_validation_error
+
+if TYPE_CHECKING:
+    from massgen_mcp.evaluation.records import QuestionRow
 
 BASELINES = ("members", "majority", "self-consistency", "ceiling")
 
@@ -70,9 +73,10 @@ def add_parser(sub: Any) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from massgen_mcp.evaluation.answers import compile_pattern
     from massgen_mcp.evaluation.datasets import Fields, load_items
+    from massgen_mcp.evaluation.records import MAX_SAMPLES
     from massgen_mcp.evaluation.report import render_eval_summary
-    from massgen_mcp.evaluation.runner import MAX_SAMPLES, Arm, Plan, evaluate
-    from massgen_mcp.evaluation.summary import format_table, summarise
+    from massgen_mcp.evaluation.runner import Arm, Plan, evaluate
+    from massgen_mcp.evaluation.summary import EvalSummary, MethodKind, format_table, summarise
 
     for flag in ("limit", "concurrency", "samples"):
         value = getattr(args, flag)
@@ -124,26 +128,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                                               args.choices_field]})
     seed = args.seed or 0
 
-    def summary(results: Any) -> dict[str, Any]:
+    def summary(results: Any) -> EvalSummary:
         found = summarise(results, plan, seed=seed)
-        kinds = {"members": "member", "majority": "majority", "ceiling": "ceiling",
-                 "self-consistency": "self_consistency"}
+        kinds = {"members": MethodKind.MEMBER, "majority": MethodKind.MAJORITY,
+                 "ceiling": MethodKind.CEILING, "self-consistency": MethodKind.SELF_CONSISTENCY}
         hidden = {kinds[b] for b in BASELINES if b not in baselines}
-        shown = [m for m in found["methods"] if m["kind"] not in hidden]
-        names = {m["name"] for m in shown}
-        found["methods"] = shown
-        found["comparisons"] = [c for c in found["comparisons"]
-                                if c["a"] in names and c["b"] in names]
-        if "ceiling" in hidden:
-            found["all_wrong"] = None
-        return found
+        shown = [m for m in found.methods if m.kind not in hidden]
+        names = {m.name for m in shown}
+        return found.model_copy(update={
+            "methods": shown,
+            "comparisons": [c for c in found.comparisons if c.a in names and c.b in names],
+            "all_wrong": None if MethodKind.CEILING in hidden else found.all_wrong})
 
     progress = Progress(len(items))
 
     async def go() -> Any:
         try:
             return await evaluate(service, plan, on_progress=progress.show,
-                                  render=lambda r: render_eval_summary(summary(r)))
+                                  render=lambda r: render_eval_summary(summary(r).model_dump()))
         finally:
             await service.aclose()
 
@@ -208,11 +210,11 @@ class Progress:
         self.stage, self.stage_began, self.first_done = "", self.began, 0
         self.drawn = False
 
-    def show(self, stage: str, done: int, total: int, row: dict[str, Any]) -> None:
+    def show(self, stage: str, done: int, total: int, row: QuestionRow) -> None:
         if stage != self.stage:
             self.stage, self.stage_began, self.first_done = stage, time.monotonic(), done - 1
         if not self.tty:
-            err(f"[{stage} {done}/{total}] {row['question'][:60]}")
+            err(f"[{stage} {done}/{total}] {row.question[:60]}")
             return
         spent = time.monotonic() - self.stage_began
         fresh = max(1, done - self.first_done)

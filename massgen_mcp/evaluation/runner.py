@@ -24,19 +24,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from massgen_mcp.api.python import follow
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import atomic_write
 from massgen_mcp.core.records import AgentPhase, RunKind, RunStatus, StatusRecord
-from massgen_mcp.core.spec import MAX_AGENTS, RunSpec
+from massgen_mcp.core.spec import MAX_AGENTS, RunSpec, validation_problems
 from massgen_mcp.evaluation.answers import expected_answer, is_correct, normalise
 from massgen_mcp.evaluation.datasets import Item
-from massgen_mcp.evaluation.scoring import Method, first_drafts, score_run
+from massgen_mcp.evaluation.records import MAX_SAMPLES, BestMember, Method, QuestionRow
+from massgen_mcp.evaluation.scoring import first_drafts, score_run
 from massgen_mcp.evaluation.stats import equal_compute_samples, majority
 from massgen_mcp.service import ConsensusService
 
 ANSWER_LINE = "\n\nEnd your reply with a last line of the form 'Answer: <your final answer>'."
-MAX_SAMPLES = 32
 RENDER_EVERY_S = 10.0
 
 
@@ -62,7 +64,7 @@ class Plan:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-Progress = Callable[[str, int, int, dict[str, Any]], None]  # (pass, done, total, row)
+Progress = Callable[[str, int, int, QuestionRow], None]  # (pass, done, total, row)
 
 
 def key(item: Item) -> str:
@@ -86,8 +88,8 @@ class Results:
     """``results.json``: the settings, every finished question, and the best-member choice."""
 
     folder: Path
-    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
-    best: dict[str, Any] | None = None
+    rows: dict[str, QuestionRow] = field(default_factory=dict)
+    best: BestMember | None = None
 
     def load(self, settings: dict[str, Any] | None = None) -> None:
         """Read what an earlier run of the same evaluation stored. With ``settings``, a file
@@ -109,16 +111,27 @@ class Results:
             raise ConfigError(fix.format(
                 "made with other settings (" + ", ".join(RESULT_SETTINGS) + ")"))
         best = data.get("best_member")
-        if best is not None and not (isinstance(best, dict) and isinstance(
-                best.get("samples"), int) and 1 <= best["samples"] <= MAX_SAMPLES):
-            raise ConfigError(fix.format("its best_member entry is damaged"))
-        self.rows, self.best = data["questions"], best
+        try:
+            self.best = None if best is None else BestMember.model_validate(best)
+        except ValidationError:
+            raise ConfigError(fix.format("its best_member entry is damaged")) from None
+        rows = {}
+        for name, row in data["questions"].items():
+            try:
+                rows[name] = QuestionRow.model_validate(row)
+            except ValidationError as exc:
+                where, why = validation_problems(exc)[0]
+                raise ConfigError(fix.format(
+                    f"question {name}'s entry is damaged ({where or 'entry'}: {why})")) from None
+        self.rows = rows
 
     def save(self, settings: dict[str, Any], html: str | None = None) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         atomic_write(self.folder / "results.json", json.dumps(
             {"version": RESULTS_VERSION, "fingerprint": fingerprint(settings),
-             "settings": settings, "best_member": self.best, "questions": self.rows},
+             "settings": settings,
+             "best_member": None if self.best is None else self.best.model_dump(),
+             "questions": {k: row.model_dump() for k, row in self.rows.items()}},
             indent=2))
         if html is not None:
             atomic_write(self.folder / "summary.html", html)
@@ -144,18 +157,18 @@ async def evaluate(service: ConsensusService, plan: Plan, *,
                 rendered[0] = time.monotonic()
 
     async def team(item: Item) -> None:
-        row = results.rows.setdefault(key(item), {
-            "question": item.question, "expected": item.answer, "source": item.source,
-            "arms": {}})
+        row = results.rows.setdefault(key(item), QuestionRow(
+            question=item.question, expected=item.answer, source=item.source))
         expected = expected_answer(item.answer)
         for arm in plan.arms:  # a run that failed or timed out counts as wrong, and runs again
-            if row["arms"].get(arm.name, {}).get("status") == "completed":  # on a resume
+            done = row.arms.get(arm.name)
+            if done is not None and done.status is RunStatus.COMPLETED:  # on a resume
                 continue
             async with slots:
                 started = await service.start(arm.spec(item.question + ANSWER_LINE),
                                               kind=RunKind.EVAL)
                 await follow(service, started.session_id)
-            row["arms"][arm.name] = await score_run(service, started.session_id, expected,
+            row.arms[arm.name] = await score_run(service, started.session_id, expected,
                                                     plan.pattern)
         await save()
         if on_progress:
@@ -174,17 +187,16 @@ async def evaluate(service: ConsensusService, plan: Plan, *,
 
     async def sample(item: Item) -> None:
         row = results.rows[key(item)]
-        if "self_consistency" in row:
+        if row.self_consistency is not None:
             return
         async with slots:
-            row["self_consistency"] = (await self_consistency(
-                service, row["arms"][plan.arms[0].name]["session_id"], best["agent_id"],
-                int(best["samples"]), item, plan.pattern,
-                plan.arms[0].spec(item.question))).as_dict()
+            row.self_consistency = await self_consistency(
+                service, row.arms[plan.arms[0].name].session_id, best.agent_id, best.samples,
+                item, plan.pattern, plan.arms[0].spec(item.question))
         await save()
         if on_progress:
             on_progress("self-consistency",
-                        sum("self_consistency" in r for r in results.rows.values()),
+                        sum(r.self_consistency is not None for r in results.rows.values()),
                         len(plan.items), row)
 
     await _each(plan.items, sample)
@@ -203,22 +215,22 @@ async def _each(items: Sequence[Item], work: Callable[[Item], Any]) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _team_done(row: dict[str, Any], plan: Plan) -> bool:
-    return all(arm.name in row["arms"] for arm in plan.arms)
+def _team_done(row: QuestionRow, plan: Plan) -> bool:
+    return all(arm.name in row.arms for arm in plan.arms)
 
 
-def choose_best(results: Results, plan: Plan) -> dict[str, Any] | None:
+def choose_best(results: Results, plan: Plan) -> BestMember | None:
     """The member whose self-consistency is the baseline, and k.
 
     Named up front (an agent id or its model), it has seen no label. Otherwise it is the
     member with the most right first drafts on these questions (ties: the first in the team),
     which has seen the labels: the summary says so."""
-    rows = [r["arms"][plan.arms[0].name] for r in results.rows.values()
-            if plan.arms[0].name in r["arms"]]
+    rows = [r.arms[plan.arms[0].name] for r in results.rows.values()
+            if plan.arms[0].name in r.arms]
     if not rows:
         return None
-    agents = list(rows[0]["alone"])
-    models = rows[0]["models"]
+    agents = list(rows[0].alone)
+    models = rows[0].models
     if plan.best_member:
         named = [a for a in agents if plan.best_member in (a, models.get(a))]
         if not named:
@@ -227,20 +239,20 @@ def choose_best(results: Results, plan: Plan) -> dict[str, Any] | None:
                 f"({', '.join(f'{a} ({models.get(a)})' for a in agents)})")
         agent, chosen_by, warning = named[0], "named before the run (--best-member)", None
     else:
-        right = {a: sum(bool(r["alone"].get(a, {}).get("correct")) for r in rows)
+        right = {a: sum(bool((m := r.alone.get(a)) and m.correct) for r in rows)
                  for a in agents}
         agent = max(agents, key=lambda a: right[a])  # max keeps the first of equals
         chosen_by = f"most right first drafts here ({right[agent]} of {len(rows)})"
         warning = ("chosen on the same questions it is scored on, so self-consistency is "
                    "favoured a little; name one with --best-member (e.g. chosen on another "
                    "split) for a clean comparison")
-    team_calls = sum(r["consensus"]["calls"] for r in rows) / len(rows)
-    own_calls = sum(r["alone"][agent]["calls"] for r in rows) / len(rows) or 1.0
+    team_calls = sum(r.consensus.calls for r in rows) / len(rows)
+    own_calls = sum(r.alone[agent].calls for r in rows) / len(rows) or 1.0
     samples = plan.samples or equal_compute_samples(team_calls, own_calls,
                                                     at_most=MAX_SAMPLES)
-    return {"agent_id": agent, "model": models.get(agent), "chosen_by": chosen_by,
-            "warning": warning, "samples": samples,
-            "team_mean_calls": round(team_calls, 2), "calls_per_sample": round(own_calls, 2)}
+    return BestMember(agent_id=agent, model=models.get(agent), chosen_by=chosen_by,
+                      warning=warning, samples=samples, team_mean_calls=round(team_calls, 2),
+                      calls_per_sample=round(own_calls, 2))
 
 
 async def self_consistency(service: ConsensusService, session_id: str, agent_id: str,
@@ -268,7 +280,7 @@ async def self_consistency(service: ConsensusService, session_id: str, agent_id:
     _, index = majority([normalise(t, expected, pattern) for t in texts])
     text = texts[index] if index >= 0 else None
     costs = [m.cost_usd for m in drafts]
-    return Method(text, is_correct(text, expected, pattern),
+    return Method(answer=text, correct=is_correct(text, expected, pattern),
                   calls=sum(m.calls for m in drafts), tokens=sum(m.tokens for m in drafts),
                   cost_usd=None if any(c is None for c in costs) else round(
                       math.fsum(c for c in costs if c is not None), 6),

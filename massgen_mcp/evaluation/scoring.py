@@ -19,28 +19,14 @@ record is read.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from massgen_mcp.core.records import CallPurpose, Event, EventType
 from massgen_mcp.evaluation.answers import is_correct, normalise
+from massgen_mcp.evaluation.records import ArmRun, Method
 from massgen_mcp.evaluation.stats import majority
 from massgen_mcp.service import ConsensusService
-
-
-@dataclass
-class Method:
-    """One method's answer to one question, and what it cost."""
-
-    answer: str | None
-    correct: bool
-    calls: int = 0
-    tokens: int = 0
-    cost_usd: float | None = 0.0
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -69,7 +55,8 @@ async def first_drafts(service: ConsensusService, session_id: str, expected: str
                  and e.purpose in (CallPurpose.ANSWER, CallPurpose.EVIDENCE)
                  and (draft is None or e.seq < draft.seq)]
         round_one += calls
-        alone[agent_id] = Method(text, is_correct(text, expected, pattern), **cost(calls),
+        alone[agent_id] = Method(answer=text, correct=is_correct(text, expected, pattern),
+                                 **cost(calls),
                                  seconds=round((draft.t or 0.0) if draft else 0.0, 3))
     order = sorted(first, key=lambda a: first[a].seq)
     return Drafts(alone, order, round_one)
@@ -81,24 +68,24 @@ def vote(drafts: Drafts, expected: str, pattern: re.Pattern[str] | None) -> Meth
     texts = [drafts.alone[a].answer for a in drafts.order]
     _, index = majority([normalise(t, expected, pattern) for t in texts])
     text = texts[index] if index >= 0 else None
-    return Method(text, is_correct(text, expected, pattern), **cost(drafts.calls),
+    return Method(answer=text, correct=is_correct(text, expected, pattern), **cost(drafts.calls),
                   seconds=max((m.seconds for m in drafts.alone.values()), default=0.0))
 
 
 async def score_run(service: ConsensusService, session_id: str, expected: str,
-                    pattern: re.Pattern[str] | None = None) -> dict[str, Any]:
+                    pattern: re.Pattern[str] | None = None) -> ArmRun:
     """The three methods' results for one finished consensus run."""
     result = await service.result(session_id)
     drafts = await first_drafts(service, session_id, expected, pattern)
     usage = result.usage
-    consensus = Method(result.final_answer, is_correct(result.final_answer, expected, pattern),
+    consensus = Method(answer=result.final_answer,
+                       correct=is_correct(result.final_answer, expected, pattern),
                        calls=usage.calls, tokens=usage.total_tokens, cost_usd=usage.cost_usd,
                        seconds=round(result.elapsed_s or 0.0, 3))
-    return {"session_id": session_id, "status": result.status.value,
-            "models": {a: r.model for a, r in result.agents.items()},
-            "alone": {a: m.as_dict() for a, m in drafts.alone.items()},
-            "majority": vote(drafts, expected, pattern).as_dict(),
-            "consensus": consensus.as_dict()}
+    return ArmRun(session_id=session_id, status=result.status,
+                  models={a: r.model for a, r in result.agents.items()},
+                  alone=drafts.alone, majority=vote(drafts, expected, pattern),
+                  consensus=consensus)
 
 
 def cost(calls: list[Event]) -> dict[str, Any]:
