@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.evaluation.report import render_eval_summary, verdict
+from massgen_mcp.evaluation import report
+from massgen_mcp.evaluation.summary import EvalSummary, MethodScore, format_table
 from tests.test_report import chromium, needs_browser
 
 HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(1)>']
@@ -18,7 +19,7 @@ POINT = re.compile(r'<g class="point"')
 def method(name: str, kind: str, accuracy: float, interval: list[float] | None, correct: int,
            calls: float, cost: float | None) -> dict[str, Any]:
     return {"name": name, "kind": kind, "accuracy": accuracy, "interval": interval,
-            "correct": correct, "mean_calls": calls, "mean_tokens": 812.5 * calls,
+            "correct": correct, "n": 4, "mean_calls": calls, "mean_tokens": 812.5 * calls,
             "cost_usd": None if cost is None else cost * 4,
             "cost_per_question": cost,
             "cost_per_correct": None if cost is None or not correct else cost * 4 / correct,
@@ -90,6 +91,15 @@ def hostile() -> dict[str, Any]:
     summary["name"] = evil
     summary["settings"] = {evil: evil, "models": [evil, "b"]}
     return summary
+
+
+def render_eval_summary(summary: dict[str, Any]) -> str:
+    """The page of a summary given as summarise's JSON shape (these tests edit it as dicts)."""
+    return report.render_eval_summary(EvalSummary.model_validate(summary))
+
+
+def verdict(summary: dict[str, Any]) -> str:
+    return report.verdict(EvalSummary.model_validate(summary))
 
 
 def svg_of(page: str) -> str:
@@ -183,6 +193,17 @@ def test_degenerate_numbers_never_reach_the_svg() -> None:
     assert "No method was scored." in page and "<svg" not in page
 
 
+def test_the_table_and_the_page_write_money_alike() -> None:
+    """One money format: the terminal's table once wrote 0.0042 where the page wrote $0.0042."""
+    summary = realistic()
+    table, page = format_table(EvalSummary.model_validate(summary)), render_eval_summary(summary)
+    consensus = table.splitlines()[1]
+    assert "$0.0042" in consensus and "$0.0056" in consensus
+    assert "$0.0042" in page and "$0.0056" in page
+    summary["methods"][0]["cost_per_question"] = 0.0
+    assert "        $0 " in format_table(EvalSummary.model_validate(summary)).splitlines()[1]
+
+
 def test_hostile_strings_are_escaped_everywhere() -> None:
     summary = hostile()
     page = render_eval_summary(summary)
@@ -240,8 +261,6 @@ def test_each_label_sits_nearest_its_own_point_when_points_coincide() -> None:
     same accuracy and calls: their markers sit 7 px apart, and a label put beside one of them
     on the far side of another was read as the other's (the dot carried 'self-consistency',
     the triangle 'consensus')."""
-    from massgen_mcp.evaluation.report import chart
-
     ok, bar = 0.8, [0.4, 1.0]  # the same accuracy and interval
     cases = [
         [method("consensus", "consensus", ok, bar, 4, 7, None),
@@ -256,7 +275,7 @@ def test_each_label_sits_nearest_its_own_point_when_points_coincide() -> None:
          method("self-consistency: a ×1", "self_consistency", ok, bar, 4, 1, None)],
     ]
     for methods in cases:
-        found = pairs(chart(methods))
+        found = pairs(report.chart([MethodScore.model_validate(m) for m in methods]))
         assert len(found) == len(methods)
         for label, centre, anchor in found:
             own = math.dist(centre, anchor)

@@ -145,7 +145,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     async def go() -> Any:
         try:
             return await evaluate(service, plan, on_progress=progress.show,
-                                  render=lambda r: render_eval_summary(summary(r).model_dump()))
+                                  render=lambda r: render_eval_summary(summary(r)))
         finally:
             await service.aclose()
 

@@ -17,6 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from massgen_mcp.core.records import clip
+from massgen_mcp.evaluation.summary import (
+    Comparison,
+    EvalSummary,
+    ItemOutcome,
+    MethodKind,
+    MethodScore,
+)
 from massgen_mcp.render.format import escape as _e
 from massgen_mcp.render.format import usd
 from massgen_mcp.render.html import CSS
@@ -27,15 +34,14 @@ HEADER_CHARS = 16  # a method's column header in the per-question table
 LABEL_CHARS = 28  # a point's label in the chart
 SIGNIFICANT = 0.05  # the p-value below which the verdict names a winner
 
-# kind: (legend text, marker shape); unknown kinds are drawn as "other".
-KINDS: dict[str, tuple[str, str]] = {
-    "consensus": ("team consensus", "circle"),
-    "member": ("one member alone", "square"),
-    "majority": ("majority of first drafts", "diamond"),
-    "self_consistency": ("self-consistency", "triangle"),
-    "ceiling": ("ceiling (any member right)", "ring"),
+# kind: (legend text, marker shape)
+KINDS: dict[MethodKind, tuple[str, str]] = {
+    MethodKind.CONSENSUS: ("team consensus", "circle"),
+    MethodKind.MEMBER: ("one member alone", "square"),
+    MethodKind.MAJORITY: ("majority of first drafts", "diamond"),
+    MethodKind.SELF_CONSISTENCY: ("self-consistency", "triangle"),
+    MethodKind.CEILING: ("ceiling (any member right)", "ring"),
 }
-OTHER = ("other", "circle")
 
 EVAL_CSS = """
 #verdict{font-size:16px;margin:12px 0}.warn{color:var(--warn)}
@@ -49,7 +55,7 @@ svg.chart text{fill:var(--fg)}svg.chart .axis-title,svg.chart .tick{fill:var(--m
 .bar{stroke-width:1.5}.mark{stroke-width:1.5}
 .k-consensus{fill:var(--accent);stroke:var(--accent)}.k-member{fill:#64748b;stroke:#64748b}
 .k-majority{fill:var(--warn);stroke:var(--warn)}.k-self_consistency{fill:#9333ea;stroke:#9333ea}
-.k-ceiling{fill:none;stroke:var(--win)}.k-other{fill:var(--muted);stroke:var(--muted)}
+.k-ceiling{fill:none;stroke:var(--win)}
 """
 
 # The chart's geometry, in SVG user units.
@@ -59,59 +65,26 @@ UNKNOWN_BAND = 84  # right of the plot: methods whose cost is unknown
 CHAR_WIDTH, LINE_HEIGHT = 6.6, 13  # a 12 px label's width per character and its height
 
 
-def _num(value: object) -> float | None:
-    """A finite number, or None (missing, unknown, NaN, infinite, or not a number)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+def _pct(share: float) -> str:
+    return f"{share * 100:.0f} %"
 
 
-def _pct(value: object) -> str:
-    share = _num(value)
-    return "–" if share is None else f"{share * 100:.0f} %"
-
-
-def _ends(value: object) -> tuple[float, float] | None:
-    """A bootstrap interval's two ends, or None when there is no usable interval."""
-    if not isinstance(value, Sequence) or len(value) != 2:
-        return None
-    low, high = _num(value[0]), _num(value[1])
-    return None if low is None or high is None else (low, high)
-
-
-def _interval(value: object) -> str:
-    """A bootstrap interval as "[70–85]" (percent), or "" when there is none."""
-    ends = _ends(value)
-    return "" if ends is None else f"[{ends[0] * 100:.0f}–{ends[1] * 100:.0f}]"
-
-
-def _usd(value: object) -> str:
-    return usd(_num(value))
+def _interval(method: MethodScore) -> str:
+    """A bootstrap interval as "[70–85]" (percent)."""
+    low, high = method.interval
+    return f"[{low * 100:.0f}–{high * 100:.0f}]"
 
 
 def _usd_tick(value: float) -> str:
     """An axis tick in dollars, without trailing zeros: $0.002, not $0.0020."""
-    text = _usd(value)
+    text = usd(value)
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def _fixed(value: object, spec: str, unit: str = "") -> str:
-    number = _num(value)
-    return "–" if number is None else f"{number:{spec}}{unit}"
-
-
-def _p(value: object) -> str:
-    p = _num(value)
-    if p is None:
-        return "?"
+def _p(p: float) -> str:
     if p < 0.001:
         return "< 0.001"
     return f"{p:.3g}" if p < 0.1 else f"{p:.2f}"
-
-
-def _kind(method: Mapping[str, Any]) -> str:
-    kind = str(method.get("kind"))
-    return kind if kind in KINDS else "other"
 
 
 def _short_name(name: str, limit: int) -> str:
@@ -123,66 +96,60 @@ def _short_name(name: str, limit: int) -> str:
 
 # The verdict.
 
-def _team(methods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def _team(methods: Sequence[MethodScore]) -> MethodScore | None:
     """The method the page is about: the first consensus, else the first method."""
-    return next((m for m in methods if m.get("kind") == "consensus"),
+    return next((m for m in methods if m.kind is MethodKind.CONSENSUS),
                 methods[0] if methods else None)
 
 
-def _headline_test(summary: Mapping[str, Any], team: str | None,
-                   best: str | None) -> Mapping[str, Any] | None:
+def _headline_test(summary: EvalSummary, team: str, best: str | None) -> Comparison | None:
     """The paired test of the team against its best member, else the first one there is."""
-    comparisons: list[Mapping[str, Any]] = summary.get("comparisons") or []
+    comparisons = summary.comparisons
     wanted = {team, best}
-    return next((c for c in comparisons if {c.get("a"), c.get("b")} == wanted),
+    return next((c for c in comparisons if {c.a, c.b} == wanted),
                 comparisons[0] if comparisons else None)
 
 
-def _accuracy_phrase(name: str, by_name: Mapping[str, Mapping[str, Any]],
-                     best: str | None) -> str:
+def _accuracy_phrase(name: str, by_name: Mapping[str, MethodScore], best: str | None) -> str:
     role = "best member " if name == best else ""
     method = by_name.get(name)
-    scores = (f" {_pct(method.get('accuracy'))} {_interval(method.get('interval'))}".rstrip()
-              if method else "")
+    scores = f" {_pct(method.accuracy)} {_interval(method)}" if method else ""
     return f"{role}<strong>{_e(name)}</strong>{scores}"
 
 
-def _outcome(test: Mapping[str, Any]) -> str:
-    p, a_only, b_only = _num(test.get("p_value")), test.get("a_only"), test.get("b_only")
-    if p is None or p >= SIGNIFICANT or a_only == b_only:
+def _outcome(test: Comparison) -> str:
+    if test.p_value >= SIGNIFICANT or test.a_only == test.b_only:
         return "no clear difference"
-    better = test.get("a") if (a_only or 0) > (b_only or 0) else test.get("b")
+    better = test.a if test.a_only > test.b_only else test.b
     return f"<strong>{_e(better)}</strong> is better"
 
 
-def verdict(summary: Mapping[str, Any]) -> str:
+def verdict(summary: EvalSummary) -> str:
     """The page's one line, as HTML: the team against its best member, and what the paired
     test says; just the accuracies when there is no test."""
-    methods: list[Mapping[str, Any]] = summary.get("methods") or []
-    team = _team(methods)
+    team = _team(summary.methods)
     if team is None:
         return "No method was scored."
-    by_name = {str(m.get("name")): m for m in methods}
-    best = (summary.get("best_member") or {}).get("name")
-    test = _headline_test(summary, str(team.get("name")), best)
+    by_name = {m.name: m for m in summary.methods}
+    best = summary.best_member.name if summary.best_member else None
+    test = _headline_test(summary, team.name, best)
     if test is None:
-        names = dict.fromkeys(n for n in (str(team.get("name")), best) if n is not None)
+        names = dict.fromkeys(n for n in (team.name, best) if n is not None)
         return "; ".join(_accuracy_phrase(n, by_name, best) for n in names) + "."
-    a, b = str(test.get("a")), str(test.get("b"))
-    return (f"{_accuracy_phrase(a, by_name, best)} vs {_accuracy_phrase(b, by_name, best)}: "
-            f"p = {_e(_p(test.get('p_value')))} (McNemar, {_e(test.get('a_only'))} vs "
-            f"{_e(test.get('b_only'))} discordant): {_outcome(test)}")
+    return (f"{_accuracy_phrase(test.a, by_name, best)} vs "
+            f"{_accuracy_phrase(test.b, by_name, best)}: p = {_e(_p(test.p_value))} "
+            f"(McNemar, {test.a_only} vs {test.b_only} discordant): {_outcome(test)}")
 
 
 # The chart.
 
 @dataclass
 class _Point:
-    method: Mapping[str, Any]
+    method: MethodScore
     x: float  # pixels
     y: float
-    low: float | None = None  # the interval's ends, pixels
-    high: float | None = None
+    low: float  # the interval's ends, pixels
+    high: float
 
 
 def _nice_ticks(top: float) -> list[float]:
@@ -194,17 +161,16 @@ def _nice_ticks(top: float) -> list[float]:
     return [i * step for i in range(math.ceil(top / step - 1e-9) + 1)]
 
 
-def _x_values(methods: Sequence[Mapping[str, Any]]) -> tuple[str, list[float | None]]:
+def _x_values(methods: Sequence[MethodScore]) -> tuple[str, list[float | None]]:
     """The x axis's title and each method's value: cost per question, or mean calls when no
     cost is known (unpriced local models) or every cost is zero."""
-    costs = [_num(m.get("cost_per_question")) for m in methods]
+    costs = [m.cost_per_question for m in methods]
     if any(c for c in costs):
         return "cost per question (USD)", costs
-    return "mean model calls per question (no cost known)", [
-        _num(m.get("mean_calls")) for m in methods]
+    return "mean model calls per question (no cost known)", [m.mean_calls for m in methods]
 
 
-def _place_points(methods: Sequence[Mapping[str, Any]], xs: Sequence[float | None],
+def _place_points(methods: Sequence[MethodScore], xs: Sequence[float | None],
                   x_of: Callable[[float], float],
                   unknown_x: float) -> list[_Point]:
     """Each method at its pixel position; points in the same column are spread sideways, so
@@ -212,21 +178,22 @@ def _place_points(methods: Sequence[Mapping[str, Any]], xs: Sequence[float | Non
     points: list[_Point] = []
     taken: dict[int, int] = {}
     for method, value in zip(methods, xs, strict=True):
-        accuracy = _num(method.get("accuracy"))
-        y = _y(accuracy if accuracy is not None else 0.0)
         x = unknown_x if value is None else x_of(value)
         column = round(x / 4)
         x += 7 * taken.get(column, 0)
         taken[column] = taken.get(column, 0) + 1
-        ends = _ends(method.get("interval"))
-        low, high = (_y(ends[0]), _y(ends[1])) if ends else (None, None)
-        points.append(_Point(method, x, y, low, high))
+        low, high = method.interval
+        points.append(_Point(method, x, _y(method.accuracy), _y(low), _y(high)))
     return points
 
 
+def _on_scale(value: float) -> float:
+    """``value`` within [0, 1]; one that is not a number sits at 0, so no NaN reaches the SVG."""
+    return min(1.0, max(0.0, value)) if not math.isnan(value) else 0.0
+
+
 def _y(share: float) -> float:
-    share = min(1.0, max(0.0, share))
-    return TOP + (1 - share) * (HEIGHT - TOP - BOTTOM)
+    return TOP + (1 - _on_scale(share)) * (HEIGHT - TOP - BOTTOM)
 
 
 def _marker(shape: str, kind: str, x: float, y: float) -> str:
@@ -254,7 +221,7 @@ def _labels(points: Sequence[_Point], right: float) -> list[tuple[float, float, 
     out: list[tuple[float, float, str]] = [(0.0, 0.0, "start")] * len(points)
     for i in sorted(range(len(points)), key=lambda j: (points[j].y, points[j].x)):
         point = points[i]
-        width = CHAR_WIDTH * len(_short_name(str(point.method.get("name")), LABEL_CHARS))
+        width = CHAR_WIDTH * len(_short_name(point.method.name, LABEL_CHARS))
         fallback: tuple[float, float, float, str] | None = None
         chosen: tuple[float, float, float, str] | None = None
         for left, y, x, anchor in _label_places(point, width, right):
@@ -301,19 +268,17 @@ def _nearest(markers: Sequence[tuple[float, float]], at: tuple[float, float]) ->
 
 
 def _point_svg(point: _Point, label: tuple[float, float, str]) -> str:
-    method, kind = point.method, _kind(point.method)
-    name = str(method.get("name"))
-    tip = (f"{name}: {_pct(method.get('accuracy'))} {_interval(method.get('interval'))} · "
-           f"{_usd(method.get('cost_per_question'))} per question · "
-           f"{_fixed(method.get('mean_calls'), '.1f')} calls per question")
-    bar = ""
-    if point.low is not None and point.high is not None:
-        x = f"{point.x:.1f}"
-        bar = (f'<path class="bar k-{kind}" d="M{x} {point.low:.1f}V{point.high:.1f}'
-               f'M{point.x - 4:.1f} {point.low:.1f}h8M{point.x - 4:.1f} {point.high:.1f}h8"/>')
+    method, kind = point.method, point.method.kind
+    name = method.name
+    tip = (f"{name}: {_pct(method.accuracy)} {_interval(method)} · "
+           f"{usd(method.cost_per_question)} per question · "
+           f"{method.mean_calls:.1f} calls per question")
+    x = f"{point.x:.1f}"
+    bar = (f'<path class="bar k-{kind}" d="M{x} {point.low:.1f}V{point.high:.1f}'
+           f'M{point.x - 4:.1f} {point.low:.1f}h8M{point.x - 4:.1f} {point.high:.1f}h8"/>')
     lx, ly, anchor = label
     return (f'<g class="point" data-kind="{_e(kind)}"><title>{_e(tip)}</title>{bar}'
-            f"{_marker(KINDS.get(kind, OTHER)[1], kind, point.x, point.y)}"
+            f"{_marker(KINDS[kind][1], kind, point.x, point.y)}"
             f'<text x="{lx:.1f}" y="{ly:.1f}" text-anchor="{anchor}">'
             f"{_e(_short_name(name, LABEL_CHARS))}</text></g>")
 
@@ -344,17 +309,17 @@ def _axes(ticks: Sequence[float], x_of: Callable[[float], float], title: str, mo
     return "".join(parts)
 
 
-def _legend(kinds: Sequence[str]) -> str:
+def _legend(kinds: Sequence[MethodKind]) -> str:
     parts, x, y = [], float(LEFT), HEIGHT - 16
     for kind in kinds:
-        text, shape = KINDS.get(kind, OTHER)
+        text, shape = KINDS[kind]
         parts.append(f'{_marker(shape, kind, x + 6, y - 4)}<text x="{x + 16:.1f}" y="{y}">'
                      f"{_e(text)}</text>")
         x += 30 + CHAR_WIDTH * len(text)
     return f'<g class="legend">{"".join(parts)}</g>'
 
 
-def chart(methods: Sequence[Mapping[str, Any]]) -> str:
+def chart(methods: Sequence[MethodScore]) -> str:
     """Accuracy (with its interval) against cost per question, one point per method."""
     if not methods:
         return '<p class="muted">No method was scored.</p>'
@@ -367,11 +332,11 @@ def chart(methods: Sequence[Mapping[str, Any]]) -> str:
     span = ticks[-1] or 1.0
 
     def x_of(value: float) -> float:
-        return LEFT + 12 + (plot_right - LEFT - 24) * min(1.0, max(0.0, value / span))
+        return LEFT + 12 + (plot_right - LEFT - 24) * _on_scale(value / span)
 
     points = _place_points(methods, xs, x_of, unknown_x or 0.0)
     labels = _labels(points, WIDTH - RIGHT)
-    kinds = list(dict.fromkeys(_kind(m) for m in methods))
+    kinds = list(dict.fromkeys(m.kind for m in methods))
     return (f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
             f'aria-label="accuracy against {_e(title)}">'
             f"{_axes(ticks, x_of, title, money, plot_right, unknown_x)}"
@@ -381,17 +346,15 @@ def chart(methods: Sequence[Mapping[str, Any]]) -> str:
 
 # The tables.
 
-def _methods_table(methods: Sequence[Mapping[str, Any]], questions: object) -> str:
+def _methods_table(methods: Sequence[MethodScore], questions: int) -> str:
     rows = "".join(
-        f'<tr><td title="{_e(m.get("kind"))}">{_e(m.get("name"))}</td>'
-        f'<td class="num">{_pct(m.get("accuracy"))} {_interval(m.get("interval"))}</td>'
-        f'<td class="num">{_e(m.get("correct"))}/{_e(questions)}</td>'
-        f'<td class="num">{_fixed(m.get("mean_calls"), ".1f")}</td>'
-        f'<td class="num">{_fixed(m.get("mean_tokens"), ",.0f")}</td>'
-        f'<td class="num" title="total {_usd(m.get("cost_usd"))}">'
-        f'{_usd(m.get("cost_per_question"))}</td>'
-        f'<td class="num">{_usd(m.get("cost_per_correct"))}</td>'
-        f'<td class="num">{_fixed(m.get("mean_seconds"), ".1f", " s")}</td></tr>'
+        f'<tr><td title="{_e(m.kind)}">{_e(m.name)}</td>'
+        f'<td class="num">{_pct(m.accuracy)} {_interval(m)}</td>'
+        f'<td class="num">{m.correct}/{questions}</td>'
+        f'<td class="num">{m.mean_calls:.1f}</td><td class="num">{m.mean_tokens:,.0f}</td>'
+        f'<td class="num" title="total {usd(m.cost_usd)}">{usd(m.cost_per_question)}</td>'
+        f'<td class="num">{usd(m.cost_per_correct)}</td>'
+        f'<td class="num">{m.mean_seconds:.1f} s</td></tr>'
         for m in methods)
     return ('<table class="methods"><tr><th>method</th><th class="num">accuracy [95 %]</th>'
             '<th class="num">correct</th><th class="num">calls / question</th>'
@@ -400,14 +363,14 @@ def _methods_table(methods: Sequence[Mapping[str, Any]], questions: object) -> s
             f"</tr>{rows}</table>")
 
 
-def _tests_table(comparisons: Sequence[Mapping[str, Any]]) -> str:
+def _tests_table(comparisons: Sequence[Comparison]) -> str:
     if not comparisons:
         return '<p class="muted">No paired tests.</p>'
     rows = "".join(
-        f'<tr><td>{_e(c.get("a"))}</td><td>{_e(c.get("b"))}</td>'
-        f'<td class="num">{_e(c.get("a_only"))}</td><td class="num">{_e(c.get("b_only"))}</td>'
-        f'<td class="num">{_e(c.get("both"))}</td><td class="num">{_e(c.get("neither"))}</td>'
-        f'<td class="num">{_e(_p(c.get("p_value")))}</td><td>{_outcome(c)}</td></tr>'
+        f'<tr><td>{_e(c.a)}</td><td>{_e(c.b)}</td>'
+        f'<td class="num">{c.a_only}</td><td class="num">{c.b_only}</td>'
+        f'<td class="num">{c.both}</td><td class="num">{c.neither}</td>'
+        f'<td class="num">{_e(_p(c.p_value))}</td><td>{_outcome(c)}</td></tr>'
         for c in comparisons)
     return ("<table class='tests'><tr><th>a</th><th>b</th><th class='num'>only a right</th>"
             "<th class='num'>only b right</th><th class='num'>both right</th>"
@@ -417,22 +380,21 @@ def _tests_table(comparisons: Sequence[Mapping[str, Any]]) -> str:
             f"p &lt; {SIGNIFICANT} names the better one.</p>")
 
 
-def _best_member(summary: Mapping[str, Any]) -> str:
-    best = summary.get("best_member")
+def _best_member(summary: EvalSummary) -> str:
+    best = summary.best_member
     if best:
-        line = (f"<p>Best member: <strong>{_e(best.get('name'))}</strong>, chosen by "
-                f"{_e(best.get('chosen_by'))}.</p>")
-        if best.get("warning"):
-            line += f'<p class="warn">⚠ {_e(best["warning"])}</p>'
+        line = (f"<p>Best member: <strong>{_e(best.name)}</strong>, chosen by "
+                f"{_e(best.chosen_by)}.</p>")
+        if best.warning:
+            line += f'<p class="warn">⚠ {_e(best.warning)}</p>'
     else:
         line = '<p class="muted">No best member (no member was scored alone).</p>'
-    all_wrong = summary.get("all_wrong")
-    share = "unknown" if _num(all_wrong) is None else _pct(all_wrong)
+    share = "unknown" if summary.all_wrong is None else _pct(summary.all_wrong)
     return (f"{line}<p>Questions every member got wrong: <strong>{share}</strong>"
             " (no choice among the members' answers is right there).</p>")
 
 
-def _mark(value: object) -> str:
+def _mark(value: bool | None) -> str:
     if value is True:
         return '<td class="mark ok">✓</td>'
     if value is False:
@@ -440,20 +402,18 @@ def _mark(value: object) -> str:
     return '<td class="mark none" title="not scored">–</td>'
 
 
-def _items_table(items: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
+def _items_table(items: Sequence[ItemOutcome], names: Sequence[str]) -> str:
     if not items:
         return '<p class="muted">No questions.</p>'
     head = "".join(f'<th class="mark" title="{_e(n)}">{_e(_short_name(n, HEADER_CHARS))}</th>'
                    for n in names)
     rows = []
     for number, item in enumerate(items, 1):
-        question = str(item.get("question") or "")
-        correct: Mapping[str, Any] = item.get("correct") or {}
         rows.append(
-            f'<tr class="item"><td class="num" title="{_e(item.get("source"))}">{number}</td>'
-            f'<td title="{_e(question)}">{_e(clip(question, QUESTION_CHARS)[0])}</td>'
-            f'<td>{_e(item.get("expected"))}</td>'
-            f"{''.join(_mark(correct.get(n)) for n in names)}</tr>")
+            f'<tr class="item"><td class="num" title="{_e(item.source)}">{number}</td>'
+            f'<td title="{_e(item.question)}">{_e(clip(item.question, QUESTION_CHARS)[0])}</td>'
+            f'<td>{_e(item.expected)}</td>'
+            f"{''.join(_mark(item.correct.get(n)) for n in names)}</tr>")
     return ('<div class="wide"><table class="items"><tr><th class="num">#</th><th>question</th>'
             f"<th>expected</th>{head}</tr>{''.join(rows)}</table></div>"
             '<p class="muted">✓ right · ✗ wrong · – not scored · hover a question for all of '
@@ -478,11 +438,11 @@ def _settings(settings: Mapping[str, Any]) -> str:
     return f"<dl>{rows}</dl>"
 
 
-def render_eval_summary(summary: Mapping[str, Any]) -> str:
+def render_eval_summary(summary: EvalSummary) -> str:
     """The whole page, a self-contained HTML5 document, from the eval's summary."""
-    methods: list[Mapping[str, Any]] = summary.get("methods") or []
-    names = [str(m.get("name")) for m in methods]
-    name, questions, of = summary.get("name"), summary.get("questions"), summary.get("of")
+    methods = summary.methods
+    names = [m.name for m in methods]
+    name, questions, of = summary.name, summary.questions, summary.of
     counted = f"{len(methods)} method{'' if len(methods) == 1 else 's'}"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -496,9 +456,9 @@ def render_eval_summary(summary: Mapping[str, Any]) -> str:
 <p id="verdict" class="card">{verdict(summary)}</p>
 <h2>Accuracy and cost</h2>{chart(methods)}
 <h2>Methods</h2>{_methods_table(methods, questions)}
-<h2>Paired tests</h2>{_tests_table(summary.get("comparisons") or [])}
+<h2>Paired tests</h2>{_tests_table(summary.comparisons)}
 <h2>Best member</h2>{_best_member(summary)}
-<h2>Questions</h2>{_items_table(summary.get("items") or [], names)}
-<h2>Settings</h2>{_settings(summary.get("settings") or {})}
+<h2>Questions</h2>{_items_table(summary.items, names)}
+<h2>Settings</h2>{_settings(summary.settings)}
 </body></html>
 """
