@@ -213,6 +213,11 @@ def test_a_stored_result_is_resumed_only_by_the_evaluation_that_made_it(
     assert main(base) == 1
     assert (f"question {name}'s entry is damaged (arms..alone: Input should be a valid "
             "dictionary)") in capsys.readouterr().err
+    data = json.loads(good)
+    data["questions"][name]["arms"][""]["consensus"]["cost_usd"] = float("nan")
+    stored.write_text(json.dumps(data))  # JSON's NaN, which Python reads
+    assert main(base) == 1
+    assert "consensus.cost_usd: Input should be a finite number" in capsys.readouterr().err
     assert len(server.requests) == calls
 
 

@@ -2,24 +2,27 @@
 self-consistency sample, and the best-member choice.
 
 The file is read back on a resume, and an eval folder can come with a cloned repository, so it
-is untrusted input: a question that does not fit these records is refused with the fix, never
-half-read. The field order is the file's: ``model_dump`` writes the same JSON as the dicts that
-came before these records.
+is untrusted input: a question that does not fit these records (a NaN cost too) is refused
+with the fix, never half-read. The field order is the file's: ``model_dump`` writes the same
+JSON as the dicts that came before these records.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from massgen_mcp.core.records import RunStatus
 
 MAX_SAMPLES = 32  # self-consistency's k, at most
+FIGURES = ConfigDict(allow_inf_nan=False)  # JSON allows NaN; no figure of a run is one
 
 
 class Method(BaseModel):
     """One method's answer to one question, and what it cost."""
+
+    model_config = FIGURES
 
     answer: str | None
     correct: bool
@@ -62,6 +65,8 @@ class QuestionRow(BaseModel):
 
 class BestMember(BaseModel):
     """The member whose self-consistency is the baseline, why it was chosen, and its k."""
+
+    model_config = FIGURES
 
     agent_id: str
     model: str | None
