@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from massgen_mcp.api.python import follow
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import atomic_write
-from massgen_mcp.core.records import AgentPhase, RunKind, RunStatus, StatusRecord
+from massgen_mcp.core.records import AgentPhase, RunKind, RunStatus, StatusRecord, clip
 from massgen_mcp.core.spec import MAX_AGENTS, RunSpec, validation_problems
 from massgen_mcp.evaluation.answers import expected_answer, is_correct, normalise
 from massgen_mcp.evaluation.datasets import Item
@@ -120,9 +120,10 @@ class Results:
             try:
                 rows[name] = QuestionRow.model_validate(row)
             except ValidationError as exc:
-                where, why = validation_problems(exc)[0]
+                where, why = validation_problems(exc)[0]  # keys from the file, so clipped
+                problem = clip(f"{where or 'entry'}: {why}", 200)[0]
                 raise ConfigError(fix.format(
-                    f"question {name}'s entry is damaged ({where or 'entry'}: {why})")) from None
+                    f"question {clip(name, 40)[0]}'s entry is damaged ({problem})")) from None
         self.rows = rows
 
     def save(self, settings: dict[str, Any], html: str | None = None) -> None:
