@@ -116,6 +116,8 @@ async def test_a_retry_of_a_kind_this_release_does_not_know_still_reads(
     assert "agent_a provider rate_limit, retry 1 in 0.5s" in lines[0]
     assert all("agent_a provider error, retry 1" in line for line in lines[1:])
     assert events[-1].type is EventType.FINISHED
+    documented = (Path(__file__).parents[1] / "docs" / "session-record.md").read_text()
+    assert all(f"`{kind}`" in documented for kind in ErrorKind), "session-record.md lists them"
 
 
 def test_cli_and_mcp_take_the_same_inputs_through_one_door(
