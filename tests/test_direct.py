@@ -11,14 +11,20 @@ import tempfile
 import textwrap
 from collections.abc import Callable
 
+import httpx
 import pytest
 
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.model_names import model_map
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import MAX_CALL_TOKENS, CallContext
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm
-from massgen_mcp.providers.openai_direct import MAX_REPLY_CHARS, MAX_TOOL_CALLS, cost_of
+from massgen_mcp.providers.openai_direct import (
+    MAX_REPLY_CHARS,
+    MAX_TOOL_CALLS,
+    cost_of,
+    http_error,
+)
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, raw
 from massgen_mcp.testing.wire import completion_body
 from tests.helpers import Scripted, by_model, run_team, team_for
@@ -173,3 +179,28 @@ async def test_a_whole_reply_over_the_reply_cap_is_refused_as_a_streamed_one_is(
     with pytest.raises(ProviderError, match="the reply passed 1,048,576 characters") as info:
         await LiteLLMProvider().complete(_agent(server), HI, tools=None, timeout_s=10)
     assert not info.value.retryable
+
+
+@pytest.mark.parametrize(("status", "said", "kind"), [
+    (429, "slow down", ErrorKind.RATE_LIMIT), (401, "who?", ErrorKind.AUTH),
+    (403, "context length", ErrorKind.AUTH), (400, "maximum context length is 8k",
+                                              ErrorKind.CONTEXT_WINDOW),
+    (400, "flagged by content_filter", ErrorKind.CONTENT_FILTER),
+    (404, "no such model", ErrorKind.BAD_REQUEST),
+    (502, "context length", ErrorKind.SERVER_ERROR)])
+def test_a_refused_request_maps_to_one_kind_and_its_words(status: int, said: str,
+                                                           kind: ErrorKind) -> None:
+    """One table of statuses and one of a 4xx body's words (issue 50, step 5); each kind
+    keeps its prefix, retryability, and the Retry-After hint only where it speaks."""
+    failure = http_error(status, json.dumps({"error": {"message": said}}),
+                         httpx.Headers({"Retry-After": "3"}))
+    prefix = {ErrorKind.RATE_LIMIT: "rate limited", ErrorKind.AUTH: "authentication failed",
+              ErrorKind.CONTEXT_WINDOW: "context window exceeded",
+              ErrorKind.CONTENT_FILTER: "content filter",
+              ErrorKind.BAD_REQUEST: "request rejected", ErrorKind.SERVER_ERROR: "provider error"}
+    assert (failure.kind, str(failure)) == (kind, f"{prefix[kind]}: {said}")
+    assert failure.status_code == status
+    retryable = kind in (ErrorKind.RATE_LIMIT, ErrorKind.SERVER_ERROR)
+    assert failure.retryable is retryable
+    assert failure.retry_after == (3.0 if retryable else None)
+    assert ProviderError(str(failure), kind=kind).retryable is retryable  # the table's default

@@ -12,10 +12,11 @@ import pytest
 from fastmcp import Client
 
 from massgen_mcp.cli.main import main
-from massgen_mcp.core.errors import SessionStateError
+from massgen_mcp.core.errors import ErrorKind, SessionStateError
 from massgen_mcp.core.records import SCHEMA_VERSION, EventType, RunStatus
 from massgen_mcp.core.spec import AgentSpec, RunSpec
 from massgen_mcp.providers.base import Completion
+from massgen_mcp.render.text import describe_event
 from massgen_mcp.server.app import create_server
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.sessions import store as store_module
@@ -94,6 +95,29 @@ async def test_a_record_from_a_newer_release_is_refused_clearly(old_home: Path) 
     path.write_text(json.dumps({**json.loads(path.read_text()), "schema_version": 99}))
     with pytest.raises(SessionStateError, match=r"newer massgen-mcp .*upgrade"):
         await in_process(old_home).result(OLD_ID)
+
+
+async def test_a_retry_of_a_kind_this_release_does_not_know_still_reads(
+        old_home: Path) -> None:
+    """A retry's kind is typed (ErrorKind), and a record is untrusted: a kind from another
+    release, or not a word at all, reads as "error" instead of making events.jsonl corrupt
+    (issue 50, step 5)."""
+    path = old_home / "sessions" / OLD_ID / "events.jsonl"
+    first, *rest = path.read_text().splitlines()
+    retries = [json.dumps({"seq": 900 + i, "t": 1.0, "ts": 1.0, "type": "retry",
+                           "agent_id": "agent_a", "attempt": 1, "delay_s": 0.5,
+                           "error": "boom", "kind": kind})
+               for i, kind in enumerate(["rate_limit", "overloaded", 7, ["x"]])]
+    path.write_text("\n".join([first, *retries, *rest]) + "\n")
+    events = in_process(old_home).events(OLD_ID)
+    kinds = [e.kind for e in events if e.type is EventType.RETRY]
+    assert kinds == [ErrorKind.RATE_LIMIT, ErrorKind.ERROR, ErrorKind.ERROR, ErrorKind.ERROR]
+    lines = [describe_event(e) or "" for e in events if e.type is EventType.RETRY]
+    assert "agent_a provider rate_limit, retry 1 in 0.5s" in lines[0]
+    assert all("agent_a provider error, retry 1" in line for line in lines[1:])
+    assert events[-1].type is EventType.FINISHED
+    documented = (Path(__file__).parents[1] / "docs" / "session-record.md").read_text()
+    assert all(f"`{kind}`" in documented for kind in ErrorKind), "session-record.md lists them"
 
 
 def test_cli_and_mcp_take_the_same_inputs_through_one_door(

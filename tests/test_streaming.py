@@ -147,6 +147,37 @@ async def test_providers_other_than_openai_at_a_base_url_stream_through_litellm(
         whole.tool_calls, whole.prompt_tokens, whole.completion_tokens)
 
 
+@pytest.mark.parametrize("failure", [None, *(error(status, "scripted failure", retry_after=3)
+                                                for status in (400, 429, 503))],
+                         ids=lambda reply: f"error-{reply.status}" if reply else "reply")
+async def test_hosted_vllm_reaches_an_openai_server_through_litellm_as_openai_does(
+        serve: Serve, failure: Reply | None) -> None:
+    """The way to a server only litellm reads without MASSGEN_OPENAI_DIRECT=0 (issue 50,
+    step 5): hosted_vllm/ at the same base_url, which the direct path does not take, reads
+    the same reply, and fails with the same kind, retryability and Retry-After."""
+    server = serve(lambda req: failure or vote("A1", "the only answer"))
+    vllm = AgentSpec(id="a", model="hosted_vllm/gpt-4o-mini", base_url=server.base_url)
+    outcomes: list[Completion | ProviderError] = []
+    for agent in (vllm, agent_of(server)):
+        try:
+            outcomes.append(await LiteLLMProvider().complete(agent, HI, tools=TOOLS,
+                                                             timeout_s=10))
+        except ProviderError as exc:
+            outcomes.append(exc)
+    through_litellm, direct = outcomes
+    if isinstance(direct, ProviderError):
+        assert isinstance(through_litellm, ProviderError)
+        assert (through_litellm.kind, through_litellm.retryable, through_litellm.retry_after,
+                through_litellm.status_code) == (direct.kind, direct.retryable,
+                                                 direct.retry_after, direct.status_code)
+    else:
+        assert isinstance(through_litellm, Completion)
+        assert (through_litellm.tool_calls, through_litellm.prompt_tokens,
+                through_litellm.completion_tokens) == (
+            direct.tool_calls, direct.prompt_tokens, direct.completion_tokens)
+    assert [r.model for r in server.requests] == ["gpt-4o-mini"] * 2
+
+
 async def test_tool_call_arguments_stream_in_pieces_and_assemble_exactly(serve: Serve) -> None:
     calls = (("vote", json.dumps({"answer": "A1", "reason": "it is right, \"quoted\" ü"})),
              ("new_answer", json.dumps({"content": "Paris is the capital\nof France."})))

@@ -10,7 +10,8 @@ MassgenError
 │   ├── UntrustedConfigError  a project config or a call needs the user's consent first
 │   ├── UnknownTeamError      a team model name (massgen/...) that names no team
 │   └── EndpointUnreachableError  a model's server takes no connection (checked before a run)
-├── ProviderError          one model call failed after retries; carries .retryable, .status_code
+├── ProviderError          one model call failed after retries; carries .kind (ErrorKind),
+│                          .retryable, .status_code
 ├── SessionNotFoundError   no session with that id in this store
 ├── SessionStateError      the session is in a state that does not allow the request
 │   └── RunNotFinishedError  it has no result yet; carries .session_id and .status
@@ -24,6 +25,7 @@ MassgenError
 from __future__ import annotations
 
 import errno
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -52,27 +54,91 @@ class EndpointUnreachableError(ConfigError):
     started: the message names the URL, why, and what to do."""
 
 
+class ErrorKind(StrEnum):
+    """What kind of failure a model call met: the one vocabulary of every provider (litellm's
+    exceptions, an HTTP status, a CLI's output, the embedded model). The value is what the
+    ``retry`` events of ``events.jsonl`` carry as ``kind``."""
+
+    RATE_LIMIT = "rate_limit"
+    AUTH = "auth"
+    BAD_REQUEST = "bad_request"
+    CONTEXT_WINDOW = "context_window"
+    CONTENT_FILTER = "content_filter"
+    TIMEOUT = "timeout"
+    SERVER_ERROR = "server_error"  # 5xx, a dropped connection, a garbled or cut-short reply
+    UNREACHABLE = "unreachable"  # a server the user runs takes no connection
+    UNAVAILABLE = "unavailable"  # no such CLI, model file or llama.cpp here
+    CLI_ERROR = "cli_error"
+    LOCAL_ERROR = "local_error"  # the embedded model failed
+    ERROR = "error"  # none of the above (and any kind a record names that this release does not)
+
+    @classmethod
+    def read(cls, value: object) -> ErrorKind | None:
+        """The kind a record names: a record is untrusted and may come from another release,
+        so a word this release does not know reads as :attr:`ERROR` instead of failing."""
+        if value is None or isinstance(value, ErrorKind):
+            return value
+        try:
+            return cls(value) if isinstance(value, str) else cls.ERROR
+        except ValueError:
+            return cls.ERROR
+
+
+# Each kind's message prefix (for :meth:`ProviderError.of`) and whether trying again may help.
+_KINDS: dict[ErrorKind, tuple[str, bool]] = {
+    ErrorKind.RATE_LIMIT: ("rate limited: ", True),
+    ErrorKind.AUTH: ("authentication failed: ", False),
+    ErrorKind.BAD_REQUEST: ("request rejected: ", False),
+    ErrorKind.CONTEXT_WINDOW: ("context window exceeded: ", False),
+    ErrorKind.CONTENT_FILTER: ("content filter: ", False),
+    ErrorKind.TIMEOUT: ("timeout: ", True),
+    ErrorKind.SERVER_ERROR: ("provider error: ", True),
+    ErrorKind.UNREACHABLE: ("", False),
+    ErrorKind.UNAVAILABLE: ("", False),
+    ErrorKind.CLI_ERROR: ("", False),
+    ErrorKind.LOCAL_ERROR: ("", False),
+    ErrorKind.ERROR: ("", False),
+}
+# The kinds a server's Retry-After hint speaks for (a refusal to wait for, or an overload).
+_HINTED = frozenset({ErrorKind.RATE_LIMIT, ErrorKind.SERVER_ERROR})
+
+
 class ProviderError(MassgenError):
     """A model call failed.
 
     ``retryable`` says whether trying again may help (rate limits, 5xx, timeouts, dropped
-    connections); ``retry_after`` is the provider's Retry-After hint in seconds, if any.
+    connections; by default the kind's, from the table above); ``retry_after`` is the
+    provider's Retry-After hint in seconds, if any.
     """
 
     def __init__(
         self,
         message: str,
         *,
-        retryable: bool,
+        retryable: bool | None = None,
         status_code: int | None = None,
         retry_after: float | None = None,
-        kind: str = "error",
+        kind: ErrorKind = ErrorKind.ERROR,
     ) -> None:
         super().__init__(message)
-        self.retryable = retryable
+        self.retryable = _KINDS[kind][1] if retryable is None else retryable
         self.status_code = status_code
         self.retry_after = retry_after
         self.kind = kind
+
+    @classmethod
+    def of(cls, kind: ErrorKind, text: str, *, status: int | None = None,
+           retry_after: float | None = None, retryable: bool | None = None) -> ProviderError:
+        """A failure worded by its kind: the kind's prefix, then ``text`` (already redacted);
+        the Retry-After hint is kept only for the kinds it speaks for."""
+        return cls(f"{_KINDS[kind][0]}{text}", retryable=retryable, status_code=status,
+                   retry_after=retry_after if kind in _HINTED else None, kind=kind)
+
+    def amended(self, more: str) -> ProviderError:
+        """The same failure with ``more`` added to its message."""
+        return ProviderError(f"{self}{more}", retryable=self.retryable,
+                             status_code=self.status_code, retry_after=self.retry_after,
+                             kind=self.kind)
 
 
 class SessionNotFoundError(MassgenError):

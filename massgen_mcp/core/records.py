@@ -20,6 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
+from massgen_mcp.core.errors import ErrorKind
+
 SCHEMA_VERSION = 1
 # How much of an answer the live status, the events and the listings carry.
 PREVIEW_CHARS = 200
@@ -372,7 +374,7 @@ class Event(Record):
     attempt: int | None = None
     delay_s: float | None = None
     error: str | None = None
-    kind: str | None = None
+    kind: ErrorKind | None = None  # retry: what the call met
     status_code: int | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -399,6 +401,11 @@ class Event(Record):
     late: list[str] | None = None  # quorum: the agents round one stopped waiting for
     first_token_s: float | None = None  # call: seconds to its first streamed text
     tokens_per_s: float | None = None  # call: completion tokens per second after the first
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _known_kind(cls, value: object) -> ErrorKind | None:
+        return ErrorKind.read(value)
 
     @property
     def owner(self) -> str | None:

@@ -159,6 +159,15 @@ SETTINGS = Settings(
                         "ports probed for local OpenAI-compatible servers (default: Ollama "
                         "11434, LM Studio 1234, vLLM 8000, llama.cpp 8080)",
                         "comma-separated port numbers, e.g. 11434,1234"),
+    # Kept (issue 50, measured 2026-11-27 on the scripted server, 20-call medians, CPU per
+    # call): direct 2.4-2.9 ms whole and 2.6-3.4 ms streamed for a vote; litellm 6.9-7.2 ms
+    # whole and 21-23 ms streamed, 249-262 ms against 14-15 ms for a streamed 2,000
+    # characters. So direct stays the default. A server only litellm reads is reachable
+    # without the switch (hosted_vllm/ at the same base_url: same replies, kinds and
+    # retryability; a whole run completes), but litellm words its failures there as
+    # "Hosted_vllmException - <the body>" and prices none of its whole calls. The switch is
+    # also the reference the parity tests and bench/run.py's streaming section hold the direct
+    # path to: litellm reading the same openai/ wire (tests/test_streaming.py, test_direct.py).
     openai_direct=Setting("MASSGEN_OPENAI_DIRECT", _switch, True,
                           "an openai/ model at a base_url is called over plain HTTP, not "
                           "through litellm (0: through litellm, for a server whose replies "

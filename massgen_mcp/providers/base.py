@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.secrets import redactor
 from massgen_mcp.core.spec import AgentSpec
 
@@ -119,6 +119,13 @@ def retry_after_of(headers: Any) -> float | None:
         return None
 
 
+def cut_short() -> ProviderError:
+    """A streamed reply whose stream ended before the server said the reply was finished: a
+    failed call, retried as a truncated whole reply would be."""
+    return ProviderError.of(ErrorKind.SERVER_ERROR,
+                            "the reply's stream ended before the reply did")
+
+
 def backoff_delay(attempt: int, error: ProviderError, base_s: float) -> float:
     """Seconds to wait before retry ``attempt`` (1-based): Retry-After if given, else jittered
     exponential backoff."""
@@ -157,7 +164,7 @@ async def complete_with_retries(
             error = ProviderError(
                 f"no response within {timeout_s:g} s "
                 f"({'cli_call_timeout_s' if agent.cli else 'call_timeout_s'})",
-                retryable=agent.cli is None, kind="timeout",
+                retryable=agent.cli is None, kind=ErrorKind.TIMEOUT,
             )
         except ProviderError as exc:
             error = exc

@@ -40,7 +40,7 @@ import ssl
 import time
 from urllib.parse import urlsplit
 
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import AgentSpec
 
@@ -248,7 +248,7 @@ def html_error(status: int | None) -> ProviderError:
     line, for the runs :func:`unreachable` did not probe (a pool worker's, a model's call)."""
     return ProviderError(f"the endpoint is not an OpenAI-compatible endpoint ({NOT_OPENAI}); "
                          "fix base_url (such a server's URL usually ends in /v1)",
-                         retryable=False, status_code=status, kind="bad_request")
+                         status_code=status, kind=ErrorKind.BAD_REQUEST)
 
 
 def _behind_proxy(scheme: str, host: str) -> bool:

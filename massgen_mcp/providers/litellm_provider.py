@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.secrets import RedactingFormatter, redact
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import (
@@ -30,6 +30,7 @@ from massgen_mcp.providers.base import (
     Completion,
     TextListener,
     ToolCall,
+    cut_short,
     retry_after_of,
 )
 from massgen_mcp.providers.endpoints import (
@@ -132,6 +133,31 @@ def _retry_after(exc: Exception) -> float | None:
     return None
 
 
+def _kinds(errors: ModuleType) -> tuple[tuple[Any, ErrorKind], ...]:
+    """litellm's exception classes -> kind, the first match wins (a content filter and a
+    context window are bad requests too), in the manner of httpx's ``HTTPCORE_EXC_MAP``."""
+    return ((errors.ContentPolicyViolationError, ErrorKind.CONTENT_FILTER),
+            (errors.ContextWindowExceededError, ErrorKind.CONTEXT_WINDOW),
+            (errors.Timeout, ErrorKind.TIMEOUT),
+            (errors.RateLimitError, ErrorKind.RATE_LIMIT),
+            (errors.AuthenticationError | errors.PermissionDeniedError, ErrorKind.AUTH),
+            (errors.NotFoundError | errors.BadRequestError, ErrorKind.BAD_REQUEST))
+
+
+def kind_of(exc: Exception, status: int | None, litellm: ModuleType) -> ErrorKind:
+    """The kind of a litellm/openai exception. Where its class names only the status's
+    family, the status decides: a 429 is a rate limit whatever class litellm chose, and a
+    5xx "bad request" is the server's failure, worth another try. Anything else (a dropped
+    connection, a truncated or garbled response) is a server error."""
+    kind = next((kind for types, kind in _kinds(litellm.exceptions) if isinstance(exc, types)),
+                ErrorKind.SERVER_ERROR)
+    if status == 429 and kind in (ErrorKind.AUTH, ErrorKind.BAD_REQUEST, ErrorKind.SERVER_ERROR):
+        return ErrorKind.RATE_LIMIT
+    if kind is ErrorKind.BAD_REQUEST and status is not None and status >= 500:
+        return ErrorKind.SERVER_ERROR
+    return kind
+
+
 def map_error(exc: Exception, litellm: ModuleType) -> ProviderError:
     """Translate any litellm/openai exception into a ProviderError with a redacted message."""
     status = getattr(exc, "status_code", None)
@@ -144,30 +170,9 @@ def map_error(exc: Exception, litellm: ModuleType) -> ProviderError:
     message = text[:400]
     if is_html(message):  # a web server answered, not a model's: no retry will change it
         return html_error(status)
-    errors = litellm.exceptions
-    if isinstance(exc, errors.ContentPolicyViolationError):
-        return ProviderError(f"content filter: {message}", retryable=False, status_code=status,
-                             kind="content_filter")
-    if isinstance(exc, errors.ContextWindowExceededError):
-        return ProviderError(f"context window exceeded: {message}", retryable=False,
-                             status_code=status, kind="context_window")
-    if isinstance(exc, errors.Timeout):
-        return ProviderError(f"timeout: {message}", retryable=True, status_code=status,
-                             kind="timeout")
-    if isinstance(exc, errors.RateLimitError) or status == 429:
-        return ProviderError(f"rate limited: {message}", retryable=True, status_code=429,
-                             retry_after=_retry_after(exc), kind="rate_limit")
-    if isinstance(exc, errors.AuthenticationError | errors.PermissionDeniedError):
-        return ProviderError(f"authentication failed: {message}", retryable=False,
-                             status_code=status, kind="auth")
-    if isinstance(exc, errors.NotFoundError | errors.BadRequestError) and (
-        status is None or status < 500
-    ):
-        return ProviderError(f"request rejected: {message}", retryable=False,
-                             status_code=status, kind="bad_request")
-    # 5xx, dropped connections, truncated or garbled responses: worth another try.
-    return ProviderError(f"provider error: {message}", retryable=True, status_code=status,
-                         retry_after=_retry_after(exc), kind="server_error")
+    kind = kind_of(exc, status, litellm)
+    return ProviderError.of(kind, message, status=429 if kind is ErrorKind.RATE_LIMIT else status,
+                            retry_after=_retry_after(exc))
 
 
 def _cost(response: Any) -> float | None:
@@ -206,8 +211,7 @@ async def _streamed(litellm: ModuleType, kwargs: dict[str, Any], on_text: TextLi
     finished = any(note is not None for note in notes)
     response = litellm.stream_chunk_builder(chunks, messages=kwargs["messages"])
     if response is None or not finished:
-        raise ProviderError("provider error: the reply's stream ended before the reply did",
-                            retryable=True, kind="server_error")
+        raise cut_short()
     return response
 
 
@@ -308,11 +312,10 @@ class LiteLLMProvider:
         except (asyncio.CancelledError, ProviderError):
             raise
         except Exception as exc:  # httpx's: the connection broke, or could not be made
-            timed_out = isinstance(exc, httpx.TimeoutException)
-            raise self._failure(agent, exc, ProviderError(
-                f"{'timeout' if timed_out else 'provider error'}: "
-                f"{redact(str(exc) or type(exc).__name__)[:400]}",
-                retryable=True, kind="timeout" if timed_out else "server_error")) from None
+            kind = (ErrorKind.TIMEOUT if isinstance(exc, httpx.TimeoutException)
+                    else ErrorKind.SERVER_ERROR)
+            raise self._failure(agent, exc, ProviderError.of(
+                kind, redact(str(exc) or type(exc).__name__)[:400])) from None
         self._answered.add(self._key(agent))
         return completion
 
@@ -330,7 +333,7 @@ class LiteLLMProvider:
         url = endpoint_of(agent)
         return ProviderError(unreachable_message(agent, url, None if url else why),
                              retryable=url is None or self._key(agent) in self._answered,
-                             kind="unreachable")
+                             kind=ErrorKind.UNREACHABLE)
 
     @staticmethod
     def _key(agent: AgentSpec) -> tuple[str, str]:

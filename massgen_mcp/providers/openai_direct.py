@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.model_names import model_map
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
@@ -44,6 +44,7 @@ from massgen_mcp.providers.base import (
     Completion,
     TextListener,
     ToolCall,
+    cut_short,
     retry_after_of,
 )
 from massgen_mcp.providers.endpoints import html_error, is_html
@@ -137,8 +138,7 @@ class _Reply:
         self.chars += len(text)
         self.pieces += 1
         if self.chars > MAX_REPLY_CHARS:
-            raise ProviderError(f"provider error: the reply passed {MAX_REPLY_CHARS:,} "
-                                "characters; stopped", retryable=False, kind="server_error")
+            raise _too_long()
 
     async def completion(self, agent: AgentSpec, messages: list[dict[str, Any]],
                          latency_s: float) -> Completion:
@@ -197,8 +197,13 @@ def cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> float | N
 
 
 def _garbled(what: str, where: str = "the reply's stream") -> ProviderError:
-    return ProviderError(f"provider error: {where} held {what}", retryable=True,
-                         kind="server_error")
+    return ProviderError.of(ErrorKind.SERVER_ERROR, f"{where} held {what}")
+
+
+def _too_long(what: str = f"{MAX_REPLY_CHARS:,} characters") -> ProviderError:
+    """A reply over its cap: the same call would send it again."""
+    return ProviderError.of(ErrorKind.SERVER_ERROR, f"the reply passed {what}; stopped",
+                            retryable=False)
 
 
 def _error_event(error: Any) -> ProviderError:
@@ -206,9 +211,28 @@ def _error_event(error: Any) -> ProviderError:
     text = redact(json.dumps(error))[:_ERROR_CHARS]
     code = error.get("code") if isinstance(error, dict) else None
     if code in (429, "429", "rate_limit_exceeded") or "rate limit" in text.lower():
-        return ProviderError(f"rate limited: {text}", retryable=True, status_code=429,
-                             kind="rate_limit")
-    return ProviderError(f"provider error: {text}", retryable=True, kind="server_error")
+        return ProviderError.of(ErrorKind.RATE_LIMIT, text, status=429)
+    return ProviderError.of(ErrorKind.SERVER_ERROR, text)
+
+
+# A refused request's status -> kind (the rest: 5xx a server error, 4xx a rejected request)...
+_STATUS_KINDS = {429: ErrorKind.RATE_LIMIT, 401: ErrorKind.AUTH, 403: ErrorKind.AUTH}
+# ...and the words in a 4xx body that say why (OpenAI's, vLLM's and Azure's), first match wins.
+_BODY_KINDS = {"context_length": ErrorKind.CONTEXT_WINDOW,
+               "context length": ErrorKind.CONTEXT_WINDOW,
+               "content_filter": ErrorKind.CONTENT_FILTER,
+               "content management policy": ErrorKind.CONTENT_FILTER}
+
+
+def status_kind(status: int, text: str) -> ErrorKind:
+    """The kind of a refused request (status 400 or more) from its status and message."""
+    if status in _STATUS_KINDS:
+        return _STATUS_KINDS[status]
+    if status >= 500:
+        return ErrorKind.SERVER_ERROR
+    lowered = text.lower()
+    return next((kind for words, kind in _BODY_KINDS.items() if words in lowered),
+                ErrorKind.BAD_REQUEST)
 
 
 def http_error(status: int, body: str, headers: httpx.Headers) -> ProviderError:
@@ -221,25 +245,8 @@ def http_error(status: int, body: str, headers: httpx.Headers) -> ProviderError:
     text = redact(" ".join((said if isinstance(said, str) else body).split()))[:_ERROR_CHARS]
     if is_html(text):  # a web server answered, not a model's: no retry will change it
         return html_error(status)
-    lowered = text.lower()
-    retry_after = retry_after_of(headers)
-    if status == 429:
-        return ProviderError(f"rate limited: {text}", retryable=True, status_code=429,
-                             retry_after=retry_after, kind="rate_limit")
-    if status in (401, 403):
-        return ProviderError(f"authentication failed: {text}", retryable=False,
-                             status_code=status, kind="auth")
-    if status < 500:
-        if "context_length" in lowered or "context length" in lowered:
-            return ProviderError(f"context window exceeded: {text}", retryable=False,
-                                 status_code=status, kind="context_window")
-        if "content_filter" in lowered or "content management policy" in lowered:
-            return ProviderError(f"content filter: {text}", retryable=False,
-                                 status_code=status, kind="content_filter")
-        return ProviderError(f"request rejected: {text}", retryable=False, status_code=status,
-                             kind="bad_request")
-    return ProviderError(f"provider error: {text}", retryable=True, status_code=status,
-                         retry_after=retry_after, kind="server_error")
+    return ProviderError.of(status_kind(status, text), text, status=status,
+                            retry_after=retry_after_of(headers))
 
 
 def request_body(agent: AgentSpec, messages: list[dict[str, Any]],
@@ -307,11 +314,10 @@ async def chat(agent: AgentSpec, messages: list[dict[str, Any]],
                      "Accept-Encoding": "identity"}) as response:
         _check_encoding(response)
         if 300 <= response.status_code < 400:  # not followed: the key must not go elsewhere
-            raise ProviderError(
-                f"request rejected: {url} answered {response.status_code}, a redirect to "
+            raise ProviderError.of(
+                ErrorKind.BAD_REQUEST, f"{url} answered {response.status_code}, a redirect to "
                 f"{redact(response.headers.get('location', '?'))[:200]} (not followed; "
-                "set base_url to where it points)", retryable=False,
-                status_code=response.status_code, kind="bad_request")
+                "set base_url to where it points)", status=response.status_code)
         if response.status_code >= 400:
             body = (await _head(response, _ERROR_BODY_BYTES)).decode("utf-8", "replace")
             raise http_error(response.status_code, body, response.headers)
@@ -341,16 +347,14 @@ async def _streamed(response: httpx.Response, on_text: TextListener) -> _Reply:
             raise _garbled("an event that is not JSON") from None
         reply.add(chunk, on_text)
     if not (reply.finished or done):
-        raise ProviderError("provider error: the reply's stream ended before the reply did",
-                            retryable=True, kind="server_error")
+        raise cut_short()
     return reply
 
 
 def _whole(body: bytes) -> tuple[str | None, list[ToolCall], Any]:
     """A whole ``chat.completion``: its first choice's text and tool calls, and its usage."""
     if len(body) > MAX_BODY_BYTES:
-        raise ProviderError(f"provider error: the reply passed {MAX_BODY_BYTES:,} bytes; "
-                            "stopped", retryable=False, kind="server_error")
+        raise _too_long(f"{MAX_BODY_BYTES:,} bytes")
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -380,6 +384,5 @@ def _whole(body: bytes) -> tuple[str | None, list[ToolCall], Any]:
         calls.append(ToolCall(id=call_id if isinstance(call_id, str) and call_id
                               else f"call_{i}", name=name, arguments=arguments or ""))
     if len(text or "") + sum(len(c.name) + len(c.arguments) for c in calls) > MAX_REPLY_CHARS:
-        raise ProviderError(f"provider error: the reply passed {MAX_REPLY_CHARS:,} "
-                            "characters; stopped", retryable=False, kind="server_error")
+        raise _too_long()
     return text or None, calls, data.get("usage")

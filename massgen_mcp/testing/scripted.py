@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion, ToolCall
 from massgen_mcp.testing.policies import (
@@ -118,8 +118,8 @@ class ScriptedProvider:
                 status_code=reply.status,
                 retry_after=float(retry_after) if retry_after else None)
         if reply.kind in ("drop", "raw"):
-            raise ProviderError(f"scripted {reply.kind}: no usable response", retryable=True,
-                                kind="server_error")
+            raise ProviderError(f"scripted {reply.kind}: no usable response",
+                                kind=ErrorKind.SERVER_ERROR)
         body = completion_body(req, reply)
         message = body["choices"][0]["message"]
         return Completion(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from massgen_mcp.core.edges import UnsafeJson, load_json
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import Completion, TextListener
@@ -152,7 +152,7 @@ class EventReader(ABC):
         printed = tail(self._other, 300)
         return ProviderError(f"{self.name} printed no result{what}"
                              f"{f': {printed!r}' if printed.strip() else ''}",
-                             retryable=False, kind="cli_error")
+                             kind=ErrorKind.CLI_ERROR)
 
 
 def count(value: Any) -> int:

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import Completion, TextListener
 from massgen_mcp.providers.cli.base import (
@@ -31,6 +31,10 @@ from massgen_mcp.providers.cli.base import (
     strip_v1,
     text_of,
 )
+
+# The API statuses behind a failed Claude Code turn (its ``api_error_status``) that another
+# turn may get past: a rate limit, an overload (529 is Anthropic's), a server's failure.
+RETRYABLE_API_STATUS = frozenset({429, 500, 502, 503, 529})
 
 
 def _claude_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion
@@ -107,8 +111,8 @@ def _claude_completion(data: dict[str, Any]) -> Completion:
         raise ProviderError(
             f"claude: {str(data.get('result') or data.get('subtype'))[:300]}"
             f"{f' (HTTP {status})' if status else ''}",
-            retryable=status in (429, 500, 502, 503, 529), status_code=status,
-            kind="cli_error")
+            retryable=status in RETRYABLE_API_STATUS, status_code=status,
+            kind=ErrorKind.CLI_ERROR)
     usage = mapping(data.get("usage"))
     prompt = sum(count(usage.get(k)) for k in (
         "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import Completion, TextListener
 from massgen_mcp.providers.cli.base import (
@@ -90,7 +90,7 @@ class _CodexReader(EventReader):
         if self._text is None:
             raise ProviderError(
                 f"codex gave no answer: {self._failure or 'no agent message'}"[:400],
-                retryable=False, kind="cli_error")
+                kind=ErrorKind.CLI_ERROR)
         usage = self._usage
         return Completion(content=self._text, prompt_tokens=count(usage.get("input_tokens")),
                           completion_tokens=count(usage.get("output_tokens"))

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import Completion, TextListener
 from massgen_mcp.providers.cli.base import (
@@ -82,7 +82,7 @@ class _GeminiReader(EventReader):
             self._chars += len(text)
             if self._chars > MAX_REPLY_CHARS:
                 raise ProviderError(f"gemini's reply passed {MAX_REPLY_CHARS // 1024 // 1024} "
-                                    "MiB; stopped", retryable=False, kind="cli_error")
+                                    "MiB; stopped", kind=ErrorKind.CLI_ERROR)
             # A turn's first piece is set apart from the text of a turn before it.
             (self.delta if self._text else self.message)(text)
             self._text.append(text)
@@ -100,7 +100,7 @@ class _GeminiReader(EventReader):
             error = self._result.get("error")
             message = mapping(error).get("message") or error or self._error or "no reason given"
             raise ProviderError(f"gemini reported an error: {str(message)[:300]}",
-                                retryable=False, kind="cli_error")
+                                kind=ErrorKind.CLI_ERROR)
         stats = mapping(self._result.get("stats"))
         prompt = count(stats.get("input_tokens"))
         completion = max(count(stats.get("output_tokens")),

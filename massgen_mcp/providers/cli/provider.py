@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion
 from massgen_mcp.providers.cli import versions
@@ -62,12 +62,11 @@ class CliProvider:
         if executable is None:
             raise ProviderError(
                 f"{agent.model}: the {cli.executable!r} command is not on PATH; install it "
-                f"and log in, or set MASSGEN_{cli.name.upper()}_PATH", retryable=False,
-                kind="unavailable")
+                f"and log in, or set MASSGEN_{cli.name.upper()}_PATH",
+                kind=ErrorKind.UNAVAILABLE)
         found, refused = await versions.check(cli, executable)  # asked once per binary
         if refused or found is None:
-            raise ProviderError(f"{agent.model}: {refused}", retryable=False,
-                                kind="unavailable")
+            raise ProviderError(f"{agent.model}: {refused}", kind=ErrorKind.UNAVAILABLE)
         system, prompt = render_prompt(messages, with_system=not cli.system_flag)
         started = time.perf_counter()
         # The call's private folder: the CLI works in an empty ``work`` inside it; its
@@ -90,10 +89,8 @@ class CliProvider:
         except ProviderError as exc:
             if code == 0:
                 raise
-            raise ProviderError(f"{exc} (exit status {code}; stderr: "
-                                f"{tail(stderr_text.strip(), ERROR_TAIL_CHARS)!r})",
-                                retryable=exc.retryable, status_code=exc.status_code,
-                                kind=exc.kind) from None
+            raise exc.amended(f" (exit status {code}; stderr: "
+                              f"{tail(stderr_text.strip(), ERROR_TAIL_CHARS)!r})") from None
         return replace(completion, latency_s=time.perf_counter() - started)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from massgen_mcp.core import children
-from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # a JSON result with a long answer is far below this
 # Read line by line, output is not kept, only each line until it ends: a line is capped like a
@@ -28,7 +28,7 @@ PIPE_GRACE_S = 2.0  # after the CLI exits, how long its output may keep coming
 class OutputTooLarge(ProviderError):
     def __init__(self, limit: int, what: str = "") -> None:
         super().__init__(f"the CLI printed more than {limit // 1024 // 1024} MiB{what}; "
-                         "stopped", retryable=False, kind="cli_error")
+                         "stopped", kind=ErrorKind.CLI_ERROR)
 
 
 LineListener = Callable[[bytes], None]
@@ -55,8 +55,8 @@ async def run_child(argv: list[str], stdin: bytes, cwd: Path, env: dict[str, str
             *spawn.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, cwd=cwd, env=spawn.env, start_new_session=True)
     except (OSError, ValueError) as exc:  # not executable, or a NUL byte in an argument
-        raise ProviderError(f"could not start {Path(argv[0]).name}: {exc}", retryable=False,
-                            kind="unavailable") from None
+        raise ProviderError(f"could not start {Path(argv[0]).name}: {exc}",
+                            kind=ErrorKind.UNAVAILABLE) from None
     assert proc.stdin and proc.stdout and proc.stderr
     stdout, stderr = bytearray(), bytearray()
     out = (_read(proc.stdout, stdout, MAX_OUTPUT_BYTES, strict=True) if on_line is None
