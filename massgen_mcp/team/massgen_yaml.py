@@ -545,38 +545,6 @@ def load_config_file(path: str | Path, *, check_trust: bool = False
     return loaded.team, loaded.warnings
 
 
-def presets_dir() -> Path:
-    """Where the ``configs/`` presets live (inside the wheel, or the source checkout)."""
-    here = Path(__file__).resolve().parent.parent  # the massgen_mcp package
-    packaged = here / "_configs"
-    return packaged if packaged.is_dir() else here.parent / "configs"
-
-
-def resolve_config_path(ref: str) -> Path:
-    """``@name`` names a preset in ``configs/``; anything else is a file path."""
-    if not ref.startswith("@"):
-        if not Path(ref).exists() and (hint := preset_hint(ref)):
-            raise ConfigError(f"config file {ref!r} does not exist{hint}")
-        return Path(ref)
-    name = ref[1:]
-    path = presets_dir() / f"{name}.yaml"
-    if not re.fullmatch(r"[A-Za-z0-9_\-]+", name) or not path.is_file():
-        known = sorted(p.stem for p in presets_dir().glob("*.yaml"))
-        raise ConfigError(f"config {ref!r}: no such preset; presets: "
-                          + ", ".join(f"@{k}" for k in known))
-    return path
-
-
-def preset_hint(ref: str) -> str:
-    """``"; did you mean '@fast_cheap' (a preset)?"`` when ``ref``, which names no file, is a
-    preset's name without its ``@`` (or close to one), else ``""``."""
-    if "/" in ref or "\\" in ref:
-        return ""
-    known = sorted(p.stem for p in presets_dir().glob("*.yaml"))
-    close = difflib.get_close_matches(ref.removesuffix(".yaml"), known, n=1, cutoff=0.8)
-    return f"; did you mean '@{close[0]}' (a preset)?" if close else ""
-
-
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_\-]{1,40}")
 
 
