@@ -20,12 +20,11 @@ from pydantic import ValidationError
 from massgen_mcp.core.env import VAR_REFERENCE, getenv
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.model_names import bare_model_guess
-from massgen_mcp.core.secrets import looks_secret, register_secret
+from massgen_mcp.core.secrets import looks_secret
 from massgen_mcp.core.spec import (
     MAX_AGENTS,
     WRITTEN,
     AgentSpec,
-    McpServerSpec,
     RunOptions,
     TeamConfig,
     build_team,
@@ -33,6 +32,7 @@ from massgen_mcp.core.spec import (
 )
 from massgen_mcp.team import consent
 from massgen_mcp.team.massgen_keys import check_keys
+from massgen_mcp.team.mcp_config import parse_servers
 from massgen_mcp.team.safe_yaml import parse_yaml, read_config_text
 
 # MassGen backend type -> (litellm provider prefix, default base_url or None).
@@ -543,57 +543,3 @@ def load_config_file(path: str | Path, *, check_trust: bool = False
     """The team and warnings of a config file (see :func:`read_config_file`)."""
     loaded = read_config_file(path, check_trust=check_trust)
     return loaded.team, loaded.warnings
-
-
-_SERVER_NAME = re.compile(r"[A-Za-z0-9_\-]{1,40}")
-
-
-# MassGen server keys with no meaning here: ignored with a warning saying what they do upstream.
-_SERVER_IGNORED = {"defer_loading": "deferring the server's tools behind tool search"}
-
-
-def parse_servers(raw: Any, where: str, warnings: list[str] | None = None
-                  ) -> list[McpServerSpec]:
-    """MassGen's ``mcp_servers`` (mapping or list form) as specs; ConfigError naming the key.
-    Keys of :data:`_SERVER_IGNORED` are dropped, with a line in ``warnings``."""
-    items: list[tuple[str, Any]]
-    if isinstance(raw, dict):
-        items = [(str(name), body) for name, body in raw.items()]
-    elif isinstance(raw, list):
-        items = [(str(body.get("name", "")) if isinstance(body, dict) else "", body)
-                 for body in raw]
-    else:
-        raise ConfigError(f"{where}: expected a mapping of name -> server, or a list of servers")
-    servers = []
-    for i, (name, body) in enumerate(items):
-        here = f"{where}.{name}" if isinstance(raw, dict) else f"{where}[{i}]"
-        if not isinstance(body, dict):
-            raise ConfigError(f"{here}: expected a mapping with type and command or url")
-        if not _SERVER_NAME.fullmatch(name) or "__" in name:
-            raise ConfigError(f"{here}.name: use 1-40 letters, digits, '_' or '-' (no '__', "
-                              "which separates server and tool in mcp__server__tool)")
-        for key in set(body) & set(_SERVER_IGNORED):
-            if warnings is not None:
-                warnings.append(f"{here}.{key}: ignored (MassGen: {_SERVER_IGNORED[key]}; not "
-                                "in massgen-mcp)")
-        data = {k: v for k, v in body.items() if k != "name" and k not in _SERVER_IGNORED}
-        try:
-            spec = McpServerSpec(name=name, **data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(part) for part in first["loc"])
-            message = ("unknown key; remove it" if first["type"] == "extra_forbidden"
-                       else first["msg"])
-            raise ConfigError(f"{here}{'.' + field if field else ''}: {message}") from None
-        if spec.type == "stdio" and not spec.command:
-            raise ConfigError(f"{here}.command: required for a stdio server")
-        if spec.type != "stdio" and not (spec.url or "").startswith(("http://", "https://")):
-            raise ConfigError(f"{here}.url: required, an http(s) URL, for a {spec.type} server")
-        for key, value in {**spec.env, **spec.headers}.items():
-            if looks_secret(key) or key.lower() == "authorization":
-                register_secret(value)  # a literal credential: masked wherever it appears
-        servers.append(spec)
-    names = [s.name for s in servers]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{where}: two servers share a name")
-    return servers
