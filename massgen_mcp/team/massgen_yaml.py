@@ -31,71 +31,23 @@ from massgen_mcp.core.spec import (
     validation_problems,
 )
 from massgen_mcp.team import consent
-from massgen_mcp.team.massgen_keys import check_keys
+from massgen_mcp.team.massgen_keys import (
+    AGENT_KEYS,
+    AGENT_RENAMED,
+    AGENT_TOP,
+    BACKEND_KEYS,
+    BACKEND_TYPES,
+    CLI_BACKENDS,
+    CLI_IGNORED,
+    CLI_SYSTEM_KEYS,
+    OPTION_KEYS,
+    ORCHESTRATOR_KEYS,
+    TOP_KEYS,
+    UNSUPPORTED_BACKENDS,
+    check_keys,
+)
 from massgen_mcp.team.mcp_config import parse_servers
 from massgen_mcp.team.safe_yaml import parse_yaml, read_config_text
-
-# MassGen backend type -> (litellm provider prefix, default base_url or None).
-BACKEND_TYPES: dict[str, tuple[str, str | None]] = {
-    "openai": ("openai", None),
-    "claude": ("anthropic", None),
-    "anthropic": ("anthropic", None),
-    "gemini": ("gemini", None),
-    "grok": ("xai", None),
-    "xai": ("xai", None),
-    "chatcompletion": ("openai", None),
-    "azure_openai": ("azure", None),
-    "openrouter": ("openrouter", None),
-    "groq": ("groq", None),
-    "together": ("together_ai", None),
-    "fireworks": ("fireworks_ai", None),
-    "cerebras": ("cerebras", None),
-    "moonshot": ("moonshot", None),
-    "nebius": ("nebius", None),
-    "deepseek": ("deepseek", None),
-    "mistral": ("mistral", None),
-    "zai": ("zai", None),
-    "ollama": ("ollama_chat", "http://127.0.0.1:11434"),
-    "vllm": ("hosted_vllm", "http://127.0.0.1:8000/v1"),
-    "sglang": ("openai", "http://127.0.0.1:30000/v1"),
-    "lmstudio": ("lm_studio", "http://127.0.0.1:1234/v1"),
-    "local": ("local", None),  # the embedded llama.cpp model (massgen-mcp[local])
-}
-# MassGen's coding-agent CLI backends -> our cli/<name> agents (massgen_mcp.providers.cli).
-CLI_BACKENDS = {"claude_code": "claude", "codex": "codex", "gemini_cli": "gemini"}
-UNSUPPORTED_BACKENDS = {"copilot", "ag2", "inference"}
-# What a CLI backend's keys would do upstream that a read-only panel member does not:
-# one warning each (model, base_url, api_key and the system prompt keys do map).
-_CLI_IGNORED = {
-    "cwd": "the CLI runs in an empty temporary folder, read-only",
-    "allowed_tools": "the CLI runs with no built-in tools",
-    "disallowed_tools": "the CLI runs with no built-in tools",
-    "exclude_tools": "the CLI runs with no built-in tools",
-    "permission_mode": "the CLI always runs in its read-only mode",
-    "approval_mode": "the CLI always runs in its read-only mode",
-    "sandbox": "the CLI always runs in its read-only mode",
-    "max_thinking_tokens": "the CLI uses its own settings",
-    "temperature": "the CLI uses its own sampling settings",
-    "top_p": "the CLI uses its own sampling settings",
-    "max_tokens": "the CLI uses its own settings",
-    "tool_calling": "CLI agents decide in JSON",
-    "mcp_servers": "the CLI starts no MCP servers",
-    "enable_web_search": "the CLI runs with no built-in tools",
-}
-_CLI_SYSTEM_KEYS = ("system_prompt", "append_system_prompt")
-
-# The keys we implement; MassGen's others are warned about (massgen_mcp.team.massgen_keys).
-_AGENT_KEYS = {"id", "backend", "system_message"}
-_BACKEND_KEYS = {
-    "type", "model", "base_url", "api_key", "api_key_env",
-    "temperature", "top_p", "max_tokens", "tool_calling",
-    "mcp_servers", "allowed_tools", "exclude_tools", "enable_web_search",
-}
-_ORCHESTRATOR_KEYS = {"max_new_answers_per_agent", "skip_final_presentation",
-                      "final_answer_strategy", "coordination_mode", "context_paths",
-                      "answer_novelty_requirement", "max_orchestration_restarts"}
-_TOP_KEYS = {"agents", "agent", "orchestrator", "timeout_settings", "options"}
-
 
 Expanded = list[tuple[str, str]]  # (variable, where it went) for every ${VAR} expanded
 _BARE_MASK = 8  # shorter values (a number, "openai") are masked only where quoted
@@ -250,13 +202,13 @@ def _agent(raw: Any, index: int, warnings: list[str], problems: list[str],
     where = f"agents[{index}]"
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping with id, backend and system_message")
-    check_keys(raw, where, "agent", _AGENT_KEYS, warnings, problems)
+    check_keys(raw, where, "agent", AGENT_KEYS, warnings, problems)
     backend = raw.get("backend")
     if not isinstance(backend, dict):
         raise ConfigError(f"{where}.backend: required mapping with at least type and model")
     if backend.get("type") in CLI_BACKENDS:
         return _cli_agent(raw, backend, where, index, warnings, problems, expansion)
-    check_keys(backend, f"{where}.backend", "backend", _BACKEND_KEYS, warnings, problems)
+    check_keys(backend, f"{where}.backend", "backend", BACKEND_KEYS, warnings, problems)
     model, base_url = _model_string(backend, f"{where}.backend", expansion)
     agent = {
         "id": raw.get("id", f"agent{index + 1}"),
@@ -284,12 +236,12 @@ def _cli_agent(raw: dict[str, Any], backend: dict[str, Any], where: str, index: 
                ) -> dict[str, Any]:
     """An agent of a MassGen CLI backend (claude_code, codex, gemini_cli): the keys that mean
     something for a read-only panel member map, the others are named in a warning."""
-    known = {"type", "model", "base_url", "api_key", "api_key_env", *_CLI_SYSTEM_KEYS}
+    known = {"type", "model", "base_url", "api_key", "api_key_env", *CLI_SYSTEM_KEYS}
     check_keys(backend, f"{where}.backend", "backend", known, warnings, problems,
-               reasons=_CLI_IGNORED)
+               reasons=CLI_IGNORED)
     model, base_url = _model_string(backend, f"{where}.backend", expansion)
     system = raw.get("system_message")
-    for key in _CLI_SYSTEM_KEYS:  # Claude Code's names for the same thing
+    for key in CLI_SYSTEM_KEYS:  # Claude Code's names for the same thing
         if backend.get(key):
             system = "\n\n".join(s for s in (system, str(backend[key])) if s)
     agent = {"id": raw.get("id", f"agent{index + 1}"), "model": model,
@@ -313,15 +265,6 @@ def _api_key_reference(agent: dict[str, Any], backend: dict[str, Any], where: st
         agent["api_key_env"] = name
 
 
-# MassGen keys that set one of our options directly: the key a problem with it is named by.
-_OPTION_KEYS = {
-    "max_new_answers_per_agent": "max_answers_per_agent",
-    "skip_final_presentation": "skip_final_presentation",
-    "answer_novelty_requirement": "answer_novelty",
-    "max_orchestration_restarts": "max_orchestration_restarts",
-}
-
-
 def _options(data: dict[str, Any], warnings: list[str], problems: list[str],
              origin: dict[str, str], expansion: _Expansion) -> dict[str, Any]:
     """The run options the file sets; ``origin`` gets the file's key path of each option
@@ -335,12 +278,12 @@ def _options(data: dict[str, Any], warnings: list[str], problems: list[str],
     if not isinstance(orchestrator, dict):
         problems.append("orchestrator: expected a mapping")
         orchestrator = {}
-    check_keys(orchestrator, "orchestrator", "orchestrator", _ORCHESTRATOR_KEYS, warnings,
+    check_keys(orchestrator, "orchestrator", "orchestrator", ORCHESTRATOR_KEYS, warnings,
                problems)
     for key, value in orchestrator.items():
-        if key in _OPTION_KEYS:
-            options[_OPTION_KEYS[key]] = value
-            origin[_OPTION_KEYS[key]] = f"orchestrator.{key}"
+        if key in OPTION_KEYS:
+            options[OPTION_KEYS[key]] = value
+            origin[OPTION_KEYS[key]] = f"orchestrator.{key}"
         elif key == "final_answer_strategy":
             if value == "winner_reuse":
                 options["skip_final_presentation"] = True
@@ -404,7 +347,7 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
         raise ConfigError(f"{source}: expected a mapping with an 'agents' list")
     warnings: list[str] = []
     problems: list[str] = []
-    check_keys(data, "", "top", _TOP_KEYS, warnings, problems)
+    check_keys(data, "", "top", TOP_KEYS, warnings, problems)
     raw_agents = _raw_agents(data)
     if not isinstance(raw_agents, list) or not raw_agents:
         problems.append("agents: required, a list of 1-8 agents")
@@ -478,12 +421,6 @@ def _variables_read(data: Any) -> Expanded:
     return used
 
 
-# Agent fields written under another name in a MassGen file (the others keep their names,
-# under backend: except these two).
-_AGENT_RENAMED = {"web_search": "enable_web_search"}
-_AGENT_TOP = ("id", "system_message")
-
-
 def _agent_path(index: int, path: str) -> str:
     """The file's key path of a problem pydantic names by field (``model`` of agent 1 is
     ``agents[1].backend.model``)."""
@@ -492,9 +429,9 @@ def _agent_path(index: int, path: str) -> str:
     tail = f"{bracket}{more}{sep}{rest}"
     if not field:
         return f"agents[{index}]"
-    if field in _AGENT_TOP:
+    if field in AGENT_TOP:
         return f"agents[{index}].{field}{tail}"
-    return f"agents[{index}].backend.{_AGENT_RENAMED.get(field, field)}{tail}"
+    return f"agents[{index}].backend.{AGENT_RENAMED.get(field, field)}{tail}"
 
 
 def _option_path(path: str, origin: dict[str, str]) -> str:
