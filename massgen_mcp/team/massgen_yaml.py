@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from pydantic import ValidationError
 from massgen_mcp.core.env import VAR_REFERENCE, getenv
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.model_names import bare_model_guess
-from massgen_mcp.core.secrets import looks_secret
 from massgen_mcp.core.spec import (
     MAX_AGENTS,
     WRITTEN,
@@ -31,6 +29,7 @@ from massgen_mcp.core.spec import (
     validation_problems,
 )
 from massgen_mcp.team import consent
+from massgen_mcp.team.expansion import Expanded, Expansion
 from massgen_mcp.team.massgen_keys import (
     AGENT_KEYS,
     AGENT_RENAMED,
@@ -49,97 +48,8 @@ from massgen_mcp.team.massgen_keys import (
 from massgen_mcp.team.mcp_config import parse_servers
 from massgen_mcp.team.safe_yaml import parse_yaml, read_config_text
 
-Expanded = list[tuple[str, str]]  # (variable, where it went) for every ${VAR} expanded
-_BARE_MASK = 8  # shorter values (a number, "openai") are masked only where quoted
 
-
-class _Expansion:
-    """The ``${VAR}`` expansions of one file: which variable went where (``used``, what
-    consent asks about) and, per key path, the text the file has there and what it became.
-
-    A value from the environment may be anything of the user's (a webhook URL, a token of a
-    shape no redaction knows), and a config's errors go wherever the caller is, a model
-    included: so no error quotes it. A problem with such a field quotes the file's own text
-    (``'${SLACK_WEBHOOK_URL}'``), and no hint is derived from the value."""
-
-    def __init__(self, used: Expanded) -> None:
-        self.used = used
-        self.fields: dict[str, tuple[str, str]] = {}  # key path -> (the file's text, value)
-
-    def expand(self, value: Any, where: str) -> Any:
-        """Replace ``${VAR}`` in strings with the environment variable; unset variables are
-        errors.
-
-        A credential-named variable may only be a whole ``api_key`` (see :func:`_agent`):
-        anywhere else its value would travel as plain text, in a prompt or a URL, to whichever
-        server."""
-        if isinstance(value, str):
-            def sub(match: re.Match[str]) -> str:
-                name = match.group(1)
-                if looks_secret(name):
-                    raise ConfigError(f"{where}: ${{{name}}} looks like a credential; use it "
-                                      f"only as the whole api_key (api_key: \"${{{name}}}\") "
-                                      f"or as api_key_env: {name}")
-                found = getenv(name)
-                if found is None:
-                    raise ConfigError(f"{where}: environment variable {name} is not set")
-                self.used.append((name, where))
-                return found
-            result = VAR_REFERENCE.sub(sub, value)
-            if result != value:
-                self.fields[where] = (value, result)
-            return result
-        if isinstance(value, dict):
-            return {k: self.expand(v, f"{where}.{k}") for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.expand(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return value
-
-    def agent(self, raw: Any, index: int) -> Any:
-        """An agent with ``${VAR}`` expanded everywhere except a whole-``${VAR}`` api_key,
-        which :func:`_agent` keeps as a reference."""
-        if not isinstance(raw, dict):
-            return raw
-        where = f"agents[{index}]"
-        expanded = {k: self.expand(v, f"{where}.{k}") for k, v in raw.items() if k != "backend"}
-        backend = raw.get("backend")
-        if isinstance(backend, dict):
-            key = backend.get("api_key")
-            keep = isinstance(key, str) and VAR_REFERENCE.fullmatch(key) is not None
-            # mcp_servers keep their ${VAR}s: resolved when the server starts, never recorded.
-            backend = {k: v if (k == "api_key" and keep) or k == "mcp_servers"
-                       else self.expand(v, f"{where}.backend.{k}") for k, v in backend.items()}
-        if "backend" in raw:
-            expanded["backend"] = backend
-        return expanded
-
-    def written(self, where: str, text: str) -> str | None:
-        """``text`` as the file writes it, when the field at ``where`` came from the
-        environment (None when it did not): ``text`` is the field's value, or a string built
-        to end with it (``openai/`` + the model)."""
-        if where not in self.fields:
-            return None
-        source, value = self.fields[where]
-        for tail, own in ((value, source), (value.strip(), source.strip())):
-            if tail and text.endswith(tail):
-                return text[:len(text) - len(tail)] + own
-        return source
-
-    def mask(self, line: str) -> str:
-        """``line`` with every value a field took from the environment put back as the file's
-        text: the last guard for a message that quotes a value :meth:`written` did not reach
-        (an agent id named twice, say). Bare, a value is replaced only when it is long
-        enough not to be a word of the message itself."""
-        pairs = sorted(self.fields.values(), key=lambda pair: -len(pair[1]))
-        for source, value in pairs:
-            line = line.replace(repr(value), repr(source))
-        for source, value in pairs:
-            if len(value) >= _BARE_MASK:
-                line = line.replace(value, source)
-        return line
-
-
-def _model_string(backend: dict[str, Any], where: str, expansion: _Expansion
+def _model_string(backend: dict[str, Any], where: str, expansion: Expansion
                   ) -> tuple[str, str | None]:
     model = backend.get("model")
     if backend.get("type") in CLI_BACKENDS:  # the model is optional: the CLI has a default
@@ -196,7 +106,7 @@ def _infer_provider(model: str, where: str, written: str | None) -> str:
 
 
 def _agent(raw: Any, index: int, warnings: list[str], problems: list[str],
-           expansion: _Expansion) -> dict[str, Any]:
+           expansion: Expansion) -> dict[str, Any]:
     """One agent's fields; misspelt keys go to ``problems``, the first other problem of the
     agent is raised (what follows from it would only repeat it)."""
     where = f"agents[{index}]"
@@ -232,7 +142,7 @@ def _agent(raw: Any, index: int, warnings: list[str], problems: list[str],
 
 
 def _cli_agent(raw: dict[str, Any], backend: dict[str, Any], where: str, index: int,
-               warnings: list[str], problems: list[str], expansion: _Expansion
+               warnings: list[str], problems: list[str], expansion: Expansion
                ) -> dict[str, Any]:
     """An agent of a MassGen CLI backend (claude_code, codex, gemini_cli): the keys that mean
     something for a read-only panel member map, the others are named in a warning."""
@@ -266,7 +176,7 @@ def _api_key_reference(agent: dict[str, Any], backend: dict[str, Any], where: st
 
 
 def _options(data: dict[str, Any], warnings: list[str], problems: list[str],
-             origin: dict[str, str], expansion: _Expansion) -> dict[str, Any]:
+             origin: dict[str, str], expansion: Expansion) -> dict[str, Any]:
     """The run options the file sets; ``origin`` gets the file's key path of each option
     set from a MassGen key, so a bad value is named where it was written."""
     given = data.get("options") or {}
@@ -342,7 +252,7 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
     Every problem of the file is reported at once, one line each, named by its key path in
     the file (``agents[1].backend.model``): fixing a config one run at a time costs a
     newcomer a run per typo."""
-    expansion = _Expansion([] if expanded is None else expanded)
+    expansion = Expansion([] if expanded is None else expanded)
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping with an 'agents' list")
     warnings: list[str] = []
@@ -409,7 +319,7 @@ def _variables_read(data: Any) -> Expanded:
     used: Expanded = []
     if not isinstance(data, dict):
         return used
-    expansion = _Expansion(used)
+    expansion = Expansion(used)
     raw_agents = _raw_agents(data)
     for i, raw in enumerate(raw_agents if isinstance(raw_agents, list) else []):
         with contextlib.suppress(ConfigError):
