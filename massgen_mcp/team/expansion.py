@@ -8,15 +8,17 @@ what text the file has at that key path.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from massgen_mcp.core.env import VAR_REFERENCE, getenv
-from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.secrets import looks_secret
+from massgen_mcp.core.env import VAR_REFERENCE, expand_vars
 
 Expanded = list[tuple[str, str]]  # (variable, where it went) for every ${VAR} expanded
 _BARE_MASK = 8  # shorter values (a number, "openai") are masked only where quoted
+
+
+def _as_api_key(name: str) -> str:
+    """The fix for a credential-named ``${VAR}`` outside a whole ``api_key``."""
+    return f"use it only as the whole api_key (api_key: \"${{{name}}}\") or as api_key_env: {name}"
 
 
 class Expansion:
@@ -40,18 +42,9 @@ class Expansion:
         as a reference): anywhere else its value would travel as plain text, in a prompt or a
         URL, to whichever server."""
         if isinstance(value, str):
-            def sub(match: re.Match[str]) -> str:
-                name = match.group(1)
-                if looks_secret(name):
-                    raise ConfigError(f"{where}: ${{{name}}} looks like a credential; use it "
-                                      f"only as the whole api_key (api_key: \"${{{name}}}\") "
-                                      f"or as api_key_env: {name}")
-                found = getenv(name)
-                if found is None:
-                    raise ConfigError(f"{where}: environment variable {name} is not set")
-                self.used.append((name, where))
-                return found
-            result = VAR_REFERENCE.sub(sub, value)
+            result = expand_vars(value, where,
+                                 read=lambda name, _: self.used.append((name, where)),
+                                 credential_fix=_as_api_key)
             if result != value:
                 self.fields[where] = (value, result)
             return result
