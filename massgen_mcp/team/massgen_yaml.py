@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from massgen_mcp.core.env import VAR_REFERENCE, getenv
+from massgen_mcp.core.env import VAR_REFERENCE, expand_vars
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.model_names import bare_model_guess
 from massgen_mcp.core.spec import (
@@ -168,11 +168,9 @@ def _api_key_reference(agent: dict[str, Any], backend: dict[str, Any], where: st
     holds no key and a resumed run reads the variable again."""
     reference = VAR_REFERENCE.fullmatch(str(backend.get("api_key", "")))
     if reference:
-        name = reference.group(1)
-        if getenv(name) is None:
-            raise ConfigError(f"{where}.backend.api_key: environment variable {name} is not set")
+        expand_vars(reference.group(0), f"{where}.backend.api_key")  # only: is it set?
         del agent["api_key"]
-        agent["api_key_env"] = name
+        agent["api_key_env"] = reference.group(1)
 
 
 def _options(data: dict[str, Any], warnings: list[str], problems: list[str],
