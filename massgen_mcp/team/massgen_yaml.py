@@ -3,7 +3,9 @@
 MassGen files look like ``agents: [{id, backend: {type, model, base_url, api_key, ...},
 system_message}]`` plus ``orchestrator:`` and ``timeout_settings:``. We map what we support,
 warn (never silently) about MassGen features we do not implement, and reject keys nobody knows,
-naming the key and the closest key we do know.
+naming the key and the closest key we do know. This module is the mapping; the key tables it
+maps through are :mod:`.massgen_keys`, what each ``${VAR}`` became is tracked by
+:mod:`.expansion`, and an agent's ``mcp_servers`` are read by :mod:`.mcp_config`.
 """
 
 from __future__ import annotations
