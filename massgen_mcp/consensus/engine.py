@@ -40,9 +40,7 @@ from massgen_mcp.consensus.bookkeeping import DraftsListener, RunBooks
 from massgen_mcp.consensus.evidence import Evidence, is_evidence
 from massgen_mcp.consensus.pace import FirstRound
 from massgen_mcp.consensus.replay import RunRequest
-from massgen_mcp.consensus.snapshot import (
-    Recorder,
-)
+from massgen_mcp.consensus.snapshot import Recorder
 from massgen_mcp.consensus.state import View
 from massgen_mcp.consensus.steering import NoteGate, clean_note
 from massgen_mcp.core.errors import ProviderError, RecordWriteError, SteerRefusedError
@@ -61,6 +59,7 @@ from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion, Provider, complete_with_retries
 
 log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Dropped:
