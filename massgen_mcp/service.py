@@ -381,7 +381,7 @@ class ConsensusService:
     def watch(self, session_id: str) -> AsyncIterator[StatusRecord]:
         """The run's status now and on every change after, its agents' live drafts
         included, until it ends: what the live views redraw from. Drafts change at most
-        every 0.2 s (the engine's DRAFT_INTERVAL_S)."""
+        every 0.2 s (DRAFT_INTERVAL_S, consensus/bookkeeping.py)."""
         return self.runner.watch(check_session_id(session_id))
 
     async def steer(self, session_id: str, message: str) -> int:

@@ -11,7 +11,8 @@ from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.spec import RunOptions, RunSpec, TeamConfig, build_team
 from massgen_mcp.team.choose import choose_team
 from massgen_mcp.team.context_files import Workspace
-from massgen_mcp.team.massgen_yaml import load_config_file, presets_dir, team_from_mapping
+from massgen_mcp.team.massgen_yaml import load_config_file, team_from_mapping
+from massgen_mcp.team.presets import presets_dir
 from tests.helpers import Scripted
 
 MASSGEN_SAMPLE = """

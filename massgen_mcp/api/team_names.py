@@ -25,7 +25,7 @@ _NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")
 
 def team_names() -> list[str]:
     """Every team model name that works here: the default, the presets, the user's configs."""
-    from massgen_mcp.team.massgen_yaml import presets_dir
+    from massgen_mcp.team.presets import presets_dir
 
     names = [DEFAULT_TEAM]
     names += [f"{DEFAULT_TEAM}/@{p.stem}" for p in sorted(presets_dir().glob("*.yaml"))]
@@ -42,7 +42,7 @@ def team_config(model: str) -> str | None:
         return None
     prefix, _, name = model.partition("/")
     if prefix == DEFAULT_TEAM and name.startswith("@") and _NAME.fullmatch(name[1:]):
-        from massgen_mcp.team.massgen_yaml import presets_dir
+        from massgen_mcp.team.presets import presets_dir
 
         if (presets_dir() / f"{name[1:]}.yaml").is_file():
             return name

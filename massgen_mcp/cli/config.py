@@ -23,7 +23,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from massgen_mcp.core.spec import missing_credentials
     from massgen_mcp.providers.endpoints import unreachable
     from massgen_mcp.team.consent import risks
-    from massgen_mcp.team.massgen_yaml import read_config_file, resolve_config_path
+    from massgen_mcp.team.massgen_yaml import read_config_file
+    from massgen_mcp.team.presets import resolve_config_path
 
     loaded = read_config_file(resolve_config_path(args.file))
     team, warnings = loaded.team, loaded.warnings

@@ -9,18 +9,17 @@ change in round one, and a vote that comes back on an outdated view is discarded
 (a review turn that a late first answer overtakes is restarted at once instead).
 
 Everything that happens is reported to a :class:`~.snapshot.Recorder` as typed records
-(:mod:`massgen_mcp.core.records`, projected by :mod:`.snapshot`); the engine itself never
-touches files, so other stores can plug in. A run that continues from its record starts from
-the progress :mod:`.replay` rebuilds; the tool calls an agent makes before it decides are
-served by :mod:`.evidence`.
+(:mod:`massgen_mcp.core.records`, projected by :mod:`.snapshot`), through the bookkeeping of
+:class:`~.bookkeeping.RunBooks` (events, status revisions, live drafts, the closing of the
+record); the engine itself never touches files, so other stores can plug in. A run that
+continues from its record starts from the progress :mod:`.replay` rebuilds; the tool calls an
+agent makes before it decides are served by :mod:`.evidence`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -37,16 +36,11 @@ from massgen_mcp.consensus.actions import (
     parse_check,
     presented_action,
 )
-from massgen_mcp.consensus.drafts import Drafts
+from massgen_mcp.consensus.bookkeeping import DraftsListener, RunBooks
 from massgen_mcp.consensus.evidence import Evidence, is_evidence
 from massgen_mcp.consensus.pace import FirstRound
-from massgen_mcp.consensus.replay import RunRequest, progress_of
-from massgen_mcp.consensus.snapshot import (
-    Recorder,
-    result_record,
-    status_record,
-    timeline_of,
-)
+from massgen_mcp.consensus.replay import RunRequest
+from massgen_mcp.consensus.snapshot import Recorder
 from massgen_mcp.consensus.state import View
 from massgen_mcp.consensus.steering import NoteGate, clean_note
 from massgen_mcp.core.errors import ProviderError, RecordWriteError, SteerRefusedError
@@ -59,18 +53,12 @@ from massgen_mcp.core.records import (
     Phase,
     ResultRecord,
     RunStatus,
-    StatusRecord,
 )
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion, Provider, complete_with_retries
 
 log = logging.getLogger(__name__)
-
-# Drafts change with every streamed token; whoever follows them (the live views, a pool
-# worker's publisher) hears of it at most this often.
-DRAFT_INTERVAL_S = 0.2
-DraftsListener = Callable[[], None]
 
 
 @dataclass(frozen=True)
@@ -85,69 +73,26 @@ class TurnOutcome:
     result: Action | Dropped
 
 
-class ConsensusRun:
+class ConsensusRun(RunBooks):
     """One run of the protocol; create it, then ``await run()`` once.
 
-    ``on_drafts`` hears (at most every :data:`DRAFT_INTERVAL_S`) that the live drafts
-    changed; without it providers are not asked to stream."""
+    ``on_drafts`` hears (at most every :data:`~.bookkeeping.DRAFT_INTERVAL_S`) that the live
+    drafts changed; without it providers are not asked to stream."""
 
     def __init__(self, request: RunRequest, provider: Provider, recorder: Recorder, *,
                  on_drafts: DraftsListener | None = None) -> None:
-        self.request = request
-        self.options = request.team.options
+        super().__init__(request, recorder, on_drafts=on_drafts)
         self.agents: dict[str, AgentSpec] = request.agents
         self.provider = provider
-        self.recorder = recorder
-        self.progress = progress_of(request)  # a continued run's recorded steps replayed
         self.coord = self.progress.coord
         self.in_flight: dict[str, asyncio.Task[TurnOutcome]] = {}
         self._views: dict[str, View] = {}  # the view each turn in flight was started on
         self.evidence = Evidence(request, self.progress, self._emit, self._publish_status)
-        self.phase = Phase.ANSWERING
-        self.status = RunStatus.RUNNING
-        self._outcome = RunStatus.FAILED  # what status becomes when the run ends
-        self.finish_reason: FinishReason | None = None
-        self.errors: list[str] = []
-        self._stopping: str | None = None  # "interrupt" or "hand_back": why a cancel came
-        self._timeline = timeline_of(request)
-        self._revision = 0  # bumped on every published status, so pollers can tell news
         self._calling: dict[str, CallPurpose] = {}  # agents with a model call in flight
         self.first_round = FirstRound(self.options.late_factor)  # the quorum's stopwatch
-        self.drafts = Drafts()
-        self._on_drafts = on_drafts
-        self._drafts_due: asyncio.TimerHandle | None = None
         self._coordinating = False  # between the first turn and the decision: notes land
         self._wake: asyncio.Future[None] | None = None  # a note woke the coordination loop
         self._notes = NoteGate(already=len(self.coord.notes))
-
-    # -- recording ---------------------------------------------------------------------------
-
-    def _emit(self, event_type: EventType, /, **data: Any) -> None:
-        self.recorder.event(self._timeline.event(event_type, **data))
-
-    def _publish_status(self) -> None:
-        self._revision += 1
-        self.recorder.status(self.snapshot())
-
-    def snapshot(self) -> StatusRecord:
-        """The live state, as written to status.json and returned by get_status."""
-        return status_record(self.request, self.progress, self._timeline, status=self.status,
-                             phase=self.phase, finish_reason=self.finish_reason,
-                             revision=self._revision, turning=self.in_flight,
-                             activity=self.evidence.activity)
-
-    def _text_streamed(self, agent_id: str, text: str, tokens: int) -> None:
-        self.drafts.add(agent_id, text, tokens)
-        if self._drafts_due is None and self._on_drafts is not None:
-            self._drafts_due = asyncio.get_running_loop().call_later(
-                DRAFT_INTERVAL_S, self._drafts_changed)
-
-    def _drafts_changed(self) -> None:
-        if self._drafts_due is not None:
-            self._drafts_due.cancel()
-            self._drafts_due = None
-        if self._on_drafts is not None:
-            self._on_drafts()
 
     # -- model calls -------------------------------------------------------------------------
 
@@ -476,30 +421,6 @@ class ConsensusRun:
 
     # -- the whole run -----------------------------------------------------------------------
 
-    def _end(self, status: RunStatus, reason: FinishReason) -> None:
-        self._outcome, self.finish_reason = status, reason
-
-    def interrupt(self) -> None:
-        """Mark the coming cancellation as a stop of the whole server (not the user's
-        cancel): the run is then recorded ``interrupted`` and can be resumed."""
-        self._stopping = "interrupt"
-
-    def hand_back(self) -> None:
-        """Mark the coming cancellation as a pool worker stopping: the run is recorded
-        ``running``/``queued`` (not finished, so pollers keep waiting) for another worker to
-        continue from its record."""
-        self._stopping = "hand_back"
-
-    def _no_consensus(self) -> None:
-        """Every agent is gone. If answers exist, the best one is still worth returning,
-        flagged as not agreed (``agents_dropped``); with none the run failed."""
-        if self.coord.current_answers():
-            self._end(RunStatus.COMPLETED, FinishReason.AGENTS_DROPPED)
-            self.errors.append("no consensus: every agent was dropped; the final answer is "
-                               "the best recorded answer, not an agreed one")
-        else:
-            self._end(RunStatus.FAILED, FinishReason.ALL_AGENTS_FAILED)
-
     async def run(self) -> ResultRecord:
         """Run to the end and return the result (also handed to ``recorder.finish``).
 
@@ -573,52 +494,3 @@ class ConsensusRun:
             self.errors.append(f"internal error: {redact(repr(exc))}")
             return self._finish(None, None)
         return self._finish(final, presenter)
-
-    def _record_stop(self, why: str) -> None:
-        """The process is stopping: leave the record as a crash would (no result). Marked
-        ``interrupted`` at once, so ``resume_session`` continues from the recorded answers;
-        or, handed back to a pool, still running and queued for the next worker."""
-        with contextlib.suppress(RecordWriteError):
-            if why == "hand_back":
-                self.phase = Phase.QUEUED
-                self._emit(EventType.REQUEUED, reason="the worker running it stopped; the "
-                                                      "next worker continues from the record")
-            else:
-                self.status, self.phase = RunStatus.INTERRUPTED, Phase.DONE
-                self.finish_reason = FinishReason.INTERRUPTED
-                self._emit(EventType.INTERRUPTED, reason="the server stopped while the run "
-                                                         "was in progress")
-            self._publish_status()
-
-    def _finish_unrecorded(self, exc: RecordWriteError) -> ResultRecord:
-        """The disk refused part of the record: the run ends failed. The recorder keeps
-        memory current from now on and writes what still fits (see :class:`Recorder`)."""
-        self._end(RunStatus.FAILED, FinishReason.RECORD_WRITE_FAILED)
-        self.errors.append(str(exc))
-        return self._finish(None, None)
-
-    def _finish(self, final: str | None, presenter: str | None) -> ResultRecord:
-        try:
-            return self._close_record(final, presenter)
-        except RecordWriteError as exc:
-            if self.finish_reason is FinishReason.RECORD_WRITE_FAILED:
-                raise  # a recorder that raises twice breaks its contract
-            return self._finish_unrecorded(exc)
-
-    def _close_record(self, final: str | None, presenter: str | None) -> ResultRecord:
-        # The status turns terminal only here, after the final answer exists, so a reader
-        # that sees a terminal status in status.json always finds result.json too.
-        self.status = self._outcome
-        self.phase = Phase.DONE
-        if final is not None:
-            self._emit(EventType.FINAL, presenter=presenter, chars=len(final))
-        result = result_record(self.request, self.progress, self._timeline,
-                               status=self.status, finish_reason=self.finish_reason,
-                               final=final, presenter=presenter, errors=self.errors)
-        self._emit(EventType.FINISHED, status=self.status, finish_reason=self.finish_reason)
-        self.recorder.finish(result)
-        # The result is recorded: the run's outcome stands even if this last status write is
-        # refused (the recorder still holds it in memory; the next server reads result.json).
-        with contextlib.suppress(RecordWriteError):
-            self._publish_status()
-        return result

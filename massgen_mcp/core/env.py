@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
+from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.secrets import looks_secret, register_secret
 from massgen_mcp.core.settings import SETTINGS
 
@@ -57,6 +59,31 @@ def getenv(name: str) -> str | None:
     if name in os.environ:
         return os.environ[name]
     return dotenv_values().get(name)
+
+
+def expand_vars(text: str, where: str, *, read: Callable[[str, str], object] | None = None,
+                credential_fix: Callable[[str], str] | None = None) -> str:
+    """``text`` with each ``${NAME}`` replaced by :func:`getenv`'s value: the one reading of a
+    ``${VAR}`` in a config, for a team's fields and an MCP server's ``env`` and ``headers``
+    alike. An unset variable is a ConfigError naming ``where`` and the variable.
+
+    The callers differ only in what a value may do next, so that is theirs to say. ``read``
+    hears each ``(name, value)`` as it is read (to record where it went, or to register it
+    for redaction). With ``credential_fix``, a credential-named variable is refused before it
+    is read, the error ending with ``credential_fix(name)``: a field that is not a key
+    would carry its value as plain text."""
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if credential_fix is not None and looks_secret(name):
+            raise ConfigError(f"{where}: ${{{name}}} looks like a credential; "
+                              f"{credential_fix(name)}")
+        value = getenv(name)
+        if value is None:
+            raise ConfigError(f"{where}: environment variable {name} is not set")
+        if read is not None:
+            read(name, value)
+        return value
+    return VAR_REFERENCE.sub(sub, text)
 
 
 def user_config_dir() -> Path:

@@ -2,8 +2,8 @@
 
 Any front end serves any session, so they must guard them alike: one with another token
 (or none) would open the pool's sessions to other callers, and one with another
-``FASTMCP_TASKS_ENCRYPTION_KEY`` cannot read the tasks the others stored (today those tasks
-fail late, with "Failed to resolve dependencies"). So a front end joins the pool before it
+``FASTMCP_TASKS_ENCRYPTION_KEY`` cannot read the tasks the others stored (such a task fails
+late, with "Failed to resolve dependencies"). So a front end joins the pool before it
 serves, and refuses to start if it differs:
 
 * ``<pool>:frontends`` holds what the live front ends use: a salt and, for the token and

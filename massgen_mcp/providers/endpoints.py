@@ -2,8 +2,8 @@
 
 A ``base_url`` with nothing listening, a host name that does not resolve, ``https://`` to a
 plain-HTTP port, or Ollama not running: litellm reports each as "Connection error." (or with an
-``ssl:<SSLContext object ...>`` repr), and as a dropped connection it used to be retried for
-seconds. Two checks, so that the user sees the URL and what to do at once:
+``ssl:<SSLContext object ...>`` repr), and, taken for a dropped connection, it would be
+retried for seconds. Two checks, so that the user sees the URL and what to do at once:
 
 * :func:`unreachable` connects to each endpoint a team names (TCP, plus a TLS handshake for
   https) before a run in this process writes its record, and says why one takes no

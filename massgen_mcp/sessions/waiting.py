@@ -11,8 +11,8 @@ one place where a lost wake-up could hide, and it is closed by construction:
 
 So a change that lands while the waiter reads the status (a Redis round trip), or while it
 reports progress to its caller (an MCP notification), wakes the next wait instead of being
-lost; before this, such a change left the waiter asleep until its timeout (issue 33: 3 of 25
-``run_consensus(wait_s=30)`` calls took the full 30 s for a 50 ms run).
+lost. A lost change would leave the waiter asleep until its timeout: a run of 50 ms answered
+only after the caller's whole ``wait_s``.
 """
 
 from __future__ import annotations

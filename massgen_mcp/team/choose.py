@@ -24,7 +24,8 @@ from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.spec import MAX_AGENTS, RunSpec, TeamConfig, build_team
 from massgen_mcp.team import consent
 from massgen_mcp.team.context_files import Workspace
-from massgen_mcp.team.massgen_yaml import load_config_file, preset_hint, resolve_config_path
+from massgen_mcp.team.massgen_yaml import load_config_file
+from massgen_mcp.team.presets import preset_hint, resolve_config_path
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""The MassGen config keys massgen-mcp knows but does not implement, and what each does upstream.
+"""The MassGen config keys: those massgen-mcp implements, and those it knows but does not
+implement, with what each does upstream.
+
+:mod:`massgen_mcp.team.massgen_yaml` maps a file through these tables; keeping them here keeps
+the mapping's code apart from the catalogue, which grows with every MassGen release.
 
 A MassGen user who brings a config should get a run and a list of what was ignored, not a
 refusal; a misspelling of a key we *do* implement is still an error with a suggestion, because
@@ -21,6 +25,81 @@ from collections.abc import Iterable
 
 TYPO_CUTOFF = 0.8
 
+# MassGen backend type -> (litellm provider prefix, default base_url or None).
+BACKEND_TYPES: dict[str, tuple[str, str | None]] = {
+    "openai": ("openai", None),
+    "claude": ("anthropic", None),
+    "anthropic": ("anthropic", None),
+    "gemini": ("gemini", None),
+    "grok": ("xai", None),
+    "xai": ("xai", None),
+    "chatcompletion": ("openai", None),
+    "azure_openai": ("azure", None),
+    "openrouter": ("openrouter", None),
+    "groq": ("groq", None),
+    "together": ("together_ai", None),
+    "fireworks": ("fireworks_ai", None),
+    "cerebras": ("cerebras", None),
+    "moonshot": ("moonshot", None),
+    "nebius": ("nebius", None),
+    "deepseek": ("deepseek", None),
+    "mistral": ("mistral", None),
+    "zai": ("zai", None),
+    "ollama": ("ollama_chat", "http://127.0.0.1:11434"),
+    "vllm": ("hosted_vllm", "http://127.0.0.1:8000/v1"),
+    "sglang": ("openai", "http://127.0.0.1:30000/v1"),
+    "lmstudio": ("lm_studio", "http://127.0.0.1:1234/v1"),
+    "local": ("local", None),  # the embedded llama.cpp model (massgen-mcp[local])
+}
+# MassGen's coding-agent CLI backends -> our cli/<name> agents (massgen_mcp.providers.cli).
+CLI_BACKENDS = {"claude_code": "claude", "codex": "codex", "gemini_cli": "gemini"}
+UNSUPPORTED_BACKENDS = {"copilot", "ag2", "inference"}
+# What a CLI backend's keys would do upstream that a read-only panel member does not:
+# one warning each (model, base_url, api_key and the system prompt keys do map).
+CLI_IGNORED = {
+    "cwd": "the CLI runs in an empty temporary folder, read-only",
+    "allowed_tools": "the CLI runs with no built-in tools",
+    "disallowed_tools": "the CLI runs with no built-in tools",
+    "exclude_tools": "the CLI runs with no built-in tools",
+    "permission_mode": "the CLI always runs in its read-only mode",
+    "approval_mode": "the CLI always runs in its read-only mode",
+    "sandbox": "the CLI always runs in its read-only mode",
+    "max_thinking_tokens": "the CLI uses its own settings",
+    "temperature": "the CLI uses its own sampling settings",
+    "top_p": "the CLI uses its own sampling settings",
+    "max_tokens": "the CLI uses its own settings",
+    "tool_calling": "CLI agents decide in JSON",
+    "mcp_servers": "the CLI starts no MCP servers",
+    "enable_web_search": "the CLI runs with no built-in tools",
+}
+CLI_SYSTEM_KEYS = ("system_prompt", "append_system_prompt")
+
+# The keys we implement; MassGen's others are warned about (UPSTREAM, check_keys).
+AGENT_KEYS = {"id", "backend", "system_message"}
+BACKEND_KEYS = {
+    "type", "model", "base_url", "api_key", "api_key_env",
+    "temperature", "top_p", "max_tokens", "tool_calling",
+    "mcp_servers", "allowed_tools", "exclude_tools", "enable_web_search",
+}
+ORCHESTRATOR_KEYS = {"max_new_answers_per_agent", "skip_final_presentation",
+                     "final_answer_strategy", "coordination_mode", "context_paths",
+                     "answer_novelty_requirement", "max_orchestration_restarts"}
+TOP_KEYS = {"agents", "agent", "orchestrator", "timeout_settings", "options"}
+
+# MassGen keys that set one of our options directly: the key a problem with it is named by.
+OPTION_KEYS = {
+    "max_new_answers_per_agent": "max_answers_per_agent",
+    "skip_final_presentation": "skip_final_presentation",
+    "answer_novelty_requirement": "answer_novelty",
+    "max_orchestration_restarts": "max_orchestration_restarts",
+}
+
+# Agent fields written under another name in a MassGen file (the others keep their names,
+# under backend: except these two).
+AGENT_RENAMED = {"web_search": "enable_web_search"}
+AGENT_TOP = ("id", "system_message")
+
+# The MassGen keys we do not implement, by section, and what each does upstream.
 UPSTREAM: dict[str, dict[str, str]] = {
     "top": {
         "ui": "terminal display settings",

@@ -25,12 +25,10 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 from typing import TYPE_CHECKING, Any
 
 from massgen_mcp.core import children
-from massgen_mcp.core.env import VAR_REFERENCE, getenv
-from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.env import expand_vars
 from massgen_mcp.core.secrets import redact, register_secret
 from massgen_mcp.core.spec import McpServerSpec
 
@@ -62,13 +60,8 @@ MAX_SPECS_CHARS_PER_CALL = 100_000
 
 def _resolve(values: dict[str, str], where: str) -> dict[str, str]:
     """``${VAR}`` resolved now; every resolved value is registered as a secret."""
-    def sub(match: re.Match[str]) -> str:
-        value = getenv(match.group(1))
-        if value is None:
-            raise ConfigError(f"{where}: environment variable {match.group(1)} is not set")
-        register_secret(value)
-        return value
-    return {key: VAR_REFERENCE.sub(sub, value) for key, value in values.items()}
+    return {key: expand_vars(value, where, read=lambda _, found: register_secret(found))
+            for key, value in values.items()}
 
 
 def tool_name(server: str, tool: str) -> str:
