@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.files import replace_file
 from massgen_mcp.core.spec import PROVIDER_KEY_ENV
 
 SERVER_NAME = "massgen"
@@ -253,10 +254,8 @@ def install(host_id: str, *, scope: Scope = "project", project: Path | None = No
         path.parent.mkdir(parents=True, exist_ok=True)
         if existing is not None:
             backup = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
-            backup.write_text(existing, encoding="utf-8")
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(updated, encoding="utf-8")
-        os.replace(tmp, path)
+            replace_file(backup, existing)
+        replace_file(path, updated)
     note = host.note
     if scope == "project" and host_id in _TRUSTED_PROJECTS_ONLY:
         note += " " + _TRUSTED_PROJECTS_ONLY[host_id].format(folder=(project or Path.cwd()))
