@@ -134,3 +134,22 @@ def test_a_fence_planted_as_a_link_is_refused_not_written_through(tmp_path: Path
             pass
     finally:
         fence.close()
+
+
+@posix_only
+def test_a_run_lock_planted_as_a_link_or_fifo_is_not_taken(tmp_path: Path) -> None:
+    from massgen_mcp.sessions.liveness import LOCK_FILE, RunLock
+
+    victim = tmp_path / "bashrc"
+    victim.write_text("mine\n")
+    folder = tmp_path / "session"
+    folder.mkdir()
+    (folder / LOCK_FILE).symlink_to(victim)
+    assert RunLock.take(folder) is None and victim.read_text() == "mine\n"
+    (folder / LOCK_FILE).unlink()
+    os.mkfifo(folder / LOCK_FILE)
+    assert RunLock.take(folder) is None
+    (folder / LOCK_FILE).unlink()
+    lock = RunLock.take(folder)
+    assert lock is not None
+    lock.release()
