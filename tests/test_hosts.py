@@ -160,3 +160,18 @@ def test_codex_sees_the_project_server_once_the_folder_is_trusted_as_the_note_sa
     header, setting = trust.group(1).split("] ")
     (home / ".codex" / "config.toml").write_text(f"{header}]\n{setting}\n")
     assert re.search(r"^massgen +\S+massgen-mcp", listed(), re.MULTILINE)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX permissions")
+def test_a_private_config_stays_private_and_so_does_its_backup(
+        dirs: tuple[Path, Path]) -> None:
+    """A host's config that only its user may read (Claude Code's ~/.claude.json is 0600)
+    was rewritten, and backed up, readable by every local user."""
+    project, home = dirs
+    path = home / ".claude.json"
+    path.write_text(json.dumps({"oauthAccount": {"emailAddress": "me@example.com"}}))
+    path.chmod(0o600)
+    result = install("claude-code", scope="user", project=project, home=home)
+    assert result.path == path and result.changed and result.backup is not None
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert result.backup.stat().st_mode & 0o777 == 0o600

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import time
 import tomllib
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.files import replace_file
 from massgen_mcp.core.spec import PROVIDER_KEY_ENV
 
 SERVER_NAME = "massgen"
@@ -183,6 +185,15 @@ def _read(path: Path) -> str | None:
         raise ConfigError(f"cannot read {path}: {exc}; fix its permissions or move it") from None
 
 
+def _mode_of(path: Path) -> int:
+    """The permissions a host's config file has, kept by its rewrite and its backup: a
+    private one (``~/.claude.json`` is 0600) must not become readable by every local user."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return 0o644
+
+
 def _merge_json(existing: str | None, key: str, entry: dict[str, Any], path: Path) -> str:
     data: Any = {}
     if existing is not None and existing.strip():
@@ -253,10 +264,8 @@ def install(host_id: str, *, scope: Scope = "project", project: Path | None = No
         path.parent.mkdir(parents=True, exist_ok=True)
         if existing is not None:
             backup = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
-            backup.write_text(existing, encoding="utf-8")
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(updated, encoding="utf-8")
-        os.replace(tmp, path)
+            replace_file(backup, existing, mode=_mode_of(path))
+        replace_file(path, updated, mode=_mode_of(path))
     note = host.note
     if scope == "project" and host_id in _TRUSTED_PROJECTS_ONLY:
         note += " " + _TRUSTED_PROJECTS_ONLY[host_id].format(folder=(project or Path.cwd()))

@@ -1,13 +1,18 @@
-"""Where records live, how a file is replaced and how one that may have been planted is read:
-the home folder (``$MASSGEN_HOME``, ``.massgen`` or the user data folder); :func:`atomic_write`,
-which every record, the consent file and the eval results go through so that a reader never
-sees half a file; and :func:`open_safely` / :func:`read_text_safely`, which every reader of a
-record goes through (no link followed, regular files only, a size cap)."""
+"""Where records live, how a file is written and how one that may have been planted is read:
+the home folder (``$MASSGEN_HOME``, ``.massgen`` or the user data folder); :func:`replace_file`
+(and its older name :func:`atomic_write`), which every record, report, cache, marker and
+config file goes through so that a reader never sees half a file and no link is written
+through; :func:`open_safely` / :func:`read_bytes_safely` / :func:`read_text_safely`, which
+every reader of a file that may have been planted goes through (no link followed, regular
+files only, a size cap); and :func:`open_own`, for the few files rewritten in place under a
+lock (a fence, a run's lock, a download's part)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
 import stat
 from pathlib import Path
 from typing import BinaryIO
@@ -34,16 +39,57 @@ def default_home() -> Path:
     return Path(platformdirs.user_data_dir("massgen-mcp"))
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` all at once; on failure the old file stays and no
-    temporary file is left behind."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def replace_file(path: Path, data: bytes | str, *, mode: int = 0o644, durable: bool = False,
+                 folder_may_be_link: bool = True) -> None:
+    """Replace ``path`` with ``data`` (text as UTF-8) all at once: on failure the old file
+    stays and no temporary file is left behind.
+
+    Never through a link: a repository can ship a record folder with a link planted at the
+    file's name or at a temporary one, to ``~/.bashrc`` say. The temporary file has a name
+    no one can guess and is made new (``O_CREAT|O_EXCL|O_NOFOLLOW``, ``mode``), in the
+    folder opened once (a descriptor, where the platform has them), and renamed over
+    ``path``: a rename replaces a link at ``path``, it never writes through it.
+    ``durable`` syncs the data to disk before the rename (a marker that vouches for a
+    download); ``folder_may_be_link=False`` also refuses a link at the folder's own name
+    (a session folder a repository carried), where the platform can tell."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    temporary = f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    if not portable.DIRECTORY:  # Windows: no folder descriptors
+        _write_and_rename(str(path.parent / temporary), str(path), payload, mode, durable,
+                          None)
+        return
+    folder = os.open(path.parent, os.O_RDONLY | portable.DIRECTORY
+                     | (0 if folder_may_be_link else portable.NOFOLLOW))
     try:
-        tmp.write_text(text, encoding="utf-8")
-        portable.replace(tmp, path)  # retried on Windows while a reader holds it
+        _write_and_rename(temporary, path.name, payload, mode, durable, folder)
+    finally:
+        os.close(folder)
+
+
+def _write_and_rename(temporary: str, target: str, payload: bytes, mode: int, durable: bool,
+                      folder: int | None) -> None:
+    """:func:`replace_file`'s work, with names relative to ``folder`` when it is given."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | portable.NOFOLLOW | portable.BINARY
+    fd = os.open(temporary, flags, mode, dir_fd=folder)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(payload)
+            if durable:
+                out.flush()
+                os.fsync(out.fileno())
+        if folder is None:
+            portable.replace(temporary, target)  # retried on Windows while a reader holds it
+        else:
+            os.replace(temporary, target, src_dir_fd=folder, dst_dir_fd=folder)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=folder)
         raise
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """:func:`replace_file` of ``text``: the name the record writers call it by."""
+    replace_file(path, text)
 
 
 # -- reading a file that may have been planted -------------------------------------------------
@@ -58,7 +104,43 @@ MIB = 1024 * 1024
 class UnsafeFileError(OSError):
     """A file that is not read: a link, not a regular file, or over its size cap. An
     ``OSError``, so every caller that treats an unreadable file as missing or corrupt treats
-    this one so too."""
+    this one so too. ``reason`` says which (``link``, ``not_regular``, ``hard_links``,
+    ``not_mine``, ``too_big``, ``not_text``) for a caller that words it its own way; ``size``
+    is the file's size when it was too big."""
+
+    def __init__(self, message: str, *, reason: str, size: int | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.size = size
+
+
+def _open_checked(path: Path, flags: int, mode: int, max_bytes: int | None,
+                  mine: bool) -> int:
+    """``path`` opened through no link (:func:`portable.open_nofollow`) and checked on the
+    open file, not on the name: a regular file with no other name (hard link), of at most
+    ``max_bytes``, and this user's when ``mine``; else :class:`UnsafeFileError`."""
+    try:
+        fd = portable.open_nofollow(path, flags, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):  # what O_NOFOLLOW meets at a link
+            raise UnsafeFileError(f"{path.name} is a link", reason="link") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeFileError(f"{path.name} is not a regular file", reason="not_regular")
+        if info.st_nlink > 1:  # another name of it may be anything (a record is never linked)
+            raise UnsafeFileError(f"{path.name} has other names (hard links)",
+                                  reason="hard_links")
+        if mine and not portable.owned_by_me(info):
+            raise UnsafeFileError(f"{path.name} is another user's", reason="not_mine")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise UnsafeFileError(f"{path.name} is {info.st_size} bytes; the limit is "
+                                  f"{max_bytes}", reason="too_big", size=info.st_size)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def open_safely(path: Path, max_bytes: int) -> BinaryIO:
@@ -72,25 +154,18 @@ def open_safely(path: Path, max_bytes: int) -> BinaryIO:
     which a race could pass, but Windows needs privilege to make a link); ``O_NONBLOCK``
     makes the open of a FIFO return at once, and the ``fstat`` of the open file, not of the
     name, decides the type and the size."""
-    try:
-        fd = portable.open_nofollow(path, os.O_RDONLY)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EMLINK):  # what O_NOFOLLOW meets at a link
-            raise UnsafeFileError(f"{path.name} is a link") from None
-        raise
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UnsafeFileError(f"{path.name} is not a regular file")
-        if info.st_nlink > 1:  # another name of it may be anything (a record is never linked)
-            raise UnsafeFileError(f"{path.name} has other names (hard links)")
-        if info.st_size > max_bytes:
-            raise UnsafeFileError(f"{path.name} is {info.st_size} bytes; the limit is "
-                                  f"{max_bytes}")
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+    return os.fdopen(_open_checked(path, os.O_RDONLY, 0o666, max_bytes, mine=False), "rb")
+
+
+def open_own(path: Path, *, mode: int = 0o600, max_bytes: int | None = None,
+             mine: bool = False) -> int:
+    """A read-write descriptor of ``path``, created (``mode``) if missing, for a file that is
+    rewritten in place and locked on this descriptor, so :func:`replace_file` cannot serve
+    it (a lock on a replaced file guards nothing): a fence, a run's lock, a download's part.
+    Checked as :func:`open_safely` checks (no link, a regular file with no other name, at
+    most ``max_bytes``; this user's when ``mine``): a link planted at its name, to
+    ``~/.bashrc`` say, would otherwise be written through."""
+    return _open_checked(path, os.O_RDWR | os.O_CREAT, mode, max_bytes, mine)
 
 
 def read_bytes_safely(path: Path, max_bytes: int) -> bytes:
@@ -99,7 +174,7 @@ def read_bytes_safely(path: Path, max_bytes: int) -> bytes:
     with open_safely(path, max_bytes) as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise UnsafeFileError(f"{path.name} is over {max_bytes} bytes")
+        raise UnsafeFileError(f"{path.name} is over {max_bytes} bytes", reason="too_big")
     return data
 
 
@@ -109,5 +184,5 @@ def read_text_safely(path: Path, max_bytes: int) -> str:
     try:
         text = read_bytes_safely(path, max_bytes).decode("utf-8")
     except UnicodeDecodeError:
-        raise UnsafeFileError(f"{path.name} is not UTF-8 text") from None
+        raise UnsafeFileError(f"{path.name} is not UTF-8 text", reason="not_text") from None
     return redact(text)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from massgen_mcp.core.errors import ConfigError, PoolUnavailableError
+from massgen_mcp.core.files import replace_file
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import PoolConfig
@@ -100,18 +101,12 @@ class Membership:
         """Record in the shared home, for good, that the pool is protected."""
         if self._marked():
             return
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        try:
+        try:  # another front end writing it at once writes the same text
             self.marker.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.marker, flags, 0o644)
-        except FileExistsError:
-            return  # another front end wrote it first
+            replace_file(self.marker, _MARKER_TEXT.format(name=self.config.name))
         except OSError as exc:  # Redis still holds the fact; the records cannot be written
             log.warning("cannot record in %s that the pool is protected: %s", self.marker,
                         exc.strerror or exc)
-            return
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(_MARKER_TEXT.format(name=self.config.name))
 
     async def join(self, redis: Redis) -> None:
         """Join (or refresh) the pool's record; ConfigError if this front end differs."""

@@ -32,13 +32,11 @@ whatever the endpoint serves. ``MASSGEN_MODELS_FILE`` adds the user's own pinned
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -48,6 +46,7 @@ import yaml
 
 from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError, ModelDownloadError
+from massgen_mcp.core.files import UnsafeFileError, open_own, read_bytes_safely, replace_file
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.providers.endpoints import shown
 
@@ -55,6 +54,7 @@ CHUNK_BYTES = 1 << 20
 ATTEMPTS = 3  # connections per pull; each must bring bytes for the next one to be tried
 CONNECT_TIMEOUT_S = 30.0
 READ_TIMEOUT_S = 60.0  # the longest silence mid-file before the connection counts as dropped
+MARKER_MAX_BYTES = 4096  # a marker is one short line of JSON
 
 Progress = Callable[[int, int], None]  # (bytes on disk, bytes in the file)
 
@@ -215,7 +215,7 @@ def pull(model: HubModel, folder: Path, *, on_progress: Progress | None = None,
         part = folder / f"{model.file}.part"
         url = model.url(SETTINGS.hf_endpoint.read())
         timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
-        with os.fdopen(_open_own(part, os.O_RDWR), "r+b") as out, \
+        with os.fdopen(_open_own(part), "r+b") as out, \
                 httpx.Client(timeout=timeout, follow_redirects=True) as client:
             try:
                 for attempt in range(1, ATTEMPTS + 1):
@@ -333,34 +333,18 @@ def _marker(path: Path) -> Path:
 
 
 def mark_checked(model: HubModel, path: Path, found: os.stat_result) -> None:
-    """Record that the file ``found`` at ``path`` matched its pin: written to a new temporary
-    file and renamed into place, so a reader sees a whole marker or none, and a link planted
-    at the marker's name is replaced, never written through."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
-                                     suffix=".sha256")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(_stamp(model, found))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, _marker(path))
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    """Record that the file ``found`` at ``path`` matched its pin (:func:`replace_file`,
+    synced to disk first): a reader sees a whole marker or none, and a link planted at the
+    marker's name is replaced, never written through."""
+    replace_file(_marker(path), _stamp(model, found), mode=0o600, durable=True)
 
 
 def _read_marker(path: Path) -> str | None:
     """The marker of ``path``, if it is a plain file (a link or a FIFO there is no marker)."""
     try:
-        fd = portable.open_nofollow(_marker(path), os.O_RDONLY)
+        return read_bytes_safely(_marker(path), MARKER_MAX_BYTES).decode("utf-8", "replace")
     except OSError:
         return None
-    try:
-        return os.read(fd, 4096).decode("utf-8", "replace") if stat.S_ISREG(
-            os.fstat(fd).st_mode) else None
-    finally:
-        os.close(fd)
 
 
 def _sha256(handle: BinaryIO) -> str:
@@ -375,24 +359,16 @@ def _size(handle: BinaryIO) -> int:
     return os.fstat(handle.fileno()).st_size
 
 
-def _open_own(path: Path, flags: int) -> int:
-    """A descriptor of the cache file ``path``, created if missing, only if it is a plain file
-    of this user's with no other name. Opened without following a link at ``path`` (and
-    without waiting on a FIFO there): a link planted as ``<file>.part`` or the lock, to
-    ``~/.bashrc`` say, would otherwise have a download written, then renamed, through it."""
+def _open_own(path: Path) -> int:
+    """A read-write descriptor of the cache file ``path`` (the part, the lock), created if
+    missing, only if it is a plain file of this user's with no other name
+    (:func:`open_own`): a link planted as ``<file>.part`` or the lock, to ``~/.bashrc``
+    say, would otherwise have a download written, then renamed, through it."""
     try:
-        fd = portable.open_nofollow(path, flags | os.O_CREAT, 0o600)
-    except OSError as exc:
-        if exc.errno not in (errno.ELOOP, errno.EMLINK):  # what O_NOFOLLOW meets at a link
-            raise
-    else:
-        found = os.fstat(fd)
-        if (stat.S_ISREG(found.st_mode) and found.st_nlink == 1
-                and portable.owned_by_me(found)):
-            return fd
-        os.close(fd)
-    raise ModelDownloadError(f"{path} is not a plain file of this user's (it is a link, or "
-                             "another kind of file); delete it and pull again")
+        return open_own(path, mode=0o600, mine=True)
+    except UnsafeFileError:
+        raise ModelDownloadError(f"{path} is not a plain file of this user's (it is a link, "
+                                 "or another kind of file); delete it and pull again") from None
 
 
 @contextlib.contextmanager
@@ -400,7 +376,7 @@ def _exclusive(lock: Path, on_wait: Callable[[], None] | None) -> Iterator[None]
     """Hold an exclusive lock on ``lock``; if another process holds it, say so once and
     wait. The lock file stays: removing it would let a third process lock a new file while
     the second still holds the old one."""
-    fd = _open_own(lock, os.O_RDWR)
+    fd = _open_own(lock)
     try:
         if not portable.lock(fd, wait=False):
             if on_wait is not None:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.files import open_own
 
 FENCE_FILE = "fence"
 _WIDTH = 20  # every token is written with this many digits, so a rewrite covers the last
@@ -62,7 +63,10 @@ def check(home: Path) -> None:
 
 
 def _open(folder: Path) -> int:
-    return os.open(folder / FENCE_FILE, os.O_RDWR | os.O_CREAT | portable.BINARY, 0o644)
+    """The fence, opened to be read, written and locked in place (:func:`open_own`): a link
+    planted as ``fence`` by a repository that carried the session folder, or a FIFO, is
+    refused (:class:`UnsafeFileError`, an ``OSError``), never written through or locked."""
+    return open_own(folder / FENCE_FILE, mode=0o644)
 
 
 def _read(fd: int) -> int:

@@ -23,12 +23,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import stat
 import time
 from pathlib import Path
 
 from massgen_mcp.core import portable
-from massgen_mcp.core.files import open_safely
+from massgen_mcp.core.files import UnsafeFileError, open_own, open_safely
 from massgen_mcp.core.records import FinishReason, Phase, RunStatus, StatusRecord
 
 log = logging.getLogger(__name__)
@@ -51,15 +50,16 @@ class RunLock:
     def take(cls, folder: Path) -> RunLock | None:
         """Hold ``folder``'s lock, with ``running`` as its last word; None (and a warning) if
         it cannot be taken: the run goes on, and readers go by its status alone."""
-        try:
-            fd = portable.open_nofollow(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:  # a link, FIFO or large file planted there is refused (open_own)
+            fd = open_own(folder / LOCK_FILE, mode=0o644, max_bytes=4 * _SLOT)
+        except UnsafeFileError:
+            log.warning("session %s: cannot hold %s: %s is not a lock file this process "
+                        "made", folder.name, LOCK_FILE, LOCK_FILE)
+            return None
         except OSError as exc:
             log.warning("session %s: no %s: %s", folder.name, LOCK_FILE, exc)
             return None
         try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1 or info.st_size > 4 * _SLOT:
-                raise OSError(f"{LOCK_FILE} is not a lock file this process made")
             for _ in range(_TAKE_TRIES):
                 if portable.lock(fd, wait=False):
                     lock = cls(fd)

@@ -42,7 +42,6 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from massgen_mcp.core import portable
 from massgen_mcp.core.errors import (
     ConfigError,
     MassgenError,
@@ -56,6 +55,7 @@ from massgen_mcp.core.files import (
     open_safely,
     read_bytes_safely,
     read_text_safely,
+    replace_file,
 )
 from massgen_mcp.core.records import (
     Event,
@@ -132,25 +132,6 @@ def check_session_id(session_id: str, field: str = "session_id") -> str:
     return session_id
 
 
-
-
-def _write_report_here(folder: Path, tmp: str, html: str) -> Path:
-    """:meth:`SessionStore.write_report` where a folder cannot be opened (Windows): the folder
-    was found to be no link (``_existing``); the file is made new (``O_EXCL``: a link at its
-    name fails the open) and renamed over ``report.html``, replacing whatever is there."""
-    temporary = folder / tmp
-    temporary.unlink(missing_ok=True)
-    try:
-        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | portable.BINARY,
-                               0o644), "w", encoding="utf-8") as out:
-            out.write(html)
-        os.replace(temporary, folder / "report.html")
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return folder / "report.html"
-
-
 class SessionStore:
     """All session records under one home folder (``.massgen`` by default)."""
 
@@ -193,27 +174,11 @@ class SessionStore:
 
         Never through a link: a repository can carry a session folder, or a report or
         temporary file in one, that links elsewhere (``show --html`` would write there). The
-        folder is opened without following a link, the file is made new in it (``O_EXCL``
-        and ``O_NOFOLLOW``) and renamed over ``report.html``, which replaces a link rather
-        than writing through it."""
+        folder is found to be no link (``_existing``, and opened without following one where
+        the platform can), and :func:`replace_file` replaces a link at ``report.html``
+        rather than writing through it."""
         folder = self._existing(session_id)
-        tmp = f".report.html.{os.getpid()}.tmp"
-        if not portable.DIRECTORY:  # Windows: no folder descriptors (see _write_report_here)
-            return _write_report_here(folder, tmp, html)
-        fd = os.open(folder, os.O_RDONLY | portable.DIRECTORY | portable.NOFOLLOW)
-        try:
-            with contextlib.suppress(FileNotFoundError):  # a crashed write's, or planted
-                os.unlink(tmp, dir_fd=fd)
-            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | portable.NOFOLLOW,
-                                   0o644, dir_fd=fd), "w", encoding="utf-8") as out:
-                out.write(html)
-            os.replace(tmp, "report.html", src_dir_fd=fd, dst_dir_fd=fd)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=fd)
-            raise
-        finally:
-            os.close(fd)
+        replace_file(folder / "report.html", html, folder_may_be_link=False)
         return folder / "report.html"
 
     # -- reading -----------------------------------------------------------------------------

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import stat
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.files import UnsafeFileError, open_safely
 
 MAX_READ_BYTES = 100_000
 MAX_RUN_BYTES = 2_000_000
@@ -340,28 +339,31 @@ class WorkspaceTools:
         return result
 
     def _read_text(self, path: Path, relative: PurePosixPath) -> str:
-        try:  # non-blocking, then checked on the open file: a FIFO can neither hang nor pass
-            fd = os.open(path, os.O_RDONLY | portable.NONBLOCK | portable.BINARY)
+        try:  # checked on the open file (open_safely): a FIFO can neither hang nor pass
+            handle = open_safely(path, MAX_FILE_BYTES)
+        except UnsafeFileError as exc:
+            raise ToolRefused(_not_read(relative, exc)) from None
         except OSError:
             raise ToolRefused(f"{relative} does not exist or cannot be read") from None
         try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise ToolRefused(f"{relative} is not a regular file")
-            if info.st_nlink > 1:  # another name of it may be a secret file
-                raise ToolRefused(f"{relative} has other names (hard links); it is not read")
-            if info.st_size > MAX_FILE_BYTES:
-                raise ToolRefused(f"{relative} is {info.st_size} bytes; files over "
-                                  f"{MAX_FILE_BYTES} are not read")
-            with os.fdopen(os.dup(fd), "rb") as handle:
+            with handle:
                 data = handle.read(MAX_FILE_BYTES + 1)
         except OSError:
             raise ToolRefused(f"{relative} cannot be read") from None
-        finally:
-            os.close(fd)
         if b"\x00" in data[:8192]:
             raise ToolRefused(f"{relative} looks binary; only text files are read")
         return data.decode("utf-8", errors="replace")
+
+
+def _not_read(relative: PurePosixPath, refused: UnsafeFileError) -> str:
+    """Why a file is not read, in the tools' words (:func:`open_safely` says which)."""
+    if refused.reason == "not_regular":
+        return f"{relative} is not a regular file"
+    if refused.reason == "hard_links":  # another name of it may be a secret file
+        return f"{relative} has other names (hard links); it is not read"
+    if refused.reason == "too_big":
+        return f"{relative} is {refused.size} bytes; files over {MAX_FILE_BYTES} are not read"
+    return f"{relative} is a link; it is not read"  # replaced by one since it was resolved
 
 
 def _text(arguments: dict[str, Any], key: str, default: str | None = None) -> str:

@@ -29,12 +29,12 @@ import contextlib
 import json
 import os
 import re
-import stat
 import tempfile
 from pathlib import Path
 
 from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.files import MIB, open_safely, replace_file
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.cli.base import Cli, CliVersion
 from massgen_mcp.providers.cli.environment import child_env
@@ -42,6 +42,7 @@ from massgen_mcp.providers.cli.supervisor import run_child
 
 PROBE_TIMEOUT_S = 60.0  # both questions together; Gemini CLI under node on a busy machine
 CACHE_NAME = "cli-versions.json"
+CACHE_MAX_BYTES = MIB  # a few lines per CLI: more is not a cache of ours
 _VERSION = re.compile(r"\b(\d+)\.(\d+)\.(\d+)\b")
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*", re.IGNORECASE)
 _FEATURE = re.compile(r"^([a-z][a-z0-9_]*)[ \t]+\S", re.MULTILINE)  # "shell_tool   stable  true"
@@ -122,12 +123,11 @@ async def _probe(cli: Cli, path: str) -> CliVersion:
 def _cache_entries() -> dict[str, object]:
     """The disk cache's entries if the file is one to believe: a regular file (not a link)
     of this user's, which no one else may read or write (0600, as written); else none."""
-    path = cache_path()
-    with contextlib.suppress(OSError, ValueError):
-        info = path.lstat()
-        if (stat.S_ISREG(info.st_mode) and portable.owned_by_me(info)
-                and not info.st_mode & 0o077):
-            entries = json.loads(path.read_text(encoding="utf-8"))
+    with contextlib.suppress(OSError, ValueError), \
+            open_safely(cache_path(), CACHE_MAX_BYTES) as handle:
+        info = os.fstat(handle.fileno())
+        if portable.owned_by_me(info) and not info.st_mode & 0o077:
+            entries = json.loads(handle.read(CACHE_MAX_BYTES).decode("utf-8"))
             if isinstance(entries, dict):
                 return entries
     return {}
@@ -153,17 +153,9 @@ def _write_cache(key: _Key, found: CliVersion) -> None:
     entries = _cache_entries()
     entries[key[0]] = {"size": key[1], "mtime_ns": key[2], "version": found.version,
                        "flags": sorted(found.flags), "features": sorted(found.features)}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.unlink(missing_ok=True)  # a crashed write's (a link is removed, not followed)
-        try:
-            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | portable.NOFOLLOW,
-                                   0o600), "w", encoding="utf-8") as out:
-                out.write(json.dumps(entries, indent=1))
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        replace_file(path, json.dumps(entries, indent=1), mode=0o600)
 
 
 def refusal(cli: Cli, found: CliVersion | ProbeFailed) -> str | None:

@@ -1,0 +1,155 @@
+"""The one safe write and the one safe read (core/files.py, issue 50 step 3): a file is
+replaced through no link, at its temporary name or at its own; a planted link, FIFO or
+oversized file is refused by the read; a file rewritten in place under a lock (a fence)
+refuses a link too."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from massgen_mcp.core.files import (
+    UnsafeFileError,
+    atomic_write,
+    open_own,
+    read_bytes_safely,
+    replace_file,
+)
+from massgen_mcp.sessions import fencing
+
+posix_only = pytest.mark.skipif(sys.platform == "win32", reason="links and FIFOs need POSIX")
+
+
+@posix_only
+@pytest.mark.parametrize("write", [atomic_write, replace_file])
+def test_the_temporary_file_is_not_written_through_a_planted_link(
+        write: object, tmp_path: Path) -> None:
+    # The temporary name a writer used to pick (dot, name, pid, .tmp) is guessable: a link
+    # planted there, to a file of the user's, had the record written into that file.
+    victim = tmp_path / "bashrc"
+    victim.write_text("mine\n")
+    folder = tmp_path / "record"
+    folder.mkdir()
+    (folder / f".status.json.{os.getpid()}.tmp").symlink_to(victim)
+    assert callable(write)
+    write(folder / "status.json", '{"state": "done"}')
+    assert victim.read_text() == "mine\n"
+    assert (folder / "status.json").read_text() == '{"state": "done"}'
+    assert not (folder / "status.json").is_symlink()
+
+
+@posix_only
+def test_a_link_at_the_target_is_replaced_not_followed(tmp_path: Path) -> None:
+    victim = tmp_path / "bashrc"
+    victim.write_text("mine\n")
+    target = tmp_path / "report.html"
+    target.symlink_to(victim)
+    replace_file(target, b"<html></html>", mode=0o600)
+    assert victim.read_text() == "mine\n"
+    assert not target.is_symlink() and target.read_bytes() == b"<html></html>"
+    assert target.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bashrc", "report.html"]
+
+
+@posix_only
+def test_a_linked_folder_is_refused_when_the_caller_says_so(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "linked").symlink_to(real, target_is_directory=True)
+    with pytest.raises(OSError):
+        replace_file(tmp_path / "linked" / "report.html", "x", folder_may_be_link=False)
+    assert list(real.iterdir()) == []
+    replace_file(tmp_path / "linked" / "config.json", "{}", durable=True)  # the default: fine
+    assert (real / "config.json").read_text() == "{}"
+
+
+def test_a_failed_replace_keeps_the_old_file_and_leaves_no_temporary(tmp_path: Path) -> None:
+    (tmp_path / "taken").mkdir()  # a folder at the target's name: the rename fails
+    with pytest.raises(OSError):
+        replace_file(tmp_path / "taken", "x")
+    assert [p.name for p in tmp_path.iterdir()] == ["taken"]
+    assert list((tmp_path / "taken").iterdir()) == []
+
+
+@posix_only
+def test_the_read_refuses_a_link_a_fifo_a_hard_link_and_an_oversized_file(
+        tmp_path: Path) -> None:
+    secret = tmp_path / "id_rsa"
+    secret.write_text("KEY")
+    (tmp_path / "link").symlink_to(secret)
+    os.mkfifo(tmp_path / "fifo")  # its open would wait for a writer forever
+    os.link(secret, tmp_path / "other-name")
+    (tmp_path / "big").write_bytes(b"x" * 101)
+    (tmp_path / "small").write_bytes(b"x" * 100)
+    for name, reason in [("link", "link"), ("fifo", "not_regular"),
+                         ("other-name", "hard_links"), ("big", "too_big")]:
+        with pytest.raises(UnsafeFileError) as refused:
+            read_bytes_safely(tmp_path / name, 100)
+        assert refused.value.reason == reason, name
+    assert read_bytes_safely(tmp_path / "small", 100) == b"x" * 100
+    with pytest.raises(FileNotFoundError):
+        read_bytes_safely(tmp_path / "missing", 100)
+
+
+@posix_only
+def test_a_file_rewritten_in_place_refuses_a_link_and_creates_nothing_through_it(
+        tmp_path: Path) -> None:
+    missing = tmp_path / "elsewhere" / "new"
+    missing.parent.mkdir()
+    (tmp_path / "lock").symlink_to(missing)
+    with pytest.raises(UnsafeFileError, match="lock is a link"):
+        open_own(tmp_path / "lock")
+    assert not missing.exists()
+    fd = open_own(tmp_path / "state", mode=0o600, max_bytes=10, mine=True)
+    os.close(fd)
+    assert (tmp_path / "state").stat().st_mode & 0o777 == 0o600
+
+
+@posix_only
+def test_a_fence_planted_as_a_link_is_refused_not_written_through(tmp_path: Path) -> None:
+    # A repository can carry a session folder whose ``fence`` links to a file of the user's:
+    # taking a claim wrote the token into it, and a write of the record locked that file.
+    victim = tmp_path / "bashrc"
+    victim.write_text("mine\n")
+    folder = tmp_path / "session"
+    folder.mkdir()
+    (folder / fencing.FENCE_FILE).symlink_to(victim)
+    with pytest.raises(OSError, match="fence is a link"):
+        fencing.take(folder, 7)
+    with pytest.raises(OSError, match="fence is a link"):
+        fencing.Fence(folder, 7)
+    assert victim.read_text() == "mine\n"
+    (folder / fencing.FENCE_FILE).unlink()
+    os.mkfifo(folder / fencing.FENCE_FILE)
+    with pytest.raises(OSError, match="fence is not a regular file"):
+        fencing.take(folder, 7)
+    (folder / fencing.FENCE_FILE).unlink()
+    assert fencing.take(folder, 7) == 7 and fencing.take(folder, 3) == 8
+    fence = fencing.Fence(folder, 8)
+    try:
+        with fence.hold():
+            pass
+    finally:
+        fence.close()
+
+
+@posix_only
+def test_a_run_lock_planted_as_a_link_or_fifo_is_not_taken(tmp_path: Path) -> None:
+    from massgen_mcp.sessions.liveness import LOCK_FILE, RunLock
+
+    victim = tmp_path / "bashrc"
+    victim.write_text("mine\n")
+    folder = tmp_path / "session"
+    folder.mkdir()
+    (folder / LOCK_FILE).symlink_to(victim)
+    assert RunLock.take(folder) is None and victim.read_text() == "mine\n"
+    (folder / LOCK_FILE).unlink()
+    os.mkfifo(folder / LOCK_FILE)
+    assert RunLock.take(folder) is None
+    (folder / LOCK_FILE).unlink()
+    lock = RunLock.take(folder)
+    assert lock is not None
+    lock.release()
