@@ -18,7 +18,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from massgen_mcp.core.errors import RecordWriteError, describe_write_error
 from massgen_mcp.core.files import atomic_write
@@ -26,16 +26,12 @@ from massgen_mcp.core.records import (
     Event,
     RequestRecord,
     ResultRecord,
-    SessionRecord,
     StatusRecord,
     VersionedRecord,
 )
 from massgen_mcp.core.secrets import redact, redact_data
 from massgen_mcp.sessions.fencing import Fence, RecordFenced
 from massgen_mcp.sessions.liveness import RunLock
-
-if TYPE_CHECKING:
-    from massgen_mcp.sessions.store import SessionStore
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +48,7 @@ def _dump_record(record: VersionedRecord) -> str:
 
 EventHook = Callable[[Event], None]
 StatusHook = Callable[[StatusRecord], None]
-Renderer = Callable[[SessionRecord], str]  # a finished record -> its report.html
+ReportWriter = Callable[[], object]  # writes a finished run's report.html
 
 
 _M = TypeVar("_M", Event, StatusRecord, ResultRecord, RequestRecord)
@@ -81,7 +77,7 @@ class FileRecorder:
 
     ``on_event`` and ``on_status`` let whoever runs the session follow it (progress lines,
     waking long polls) without a second layer around the writer. :meth:`close` ends the record
-    with its ``report.html``: the recorder owns the folder, so it writes the report too.
+    with its ``report.html``, written by the closer's ``report`` under the recorder's hold.
 
     A write the disk refuses raises :class:`RecordWriteError` once (the engine then ends the
     run ``failed``, ``record_write_failed``); after that the recorder keeps the in-memory state
@@ -94,12 +90,12 @@ class FileRecorder:
     make another model call either.
     """
 
-    def __init__(self, store: SessionStore, session_id: str, *,
+    def __init__(self, folder: Path, home: Path, *,
                  on_event: EventHook | None = None, on_status: StatusHook | None = None,
                  fence: int | None = None) -> None:
-        self.store = store
-        self.session_id = session_id
-        self.folder = store.folder(session_id)
+        self.home = home  # named in a refused write's error
+        self.session_id = folder.name
+        self.folder = folder
         self.on_event = on_event
         self.on_status = on_status
         self.latest_status: StatusRecord | None = None
@@ -115,7 +111,7 @@ class FileRecorder:
                                    os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             self._fence = Fence(self.folder, fence) if fence is not None else None
         except OSError as exc:
-            raise RecordWriteError(describe_write_error(exc, store.home)) from None
+            raise RecordWriteError(describe_write_error(exc, home)) from None
         # Held until the last status is written: readers tell a dead run by it (liveness).
         self._lock = RunLock.take(self.folder) if fence is None else None
 
@@ -135,7 +131,7 @@ class FileRecorder:
         if self.write_error is not None:
             log.warning("session %s: %s", self.session_id, exc)
             return
-        self.write_error = RecordWriteError(describe_write_error(exc, self.store.home))
+        self.write_error = RecordWriteError(describe_write_error(exc, self.home))
         if self._lock is not None:
             self._lock.failed()
         log.error("session %s: %s", self.session_id, self.write_error)
@@ -225,11 +221,10 @@ class FileRecorder:
         if self._lock is not None:
             self._lock.release()
 
-    def close(self, report: Renderer | None = None) -> None:
+    def close(self, report: ReportWriter | None = None) -> None:
         """Close the event log and release the fence. ``report``, for the closer of a finished
-        run: renders ``report.html``, which is written while the fence is still held (a paused
-        worker must not write a report over another claim's record); the store itself only
-        writes the bytes it is given."""
+        run: writes ``report.html``, called while the fence is still held (a paused worker must
+        not write a report over another claim's record)."""
         os.close(self._events)
         try:
             if self.refused is None:
@@ -237,8 +232,7 @@ class FileRecorder:
             if report is None or self.result is None or self.write_error is not None:
                 return
             with self._owned():
-                self.store.write_report(self.session_id, report(
-                    self.store.read_record(self.session_id)))
+                report()
         except RecordFenced:
             pass  # the record is another claim's now: so is its report
         except Exception:  # a report problem must never spoil the run's own record
@@ -250,19 +244,19 @@ class FileRecorder:
                 self._lock.release()
 
 
-def create_record(store: SessionStore, session_id: str, *, config: dict[str, Any],
+def create_record(folder: Path, home: Path, *, config: dict[str, Any],
                   request: RequestRecord, on_event: EventHook | None = None,
                   on_status: StatusHook | None = None) -> FileRecorder:
-    """A new session folder in ``store`` with its config and request, and the recorder that
-    writes the rest; or RecordWriteError (and no folder) when the home cannot take it."""
-    folder = store.folder(session_id)
+    """A new session ``folder`` (in the records of ``home``) with its config and request, and
+    the recorder that writes the rest; or RecordWriteError (and no folder) when the home cannot
+    take it."""
     recorder: FileRecorder | None = None
     try:
-        store.sessions_dir.mkdir(parents=True, exist_ok=True)
-        if shutil.disk_usage(store.sessions_dir).free < MIN_FREE_BYTES:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        if shutil.disk_usage(folder.parent).free < MIN_FREE_BYTES:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         folder.mkdir()
-        recorder = FileRecorder(store, session_id, on_event=on_event, on_status=on_status)
+        recorder = FileRecorder(folder, home, on_event=on_event, on_status=on_status)
         recorder.write_json("config.json", config)
         recorder.write_record("request.json", request)
     except (OSError, RecordWriteError) as exc:
@@ -271,7 +265,7 @@ def create_record(store: SessionStore, session_id: str, *, config: dict[str, Any
         shutil.rmtree(folder, ignore_errors=True)  # never leave an empty session behind
         if isinstance(exc, RecordWriteError):
             raise exc from None
-        raise RecordWriteError(describe_write_error(exc, store.home)) from None
+        raise RecordWriteError(describe_write_error(exc, home)) from None
     except Exception:  # whatever else stops it: still no half-made session folder
         if recorder is not None:
             recorder.abandon()

@@ -216,7 +216,7 @@ def mark_queued(store: SessionStore, session_id: str, team: TeamConfig) -> Statu
     try:
         recorder.status(queued_status(recorded_request(store, session_id, team)))
     finally:
-        recorder.close(report=render_report)
+        recorder.close(report=store.report_writer(session_id, render_report))
     return recorder.latest_status
 
 
@@ -235,7 +235,8 @@ def end_unstarted(store: SessionStore, session_id: str, team: TeamConfig, status
     try:
         snapshot.end_unstarted(recorder, request, status, reason, error)
     finally:
-        recorder.close(report=render_report)  # the closer of an ended run writes its report
+        # The closer of an ended run writes its report.
+        recorder.close(report=store.report_writer(session_id, render_report))
     return recorder.latest_status
 
 
@@ -398,7 +399,8 @@ class SessionRunner:
         finally:
             if follow is not None:
                 follow.cancel()
-            run.recorder.close(report=render_report)
+            run.recorder.close(
+                report=self.store.report_writer(run.session_id, render_report))
             if run.recorder.write_error is not None:
                 self.unrecorded[run.session_id] = run.recorder
             self.runs.pop(run.session_id, None)  # the record on disk is the truth from now on

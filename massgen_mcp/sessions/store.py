@@ -81,7 +81,6 @@ from massgen_mcp.sessions.recorder import (
 
 log = logging.getLogger(__name__)
 
-MIN_FREE_BYTES = 256 * 1024  # refuse to start a run that could not even write its first events
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _SESSION_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
 _ID_PREFIX = re.compile(r"[0-9A-HJKMNP-TV-Z]{1,26}")
@@ -167,17 +166,16 @@ class SessionStore:
                on_event: EventHook | None = None, on_status: StatusHook | None = None
                ) -> FileRecorder:
         """A new session folder with its config and request (:func:`create_record`)."""
-        return create_record(self, session_id, config=config, request=request,
-                             on_event=on_event, on_status=on_status)
+        return create_record(self.folder(session_id), self.home, config=config,
+                             request=request, on_event=on_event, on_status=on_status)
 
     def reopen(self, session_id: str, *, on_event: EventHook | None = None,
                on_status: StatusHook | None = None, fence: int | None = None
                ) -> FileRecorder:
         """A recorder that appends to an existing record (used to resume a run); ``fence``
         is the fencing token of the pool claim it writes under, if any."""
-        self._existing(session_id)
-        return FileRecorder(self, session_id, on_event=on_event, on_status=on_status,
-                            fence=fence)
+        return FileRecorder(self._existing(session_id), self.home, on_event=on_event,
+                            on_status=on_status, fence=fence)
 
     def append_event(self, session_id: str, event_type: EventType, /, **data: Any) -> None:
         """Add one event, numbered after the recorded ones, to a session no run is writing."""
@@ -187,6 +185,12 @@ class SessionStore:
                                  type=event_type, **data))
         finally:
             recorder.close()
+
+    def report_writer(self, session_id: str, render: Callable[[SessionRecord], str]
+                      ) -> Callable[[], Path]:
+        """What writes a finished run's ``report.html`` as ``render`` makes it from the whole
+        record (a recorder's closer calls it under the recorder's hold)."""
+        return lambda: self.write_report(session_id, render(self.read_record(session_id)))
 
     def write_report(self, session_id: str, html: str) -> Path:
         """Write ``report.html`` into the session folder (atomically) and return its path.
