@@ -405,7 +405,7 @@ class PoolRunner:
             team = await asyncio.to_thread(recorded_team, self.store, session_id)
             ended = await asyncio.to_thread(
                 end_unstarted, self.store, session_id, team, RunStatus.CANCELLED,
-                FinishReason.CANCELLED, fence=fence)
+                FinishReason.CANCELLED, guard=fencing.guard(fence))
             if ended is not None:
                 await live.put_status(self.redis, self.config, ended, fence)
             return True

@@ -54,7 +54,7 @@ from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.pool.steering import SteerReply, SteerRequest
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.sessions import fencing
-from massgen_mcp.sessions.fencing import RecordFenced
+from massgen_mcp.sessions.recorder import RecordRefused
 from massgen_mcp.sessions.runner import LiveRun, SessionRunner, end_unstarted, recorded_team
 from massgen_mcp.sessions.store import SessionStore, check_session_id
 
@@ -282,7 +282,7 @@ class PoolWorker:
                 reply = SteerReply(ok=True, cleared=run.engine.steer(request.note))
                 log.info("session %s: a note from a front end cleared %d vote(s)",
                          request.sid, reply.cleared)
-            except RecordFenced:  # another worker took the run over meanwhile
+            except RecordRefused:  # another worker took the run over meanwhile
                 reply = moving
             except MassgenError as exc:  # refused by the engine: not running, too many...
                 reply = SteerReply(ok=False, message=str(exc)[:steering.MAX_REPLY_CHARS])
@@ -403,18 +403,18 @@ class PoolWorker:
         if problem is not None:
             try:
                 ended = await asyncio.to_thread(end_unstarted, self.store, session_id, team,
-                                                *problem, fence=fence)
-            except RecordFenced:
+                                                *problem, guard=fencing.guard(fence))
+            except RecordRefused:
                 return None  # another claim took it meanwhile (logged by the recorder)
             if ended is not None:
                 await live.put_status(self.redis, self.config, ended, fence)
             return None
         try:
-            return await self.runner.resume(session_id, team, fence=fence)
+            return await self.runner.resume(session_id, team, guard=fencing.guard(fence))
         except SessionStateError:  # stopping: it was not started, so it goes back as it is
             self._handing_back.add(session_id)
             return None
-        except RecordFenced:
+        except RecordRefused:
             return None  # another claim took it meanwhile (logged by the recorder)
 
     async def _follow(self, run: LiveRun, holder: str, fence: int) -> None:

@@ -2,14 +2,15 @@
 
 :func:`create_record` makes a session's folder (its config and request, or nothing at all when
 the home cannot take it); :class:`FileRecorder` then writes the events, the live status, the
-answers and the result, each masked (:func:`masked`) before anyone sees it, and, for a pool
-worker, only while its claim's fence holds (:mod:`massgen_mcp.sessions.fencing`). Reading
+answers and the result, each masked (:func:`masked`) before anyone sees it, and, when its
+writer gave it a :class:`Guard`, only while the guard holds the record. Reading
 the records of every run, listing and pruning them is :mod:`massgen_mcp.sessions.store`'s:
 the writer of one run and the reader of all runs change for different reasons.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import json
@@ -17,8 +18,9 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from massgen_mcp.core.errors import RecordWriteError, describe_write_error
 from massgen_mcp.core.files import atomic_write
@@ -30,7 +32,6 @@ from massgen_mcp.core.records import (
     VersionedRecord,
 )
 from massgen_mcp.core.secrets import redact, redact_data
-from massgen_mcp.sessions.fencing import Fence, RecordFenced
 from massgen_mcp.sessions.liveness import RunLock
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,27 @@ def _dump_record(record: VersionedRecord) -> str:
 EventHook = Callable[[Event], None]
 StatusHook = Callable[[StatusRecord], None]
 ReportWriter = Callable[[], object]  # writes a finished run's report.html
+
+
+class RecordRefused(asyncio.CancelledError):
+    """A record refused a write: its guard says another writer owns it, or its writer was
+    told to stop.
+
+    A cancellation, not an error, on purpose: it must stop the whole run at once, and no
+    ``except Exception`` on the way (provider retries, tools, the engine's crash handler) may
+    treat it as a failure to record and go on making calls."""
+
+
+class Guard(Protocol):
+    """What a recorder asks before every write, when its writer shares the record with
+    others (a pool's fence): :meth:`hold` holds the record for one write or raises
+    :class:`RecordRefused`; :meth:`close` lets go of it when the recorder closes."""
+
+    def hold(self) -> AbstractContextManager[None]: ...
+    def close(self) -> None: ...
+
+
+GuardFactory = Callable[[Path], Guard]  # a session folder -> the guard of its writes
 
 
 _M = TypeVar("_M", Event, StatusRecord, ResultRecord, RequestRecord)
@@ -83,16 +105,17 @@ class FileRecorder:
     run ``failed``, ``record_write_failed``); after that the recorder keeps the in-memory state
     current and writes whatever still fits, so readers in this process see the true end.
 
-    A pool worker's recorder carries its claim's fencing token (``fence``): every write, hooks
-    included, is refused with :class:`~massgen_mcp.sessions.fencing.RecordFenced` once a newer
-    claim owns the record, and so is every write after :meth:`detach` (a worker that lost its
-    claim). The refusal cancels the run where it stands: a worker that must not write must not
-    make another model call either.
+    A recorder made with a ``guard`` (a pool claim's fence) asks it before every write, hooks
+    included: once the guard refuses with :class:`RecordRefused` (a newer claim owns the
+    record), that write and every later one is refused, and so is every write after
+    :meth:`detach` (a writer that lost its claim). The refusal cancels the run where it stands:
+    a writer that must not write must not make another model call either. Such a record has no
+    run lock: its guard's owner tells whether its run is alive.
     """
 
     def __init__(self, folder: Path, home: Path, *,
                  on_event: EventHook | None = None, on_status: StatusHook | None = None,
-                 fence: int | None = None) -> None:
+                 guard: GuardFactory | None = None) -> None:
         self.home = home  # named in a refused write's error
         self.session_id = folder.name
         self.folder = folder
@@ -109,11 +132,11 @@ class FileRecorder:
             (self.folder / "answers").mkdir(parents=True, exist_ok=True)
             self._events = os.open(self.folder / "events.jsonl",
                                    os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            self._fence = Fence(self.folder, fence) if fence is not None else None
+            self._guard = guard(self.folder) if guard is not None else None
         except OSError as exc:
             raise RecordWriteError(describe_write_error(exc, home)) from None
         # Held until the last status is written: readers tell a dead run by it (liveness).
-        self._lock = RunLock.take(self.folder) if fence is None else None
+        self._lock = RunLock.take(self.folder) if guard is None else None
 
     def _final_status_again(self) -> None:
         """After a refused write, try the final status once more as the run closes (space
@@ -145,18 +168,18 @@ class FileRecorder:
     def _owned(self) -> Iterator[None]:
         """Hold the record for one write, or refuse it (see the class)."""
         if self.refused is not None:
-            raise RecordFenced(self.refused)
-        if self._fence is None or self._holding:  # no claim, or held by an outer write
+            raise RecordRefused(self.refused)
+        if self._guard is None or self._holding:  # no guard, or held by an outer write
             yield
             return
         try:
-            with self._fence.hold():
+            with self._guard.hold():
                 self._holding = True
                 try:
                     yield
                 finally:
                     self._holding = False
-        except RecordFenced as exc:
+        except RecordRefused as exc:
             self.refused = str(exc)
             log.warning("session %s: fenced: %s; stopping the run without writing",
                         self.session_id, exc)
@@ -222,9 +245,9 @@ class FileRecorder:
             self._lock.release()
 
     def close(self, report: ReportWriter | None = None) -> None:
-        """Close the event log and release the fence. ``report``, for the closer of a finished
-        run: writes ``report.html``, called while the fence is still held (a paused worker must
-        not write a report over another claim's record)."""
+        """Close the event log and release the guard. ``report``, for the closer of a finished
+        run: writes ``report.html``, called while the guard still holds the record (a paused
+        worker must not write a report over another claim's record)."""
         os.close(self._events)
         try:
             if self.refused is None:
@@ -233,13 +256,13 @@ class FileRecorder:
                 return
             with self._owned():
                 report()
-        except RecordFenced:
+        except RecordRefused:
             pass  # the record is another claim's now: so is its report
         except Exception:  # a report problem must never spoil the run's own record
             log.exception("could not write report.html for %s", self.session_id)
         finally:
-            if self._fence is not None:
-                self._fence.close()
+            if self._guard is not None:
+                self._guard.close()
             if self._lock is not None:
                 self._lock.release()
 

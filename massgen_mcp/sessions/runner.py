@@ -46,8 +46,13 @@ from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.render.html import render_report
 from massgen_mcp.sessions import inbox
-from massgen_mcp.sessions.fencing import RecordFenced
-from massgen_mcp.sessions.recorder import EventHook, FileRecorder, StatusHook
+from massgen_mcp.sessions.recorder import (
+    EventHook,
+    FileRecorder,
+    GuardFactory,
+    RecordRefused,
+    StatusHook,
+)
 from massgen_mcp.sessions.store import SessionStore, new_session_id
 from massgen_mcp.sessions.waiting import (
     ChangeSignal,
@@ -201,10 +206,11 @@ def recorded_request(store: SessionStore, session_id: str, team: TeamConfig) -> 
                       workspace=Path(recorded.workspace) if recorded.workspace else None)
 
 
-def _unowned(store: SessionStore, session_id: str, fence: int | None) -> FileRecorder:
-    """A recorder for a session no process runs while it writes (``fence`` is the pool
-    claim that makes sure), stamped in no process's name."""
-    recorder = store.reopen(session_id, fence=fence)
+def _unowned(store: SessionStore, session_id: str, guard: GuardFactory | None
+             ) -> FileRecorder:
+    """A recorder for a session no process runs while it writes (``guard``, the pool
+    claim's fence, makes sure), stamped in no process's name."""
+    recorder = store.reopen(session_id, guard=guard)
     recorder.stamp = {"pid": None, "worker": None}
     return recorder
 
@@ -221,17 +227,17 @@ def mark_queued(store: SessionStore, session_id: str, team: TeamConfig) -> Statu
 
 
 def end_unstarted(store: SessionStore, session_id: str, team: TeamConfig, status: RunStatus,
-                  reason: FinishReason, error: str | None = None, *, fence: int | None = None
-                  ) -> StatusRecord | None:
+                  reason: FinishReason, error: str | None = None, *,
+                  guard: GuardFactory | None = None) -> StatusRecord | None:
     """End a recorded session that will not run (cancelled while queued, or no worker can
     run it): a complete record with its result and report, and no model call (see
     :func:`~massgen_mcp.consensus.snapshot.end_unstarted`); returns the status written. A
-    session that already has its result is left as it is. ``fence``: the fencing token of
-    the pool claim this is written under."""
+    session that already has its result is left as it is. ``guard``: the fence of the pool
+    claim this is written under."""
     if store.read_result(session_id) is not None:
         return None
     request = recorded_request(store, session_id, team)
-    recorder = _unowned(store, session_id, fence)
+    recorder = _unowned(store, session_id, guard)
     try:
         snapshot.end_unstarted(recorder, request, status, reason, error)
     finally:
@@ -332,17 +338,18 @@ class SessionRunner:
         return self._launch(request, recorder, (changes, ticks), fresh=True,
                             notes=notes or [])
 
-    async def resume(self, session_id: str, team: TeamConfig, *, fence: int | None = None
-                     ) -> LiveRun:
+    async def resume(self, session_id: str, team: TeamConfig, *,
+                     guard: GuardFactory | None = None) -> LiveRun:
         """Run a recorded session from where its record stands (:func:`recorded_request`);
-        ``fence`` is the fencing token of the pool claim it runs under, if any."""
+        ``guard`` holds its record for each write, when others share it (a pool claim's
+        fence)."""
         self._check_capacity()
         request = await asyncio.to_thread(recorded_request, self.store, session_id, team)
         self._check_capacity()  # again: the runner may have closed while the record was read
         if session_id in self.runs:
             raise SessionStateError(f"session {session_id} is already running")
         changes, ticks = ChangeSignal(), ChangeSignal()
-        recorder = self.store.reopen(session_id, fence=fence,
+        recorder = self.store.reopen(session_id, guard=guard,
                                      **self._hooks(session_id, changes, ticks))
         return self._launch(request, recorder, (changes, ticks), fresh=False)
 
@@ -380,7 +387,7 @@ class SessionRunner:
                       notes=notes or [])
         try:
             recorder.status(engine.snapshot())
-        except (RecordWriteError, RecordFenced):
+        except (RecordWriteError, RecordRefused):
             recorder.close()
             if fresh:
                 shutil.rmtree(recorder.folder, ignore_errors=True)  # a new run: no trace

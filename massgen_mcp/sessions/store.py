@@ -74,6 +74,7 @@ from massgen_mcp.sessions.liveness import as_seen, ended, lock_state, owned_by_p
 from massgen_mcp.sessions.recorder import (
     EventHook,
     FileRecorder,
+    GuardFactory,
     StatusHook,
     create_record,
     masked,
@@ -170,12 +171,12 @@ class SessionStore:
                              request=request, on_event=on_event, on_status=on_status)
 
     def reopen(self, session_id: str, *, on_event: EventHook | None = None,
-               on_status: StatusHook | None = None, fence: int | None = None
+               on_status: StatusHook | None = None, guard: GuardFactory | None = None
                ) -> FileRecorder:
-        """A recorder that appends to an existing record (used to resume a run); ``fence``
-        is the fencing token of the pool claim it writes under, if any."""
+        """A recorder that appends to an existing record (used to resume a run); ``guard``
+        holds the record for each write when others share it (a pool claim's fence)."""
         return FileRecorder(self._existing(session_id), self.home, on_event=on_event,
-                            on_status=on_status, fence=fence)
+                            on_status=on_status, guard=guard)
 
     def append_event(self, session_id: str, event_type: EventType, /, **data: Any) -> None:
         """Add one event, numbered after the recorded ones, to a session no run is writing."""
