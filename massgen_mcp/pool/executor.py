@@ -41,11 +41,10 @@ from massgen_mcp.core.records import (
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import TeamConfig
-from massgen_mcp.pool import drafts, live, steering
+from massgen_mcp.pool import drafts, fencing, live, steering
 from massgen_mcp.pool.drafts import HeardDrafts
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
-from massgen_mcp.sessions import fencing
 from massgen_mcp.sessions.runner import (
     EventListener,
     ExecutorInfo,

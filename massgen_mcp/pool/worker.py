@@ -26,7 +26,7 @@ as Redis answers, so it is never left without a worker.
 
 A worker that cannot notice (frozen past its lease) is stopped by its record instead: every
 claim carries a fencing token, and a write under an older token than the newest is refused
-(:mod:`massgen_mcp.sessions.fencing`), which cancels the run before it calls a model again.
+(:mod:`massgen_mcp.pool.fencing`), which cancels the run before it calls a model again.
 A run whose queue entry was lost (Redis restarted without persistence) is found by a periodic
 sweep of the records (:meth:`PoolWorker._sweep`) and queued again.
 """
@@ -48,12 +48,11 @@ from massgen_mcp.core import portable
 from massgen_mcp.core.errors import MassgenError, SessionStateError
 from massgen_mcp.core.records import Draft, FinishReason, RunStatus
 from massgen_mcp.core.spec import missing_credentials
-from massgen_mcp.pool import drafts, live, steering
+from massgen_mcp.pool import drafts, fencing, live, steering
 from massgen_mcp.pool.live import LivePublisher, PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.pool.steering import SteerReply, SteerRequest
 from massgen_mcp.providers.base import Provider
-from massgen_mcp.sessions import fencing
 from massgen_mcp.sessions.recorder import RecordRefused
 from massgen_mcp.sessions.runner import LiveRun, SessionRunner, end_unstarted, recorded_team
 from massgen_mcp.sessions.store import SessionStore, check_session_id
@@ -342,7 +341,7 @@ class PoolWorker:
                 await live.release(self.redis, self.config, session_id, holder)
 
     async def _fence(self, session_id: str, token: int) -> int:
-        """Make our claim's fencing token the record's (see sessions/fencing.py), and tell
+        """Make our claim's fencing token the record's (see pool/fencing.py), and tell
         Redis when the record was ahead of it; the token every write of this run carries."""
         fence = await asyncio.to_thread(fencing.take, self.store.folder(session_id), token)
         if fence != token:

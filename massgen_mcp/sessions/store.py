@@ -12,7 +12,7 @@ read whole, marked interrupted and pruned. One run's folder is written by its
   result.json      written once at the end
   final.md         the final answer
   report.html      the run as one self-contained page, written when the run ends
-  fence            pool runs only: the fencing token of the newest claim (see fencing.py)
+  fence            pool runs only: the fencing token of the newest claim (see pool/fencing.py)
   running.lock     held by the process that runs it; a free lock means it is gone (liveness.py)
 ```
 
