@@ -45,6 +45,7 @@ from massgen_mcp.pool import drafts, fencing, live, steering
 from massgen_mcp.pool.drafts import HeardDrafts
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
+from massgen_mcp.pool.records import end_unstarted, mark_queued
 from massgen_mcp.sessions.runner import (
     EventListener,
     ExecutorInfo,
@@ -53,8 +54,6 @@ from massgen_mcp.sessions.runner import (
     StatusListener,
     Unsubscribe,
     create_record,
-    end_unstarted,
-    mark_queued,
     recorded_team,
 )
 from massgen_mcp.sessions.store import SessionStore, check_session_id, new_session_id
@@ -404,7 +403,7 @@ class PoolRunner:
             team = await asyncio.to_thread(recorded_team, self.store, session_id)
             ended = await asyncio.to_thread(
                 end_unstarted, self.store, session_id, team, RunStatus.CANCELLED,
-                FinishReason.CANCELLED, guard=fencing.guard(fence))
+                FinishReason.CANCELLED, fence=fence)
             if ended is not None:
                 await live.put_status(self.redis, self.config, ended, fence)
             return True

@@ -51,10 +51,11 @@ from massgen_mcp.core.spec import missing_credentials
 from massgen_mcp.pool import drafts, fencing, live, steering
 from massgen_mcp.pool.live import LivePublisher, PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
+from massgen_mcp.pool.records import end_unstarted, pool_unfinished
 from massgen_mcp.pool.steering import SteerReply, SteerRequest
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.sessions.recorder import RecordRefused
-from massgen_mcp.sessions.runner import LiveRun, SessionRunner, end_unstarted, recorded_team
+from massgen_mcp.sessions.runner import LiveRun, SessionRunner, recorded_team
 from massgen_mcp.sessions.store import SessionStore, check_session_id
 
 if TYPE_CHECKING:
@@ -204,7 +205,7 @@ class PoolWorker:
         if not await self.redis.set(self.config.sweep_key, self.name, nx=True,
                                     px=int(timeout * SWEEP_EVERY * 1000)):
             return  # another worker sweeps this period
-        quiet = await asyncio.to_thread(self.store.pool_unfinished, timeout * SWEEP_QUIET)
+        quiet = await asyncio.to_thread(pool_unfinished, self.store, timeout * SWEEP_QUIET)
         unheld = set()
         for session_id in quiet:
             if session_id in self.runner.runs or await self.redis.exists(
@@ -402,7 +403,7 @@ class PoolWorker:
         if problem is not None:
             try:
                 ended = await asyncio.to_thread(end_unstarted, self.store, session_id, team,
-                                                *problem, guard=fencing.guard(fence))
+                                                *problem, fence=fence)
             except RecordRefused:
                 return None  # another claim took it meanwhile (logged by the recorder)
             if ended is not None:

@@ -23,7 +23,6 @@ from typing import Protocol, TypedDict
 from massgen_mcp.consensus import snapshot
 from massgen_mcp.consensus.engine import ConsensusRun
 from massgen_mcp.consensus.replay import Prior, RunRequest
-from massgen_mcp.consensus.snapshot import queued_status
 from massgen_mcp.consensus.steering import not_running
 from massgen_mcp.core.errors import (
     ConfigError,
@@ -35,7 +34,6 @@ from massgen_mcp.core.errors import (
 from massgen_mcp.core.records import (
     Draft,
     Event,
-    FinishReason,
     RequestRecord,
     ResultRecord,
     RunKind,
@@ -204,46 +202,6 @@ def recorded_request(store: SessionStore, session_id: str, team: TeamConfig) -> 
     return RunRequest(session_id, recorded.question, team, recorded.context,
                       recorded.parent_session_id, prior=prior,
                       workspace=Path(recorded.workspace) if recorded.workspace else None)
-
-
-def _unowned(store: SessionStore, session_id: str, guard: GuardFactory | None
-             ) -> FileRecorder:
-    """A recorder for a session no process runs while it writes (``guard``, the pool
-    claim's fence, makes sure), stamped in no process's name."""
-    recorder = store.reopen(session_id, guard=guard)
-    recorder.stamp = {"pid": None, "worker": None}
-    return recorder
-
-
-def mark_queued(store: SessionStore, session_id: str, team: TeamConfig) -> StatusRecord | None:
-    """Record the session as waiting for a pool worker (status running, phase queued);
-    returns the status written."""
-    recorder = _unowned(store, session_id, None)
-    try:
-        recorder.status(queued_status(recorded_request(store, session_id, team)))
-    finally:
-        recorder.close(report=store.report_writer(session_id, render_report))
-    return recorder.latest_status
-
-
-def end_unstarted(store: SessionStore, session_id: str, team: TeamConfig, status: RunStatus,
-                  reason: FinishReason, error: str | None = None, *,
-                  guard: GuardFactory | None = None) -> StatusRecord | None:
-    """End a recorded session that will not run (cancelled while queued, or no worker can
-    run it): a complete record with its result and report, and no model call (see
-    :func:`~massgen_mcp.consensus.snapshot.end_unstarted`); returns the status written. A
-    session that already has its result is left as it is. ``guard``: the fence of the pool
-    claim this is written under."""
-    if store.read_result(session_id) is not None:
-        return None
-    request = recorded_request(store, session_id, team)
-    recorder = _unowned(store, session_id, guard)
-    try:
-        snapshot.end_unstarted(recorder, request, status, reason, error)
-    finally:
-        # The closer of an ended run writes its report.
-        recorder.close(report=store.report_writer(session_id, render_report))
-    return recorder.latest_status
 
 
 @dataclass

@@ -411,21 +411,6 @@ class SessionStore:
         atomic_write(self.folder(sid) / "status.json", masked(final)[1])
         return True
 
-    def pool_unfinished(self, quiet_for_s: float, now: float | None = None) -> list[str]:
-        """Runs a worker pool owns that are still running or queued and whose status has not
-        changed for ``quiet_for_s``: the ones a pool's sweep checks for a live claim."""
-        now = time.time() if now is None else now
-        found = []
-        for sid in self.session_ids():
-            try:
-                status = self.read_status(sid)
-            except (SessionNotFoundError, SessionStateError):
-                continue
-            if (status.status is RunStatus.RUNNING and owned_by_pool(status)
-                    and now - status.updated_at >= quiet_for_s):
-                found.append(sid)
-        return found
-
     def prune_candidates(self, older_than_s: float, now: float | None = None
                          ) -> list[SessionSummary]:
         """Finished sessions that started more than ``older_than_s`` ago (never running ones)."""
