@@ -54,6 +54,7 @@ from massgen_mcp.sessions.runner import (
     StatusListener,
     Unsubscribe,
     create_record,
+    new_request,
     recorded_team,
 )
 from massgen_mcp.sessions.store import SessionStore, check_session_id, new_session_id
@@ -151,9 +152,10 @@ class PoolRunner:
                 "environment and name it with api_key_env")
         session_id = new_session_id()
         # Record files may live on a network share: their I/O stays off the event loop.
-        recorder = await asyncio.to_thread(
-            create_record, self.store, session_id, question, team, context=context,
-            parent_session_id=parent_session_id, workspace=workspace, notes=notes)
+        request = new_request(question, team, context=context,
+                              parent_session_id=parent_session_id, workspace=workspace,
+                              notes=notes)
+        recorder = await asyncio.to_thread(create_record, self.store, session_id, team, request)
         recorder.close()
         try:
             await self._enqueue(session_id, team)

@@ -122,21 +122,24 @@ class Listeners:
             listener(status)
 
 
-def create_record(store: SessionStore, session_id: str, question: str, team: TeamConfig, *,
-                  context: str | None, parent_session_id: str | None,
-                  workspace: Path | None, notes: list[str] | None,
-                  hooks: RecorderHooks | None = None,
-                  kind: RunKind = RunKind.RUN) -> FileRecorder:
-    """A new session's folder with its config (keys masked) and request: everything any
-    process needs to run it. ``workspace`` is recorded only when the team's tools read it."""
+def new_request(question: str, team: TeamConfig, *, context: str | None,
+                parent_session_id: str | None, workspace: Path | None,
+                notes: list[str] | None, kind: RunKind = RunKind.RUN) -> RequestRecord:
+    """What a new session asks: everything any process needs to run it (with its config).
+    ``workspace`` is recorded only when the team's tools read it."""
     if not team.options.workspace_tools:
         workspace = None
+    return RequestRecord(question=question, context=context,
+                         parent_session_id=parent_session_id,
+                         workspace=str(workspace) if workspace else None,
+                         notes=notes or [], kind=kind)
+
+
+def create_record(store: SessionStore, session_id: str, team: TeamConfig,
+                  request: RequestRecord, hooks: RecorderHooks | None = None) -> FileRecorder:
+    """A new session's folder with its config (keys masked) and ``request``."""
     return store.create(
-        session_id, config=team.redacted(),
-        request=RequestRecord(question=question, context=context,
-                              parent_session_id=parent_session_id,
-                              workspace=str(workspace) if workspace else None,
-                              notes=notes or [], kind=kind),
+        session_id, config=team.redacted(), request=request,
         on_event=hooks["on_event"] if hooks else None,
         on_status=hooks["on_status"] if hooks else None)
 
@@ -199,9 +202,7 @@ def recorded_request(store: SessionStore, session_id: str, team: TeamConfig) -> 
     events = store.read_events(session_id)
     prior = (Prior.from_events(events, lambda label: store.read_answer(session_id, label))
              if events else None)
-    return RunRequest(session_id, recorded.question, team, recorded.context,
-                      recorded.parent_session_id, prior=prior,
-                      workspace=Path(recorded.workspace) if recorded.workspace else None)
+    return RunRequest.from_record(session_id, recorded, team, prior)
 
 
 @dataclass
@@ -287,14 +288,13 @@ class SessionRunner:
         self._check_capacity()
         session_id = new_session_id()
         changes, ticks = ChangeSignal(), ChangeSignal()
-        recorder = create_record(self.store, session_id, question, team, context=context,
-                                 parent_session_id=parent_session_id, workspace=workspace,
-                                 notes=notes, hooks=self._hooks(session_id, changes, ticks),
-                                 kind=kind)
-        request = RunRequest(session_id, question, team, context, parent_session_id,
-                             workspace=workspace if team.options.workspace_tools else None)
-        return self._launch(request, recorder, (changes, ticks), fresh=True,
-                            notes=notes or [])
+        record = new_request(question, team, context=context,
+                             parent_session_id=parent_session_id, workspace=workspace,
+                             notes=notes, kind=kind)
+        recorder = create_record(self.store, session_id, team, record,
+                                 self._hooks(session_id, changes, ticks))
+        return self._launch(RunRequest.from_record(session_id, record, team), recorder,
+                            (changes, ticks), fresh=True, notes=notes or [])
 
     async def resume(self, session_id: str, team: TeamConfig, *,
                      guard: GuardFactory | None = None) -> LiveRun:
