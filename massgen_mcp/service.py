@@ -426,16 +426,10 @@ class ConsensusService:
         """Everything recorded about a session: status, result, events, every answer."""
         return self.store.read_record(check_session_id(session_id))
 
-    def report(self, session_id: str, *, live: bool = False) -> str:
-        """The session's self-contained HTML report (``live``: the page that refreshes
-        itself while the run goes on)."""
-        from massgen_mcp.render.html import render_report
-
-        return render_report(self.record(session_id), live=live)
-
-    def write_report(self, session_id: str) -> Path:
-        """(Re)write the session's ``report.html`` and return its path."""
-        return self.store.write_report(check_session_id(session_id), self.report(session_id))
+    def write_report(self, session_id: str, html: str) -> Path:
+        """(Re)write the session's ``report.html`` with ``html`` (the face renders it from
+        :meth:`record`) and return its path."""
+        return self.store.write_report(check_session_id(session_id), html)
 
     def events(self, session_id: str) -> list[Event]:
         return self.store.read_events(check_session_id(session_id))
