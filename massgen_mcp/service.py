@@ -57,6 +57,7 @@ from massgen_mcp.core.spec import (
 )
 from massgen_mcp.providers.cli.catalog import refusals as cli_refusals
 from massgen_mcp.providers.cli.catalog import unusable as cli_unusable
+from massgen_mcp.sessions.ids import check_session_id
 from massgen_mcp.sessions.runner import (
     EventListener,
     Executor,
@@ -66,7 +67,7 @@ from massgen_mcp.sessions.runner import (
     recorded_team,
 )
 from massgen_mcp.sessions.runner import StartedRun as StartedRun  # start()'s reply, for faces
-from massgen_mcp.sessions.store import LATEST, SessionStore, check_session_id
+from massgen_mcp.sessions.store import LATEST, SessionStore
 from massgen_mcp.sessions.waiting import StatusCallback as StatusCallback  # for faces
 from massgen_mcp.team import consent
 from massgen_mcp.team.choose import choose_team, with_overrides

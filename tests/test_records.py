@@ -20,8 +20,9 @@ from massgen_mcp.render.html import render_report
 from massgen_mcp.server.app import create_server
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.sessions import store as store_module
+from massgen_mcp.sessions.ids import new_session_id, session_time
 from massgen_mcp.sessions.runner import SessionRunner
-from massgen_mcp.sessions.store import SessionStore, new_session_id, session_time
+from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedProvider, agree, answer
 from tests.helpers import Scripted, run_team, team_for

@@ -46,6 +46,7 @@ from massgen_mcp.pool.drafts import HeardDrafts
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.pool.records import end_unstarted, mark_queued
+from massgen_mcp.sessions.ids import check_session_id, new_session_id
 from massgen_mcp.sessions.runner import (
     EventListener,
     ExecutorInfo,
@@ -57,7 +58,7 @@ from massgen_mcp.sessions.runner import (
     new_request,
     recorded_team,
 )
-from massgen_mcp.sessions.store import SessionStore, check_session_id, new_session_id
+from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.sessions.waiting import (
     ChangeSignal,
     StatusCallback,

@@ -54,9 +54,10 @@ from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.pool.records import end_unstarted, pool_unfinished
 from massgen_mcp.pool.steering import SteerReply, SteerRequest
 from massgen_mcp.providers.base import Provider
+from massgen_mcp.sessions.ids import check_session_id
 from massgen_mcp.sessions.recorder import RecordRefused
 from massgen_mcp.sessions.runner import LiveRun, SessionRunner, recorded_team
-from massgen_mcp.sessions.store import SessionStore, check_session_id
+from massgen_mcp.sessions.store import SessionStore
 
 if TYPE_CHECKING:
     from docket import Docket

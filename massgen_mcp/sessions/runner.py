@@ -44,6 +44,7 @@ from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.render.html import render_report
 from massgen_mcp.sessions import inbox
+from massgen_mcp.sessions.ids import new_session_id
 from massgen_mcp.sessions.recorder import (
     EventHook,
     FileRecorder,
@@ -51,7 +52,7 @@ from massgen_mcp.sessions.recorder import (
     RecordRefused,
     StatusHook,
 )
-from massgen_mcp.sessions.store import SessionStore, new_session_id
+from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.sessions.waiting import (
     ChangeSignal,
     StatusCallback,

@@ -21,8 +21,8 @@ atomically (write a temp file, then rename), so a reader or a crash never sees h
 Every file is read as untrusted input (a cloned repository can ship a record): no link
 followed, a regular file only, a size cap per kind, redacted again; a file that fails is
 *corrupt*, logged once, and its session is skipped by lists, ``latest`` and the start-up sweep.
-Session ids are ULIDs: they sort by creation time, carry 80 random bits, and contain only
-``0-9A-Z``, so they are safe as folder names and cannot traverse paths.
+Session ids are ULIDs (:mod:`massgen_mcp.sessions.ids`): safe as folder names, they cannot
+traverse paths.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import re
-import secrets
 import shutil
 import stat
 import time
@@ -70,6 +69,7 @@ from massgen_mcp.core.records import (
     VersionedRecord,
 )
 from massgen_mcp.core.secrets import redact, redact_data
+from massgen_mcp.sessions.ids import ID_PREFIX, SESSION_ID, check_session_id, session_time
 from massgen_mcp.sessions.liveness import as_seen, ended, lock_state, owned_by_pool
 from massgen_mcp.sessions.recorder import (
     EventHook,
@@ -82,9 +82,6 @@ from massgen_mcp.sessions.recorder import (
 
 log = logging.getLogger(__name__)
 
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_SESSION_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
-_ID_PREFIX = re.compile(r"[0-9A-HJKMNP-TV-Z]{1,26}")
 LATEST = "latest"  # what a person types for the newest session
 # How far a session id's time may run ahead of this clock, or of when its status was written
 # here, and still be ``latest``: a pool's machines, whose clocks differ a little. An id from
@@ -100,38 +97,6 @@ EVENTS_MAX_BYTES = 256 * MIB  # streamed; a line at most:
 EVENT_LINE_MAX_BYTES = 8 * MIB
 _warned: set[tuple[str, str]] = set()  # (session, file) a warning was logged for
 _R = TypeVar("_R", bound=VersionedRecord)
-
-
-
-
-def new_session_id(now: float | None = None) -> str:
-    """A ULID: 48 bits of milliseconds then 80 random bits, Crockford base32."""
-    millis = int((time.time() if now is None else now) * 1000)
-    value = (millis << 80) | secrets.randbits(80)
-    chars = []
-    for _ in range(26):
-        chars.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
-
-
-def session_time(session_id: str) -> float:
-    """When a session id was made (its first 48 bits: milliseconds since the epoch)."""
-    millis = 0
-    for char in session_id[:10]:
-        millis = millis * 32 + _CROCKFORD.index(char)
-    return millis / 1000
-
-
-def check_session_id(session_id: str, field: str = "session_id") -> str:
-    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
-        raise SessionNotFoundError(
-            f"{field} {str(session_id)[:60]!r} is not a session id; ids are 26 characters "
-            "like 01JD3V6Y8T2K6Q3M1R5X0B7N4C"
-        )
-    return session_id
-
-
 
 
 def _write_report_here(folder: Path, tmp: str, html: str) -> Path:
@@ -434,7 +399,7 @@ class SessionStore:
         if not self.sessions_dir.is_dir():
             return iter(())
         with os.scandir(self.sessions_dir) as entries:
-            names = [entry.name for entry in entries if _SESSION_ID.fullmatch(entry.name)
+            names = [entry.name for entry in entries if SESSION_ID.fullmatch(entry.name)
                      and entry.is_dir(follow_symlinks=False)]
         return iter(sorted(names, reverse=True))
 
@@ -462,7 +427,7 @@ class SessionStore:
             if newest is None:
                 raise SessionNotFoundError(f"no sessions yet in {self.sessions_dir}")
             return newest
-        if not _ID_PREFIX.fullmatch(wanted):
+        if not ID_PREFIX.fullmatch(wanted):
             raise SessionNotFoundError(
                 f"{ref[:60]!r} is not a session id, the start of one, or {LATEST!r}; ids are "
                 "26 characters like 01JD3V6Y8T2K6Q3M1R5X0B7N4C")
