@@ -57,6 +57,7 @@ from massgen_mcp.core.spec import (
 )
 from massgen_mcp.providers.cli.catalog import refusals as cli_refusals
 from massgen_mcp.providers.cli.catalog import unusable as cli_unusable
+from massgen_mcp.sessions.ids import check_session_id
 from massgen_mcp.sessions.runner import (
     EventListener,
     Executor,
@@ -66,7 +67,7 @@ from massgen_mcp.sessions.runner import (
     recorded_team,
 )
 from massgen_mcp.sessions.runner import StartedRun as StartedRun  # start()'s reply, for faces
-from massgen_mcp.sessions.store import LATEST, SessionStore, check_session_id
+from massgen_mcp.sessions.store import LATEST, SessionStore
 from massgen_mcp.sessions.waiting import StatusCallback as StatusCallback  # for faces
 from massgen_mcp.team import consent
 from massgen_mcp.team.choose import choose_team, with_overrides
@@ -426,16 +427,10 @@ class ConsensusService:
         """Everything recorded about a session: status, result, events, every answer."""
         return self.store.read_record(check_session_id(session_id))
 
-    def report(self, session_id: str, *, live: bool = False) -> str:
-        """The session's self-contained HTML report (``live``: the page that refreshes
-        itself while the run goes on)."""
-        from massgen_mcp.render.html import render_report
-
-        return render_report(self.record(session_id), live=live)
-
-    def write_report(self, session_id: str) -> Path:
-        """(Re)write the session's ``report.html`` and return its path."""
-        return self.store.write_report(check_session_id(session_id), self.report(session_id))
+    def write_report(self, session_id: str, html: str) -> Path:
+        """(Re)write the session's ``report.html`` with ``html`` (the face renders it from
+        :meth:`record`) and return its path."""
+        return self.store.write_report(check_session_id(session_id), html)
 
     def events(self, session_id: str) -> list[Event]:
         return self.store.read_events(check_session_id(session_id))

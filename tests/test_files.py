@@ -18,7 +18,7 @@ from massgen_mcp.core.files import (
     read_bytes_safely,
     replace_file,
 )
-from massgen_mcp.sessions import fencing
+from massgen_mcp.pool import fencing
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="links and FIFOs need POSIX")
 

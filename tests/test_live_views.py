@@ -32,7 +32,7 @@ from massgen_mcp.cli.live import agent_line, fit
 from massgen_mcp.cli.main import main
 from massgen_mcp.core.records import AgentPhase, AgentStatus, CallPurpose, Draft
 from massgen_mcp.core.spec import RunSpec
-from massgen_mcp.render.html import LIVE_CSP
+from massgen_mcp.render.html import LIVE_CSP, render_report
 from massgen_mcp.server import pages, shutdown
 from massgen_mcp.server.app import create_server
 from massgen_mcp.service import ConsensusService
@@ -294,7 +294,7 @@ async def test_a_note_shows_in_the_report_and_in_show(home: Path,
             status = await service.status(started.session_id)
             release.set()
             await service.wait(started.session_id, 60, until_done=True)
-            page = service.report(started.session_id)
+            page = render_report(service.record(started.session_id))
         finally:
             release.set()
             await service.aclose()

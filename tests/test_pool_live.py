@@ -30,7 +30,8 @@ from massgen_mcp.core.records import CallPurpose, Draft, StatusRecord
 from massgen_mcp.pool import drafts
 from massgen_mcp.pool.executor import PoolRunner
 from massgen_mcp.pool.live import PoolConfig
-from massgen_mcp.sessions.store import SessionStore, new_session_id
+from massgen_mcp.sessions.ids import new_session_id
+from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, answer
 from tests.helpers import team_for
 from tests.test_pool import REDIS, HangingVotes, Pool, follow, start

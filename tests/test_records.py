@@ -16,12 +16,14 @@ from massgen_mcp.core.errors import ErrorKind, SessionStateError
 from massgen_mcp.core.records import SCHEMA_VERSION, EventType, RunStatus
 from massgen_mcp.core.spec import AgentSpec, RunSpec
 from massgen_mcp.providers.base import Completion
+from massgen_mcp.render.html import render_report
 from massgen_mcp.render.text import describe_event
 from massgen_mcp.server.app import create_server
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.sessions import store as store_module
+from massgen_mcp.sessions.ids import new_session_id, session_time
 from massgen_mcp.sessions.runner import SessionRunner
-from massgen_mcp.sessions.store import SessionStore, new_session_id, session_time
+from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedProvider, agree, answer
 from tests.helpers import Scripted, run_team, team_for
@@ -53,7 +55,7 @@ async def test_a_record_written_by_release_0_1_0_still_reads(old_home: Path) -> 
     events = service.events(OLD_ID)
     assert events[0].type is EventType.STARTED and events[-1].type is EventType.FINISHED
     assert [s.session_id for s in service.list_sessions()[0]] == [OLD_ID]
-    page = service.report(OLD_ID)
+    page = render_report(service.record(OLD_ID))
     assert "What is 6*7?" in page and result.winner.label in page
 
 

@@ -72,7 +72,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     service = flags.service(args)
     session_id = service.find_session(args.session_id)
     if args.html:
-        path = service.write_report(session_id)
+        from massgen_mcp.render.html import render_report
+
+        path = service.write_report(session_id, render_report(service.record(session_id)))
         say(str(path))
         if args.open:
             import webbrowser

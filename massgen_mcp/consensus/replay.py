@@ -17,7 +17,7 @@ from pathlib import Path
 
 from massgen_mcp.consensus.accounting import UsageMeter
 from massgen_mcp.consensus.state import Coordination
-from massgen_mcp.core.records import CallPurpose, Event, EventType
+from massgen_mcp.core.records import CallPurpose, Event, EventType, RequestRecord
 from massgen_mcp.core.spec import AgentSpec, TeamConfig
 from massgen_mcp.providers.base import Completion
 
@@ -104,6 +104,15 @@ class RunRequest:
     prior: Prior | None = None
     workspace: Path | None = None  # the root the evidence tools read (when they are on)
     log_path: Path | None = None  # where coding-agent CLIs' stderr goes (the session's cli.log)
+
+    @classmethod
+    def from_record(cls, session_id: str, record: RequestRecord, team: TeamConfig,
+                    prior: Prior | None = None) -> RunRequest:
+        """The run a session's request record asks for, with the progress ``prior`` holds:
+        one build for a fresh run (the record just written) and a resumed one (read back)."""
+        return cls(session_id, record.question, team, record.context,
+                   record.parent_session_id, prior=prior,
+                   workspace=Path(record.workspace) if record.workspace else None)
 
     @property
     def agents(self) -> dict[str, AgentSpec]:

@@ -11,7 +11,7 @@ and imports no POSIX-only module (fcntl, resource, termios, pwd, grp) itself.
 * **Positioned reads and writes.** ``os.pread``/``pwrite`` are POSIX; elsewhere a seek, then
   a read or write on the same descriptor (each descriptor is used by one thread at a time).
 * **File locks** (:func:`lock`, :func:`unlock`), held on the *descriptor* that also reads
-  and writes the file, as the fencing tokens need (sessions/fencing.py). POSIX: ``flock``,
+  and writes the file, as the fencing tokens need (pool/fencing.py). POSIX: ``flock``,
   shared or exclusive. Windows: ``msvcrt.locking`` on one byte far past the data (Windows
   locks are mandatory, so the data itself stays readable), exclusive only: a shared lock
   there is taken as an exclusive one, which serialises the writers and keeps the guarantee.

@@ -41,11 +41,12 @@ from massgen_mcp.core.records import (
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import TeamConfig
-from massgen_mcp.pool import drafts, live, steering
+from massgen_mcp.pool import drafts, fencing, live, steering
 from massgen_mcp.pool.drafts import HeardDrafts
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
-from massgen_mcp.sessions import fencing
+from massgen_mcp.pool.records import end_unstarted, mark_queued
+from massgen_mcp.sessions.ids import check_session_id, new_session_id
 from massgen_mcp.sessions.runner import (
     EventListener,
     ExecutorInfo,
@@ -54,11 +55,10 @@ from massgen_mcp.sessions.runner import (
     StatusListener,
     Unsubscribe,
     create_record,
-    end_unstarted,
-    mark_queued,
+    new_request,
     recorded_team,
 )
-from massgen_mcp.sessions.store import SessionStore, check_session_id, new_session_id
+from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.sessions.waiting import (
     ChangeSignal,
     StatusCallback,
@@ -153,9 +153,10 @@ class PoolRunner:
                 "environment and name it with api_key_env")
         session_id = new_session_id()
         # Record files may live on a network share: their I/O stays off the event loop.
-        recorder = await asyncio.to_thread(
-            create_record, self.store, session_id, question, team, context=context,
-            parent_session_id=parent_session_id, workspace=workspace, notes=notes)
+        request = new_request(question, team, context=context,
+                              parent_session_id=parent_session_id, workspace=workspace,
+                              notes=notes)
+        recorder = await asyncio.to_thread(create_record, self.store, session_id, team, request)
         recorder.close()
         try:
             await self._enqueue(session_id, team)

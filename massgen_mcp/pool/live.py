@@ -7,7 +7,7 @@ Keys (``<name>`` is the pool's name, ``massgen`` by default):
                              runs; ``cancelled`` when a front end cancelled it while queued
 ``<name>:fence:<session>``   the fencing token of the newest claim: every claim takes the
                              next one, and a worker's writes to Redis and to the record are
-                             refused once a newer one exists (see sessions/fencing.py)
+                             refused once a newer one exists (see pool/fencing.py)
 ``<name>:cancel:<session>``  set when a cancel was asked for, for a worker that missed the
                              message
 ``<name>:task:<task id>``    the session an MCP task started (so a redelivered task follows it)

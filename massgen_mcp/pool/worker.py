@@ -26,7 +26,7 @@ as Redis answers, so it is never left without a worker.
 
 A worker that cannot notice (frozen past its lease) is stopped by its record instead: every
 claim carries a fencing token, and a write under an older token than the newest is refused
-(:mod:`massgen_mcp.sessions.fencing`), which cancels the run before it calls a model again.
+(:mod:`massgen_mcp.pool.fencing`), which cancels the run before it calls a model again.
 A run whose queue entry was lost (Redis restarted without persistence) is found by a periodic
 sweep of the records (:meth:`PoolWorker._sweep`) and queued again.
 """
@@ -48,15 +48,16 @@ from massgen_mcp.core import portable
 from massgen_mcp.core.errors import MassgenError, SessionStateError
 from massgen_mcp.core.records import Draft, FinishReason, RunStatus
 from massgen_mcp.core.spec import missing_credentials
-from massgen_mcp.pool import drafts, live, steering
+from massgen_mcp.pool import drafts, fencing, live, steering
 from massgen_mcp.pool.live import LivePublisher, PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
+from massgen_mcp.pool.records import end_unstarted, pool_unfinished
 from massgen_mcp.pool.steering import SteerReply, SteerRequest
 from massgen_mcp.providers.base import Provider
-from massgen_mcp.sessions import fencing
-from massgen_mcp.sessions.fencing import RecordFenced
-from massgen_mcp.sessions.runner import LiveRun, SessionRunner, end_unstarted, recorded_team
-from massgen_mcp.sessions.store import SessionStore, check_session_id
+from massgen_mcp.sessions.ids import check_session_id
+from massgen_mcp.sessions.recorder import RecordRefused
+from massgen_mcp.sessions.runner import LiveRun, SessionRunner, recorded_team
+from massgen_mcp.sessions.store import SessionStore
 
 if TYPE_CHECKING:
     from docket import Docket
@@ -205,7 +206,7 @@ class PoolWorker:
         if not await self.redis.set(self.config.sweep_key, self.name, nx=True,
                                     px=int(timeout * SWEEP_EVERY * 1000)):
             return  # another worker sweeps this period
-        quiet = await asyncio.to_thread(self.store.pool_unfinished, timeout * SWEEP_QUIET)
+        quiet = await asyncio.to_thread(pool_unfinished, self.store, timeout * SWEEP_QUIET)
         unheld = set()
         for session_id in quiet:
             if session_id in self.runner.runs or await self.redis.exists(
@@ -282,7 +283,7 @@ class PoolWorker:
                 reply = SteerReply(ok=True, cleared=run.engine.steer(request.note))
                 log.info("session %s: a note from a front end cleared %d vote(s)",
                          request.sid, reply.cleared)
-            except RecordFenced:  # another worker took the run over meanwhile
+            except RecordRefused:  # another worker took the run over meanwhile
                 reply = moving
             except MassgenError as exc:  # refused by the engine: not running, too many...
                 reply = SteerReply(ok=False, message=str(exc)[:steering.MAX_REPLY_CHARS])
@@ -342,7 +343,7 @@ class PoolWorker:
                 await live.release(self.redis, self.config, session_id, holder)
 
     async def _fence(self, session_id: str, token: int) -> int:
-        """Make our claim's fencing token the record's (see sessions/fencing.py), and tell
+        """Make our claim's fencing token the record's (see pool/fencing.py), and tell
         Redis when the record was ahead of it; the token every write of this run carries."""
         fence = await asyncio.to_thread(fencing.take, self.store.folder(session_id), token)
         if fence != token:
@@ -404,17 +405,17 @@ class PoolWorker:
             try:
                 ended = await asyncio.to_thread(end_unstarted, self.store, session_id, team,
                                                 *problem, fence=fence)
-            except RecordFenced:
+            except RecordRefused:
                 return None  # another claim took it meanwhile (logged by the recorder)
             if ended is not None:
                 await live.put_status(self.redis, self.config, ended, fence)
             return None
         try:
-            return await self.runner.resume(session_id, team, fence=fence)
+            return await self.runner.resume(session_id, team, guard=fencing.guard(fence))
         except SessionStateError:  # stopping: it was not started, so it goes back as it is
             self._handing_back.add(session_id)
             return None
-        except RecordFenced:
+        except RecordRefused:
             return None  # another claim took it meanwhile (logged by the recorder)
 
     async def _follow(self, run: LiveRun, holder: str, fence: int) -> None:

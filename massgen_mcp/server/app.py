@@ -345,7 +345,9 @@ def _add_resources(mcp: FastMCP) -> None:
     async def report_resource(session_id: str, ctx: Context) -> str:
         """A self-contained HTML report: timeline, vote matrix, answers, usage."""
         with tools.tool_errors():
-            return tools.service_of(ctx).report(session_id)
+            from massgen_mcp.render.html import render_report
+
+            return render_report(tools.service_of(ctx).record(session_id))
 
     @mcp.resource(VIEW_URI, name="session_view", app=AppConfig(prefers_border=True))
     def session_view() -> str:

@@ -2,14 +2,15 @@
 
 :func:`create_record` makes a session's folder (its config and request, or nothing at all when
 the home cannot take it); :class:`FileRecorder` then writes the events, the live status, the
-answers and the result, each masked (:func:`masked`) before anyone sees it, and, for a pool
-worker, only while its claim's fence holds (:mod:`massgen_mcp.sessions.fencing`). Reading
+answers and the result, each masked (:func:`masked`) before anyone sees it, and, when its
+writer gave it a :class:`Guard`, only while the guard holds the record. Reading
 the records of every run, listing and pruning them is :mod:`massgen_mcp.sessions.store`'s:
 the writer of one run and the reader of all runs change for different reasons.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import json
@@ -17,8 +18,9 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from massgen_mcp.core.errors import RecordWriteError, describe_write_error
 from massgen_mcp.core.files import atomic_write
@@ -26,16 +28,11 @@ from massgen_mcp.core.records import (
     Event,
     RequestRecord,
     ResultRecord,
-    SessionRecord,
     StatusRecord,
     VersionedRecord,
 )
 from massgen_mcp.core.secrets import redact, redact_data
-from massgen_mcp.sessions.fencing import Fence, RecordFenced
 from massgen_mcp.sessions.liveness import RunLock
-
-if TYPE_CHECKING:
-    from massgen_mcp.sessions.store import SessionStore
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +49,28 @@ def _dump_record(record: VersionedRecord) -> str:
 
 EventHook = Callable[[Event], None]
 StatusHook = Callable[[StatusRecord], None]
-Renderer = Callable[[SessionRecord], str]  # a finished record -> its report.html
+ReportWriter = Callable[[], object]  # writes a finished run's report.html
+
+
+class RecordRefused(asyncio.CancelledError):
+    """A record refused a write: its guard says another writer owns it, or its writer was
+    told to stop.
+
+    A cancellation, not an error, on purpose: it must stop the whole run at once, and no
+    ``except Exception`` on the way (provider retries, tools, the engine's crash handler) may
+    treat it as a failure to record and go on making calls."""
+
+
+class Guard(Protocol):
+    """What a recorder asks before every write, when its writer shares the record with
+    others (a pool's fence): :meth:`hold` holds the record for one write or raises
+    :class:`RecordRefused`; :meth:`close` lets go of it when the recorder closes."""
+
+    def hold(self) -> AbstractContextManager[None]: ...
+    def close(self) -> None: ...
+
+
+GuardFactory = Callable[[Path], Guard]  # a session folder -> the guard of its writes
 
 
 _M = TypeVar("_M", Event, StatusRecord, ResultRecord, RequestRecord)
@@ -81,25 +99,26 @@ class FileRecorder:
 
     ``on_event`` and ``on_status`` let whoever runs the session follow it (progress lines,
     waking long polls) without a second layer around the writer. :meth:`close` ends the record
-    with its ``report.html``: the recorder owns the folder, so it writes the report too.
+    with its ``report.html``, written by the closer's ``report`` under the recorder's hold.
 
     A write the disk refuses raises :class:`RecordWriteError` once (the engine then ends the
     run ``failed``, ``record_write_failed``); after that the recorder keeps the in-memory state
     current and writes whatever still fits, so readers in this process see the true end.
 
-    A pool worker's recorder carries its claim's fencing token (``fence``): every write, hooks
-    included, is refused with :class:`~massgen_mcp.sessions.fencing.RecordFenced` once a newer
-    claim owns the record, and so is every write after :meth:`detach` (a worker that lost its
-    claim). The refusal cancels the run where it stands: a worker that must not write must not
-    make another model call either.
+    A recorder made with a ``guard`` (a pool claim's fence) asks it before every write, hooks
+    included: once the guard refuses with :class:`RecordRefused` (a newer claim owns the
+    record), that write and every later one is refused, and so is every write after
+    :meth:`detach` (a writer that lost its claim). The refusal cancels the run where it stands:
+    a writer that must not write must not make another model call either. Such a record has no
+    run lock: its guard's owner tells whether its run is alive.
     """
 
-    def __init__(self, store: SessionStore, session_id: str, *,
+    def __init__(self, folder: Path, home: Path, *,
                  on_event: EventHook | None = None, on_status: StatusHook | None = None,
-                 fence: int | None = None) -> None:
-        self.store = store
-        self.session_id = session_id
-        self.folder = store.folder(session_id)
+                 guard: GuardFactory | None = None) -> None:
+        self.home = home  # named in a refused write's error
+        self.session_id = folder.name
+        self.folder = folder
         self.on_event = on_event
         self.on_status = on_status
         self.latest_status: StatusRecord | None = None
@@ -113,11 +132,11 @@ class FileRecorder:
             (self.folder / "answers").mkdir(parents=True, exist_ok=True)
             self._events = os.open(self.folder / "events.jsonl",
                                    os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            self._fence = Fence(self.folder, fence) if fence is not None else None
+            self._guard = guard(self.folder) if guard is not None else None
         except OSError as exc:
-            raise RecordWriteError(describe_write_error(exc, store.home)) from None
+            raise RecordWriteError(describe_write_error(exc, home)) from None
         # Held until the last status is written: readers tell a dead run by it (liveness).
-        self._lock = RunLock.take(self.folder) if fence is None else None
+        self._lock = RunLock.take(self.folder) if guard is None else None
 
     def _final_status_again(self) -> None:
         """After a refused write, try the final status once more as the run closes (space
@@ -135,7 +154,7 @@ class FileRecorder:
         if self.write_error is not None:
             log.warning("session %s: %s", self.session_id, exc)
             return
-        self.write_error = RecordWriteError(describe_write_error(exc, self.store.home))
+        self.write_error = RecordWriteError(describe_write_error(exc, self.home))
         if self._lock is not None:
             self._lock.failed()
         log.error("session %s: %s", self.session_id, self.write_error)
@@ -149,18 +168,18 @@ class FileRecorder:
     def _owned(self) -> Iterator[None]:
         """Hold the record for one write, or refuse it (see the class)."""
         if self.refused is not None:
-            raise RecordFenced(self.refused)
-        if self._fence is None or self._holding:  # no claim, or held by an outer write
+            raise RecordRefused(self.refused)
+        if self._guard is None or self._holding:  # no guard, or held by an outer write
             yield
             return
         try:
-            with self._fence.hold():
+            with self._guard.hold():
                 self._holding = True
                 try:
                     yield
                 finally:
                     self._holding = False
-        except RecordFenced as exc:
+        except RecordRefused as exc:
             self.refused = str(exc)
             log.warning("session %s: fenced: %s; stopping the run without writing",
                         self.session_id, exc)
@@ -225,11 +244,10 @@ class FileRecorder:
         if self._lock is not None:
             self._lock.release()
 
-    def close(self, report: Renderer | None = None) -> None:
-        """Close the event log and release the fence. ``report``, for the closer of a finished
-        run: renders ``report.html``, which is written while the fence is still held (a paused
-        worker must not write a report over another claim's record); the store itself only
-        writes the bytes it is given."""
+    def close(self, report: ReportWriter | None = None) -> None:
+        """Close the event log and release the guard. ``report``, for the closer of a finished
+        run: writes ``report.html``, called while the guard still holds the record (a paused
+        worker must not write a report over another claim's record)."""
         os.close(self._events)
         try:
             if self.refused is None:
@@ -237,32 +255,31 @@ class FileRecorder:
             if report is None or self.result is None or self.write_error is not None:
                 return
             with self._owned():
-                self.store.write_report(self.session_id, report(
-                    self.store.read_record(self.session_id)))
-        except RecordFenced:
+                report()
+        except RecordRefused:
             pass  # the record is another claim's now: so is its report
         except Exception:  # a report problem must never spoil the run's own record
             log.exception("could not write report.html for %s", self.session_id)
         finally:
-            if self._fence is not None:
-                self._fence.close()
+            if self._guard is not None:
+                self._guard.close()
             if self._lock is not None:
                 self._lock.release()
 
 
-def create_record(store: SessionStore, session_id: str, *, config: dict[str, Any],
+def create_record(folder: Path, home: Path, *, config: dict[str, Any],
                   request: RequestRecord, on_event: EventHook | None = None,
                   on_status: StatusHook | None = None) -> FileRecorder:
-    """A new session folder in ``store`` with its config and request, and the recorder that
-    writes the rest; or RecordWriteError (and no folder) when the home cannot take it."""
-    folder = store.folder(session_id)
+    """A new session ``folder`` (in the records of ``home``) with its config and request, and
+    the recorder that writes the rest; or RecordWriteError (and no folder) when the home cannot
+    take it."""
     recorder: FileRecorder | None = None
     try:
-        store.sessions_dir.mkdir(parents=True, exist_ok=True)
-        if shutil.disk_usage(store.sessions_dir).free < MIN_FREE_BYTES:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        if shutil.disk_usage(folder.parent).free < MIN_FREE_BYTES:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         folder.mkdir()
-        recorder = FileRecorder(store, session_id, on_event=on_event, on_status=on_status)
+        recorder = FileRecorder(folder, home, on_event=on_event, on_status=on_status)
         recorder.write_json("config.json", config)
         recorder.write_record("request.json", request)
     except (OSError, RecordWriteError) as exc:
@@ -271,7 +288,7 @@ def create_record(store: SessionStore, session_id: str, *, config: dict[str, Any
         shutil.rmtree(folder, ignore_errors=True)  # never leave an empty session behind
         if isinstance(exc, RecordWriteError):
             raise exc from None
-        raise RecordWriteError(describe_write_error(exc, store.home)) from None
+        raise RecordWriteError(describe_write_error(exc, home)) from None
     except Exception:  # whatever else stops it: still no half-made session folder
         if recorder is not None:
             recorder.abandon()

@@ -23,7 +23,6 @@ from typing import Protocol, TypedDict
 from massgen_mcp.consensus import snapshot
 from massgen_mcp.consensus.engine import ConsensusRun
 from massgen_mcp.consensus.replay import Prior, RunRequest
-from massgen_mcp.consensus.snapshot import queued_status
 from massgen_mcp.consensus.steering import not_running
 from massgen_mcp.core.errors import (
     ConfigError,
@@ -35,7 +34,6 @@ from massgen_mcp.core.errors import (
 from massgen_mcp.core.records import (
     Draft,
     Event,
-    FinishReason,
     RequestRecord,
     ResultRecord,
     RunKind,
@@ -46,9 +44,15 @@ from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.render.html import render_report
 from massgen_mcp.sessions import inbox
-from massgen_mcp.sessions.fencing import RecordFenced
-from massgen_mcp.sessions.recorder import EventHook, FileRecorder, StatusHook
-from massgen_mcp.sessions.store import SessionStore, new_session_id
+from massgen_mcp.sessions.ids import new_session_id
+from massgen_mcp.sessions.recorder import (
+    EventHook,
+    FileRecorder,
+    GuardFactory,
+    RecordRefused,
+    StatusHook,
+)
+from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.sessions.waiting import (
     ChangeSignal,
     StatusCallback,
@@ -119,21 +123,24 @@ class Listeners:
             listener(status)
 
 
-def create_record(store: SessionStore, session_id: str, question: str, team: TeamConfig, *,
-                  context: str | None, parent_session_id: str | None,
-                  workspace: Path | None, notes: list[str] | None,
-                  hooks: RecorderHooks | None = None,
-                  kind: RunKind = RunKind.RUN) -> FileRecorder:
-    """A new session's folder with its config (keys masked) and request: everything any
-    process needs to run it. ``workspace`` is recorded only when the team's tools read it."""
+def new_request(question: str, team: TeamConfig, *, context: str | None,
+                parent_session_id: str | None, workspace: Path | None,
+                notes: list[str] | None, kind: RunKind = RunKind.RUN) -> RequestRecord:
+    """What a new session asks: everything any process needs to run it (with its config).
+    ``workspace`` is recorded only when the team's tools read it."""
     if not team.options.workspace_tools:
         workspace = None
+    return RequestRecord(question=question, context=context,
+                         parent_session_id=parent_session_id,
+                         workspace=str(workspace) if workspace else None,
+                         notes=notes or [], kind=kind)
+
+
+def create_record(store: SessionStore, session_id: str, team: TeamConfig,
+                  request: RequestRecord, hooks: RecorderHooks | None = None) -> FileRecorder:
+    """A new session's folder with its config (keys masked) and ``request``."""
     return store.create(
-        session_id, config=team.redacted(),
-        request=RequestRecord(question=question, context=context,
-                              parent_session_id=parent_session_id,
-                              workspace=str(workspace) if workspace else None,
-                              notes=notes or [], kind=kind),
+        session_id, config=team.redacted(), request=request,
         on_event=hooks["on_event"] if hooks else None,
         on_status=hooks["on_status"] if hooks else None)
 
@@ -196,47 +203,7 @@ def recorded_request(store: SessionStore, session_id: str, team: TeamConfig) -> 
     events = store.read_events(session_id)
     prior = (Prior.from_events(events, lambda label: store.read_answer(session_id, label))
              if events else None)
-    return RunRequest(session_id, recorded.question, team, recorded.context,
-                      recorded.parent_session_id, prior=prior,
-                      workspace=Path(recorded.workspace) if recorded.workspace else None)
-
-
-def _unowned(store: SessionStore, session_id: str, fence: int | None) -> FileRecorder:
-    """A recorder for a session no process runs while it writes (``fence`` is the pool
-    claim that makes sure), stamped in no process's name."""
-    recorder = store.reopen(session_id, fence=fence)
-    recorder.stamp = {"pid": None, "worker": None}
-    return recorder
-
-
-def mark_queued(store: SessionStore, session_id: str, team: TeamConfig) -> StatusRecord | None:
-    """Record the session as waiting for a pool worker (status running, phase queued);
-    returns the status written."""
-    recorder = _unowned(store, session_id, None)
-    try:
-        recorder.status(queued_status(recorded_request(store, session_id, team)))
-    finally:
-        recorder.close(report=render_report)
-    return recorder.latest_status
-
-
-def end_unstarted(store: SessionStore, session_id: str, team: TeamConfig, status: RunStatus,
-                  reason: FinishReason, error: str | None = None, *, fence: int | None = None
-                  ) -> StatusRecord | None:
-    """End a recorded session that will not run (cancelled while queued, or no worker can
-    run it): a complete record with its result and report, and no model call (see
-    :func:`~massgen_mcp.consensus.snapshot.end_unstarted`); returns the status written. A
-    session that already has its result is left as it is. ``fence``: the fencing token of
-    the pool claim this is written under."""
-    if store.read_result(session_id) is not None:
-        return None
-    request = recorded_request(store, session_id, team)
-    recorder = _unowned(store, session_id, fence)
-    try:
-        snapshot.end_unstarted(recorder, request, status, reason, error)
-    finally:
-        recorder.close(report=render_report)  # the closer of an ended run writes its report
-    return recorder.latest_status
+    return RunRequest.from_record(session_id, recorded, team, prior)
 
 
 @dataclass
@@ -322,26 +289,26 @@ class SessionRunner:
         self._check_capacity()
         session_id = new_session_id()
         changes, ticks = ChangeSignal(), ChangeSignal()
-        recorder = create_record(self.store, session_id, question, team, context=context,
-                                 parent_session_id=parent_session_id, workspace=workspace,
-                                 notes=notes, hooks=self._hooks(session_id, changes, ticks),
-                                 kind=kind)
-        request = RunRequest(session_id, question, team, context, parent_session_id,
-                             workspace=workspace if team.options.workspace_tools else None)
-        return self._launch(request, recorder, (changes, ticks), fresh=True,
-                            notes=notes or [])
+        record = new_request(question, team, context=context,
+                             parent_session_id=parent_session_id, workspace=workspace,
+                             notes=notes, kind=kind)
+        recorder = create_record(self.store, session_id, team, record,
+                                 self._hooks(session_id, changes, ticks))
+        return self._launch(RunRequest.from_record(session_id, record, team), recorder,
+                            (changes, ticks), fresh=True, notes=notes or [])
 
-    async def resume(self, session_id: str, team: TeamConfig, *, fence: int | None = None
-                     ) -> LiveRun:
+    async def resume(self, session_id: str, team: TeamConfig, *,
+                     guard: GuardFactory | None = None) -> LiveRun:
         """Run a recorded session from where its record stands (:func:`recorded_request`);
-        ``fence`` is the fencing token of the pool claim it runs under, if any."""
+        ``guard`` holds its record for each write, when others share it (a pool claim's
+        fence)."""
         self._check_capacity()
         request = await asyncio.to_thread(recorded_request, self.store, session_id, team)
         self._check_capacity()  # again: the runner may have closed while the record was read
         if session_id in self.runs:
             raise SessionStateError(f"session {session_id} is already running")
         changes, ticks = ChangeSignal(), ChangeSignal()
-        recorder = self.store.reopen(session_id, fence=fence,
+        recorder = self.store.reopen(session_id, guard=guard,
                                      **self._hooks(session_id, changes, ticks))
         return self._launch(request, recorder, (changes, ticks), fresh=False)
 
@@ -379,7 +346,7 @@ class SessionRunner:
                       notes=notes or [])
         try:
             recorder.status(engine.snapshot())
-        except (RecordWriteError, RecordFenced):
+        except (RecordWriteError, RecordRefused):
             recorder.close()
             if fresh:
                 shutil.rmtree(recorder.folder, ignore_errors=True)  # a new run: no trace
@@ -398,7 +365,8 @@ class SessionRunner:
         finally:
             if follow is not None:
                 follow.cancel()
-            run.recorder.close(report=render_report)
+            run.recorder.close(
+                report=self.store.report_writer(run.session_id, render_report))
             if run.recorder.write_error is not None:
                 self.unrecorded[run.session_id] = run.recorder
             self.runs.pop(run.session_id, None)  # the record on disk is the truth from now on

@@ -12,7 +12,7 @@ read whole, marked interrupted and pruned. One run's folder is written by its
   result.json      written once at the end
   final.md         the final answer
   report.html      the run as one self-contained page, written when the run ends
-  fence            pool runs only: the fencing token of the newest claim (see fencing.py)
+  fence            pool runs only: the fencing token of the newest claim (see pool/fencing.py)
   running.lock     held by the process that runs it; a free lock means it is gone (liveness.py)
 ```
 
@@ -21,8 +21,8 @@ atomically (write a temp file, then rename), so a reader or a crash never sees h
 Every file is read as untrusted input (a cloned repository can ship a record): no link
 followed, a regular file only, a size cap per kind, redacted again; a file that fails is
 *corrupt*, logged once, and its session is skipped by lists, ``latest`` and the start-up sweep.
-Session ids are ULIDs: they sort by creation time, carry 80 random bits, and contain only
-``0-9A-Z``, so they are safe as folder names and cannot traverse paths.
+Session ids are ULIDs (:mod:`massgen_mcp.sessions.ids`): safe as folder names, they cannot
+traverse paths.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import re
-import secrets
 import shutil
 import stat
 import time
@@ -70,10 +69,12 @@ from massgen_mcp.core.records import (
     VersionedRecord,
 )
 from massgen_mcp.core.secrets import redact, redact_data
+from massgen_mcp.sessions.ids import ID_PREFIX, SESSION_ID, check_session_id, session_time
 from massgen_mcp.sessions.liveness import as_seen, ended, lock_state, owned_by_pool
 from massgen_mcp.sessions.recorder import (
     EventHook,
     FileRecorder,
+    GuardFactory,
     StatusHook,
     create_record,
     masked,
@@ -81,10 +82,6 @@ from massgen_mcp.sessions.recorder import (
 
 log = logging.getLogger(__name__)
 
-MIN_FREE_BYTES = 256 * 1024  # refuse to start a run that could not even write its first events
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_SESSION_ID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}")
-_ID_PREFIX = re.compile(r"[0-9A-HJKMNP-TV-Z]{1,26}")
 LATEST = "latest"  # what a person types for the newest session
 # How far a session id's time may run ahead of this clock, or of when its status was written
 # here, and still be ``latest``: a pool's machines, whose clocks differ a little. An id from
@@ -100,36 +97,6 @@ EVENTS_MAX_BYTES = 256 * MIB  # streamed; a line at most:
 EVENT_LINE_MAX_BYTES = 8 * MIB
 _warned: set[tuple[str, str]] = set()  # (session, file) a warning was logged for
 _R = TypeVar("_R", bound=VersionedRecord)
-
-
-
-
-def new_session_id(now: float | None = None) -> str:
-    """A ULID: 48 bits of milliseconds then 80 random bits, Crockford base32."""
-    millis = int((time.time() if now is None else now) * 1000)
-    value = (millis << 80) | secrets.randbits(80)
-    chars = []
-    for _ in range(26):
-        chars.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
-
-
-def session_time(session_id: str) -> float:
-    """When a session id was made (its first 48 bits: milliseconds since the epoch)."""
-    millis = 0
-    for char in session_id[:10]:
-        millis = millis * 32 + _CROCKFORD.index(char)
-    return millis / 1000
-
-
-def check_session_id(session_id: str, field: str = "session_id") -> str:
-    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
-        raise SessionNotFoundError(
-            f"{field} {str(session_id)[:60]!r} is not a session id; ids are 26 characters "
-            "like 01JD3V6Y8T2K6Q3M1R5X0B7N4C"
-        )
-    return session_id
 
 
 class SessionStore:
@@ -148,17 +115,16 @@ class SessionStore:
                on_event: EventHook | None = None, on_status: StatusHook | None = None
                ) -> FileRecorder:
         """A new session folder with its config and request (:func:`create_record`)."""
-        return create_record(self, session_id, config=config, request=request,
-                             on_event=on_event, on_status=on_status)
+        return create_record(self.folder(session_id), self.home, config=config,
+                             request=request, on_event=on_event, on_status=on_status)
 
     def reopen(self, session_id: str, *, on_event: EventHook | None = None,
-               on_status: StatusHook | None = None, fence: int | None = None
+               on_status: StatusHook | None = None, guard: GuardFactory | None = None
                ) -> FileRecorder:
-        """A recorder that appends to an existing record (used to resume a run); ``fence``
-        is the fencing token of the pool claim it writes under, if any."""
-        self._existing(session_id)
-        return FileRecorder(self, session_id, on_event=on_event, on_status=on_status,
-                            fence=fence)
+        """A recorder that appends to an existing record (used to resume a run); ``guard``
+        holds the record for each write when others share it (a pool claim's fence)."""
+        return FileRecorder(self._existing(session_id), self.home, on_event=on_event,
+                            on_status=on_status, guard=guard)
 
     def append_event(self, session_id: str, event_type: EventType, /, **data: Any) -> None:
         """Add one event, numbered after the recorded ones, to a session no run is writing."""
@@ -168,6 +134,12 @@ class SessionStore:
                                  type=event_type, **data))
         finally:
             recorder.close()
+
+    def report_writer(self, session_id: str, render: Callable[[SessionRecord], str]
+                      ) -> Callable[[], Path]:
+        """What writes a finished run's ``report.html`` as ``render`` makes it from the whole
+        record (a recorder's closer calls it under the recorder's hold)."""
+        return lambda: self.write_report(session_id, render(self.read_record(session_id)))
 
     def write_report(self, session_id: str, html: str) -> Path:
         """Write ``report.html`` into the session folder (atomically) and return its path.
@@ -371,21 +343,6 @@ class SessionStore:
         atomic_write(self.folder(sid) / "status.json", masked(final)[1])
         return True
 
-    def pool_unfinished(self, quiet_for_s: float, now: float | None = None) -> list[str]:
-        """Runs a worker pool owns that are still running or queued and whose status has not
-        changed for ``quiet_for_s``: the ones a pool's sweep checks for a live claim."""
-        now = time.time() if now is None else now
-        found = []
-        for sid in self.session_ids():
-            try:
-                status = self.read_status(sid)
-            except (SessionNotFoundError, SessionStateError):
-                continue
-            if (status.status is RunStatus.RUNNING and owned_by_pool(status)
-                    and now - status.updated_at >= quiet_for_s):
-                found.append(sid)
-        return found
-
     def prune_candidates(self, older_than_s: float, now: float | None = None
                          ) -> list[SessionSummary]:
         """Finished sessions that started more than ``older_than_s`` ago (never running ones)."""
@@ -409,7 +366,7 @@ class SessionStore:
         if not self.sessions_dir.is_dir():
             return iter(())
         with os.scandir(self.sessions_dir) as entries:
-            names = [entry.name for entry in entries if _SESSION_ID.fullmatch(entry.name)
+            names = [entry.name for entry in entries if SESSION_ID.fullmatch(entry.name)
                      and entry.is_dir(follow_symlinks=False)]
         return iter(sorted(names, reverse=True))
 
@@ -437,7 +394,7 @@ class SessionStore:
             if newest is None:
                 raise SessionNotFoundError(f"no sessions yet in {self.sessions_dir}")
             return newest
-        if not _ID_PREFIX.fullmatch(wanted):
+        if not ID_PREFIX.fullmatch(wanted):
             raise SessionNotFoundError(
                 f"{ref[:60]!r} is not a session id, the start of one, or {LATEST!r}; ids are "
                 "26 characters like 01JD3V6Y8T2K6Q3M1R5X0B7N4C")

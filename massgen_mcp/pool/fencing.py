@@ -24,7 +24,6 @@ start (:func:`check`): a fence that does not lock fences nothing.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sys
@@ -34,17 +33,15 @@ from pathlib import Path
 from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import open_own
+from massgen_mcp.sessions.recorder import GuardFactory, RecordRefused
 
 FENCE_FILE = "fence"
 _WIDTH = 20  # every token is written with this many digits, so a rewrite covers the last
 
 
-class RecordFenced(asyncio.CancelledError):
-    """A record refused a write: a newer claim owns it, or its writer was told to stop.
-
-    A cancellation, not an error, on purpose: it must stop the whole run at once, and no
-    ``except Exception`` on the way (provider retries, tools, the engine's crash handler) may
-    treat it as a failure to record and go on making calls."""
+class RecordFenced(RecordRefused):
+    """A record refused a write: a newer claim owns it (a cancellation, see
+    :class:`~massgen_mcp.sessions.recorder.RecordRefused`)."""
 
 
 def check(home: Path) -> None:
@@ -110,3 +107,9 @@ class Fence:
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def guard(token: int) -> GuardFactory:
+    """The guard a claim's recorder asks before every write: the :class:`Fence` of ``token``
+    in the session's folder."""
+    return lambda folder: Fence(folder, token)
