@@ -209,8 +209,8 @@ class ConsensusService:
                               + "\n".join(refused))
         root = (workspace or self.workspace).root.resolve()
         if team.options.workspace_tools:  # context_paths must exist inside the workspace
-            WorkspaceTools(root, tuple(team.options.context_paths),
-                           tuple(team.options.allow_secret_files))
+            WorkspaceTools.check_paths(root, team.options.context_paths,
+                                       team.options.allow_secret_files)
         await self._check_endpoints(team, (workspace or self.workspace).confined
                                     if urls_from_call is None else urls_from_call)
         self._check_local_models(team)
