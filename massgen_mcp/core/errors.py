@@ -24,6 +24,8 @@ MassgenError
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -50,6 +52,24 @@ class UnknownTeamError(ConfigError):
 class EndpointUnreachableError(ConfigError):
     """A model's server (its base_url, or Ollama) takes no connection, so a run is not
     started: the message names the URL, why, and what to do."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One reason a run may not start, as a paragraph of the error that refuses it (an
+    executor's preflight). ``unreachable``: a server that takes no connection
+    (:class:`EndpointUnreachableError`), else the team or this machine (:class:`ConfigError`)."""
+
+    text: str
+    unreachable: bool = False
+
+
+def refusal_error(refusals: Sequence[Refusal]) -> ConfigError:
+    """One error listing every reason, of the first one's class: preflight lists them in the
+    order the checks have always run, so the class is the one the first failing check raised
+    when each check raised on its own."""
+    kind = EndpointUnreachableError if refusals[0].unreachable else ConfigError
+    return kind("\n".join(refusal.text for refusal in refusals))
 
 
 class ProviderError(MassgenError):
