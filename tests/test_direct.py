@@ -14,10 +14,10 @@ from collections.abc import Callable
 import pytest
 
 from massgen_mcp.core.errors import ProviderError
-from massgen_mcp.core.model_names import model_map
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import MAX_CALL_TOKENS, CallContext
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm
+from massgen_mcp.providers.model_names import model_map
 from massgen_mcp.providers.openai_direct import MAX_REPLY_CHARS, MAX_TOOL_CALLS, cost_of
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, raw
 from massgen_mcp.testing.wire import completion_body

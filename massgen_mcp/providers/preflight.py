@@ -16,12 +16,28 @@ from collections.abc import Callable, Sequence
 from massgen_mcp.core.errors import Refusal
 from massgen_mcp.core.spec import TeamConfig, missing_credentials
 from massgen_mcp.providers.cli import catalog
+from massgen_mcp.providers.model_names import model_problem
 
 BUNDLED_MODEL = "local/smollm2"
 
 
 def anywhere(team: TeamConfig) -> list[Refusal]:
-    """What no machine would run: keys that are not set. No network, no process."""
+    """What no machine would run: model strings no provider serves, keys that are not set.
+    No network, no process."""
+    return [*model_strings(team), *keys(team)]
+
+
+def model_strings(team: TeamConfig) -> list[Refusal]:
+    """Model strings litellm could not route (``opnai/gpt-4o-mini``), named by field, with the
+    string probably meant (:mod:`.model_names`). A team from ``models`` or a config file was
+    told so as it loaded, in that input's own names (:mod:`massgen_mcp.team`)."""
+    typos = [f"agents[{i}].model: {why}" for i, agent in enumerate(team.agents)
+             if (why := model_problem(agent.model))]
+    return [Refusal("\n".join(typos))] if typos else []
+
+
+def keys(team: TeamConfig) -> list[Refusal]:
+    """Agents whose provider needs a key that is not set."""
     missing = missing_credentials(team)
     return [Refusal("missing API keys:\n" + "\n".join(missing))] if missing else []
 
@@ -60,8 +76,8 @@ def offline_models(team: TeamConfig) -> list[Refusal]:
 
 
 async def here(team: TeamConfig, unreachable: Sequence[str] = ()) -> list[Refusal]:
-    """Everything, for a run in this process, in the checks' order: keys, CLIs, the servers
-    found ``unreachable``, offline models."""
+    """Everything, for a run in this process, in the checks' order: model strings, keys,
+    CLIs, the servers found ``unreachable``, offline models."""
     return [*anywhere(team), *clis_here(team), *await cli_versions(team),
             *servers(unreachable), *offline_models(team)]
 
