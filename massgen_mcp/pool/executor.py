@@ -61,7 +61,6 @@ from massgen_mcp.sessions.runner import (
     end_unstarted,
     mark_queued,
     recorded_team,
-    workspace_refusals,
 )
 from massgen_mcp.sessions.store import SessionStore, check_session_id, new_session_id
 from massgen_mcp.sessions.waiting import (
@@ -70,6 +69,7 @@ from massgen_mcp.sessions.waiting import (
     wait_for_status,
     watch_status,
 )
+from massgen_mcp.tools.workspace import workspace_refusals
 
 if TYPE_CHECKING:
     from docket import Docket

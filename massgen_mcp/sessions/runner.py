@@ -57,7 +57,7 @@ from massgen_mcp.sessions.waiting import (
     wait_for_status,
     watch_status,
 )
-from massgen_mcp.tools.workspace import WorkspaceTools
+from massgen_mcp.tools.workspace import workspace_refusals
 
 log = logging.getLogger(__name__)
 
@@ -190,19 +190,6 @@ class Executor(Protocol):
     async def recall(self, key: str) -> str | None: ...
     async def remember(self, key: str, session_id: str) -> None: ...
     async def aclose(self, deadline_s: float = ..., *, interrupt: bool = False) -> None: ...
-
-
-def workspace_refusals(team: TeamConfig, workspace: Path) -> list[Refusal]:
-    """The team's context_paths that are not inside ``workspace``, or an allow_secret_files
-    entry the deny-list does not hold, when its agents' tools read the workspace."""
-    if not team.options.workspace_tools:
-        return []
-    try:
-        WorkspaceTools.check_paths(workspace, team.options.context_paths,
-                                   team.options.allow_secret_files)
-    except ConfigError as exc:
-        return [Refusal(str(exc))]
-    return []
 
 
 def recorded_team(store: SessionStore, session_id: str) -> TeamConfig:

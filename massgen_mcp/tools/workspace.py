@@ -29,7 +29,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from massgen_mcp.core import portable
-from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.errors import ConfigError, Refusal
+from massgen_mcp.core.spec import TeamConfig
 
 MAX_READ_BYTES = 100_000
 MAX_RUN_BYTES = 2_000_000
@@ -374,6 +375,19 @@ class WorkspaceTools:
         if b"\x00" in data[:8192]:
             raise ToolRefused(f"{relative} looks binary; only text files are read")
         return data.decode("utf-8", errors="replace")
+
+
+def workspace_refusals(team: TeamConfig, workspace: Path) -> list[Refusal]:
+    """The team's context_paths that are not inside ``workspace``, or an allow_secret_files
+    entry the deny-list does not hold, when its agents' tools read the workspace."""
+    if not team.options.workspace_tools:
+        return []
+    try:
+        WorkspaceTools.check_paths(workspace, team.options.context_paths,
+                                   team.options.allow_secret_files)
+    except ConfigError as exc:
+        return [Refusal(str(exc))]
+    return []
 
 
 def _text(arguments: dict[str, Any], key: str, default: str | None = None) -> str:
