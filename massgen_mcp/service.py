@@ -10,7 +10,6 @@ What a calling model is told (next steps, summaries, resource URIs) is written i
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 import os
 import sys
@@ -27,11 +26,11 @@ from massgen_mcp.consensus.steering import clean_note
 from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import (
     ConfigError,
-    EndpointUnreachableError,
     MassgenError,
     RunNotFinishedError,
     SessionNotFoundError,
     SessionStateError,
+    refusal_error,
 )
 from massgen_mcp.core.records import (
     Event,
@@ -53,17 +52,14 @@ from massgen_mcp.core.spec import (
     RunSpec,
     TeamConfig,
     check_question,
-    missing_credentials,
 )
-from massgen_mcp.providers.cli.catalog import refusals as cli_refusals
-from massgen_mcp.providers.cli.catalog import unusable as cli_unusable
 from massgen_mcp.sessions.ids import check_session_id
 from massgen_mcp.sessions.runner import (
     EventListener,
     Executor,
     ExecutorInfo,
-    SessionRunner,
     Unsubscribe,
+    local_executor,
     recorded_team,
 )
 from massgen_mcp.sessions.runner import StartedRun as StartedRun  # start()'s reply, for faces
@@ -72,7 +68,6 @@ from massgen_mcp.sessions.waiting import StatusCallback as StatusCallback  # for
 from massgen_mcp.team import consent
 from massgen_mcp.team.choose import choose_team, with_overrides
 from massgen_mcp.team.context_files import Workspace
-from massgen_mcp.tools.workspace import WorkspaceTools
 
 if TYPE_CHECKING:
     from massgen_mcp.pool.live import PoolConfig
@@ -141,10 +136,8 @@ class ConsensusService:
         process, file inputs from ``workspace`` (default: the working directory, confined).
         ``drafts``: keep live drafts (models stream); off for a face nobody watches live,
         since streaming costs CPU on every call."""
-        from massgen_mcp.providers.registry import shared_router
-
         store = SessionStore(home)
-        return cls(store, SessionRunner(store, shared_router(), drafts=drafts),
+        return cls(store, local_executor(store, drafts=drafts),
                    workspace or Workspace(Path.cwd()))
 
     @classmethod
@@ -200,85 +193,24 @@ class ConsensusService:
                       workspace: Workspace | None = None, *,
                       urls_from_call: bool | None = None,
                       kind: RunKind = RunKind.RUN) -> StartedRun:
-        problems = missing_credentials(team)
-        if problems:
-            raise ConfigError("missing API keys:\n" + "\n".join(problems))
-        self._check_clis(team)
-        refused = await cli_refusals(team)
-        if refused:
-            raise ConfigError("coding-agent CLIs that cannot run read-only:\n"
-                              + "\n".join(refused))
-        root = (workspace or self.workspace).root.resolve()
-        if team.options.workspace_tools:  # context_paths must exist inside the workspace
-            WorkspaceTools(root, tuple(team.options.context_paths),
-                           tuple(team.options.allow_secret_files))
-        await self._check_endpoints(team, (workspace or self.workspace).confined
-                                    if urls_from_call is None else urls_from_call)
-        self._check_local_models(team)
-        await self._fetch_bundled(team)
-        if kind is not RunKind.RUN and isinstance(self.runner, SessionRunner):
-            run: StartedRun = await self.runner.start(
-                question, team, context=context, parent_session_id=parent_session_id,
-                workspace=root, notes=notes, kind=kind)
-        else:  # a pool's runs are not marked (its queue carries no kind): they stay listed
-            run = await self.runner.start(question, team, context=context,
-                                          parent_session_id=parent_session_id, workspace=root,
-                                          notes=notes)
+        """Ask the executor whether ``team`` may start (every reason it may not, in one
+        error, before a record exists), then start it. Base URLs a model's call chose
+        (``urls_from_call``; a recorded team's, when a model continues it) are not probed."""
+        workspace = workspace or self.workspace
+        root = workspace.root.resolve()
+        chosen = workspace.confined if urls_from_call is None else urls_from_call
+        refusals = await self.runner.preflight(team, workspace=root,
+                                               probe_base_urls=not chosen)
+        if refusals:
+            raise refusal_error(refusals)
+        if self.fetch_progress is not None:
+            await self.runner.prepare(team, self.fetch_progress)
+        run = await self.runner.start(question, team, context=context,
+                                      parent_session_id=parent_session_id, workspace=root,
+                                      notes=notes, kind=kind)
         if self._records_in_project():
             consent.remember_run(self.store, run.session_id, team)
         return run
-
-    async def _check_endpoints(self, team: TeamConfig, urls_from_call: bool) -> None:
-        """Refuse, before a record exists, a run whose servers take no connection. Only for
-        runs made in this process: a pool's worker may see another network, and reports an
-        unreachable server on its first call instead. Base URLs a model's call chose
-        (``urls_from_call``; a recorded team's, when a model continues it) are not probed:
-        the probe would tell the caller which hosts and ports answer
-        (:mod:`massgen_mcp.providers.endpoints`)."""
-        from massgen_mcp.providers.registry import ProviderRouter
-
-        if isinstance(self.runner, SessionRunner) and isinstance(self.runner.provider,
-                                                                  ProviderRouter):
-            problems = await self.runner.provider.unreachable(
-                team, probe_base_urls=not urls_from_call)
-            if problems:
-                raise EndpointUnreachableError("\n".join(problems))
-
-    def _check_clis(self, team: TeamConfig) -> None:
-        """Refuse, before a record exists, a team of coding-agent CLIs none of which this
-        machine has installed and logged in (@cli_team on a machine without them). Only
-        here: a pool's worker has CLIs of its own."""
-        if not isinstance(self.runner, SessionRunner):
-            return
-        missing = cli_unusable(team)
-        if missing:
-            raise ConfigError("no agent of this team can run here; every one is a coding-agent "
-                              "CLI that is missing or not logged in:\n" + "\n".join(missing)
-                              + "\n(massgen-mcp doctor shows the CLIs found)")
-
-    def _check_local_models(self, team: TeamConfig) -> None:
-        """Refuse, before a record exists, a run on an offline model that does not exist or
-        was never pulled (a run never downloads one). Only here: a pool's worker has a cache
-        of its own."""
-        if not isinstance(self.runner, SessionRunner) or not any(
-                a.model.startswith("local/") for a in team.agents):
-            return
-        from massgen_mcp.providers import local_model  # only for a team on this machine
-
-        problems = local_model.team_problems(a.model for a in team.agents)
-        if problems:
-            raise ConfigError("\n".join(problems))
-
-    async def _fetch_bundled(self, team: TeamConfig) -> None:
-        """The bundled offline model's first fetch, before the record exists, when this
-        face shows its progress (:attr:`fetch_progress`); a failed fetch refuses the run."""
-        if self.fetch_progress is None or not isinstance(self.runner, SessionRunner) or all(
-                a.model != "local/smollm2" for a in team.agents):
-            return
-        from massgen_mcp.providers import local_model
-
-        if local_model.bundled_missing():
-            await asyncio.to_thread(local_model.fetch_bundled, self.fetch_progress)
 
     def _records_in_project(self) -> bool:
         """Whether the records sit inside the project (the default ./.massgen), where a

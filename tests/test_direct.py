@@ -15,10 +15,10 @@ import httpx
 import pytest
 
 from massgen_mcp.core.errors import ErrorKind, ProviderError
-from massgen_mcp.core.model_names import model_map
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import MAX_CALL_TOKENS, CallContext
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm
+from massgen_mcp.providers.model_names import model_map
 from massgen_mcp.providers.openai_direct import (
     MAX_REPLY_CHARS,
     MAX_TOOL_CALLS,

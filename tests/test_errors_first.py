@@ -17,15 +17,20 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import FastMCPTransport
 
-from massgen_mcp.core.errors import ProviderError
-from massgen_mcp.core.model_names import LITELLM_PROVIDERS
+from massgen_mcp.core.errors import ConfigError, ProviderError
 from massgen_mcp.core.records import RunStatus
-from massgen_mcp.core.spec import AgentSpec, build_team
+from massgen_mcp.core.spec import AgentSpec, RunOptions, RunSpec, build_team
+from massgen_mcp.pool.executor import PoolRunner
+from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm, map_error
+from massgen_mcp.providers.model_names import LITELLM_PROVIDERS
+from massgen_mcp.providers.preflight import model_strings
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.server.app import create_server
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.service import ConsensusService
+from massgen_mcp.sessions.runner import SessionRunner, local_executor
 from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import agree
 from tests.helpers import FAST, Scripted, text_of, unused_port
 from tests.test_pool import REDIS, Pool, follow, record
@@ -96,7 +101,7 @@ def test_the_model_check_knows_what_litellm_knows() -> None:
     litellm = load_litellm()
     known = {str(getattr(p, "value", p)) for p in litellm.provider_list}
     assert known <= LITELLM_PROVIDERS, (
-        f"litellm routes providers the copy in core/model_names.py lacks: "
+        f"litellm routes providers the copy in providers/model_names.py lacks: "
         f"{sorted(known - LITELLM_PROVIDERS)}")
     for model in ("gpt-4o-mini", "o3-mini", "claude-haiku-4-5", "openai/anything",
                   "hosted_vllm/qwen", "ollama_chat/llama3", "ft:gpt-4o-mini:org::x",
@@ -106,11 +111,7 @@ def test_the_model_check_knows_what_litellm_knows() -> None:
             routed = True
         except litellm.exceptions.BadRequestError:
             routed = False
-        try:
-            build_team({"agents": [{"id": "a", "model": model}]})
-            accepted = True
-        except Exception:
-            accepted = False
+        accepted = not model_strings(build_team({"agents": [{"id": "a", "model": model}]}))
         assert accepted == routed, model
 
 
@@ -201,6 +202,52 @@ async def test_a_refused_connection_is_refused_at_once(home: Path, scripted: Scr
     healthy = build_team({"agents": [{"id": "b", "model": "openai/b",
                                       "base_url": server.base_url}]})
     assert await router.unreachable(healthy) == []
+
+
+async def test_every_reason_a_run_may_not_start_is_named_at_once(
+        home: Path, tmp_path: Path, nothing_available: None) -> None:
+    """One preflight, one error, before any record: a key that is not set, a folder outside
+    the workspace and a server that takes no connection (each used to hide the ones checked
+    after it). A ConfigError, as the first failing check's was, not EndpointUnreachableError."""
+    port = unused_port()
+    service = ConsensusService.local(home, Workspace(tmp_path, confined=False))
+    with pytest.raises(ConfigError) as info:
+        await service.start(RunSpec(
+            question="q", models=["anthropic/claude-haiku-4-5",
+                                  f"openai/a@http://127.0.0.1:{port}/v1"],
+            options=RunOptions(workspace_tools=True, context_paths=["../elsewhere"])))
+    assert type(info.value) is ConfigError
+    said = str(info.value)
+    assert "context_paths: '../elsewhere' is not a file or folder inside the workspace" in said
+    assert ("missing API keys:\nagent 'agent_a' (anthropic/claude-haiku-4-5): set "
+            "ANTHROPIC_API_KEY") in said
+    assert (f"cannot reach http://127.0.0.1:{port}/v1 (connection refused: nothing is "
+            "listening there)") in said
+    assert not home.exists() or list(home.rglob("*")) == [], list(home.rglob("*"))
+
+
+async def test_only_a_run_in_this_process_probes_its_servers_first(home: Path,
+                                                                   tmp_path: Path) -> None:
+    """The local executor probes a server the person named (not one a model's call chose);
+    a pool's front end does not (its workers' network is the one that counts). Both name a
+    model string no provider serves, by its field, before a record exists."""
+    store = SessionStore(home)
+    here = local_executor(store)
+    pool = PoolRunner(store, PoolConfig("redis://127.0.0.1:6379/0"))  # never opened
+    dead = build_team({"agents": [{"id": "a", "model": "openai/a",
+                                   "base_url": f"http://127.0.0.1:{unused_port()}/v1"}]})
+    [refusal] = await here.preflight(dead, workspace=tmp_path, probe_base_urls=True)
+    assert refusal.unreachable and "(connection refused: nothing is listening there)" in (
+        refusal.text)
+    assert await here.preflight(dead, workspace=tmp_path, probe_base_urls=False) == []
+    assert await pool.preflight(dead, workspace=tmp_path, probe_base_urls=True) == []
+    typo = build_team({"agents": [{"id": "a", "model": "opnai/gpt-4o-mini"}]})
+    for executor in (here, pool):
+        [refusal] = await executor.preflight(typo, workspace=tmp_path, probe_base_urls=True)
+        assert not refusal.unreachable and refusal.text == (
+            "agents[0].model: unknown provider 'opnai' in 'opnai/gpt-4o-mini'; did you mean "
+            "'openai/gpt-4o-mini'?")
+    assert not store.sessions_dir.exists() or list(store.sessions_dir.iterdir()) == []
 
 
 async def test_on_a_worker_the_first_call_fails_at_once_with_the_url(

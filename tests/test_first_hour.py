@@ -144,9 +144,9 @@ def test_an_unknown_offline_model_is_refused_before_anything_is_written(
 
 
 def test_the_bare_names_of_offline_models_are_the_catalogs() -> None:
-    from massgen_mcp.core.model_names import EMBEDDED_MODELS
     from massgen_mcp.providers.local_model import BUNDLED_NAME
     from massgen_mcp.providers.model_hub import CATALOG
+    from massgen_mcp.providers.model_names import EMBEDDED_MODELS
 
     assert (BUNDLED_NAME, *(m.name for m in CATALOG)) == EMBEDDED_MODELS
 

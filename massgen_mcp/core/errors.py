@@ -25,6 +25,8 @@ MassgenError
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -101,6 +103,24 @@ _KINDS: dict[ErrorKind, tuple[str, bool]] = {
 }
 # The kinds a server's Retry-After hint speaks for (a refusal to wait for, or an overload).
 _HINTED = frozenset({ErrorKind.RATE_LIMIT, ErrorKind.SERVER_ERROR})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One reason a run may not start, as a paragraph of the error that refuses it (an
+    executor's preflight). ``unreachable``: a server that takes no connection
+    (:class:`EndpointUnreachableError`), else the team or this machine (:class:`ConfigError`)."""
+
+    text: str
+    unreachable: bool = False
+
+
+def refusal_error(refusals: Sequence[Refusal]) -> ConfigError:
+    """One error listing every reason, of the first one's class: preflight lists them in the
+    order the checks have always run, so the class is the one the first failing check raised
+    when each check raised on its own."""
+    kind = EndpointUnreachableError if refusals[0].unreachable else ConfigError
+    return kind("\n".join(refusal.text for refusal in refusals))
 
 
 class ProviderError(MassgenError):

@@ -26,7 +26,6 @@ from pydantic import (
 from massgen_mcp.core.edges import check_text, has_control_characters
 from massgen_mcp.core.env import VAR_REFERENCE, getenv
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.model_names import model_problem
 from massgen_mcp.core.secrets import register_secret
 
 MAX_AGENTS = 8
@@ -157,17 +156,13 @@ class AgentSpec(BaseModel):
 
     @field_validator("model")
     @classmethod
-    def _check_model(cls, value: str, info: ValidationInfo) -> str:
+    def _check_model(cls, value: str) -> str:
         if not _MODEL.fullmatch(value):
             raise ValueError(
                 "expected a litellm model string such as 'openai/gpt-4o-mini' or "
                 "'anthropic/claude-sonnet-4-5' (no spaces)"
             )
-        # litellm would say so only at the first call
-        problem = model_problem(value, written(info, "model"))
-        if problem:
-            raise ValueError(problem)
-        return value
+        return value  # whether a provider serves it: the run's preflight asks
 
     @model_validator(mode="after")
     def _check_cli(self, info: ValidationInfo) -> AgentSpec:

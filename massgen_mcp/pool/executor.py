@@ -28,6 +28,7 @@ from massgen_mcp.core.errors import (
     ConfigError,
     MassgenError,
     PoolUnavailableError,
+    Refusal,
     SteerRefusedError,
 )
 from massgen_mcp.core.records import (
@@ -35,6 +36,7 @@ from massgen_mcp.core.records import (
     FinishReason,
     Phase,
     ResultRecord,
+    RunKind,
     RunStatus,
     StatusRecord,
 )
@@ -46,11 +48,13 @@ from massgen_mcp.pool.drafts import HeardDrafts
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.pool.records import end_unstarted, mark_queued
+from massgen_mcp.providers import preflight
 from massgen_mcp.sessions.ids import check_session_id, new_session_id
 from massgen_mcp.sessions.runner import (
     EventListener,
     ExecutorInfo,
     Listeners,
+    Progress,
     StartedRun,
     StatusListener,
     Unsubscribe,
@@ -65,6 +69,7 @@ from massgen_mcp.sessions.waiting import (
     wait_for_status,
     watch_status,
 )
+from massgen_mcp.tools.workspace import workspace_refusals
 
 if TYPE_CHECKING:
     from docket import Docket
@@ -139,12 +144,25 @@ class PoolRunner:
 
     # -- starting ------------------------------------------------------------------------------
 
+    async def preflight(self, team: TeamConfig, *, workspace: Path, probe_base_urls: bool
+                        ) -> list[Refusal]:
+        """What holds on any machine (context_paths, model strings, keys) and the
+        coding-agent CLIs' versions here, as before preflight had one owner. No probe of
+        servers or offline models: a worker may see another network and has a cache of its
+        own, and reports what it lacks at its first call."""
+        return [*workspace_refusals(team, workspace), *preflight.anywhere(team),
+                *await preflight.cli_versions(team)]
+
+    async def prepare(self, team: TeamConfig, progress: Progress) -> None:
+        """Nothing: each worker fetches the bundled model itself, on its first run."""
+
     async def start(
         self, question: str, team: TeamConfig, *, context: str | None = None,
         parent_session_id: str | None = None, workspace: Path | None = None,
-        notes: list[str] | None = None,
+        notes: list[str] | None = None, kind: RunKind = RunKind.RUN,
     ) -> StartedRun:
-        """Write the record, mark it queued and put it on the queue; returns at once."""
+        """Write the record, mark it queued and put it on the queue; returns at once.
+        ``kind`` is not recorded: the queue carries none, so eval's runs here stay listed."""
         inline = [a.id for a in team.agents if a.api_key is not None]
         if inline:
             raise ConfigError(

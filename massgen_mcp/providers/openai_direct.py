@@ -35,7 +35,6 @@ from typing import Any
 import httpx
 
 from massgen_mcp.core.errors import ErrorKind, ProviderError
-from massgen_mcp.core.model_names import model_map
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec
@@ -48,6 +47,7 @@ from massgen_mcp.providers.base import (
     retry_after_of,
 )
 from massgen_mcp.providers.endpoints import html_error, is_html
+from massgen_mcp.providers.model_names import model_map
 
 MAX_LINE_CHARS = 1 << 20  # one event; a token is a few characters
 # The whole reply: text, tool-call names and arguments. Ten times the longest answer the

@@ -18,9 +18,10 @@ import threading
 import weakref
 from typing import Any
 
+from massgen_mcp.core.errors import Refusal
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec, TeamConfig
-from massgen_mcp.providers import endpoints
+from massgen_mcp.providers import endpoints, preflight
 from massgen_mcp.providers.base import CallContext, Completion, Provider
 from massgen_mcp.providers.cli.provider import CliProvider
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
@@ -73,6 +74,14 @@ class ProviderRouter:
         if not isinstance(self.remote, LiteLLMProvider):
             return []
         return await endpoints.unreachable(team.agents, probe_base_urls=probe_base_urls)
+
+    async def problems(self, team: TeamConfig, *, probe_base_urls: bool = True
+                       ) -> list[Refusal]:
+        """Why ``team`` cannot run here, asked before its record exists: keys, CLIs missing,
+        not logged in or too old, servers that take no connection (see :meth:`unreachable`
+        for ``probe_base_urls``), offline models that do not exist or were never pulled."""
+        return await preflight.here(team, await self.unreachable(
+            team, probe_base_urls=probe_base_urls))
 
     def close(self) -> None:
         """Free what the providers hold (the embedded model's memory and threads)."""

@@ -28,6 +28,7 @@ from massgen_mcp.core.errors import (
     ConfigError,
     MassgenError,
     RecordWriteError,
+    Refusal,
     SessionStateError,
     SteerRefusedError,
 )
@@ -41,6 +42,7 @@ from massgen_mcp.core.records import (
     StatusRecord,
 )
 from massgen_mcp.core.spec import TeamConfig, build_team
+from massgen_mcp.providers import preflight
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.render.html import render_report
 from massgen_mcp.sessions import inbox
@@ -59,6 +61,7 @@ from massgen_mcp.sessions.waiting import (
     wait_for_status,
     watch_status,
 )
+from massgen_mcp.tools.workspace import workspace_refusals
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,7 @@ StatusListener = Callable[[StatusRecord], None]
 # (session id, the drafts now, their revision): a pool worker's publisher.
 DraftsListener = Callable[[str, Mapping[str, Draft], int], None]
 Unsubscribe = Callable[[], None]
+Progress = Callable[[int, int], None]  # (bytes so far, bytes in all) of a fetch before a run
 CLOSE_DEADLINE_S = 10.0
 
 
@@ -161,13 +165,24 @@ class Executor(Protocol):
 
     store: SessionStore
 
+    async def preflight(self, team: TeamConfig, *, workspace: Path, probe_base_urls: bool
+                        ) -> list[Refusal]:
+        """May ``team`` start? Every reason it may not, before a record exists: what the
+        run's machine lacks (keys, CLIs, servers, offline models) and context_paths outside
+        ``workspace``. Base URLs a model's call chose are probed only if
+        ``probe_base_urls``: the probe would tell the caller which hosts and ports answer
+        (:mod:`massgen_mcp.providers.endpoints`)."""
+    async def prepare(self, team: TeamConfig, progress: Progress) -> None:
+        """Fetch what ``team`` needs before it starts, with ``progress`` (a face that shows
+        a bar asks; a failed fetch refuses the run before its record exists)."""
     def add_event_listener(self, listener: EventListener) -> Unsubscribe:
         """Follow every event of every run this executor has; returns the unsubscribe."""
     def add_status_listener(self, listener: StatusListener) -> Unsubscribe:
         """Follow every status of every run this executor has; returns the unsubscribe."""
     async def start(self, question: str, team: TeamConfig, *, context: str | None = None,
                     parent_session_id: str | None = None, workspace: Path | None = None,
-                    notes: list[str] | None = None) -> StartedRun: ...
+                    notes: list[str] | None = None, kind: RunKind = RunKind.RUN
+                    ) -> StartedRun: ...
     async def resume(self, session_id: str, team: TeamConfig) -> StartedRun: ...
     async def status(self, session_id: str) -> StatusRecord: ...
     async def result(self, session_id: str) -> ResultRecord | None: ...
@@ -269,6 +284,20 @@ class SessionRunner:
     def stop_taking(self) -> None:
         """Refuse every new run from now on (a pool worker that stops)."""
         self._closed = True
+
+    async def preflight(self, team: TeamConfig, *, workspace: Path, probe_base_urls: bool
+                        ) -> list[Refusal]:
+        """See :meth:`Executor.preflight`: this machine is the run's, so its router asks
+        everything (a provider of a test's has no servers to probe)."""
+        from massgen_mcp.providers.registry import ProviderRouter
+
+        found = workspace_refusals(team, workspace)
+        if isinstance(self.provider, ProviderRouter):
+            return found + await self.provider.problems(team, probe_base_urls=probe_base_urls)
+        return found + await preflight.here(team)
+
+    async def prepare(self, team: TeamConfig, progress: Progress) -> None:
+        await preflight.fetch_bundled(team, progress)
 
     def _check_capacity(self) -> None:
         if self._closed:
@@ -494,3 +523,11 @@ class SessionRunner:
         for task in stuck:
             log.warning("run %s did not stop within %g s of shutdown", task.get_name(),
                         deadline_s)
+
+
+def local_executor(store: SessionStore, *, drafts: bool = True) -> SessionRunner:
+    """The executor of runs in this process, on the process's one router (its bound per
+    provider and its loaded embedded model are shared by every service here)."""
+    from massgen_mcp.providers.registry import shared_router  # loads the providers
+
+    return SessionRunner(store, shared_router(), drafts=drafts)

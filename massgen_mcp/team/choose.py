@@ -22,6 +22,7 @@ from typing import Any
 from massgen_mcp.core.env import user_config_dir
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.spec import MAX_AGENTS, RunSpec, TeamConfig, build_team
+from massgen_mcp.providers.model_names import model_problem
 from massgen_mcp.team import consent
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.team.massgen_yaml import load_config_file
@@ -97,8 +98,15 @@ def _team_from_models(models: list[str]) -> TeamConfig:
         model, _, own_url = spec.partition("@")
         agents.append({"id": f"agent_{chr(ord('a') + i)}", "model": model,
                        "base_url": own_url or None})
-    return build_team({"agents": agents}, source="models", rename=lambda path: re.sub(
+    team = build_team({"agents": agents}, source="models", rename=lambda path: re.sub(
         r"^agents\[(\d+)\]\.(model|base_url)$", r"models[\1]", path))
+    # A provider litellm does not know, said now and named as the call names it (the run's
+    # preflight would name it agents[0].model).
+    typos = [f"models[{i}]: {why}" for i, agent in enumerate(team.agents)
+             if (why := model_problem(agent.model))]
+    if typos:
+        raise ConfigError("models is invalid:\n" + "\n".join(typos))
+    return team
 
 
 def with_overrides(team: TeamConfig, options: dict[str, Any], base_url: str | None = None, *,

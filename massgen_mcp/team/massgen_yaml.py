@@ -20,7 +20,6 @@ from pydantic import ValidationError
 
 from massgen_mcp.core.env import VAR_REFERENCE, expand_vars
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.model_names import bare_model_guess
 from massgen_mcp.core.spec import (
     MAX_AGENTS,
     WRITTEN,
@@ -30,6 +29,7 @@ from massgen_mcp.core.spec import (
     build_team,
     validation_problems,
 )
+from massgen_mcp.providers.model_names import bare_model_guess, model_problem
 from massgen_mcp.team import consent
 from massgen_mcp.team.expansion import Expanded, Expansion
 from massgen_mcp.team.massgen_keys import (
@@ -277,12 +277,8 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
             problems.append(str(exc))
             continue
         written = expansion.written(f"agents[{i}].backend.model", agent["model"])
-        try:
-            AgentSpec.model_validate(agent, context=None if written is None else {
-                WRITTEN: {"model": written}})
-        except ValidationError as exc:
-            problems.extend(f"{_agent_path(i, path)}: {why}"
-                            for path, why in validation_problems(exc))
+        problems.extend(f"{_agent_path(i, path)}: {why}"
+                        for path, why in _agent_problems(agent, written))
         agents.append(agent)
     origin: dict[str, str] = {}
     options: dict[str, Any] = {}
@@ -303,6 +299,23 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
     except ConfigError as exc:  # what only the whole team shows (an id used twice)
         raise ConfigError(expansion.mask(str(exc))) from None
     return team, warnings
+
+
+def _agent_problems(agent: dict[str, Any], written: str | None) -> list[tuple[str, str]]:
+    """The agent's problems as (field, why), in its fields' order: a model string no
+    provider serves comes in the model's place, after the id. ``written``: the file's text of
+    a model that came from the environment, quoted instead of the value."""
+    try:
+        AgentSpec.model_validate(agent, context=None if written is None else {
+            WRITTEN: {"model": written}})
+        found = []
+    except ValidationError as exc:
+        found = validation_problems(exc)
+    typo = None if any(path == "model" for path, _ in found) else model_problem(
+        agent["model"], written)
+    if typo:
+        found.insert(sum(path == "id" for path, _ in found), ("model", typo))
+    return found
 
 
 def _raw_agents(data: dict[str, Any]) -> Any:

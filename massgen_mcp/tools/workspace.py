@@ -22,12 +22,14 @@ import fnmatch
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.errors import ConfigError, Refusal
 from massgen_mcp.core.files import UnsafeFileError, open_safely
+from massgen_mcp.core.spec import TeamConfig
 
 MAX_READ_BYTES = 100_000
 MAX_RUN_BYTES = 2_000_000
@@ -137,22 +139,33 @@ class WorkspaceTools:
     def __post_init__(self) -> None:
         self.root = self.root.resolve()
         self.allow = tuple(p.lower() for p in self.allow)
-        unknown = [p for p in self.allow if not is_denied(PurePosixPath(p), self.deny)]
+        self._only = self.check_paths(self.root, self.only, self.allow, self.deny)
+
+    @staticmethod
+    def check_paths(root: Path, paths: Sequence[str], allow_secret_files: Sequence[str] = (),
+                    deny: tuple[str, ...] = DENY_NAMES) -> tuple[PurePosixPath, ...]:
+        """``paths`` (context_paths) relative to ``root``, or a ConfigError naming the first
+        one that is not inside it, and any ``allow_secret_files`` entry the deny-list does
+        not hold. A run's preflight asks this before its record exists, without building
+        the tools."""
+        root = root.resolve()
+        unknown = [p for p in (a.lower() for a in allow_secret_files)
+                   if not is_denied(PurePosixPath(p), deny)]
         if unknown:
             raise ConfigError(f"allow_secret_files: {unknown[0]!r} is not on the deny-list; "
                               "give a name it denies (e.g. '.env') or one of its patterns: "
-                              f"{', '.join(self.deny)}")
+                              f"{', '.join(deny)}")
         narrowed = []
-        for given in self.only:
+        for given in paths:
             try:
-                path = (self.root / Path(given).expanduser()).resolve()
+                path = (root / Path(given).expanduser()).resolve()
             except RuntimeError:  # a symlink loop
                 raise ConfigError(f"context_paths: {given!r} is a symbolic link loop") from None
-            if not path.is_relative_to(self.root) or not path.exists():
+            if not path.is_relative_to(root) or not path.exists():
                 raise ConfigError(f"context_paths: {given!r} is not a file or folder inside "
-                                  f"the workspace {self.root}")
-            narrowed.append(PurePosixPath(path.relative_to(self.root).as_posix()))
-        self._only = tuple(narrowed)
+                                  f"the workspace {root}")
+            narrowed.append(PurePosixPath(path.relative_to(root).as_posix()))
+        return tuple(narrowed)
 
     def _visible(self, relative: PurePosixPath, *, on_the_way: bool = False) -> bool:
         """Inside one of the context paths (or, ``on_the_way``, a folder leading to one)."""
@@ -364,6 +377,19 @@ def _not_read(relative: PurePosixPath, refused: UnsafeFileError) -> str:
     if refused.reason == "too_big":
         return f"{relative} is {refused.size} bytes; files over {MAX_FILE_BYTES} are not read"
     return f"{relative} is a link; it is not read"  # replaced by one since it was resolved
+
+
+def workspace_refusals(team: TeamConfig, workspace: Path) -> list[Refusal]:
+    """The team's context_paths that are not inside ``workspace``, or an allow_secret_files
+    entry the deny-list does not hold, when its agents' tools read the workspace."""
+    if not team.options.workspace_tools:
+        return []
+    try:
+        WorkspaceTools.check_paths(workspace, team.options.context_paths,
+                                   team.options.allow_secret_files)
+    except ConfigError as exc:
+        return [Refusal(str(exc))]
+    return []
 
 
 def _text(arguments: dict[str, Any], key: str, default: str | None = None) -> str:

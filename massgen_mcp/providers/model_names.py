@@ -3,7 +3,8 @@
 litellm refuses a model whose provider it cannot tell (``opnai/gpt-4o-mini``, ``gpt4o``) only
 when the first call is made, after the session folder exists, with a paragraph of text and a
 link it mangles. :func:`model_problem` says the same thing up front, in one line, with the
-string the user probably meant.
+string the user probably meant: as ``models`` or a config file loads (named as that input
+names it, :mod:`massgen_mcp.team`), and in every run's preflight (:mod:`.preflight`).
 
 litellm costs ~3 s to import, so nothing here imports it: the provider names are a copy of
 litellm's ``provider_list`` (``tests/test_errors_first.py`` checks the copy against the
