@@ -6,7 +6,7 @@ link it mangles. :func:`model_problem` says the same thing up front, in one line
 string the user probably meant.
 
 litellm costs ~3 s to import, so nothing here imports it: the provider names are a copy of
-litellm's ``provider_list`` (``tests/test_errors_first.py`` checks the copy against the
+litellm's ``provider_list`` (``tests/system/test_errors_first.py`` checks the copy against the
 installed litellm), and bare model names (``gpt-4o``) are looked up in litellm's own model
 map, a JSON file read from its package the first time a bare name is checked (~25 ms).
 """
