@@ -28,6 +28,12 @@ from massgen_mcp.team import discover
 from massgen_mcp.testing.scripted import Policy, ScriptedServer, agree
 from tests.helpers import Scripted, unused_port
 
+# The harnesses the tests share, beside tests.helpers: loaded as plugins, their fixtures reach
+# every test (no test module imports another) and their asserts are rewritten. A harness comes
+# after the ones it imports, or pytest cannot rewrite those.
+pytest_plugins = ["tests.servers", "tests.openai_api", "tests.pool_harness", "tests.coding_clis",
+                  "tests.sleepers", "tests.mcp_servers", "tests.npm_clients"]
+
 for _name in dir(anyio):  # every lazy name of anyio, now (see the comment on the imports)
     getattr(anyio, _name)
 

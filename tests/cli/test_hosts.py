@@ -15,7 +15,7 @@ import pytest
 from massgen_mcp.cli.install import HOSTS, install
 from massgen_mcp.cli.main import main
 from massgen_mcp.core.errors import ConfigError
-from tests.providers.test_cli_agents import BIN, needs_clis
+from tests.coding_clis import BIN, needs_clis
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 from pathlib import Path
 
 import pytest
@@ -15,48 +14,8 @@ import yaml
 from massgen_mcp.cli.main import main
 from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.providers.llamacpp_provider import embedded_model_name
-from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, answer, text, vote
-from tests.helpers import Scripted
-
-
-class Policy:
-    """Questions 'What is X plus X+3?' for X = 0..4, with known accuracies:
-
-    * agent a right for X in 0..2, one too high otherwise (3 of 5);
-    * agent b always one too high (0 of 5);
-    * agent c right when X is odd, else one too high (2 of 5);
-    * votes go to a's answer, except on X = 3 to c's; the winner's final answer is right
-      except on X = 4, where every member was wrong.
-
-    Self-consistency samples of a (its 2nd, 3rd, ... draft of a question) are right on X = 0..2,
-    right on X = 3 except every third one (7 samples: 5 right), and wrong on X = 4."""
-
-    def __init__(self) -> None:
-        self.drafts_of_a: dict[int, int] = {}
-        self.lock = threading.Lock()
-
-    def __call__(self, req: ChatRequest) -> Reply:
-        question = re.search(r"What is (\d+) plus (\d+)\?", req.user)
-        assert question is not None
-        x, y = map(int, question.groups())
-        right, wrong = x + y, x + y + 1
-        if req.is_final:
-            return text(f"Final.\nAnswer: {wrong if x == 4 else right}")
-        if req.vote_labels:
-            return vote(req.label_of("Model c" if x == 3 else "Model a"), "careful")
-        if req.model == "a":
-            with self.lock:
-                n = self.drafts_of_a[x] = self.drafts_of_a.get(x, -1) + 1
-            ok = x <= 2 or (n > 0 and x == 3 and n % 3 != 0)
-        else:
-            ok = req.model == "c" and x % 2 == 1
-        return answer(f"Model {req.model} thinks.\nAnswer: {right if ok else wrong}")
-
-
-def write_questions(path: Path, count: int) -> Path:
-    path.write_text("".join(json.dumps({"question": f"What is {x} plus {x + 3}?",
-                                        "answer": 2 * x + 3}) + "\n" for x in range(count)))
-    return path
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer
+from tests.helpers import KnownAccuracies, Scripted, write_questions
 
 
 def team(server: ScriptedServer) -> str:
@@ -70,7 +29,7 @@ def test_eval_proves_every_figure_on_a_team_of_known_accuracies(
     from massgen_mcp.evaluation.stats import bootstrap_interval
     from massgen_mcp.evaluation.summary import summarise
 
-    server = scripted(Policy())
+    server = scripted(KnownAccuracies())
     questions = write_questions(tmp_path / "q.jsonl", 5)
     assert main(["eval", str(questions), "--models", team(server), "--name", "t"]) == 0
     table = capsys.readouterr().out
@@ -126,7 +85,7 @@ def test_eval_proves_every_figure_on_a_team_of_known_accuracies(
 
 def test_compare_runs_each_option_set_on_the_same_questions(
         scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    server = scripted(Policy())
+    server = scripted(KnownAccuracies())
     questions = write_questions(tmp_path / "q.jsonl", 3)
     assert main(["eval", str(questions), "--models", team(server), "--name", "c",
                  "--baselines", "members"]) == 0
@@ -183,7 +142,7 @@ def test_a_stored_result_is_resumed_only_by_the_evaluation_that_made_it(
     """results.json may be damaged, from another version, or (records live in the project)
     shipped by a cloned repository: anything but this evaluation's own is refused, naming
     the fix, and nothing runs."""
-    server = scripted(Policy())
+    server = scripted(KnownAccuracies())
     questions = write_questions(tmp_path / "q.jsonl", 1)
     base = ["eval", str(questions), "--models", team(server), "--name", "r", "--baselines",
             "members"]
@@ -210,7 +169,7 @@ def test_a_stored_result_is_resumed_only_by_the_evaluation_that_made_it(
 
 def test_eval_names_and_sizes_are_bounded(scripted: Scripted, home: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    server = scripted(Policy())
+    server = scripted(KnownAccuracies())
     questions = write_questions(tmp_path / "q.jsonl", 1)
     models = ",".join(f"openai/{m}@{server.base_url}" for m in "abcabcab")  # 8 long names
     assert main(["eval", str(questions), "--models", models, "--baselines", "members"]) == 0
@@ -231,7 +190,7 @@ def test_a_run_that_failed_counts_as_wrong_and_runs_again_on_resume(
     from massgen_mcp.testing.scripted import error
 
     broken = {"on": True}
-    policy = Policy()
+    policy = KnownAccuracies()
 
     def flaky(req: ChatRequest) -> Reply:
         return error(400, "bad request") if broken["on"] else policy(req)
@@ -252,7 +211,7 @@ def test_eval_scores_every_method_for_a_config_with_inline_keys_and_stays_out_of
     """MassGen's commonest config names its keys inline. The records never hold them, so the
     self-consistency samples run on the team as given, in memory; and eval's runs (one per
     question, plus sampling runs it cancels itself) stay out of `sessions` and `latest`."""
-    server = scripted(Policy())
+    server = scripted(KnownAccuracies())
     key = "sk-inline-eval-key-0042"
     config = tmp_path / "team.yaml"
     config.write_text("agents:\n" + "".join(

@@ -35,14 +35,8 @@ from massgen_mcp.providers.cli.catalog import CLIS
 from massgen_mcp.providers.cli.provider import CliProvider
 from massgen_mcp.testing.scripted import ScriptedServer
 from massgen_mcp.testing.wire import tokens
+from tests.coding_clis import STAND_IN_VERSION, marked_processes, needs_clis, stand_in
 from tests.helpers import Scripted
-from tests.providers.test_cli_agents import (
-    STAND_IN_VERSION,
-    marked_processes,
-    needs_clis,
-    stand_in,
-    user,  # noqa: F401 (a fixture)
-)
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "cli_streams"
 CAPTURED = {name: sorted(FIXTURES.glob(f"{name}-*.jsonl")) for name in CLIS}
@@ -464,7 +458,7 @@ class HoldBack:
 @needs_clis
 @pytest.mark.parametrize("name", ["claude", "codex", "gemini"])
 async def test_each_real_cli_streams_text_before_its_reply_ends(
-        scripted: Scripted, user: dict[str, Any], name: str) -> None:  # noqa: F811
+        scripted: Scripted, user: dict[str, Any], name: str) -> None:
     server = scripted()
     async with HoldBack(server, HOLD_FROM[name]) as relay:
         pieces: Pieces = []
@@ -503,7 +497,7 @@ def _without_latency(completion: Completion) -> Completion:
 @needs_clis
 @pytest.mark.parametrize("name", ["claude", "codex", "gemini"])
 async def test_cancelling_a_real_cli_mid_stream_leaves_nothing_running(
-        scripted: Scripted, user: dict[str, Any], name: str) -> None:  # noqa: F811
+        scripted: Scripted, user: dict[str, Any], name: str) -> None:
     # Never released: the model's reply never ends.
     async with HoldBack(scripted(), HOLD_FROM[name]) as relay:
         streaming = asyncio.Event()

@@ -23,8 +23,7 @@ import pytest
 from massgen_mcp.core.records import RunStatus
 from massgen_mcp.providers.cli import versions
 from massgen_mcp.providers.cli.catalog import CLIS, look_for
-from tests.helpers import Scripted
-from tests.providers.test_cli_agents import (
+from tests.coding_clis import (
     BIN,
     MODULES,
     STAND_IN_VERSION,
@@ -34,8 +33,8 @@ from tests.providers.test_cli_agents import (
     needs_clis,
     run,
     tree_digest,
-    user,  # noqa: F401 (a fixture)
 )
+from tests.helpers import Scripted
 
 # At least five months before the pinned newest (2.1.330 of 2026-11-20, 0.169.0 of 2026-11-13,
 # 0.61.0 of 2026-09-25): 2026-06-19, 2026-06-05 and 2026-04-03, in a folder of their own
@@ -70,7 +69,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @needs_old_clis
 @pytest.mark.parametrize("name", ["claude", "codex", "gemini"])
 async def test_each_cli_five_months_older_answers_read_only(
-        scripted: Scripted, user: dict[str, Any], monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        scripted: Scripted, user: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
         name: str) -> None:
     path, version = OLD[name]
     monkeypatch.setenv(f"MASSGEN_{name.upper()}_PATH", str(path))
@@ -98,7 +97,7 @@ async def test_each_cli_five_months_older_answers_read_only(
 @needs_clis
 @needs_old_clis
 async def test_the_newest_and_the_old_versions_are_told_apart_and_cached(
-        user: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        user: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     for name, (path, version) in OLD.items():
         new = await asyncio.to_thread(look_for, name)
         assert new is not None and (new.version, new.refused) == (NEWEST[name], None)
@@ -118,7 +117,7 @@ async def test_the_newest_and_the_old_versions_are_told_apart_and_cached(
 @needs_clis
 @pytest.mark.parametrize("name", ["claude", "gemini"])
 async def test_each_cli_gets_its_own_vendors_key_from_the_environment(
-        scripted: Scripted, user: dict[str, Any], monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        scripted: Scripted, user: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
         name: str) -> None:
     """No key in the config and no base_url: the CLI finds its provider as in the user's
     shell (its base-URL variable, here the scripted server) and authenticates with its own

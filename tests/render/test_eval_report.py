@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from massgen_mcp.render.eval_report import render_eval_summary, verdict
-from tests.render.test_report import chromium, needs_browser
+from tests.npm_clients import chromium, needs_browser
 
 HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(1)>']
 POINT = re.compile(r'<g class="point"')

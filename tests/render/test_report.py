@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -17,13 +14,10 @@ from massgen_mcp.render.html import markdown
 from massgen_mcp.server.app import create_server
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, error
 from tests.helpers import Outcome, Scripted, by_model, hostile, run_team, team_for
-from tests.system.test_transports import TOKEN, http_server  # noqa: F401  (fixture)
+from tests.npm_clients import chromium, needs_browser
+from tests.servers import TOKEN
 
 XSS = '<script>alert("pwned")</script><img src=x onerror=alert(1)>'
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_browser = pytest.mark.skipif(
-    CHROMIUM is None and not os.environ.get("MASSGEN_REQUIRE_BROWSER"),
-    reason="install Debian's chromium to test the report in a real browser")
 
 
 async def xss_run(scripted: Scripted, models: tuple[str, ...] = ("a", "b", "c")) -> Outcome:
@@ -94,7 +88,7 @@ async def test_get_result_links_the_mcp_apps_view() -> None:
     assert "__VERSION__" not in view.text and not re.search(r"(src|href)=", view.text)
 
 
-async def test_live_pages_need_the_token(http_server: str, scripted: Scripted) -> None:  # noqa: F811
+async def test_live_pages_need_the_token(http_server: str, scripted: Scripted) -> None:
     server = scripted(by_model(agree))
     base = http_server.removesuffix("/mcp")
     async with Client(http_server, auth=TOKEN) as client:
@@ -115,12 +109,6 @@ async def test_live_pages_need_the_token(http_server: str, scripted: Scripted) -
         assert missing.status_code == 404
 
 
-def chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CHROMIUM or "chromium", "--headless", "--no-sandbox", "--disable-gpu",
-         "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp / 'profile'}",
-         *args], capture_output=True, text=True, timeout=120)
 
 
 @needs_browser
@@ -137,7 +125,7 @@ async def test_report_renders_in_a_real_browser(scripted: Scripted, tmp_path: Pa
     assert picture.returncode == 0 and shot.stat().st_size > 10_000
 
 
-async def test_live_page_updates_while_the_run_is_in_flight(http_server: str,  # noqa: F811
+async def test_live_page_updates_while_the_run_is_in_flight(http_server: str,
                                                             scripted: Scripted) -> None:
     import asyncio
     import threading

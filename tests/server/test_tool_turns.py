@@ -34,7 +34,7 @@ from massgen_mcp.service import ConsensusService
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, vote
 from tests.helpers import Scripted
-from tests.system.test_transports import server_env
+from tests.servers import server_env
 
 BOUND_S = 20.0  # far below wait_s: a wait that slept to its timeout fails the test
 GATE_S = 60.0  # a gate nobody opens lets the run go after this, so a failure cannot hang

@@ -23,7 +23,7 @@ from massgen_mcp.core.records import Phase, StatusRecord
 from massgen_mcp.sessions.waiting import ChangeSignal, wait_for_status
 from massgen_mcp.testing.scripted import ScriptedServer, agree
 from tests.helpers import Scripted
-from tests.system.test_transports import models_for, server_env
+from tests.servers import models_for, server_env
 
 WAIT_S = 30
 BOUND_S = 10.0  # a lost wake-up costs the whole WAIT_S; a run here takes well under 1 s
@@ -130,7 +130,7 @@ async def test_a_pool_run_followed_from_another_front_end(scripted: Scripted, tm
     """Runs queued through one front end and waited on through another: the live channel
     alone must wake every waiter (the periodic re-read is pushed out of reach), whether it
     waits for the end (one call) or for each change."""
-    from tests.system.test_pool import REDIS, Pool, models
+    from tests.pool_harness import REDIS, Pool, models
 
     if REDIS is None:
         pytest.skip("redis-server is not installed")

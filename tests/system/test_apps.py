@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -20,11 +19,9 @@ import pytest
 
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, answer
 from tests.helpers import hostile
-from tests.system.test_clients import CLIENTS, stdio_command
-from tests.system.test_transports import server_env
+from tests.npm_clients import CHROMIUM, CLIENTS, PLAYWRIGHT, stdio_command
+from tests.servers import server_env
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-PLAYWRIGHT = CLIENTS / "node_modules" / "playwright-core"
 pytestmark = [
     pytest.mark.skipif(not PLAYWRIGHT.exists() and not os.environ.get("MASSGEN_REQUIRE_CLIENTS"),
                        reason="run 'npm ci' in tests/clients to test the MCP Apps view"),

@@ -34,19 +34,14 @@ from massgen_mcp.cli.output import (
 )
 from massgen_mcp.server.app import create_server
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, error, vote
+from tests.coding_clis import alive, marked_processes, needs_clis
 from tests.helpers import Scripted, by_model, run_team, team_for, text_of, unused_port
-from tests.providers.test_cli_agents import alive, marked_processes, needs_clis, user  # noqa: F401
-from tests.render.test_report import chromium, needs_browser
-from tests.system.test_transports import TOKEN, http_server, server_env  # noqa: F401  (fixture)
+from tests.npm_clients import chromium, needs_browser
+from tests.servers import TOKEN, cli, server_env
 
 MODELS = "openai/a,openai/b,openai/c"
 
 
-def cli(home: Path, *argv: str, timeout: float = 120, **env: str
-        ) -> subprocess.CompletedProcess[str]:
-    """``massgen-mcp ARGV`` as a user runs it, records under ``home``."""
-    return subprocess.run([sys.executable, "-m", "massgen_mcp", *argv], capture_output=True,
-                          text=True, timeout=timeout, env=server_env(home, **env))
 
 
 def team_args(server: ScriptedServer) -> list[str]:
@@ -202,7 +197,7 @@ def test_ctrl_c_stops_within_a_second_and_json_names_the_session(scripted: Scrip
 
 @needs_clis
 def test_ctrl_c_stops_the_coding_cli_agents_too(scripted: Scripted, home: Path,
-                                                user: dict[str, Any]) -> None:  # noqa: F811
+                                                user: dict[str, Any]) -> None:
     waiting: set[str] = set()
     both = threading.Event()
 
@@ -357,7 +352,7 @@ async def test_the_report_names_authors_and_clips_no_timeline_mark(
 
 @needs_browser
 async def test_the_live_page_says_running_while_the_run_goes_on(
-        http_server: str, scripted: Scripted, tmp_path: Path) -> None:  # noqa: F811
+        http_server: str, scripted: Scripted, tmp_path: Path) -> None:
     import asyncio
 
     answered = threading.Semaphore(0)

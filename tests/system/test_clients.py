@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +17,9 @@ import pytest
 
 from massgen_mcp.testing.scripted import ScriptedServer, agree
 from tests.helpers import Scripted
-from tests.system.test_transports import TOKEN, http_server, server_env  # noqa: F401  (fixture)
+from tests.npm_clients import CLIENTS, stdio_command
+from tests.servers import TOKEN, server_env
 
-CLIENTS = Path(__file__).parents[1] / "clients"
 INSPECTOR = CLIENTS / "node_modules" / ".bin" / "mcp-inspector"
 
 pytestmark = pytest.mark.skipif(
@@ -29,11 +27,6 @@ pytestmark = pytest.mark.skipif(
     reason="run 'npm install' in tests/clients to test with real MCP clients")
 
 
-def stdio_command() -> str:
-    script = Path(sys.executable).parent / "massgen-mcp"
-    command = str(script) if script.exists() else shutil.which("massgen-mcp")
-    assert command is not None, "massgen-mcp is not installed"
-    return command
 
 
 def inspector(target: list[str], *args: str, env: dict[str, str]) -> dict[str, Any]:
@@ -78,7 +71,7 @@ def test_inspector_run_status_result_over_stdio(scripted: Scripted, home: Path) 
     assert result["final_answer"].startswith("Final: ")
 
 
-def test_inspector_over_http_with_token(http_server: str, scripted: Scripted, home: Path) -> None:  # noqa: F811
+def test_inspector_over_http_with_token(http_server: str, scripted: Scripted, home: Path) -> None:
     server = scripted(agree)
     target = [http_server, "--transport", "http", "--header", f"Authorization: Bearer {TOKEN}"]
     env = server_env(home)
@@ -114,7 +107,7 @@ def test_typescript_sdk_over_stdio(scripted: Scripted, home: Path) -> None:
     assert out["result"]["usage"]["calls"] == 7
 
 
-def test_typescript_sdk_over_http(http_server: str, scripted: Scripted, home: Path) -> None:  # noqa: F811
+def test_typescript_sdk_over_http(http_server: str, scripted: Scripted, home: Path) -> None:
     server = scripted(agree)
     out = roundtrip("http", http_server, server, server_env(home, MASSGEN_MCP_TOKEN=TOKEN))
     assert out["result"]["status"] == "completed"

@@ -22,7 +22,7 @@ from massgen_mcp.server.handshake import (
     Opening,
     load_snapshot,
 )
-from tests.system.test_transports import server_env
+from tests.servers import server_env
 
 CLIENT = {"name": "raw-test", "version": "1"}
 ENVELOPE = {"io.modelcontextprotocol/protocolVersion": MODERN_VERSION,

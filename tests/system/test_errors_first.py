@@ -28,8 +28,8 @@ from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import agree
 from tests.helpers import FAST, Scripted, text_of, unused_port
-from tests.system.test_pool import REDIS, Pool, follow, record
-from tests.system.test_transports import server_env
+from tests.pool_harness import REDIS, Pool, follow, record
+from tests.servers import server_env
 
 McpClient = Client[FastMCPTransport]
 HI = [{"role": "user", "content": "hi"}]

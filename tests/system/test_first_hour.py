@@ -102,9 +102,9 @@ def test_continue_and_resume_at_a_terminal_end_as_run_does(
 def test_eval_takes_base_url_and_a_wrong_flag_gets_its_commands_usage(
         scripted: Scripted, home: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.evaluation.test_eval import Policy, write_questions
+    from tests.helpers import KnownAccuracies, write_questions
 
-    server = scripted(Policy())
+    server = scripted(KnownAccuracies())
     questions = write_questions(tmp_path / "q.jsonl", 1)
     assert main(["eval", str(questions), "--models", "openai/a,openai/b,openai/c",
                  "--base-url", server.base_url, "--baselines", "members"]) == 0
@@ -378,7 +378,7 @@ def test_how_to_add_more_leaves_out_what_is_there() -> None:
 async def test_show_html_open_with_no_browser_says_so(scripted: Scripted, home: Path,
                                                       tmp_path: Path) -> None:
     from tests.helpers import run_team
-    from tests.system.test_cli_polish import cli
+    from tests.servers import cli
 
     out = await run_team(team_for(scripted(agree)))
     empty = tmp_path / "no-browsers"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.system.test_transports import RawStdio, server_env, spawn_raw, stop_raw
+from tests.servers import RawStdio, server_env, spawn_raw, stop_raw
 
 CLIENT = {"name": "raw-test", "version": "1"}
 GOOD = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": CLIENT}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -36,8 +35,8 @@ from massgen_mcp.testing.scripted import (
     tool_calls,
     vote,
 )
-from tests.helpers import FAST, Scripted, run_team, team_for
-from tests.system.test_transports import RawStdio, models_for, server_env, start_raw
+from tests.helpers import FAST, Scripted, can_mount_tmpfs, run_team, team_for
+from tests.servers import RawStdio, models_for, server_env, start_raw
 
 # Four ways to give a key, each its own value. None of the variable names looks like a
 # credential except OPENAI_API_KEY, so only redaction by value can catch the others.
@@ -378,12 +377,6 @@ async def test_graceful_stop_records_interrupted_and_resume_works(
 
 # -- a full disk ------------------------------------------------------------------------------
 
-def can_mount_tmpfs() -> bool:
-    if not shutil.which("unshare"):
-        return False
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
-                           capture_output=True)
-    return probe.returncode == 0
 
 
 def big_answers(req: ChatRequest) -> Reply:

@@ -18,7 +18,7 @@ import pytest
 from massgen_mcp.cli.install import install
 from massgen_mcp.testing.host_model import NOT_OFFERED, HostModel
 from massgen_mcp.testing.scripted import ScriptedServer, agree
-from tests.providers.test_cli_agents import BIN, needs_clis
+from tests.coding_clis import BIN, needs_clis
 
 pytestmark = [needs_clis, pytest.mark.slow]
 

@@ -24,8 +24,7 @@ from hypothesis import strategies as st
 from massgen_mcp.server.app import create_server
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, text, tool_calls
 from tests.helpers import Scripted, run_team, team_for
-from tests.system.test_openai_api import served  # noqa: F401 (a fixture)
-from tests.system.test_transports import TOKEN, free_port, server_env
+from tests.servers import TOKEN, free_port, server_env
 
 DEEP = "[" * 100_000
 
@@ -139,7 +138,7 @@ def test_a_question_that_is_not_utf8_is_refused_by_the_cli(home: Path) -> None:
 
 
 def test_a_lone_surrogate_in_a_v1_message_is_a_json_400(
-        served: tuple[str, subprocess.Popen[bytes]], home: Path) -> None:  # noqa: F811
+        served: tuple[str, subprocess.Popen[bytes]], home: Path) -> None:
     api = served[0]
     body = ('{"model": "massgen", "messages": [{"role": "user", "content": "\\ud800"}]}')
     reply = httpx.post(f"{api}/chat/completions", content=body, timeout=30,
@@ -333,8 +332,8 @@ def test_any_eval_file_is_loaded_or_its_bad_line_named(lines: list[str]) -> None
 
 
 def test_any_http_body_gets_a_json_answer(
-        scripted: Scripted, served: tuple[str, subprocess.Popen[bytes]], home: Path) -> None:  # noqa: F811
-    from tests.system.test_openai_api import write_team
+        scripted: Scripted, served: tuple[str, subprocess.Popen[bytes]], home: Path) -> None:
+    from tests.openai_api import write_team
 
     write_team(scripted(agree))
     api = served[0]

@@ -38,10 +38,8 @@ from massgen_mcp.server.app import create_server
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, answer
 from tests.helpers import unused_port
-from tests.render.test_report import needs_browser
-from tests.system.test_apps import CHROMIUM, PLAYWRIGHT
-from tests.system.test_clients import CLIENTS
-from tests.system.test_transports import TOKEN, http_server, server_env  # noqa: F401  (fixture)
+from tests.npm_clients import CHROMIUM, CLIENTS, PLAYWRIGHT, needs_browser
+from tests.servers import TOKEN, server_env
 
 WORDS = 60  # each answer: "w000 ... w059"
 LAST = f"w{WORDS - 1:03d}"
@@ -77,7 +75,7 @@ needs_playwright = pytest.mark.skipif(
 @needs_browser
 @needs_playwright
 async def test_the_live_page_shows_drafts_before_the_answers(
-        http_server: str, tmp_path: Path) -> None:  # noqa: F811
+        http_server: str, tmp_path: Path) -> None:
     """The answers start streaming once the page is loaded (a browser can take longer to
     start than the ~3 s the answers stream; under load the page then met them written)."""
     watching = threading.Event()
@@ -150,7 +148,7 @@ async def _watch_a_run(mcp_url: str, slow: ScriptedServer, tmp_path: Path,
 # -- the event stream's door and its limits -------------------------------------------------
 
 async def test_the_live_stream_needs_the_token_and_the_right_host(
-        http_server: str, slow: ScriptedServer) -> None:  # noqa: F811
+        http_server: str, slow: ScriptedServer) -> None:
     base = http_server.removesuffix("/mcp")
     async with Client(http_server, auth=TOKEN) as client:
         sid = (await client.call_tool("run_consensus", {
@@ -179,7 +177,7 @@ async def test_the_live_stream_needs_the_token_and_the_right_host(
 
 
 async def test_a_run_in_another_process_is_polled_not_ended(
-        http_server: str, slow: ScriptedServer, home: Path) -> None:  # noqa: F811
+        http_server: str, slow: ScriptedServer, home: Path) -> None:
     """The server cannot watch a run the CLI holds: its stream sends the status it can read
     and closes without ``end``, so the page reconnects (``retry``) instead of reloading."""
     proc = subprocess.Popen(

@@ -26,7 +26,11 @@ from massgen_mcp.cli.install import HOSTS, install
 from massgen_mcp.core import children, portable
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.testing.scripted import agree
-from tests.core.test_descendants import (
+from tests.coding_clis import ANSWER_PROBE
+from tests.fixtures import escapees
+from tests.helpers import Scripted
+from tests.servers import RawStdio, server_env
+from tests.sleepers import (
     RESULT,
     call_claude,
     run,
@@ -36,10 +40,6 @@ from tests.core.test_descendants import (
     until_written,
     written_pids,
 )
-from tests.fixtures import escapees
-from tests.helpers import Scripted
-from tests.providers.test_cli_agents import ANSWER_PROBE
-from tests.system.test_transports import RawStdio, server_env
 
 WINDOWS_LACKS = ("fcntl", "resource", "termios", "pwd", "grp")
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.pool.live import CHECK_S
-from tests.system.test_pool import REDIS, Pool, free_port
+from tests.pool_harness import REDIS, Pool, free_port
 
 pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
                                 reason="redis-server is not installed")

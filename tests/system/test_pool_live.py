@@ -33,7 +33,7 @@ from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.sessions.store import SessionStore, new_session_id
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, answer
 from tests.helpers import team_for
-from tests.system.test_pool import REDIS, HangingVotes, Pool, follow, start
+from tests.pool_harness import REDIS, HangingVotes, Pool, follow, start
 
 pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
                                 reason="redis-server is not installed")

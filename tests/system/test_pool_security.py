@@ -37,9 +37,9 @@ from massgen_mcp.pool import payloads
 from massgen_mcp.pool.frontends import GATE_MESSAGE, TTL_S
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.testing.scripted import agree
+from tests.coding_clis import ANSWER_PROBE
 from tests.helpers import data
-from tests.providers.test_cli_agents import ANSWER_PROBE
-from tests.system.test_pool import REDIS, Pool, follow, free_port, models, start
+from tests.pool_harness import REDIS, Pool, follow, free_port, models, start
 
 pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
                                 reason="redis-server is not installed")

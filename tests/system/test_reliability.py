@@ -37,7 +37,7 @@ from massgen_mcp.testing.scripted import (
 )
 from massgen_mcp.testing.scripted import tool_calls as calls
 from tests.helpers import FAST, Scripted, read_record, team_for, text_of
-from tests.system.test_transports import HEADERS, INIT, TOKEN, http_server, server_env  # noqa: F401
+from tests.servers import HEADERS, INIT, TOKEN, server_env
 
 
 def faulty(rate: float, seed: int) -> tuple[Policy, dict[str, int]]:
@@ -264,7 +264,7 @@ def test_any_input_gets_a_clear_answer(tool: str, hostile_root: Path, tmp_path: 
 
 # -- HTTP: body size, kill -9 ----------------------------------------------------------------
 
-def test_http_body_size_is_limited(http_server: str) -> None:  # noqa: F811
+def test_http_body_size_is_limited(http_server: str) -> None:
     huge = {**INIT, "params": {**INIT["params"], "padding": "x" * (5 * 1024 * 1024)}}
     response = httpx.post(http_server, json=huge,
                           headers={**HEADERS, "Authorization": f"Bearer {TOKEN}"}, timeout=30)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.cli.main import EXIT_LISTEN, EXIT_USAGE
-from tests.system.test_transports import TOKEN, free_port, server_env
+from tests.servers import TOKEN, free_port, server_env
 
 
 @pytest.fixture

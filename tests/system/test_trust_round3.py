@@ -33,11 +33,8 @@ from massgen_mcp.sessions import inbox
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import ChatRequest, Policy, Reply, ScriptedServer, agree
 from massgen_mcp.tools.workspace import WorkspaceTools, is_denied
-from tests.consensus.test_steering import Gate
-from tests.helpers import Scripted, text_of
-from tests.system.test_hardening import can_mount_tmpfs
-from tests.system.test_transports import RawStdio
-from tests.team.test_consent import FOREIGN_URL
+from tests.helpers import FOREIGN_URL, Gate, Scripted, can_mount_tmpfs, text_of
+from tests.servers import RawStdio
 
 GH_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 DB_PASSWORD = "Sup3r-s3cret-db-pw-9182"

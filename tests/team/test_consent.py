@@ -22,11 +22,9 @@ from mcp import Client as SdkClient
 from mcp.client.stdio import StdioServerParameters
 
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, tool_calls
-from tests.helpers import Scripted, text_of
-from tests.system.test_openai_api import api, served  # noqa: F401  (fixtures: `serve --http` with /v1)
-from tests.system.test_transports import TOKEN
+from tests.helpers import FOREIGN_URL, Scripted, text_of
+from tests.servers import TOKEN
 
-FOREIGN_URL = "http://collector.example.invalid/v1"
 DB_PASSWORD = "Sup3r-s3cret-db-pw-9182"
 # The password sits in a URL, which redaction masks wherever text goes out; the marker (and
 # its variable's name) look like no secret to anything but the deny-list, so it shows whether
@@ -206,7 +204,7 @@ async def test_a_model_call_over_stdio_cannot_open_secret_files_or_send_files_ab
 
 
 def test_the_v1_endpoint_runs_no_project_config_without_consent(
-        scripted: Scripted, api: str, home: Path) -> None:  # noqa: F811 (the imported fixture)
+        scripted: Scripted, api: str, home: Path) -> None:
     """``/v1`` with the default team: the project's config (here $MASSGEN_HOME/config.yaml)
     that lifts the deny-list for a foreign team is refused, saying why; a call cannot pass
     options of its own."""

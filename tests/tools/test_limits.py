@@ -11,8 +11,8 @@ from pathlib import Path
 
 from massgen_mcp.testing.scripted import agree
 from tests.helpers import Scripted
-from tests.system.test_transports import server_env
-from tests.tools.test_mcp_tools import offered, run, team
+from tests.mcp_servers import offered, run, team
+from tests.servers import server_env
 
 FLOOD = Path(__file__).resolve().parents[1] / "fixtures" / "flood_server.py"
 FLOOD_SERVER = {"flood": {"type": "stdio", "command": sys.executable, "args": [str(FLOOD)]}}

@@ -11,17 +11,15 @@ import sys
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
-from massgen_mcp.team.massgen_yaml import team_from_mapping
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, tool_calls
-from tests.helpers import FAST, Scripted, unused_port
+from tests.helpers import Scripted, unused_port
+from tests.mcp_servers import offered, run, team
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTES = ROOT / "fixtures" / "notes_server.py"
@@ -49,27 +47,10 @@ def results(req: ChatRequest) -> list[str]:
     return [m["content"] for m in req.messages if m["role"] == "tool"]
 
 
-def offered(req: ChatRequest) -> list[str]:
-    return [t["function"]["name"] for t in req.tools]
 
 
-def team(server_url: str, agents: list[dict[str, Any]], **options: Any) -> TeamConfig:
-    config = {"agents": [
-        {"id": a["id"], "backend": {"type": "chatcompletion", "model": a["id"],
-                                    "base_url": server_url, **a.get("backend", {})}}
-        for a in agents], "options": {**FAST, **options}}
-    built, _ = team_from_mapping(config)
-    return built
 
 
-async def run(the_team: TeamConfig, question: str = "q") -> tuple[dict[str, Any], list[dict[str,
-              Any]]]:
-    store = SessionStore()
-    runner = SessionRunner(store, LiteLLMProvider())
-    live = await runner.start(question, the_team)
-    result = await live.task
-    return (result.model_dump(mode="json"),
-            [e.as_dict() for e in store.read_events(live.session_id)])
 
 
 @needs_fs
