@@ -35,6 +35,7 @@ from mcp.types import (
 )
 
 from massgen_mcp.core.spec import TeamConfig, build_team
+from massgen_mcp.providers.base import Provider
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
@@ -42,6 +43,7 @@ from massgen_mcp.testing.scripted import (
     ChatRequest,
     Policy,
     Reply,
+    ScriptedProvider,
     ScriptedServer,
     agree,
     answer,
@@ -97,13 +99,17 @@ def by_model(default: Policy = agree, **policies: Policy) -> Policy:
     return policy
 
 
-def team_for(server: ScriptedServer, models: tuple[str, ...] = ("a", "b", "c"),
+def team_for(server: ScriptedServer | ScriptedProvider,
+             models: tuple[str, ...] = ("a", "b", "c"),
              agent_overrides: dict[str, dict[str, Any]] | None = None,
              **options: Any) -> TeamConfig:
-    """A team of one agent per model, every one served by ``server``."""
+    """A team of one agent per model, every one served by ``server`` (in process: no
+    base_url, ``run_team(..., provider=server)`` answers)."""
     agents = []
     for model in models:
-        agent = {"id": f"agent_{model}", "model": f"openai/{model}", "base_url": server.base_url}
+        agent = {"id": f"agent_{model}", "model": f"openai/{model}"}
+        if isinstance(server, ScriptedServer):
+            agent["base_url"] = server.base_url
         agent.update((agent_overrides or {}).get(model, {}))
         agents.append(agent)
     return build_team({"agents": agents, "options": {**FAST, **options}})
@@ -125,11 +131,12 @@ class Outcome:
 
 async def run_team(team: TeamConfig, question: str = "What is 6*7?", context: str | None = None,
                    listener: Callable[[str, dict[str, Any]], None] | None = None, *,
-                   drafts: bool = True) -> Outcome:
+                   drafts: bool = True, provider: Provider | None = None) -> Outcome:
     """Run to the end; ``listener`` sees every event as the engine applies it. ``drafts``:
-    with live drafts (calls stream), as a server runs; without, as the headless CLI does."""
+    with live drafts (calls stream), as a server runs; without, as the headless CLI does.
+    ``provider``: the models in process (a ScriptedProvider); by default litellm over HTTP."""
     store = SessionStore()
-    runner = SessionRunner(store, LiteLLMProvider(), drafts=drafts)
+    runner = SessionRunner(store, provider or LiteLLMProvider(), drafts=drafts)
     if listener is not None:
         runner.add_event_listener(lambda sid, event: listener(sid, event.as_dict()))
     run = await runner.start(question, team, context=context)

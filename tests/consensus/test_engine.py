@@ -1,4 +1,9 @@
-"""End-to-end protocol scenarios: the real engine, through litellm, over HTTP to scripted models."""
+"""Protocol scenarios on the real engine and runner, the records on disk included.
+
+The models are scripted in process, at the Provider seam (``ScriptedProvider``): no litellm
+and no socket. The scenarios that are about the wire (provider errors and their retries, a
+Retry-After header, garbage and dropped connections, a call's timeout, cancelling calls in
+flight) go through litellm over HTTP to the scripted server, as a real run does."""
 
 from __future__ import annotations
 
@@ -14,7 +19,9 @@ from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import (
     ChatRequest,
+    Policy,
     Reply,
+    ScriptedProvider,
     agree,
     answer,
     drop,
@@ -27,9 +34,15 @@ from massgen_mcp.testing.scripted import (
 from tests.helpers import Scripted, by_model, read_record, run_team, team_for
 
 
-async def test_unanimous_run_uses_exactly_seven_calls(scripted: Scripted) -> None:
-    server = scripted(agree)
-    out = await run_team(team_for(server))
+def in_process(policy: Policy) -> ScriptedProvider:
+    """The scripted models in process; each policy on a thread of its own, as on the server,
+    so a policy may wait for what the run does next."""
+    return ScriptedProvider(policy, threaded=True)
+
+
+async def test_unanimous_run_uses_exactly_seven_calls() -> None:
+    server = in_process(agree)
+    out = await run_team(team_for(server), provider=server)
     r = out.result
     assert r["status"] == "completed" and r["finish_reason"] == "consensus"
     assert server.calls_by_model() == {"a": 3, "b": 2, "c": 2} or sum(
@@ -48,9 +61,9 @@ async def test_unanimous_run_uses_exactly_seven_calls(scripted: Scripted) -> Non
     assert r["usage"]["cost_usd"] is None, "unknown price must be null, never a fake 0"
 
 
-async def test_prompts_are_anonymised(scripted: Scripted) -> None:
-    server = scripted(agree)
-    await run_team(team_for(server))
+async def test_prompts_are_anonymised() -> None:
+    server = in_process(agree)
+    await run_team(team_for(server), provider=server)
     for req in server.requests:
         body = str(req.messages)
         assert "agent_a" not in body and "openai/" not in body
@@ -59,7 +72,7 @@ async def test_prompts_are_anonymised(scripted: Scripted) -> None:
         assert list(req.answers.values())[-1] == own, "own answer shown last"
 
 
-async def test_late_better_answer_invalidates_votes(scripted: Scripted) -> None:
+async def test_late_better_answer_invalidates_votes() -> None:
     released = threading.Event()
 
     def c_policy(req: ChatRequest) -> Reply:
@@ -76,8 +89,8 @@ async def test_late_better_answer_invalidates_votes(scripted: Scripted) -> None:
             if len(accepted) == 2:
                 released.set()
 
-    server = scripted(by_model(agree, c=c_policy))
-    out = await run_team(team_for(server), listener=on_event)
+    server = in_process(by_model(agree, c=c_policy))
+    out = await run_team(team_for(server), listener=on_event, provider=server)
     [inval] = out.events("votes_invalidated")
     assert inval["count"] == 2 and inval["by"].endswith("2")
     assert out.result["status"] == "completed"
@@ -87,7 +100,7 @@ async def test_late_better_answer_invalidates_votes(scripted: Scripted) -> None:
 
 
 @pytest.mark.parametrize("decide", ["all", "majority"])
-async def test_stale_vote_is_discarded_and_agent_asked_again(scripted: Scripted,
+async def test_stale_vote_is_discarded_and_agent_asked_again(
                                                              decide: str) -> None:
     """Under both rules: a revision does not stop a vote in flight; it is awaited, then
     discarded as stale (only a late first answer restarts turns: test_latency)."""
@@ -108,8 +121,9 @@ async def test_stale_vote_is_discarded_and_agent_asked_again(scripted: Scripted,
         if event["type"] == "answer" and event["revision"] == 2:
             answered.set()
 
-    server = scripted(by_model(agree, a=slow_voter, c=improver))
-    out = await run_team(team_for(server, ("a", "c"), decide=decide), listener=on_event)
+    server = in_process(by_model(agree, a=slow_voter, c=improver))
+    out = await run_team(team_for(server, ("a", "c"), decide=decide), listener=on_event,
+                         provider=server)
     discarded = out.events("vote_discarded")
     assert [e["agent_id"] for e in discarded] == ["agent_a"]
     assert out.events("turn_restarted") == []
@@ -117,14 +131,15 @@ async def test_stale_vote_is_discarded_and_agent_asked_again(scripted: Scripted,
     assert server.calls_by_model()["a"] >= 3
 
 
-async def test_tie_goes_to_the_agent_listed_first(scripted: Scripted) -> None:
+async def test_tie_goes_to_the_agent_listed_first() -> None:
     def vote_other(req: ChatRequest) -> Reply:
         if req.vote_labels:
             return vote(req.label_of("from " + ("b" if req.model == "a" else "a")), "theirs")
         return agree(req)
 
-    server = scripted(vote_other)
-    out = await run_team(team_for(server, ("a", "b"), skip_final_presentation=True))
+    server = in_process(vote_other)
+    out = await run_team(team_for(server, ("a", "b"), skip_final_presentation=True),
+                         provider=server)
     r = out.result
     assert r["tie_broken"] is True
     assert r["winner"]["agent_id"] == "agent_a"
@@ -132,7 +147,7 @@ async def test_tie_goes_to_the_agent_listed_first(scripted: Scripted) -> None:
     assert r["usage"]["calls"] == 4
 
 
-async def test_answer_cap_makes_agent_vote_only(scripted: Scripted) -> None:
+async def test_answer_cap_makes_agent_vote_only() -> None:
     counter = {"n": 0}
     lock = threading.Lock()
 
@@ -145,8 +160,8 @@ async def test_answer_cap_makes_agent_vote_only(scripted: Scripted) -> None:
                 return answer(f"answer number {counter['n']} from {req.model}")
         return vote(req.vote_labels[0], "forced")
 
-    server = scripted(always_new)
-    out = await run_team(team_for(server, ("a", "b"), max_answers_per_agent=2))
+    server = in_process(always_new)
+    out = await run_team(team_for(server, ("a", "b"), max_answers_per_agent=2), provider=server)
     assert out.result["status"] == "completed"
     assert all(a["answers"] == 2 for a in out.result["agents"].values())
     vote_only = [q for q in server.requests if q.tools and q.tool_names == ["vote"]]
@@ -184,15 +199,15 @@ async def test_all_agents_failing_fails_the_session_without_leaking_keys(
     assert read_record(out.folder)["config.json"]["agents"][0]["api_key"] == "***"
 
 
-async def test_session_timeout_returns_best_answer_flagged(scripted: Scripted) -> None:
+async def test_session_timeout_returns_best_answer_flagged() -> None:
     def stall_votes(req: ChatRequest) -> Reply:
         if req.vote_labels:
             return Reply("text", delay_s=5)
         return agree(req)
 
-    server = scripted(stall_votes)
+    server = in_process(stall_votes)
     started = time.monotonic()
-    out = await run_team(team_for(server, timeout_s=1.0))
+    out = await run_team(team_for(server, timeout_s=1.0), provider=server)
     assert time.monotonic() - started < 3
     r = out.result
     assert r["status"] == "timed_out" and r["timed_out"] is True
@@ -200,12 +215,12 @@ async def test_session_timeout_returns_best_answer_flagged(scripted: Scripted) -
     assert out.events("timeout")
 
 
-async def test_budget_stops_gracefully_with_best_answer(scripted: Scripted) -> None:
-    server = scripted(agree)
-    reference = await run_team(team_for(server))
+async def test_budget_stops_gracefully_with_best_answer() -> None:
+    server = in_process(agree)
+    reference = await run_team(team_for(server), provider=server)
     first_round = sum(e["prompt_tokens"] + e["completion_tokens"]
                       for e in reference.events("call") if e["purpose"] == "answer")
-    out = await run_team(team_for(server, max_total_tokens=first_round + 1))
+    out = await run_team(team_for(server, max_total_tokens=first_round + 1), provider=server)
     r = out.result
     assert r["finish_reason"] == "budget_exceeded" and r["budget_exceeded"] is True
     assert r["status"] == "completed" and r["final_answer"] is not None
@@ -214,9 +229,9 @@ async def test_budget_stops_gracefully_with_best_answer(scripted: Scripted) -> N
     assert 4 <= len(purposes) < 7, "stops once the calls in flight at the limit return"
 
 
-async def test_budget_reached_before_any_answer_fails(scripted: Scripted) -> None:
-    server = scripted(agree)
-    out = await run_team(team_for(server, max_total_tokens=1))
+async def test_budget_reached_before_any_answer_fails() -> None:
+    server = in_process(agree)
+    out = await run_team(team_for(server, max_total_tokens=1), provider=server)
     assert out.result["status"] == "failed"
     assert out.result["finish_reason"] == "budget_exceeded"
 
@@ -243,7 +258,7 @@ async def test_cancel_stops_in_flight_calls_promptly(scripted: Scripted) -> None
     assert record["events"][-1]["type"] == "finished"
 
 
-async def test_malformed_actions_get_corrective_retries(scripted: Scripted) -> None:
+async def test_malformed_actions_get_corrective_retries() -> None:
     def clumsy(req: ChatRequest) -> Reply:
         if req.model == "a" and req.call_index == 0:
             return tool_calls(("new_answer", "{not json"))
@@ -254,8 +269,8 @@ async def test_malformed_actions_get_corrective_retries(scripted: Scripted) -> N
                               ("new_answer", '{"content": "both"}'))
         return agree(req)
 
-    server = scripted(clumsy)
-    out = await run_team(team_for(server))
+    server = in_process(clumsy)
+    out = await run_team(team_for(server), provider=server)
     kinds = sorted((e["agent_id"], e["reason"]) for e in out.events("invalid_action"))
     assert kinds == [("agent_a", "bad_arguments"), ("agent_b", "invalid_vote_label"),
                      ("agent_c", "both_actions")]
@@ -265,30 +280,30 @@ async def test_malformed_actions_get_corrective_retries(scripted: Scripted) -> N
     assert tool_msgs and "Invalid action" in tool_msgs[0]["content"]
 
 
-async def test_three_invalid_actions_drop_the_agent(scripted: Scripted) -> None:
-    server = scripted(by_model(agree, c=lambda req: text("I refuse to use tools")))
-    out = await run_team(team_for(server))
+async def test_three_invalid_actions_drop_the_agent() -> None:
+    server = in_process(by_model(agree, c=lambda req: text("I refuse to use tools")))
+    out = await run_team(team_for(server), provider=server)
     assert [e["attempt"] for e in out.events("invalid_action")] == [1, 2, 3]
     assert out.result["agents"]["agent_c"]["status"] == "dropped"
     assert out.result["status"] == "completed"
 
 
-async def test_duplicate_answer_gets_corrective_retry(scripted: Scripted) -> None:
+async def test_duplicate_answer_gets_corrective_retry() -> None:
     def copycat(req: ChatRequest) -> Reply:
         if req.model == "b" and req.vote_labels and not req.is_retry:
             return answer(req.answers[req.label_of("from a")])
         return agree(req)
 
-    server = scripted(copycat)
-    out = await run_team(team_for(server))
+    server = in_process(copycat)
+    out = await run_team(team_for(server), provider=server)
     assert [e["reason"] for e in out.events("invalid_action")] == ["duplicate_answer"]
     assert out.result["status"] == "completed"
 
 
-async def test_json_fallback_for_models_without_tool_calling(scripted: Scripted) -> None:
-    server = scripted(agree)
+async def test_json_fallback_for_models_without_tool_calling() -> None:
+    server = in_process(agree)
     team = team_for(server, agent_overrides={"b": {"tool_calling": False}})
-    out = await run_team(team)
+    out = await run_team(team, provider=server)
     assert out.result["status"] == "completed"
     b_requests = [q for q in server.requests if q.model == "b"]
     assert b_requests and all(not q.tools for q in b_requests)
@@ -338,16 +353,16 @@ async def test_slow_call_times_out_and_is_retried(scripted: Scripted) -> None:
     assert out.result["status"] == "completed"
 
 
-async def test_single_agent_run(scripted: Scripted) -> None:
-    server = scripted(agree)
-    out = await run_team(team_for(server, ("a",)))
+async def test_single_agent_run() -> None:
+    server = in_process(agree)
+    out = await run_team(team_for(server, ("a",)), provider=server)
     assert out.result["status"] == "completed"
     assert out.result["usage"]["calls"] == 3
 
 
-async def test_record_is_complete_and_readable(scripted: Scripted) -> None:
-    server = scripted(agree)
-    out = await run_team(team_for(server), context="Use decimal numbers.")
+async def test_record_is_complete_and_readable() -> None:
+    server = in_process(agree)
+    out = await run_team(team_for(server), context="Use decimal numbers.", provider=server)
     record = read_record(out.folder)
     r = record["result.json"]
     assert record["status.json"]["status"] == "completed"
@@ -364,11 +379,11 @@ async def test_record_is_complete_and_readable(scripted: Scripted) -> None:
     assert [a["model"] for a in config["agents"]] == ["openai/a", "openai/b", "openai/c"]
 
 
-async def test_identical_independent_answers_are_kept(scripted: Scripted) -> None:
+async def test_identical_independent_answers_are_kept() -> None:
     """Same model, same first answer from every agent: agreement, not an endless retry."""
-    server = scripted(lambda req: agree(req) if req.vote_labels or req.is_final
+    server = in_process(lambda req: agree(req) if req.vote_labels or req.is_final
                       else answer("42"))
-    out = await run_team(team_for(server))
+    out = await run_team(team_for(server), provider=server)
     assert out.result["status"] == "completed"
     assert len(out.events("answer")) == 3 and not out.events("invalid_action")
     assert out.result["usage"]["calls"] == 7
@@ -386,11 +401,12 @@ async def test_identical_independent_answers_are_kept(scripted: Scripted) -> Non
      None),
 ])
 async def test_a_presentation_that_is_an_action_object_is_never_the_final_answer(
-        scripted: Scripted, presentation: str, final: str, event: str | None) -> None:
+        presentation: str, final: str, event: str | None) -> None:
     def policy(req: ChatRequest) -> Reply:
         return text(presentation) if req.is_final else agree(req)
 
-    out = await run_team(team_for(scripted(policy)))
+    server = in_process(policy)
+    out = await run_team(team_for(server), provider=server)
     r = out.result
     winning = next(a["content"] for a in r["answers"] if a["label"] == r["winner"]["label"])
     assert r["final_answer"] == (winning if final == "selected" else final)
