@@ -27,8 +27,6 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PLAYWRIGHT = CLIENTS / "node_modules" / "playwright-core"
 
 
-
-
 needs_browser = pytest.mark.skipif(
     CHROMIUM is None and not os.environ.get("MASSGEN_REQUIRE_BROWSER"),
     reason="install Debian's chromium to test the report in a real browser")

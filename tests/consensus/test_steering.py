@@ -105,7 +105,6 @@ def test_a_recorded_note_is_replayed_into_a_resumed_run() -> None:
 # -- real runs -------------------------------------------------------------------------------
 
 
-
 @pytest.fixture
 def gate() -> Iterator[Gate]:
     held = Gate()

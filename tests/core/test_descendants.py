@@ -41,7 +41,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="descendants are tracked through /proc on Linux")
 
 
-
 @pytest.fixture
 def pid_folder(tmp_path: Path) -> Iterator[Path]:
     """Where the sleepers write their pids; whatever survives a failed test is killed."""
@@ -51,18 +50,7 @@ def pid_folder(tmp_path: Path) -> Iterator[Path]:
     escapees.kill(written_pids(folder))
 
 
-
-
-
-
-
-
 # -- coding-CLI calls ------------------------------------------------------------------------------
-
-
-
-
-
 
 
 async def test_a_cli_call_that_ends_leaves_no_descendant(
@@ -142,9 +130,6 @@ async def test_the_cli_gets_its_environment_and_gives_its_status_as_without_a_re
 
 
 # -- MCP stdio servers as agent tools ------------------------------------------------------------
-
-
-
 
 
 async def test_a_server_that_exits_by_itself_at_the_end_of_a_run_leaves_no_descendant(

@@ -84,8 +84,6 @@ async def test_claude_code_codex_gemini_and_an_api_model_reach_consensus(
     assert CANARY not in (folder / "cli.log").read_text()
 
 
-
-
 @needs_clis
 async def test_a_cli_that_hangs_is_timed_out_dropped_and_killed(
         scripted: Scripted, user: dict[str, Any]) -> None:
@@ -422,8 +420,6 @@ def test_the_child_environment_drops_credentials_by_name_and_by_shape(
 # -- process handling, with small stand-in CLIs ---------------------------------------------------
 
 LEAKED = "sk-leaked-" + "q" * 30
-
-
 
 
 def claude_result(text: str = '{"action": "new_answer", "content": "42"}') -> str:

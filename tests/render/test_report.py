@@ -109,8 +109,6 @@ async def test_live_pages_need_the_token(http_server: str, scripted: Scripted) -
         assert missing.status_code == 404
 
 
-
-
 @needs_browser
 async def test_report_renders_in_a_real_browser(scripted: Scripted, tmp_path: Path) -> None:
     out = await xss_run(scripted)

@@ -42,8 +42,6 @@ from tests.servers import TOKEN, cli, server_env
 MODELS = "openai/a,openai/b,openai/c"
 
 
-
-
 def team_args(server: ScriptedServer) -> list[str]:
     return ["--models", MODELS, "--base-url", server.base_url]
 

@@ -27,8 +27,6 @@ pytestmark = pytest.mark.skipif(
     reason="run 'npm install' in tests/clients to test with real MCP clients")
 
 
-
-
 def inspector(target: list[str], *args: str, env: dict[str, str]) -> dict[str, Any]:
     proc = subprocess.run([str(INSPECTOR), "--cli", *target, *args], env=env,
                           capture_output=True, text=True, timeout=120)

@@ -378,7 +378,6 @@ async def test_graceful_stop_records_interrupted_and_resume_works(
 # -- a full disk ------------------------------------------------------------------------------
 
 
-
 def big_answers(req: ChatRequest) -> Reply:
     if req.is_final:
         return text("Final: " + "x" * 95_000)

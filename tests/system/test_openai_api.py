@@ -28,16 +28,10 @@ QUESTION: list[ChatCompletionMessageParam] = [{"role": "system", "content": "Ans
                                               {"role": "user", "content": "What is 6*7?"}]
 
 
-
-
 def record(home: Path, session_id: str) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(
         (home / "sessions" / session_id / "result.json").read_text())
     return result
-
-
-
-
 
 
 def test_openai_sdk_gets_the_final_answer_and_the_team_usage(

@@ -38,24 +38,8 @@ pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_RE
                                 reason="redis-server is not installed")
 
 
-
-
-
-
-
-
-
-
-
-
 def is_answer_call(req: ChatRequest) -> bool:
     return not req.vote_labels and not req.is_final and not req.is_check
-
-
-
-
-
-
 
 
 async def test_a_run_started_on_one_front_end_is_followed_on_another(

@@ -52,10 +52,6 @@ async def test_official_sdk_client_over_stdio(scripted: Scripted, home: Path) ->
     assert result.structured_content["final_answer"].startswith("Final: ")
 
 
-
-
-
-
 async def test_stdout_carries_only_json_rpc_while_providers_fail(scripted: Scripted,
                                                                  home: Path) -> None:
     def failing(req: ChatRequest) -> Reply:
@@ -86,10 +82,6 @@ async def test_stdout_carries_only_json_rpc_while_providers_fail(scripted: Scrip
         assert json.loads(line)["jsonrpc"] == "2.0", line
     assert b"Traceback" not in b"".join(raw.lines)
     assert (home / "server.log").is_file()
-
-
-
-
 
 
 @pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25", "2026-07-28"])
@@ -129,10 +121,6 @@ async def test_a_first_line_that_is_not_initialize_reaches_the_server(home: Path
     await stop_raw(raw)
 
 
-
-
-
-
 async def test_http_happy_path_with_token(http_server: str, scripted: Scripted) -> None:
     server = scripted(agree)
     async with Client(http_server, auth=TOKEN) as client:
@@ -140,8 +128,6 @@ async def test_http_happy_path_with_token(http_server: str, scripted: Scripted) 
             "question": "6*7?", "models": models_for(server), "wait_s": 30})).structured_content
     assert handle["status"] == "completed"
     assert handle["result"]["final_answer"].startswith("Final: ")
-
-
 
 
 def test_http_requires_token_and_rejects_foreign_origin(http_server: str) -> None:

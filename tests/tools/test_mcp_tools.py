@@ -47,12 +47,6 @@ def results(req: ChatRequest) -> list[str]:
     return [m["content"] for m in req.messages if m["role"] == "tool"]
 
 
-
-
-
-
-
-
 @needs_fs
 async def test_agents_use_a_real_filesystem_server_and_our_own(
         scripted: Scripted, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
