@@ -3,7 +3,7 @@
 input, a run's status always ends final, and no file in the working folder configures the
 server but the project config.
 
-The "foreign" endpoint is the one of :mod:`tests.team.test_consent`: a host that resolves nowhere,
+The "foreign" endpoint is ``FOREIGN_URL`` of :mod:`tests.helpers`: a host that resolves nowhere,
 reached through a scripted server acting as a proxy, so that every refusal is shown by the
 requests that server did *not* get.
 """
