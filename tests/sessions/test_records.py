@@ -154,7 +154,8 @@ async def test_the_live_status_is_masked_like_the_record(home: Path,
                                           base_url="http://127.0.0.1:9/v1"))
     status = await service.status(started.session_id)
     while not status.answers:
-        status = await service.wait(started.session_id, 10, after_revision=status.revision)
+        status = await service.wait(started.session_id, 10, until_done=False,
+                                    after_revision=status.revision)
     assert not status.done and "***" in status.answers[0].preview
     assert canary not in status.model_dump_json()
     gate.set()
