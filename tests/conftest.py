@@ -28,6 +28,12 @@ from massgen_mcp.team import discover
 from massgen_mcp.testing.scripted import Policy, ScriptedServer, agree
 from tests.helpers import Scripted, unused_port
 
+# The harnesses the tests share, beside tests.helpers: loaded as plugins, their fixtures reach
+# every test (no test module imports another) and their asserts are rewritten. A harness comes
+# after the ones it imports, or pytest cannot rewrite those.
+pytest_plugins = ["tests.servers", "tests.openai_api", "tests.pool_harness", "tests.coding_clis",
+                  "tests.sleepers", "tests.mcp_servers", "tests.npm_clients"]
+
 for _name in dir(anyio):  # every lazy name of anyio, now (see the comment on the imports)
     getattr(anyio, _name)
 
@@ -53,14 +59,17 @@ def pytest_configure(config: pytest.Config) -> None:
 # .ci/run on what a user's pip resolves today (README commands 1 and 2, no constraints) and on
 # the lowest versions pyproject.toml allows, beside the whole suite on the pinned set.
 SMOKE = (
-    "tests/test_clients.py::test_inspector_strict_tools_list_over_stdio",  # a real stdio host
-    "tests/test_transports.py::test_official_sdk_client_over_stdio",  # a run over stdio
-    "tests/test_server.py::test_tools_list_matches_snapshot",
-    "tests/test_server.py::test_run_poll_result",  # the scripted team, both protocol eras
-    "tests/test_cli.py::test_run_prints_final_answer_and_progress",
-    "tests/test_streaming.py::test_providers_other_than_openai_at_a_base_url_stream_through_litellm",
-    "tests/test_embedded.py::test_offline_consensus_with_no_keys",  # the embedded model answers
-    "tests/test_pool.py::test_a_run_started_on_one_front_end_is_followed_on_another",
+    # a real stdio host
+    "tests/system/test_clients.py::test_inspector_strict_tools_list_over_stdio",
+    "tests/system/test_transports.py::test_official_sdk_client_over_stdio",  # a run over stdio
+    "tests/server/test_server.py::test_tools_list_matches_snapshot",
+    "tests/server/test_server.py::test_run_poll_result",  # the scripted team, both protocol eras
+    "tests/cli/test_cli.py::test_run_prints_final_answer_and_progress",
+    "tests/providers/test_streaming.py::"
+    "test_providers_other_than_openai_at_a_base_url_stream_through_litellm",
+    # the embedded model answers
+    "tests/providers/test_embedded.py::test_offline_consensus_with_no_keys",
+    "tests/system/test_pool.py::test_a_run_started_on_one_front_end_is_followed_on_another",
 )
 
 

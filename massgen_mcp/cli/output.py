@@ -3,7 +3,7 @@
 Every line the CLI writes goes through :func:`say` or :func:`say_json`: what it shows (record
 fields, config fields, a server's model names) may come from anyone's files, and a terminal
 obeys control characters rather than showing them. One place to write means no command can
-forget (``tests/test_limits.py`` checks that no other function in :mod:`massgen_mcp.cli`
+forget (``tests/system/test_limits.py`` checks that no other function in :mod:`massgen_mcp.cli`
 calls ``print``).
 
 Exit codes, one meaning each, so a script can tell them apart (``massgen-mcp --help`` shows

@@ -55,7 +55,7 @@ _EXIT_POLL_S = 0.01
 _STARTUP_ADDS = ("LC_CTYPE",)
 MARKER_ENV = "MASSGEN_MCP_CALL"
 # Which platform's cleanup a spawn gets: sys.platform, or another one a test forces (the
-# macOS path runs on Linux in tests/test_platforms.py).
+# macOS path runs on Linux in tests/system/test_platforms.py).
 PLATFORM = sys.platform
 
 

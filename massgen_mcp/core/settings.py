@@ -167,7 +167,8 @@ SETTINGS = Settings(
     # retryability; a whole run completes), but litellm words its failures there as
     # "Hosted_vllmException - <the body>" and prices none of its whole calls. The switch is
     # also the reference the parity tests and bench/run.py's streaming section hold the direct
-    # path to: litellm reading the same openai/ wire (tests/test_streaming.py, test_direct.py).
+    # path to: litellm reading the same openai/ wire (tests/providers/test_streaming.py and
+    # test_direct.py).
     openai_direct=Setting("MASSGEN_OPENAI_DIRECT", _switch, True,
                           "an openai/ model at a base_url is called over plain HTTP, not "
                           "through litellm (0: through litellm, for a server whose replies "

@@ -4,7 +4,7 @@ A model sees only messages, so a scripted model (:mod:`massgen_mcp.testing`) can
 presentation, the final answer's check and a JSON-format turn apart only by what the prompt
 says. The protocol's prompts (:mod:`massgen_mcp.consensus.prompts`) are built around these
 phrases and the scripted models look for exactly these, so rewording a prompt cannot silently
-change what every scripted test answers (``tests/test_scripted.py`` checks that each phrase
+change what every scripted test answers (``tests/testing/test_scripted.py`` checks that each phrase
 is in its own prompts and in no other). They live at the provider seam because both sides,
 the protocol and the models, import it.
 """

@@ -7,7 +7,7 @@ string the user probably meant: as ``models`` or a config file loads (named as t
 names it, :mod:`massgen_mcp.team`), and in every run's preflight (:mod:`.preflight`).
 
 litellm costs ~3 s to import, so nothing here imports it: the provider names are a copy of
-litellm's ``provider_list`` (``tests/test_errors_first.py`` checks the copy against the
+litellm's ``provider_list`` (``tests/system/test_errors_first.py`` checks the copy against the
 installed litellm), and bare model names (``gpt-4o``) are looked up in litellm's own model
 map, a JSON file read from its package the first time a bare name is checked (~25 ms).
 """

@@ -5,7 +5,7 @@ list requests) before fastmcp is loaded (:mod:`massgen_mcp.server.early`). Those
 be the SDK's own, to the byte, so they are not written by hand: this module spawns the server
 with early replies off, asks it each fixed request at every protocol version, and stores the
 raw JSON of each result in ``early_replies.json`` next to it. A test regenerates it and
-compares (tests/test_early_replies.py), so a tool or schema change that forgets to refresh it
+compares (tests/system/test_early_replies.py), so a tool or schema change that forgets to refresh it
 fails there, and at run time a reply that differed from the SDK's is logged.
 
 Run ``python -m massgen_mcp.server.early_snapshot`` after changing a tool, a resource, the

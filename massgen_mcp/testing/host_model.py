@@ -17,6 +17,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from massgen_mcp.testing.scripted import STOP_POLL_S
+
 NOT_OFFERED = "The massgen tools were not offered to me."
 
 
@@ -37,7 +39,8 @@ class HostModel:
         return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     def __enter__(self) -> HostModel:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever,  # stops at once
+                                        kwargs={"poll_interval": STOP_POLL_S}, daemon=True)
         self._thread.start()
         return self
 

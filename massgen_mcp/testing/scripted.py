@@ -81,12 +81,17 @@ class ScriptedProvider:
 
     ``latency`` delays each reply by a draw, as the server's does; ``timings`` holds each
     call's start and end on the event loop's clock (``ended`` None: cancelled first), so a
-    run in virtual time (:mod:`.virtual_time`) is measured as a run over HTTP is."""
+    run in virtual time (:mod:`.virtual_time`) is measured as a run over HTTP is.
 
-    def __init__(self, policy: Policy | None = None, *, latency: Latency | None = None
-                 ) -> None:
+    ``threaded``: each policy runs on a thread of its own, as on the server, where a call's
+    handler thread may block (a test's policy that waits for an event the run sets later).
+    Off by default: in virtual time the loop's clock must not jump while a policy decides."""
+
+    def __init__(self, policy: Policy | None = None, *, latency: Latency | None = None,
+                 threaded: bool = False) -> None:
         self.policy = policy or agree
         self.latency = latency
+        self.threaded = threaded
         self.requests: list[ChatRequest] = []
         self.timings: list[Timing] = []
         self._counts: dict[str, int] = defaultdict(int)
@@ -105,7 +110,7 @@ class ScriptedProvider:
         loop = asyncio.get_running_loop()
         timing = Timing(req, loop.time())
         self.timings.append(timing)
-        reply = self.policy(req)
+        reply = await asyncio.to_thread(self.policy, req) if self.threaded else self.policy(req)
         drawn = self.latency.draw(model, req.call_index) if self.latency else 0.0
         if reply.delay_s + drawn:
             await asyncio.sleep(reply.delay_s + drawn)  # a slow model, not a synchronisation
@@ -129,6 +134,9 @@ class ScriptedProvider:
             prompt_tokens=body["usage"]["prompt_tokens"],
             completion_tokens=body["usage"]["completion_tokens"],
         )
+
+
+STOP_POLL_S = 0.02  # how often a serving thread looks whether it is asked to stop
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -223,7 +231,10 @@ class ScriptedServer:
             return sum(tokens(r.prompt_chars()) for r in self.requests)
 
     def __enter__(self) -> ScriptedServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # shutdown() waits for serve_forever to look at its flag, once a poll_interval: at
+        # socketserver's 0.5 s, every test that started a server lost ~0.5 s stopping it.
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        kwargs={"poll_interval": STOP_POLL_S}, daemon=True)
         self._thread.start()
         return self
 

@@ -48,8 +48,8 @@ class Cli:
     vendor: str
     title: str  # as its vendor names it: "Claude Code"
     package: str  # its npm package, for the update command
-    # The oldest version whose read-only command line was tested (tests/test_cli_versions.py);
-    # an older one is refused rather than guessed at.
+    # The oldest version whose read-only command line was tested
+    # (tests/providers/test_cli_versions.py); an older one is refused rather than guessed at.
     oldest: str
     # Options (and features) the read-only command line cannot do without, as its help (the
     # arguments after the executable that print it: help_args) and its feature list

