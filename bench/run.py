@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from massgen_mcp.core.spec import build_team  # noqa: E402
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm  # noqa: E402
-from massgen_mcp.sessions.runner import SessionRunner  # noqa: E402
+from massgen_mcp.sessions.local import LocalExecutor  # noqa: E402
 from massgen_mcp.sessions.store import SessionStore  # noqa: E402
 from massgen_mcp.testing import virtual_time  # noqa: E402
 from massgen_mcp.testing.scripted import (  # noqa: E402
@@ -66,7 +66,7 @@ async def one_run(server: ScriptedServer, n: int, home: Path, *, drafts: bool = 
                   **options: Any) -> dict[str, Any]:
     """One run on a headless runner (``drafts``: with live drafts, as servers keep them:
     every call streams)."""
-    runner = SessionRunner(SessionStore(home), LiteLLMProvider(), drafts=drafts)
+    runner = LocalExecutor(SessionStore(home), LiteLLMProvider(), drafts=drafts)
     before_requests = len(server.requests)
     started = time.perf_counter()
     run = await runner.start("What is 6*7?", team(server, n, **options))
@@ -153,7 +153,7 @@ def _latency_run(policy: Callable[[ChatRequest], Reply], seed: int, home: Path,
 
 
 async def _run_once(srv: ScriptedServer, home: Path, **options: Any) -> Any:
-    runner = SessionRunner(SessionStore(home), LiteLLMProvider(), drafts=False)
+    runner = LocalExecutor(SessionStore(home), LiteLLMProvider(), drafts=False)
     run = await runner.start("What is 6*7?", team(srv, B_AGENTS, **options))
     return await run.task
 
@@ -211,7 +211,7 @@ async def _floor_run(policy: Callable[[ChatRequest], Reply], seed: int, home: Pa
                      **options: Any) -> dict[str, Any]:
     provider = ScriptedProvider(policy, latency=_b_latency(seed))
     agents = [{"id": f"agent{i}", "model": f"openai/m{i}"} for i in range(B_AGENTS)]
-    runner = SessionRunner(SessionStore(home), provider, drafts=False)
+    runner = LocalExecutor(SessionStore(home), provider, drafts=False)
     run = await runner.start("What is 6*7?", build_team({"agents": agents,
                                                           "options": options}))
     result = await run.task
@@ -667,7 +667,7 @@ def bench_embedded(quick: bool) -> dict[str, Any]:
         return out.completion_tokens / (time.perf_counter() - started)
 
     async def offline_run(home: Path) -> tuple[float, str]:
-        runner = SessionRunner(SessionStore(home), ProviderRouter(local=provider))
+        runner = LocalExecutor(SessionStore(home), ProviderRouter(local=provider))
         started = time.perf_counter()
         run = await runner.start("What is the capital of France?", team)
         result = await run.task

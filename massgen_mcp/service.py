@@ -53,16 +53,16 @@ from massgen_mcp.core.spec import (
     TeamConfig,
     check_question,
 )
-from massgen_mcp.sessions.ids import check_session_id
-from massgen_mcp.sessions.runner import (
+from massgen_mcp.sessions.executor import (
     EventListener,
     Executor,
     ExecutorInfo,
     Unsubscribe,
-    local_executor,
     recorded_team,
 )
-from massgen_mcp.sessions.runner import StartedRun as StartedRun  # start()'s reply, for faces
+from massgen_mcp.sessions.executor import StartedRun as StartedRun  # start()'s reply, for faces
+from massgen_mcp.sessions.ids import check_session_id
+from massgen_mcp.sessions.local import local_executor
 from massgen_mcp.sessions.store import LATEST, SessionStore
 from massgen_mcp.sessions.waiting import StatusCallback as StatusCallback  # for faces
 from massgen_mcp.team import consent
@@ -121,9 +121,9 @@ def _pid_alive(pid: int) -> bool:
 class ConsensusService:
     """Runs and their records, for every front end."""
 
-    def __init__(self, store: SessionStore, runner: Executor, workspace: Workspace) -> None:
+    def __init__(self, store: SessionStore, executor: Executor, workspace: Workspace) -> None:
         self.store = store
-        self.runner = runner
+        self.executor = executor
         self.workspace = workspace
         # Set by a face that can show it (the CLI on a terminal): the bundled model's first
         # fetch then happens before the run, with this progress, not inside the run.
@@ -145,21 +145,21 @@ class ConsensusService:
                    workspace: Workspace | None = None) -> ConsensusService:
         """A front end of a worker pool: records under ``home`` (shared with the workers),
         runs on ``massgen-mcp worker`` processes through Redis."""
-        from massgen_mcp.pool.executor import PoolRunner
+        from massgen_mcp.pool.executor import PoolExecutor
 
         store = SessionStore(home)
-        return cls(store, await PoolRunner(store, config).open(),
+        return cls(store, await PoolExecutor(store, config).open(),
                    workspace or Workspace(Path.cwd()))
 
     def add_event_listener(self, listener: EventListener) -> Unsubscribe:
         """Follow every event of every run this service's executor has (the CLI's progress
         lines); returns the unsubscribe."""
-        return self.runner.add_event_listener(listener)
+        return self.executor.add_event_listener(listener)
 
     async def aclose(self, *, interrupt: bool = False) -> None:
         """Stop what still runs: ``interrupt`` when the server stops (resumable), else the
         runs are cancelled (the CLI's Ctrl-C)."""
-        await self.runner.aclose(interrupt=interrupt)
+        await self.executor.aclose(interrupt=interrupt)
 
     # -- starting runs ------------------------------------------------------------------------
 
@@ -199,13 +199,13 @@ class ConsensusService:
         workspace = workspace or self.workspace
         root = workspace.root.resolve()
         chosen = workspace.confined if urls_from_call is None else urls_from_call
-        refusals = await self.runner.preflight(team, workspace=root,
+        refusals = await self.executor.preflight(team, workspace=root,
                                                probe_base_urls=not chosen)
         if refusals:
             raise refusal_error(refusals)
         if self.fetch_progress is not None:
-            await self.runner.prepare(team, self.fetch_progress)
-        run = await self.runner.start(question, team, context=context,
+            await self.executor.prepare(team, self.fetch_progress)
+        run = await self.executor.start(question, team, context=context,
                                       parent_session_id=parent_session_id, workspace=root,
                                       notes=notes, kind=kind)
         if self._records_in_project():
@@ -284,7 +284,7 @@ class ConsensusService:
         if status.status is not RunStatus.INTERRUPTED and not lost:
             raise SessionStateError(f"session {session_id} is {status.status}; only "
                                     "interrupted runs can be resumed")
-        return await self.runner.resume(session_id, self._recorded_team(session_id))
+        return await self.executor.resume(session_id, self._recorded_team(session_id))
 
     def _recorded_team(self, session_id: str) -> TeamConfig:
         """The team a session ran with, to run it again; a record in the project folder
@@ -298,7 +298,7 @@ class ConsensusService:
 
     async def status(self, session_id: str) -> StatusRecord:
         """The live status, from whichever process runs it, else from its record."""
-        return await self.runner.status(check_session_id(session_id))
+        return await self.executor.status(check_session_id(session_id))
 
     async def wait(self, session_id: str, wait_s: float | None, *, until_done: bool = True,
                    after_revision: int | None = None, on_change: StatusCallback | None = None
@@ -308,14 +308,14 @@ class ConsensusService:
         (None: no limit). Ending is the default: a caller that wants the answer should not
         wake, and pay a round trip, at every step of the run."""
         await self.status(session_id)  # an unknown id fails now, not after the wait
-        return await self.runner.wait(session_id, wait_s, until_done=until_done,
+        return await self.executor.wait(session_id, wait_s, until_done=until_done,
                                       after_revision=after_revision, on_change=on_change)
 
     def watch(self, session_id: str) -> AsyncIterator[StatusRecord]:
         """The run's status now and on every change after, its agents' live drafts
         included, until it ends: what the live views redraw from. Drafts change at most
         every 0.2 s (DRAFT_INTERVAL_S, consensus/bookkeeping.py)."""
-        return self.runner.watch(check_session_id(session_id))
+        return self.executor.watch(check_session_id(session_id))
 
     async def steer(self, session_id: str, message: str) -> int:
         """Send the running team the user's note (every agent sees it from its next turn;
@@ -323,11 +323,11 @@ class ConsensusService:
         for an empty or over-long note, SteerRefusedError when the run cannot take one."""
         note = clean_note(message)
         await self.status(session_id)  # an unknown id fails as such, not as a refusal
-        return await self.runner.steer(session_id, note)
+        return await self.executor.steer(session_id, note)
 
     async def result(self, session_id: str) -> ResultRecord:
         """The outcome of a finished run; RunNotFinishedError while it goes on."""
-        result = await self.runner.result(check_session_id(session_id))
+        result = await self.executor.result(check_session_id(session_id))
         if result is None:
             raise RunNotFinishedError(session_id, (await self.status(session_id)).status)
         return result
@@ -391,9 +391,9 @@ class ConsensusService:
     async def cancel(self, session_id: str) -> tuple[RunStatus, bool]:
         """Stop a run; returns its status afterwards and whether this call stopped it."""
         check_session_id(session_id)
-        if await self.runner.cancel(session_id):
+        if await self.executor.cancel(session_id):
             return RunStatus.CANCELLED, True
-        status = await self.runner.status(session_id)
+        status = await self.executor.status(session_id)
         if status.status is RunStatus.RUNNING:
             raise SessionStateError(
                 f"session {session_id} is running in another massgen-mcp process "
@@ -404,7 +404,7 @@ class ConsensusService:
         from massgen_mcp.team.discover import discover, how_to_add_more
 
         found = await discover(survey=True)
-        info = await self.runner.describe()
+        info = await self.executor.describe()
         versions = {"massgen-mcp": __version__, "python": sys.version.split()[0]}
         for dist in ("fastmcp", "mcp", "litellm", "xllamacpp", "pydocket"):
             try:
@@ -424,7 +424,7 @@ class ConsensusService:
             default_team_reason=found.reason,
             storage=str(self.store.sessions_dir),
             mode=info.mode, redis_url=info.redis_url, workers=list(info.workers),
-            sessions_running=await self.runner.count_running() if info.surveyed else 0,
+            sessions_running=await self.executor.count_running() if info.surveyed else 0,
             pool_problem=None if info.surveyed else info.problem,
             versions=versions,
             how_to_add_more=how_to_add_more(found.clis, found.local_servers,
@@ -460,7 +460,7 @@ class ConsensusService:
         return self.store.mark_interrupted(
             lambda pid: pid != os.getpid() and _pid_alive(pid))
 
-    # Doors for the server face: what server/ needs of the store and the runner, so it never
+    # Doors for the server face: what server/ needs of the store and the executor, so it never
     # reaches past the service.
 
     def record_folder(self, session_id: str) -> Path:
@@ -469,12 +469,12 @@ class ConsensusService:
 
     async def remember_task(self, task_id: str, session_id: str) -> None:
         """Note that MCP task ``task_id`` runs ``session_id`` (a redelivered task follows it)."""
-        await self.runner.remember(task_id, session_id)
+        await self.executor.remember(task_id, session_id)
 
     async def recall_task(self, task_id: str) -> str | None:
         """The session MCP task ``task_id`` started, if it started one."""
-        return await self.runner.recall(task_id)
+        return await self.executor.recall(task_id)
 
     async def describe_executor(self) -> ExecutorInfo:
         """Where runs go (this process or a pool) and whether they can go there now."""
-        return await self.runner.describe()
+        return await self.executor.describe()

@@ -17,7 +17,7 @@ import pytest
 from massgen_mcp.core.records import ResultRecord
 from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.providers.registry import ProviderRouter
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import ScriptedServer
 from tests.helpers import FAST
@@ -121,7 +121,7 @@ def alive(mark: str) -> list[int]:
 async def run(team: TeamConfig, question: str = "What is 6*7?"
               ) -> tuple[ResultRecord, Path, SessionStore]:
     store = SessionStore()
-    runner = SessionRunner(store, ProviderRouter())
+    runner = LocalExecutor(store, ProviderRouter())
     live = await runner.start(question, team)
     result = await live.task
     return result, store.folder(live.session_id), store

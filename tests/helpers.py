@@ -37,7 +37,7 @@ from mcp.types import (
 from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import (
     ChatRequest,
@@ -136,7 +136,7 @@ async def run_team(team: TeamConfig, question: str = "What is 6*7?", context: st
     with live drafts (calls stream), as a server runs; without, as the headless CLI does.
     ``provider``: the models in process (a ScriptedProvider); by default litellm over HTTP."""
     store = SessionStore()
-    runner = SessionRunner(store, provider or LiteLLMProvider(), drafts=drafts)
+    runner = LocalExecutor(store, provider or LiteLLMProvider(), drafts=drafts)
     if listener is not None:
         runner.add_event_listener(lambda sid, event: listener(sid, event.as_dict()))
     run = await runner.start(question, team, context=context)

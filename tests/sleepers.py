@@ -14,7 +14,7 @@ import pytest
 
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.massgen_yaml import team_from_mapping
 from tests.coding_clis import ANSWER_PROBE
@@ -89,7 +89,7 @@ def team(server_url: str, folder: Path, *flags: str, **backend: Any) -> TeamConf
 
 
 async def run(the_team: TeamConfig) -> dict[str, Any]:
-    runner = SessionRunner(SessionStore(), LiteLLMProvider())
+    runner = LocalExecutor(SessionStore(), LiteLLMProvider())
     live = await runner.start("q", the_team)
     return (await live.task).model_dump(mode="json")
 

@@ -1,11 +1,11 @@
 """Runs on a worker pool: Docket (Redis streams) queues them, any worker runs them.
 
 The embedded default runs every session in the server's own process
-(:class:`~massgen_mcp.sessions.runner.SessionRunner`). With ``--redis URL`` the processes split:
+(:class:`~massgen_mcp.sessions.local.LocalExecutor`). With ``--redis URL`` the processes split:
 
 * front ends (``massgen-mcp serve --http --redis URL``) hold no run state. They write a new
   session's record (config, request, a ``queued`` status) to the shared ``MASSGEN_HOME`` and
-  put the session id on Docket's queue (:class:`~.executor.PoolRunner`);
+  put the session id on Docket's queue (:class:`~.executor.PoolExecutor`);
 * workers (``massgen-mcp worker --redis URL``) take session ids off the queue and run them
   with the same engine, writing the same record (:mod:`.worker`).
 

@@ -1,7 +1,7 @@
 """The front end's executor: runs go onto Docket's queue, workers run them.
 
-:class:`PoolRunner` has the same methods as the in-process
-:class:`~massgen_mcp.sessions.runner.SessionRunner`, so the service, the MCP tools and the
+:class:`PoolExecutor` has the same methods as the in-process
+:class:`~massgen_mcp.sessions.local.LocalExecutor`, so the service, the MCP tools and the
 OpenAI endpoint cannot tell them apart. It keeps nothing about a run in memory: whichever
 front end is asked reads the status from Redis (falling back to status.json), wakes on the
 pool's live channel, and cancels and steers through Redis, so any front end serves any
@@ -49,8 +49,7 @@ from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.pool.records import end_unstarted, mark_queued
 from massgen_mcp.providers import preflight
-from massgen_mcp.sessions.ids import check_session_id, new_session_id
-from massgen_mcp.sessions.runner import (
+from massgen_mcp.sessions.executor import (
     EventListener,
     ExecutorInfo,
     Listeners,
@@ -62,6 +61,7 @@ from massgen_mcp.sessions.runner import (
     new_request,
     recorded_team,
 )
+from massgen_mcp.sessions.ids import check_session_id, new_session_id
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.sessions.waiting import (
     ChangeSignal,
@@ -80,7 +80,7 @@ log = logging.getLogger(__name__)
 CANCEL_WAIT_S = 15.0  # how long cancel waits for the worker to record the end
 
 
-class PoolRunner:
+class PoolExecutor:
     """Queues runs for the pool's workers and follows them through Redis."""
 
     def __init__(self, store: SessionStore, config: PoolConfig) -> None:
@@ -107,7 +107,7 @@ class PoolRunner:
     def add_status_listener(self, listener: StatusListener) -> Unsubscribe:
         return self._listeners.add_status(listener)
 
-    async def open(self) -> PoolRunner:
+    async def open(self) -> PoolExecutor:
         """Connect to Redis and Docket and follow the live channel."""
         from docket import Docket
 
@@ -124,13 +124,13 @@ class PoolRunner:
     @property
     def redis(self) -> Redis:
         if self._redis is None:
-            raise RuntimeError("PoolRunner.open() was not awaited")
+            raise RuntimeError("PoolExecutor.open() was not awaited")
         return self._redis
 
     @property
     def docket(self) -> Docket:
         if self._docket is None:
-            raise RuntimeError("PoolRunner.open() was not awaited")
+            raise RuntimeError("PoolExecutor.open() was not awaited")
         return self._docket
 
     async def aclose(self, deadline_s: float = 5.0, *, interrupt: bool = False) -> None:
@@ -285,7 +285,7 @@ class PoolRunner:
     async def wait(self, session_id: str, timeout_s: float | None, *, until_done: bool = False,
                    after_revision: int | None = None, on_change: StatusCallback | None = None
                    ) -> StatusRecord:
-        """As :meth:`SessionRunner.wait`, woken by the pool's live channel (and re-reading
+        """As :meth:`LocalExecutor.wait`, woken by the pool's live channel (and re-reading
         every :attr:`recheck_s` in case the channel dropped a message)."""
         async def read() -> tuple[StatusRecord, bool]:
             return await self.status(session_id), True
@@ -296,7 +296,7 @@ class PoolRunner:
                                          recheck_s=self.recheck_s)
 
     async def watch(self, session_id: str) -> AsyncIterator[StatusRecord]:
-        """As :meth:`SessionRunner.watch`: the status now, then on every status or drafts
+        """As :meth:`LocalExecutor.watch`: the status now, then on every status or drafts
         message its worker publishes (and every :attr:`recheck_s`), until the run ends."""
         async def read() -> tuple[StatusRecord, bool]:
             return await self.status(session_id), True

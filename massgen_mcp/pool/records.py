@@ -18,9 +18,9 @@ from massgen_mcp.core.records import FinishReason, RunStatus, StatusRecord
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.pool import fencing
 from massgen_mcp.render.html import render_report
+from massgen_mcp.sessions.executor import recorded_request
 from massgen_mcp.sessions.liveness import owned_by_pool
 from massgen_mcp.sessions.recorder import FileRecorder
-from massgen_mcp.sessions.runner import recorded_request
 from massgen_mcp.sessions.store import SessionStore
 
 

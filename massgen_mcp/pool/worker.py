@@ -54,9 +54,10 @@ from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.pool.records import end_unstarted, pool_unfinished
 from massgen_mcp.pool.steering import SteerReply, SteerRequest
 from massgen_mcp.providers.base import Provider
+from massgen_mcp.sessions.executor import recorded_team
 from massgen_mcp.sessions.ids import check_session_id
+from massgen_mcp.sessions.local import LiveRun, LocalExecutor
 from massgen_mcp.sessions.recorder import RecordRefused
-from massgen_mcp.sessions.runner import LiveRun, SessionRunner, recorded_team
 from massgen_mcp.sessions.store import SessionStore
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class PoolWorker:
         self.store = store
         self.name = live.worker_name()
         self.concurrency = concurrency
-        self.runner = SessionRunner(store, provider, max_running=concurrency, worker=self.name)
+        self.local = LocalExecutor(store, provider, max_running=concurrency, worker=self.name)
         self._handing_back: set[str] = set()  # runs to queue again when they have stopped
         self._stopping = False  # SIGTERM: deliveries still claiming are handed back too
         self._unheld: set[str] = set()  # runs the last sweep found unheld
@@ -118,9 +119,9 @@ class PoolWorker:
             portable.on_signal(loop, signum, stop.set)
         self._redis = live.connect(self.config)
         publisher = self._publisher = LivePublisher(self._redis, self.config)
-        unsubscribe = [self.runner.add_event_listener(publisher.event),
-                       self.runner.add_status_listener(publisher.status),
-                       self.runner.add_drafts_listener(self._publish_drafts)]
+        unsubscribe = [self.local.add_event_listener(publisher.event),
+                       self.local.add_status_listener(publisher.status),
+                       self.local.add_drafts_listener(self._publish_drafts)]
         stopped = asyncio.create_task(stop.wait(), name="massgen-stop")
         background = [
             stopped,  # owned here like the rest: cancelled and awaited however serve ends
@@ -169,9 +170,9 @@ class PoolWorker:
         """Stop taking runs, hand back the ones in flight, and give up on any that will
         not stop within the deadline (Docket redelivers those)."""
         self._stopping = True
-        self.runner.stop_taking()  # a delivery still starting hands its run back instead
+        self.local.stop_taking()  # a delivery still starting hands its run back instead
         taking.cancel()  # Docket stops claiming and waits for the tasks in flight
-        for run in list(self.runner.runs.values()):
+        for run in list(self.local.runs.values()):
             self._stop_run(run, requeue=True)
         log.info("stopping: handing back %d run(s)", len(self._handing_back))
         _, late = await asyncio.wait({taking}, timeout=STOP_DEADLINE_S)
@@ -209,7 +210,7 @@ class PoolWorker:
         quiet = await asyncio.to_thread(pool_unfinished, self.store, timeout * SWEEP_QUIET)
         unheld = set()
         for session_id in quiet:
-            if session_id in self.runner.runs or await self.redis.exists(
+            if session_id in self.local.runs or await self.redis.exists(
                     self.config.key("claim", session_id), self.config.key("queued", session_id)):
                 continue
             unheld.add(session_id)
@@ -236,7 +237,7 @@ class PoolWorker:
         except MassgenError as exc:  # anyone who can write to Redis can publish
             log.error("dropped a cancel that names no session: %s", exc)
             return
-        run = self.runner.runs.get(session_id)
+        run = self.local.runs.get(session_id)
         if run is not None and not run.done:
             log.info("session %s: cancelled from a front end", session_id)
             run.task.cancel()
@@ -252,7 +253,7 @@ class PoolWorker:
         request = steering.read(data)
         if request is None:
             return
-        run = self.runner.runs.get(request.sid)
+        run = self.local.runs.get(request.sid)
         claim = self._claims.get(request.sid)
         if run is None or run.done or claim is None:
             return  # another worker's run, or nobody's: the sender hears nothing, and says so
@@ -304,7 +305,7 @@ class PoolWorker:
         except MassgenError:
             log.error("dropping a queued item that is not a session id")
             return
-        if session_id in self.runner.runs:
+        if session_id in self.local.runs:
             return  # a second delivery of a run this process already has
         holder = f"{self.name}/{uuid.uuid4().hex[:12]}"  # one claim per delivery
         claimed = await self._claim(session_id, holder)
@@ -411,7 +412,7 @@ class PoolWorker:
                 await live.put_status(self.redis, self.config, ended, fence)
             return None
         try:
-            return await self.runner.resume(session_id, team, guard=fencing.guard(fence))
+            return await self.local.resume(session_id, team, guard=fencing.guard(fence))
         except SessionStateError:  # stopping: it was not started, so it goes back as it is
             self._handing_back.add(session_id)
             return None

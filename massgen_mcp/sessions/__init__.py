@@ -1,1 +1,1 @@
-"""Session records on disk and the runner that owns in-process runs."""
+"""Session records on disk and the local executor, which owns the runs in this process."""

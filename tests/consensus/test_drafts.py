@@ -19,7 +19,7 @@ from massgen_mcp.core.records import CallPurpose, EventType, StatusRecord
 from massgen_mcp.core.secrets import redact_excerpt, register_secret
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.service import ConsensusService
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.policies import ChatRequest, Reply, agree, answer
@@ -39,14 +39,14 @@ def slow_answers(req: ChatRequest) -> Reply:
 
 def local(home: Path) -> ConsensusService:
     store = SessionStore(home)
-    return ConsensusService(store, SessionRunner(store, LiteLLMProvider()), Workspace(home))
+    return ConsensusService(store, LocalExecutor(store, LiteLLMProvider()), Workspace(home))
 
 
 async def test_a_draft_shows_while_it_streams_and_is_never_written(home: Path) -> None:
     register_secret(SECRET)
     with ScriptedServer(slow_answers, chunk_chars=8, chunk_delay_s=0.01) as server:
         service = local(home)
-        run = await service.runner.start("What is 6*7?", team_for(server, ("a", "b")))
+        run = await service.executor.start("What is 6*7?", team_for(server, ("a", "b")))
         seen: list[StatusRecord] = []
         async with asyncio.timeout(60):
             async for status in service.watch(run.session_id):

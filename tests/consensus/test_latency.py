@@ -27,7 +27,7 @@ from massgen_mcp.providers.base import CallContext, Completion
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.render.html import render_report
 from massgen_mcp.render.text import coordination_table, describe_event
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import (
     ChatRequest,
@@ -189,7 +189,7 @@ async def test_a_straggler_joins_late_under_the_protocol_s_rules(
 
     server = scripted(by_model(ab_policy, c=c_policy))
     store = SessionStore()
-    runner = SessionRunner(store, LiteLLMProvider())
+    runner = LocalExecutor(store, LiteLLMProvider())
     runner.add_event_listener(lambda sid, e: on_event(sid, e.as_dict()))
     runner.add_status_listener(statuses.append)
     run = await runner.start("What is 6*7?", team_for(server))
@@ -263,7 +263,7 @@ async def test_resume_of_a_run_that_ended_early_asks_only_for_the_final_answer(
     server = scripted(policy)
     store = SessionStore(tmp_path)
     team = team_for(server, late_factor=100)
-    runner = SessionRunner(store, LiteLLMProvider())
+    runner = LocalExecutor(store, LiteLLMProvider())
     live = await runner.start("What is 6*7?", team)
     assert await asyncio.to_thread(final_asked.wait, NEVER_S)
     await runner.aclose(interrupt=True)  # the server stops mid-final
@@ -271,7 +271,7 @@ async def test_resume_of_a_run_that_ended_early_asks_only_for_the_final_answer(
     before = len(server.requests)
 
     resumed.set()
-    again = await SessionRunner(store, LiteLLMProvider()).resume(live.session_id, team)
+    again = await LocalExecutor(store, LiteLLMProvider()).resume(live.session_id, team)
     result = await again.task
     asked = server.requests[before:]
     assert [q.is_final for q in asked] == [True], "only the final answer is asked again"
@@ -376,7 +376,7 @@ async def test_a_run_cancelled_while_restarting_turns_lets_them_clean_up() -> No
                     else 0.0)  # a's and b's first votes: restarted when c's answer joins
 
     inner = ScriptedProvider(policy)
-    runner = SessionRunner(SessionStore(), _SlowToStop(inner, cleanup, cancelling))
+    runner = LocalExecutor(SessionStore(), _SlowToStop(inner, cleanup, cancelling))
     _SlowToStop.runner = runner
     team = build_team({"agents": [{"id": f"agent_{m}", "model": f"openai/{m}"} for m in "abc"],
                        "options": {"late_factor": 1.0}})
@@ -392,7 +392,7 @@ class _SlowToStop:
     """A provider whose cancelled call takes 0.3 s to stop; the first such cancel (a
     restart) also cancels the whole run."""
 
-    runner: SessionRunner
+    runner: LocalExecutor
     session_id: str
 
     def __init__(self, inner: ScriptedProvider, cleanup: list[tuple[str, str]],

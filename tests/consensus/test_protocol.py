@@ -19,7 +19,7 @@ import pytest
 from massgen_mcp.core.records import EventType, FinishReason, ResultRecord, RunStatus
 from massgen_mcp.core.spec import AgentSpec, TeamConfig, build_team
 from massgen_mcp.providers.base import Completion
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import (
     ChatRequest,
@@ -39,9 +39,9 @@ def team(models: str = "abc", **options: Any) -> TeamConfig:
 
 
 async def run(provider: ScriptedProvider, team_: TeamConfig) -> tuple[ResultRecord, SessionStore,
-                                                                       SessionRunner]:
+                                                                       LocalExecutor]:
     store = SessionStore()
-    runner = SessionRunner(store, provider)
+    runner = LocalExecutor(store, provider)
     live = await runner.start("What is 6*7?", team_)
     return await live.task, store, runner
 
@@ -193,7 +193,7 @@ class Stubborn:
 
 async def test_aclose_waits_at_most_its_deadline(caplog: pytest.LogCaptureFixture) -> None:
     provider = Stubborn()
-    runner = SessionRunner(SessionStore(), provider)
+    runner = LocalExecutor(SessionStore(), provider)
     live = await runner.start("q", team("a"))
     await provider.started.wait()
     with caplog.at_level(logging.WARNING):
@@ -211,11 +211,11 @@ import asyncio, sys
 from pathlib import Path
 from massgen_mcp.core.spec import build_team
 from massgen_mcp.testing.scripted import ScriptedProvider
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 
 async def main():
-    runner = SessionRunner(SessionStore(Path({str(tmp_path)!r})), ScriptedProvider())
+    runner = LocalExecutor(SessionStore(Path({str(tmp_path)!r})), ScriptedProvider())
     live = await runner.start("q", build_team({{"agents": [{{"id": "a", "model": "openai/a"}}]}}))
     print((await live.task).status, "litellm" in sys.modules)
 
@@ -249,7 +249,7 @@ async def test_resume_replays_answers_and_standing_votes(tmp_path: Path) -> None
 
     store = SessionStore(tmp_path)
     provider = Blocked()
-    runner = SessionRunner(store, provider)
+    runner = LocalExecutor(store, provider)
     live = await runner.start("What is 6*7?", team())
     await provider.votes_in.wait()
     while sum(1 for e in store.read_events(live.session_id) if e.type is EventType.VOTE) < 2:
@@ -258,7 +258,7 @@ async def test_resume_replays_answers_and_standing_votes(tmp_path: Path) -> None
     assert store.read_status(live.session_id).status is RunStatus.INTERRUPTED
 
     provider.block, provider.turns = False, []
-    again = SessionRunner(store, provider)
+    again = LocalExecutor(store, provider)
     resumed = await again.resume(live.session_id, team())
     result = await resumed.task
     assert result.status is RunStatus.COMPLETED and len(result.tally) == 3

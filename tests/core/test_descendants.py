@@ -20,7 +20,7 @@ import pytest
 
 from massgen_mcp.core import children
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, tool_calls
 from tests.coding_clis import ANSWER_PROBE_SH
@@ -184,7 +184,7 @@ async def test_a_cancelled_run_leaves_no_server_descendant(scripted: Scripted,
         asked.set()
         return Reply("text", delay_s=30)
 
-    runner = SessionRunner(SessionStore(), LiteLLMProvider())
+    runner = LocalExecutor(SessionStore(), LiteLLMProvider())
     try:
         live = await runner.start("q", team(scripted(policy).base_url, pid_folder))
         assert await asyncio.to_thread(asked.wait, 30)

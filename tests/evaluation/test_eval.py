@@ -265,7 +265,7 @@ def test_eval_scores_every_method_for_a_config_with_inline_keys_and_stays_out_of
     assert json.loads(capsys.readouterr().out)["session_id"] == mine[0]["session_id"]
 
 
-FROM_MAIN = Path(__file__).resolve().parent / "fixtures" / "eval-main"
+FROM_MAIN = Path(__file__).resolve().parents[1] / "fixtures" / "eval-main"
 
 
 def test_an_eval_folder_written_by_an_earlier_version_resumes_byte_for_byte(

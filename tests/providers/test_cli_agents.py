@@ -25,7 +25,7 @@ from massgen_mcp.core.records import EventType, RunStatus
 from massgen_mcp.core.spec import build_team
 from massgen_mcp.providers.base import Completion
 from massgen_mcp.providers.registry import ProviderRouter
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, text
 from tests.coding_clis import (
@@ -96,7 +96,7 @@ async def test_a_cli_that_hangs_is_timed_out_dropped_and_killed(
     server = scripted(by_model(agree, **{"scripted-claude": hang}))
     team = cli_team(server, ("claude",), ("a", "b"), cli_call_timeout_s=4)
     store = SessionStore()
-    runner = SessionRunner(store, ProviderRouter())
+    runner = LocalExecutor(store, ProviderRouter())
     live = await runner.start("What is 6*7?", team)
     assert await asyncio.to_thread(seen.wait, 30)
     environ = _environ_of_claude(user["mark"])
@@ -141,7 +141,7 @@ async def test_cancel_kills_every_cli_at_once(scripted: Scripted, user: dict[str
 
     server = scripted(hang)
     store = SessionStore()
-    runner = SessionRunner(store, ProviderRouter())
+    runner = LocalExecutor(store, ProviderRouter())
     live = await runner.start("What is 6*7?", cli_team(server, ("claude", "codex")))
     assert await asyncio.to_thread(both.wait, 30)
     assert len(alive(user["mark"])) >= 2  # codex is a node launcher and its native binary

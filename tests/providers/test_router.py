@@ -14,7 +14,7 @@ from massgen_mcp.core.spec import build_team
 from massgen_mcp.providers import registry
 from massgen_mcp.providers.base import Bounded
 from massgen_mcp.service import ConsensusService
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.testing.scripted import agree
 from tests.helpers import FAST, Scripted
 
@@ -31,8 +31,8 @@ def fresh_router(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 async def test_services_share_one_router_and_its_bound(fresh_router: None, home: Path,
                                                        tmp_path: Path) -> None:
     one, two = ConsensusService.local(tmp_path / "one"), ConsensusService.local(tmp_path / "two")
-    assert isinstance(one.runner, SessionRunner) and isinstance(two.runner, SessionRunner)
-    assert one.runner.provider is two.runner.provider is registry.shared_router()
+    assert isinstance(one.executor, LocalExecutor) and isinstance(two.executor, LocalExecutor)
+    assert one.executor.provider is two.executor.provider is registry.shared_router()
     agent = build_team({"agents": [{"id": "a", "model": "openai/a",
                                     "base_url": "http://127.0.0.1:9/v1"}]}).agents[0]
     router = registry.shared_router()

@@ -22,7 +22,7 @@ from massgen_mcp.server.app import create_server
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.sessions import store as store_module
 from massgen_mcp.sessions.ids import new_session_id, session_time
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedProvider, agree, answer
@@ -41,7 +41,7 @@ def old_home(home: Path) -> Path:
 
 def in_process(home: Path) -> ConsensusService:
     store = SessionStore(home)
-    return ConsensusService(store, SessionRunner(store, ScriptedProvider(agree)),
+    return ConsensusService(store, LocalExecutor(store, ScriptedProvider(agree)),
                             Workspace(home))
 
 
@@ -118,7 +118,7 @@ async def test_a_retry_of_a_kind_this_release_does_not_know_still_reads(
     assert "agent_a provider rate_limit, retry 1 in 0.5s" in lines[0]
     assert all("agent_a provider error, retry 1" in line for line in lines[1:])
     assert events[-1].type is EventType.FINISHED
-    documented = (Path(__file__).parents[1] / "docs" / "session-record.md").read_text()
+    documented = (Path(__file__).parents[2] / "docs" / "session-record.md").read_text()
     assert all(f"`{kind}`" in documented for kind in ErrorKind), "session-record.md lists them"
 
 
@@ -175,7 +175,7 @@ async def test_the_live_status_is_masked_like_the_record(home: Path,
             return await super().complete(agent, *args, **kwargs)
 
     store = SessionStore(home)
-    service = ConsensusService(store, SessionRunner(store, Gated(policy)), Workspace(home))
+    service = ConsensusService(store, LocalExecutor(store, Gated(policy)), Workspace(home))
     started = await service.start(RunSpec(question="q", models=["openai/a", "openai/b"],
                                           base_url="http://127.0.0.1:9/v1"))
     status = await service.status(started.session_id)

@@ -20,7 +20,7 @@ from fastmcp.client.transports import FastMCPTransport
 from massgen_mcp.core.errors import ConfigError, ProviderError
 from massgen_mcp.core.records import RunStatus
 from massgen_mcp.core.spec import AgentSpec, RunOptions, RunSpec, build_team
-from massgen_mcp.pool.executor import PoolRunner
+from massgen_mcp.pool.executor import PoolExecutor
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm, map_error
 from massgen_mcp.providers.model_names import LITELLM_PROVIDERS
@@ -28,7 +28,7 @@ from massgen_mcp.providers.preflight import model_strings
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.server.app import create_server
 from massgen_mcp.service import ConsensusService
-from massgen_mcp.sessions.runner import SessionRunner, local_executor
+from massgen_mcp.sessions.local import LocalExecutor, local_executor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import agree
@@ -234,7 +234,7 @@ async def test_only_a_run_in_this_process_probes_its_servers_first(home: Path,
     model string no provider serves, by its field, before a record exists."""
     store = SessionStore(home)
     here = local_executor(store)
-    pool = PoolRunner(store, PoolConfig("redis://127.0.0.1:6379/0"))  # never opened
+    pool = PoolExecutor(store, PoolConfig("redis://127.0.0.1:6379/0"))  # never opened
     dead = build_team({"agents": [{"id": "a", "model": "openai/a",
                                    "base_url": f"http://127.0.0.1:{unused_port()}/v1"}]})
     [refusal] = await here.preflight(dead, workspace=tmp_path, probe_base_urls=True)
@@ -282,13 +282,13 @@ async def test_on_a_worker_the_first_call_fails_at_once_with_the_url(
         await provider.complete(alive, HI, tools=None, timeout_s=10)
     assert info.value.retryable and "cannot reach" in str(info.value)
 
-    # The whole run, as a worker runs it (SessionRunner, not the service): failed in well
+    # The whole run, as a worker runs it (LocalExecutor, not the service): failed in well
     # under the 7 s of backoff it used to spend, with the URL in its errors.
     store = SessionStore(home)
     team = build_team({"agents": [dead.model_dump()], "options": {**FAST,
                                                                   "retry_backoff_s": 1.0}})
     started = time.monotonic()
-    live = await SessionRunner(store, ProviderRouter()).start("q", team)
+    live = await LocalExecutor(store, ProviderRouter()).start("q", team)
     result = await live.task
     assert time.monotonic() - started < 3
     assert result.status is RunStatus.FAILED

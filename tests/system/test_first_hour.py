@@ -21,7 +21,7 @@ from massgen_mcp.cli.output import EXIT_INPUT, EXIT_USAGE
 from massgen_mcp.core.records import Event, EventType, FinishReason, RunStatus
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.render.text import describe_event
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import STOP_POLL_S, ChatRequest, Reply, agree
 from tests.helpers import Scripted, team_for
@@ -82,7 +82,7 @@ def test_continue_and_resume_at_a_terminal_end_as_run_does(
     hold["votes"] = True
 
     async def interrupted() -> str:
-        runner = SessionRunner(SessionStore(), ProviderRouter())
+        runner = LocalExecutor(SessionStore(), ProviderRouter())
         run = await runner.start("What is 6*7?", team_for(server))
         for _ in range(3):
             assert await asyncio.to_thread(voting.acquire, True, 30)

@@ -1,6 +1,6 @@
 """Live drafts and steering on the worker pool, for real: redis-server and ``massgen-mcp
 worker`` processes (the helpers of ``test_pool.py``), the scripted server in this process, and
-front ends as :class:`PoolRunner` objects here, so a test can start a run on one front end and
+front ends as :class:`PoolExecutor` objects here, so a test can start a run on one front end and
 steer or watch it from another.
 """
 
@@ -28,7 +28,7 @@ from massgen_mcp.consensus.steering import NOTES_PER_MINUTE
 from massgen_mcp.core.errors import SessionNotFoundError, SteerRefusedError
 from massgen_mcp.core.records import CallPurpose, Draft, StatusRecord
 from massgen_mcp.pool import drafts
-from massgen_mcp.pool.executor import PoolRunner
+from massgen_mcp.pool.executor import PoolExecutor
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.sessions.ids import new_session_id
 from massgen_mcp.sessions.store import SessionStore
@@ -51,10 +51,10 @@ def pool(tmp_path: Path, home: Path) -> Any:
 @pytest.fixture
 async def front_ends(pool: Pool, home: Path) -> AsyncIterator[Callable[[], Any]]:
     """Open front ends in this process: ``runner = await front_ends()``, closed at the end."""
-    opened: list[PoolRunner] = []
+    opened: list[PoolExecutor] = []
 
-    async def open_one() -> PoolRunner:
-        runner = await PoolRunner(SessionStore(home), PoolConfig(pool.url)).open()
+    async def open_one() -> PoolExecutor:
+        runner = await PoolExecutor(SessionStore(home), PoolConfig(pool.url)).open()
         opened.append(runner)
         return runner
 
@@ -98,7 +98,7 @@ def logs(pool: Pool) -> str:
     return "".join(p.read_text(errors="replace") for p in pool.tmp.glob("*.log"))
 
 
-async def voted(runner: PoolRunner, sid: str) -> StatusRecord:
+async def voted(runner: PoolExecutor, sid: str) -> StatusRecord:
     """The run's status once some vote is recorded (woken by the live channel)."""
     status = await runner.status(sid)
     while not any(status.tally.values()):

@@ -618,10 +618,10 @@ async def test_a_task_s_session_from_redis_that_is_no_session_id_is_not_followed
         pool: Pool, home: Path, caplog: pytest.LogCaptureFixture) -> None:
     """``<pool>:task:<id>`` names the session a redelivered MCP task follows; one that
     names no session (``../../etc``) is dropped, and the task starts its run anew."""
-    from massgen_mcp.pool.executor import PoolRunner
+    from massgen_mcp.pool.executor import PoolExecutor
     from massgen_mcp.sessions.store import SessionStore
 
-    runner = await PoolRunner(SessionStore(home), PoolConfig(pool.url)).open()
+    runner = await PoolExecutor(SessionStore(home), PoolConfig(pool.url)).open()
     try:
         redis = Redis.from_url(pool.url)
         for bogus in (b"../../etc", b"x" * 100_000, b"\xff\xfe"):

@@ -22,7 +22,7 @@ from massgen_mcp.cli.output import EXIT_DROPPED
 from massgen_mcp.core.records import EventType, RunStatus
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.server.app import create_server
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import (
     ChatRequest,
@@ -83,7 +83,7 @@ async def test_mixed_faults_always_end_in_a_documented_state(scripted: Scripted)
     policy, _ = faulty(0.3, seed=7)
     server = scripted(policy)
     store = SessionStore()
-    runner = SessionRunner(store, ProviderRouter())
+    runner = LocalExecutor(store, ProviderRouter())
     runs = [await runner.start(f"question {i}", team_for(
         server, call_timeout_s=0.5, max_retries=2, timeout_s=30)) for i in range(12)]
     results = await asyncio.gather(*(r.task for r in runs))
@@ -104,7 +104,7 @@ async def test_mixed_faults_always_end_in_a_documented_state(scripted: Scripted)
 
 async def test_calls_per_provider_are_bounded(scripted: Scripted) -> None:
     server = scripted(agree, latency_s=0.05)
-    runner = SessionRunner(SessionStore(), ProviderRouter(max_parallel=2))
+    runner = LocalExecutor(SessionStore(), ProviderRouter(max_parallel=2))
     runs = [await runner.start("q", team_for(server)) for _ in range(4)]
     results = await asyncio.gather(*(r.task for r in runs))
     assert all(r.status == "completed" for r in results)
@@ -114,7 +114,7 @@ async def test_calls_per_provider_are_bounded(scripted: Scripted) -> None:
 async def test_one_hundred_concurrent_runs_complete(scripted: Scripted) -> None:
     server = scripted(agree, latency_s=0.02)
     store = SessionStore()
-    runner = SessionRunner(store, ProviderRouter(max_parallel=64))
+    runner = LocalExecutor(store, ProviderRouter(max_parallel=64))
     runs = [await runner.start(f"q{i}", team_for(server)) for i in range(100)]
     results = await asyncio.gather(*(r.task for r in runs))
     assert [r.status for r in results] == ["completed"] * 100
@@ -140,7 +140,7 @@ async def test_hostile_answers_stay_data(scripted: Scripted) -> None:
 
     server = scripted(policy)
     store = SessionStore()
-    runner = SessionRunner(store, ProviderRouter())
+    runner = LocalExecutor(store, ProviderRouter())
     run = await runner.start("Capital of France?", team_for(server))
     result = await run.task
     assert result.status == "completed"
@@ -327,7 +327,7 @@ async def test_prune_is_a_dry_run_unless_confirmed(scripted: Scripted,
                                                    capsys: pytest.CaptureFixture[str],
                                                    home: Path) -> None:
     server = scripted(agree)
-    runner = SessionRunner(SessionStore(), ProviderRouter())
+    runner = LocalExecutor(SessionStore(), ProviderRouter())
     run = await runner.start("q", team_for(server, ("a",)))
     await run.task
     assert main(["prune", "--older-than", "30d"]) == 0

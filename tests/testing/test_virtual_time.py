@@ -12,7 +12,7 @@ from pathlib import Path
 
 from massgen_mcp.consensus.pace import late_at
 from massgen_mcp.core.spec import build_team
-from massgen_mcp.sessions.runner import SessionRunner
+from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing import virtual_time
 from massgen_mcp.testing.scripted import Latency, ScriptedProvider, converge
@@ -57,7 +57,7 @@ def test_the_real_engine_opens_review_at_the_quorum_s_exact_time(tmp_path: Path)
 
     async def main() -> dict[str, object]:
         store = SessionStore(tmp_path)
-        run = await SessionRunner(store, provider, drafts=False).start("Q?", team)
+        run = await LocalExecutor(store, provider, drafts=False).start("Q?", team)
         result = await run.task
         assert result.status == "completed"
         events = store.read_events(run.session_id)

@@ -1,13 +1,15 @@
-"""Own the runs that execute in this process: start, follow, wait, cancel, shut down.
+"""The local executor: own the runs that execute in this process (start, follow, wait, cancel,
+shut down).
 
-Every run is an asyncio task owned by one :class:`SessionRunner`, in the manner of aiojobs:
+Every run is an asyncio task owned by one :class:`LocalExecutor`, in the manner of aiojobs:
 there is a cap on how many run at once, a run is forgotten as soon as it ends (its record on
 disk is the truth from then on, so a server that has run 10,000 sessions holds none of them in
-memory), and :meth:`SessionRunner.aclose` cancels what is left and waits at most a deadline.
+memory), and :meth:`LocalExecutor.aclose` cancels what is left and waits at most a deadline.
 
-The runner is one of two executors behind the :class:`Executor` seam: the service only uses
-its methods, so the pool's :class:`~massgen_mcp.pool.executor.PoolRunner` (Docket on Redis,
-runs on ``massgen-mcp worker`` processes) takes over execution with nothing else changed.
+It is one of two executors behind the :class:`~massgen_mcp.sessions.executor.Executor` seam:
+the service only uses its methods, so the pool's
+:class:`~massgen_mcp.pool.executor.PoolExecutor` (Docket on Redis, runs on ``massgen-mcp
+worker`` processes) takes over execution with nothing else changed.
 """
 
 from __future__ import annotations
@@ -15,14 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol, TypedDict
 
 from massgen_mcp.consensus import snapshot
 from massgen_mcp.consensus.engine import ConsensusRun
-from massgen_mcp.consensus.replay import Prior, RunRequest
+from massgen_mcp.consensus.replay import RunRequest
 from massgen_mcp.consensus.steering import not_running
 from massgen_mcp.core.errors import (
     ConfigError,
@@ -33,26 +34,36 @@ from massgen_mcp.core.errors import (
     SteerRefusedError,
 )
 from massgen_mcp.core.records import (
-    Draft,
     Event,
-    RequestRecord,
     ResultRecord,
     RunKind,
     RunStatus,
     StatusRecord,
 )
-from massgen_mcp.core.spec import TeamConfig, build_team
+from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers import preflight
 from massgen_mcp.providers.base import Provider
 from massgen_mcp.render.html import render_report
 from massgen_mcp.sessions import inbox
+from massgen_mcp.sessions.executor import (
+    DraftsListener,
+    EventListener,
+    ExecutorInfo,
+    Listeners,
+    Progress,
+    RecorderHooks,
+    StartedRun,
+    StatusListener,
+    Unsubscribe,
+    create_record,
+    new_request,
+    recorded_request,
+)
 from massgen_mcp.sessions.ids import new_session_id
 from massgen_mcp.sessions.recorder import (
-    EventHook,
     FileRecorder,
     GuardFactory,
     RecordRefused,
-    StatusHook,
 )
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.sessions.waiting import (
@@ -65,160 +76,7 @@ from massgen_mcp.tools.workspace import workspace_refusals
 
 log = logging.getLogger(__name__)
 
-EventListener = Callable[[str, Event], None]  # (session id, event)
-StatusListener = Callable[[StatusRecord], None]
-# (session id, the drafts now, their revision): a pool worker's publisher.
-DraftsListener = Callable[[str, Mapping[str, Draft], int], None]
-Unsubscribe = Callable[[], None]
-Progress = Callable[[int, int], None]  # (bytes so far, bytes in all) of a fetch before a run
 CLOSE_DEADLINE_S = 10.0
-
-
-class RecorderHooks(TypedDict):
-    on_event: EventHook
-    on_status: StatusHook
-
-
-@dataclass
-class StartedRun:
-    """A run an executor has taken (started here, or queued for a pool worker): its session,
-    where its record is, and notes for the user (config warnings, or why this team)."""
-
-    session_id: str
-    record_dir: Path
-    notes: list[str] = field(default_factory=list, kw_only=True)
-
-
-class Listeners:
-    """The callbacks that follow every run of one executor: each event (the CLI's progress
-    lines, a pool worker's publisher) and each status. Added through the executor's methods,
-    each with its own unsubscribe, so nobody mutates an executor's lists from outside."""
-
-    def __init__(self) -> None:
-        self._events: list[EventListener] = []
-        self._statuses: list[StatusListener] = []
-        self._drafts: list[DraftsListener] = []
-
-    def __bool__(self) -> bool:
-        return bool(self._events or self._statuses or self._drafts)
-
-    def add_event(self, listener: EventListener) -> Unsubscribe:
-        self._events.append(listener)
-        return lambda: self._events.remove(listener)
-
-    def add_status(self, listener: StatusListener) -> Unsubscribe:
-        self._statuses.append(listener)
-        return lambda: self._statuses.remove(listener)
-
-    def add_drafts(self, listener: DraftsListener) -> Unsubscribe:
-        self._drafts.append(listener)
-        return lambda: self._drafts.remove(listener)
-
-    def drafts(self, session_id: str, drafts: Mapping[str, Draft], revision: int) -> None:
-        for listener in tuple(self._drafts):
-            listener(session_id, drafts, revision)
-
-    def event(self, session_id: str, event: Event) -> None:
-        for listener in tuple(self._events):
-            listener(session_id, event)
-
-    def status(self, status: StatusRecord) -> None:
-        for listener in tuple(self._statuses):
-            listener(status)
-
-
-def new_request(question: str, team: TeamConfig, *, context: str | None,
-                parent_session_id: str | None, workspace: Path | None,
-                notes: list[str] | None, kind: RunKind = RunKind.RUN) -> RequestRecord:
-    """What a new session asks: everything any process needs to run it (with its config).
-    ``workspace`` is recorded only when the team's tools read it."""
-    if not team.options.workspace_tools:
-        workspace = None
-    return RequestRecord(question=question, context=context,
-                         parent_session_id=parent_session_id,
-                         workspace=str(workspace) if workspace else None,
-                         notes=notes or [], kind=kind)
-
-
-def create_record(store: SessionStore, session_id: str, team: TeamConfig,
-                  request: RequestRecord, hooks: RecorderHooks | None = None) -> FileRecorder:
-    """A new session's folder with its config (keys masked) and ``request``."""
-    return store.create(
-        session_id, config=team.redacted(), request=request,
-        on_event=hooks["on_event"] if hooks else None,
-        on_status=hooks["on_status"] if hooks else None)
-
-
-@dataclass(frozen=True)
-class ExecutorInfo:
-    """Where runs execute, for doctor, check_setup and /healthz."""
-
-    mode: str  # "embedded" (this process) or "pool" (Docket workers over Redis)
-    redis_url: str | None = None  # password masked
-    workers: tuple[str, ...] = ()  # pool workers seen within Docket's heartbeat window
-    problem: str | None = None  # why this front end cannot take runs now
-    surveyed: bool = True  # False: Redis could not be read, so ``workers`` is unknown, not ()
-
-
-class Executor(Protocol):
-    """Where runs execute: this process (:class:`SessionRunner`) or a worker pool."""
-
-    store: SessionStore
-
-    async def preflight(self, team: TeamConfig, *, workspace: Path, probe_base_urls: bool
-                        ) -> list[Refusal]:
-        """May ``team`` start? Every reason it may not, before a record exists: what the
-        run's machine lacks (keys, CLIs, servers, offline models) and context_paths outside
-        ``workspace``. Base URLs a model's call chose are probed only if
-        ``probe_base_urls``: the probe would tell the caller which hosts and ports answer
-        (:mod:`massgen_mcp.providers.endpoints`)."""
-    async def prepare(self, team: TeamConfig, progress: Progress) -> None:
-        """Fetch what ``team`` needs before it starts, with ``progress`` (a face that shows
-        a bar asks; a failed fetch refuses the run before its record exists)."""
-    def add_event_listener(self, listener: EventListener) -> Unsubscribe:
-        """Follow every event of every run this executor has; returns the unsubscribe."""
-    def add_status_listener(self, listener: StatusListener) -> Unsubscribe:
-        """Follow every status of every run this executor has; returns the unsubscribe."""
-    async def start(self, question: str, team: TeamConfig, *, context: str | None = None,
-                    parent_session_id: str | None = None, workspace: Path | None = None,
-                    notes: list[str] | None = None, kind: RunKind = RunKind.RUN
-                    ) -> StartedRun: ...
-    async def resume(self, session_id: str, team: TeamConfig) -> StartedRun: ...
-    async def status(self, session_id: str) -> StatusRecord: ...
-    async def result(self, session_id: str) -> ResultRecord | None: ...
-    async def wait(self, session_id: str, timeout_s: float | None, *, until_done: bool = False,
-                   after_revision: int | None = None, on_change: StatusCallback | None = None
-                   ) -> StatusRecord: ...
-    def watch(self, session_id: str) -> AsyncIterator[StatusRecord]: ...
-    async def steer(self, session_id: str, note: str) -> int: ...
-    async def cancel(self, session_id: str) -> bool: ...
-    async def count_running(self) -> int: ...
-    async def describe(self) -> ExecutorInfo: ...
-    async def recall(self, key: str) -> str | None: ...
-    async def remember(self, key: str, session_id: str) -> None: ...
-    async def aclose(self, deadline_s: float = ..., *, interrupt: bool = False) -> None: ...
-
-
-def recorded_team(store: SessionStore, session_id: str) -> TeamConfig:
-    """The team a session ran with, from its config.json (keys are not stored there: each
-    process resolves them from its own environment)."""
-    team = build_team(store.read_config(session_id),
-                      source=f"session {session_id} config.json")
-    if any(agent.api_key is not None for agent in team.agents):  # recorded as "***"
-        raise SessionStateError(f"session {session_id} used inline api_keys, which are not "
-                                "stored; start a new run with the same config")
-    return team
-
-
-def recorded_request(store: SessionStore, session_id: str, team: TeamConfig) -> RunRequest:
-    """What a recorded session asks, with the progress its events hold: from the start if
-    it has none yet (a queued run), else from its recorded answers and votes (see
-    :class:`~massgen_mcp.consensus.replay.Prior`)."""
-    recorded = store.read_request(session_id)
-    events = store.read_events(session_id)
-    prior = (Prior.from_events(events, lambda label: store.read_answer(session_id, label))
-             if events else None)
-    return RunRequest.from_record(session_id, recorded, team, prior)
 
 
 @dataclass
@@ -236,7 +94,7 @@ class LiveRun(StartedRun):
         return self.task.done()
 
 
-class SessionRunner:
+class LocalExecutor:
     """Starts runs as background tasks in this process, at most ``max_running`` at once."""
 
     def __init__(self, store: SessionStore, provider: Provider, *, max_running: int = 256,
@@ -244,7 +102,7 @@ class SessionRunner:
         self.store = store
         self.provider = provider
         self.max_running = max_running
-        self.worker = worker  # the pool worker this runner serves ("host#pid"), if any
+        self.worker = worker  # the pool worker this executor serves ("host#pid"), if any
         # Whether runs keep live drafts (providers then stream; litellm's streaming costs
         # ~12 ms of CPU a call and ~0.4 ms a token): off for faces nobody watches live.
         self.drafts = drafts
@@ -333,7 +191,7 @@ class SessionRunner:
         fence)."""
         self._check_capacity()
         request = await asyncio.to_thread(recorded_request, self.store, session_id, team)
-        self._check_capacity()  # again: the runner may have closed while the record was read
+        self._check_capacity()  # again: the executor may have closed while the record was read
         if session_id in self.runs:
             raise SessionStateError(f"session {session_id} is already running")
         changes, ticks = ChangeSignal(), ChangeSignal()
@@ -525,9 +383,9 @@ class SessionRunner:
                         deadline_s)
 
 
-def local_executor(store: SessionStore, *, drafts: bool = True) -> SessionRunner:
+def local_executor(store: SessionStore, *, drafts: bool = True) -> LocalExecutor:
     """The executor of runs in this process, on the process's one router (its bound per
     provider and its loaded embedded model are shared by every service here)."""
     from massgen_mcp.providers.registry import shared_router  # loads the providers
 
-    return SessionRunner(store, shared_router(), drafts=drafts)
+    return LocalExecutor(store, shared_router(), drafts=drafts)
