@@ -432,7 +432,10 @@ try:
 except ConfigError as exc:
     found = str(exc)
 print(json.dumps(found))
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec, so a child spawned by a big test
+# process (an xdist worker that loaded a model) would report the parent's peak as its own.
+print(next(int(line.split()[1]) for line in open("/proc/self/status")
+           if line.startswith("VmHWM:")) // 1024)
 """
 PEAK_MIB = 500
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS and /proc: Linux")
