@@ -27,10 +27,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-# A retry event names its kind in these words, so the records own them; ProviderError speaks them.
-from massgen_mcp.core.records import ErrorKind as ErrorKind
-from massgen_mcp.core.records import RunStatus
+from enum import StrEnum
 
 
 class MassgenError(Exception):
@@ -53,6 +50,36 @@ class UnknownTeamError(ConfigError):
 class EndpointUnreachableError(ConfigError):
     """A model's server (its base_url, or Ollama) takes no connection, so a run is not
     started: the message names the URL, why, and what to do."""
+
+
+class ErrorKind(StrEnum):
+    """What kind of failure a model call met: the one vocabulary of every provider (litellm's
+    exceptions, an HTTP status, a CLI's output, the embedded model). The value is what the
+    ``retry`` events of ``events.jsonl`` carry as ``kind``."""
+
+    RATE_LIMIT = "rate_limit"
+    AUTH = "auth"
+    BAD_REQUEST = "bad_request"
+    CONTEXT_WINDOW = "context_window"
+    CONTENT_FILTER = "content_filter"
+    TIMEOUT = "timeout"
+    SERVER_ERROR = "server_error"  # 5xx, a dropped connection, a garbled or cut-short reply
+    UNREACHABLE = "unreachable"  # a server the user runs takes no connection
+    UNAVAILABLE = "unavailable"  # no such CLI, model file or llama.cpp here
+    CLI_ERROR = "cli_error"
+    LOCAL_ERROR = "local_error"  # the embedded model failed
+    ERROR = "error"  # none of the above (and any kind a record names that this release does not)
+
+    @classmethod
+    def read(cls, value: object) -> ErrorKind | None:
+        """The kind a record names: a record is untrusted and may come from another release,
+        so a word this release does not know reads as :attr:`ERROR` instead of failing."""
+        if value is None or isinstance(value, ErrorKind):
+            return value
+        try:
+            return cls(value) if isinstance(value, str) else cls.ERROR
+        except ValueError:
+            return cls.ERROR
 
 
 # Each kind's message prefix (for :meth:`ProviderError.of`) and whether trying again may help.
@@ -148,7 +175,7 @@ class RunNotFinishedError(SessionStateError):
     """The run is still going (or was interrupted), so it has no result yet. Front ends add
     how to wait for it in their own words."""
 
-    def __init__(self, session_id: str, status: RunStatus) -> None:
+    def __init__(self, session_id: str, status: str) -> None:  # a RunStatus
         super().__init__(f"session {session_id} is {status} and has no result yet")
         self.session_id = session_id
         self.status = status

@@ -20,6 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
+from massgen_mcp.core.errors import ErrorKind
+
 SCHEMA_VERSION = 1
 # How much of an answer the live status, the events and the listings carry.
 PREVIEW_CHARS = 200
@@ -42,36 +44,6 @@ class AgentPhase(StrEnum):
 
 # Where a run stands. Every status but running is final.
 # (A comment, not a docstring: pydantic would copy a docstring into every tool schema.)
-class ErrorKind(StrEnum):
-    """What kind of failure a model call met: the one vocabulary of every provider (litellm's
-    exceptions, an HTTP status, a CLI's output, the embedded model). The value is what the
-    ``retry`` events of ``events.jsonl`` carry as ``kind``."""
-
-    RATE_LIMIT = "rate_limit"
-    AUTH = "auth"
-    BAD_REQUEST = "bad_request"
-    CONTEXT_WINDOW = "context_window"
-    CONTENT_FILTER = "content_filter"
-    TIMEOUT = "timeout"
-    SERVER_ERROR = "server_error"  # 5xx, a dropped connection, a garbled or cut-short reply
-    UNREACHABLE = "unreachable"  # a server the user runs takes no connection
-    UNAVAILABLE = "unavailable"  # no such CLI, model file or llama.cpp here
-    CLI_ERROR = "cli_error"
-    LOCAL_ERROR = "local_error"  # the embedded model failed
-    ERROR = "error"  # none of the above (and any kind a record names that this release does not)
-
-    @classmethod
-    def read(cls, value: object) -> ErrorKind | None:
-        """The kind a record names: a record is untrusted and may come from another release,
-        so a word this release does not know reads as :attr:`ERROR` instead of failing."""
-        if value is None or isinstance(value, ErrorKind):
-            return value
-        try:
-            return cls(value) if isinstance(value, str) else cls.ERROR
-        except ValueError:
-            return cls.ERROR
-
-
 class RunStatus(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"

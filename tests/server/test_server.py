@@ -358,3 +358,14 @@ def test_importing_the_server_does_not_import_litellm() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "False"
+
+
+def test_the_early_answers_import_nothing_heavy() -> None:
+    """The launcher answers a host's opening before fastmcp loads (server/early.py): what it
+    imports is on every host's critical path, so it takes no pydantic, no fastmcp and no mcp
+    (a core module importing the records once cost every host start ~90 ms)."""
+    code = ("import sys, massgen_mcp.server.early; "
+            "print(sorted({'pydantic', 'fastmcp', 'mcp', 'litellm', 'httpx'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
