@@ -168,6 +168,14 @@ def open_own(path: Path, *, mode: int = 0o600, max_bytes: int | None = None,
     return _open_checked(path, os.O_RDWR | os.O_CREAT, mode, max_bytes, mine)
 
 
+def open_append(path: Path, *, mode: int = 0o644) -> int:
+    """A descriptor that appends to ``path`` (created with ``mode`` if missing), checked as
+    :func:`open_own` checks: an append log in a session folder (``events.jsonl``,
+    ``cli.log``) that a cloned repository planted as a link would otherwise be appended
+    through, into whatever file it names, when that session is resumed."""
+    return _open_checked(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode, None, False)
+
+
 def read_bytes_safely(path: Path, max_bytes: int) -> bytes:
     """The bytes of ``path`` as :func:`open_safely` allows them (a file that grew past the cap
     since it was opened is refused too)."""

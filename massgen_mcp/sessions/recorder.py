@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from massgen_mcp.core.errors import RecordWriteError, describe_write_error
-from massgen_mcp.core.files import atomic_write
+from massgen_mcp.core.files import atomic_write, open_append
 from massgen_mcp.core.records import (
     Event,
     RequestRecord,
@@ -130,8 +130,7 @@ class FileRecorder:
         self.stamp: dict[str, Any] = {"pid": os.getpid()}
         try:
             (self.folder / "answers").mkdir(parents=True, exist_ok=True)
-            self._events = os.open(self.folder / "events.jsonl",
-                                   os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._events = open_append(self.folder / "events.jsonl")
             self._guard = guard(self.folder) if guard is not None else None
         except OSError as exc:
             raise RecordWriteError(describe_write_error(exc, home)) from None

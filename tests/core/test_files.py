@@ -153,3 +153,24 @@ def test_a_run_lock_planted_as_a_link_or_fifo_is_not_taken(tmp_path: Path) -> No
     lock = RunLock.take(folder)
     assert lock is not None
     lock.release()
+
+
+@posix_only
+def test_an_append_log_is_not_appended_through_a_planted_link(tmp_path: Path) -> None:
+    from massgen_mcp.core.files import open_append
+    from massgen_mcp.providers.cli.provider import _append_log
+
+    victim = tmp_path / "bashrc"
+    victim.write_text("mine\n")
+    (tmp_path / "cli.log").symlink_to(victim)
+    with pytest.raises(UnsafeFileError):
+        open_append(tmp_path / "cli.log")
+    _append_log(tmp_path / "cli.log", "agent_a", 1, "stderr of a coding CLI")  # never raises
+    assert victim.read_text() == "mine\n"
+    fd = open_append(tmp_path / "events.jsonl")
+    os.write(fd, b"one\n")
+    os.close(fd)
+    fd = open_append(tmp_path / "events.jsonl")
+    os.write(fd, b"two\n")
+    os.close(fd)
+    assert (tmp_path / "events.jsonl").read_text() == "one\ntwo\n"

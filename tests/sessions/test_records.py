@@ -268,3 +268,20 @@ async def test_a_planted_session_dated_ahead_never_becomes_latest_when_its_day_c
     assert main(["show", "latest"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"session  {own}  ") and "PLANTED-Q" not in out
+
+
+def test_a_recorder_does_not_open_its_event_log_through_a_planted_link(old_home: Path) -> None:
+    """A cloned repository's session folder may hold events.jsonl as a link to a file of the
+    user's. Today's paths read the events first (a link is refused there), but the recorder
+    itself opened its append log following the link; it now opens it through no link
+    (core/files.open_append), whoever reopens the record."""
+    from massgen_mcp.core.errors import RecordWriteError
+
+    victim = old_home / "bashrc"
+    victim.write_text("mine\n")
+    events = old_home / "sessions" / OLD_ID / "events.jsonl"
+    events.unlink()
+    events.symlink_to(victim)
+    with pytest.raises(RecordWriteError):
+        SessionStore(old_home).reopen(OLD_ID)
+    assert victim.read_text() == "mine\n"

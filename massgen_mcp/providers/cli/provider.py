@@ -11,6 +11,7 @@ built the same way either way."""
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 import time
 from dataclasses import replace
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from massgen_mcp.core.errors import ErrorKind, ProviderError
+from massgen_mcp.core.files import open_append
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion
 from massgen_mcp.providers.cli import versions
@@ -95,7 +97,8 @@ class CliProvider:
 
 
 def _append_log(path: Path, agent_id: str, code: int, text: str) -> None:
-    # A log line must never fail a call.
-    with contextlib.suppress(OSError), path.open("a", encoding="utf-8") as log:
+    # A log line must never fail a call; nor is it appended through a planted link.
+    with contextlib.suppress(OSError), os.fdopen(open_append(path), "a",
+                                                 encoding="utf-8") as log:
         log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} {agent_id} exit {code}\n")
         log.write(text if text.endswith("\n") else text + "\n")
