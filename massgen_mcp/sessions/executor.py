@@ -125,7 +125,7 @@ class ExecutorInfo:
 
 
 class Executor(Protocol):
-    """Where runs execute: this process (:class:`SessionRunner`) or a worker pool."""
+    """Where runs execute: this process (:class:`~massgen_mcp.sessions.local.LocalExecutor`) or a pool."""
 
     store: SessionStore
 
