@@ -125,7 +125,8 @@ class ExecutorInfo:
 
 
 class Executor(Protocol):
-    """Where runs execute: this process (:class:`~massgen_mcp.sessions.local.LocalExecutor`) or a pool."""
+    """Where runs execute: this process (:class:`~massgen_mcp.sessions.local.LocalExecutor`)
+    or a worker pool (:class:`~massgen_mcp.pool.executor.PoolExecutor`)."""
 
     store: SessionStore
 
