@@ -1,11 +1,11 @@
 """Where records live, how a file is written and how one that may have been planted is read:
-the home folder (``$MASSGEN_HOME``, ``.massgen`` or the user data folder); :func:`replace_file`
-(and its older name :func:`atomic_write`), which every record, report, cache, marker and
-config file goes through so that a reader never sees half a file and no link is written
-through; :func:`open_safely` / :func:`read_bytes_safely` / :func:`read_text_safely`, which
-every reader of a file that may have been planted goes through (no link followed, regular
-files only, a size cap); and :func:`open_own`, for the few files rewritten in place under a
-lock (a fence, a run's lock, a download's part)."""
+the home folder (``$MASSGEN_HOME``, ``.massgen`` or the user data folder); :func:`replace_file`,
+which every record, report, cache, marker and config file goes through so that a reader never
+sees half a file and no link is written through; :func:`open_safely` /
+:func:`read_bytes_safely` / :func:`read_text_safely`, which every reader of a file that may
+have been planted goes through (no link followed, regular files only, a size cap); and
+:func:`open_own` and :func:`open_append`, for the few files rewritten in place under a lock (a
+fence, a run's lock, a download's part) or appended to (a run's events, a coding CLI's log)."""
 
 from __future__ import annotations
 
@@ -85,11 +85,6 @@ def _write_and_rename(temporary: str, target: str, payload: bytes, mode: int, du
         with contextlib.suppress(OSError):
             os.unlink(temporary, dir_fd=folder)
         raise
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """:func:`replace_file` of ``text``: the name the record writers call it by."""
-    replace_file(path, text)
 
 
 # -- reading a file that may have been planted -------------------------------------------------

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from massgen_mcp.api.python import follow
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.files import atomic_write
+from massgen_mcp.core.files import replace_file
 from massgen_mcp.core.records import AgentPhase, RunKind, RunStatus, StatusRecord, clip
 from massgen_mcp.core.spec import MAX_AGENTS, RunSpec, validation_problems
 from massgen_mcp.evaluation.answers import expected_answer, is_correct, normalise
@@ -128,14 +128,14 @@ class Results:
 
     def save(self, settings: dict[str, Any], html: str | None = None) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.folder / "results.json", json.dumps(
+        replace_file(self.folder / "results.json", json.dumps(
             {"version": RESULTS_VERSION, "fingerprint": fingerprint(settings),
              "settings": settings,
              "best_member": None if self.best is None else self.best.model_dump(),
              "questions": {k: row.model_dump() for k, row in self.rows.items()}},
             indent=2))
         if html is not None:
-            atomic_write(self.folder / "summary.html", html)
+            replace_file(self.folder / "summary.html", html)
 
 
 async def evaluate(service: ConsensusService, plan: Plan, *,

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from massgen_mcp.consensus.steering import MAX_NOTE_CHARS
 from massgen_mcp.core.errors import SteerRefusedError
-from massgen_mcp.core.files import atomic_write, read_bytes_safely
+from massgen_mcp.core.files import read_bytes_safely, replace_file
 
 INBOX = "inbox"
 POLL_S = 0.5  # how often a running process looks for notes
@@ -60,7 +60,7 @@ def _inbox(folder: Path) -> Path:
 def post(folder: Path, note: str) -> str:
     """Leave ``note`` for the process running the session in ``folder``; returns its name."""
     name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}"
-    atomic_write(_inbox(folder) / f"{name}.note", json.dumps({"note": note}))
+    replace_file(_inbox(folder) / f"{name}.note", json.dumps({"note": note}))
     return name
 
 
@@ -128,5 +128,5 @@ def _read_note(path: Path) -> str | None:
 def answer(folder: Path, name: str, reply: Reply) -> None:
     """Tell the sender of note ``name`` what became of it."""
     with contextlib.suppress(OSError):  # the folder went away: nobody is left to tell
-        atomic_write(folder / INBOX / f"{name}.reply", json.dumps(
+        replace_file(folder / INBOX / f"{name}.reply", json.dumps(
             {"ok": reply.ok, "message": reply.message, "cleared": reply.cleared}))

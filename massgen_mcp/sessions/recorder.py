@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from massgen_mcp.core.errors import RecordWriteError, describe_write_error
-from massgen_mcp.core.files import atomic_write, open_append
+from massgen_mcp.core.files import open_append, replace_file
 from massgen_mcp.core.records import (
     Event,
     RequestRecord,
@@ -144,7 +144,7 @@ class FileRecorder:
         if self.write_error is None or status is None or not status.status.done:
             return
         try:
-            atomic_write(self.folder / "status.json", masked(status)[1])
+            replace_file(self.folder / "status.json", masked(status)[1])
         except OSError as exc:
             log.warning("session %s: the final status is still not written: %s",
                         self.session_id, exc)
@@ -187,7 +187,7 @@ class FileRecorder:
     def _write(self, path: Path, text: str) -> None:
         with self._owned():
             try:
-                atomic_write(path, text)
+                replace_file(path, text)
             except OSError as exc:
                 self._failed(exc)
 
@@ -221,7 +221,7 @@ class FileRecorder:
             if self.on_status is not None:
                 self.on_status(latest)
             try:
-                atomic_write(self.folder / "status.json", text)
+                replace_file(self.folder / "status.json", text)
             except OSError as exc:
                 self._failed(exc)
 

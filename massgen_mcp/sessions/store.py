@@ -49,7 +49,6 @@ from massgen_mcp.core.errors import (
 )
 from massgen_mcp.core.files import (
     MIB,
-    atomic_write,
     default_home,
     open_safely,
     read_bytes_safely,
@@ -340,7 +339,7 @@ class SessionStore:
             if final.status is RunStatus.INTERRUPTED:
                 self.append_event(sid, EventType.INTERRUPTED, reason=f"process {pid} "
                                   "ended while the run was in progress")
-        atomic_write(self.folder(sid) / "status.json", masked(final)[1])
+        replace_file(self.folder(sid) / "status.json", masked(final)[1])
         return True
 
     def prune_candidates(self, older_than_s: float, now: float | None = None

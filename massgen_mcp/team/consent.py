@@ -46,7 +46,7 @@ from urllib.parse import urlparse
 
 from massgen_mcp.core.env import getenv, user_config_dir
 from massgen_mcp.core.errors import UntrustedConfigError
-from massgen_mcp.core.files import atomic_write
+from massgen_mcp.core.files import replace_file
 from massgen_mcp.core.net import is_loopback
 from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.core.spec import CLI_PROVIDERS, PROVIDER_KEY_ENV, AgentSpec, TeamConfig
@@ -232,7 +232,7 @@ def trust(path: Path, text: str, expanded: list[tuple[str, str]]) -> Path:
     entries = _trusted()
     entries[place(path)] = digest(text, expanded)
     file.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(file, json.dumps(entries, indent=2) + "\n")
+    replace_file(file, json.dumps(entries, indent=2) + "\n")
     return file
 
 
@@ -241,7 +241,7 @@ def revoke(path: Path) -> bool:
     entries = _trusted()
     if entries.pop(place(path), None) is None:
         return False
-    atomic_write(_trust_file(), json.dumps(entries, indent=2) + "\n")
+    replace_file(_trust_file(), json.dumps(entries, indent=2) + "\n")
     return True
 
 
@@ -328,7 +328,7 @@ def remember_run(store: RecordReader, session_id: str, team: TeamConfig) -> None
     if _run_risks(team):
         file = _run_consent(session_id)
         file.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(file, _recorded_digest(store, session_id) + "\n")
+        replace_file(file, _recorded_digest(store, session_id) + "\n")
 
 
 def check_recorded(store: RecordReader, session_id: str, team: TeamConfig) -> None:
