@@ -35,8 +35,8 @@ from mcp.types import (
 )
 
 from massgen_mcp.core.spec import TeamConfig, build_team
-from massgen_mcp.providers.base import Provider
-from massgen_mcp.providers.litellm_provider import LiteLLMProvider
+from massgen_mcp.providers.base import TeamProvider
+from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import (
@@ -131,12 +131,12 @@ class Outcome:
 
 async def run_team(team: TeamConfig, question: str = "What is 6*7?", context: str | None = None,
                    listener: Callable[[str, dict[str, Any]], None] | None = None, *,
-                   drafts: bool = True, provider: Provider | None = None) -> Outcome:
+                   drafts: bool = True, provider: TeamProvider | None = None) -> Outcome:
     """Run to the end; ``listener`` sees every event as the engine applies it. ``drafts``:
     with live drafts (calls stream), as a server runs; without, as the headless CLI does.
     ``provider``: the models in process (a ScriptedProvider); by default litellm over HTTP."""
     store = SessionStore()
-    runner = LocalExecutor(store, provider or LiteLLMProvider(), drafts=drafts)
+    runner = LocalExecutor(store, provider or ProviderRouter(), drafts=drafts)
     if listener is not None:
         runner.add_event_listener(lambda sid, event: listener(sid, event.as_dict()))
     run = await runner.start(question, team, context=context)

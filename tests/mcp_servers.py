@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from massgen_mcp.core.spec import TeamConfig
-from massgen_mcp.providers.litellm_provider import LiteLLMProvider
+from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.massgen_yaml import team_from_mapping
@@ -29,7 +29,7 @@ def team(server_url: str, agents: list[dict[str, Any]], **options: Any) -> TeamC
 async def run(the_team: TeamConfig, question: str = "q") -> tuple[dict[str, Any], list[dict[str,
               Any]]]:
     store = SessionStore()
-    runner = LocalExecutor(store, LiteLLMProvider())
+    runner = LocalExecutor(store, ProviderRouter())
     live = await runner.start(question, the_team)
     result = await live.task
     return (result.model_dump(mode="json"),

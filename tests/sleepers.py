@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from massgen_mcp.core.spec import TeamConfig
-from massgen_mcp.providers.litellm_provider import LiteLLMProvider
+from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.massgen_yaml import team_from_mapping
@@ -89,7 +89,7 @@ def team(server_url: str, folder: Path, *flags: str, **backend: Any) -> TeamConf
 
 
 async def run(the_team: TeamConfig) -> dict[str, Any]:
-    runner = LocalExecutor(SessionStore(), LiteLLMProvider())
+    runner = LocalExecutor(SessionStore(), ProviderRouter())
     live = await runner.start("q", the_team)
     return (await live.task).model_dump(mode="json")
 

@@ -53,7 +53,7 @@ from massgen_mcp.pool.live import LivePublisher, PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.pool.records import end_unstarted, pool_unfinished
 from massgen_mcp.pool.steering import SteerReply, SteerRequest
-from massgen_mcp.providers.base import Provider
+from massgen_mcp.providers.base import TeamProvider
 from massgen_mcp.sessions.executor import recorded_team
 from massgen_mcp.sessions.ids import check_session_id
 from massgen_mcp.sessions.local import LiveRun, LocalExecutor
@@ -82,7 +82,7 @@ SWEEP_AGAIN = 10.0
 class PoolWorker:
     """One worker process: a Docket worker whose only task is running sessions."""
 
-    def __init__(self, config: PoolConfig, store: SessionStore, provider: Provider, *,
+    def __init__(self, config: PoolConfig, store: SessionStore, provider: TeamProvider, *,
                  concurrency: int = 32) -> None:
         fencing.check(store.home)  # one line, where records cannot be fenced
         self.config = config

@@ -4,7 +4,8 @@ The engine only knows :class:`Provider`; litellm, the embedded model and the cod
 sit behind it. Retries with backoff live here, once, for every provider: rate limits, 5xx,
 timeouts and broken connections are retried, honouring Retry-After; anything else fails at once.
 A provider that bounds concurrent calls (:class:`Bounded`, the router) is asked for a slot
-before each attempt.
+before each attempt. What an executor runs a whole team on (:class:`TeamProvider`: the router,
+or a test's scripted provider) also says, before a run starts, why the team cannot run here.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from massgen_mcp.core.errors import ErrorKind, ProviderError
+from massgen_mcp.core.errors import ErrorKind, ProviderError, Refusal
 from massgen_mcp.core.secrets import redactor
-from massgen_mcp.core.spec import AgentSpec
+from massgen_mcp.core.spec import AgentSpec, TeamConfig
 
 MAX_RETRY_AFTER_S = 60.0
 # What one call may claim to have used: a count beyond this (or negative, or not a whole
@@ -95,6 +96,19 @@ class Provider(Protocol):
         timeout_s: float,
         context: CallContext | None = None,
     ) -> Completion: ...
+
+
+class TeamProvider(Provider, Protocol):
+    """A provider for every agent of a team, which an executor runs on: it answers "may this
+    team run here?" as well as the calls, since only it knows where its models live. The
+    router asks every check (keys, CLIs, servers, pulled models); a provider of scripted
+    replies asks those that need no server (it has none to probe)."""
+
+    async def problems(self, team: TeamConfig, *, probe_base_urls: bool = True
+                       ) -> list[Refusal]:
+        """Why ``team`` cannot run here, asked before its record exists (``probe_base_urls``:
+        whether to try a connection to each declared server)."""
+        ...
 
 
 @runtime_checkable

@@ -42,7 +42,7 @@ from massgen_mcp.core.records import (
 )
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers import preflight
-from massgen_mcp.providers.base import Provider
+from massgen_mcp.providers.base import TeamProvider
 from massgen_mcp.render.html import render_report
 from massgen_mcp.sessions import inbox
 from massgen_mcp.sessions.executor import (
@@ -97,7 +97,7 @@ class LiveRun(StartedRun):
 class LocalExecutor:
     """Starts runs as background tasks in this process, at most ``max_running`` at once."""
 
-    def __init__(self, store: SessionStore, provider: Provider, *, max_running: int = 256,
+    def __init__(self, store: SessionStore, provider: TeamProvider, *, max_running: int = 256,
                  worker: str | None = None, drafts: bool = True) -> None:
         self.store = store
         self.provider = provider
@@ -145,14 +145,10 @@ class LocalExecutor:
 
     async def preflight(self, team: TeamConfig, *, workspace: Path, probe_base_urls: bool
                         ) -> list[Refusal]:
-        """See :meth:`Executor.preflight`: this machine is the run's, so its router asks
-        everything (a provider of a test's has no servers to probe)."""
-        from massgen_mcp.providers.registry import ProviderRouter
-
-        found = workspace_refusals(team, workspace)
-        if isinstance(self.provider, ProviderRouter):
-            return found + await self.provider.problems(team, probe_base_urls=probe_base_urls)
-        return found + await preflight.here(team)
+        """See :meth:`Executor.preflight`: this machine is the run's, so its provider asks
+        everything it knows of."""
+        return [*workspace_refusals(team, workspace),
+                *await self.provider.problems(team, probe_base_urls=probe_base_urls)]
 
     async def prepare(self, team: TeamConfig, progress: Progress) -> None:
         await preflight.fetch_bundled(team, progress)

@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from massgen_mcp.core.errors import ErrorKind, ProviderError
-from massgen_mcp.core.spec import AgentSpec
+from massgen_mcp.core.errors import ErrorKind, ProviderError, Refusal
+from massgen_mcp.core.spec import AgentSpec, TeamConfig
+from massgen_mcp.providers import preflight
 from massgen_mcp.providers.base import CallContext, Completion, ToolCall
 from massgen_mcp.testing.policies import (
     ChatRequest,
@@ -98,6 +99,12 @@ class ScriptedProvider:
 
     def calls_by_model(self) -> dict[str, int]:
         return dict(self._counts)
+
+    async def problems(self, team: TeamConfig, *, probe_base_urls: bool = True
+                       ) -> list[Refusal]:
+        """The checks that need no server (this provider has none to probe): model strings,
+        keys, CLIs, offline models."""
+        return await preflight.here(team)
 
     async def complete(self, agent: AgentSpec, messages: list[dict[str, Any]], *,
                        tools: list[dict[str, Any]] | None, timeout_s: float,

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from massgen_mcp.consensus.drafts import Drafts
 from massgen_mcp.core.records import CallPurpose, EventType, StatusRecord
 from massgen_mcp.core.secrets import redact_excerpt, register_secret
-from massgen_mcp.providers.litellm_provider import LiteLLMProvider
+from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
@@ -39,7 +39,7 @@ def slow_answers(req: ChatRequest) -> Reply:
 
 def local(home: Path) -> ConsensusService:
     store = SessionStore(home)
-    return ConsensusService(store, LocalExecutor(store, LiteLLMProvider()), Workspace(home))
+    return ConsensusService(store, LocalExecutor(store, ProviderRouter()), Workspace(home))
 
 
 async def test_a_draft_shows_while_it_streams_and_is_never_written(home: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from massgen_mcp.providers.litellm_provider import LiteLLMProvider
+from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import (
@@ -245,7 +245,7 @@ async def test_cancel_stops_in_flight_calls_promptly(scripted: Scripted) -> None
 
     server = scripted(hang)
     store = SessionStore()
-    runner = LocalExecutor(store, LiteLLMProvider())
+    runner = LocalExecutor(store, ProviderRouter())
     run = await runner.start("q?", team_for(server))
     for _ in range(3):
         assert await asyncio.to_thread(arrived.acquire, True, 10)

@@ -21,10 +21,11 @@ import pytest
 
 from massgen_mcp.consensus.pace import late_at, quorum
 from massgen_mcp.consensus.state import Coordination
+from massgen_mcp.core.errors import Refusal
 from massgen_mcp.core.records import Decision, Event, EventType, RunStatus
-from massgen_mcp.core.spec import AgentSpec, build_team
+from massgen_mcp.core.spec import AgentSpec, TeamConfig, build_team
 from massgen_mcp.providers.base import CallContext, Completion
-from massgen_mcp.providers.litellm_provider import LiteLLMProvider
+from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.render.html import render_report
 from massgen_mcp.render.text import coordination_table, describe_event
 from massgen_mcp.sessions.local import LocalExecutor
@@ -189,7 +190,7 @@ async def test_a_straggler_joins_late_under_the_protocol_s_rules(
 
     server = scripted(by_model(ab_policy, c=c_policy))
     store = SessionStore()
-    runner = LocalExecutor(store, LiteLLMProvider())
+    runner = LocalExecutor(store, ProviderRouter())
     runner.add_event_listener(lambda sid, e: on_event(sid, e.as_dict()))
     runner.add_status_listener(statuses.append)
     run = await runner.start("What is 6*7?", team_for(server))
@@ -263,7 +264,7 @@ async def test_resume_of_a_run_that_ended_early_asks_only_for_the_final_answer(
     server = scripted(policy)
     store = SessionStore(tmp_path)
     team = team_for(server, late_factor=100)
-    runner = LocalExecutor(store, LiteLLMProvider())
+    runner = LocalExecutor(store, ProviderRouter())
     live = await runner.start("What is 6*7?", team)
     assert await asyncio.to_thread(final_asked.wait, NEVER_S)
     await runner.aclose(interrupt=True)  # the server stops mid-final
@@ -271,7 +272,7 @@ async def test_resume_of_a_run_that_ended_early_asks_only_for_the_final_answer(
     before = len(server.requests)
 
     resumed.set()
-    again = await LocalExecutor(store, LiteLLMProvider()).resume(live.session_id, team)
+    again = await LocalExecutor(store, ProviderRouter()).resume(live.session_id, team)
     result = await again.task
     asked = server.requests[before:]
     assert [q.is_final for q in asked] == [True], "only the final answer is asked again"
@@ -398,6 +399,10 @@ class _SlowToStop:
     def __init__(self, inner: ScriptedProvider, cleanup: list[tuple[str, str]],
                  cancelling: list[asyncio.Task[bool]]) -> None:
         self.inner, self.cleanup, self.cancelling = inner, cleanup, cancelling
+
+    async def problems(self, team: TeamConfig, *, probe_base_urls: bool = True
+                       ) -> list[Refusal]:
+        return await self.inner.problems(team, probe_base_urls=probe_base_urls)
 
     async def complete(self, agent: AgentSpec, messages: list[dict[str, Any]], *,
                        tools: list[dict[str, Any]] | None, timeout_s: float,

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from massgen_mcp.core.errors import Refusal
 from massgen_mcp.core.records import EventType, FinishReason, ResultRecord, RunStatus
 from massgen_mcp.core.spec import AgentSpec, TeamConfig, build_team
 from massgen_mcp.providers.base import Completion
@@ -178,6 +179,10 @@ class Stubborn:
     def __init__(self) -> None:
         self.release = asyncio.Event()
         self.started = asyncio.Event()
+
+    async def problems(self, team: TeamConfig, *, probe_base_urls: bool = True
+                       ) -> list[Refusal]:
+        return []
 
     async def complete(self, agent: AgentSpec, messages: list[dict[str, Any]], *,
                        tools: list[dict[str, Any]] | None, timeout_s: float,

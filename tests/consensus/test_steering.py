@@ -30,7 +30,7 @@ from massgen_mcp.consensus.steering import (
 )
 from massgen_mcp.core.errors import ConfigError, SteerRefusedError
 from massgen_mcp.core.records import Event, EventType, RunStatus, StatusRecord
-from massgen_mcp.providers.litellm_provider import LiteLLMProvider
+from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.sessions import inbox
 from massgen_mcp.sessions.local import LocalExecutor
@@ -114,7 +114,7 @@ def gate() -> Iterator[Gate]:
 
 def local(home: Path) -> ConsensusService:
     store = SessionStore(home)
-    return ConsensusService(store, LocalExecutor(store, LiteLLMProvider()), Workspace(home))
+    return ConsensusService(store, LocalExecutor(store, ProviderRouter()), Workspace(home))
 
 
 async def until(service: ConsensusService, session_id: str,

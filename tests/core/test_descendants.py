@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.core import children
-from massgen_mcp.providers.litellm_provider import LiteLLMProvider
+from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, tool_calls
@@ -184,7 +184,7 @@ async def test_a_cancelled_run_leaves_no_server_descendant(scripted: Scripted,
         asked.set()
         return Reply("text", delay_s=30)
 
-    runner = LocalExecutor(SessionStore(), LiteLLMProvider())
+    runner = LocalExecutor(SessionStore(), ProviderRouter())
     try:
         live = await runner.start("q", team(scripted(policy).base_url, pid_folder))
         assert await asyncio.to_thread(asked.wait, 30)

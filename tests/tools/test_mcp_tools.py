@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from massgen_mcp.providers.litellm_provider import LiteLLMProvider
+from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, tool_calls
@@ -177,7 +177,7 @@ async def test_cancel_leaves_no_server_process(scripted: Scripted) -> None:
     marker = f"cancel-{uuid.uuid4().hex}"
     notes = {"notes": {"command": sys.executable, "args": [str(NOTES), marker]}}
     the_team = team(server.base_url, [{"id": "a", "backend": {"mcp_servers": notes}}])
-    runner = LocalExecutor(SessionStore(), LiteLLMProvider())
+    runner = LocalExecutor(SessionStore(), ProviderRouter())
     try:
         live = await runner.start("q", the_team)
         assert await asyncio.to_thread(asked.wait, 30)
