@@ -329,7 +329,9 @@ class ConsensusService:
         """The outcome of a finished run; RunNotFinishedError while it goes on."""
         result = await self.executor.result(check_session_id(session_id))
         if result is None:
-            raise RunNotFinishedError(session_id, (await self.status(session_id)).status)
+            state = (await self.status(session_id)).status
+            raise RunNotFinishedError(session_id, state,
+                                      interrupted=state is RunStatus.INTERRUPTED)
         return result
 
     def find_session(self, ref: str, *, include_eval: bool = False) -> str:

@@ -14,7 +14,7 @@ MassgenError
 │                          .retryable, .status_code
 ├── SessionNotFoundError   no session with that id in this store
 ├── SessionStateError      the session is in a state that does not allow the request
-│   └── RunNotFinishedError  it has no result yet; carries .session_id and .status
+│   └── RunNotFinishedError  it has no result yet; carries .session_id, .status, .interrupted
 ├── RecordWriteError       the record folder cannot be written (disk full, I/O, permissions)
 ├── PoolUnavailableError   a worker pool's Redis did not take a run (front ends of a pool)
 ├── ModelDownloadError     ``models pull`` could not download, or refused, a model file
@@ -173,12 +173,15 @@ class SteerRefusedError(SessionStateError):
 
 class RunNotFinishedError(SessionStateError):
     """The run is still going (or was interrupted), so it has no result yet. Front ends add
-    how to wait for it in their own words."""
+    how to wait for it in their own words: ``interrupted`` says whether waiting would do (no:
+    nothing is running it, it must be resumed). ``status`` is the run's state as its record
+    words it; this module imports no records, so the early start path stays light."""
 
-    def __init__(self, session_id: str, status: str) -> None:  # a RunStatus
+    def __init__(self, session_id: str, status: str, *, interrupted: bool) -> None:
         super().__init__(f"session {session_id} is {status} and has no result yet")
         self.session_id = session_id
         self.status = status
+        self.interrupted = interrupted
 
 
 class RecordWriteError(MassgenError):

@@ -75,7 +75,7 @@ def tool_errors() -> Iterator[None]:
     try:
         yield
     except RunNotFinishedError as exc:
-        raise ToolError(f"{exc}; {not_finished_hint(exc.status)}") from None
+        raise ToolError(f"{exc}; {not_finished_hint(exc.interrupted)}") from None
     except SessionNotFoundError as exc:  # the store names no face's way to list ids
         raise ToolError(f"{exc}; list_sessions shows the ids") from None
     except MassgenError as exc:

@@ -299,10 +299,10 @@ def progress_steps(status: StatusRecord) -> tuple[int, int]:
     return (total if status.done else answered + voted), total
 
 
-def not_finished_hint(status: str) -> str:
+def not_finished_hint(interrupted: bool) -> str:
     """What a calling model is told to do when a run it asks about has no result yet: an
     interrupted run waits for nobody (a hint to poll it would send the model round in a
     circle between get_status and get_result)."""
-    if status == RunStatus.INTERRUPTED:
+    if interrupted:
         return f"call resume_session with wait_s={POLL_WAIT_S} to finish it"
     return f"call get_status with wait_s={POLL_WAIT_S} until done"

@@ -129,6 +129,10 @@ async def test_until_change_returns_at_the_first_change(scripted: Scripted, home
                        ).structured_content
             assert not changed["done"], "the votes are held: only a step can have come"
             assert changed["revision"] > now["revision"]
+            early = await client.call_tool("get_result", {"session_id": sid})
+            assert early.is_error  # still running: the way on is a wait
+            assert (f"session {sid} is running and has no result yet; call get_status with "
+                    "wait_s=" in early.content[0].text)  # type: ignore[union-attr]
             gates.votes.set()
             done = (await asyncio.wait_for(client.call_tool(
                 "get_status", {"session_id": sid, "wait_s": 50}), BOUND_S)).structured_content

@@ -183,6 +183,11 @@ async def test_kill_9_then_interrupted_then_resume(scripted: Scripted, home: Pat
         listed = (await client.call_tool("list_sessions", {})).structured_content
         assert listed["sessions"][0] == {**listed["sessions"][0], "session_id": sid,
                                          "status": "interrupted"}
+        waiting = await client.call_tool("get_result", {"session_id": sid},
+                                         raise_on_error=False)
+        assert waiting.is_error  # nobody runs it, so the way on is a resume, not a wait
+        assert (f"session {sid} is interrupted and has no result yet; call resume_session"
+                in waiting.content[0].text)
         before = len(server.requests)
         resumed = (await client.call_tool("resume_session", {
             "session_id": sid, "wait_s": 30})).structured_content
