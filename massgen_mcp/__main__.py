@@ -26,8 +26,11 @@ def main() -> int:
             from massgen_mcp.server import early
 
             early.taken = early.start(sys.stdin.buffer, sys.stdout.buffer)
-        from massgen_mcp.cli.main import main as cli_main
-        from massgen_mcp.cli.output import EXIT_CANCELLED, end_now
+        from massgen_mcp.core.loading import loading
+
+        with loading():
+            from massgen_mcp.cli.main import main as cli_main
+            from massgen_mcp.cli.output import EXIT_CANCELLED, end_now
 
         code = cli_main()
         if code == EXIT_CANCELLED:  # a person pressed Ctrl-C and waits for the prompt

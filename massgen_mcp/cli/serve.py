@@ -123,15 +123,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
                           "(or set MASSGEN_REDIS_URL)")
     if not 1 <= args.concurrency <= 1000:
         raise ConfigError("--concurrency: between 1 and 1000 runs at once")
-    from massgen_mcp.pool.worker import PoolWorker
-    from massgen_mcp.providers.registry import shared_router
-    from massgen_mcp.server.transports import configure_logging
-    from massgen_mcp.sessions.store import SessionStore
+    from massgen_mcp.core.loading import loading
 
-    home = Path(args.home) if args.home else None
-    configure_logging(home, log_file=None)
-    worker = PoolWorker(pool, SessionStore(home), shared_router(),
-                        concurrency=args.concurrency)
+    with loading():  # what is loaded lives as long as we do: no collection walks it again
+        from massgen_mcp.pool.worker import PoolWorker
+        from massgen_mcp.providers.registry import shared_router
+        from massgen_mcp.server.transports import configure_logging
+        from massgen_mcp.sessions.store import SessionStore
+
+        home = Path(args.home) if args.home else None
+        configure_logging(home, log_file=None)
+        worker = PoolWorker(pool, SessionStore(home), shared_router(),
+                            concurrency=args.concurrency)
     asyncio.run(worker.serve())
     return EXIT_OK
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import functools
-import gc
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError, ListenError
 from massgen_mcp.core.files import default_home
+from massgen_mcp.core.loading import loading
 from massgen_mcp.core.net import is_loopback
 from massgen_mcp.core.secrets import RedactingFormatter
 from massgen_mcp.core.settings import SETTINGS
@@ -267,15 +267,15 @@ def serve_stdio(home: Path | None = None, *, tasks: bool = False) -> None:
     """Serve until stdin closes, SIGTERM or SIGINT. Each is a graceful stop: runs in flight
     are recorded ``interrupted`` (so ``resume_session`` continues them) and the process exits
     promptly, with status 0 and nothing but log lines on stderr."""
-    from massgen_mcp.server import stdio
-    from massgen_mcp.server.app import create_server
-    from massgen_mcp.service import ConsensusService
+    with loading():  # what is loaded lives as long as we do: no collection walks it again
+        from massgen_mcp.server import stdio
+        from massgen_mcp.server.app import create_server
+        from massgen_mcp.service import ConsensusService
 
-    stdio.install()
-    configure_logging(home)
-    service = ConsensusService.local(home)
-    server = create_server(service=service, tasks=tasks)
-    gc.freeze()  # what is loaded lives as long as we do: no collection walks it again
+        stdio.install()
+        configure_logging(home)
+        service = ConsensusService.local(home)
+        server = create_server(service=service, tasks=tasks)
 
     async def stop(signum: int) -> None:
         logging.getLogger(__name__).info("%s: stopping", signal.Signals(signum).name)
@@ -304,7 +304,9 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
                api: str = "both", pool: PoolConfig | None = None, tasks: bool = False) -> None:
     """Serve over HTTP: MCP at ``path`` and/or (``api``) the OpenAI-compatible endpoint, one
     token for both. With ``pool``, a front end: runs go to the pool's workers."""
-    from massgen_mcp.server.app import create_server
+    with loading():  # what is loaded lives as long as we do: no collection walks it again
+        from massgen_mcp.server.app import create_server
+        from massgen_mcp.server.shutdown import stopping
 
     token = SETTINGS.mcp_token.read()
     if not is_loopback(host) and not token:
@@ -352,15 +354,12 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
     app = server.http_app(path=path, middleware=middleware, host_origin_protection="auto")
     if api == "openai":  # the MCP endpoint is not served at all
         app.router.routes = [r for r in app.router.routes if getattr(r, "path", "") != path]
-    import uvicorn
-
-    from massgen_mcp.server import shutdown
-
-    gc.freeze()  # what is loaded lives as long as we do: no collection walks it again
+    with loading():
+        import uvicorn
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
-            shutdown.stopping.set()  # calls in flight answer now (see server/shutdown.py)
+            stopping.set()  # calls in flight answer now (see server/shutdown.py)
             super().handle_exit(sig, frame)
 
     # log_config=None: uvicorn's records go to our (redacting) handlers and server.log.
