@@ -9,7 +9,7 @@ gives for each line. When the SDK opens stdio, :meth:`EarlyStdin.hand_over` stop
 and returns the ids answered; the SDK then reads everything, those lines included, from
 :meth:`EarlyStdin.read` (:mod:`massgen_mcp.server.stdio`), and its replies to those ids are
 dropped. The thread reads stdin for the whole life of the process; at the end of input it
-passes that on too.
+passes that on too, or, when every request read had its early reply, ends the process.
 
 Standard library only: this runs before fastmcp and the mcp SDK are imported.
 """
@@ -70,6 +70,7 @@ class EarlyStdin:
                 chunk = b""
             self._chunks.put(chunk)  # the server reads everything, answered or not
             if not chunk:
+                self._end_if_all_answered()
                 return
             if self._answering:
                 self._answer_lines(chunk)
@@ -96,6 +97,17 @@ class EarlyStdin:
             self.answered[id_] = reply
             self._stdout.write(reply)
             self._stdout.flush()
+
+    def _end_if_all_answered(self) -> None:
+        """The host closed stdin with a reply to every request it sent: a host checking that
+        the server is up (spawn, handshake, lists, close) leaves the server nothing to do, so
+        the process ends now, as the SDK would at the end of input, instead of first loading
+        it (~1 s of CPU). A request the early replies left to the SDK, or a line not yet
+        whole, keeps the process going until the server has answered it."""
+        with self._lock:  # the server has not taken over, so it has written nothing
+            if self._answering and self.answered and not bytes(self._pending).strip():
+                self._stdout.flush()
+                os._exit(0)
 
     def _stop(self) -> None:
         with self._lock:

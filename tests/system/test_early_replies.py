@@ -135,13 +135,10 @@ async def test_the_opening_is_answered_while_fastmcp_is_still_loading(
         tmp_path: Path, lines: list[bytes]) -> None:
     """A fastmcp that never finishes importing: every opening request a host waits for is
     answered all the same (hosts wait for these before their first model request)."""
-    shadow = tmp_path / "shadow" / "fastmcp"
-    shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("import threading\nthreading.Event().wait()\n")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "massgen_mcp", stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-        env=server_env(tmp_path / "home", PYTHONPATH=str(shadow.parent)))
+        env=never_loading_fastmcp(tmp_path))
     assert proc.stdin is not None and proc.stdout is not None
     try:
         proc.stdin.write(b"".join(line + b"\n" for line in lines))
@@ -152,6 +149,55 @@ async def test_the_opening_is_answered_while_fastmcp_is_still_loading(
         proc.kill()
         await proc.wait()
     assert sorted(ids) == [1, 2, 3, 4]
+
+
+def never_loading_fastmcp(tmp_path: Path) -> dict[str, str]:
+    """A server environment whose fastmcp never finishes importing."""
+    shadow = tmp_path / "shadow" / "fastmcp"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("import threading\nthreading.Event().wait()\n")
+    return server_env(tmp_path / "home", PYTHONPATH=str(shadow.parent))
+
+
+async def test_a_host_that_closes_after_the_opening_ends_the_process_at_once(
+        tmp_path: Path) -> None:
+    """A host checking the server is up (spawn, handshake, lists, close stdin) got every
+    reply early: the process ends with 0, as the SDK would, without loading the server (here
+    a fastmcp that never loads: before, the process waited on it forever)."""
+    lines = [initialize(1, "2025-06-18"), note("notifications/initialized"),
+             *(req(i, method) for i, method in enumerate(LISTS, 2))]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "massgen_mcp", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=never_loading_fastmcp(tmp_path))
+    try:
+        out, err = await asyncio.wait_for(
+            proc.communicate(b"".join(line + b"\n" for line in lines)), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert sorted(json.loads(line)["id"] for line in out.splitlines()) == [1, 2, 3, 4, 5]
+
+
+async def test_a_request_left_to_the_server_is_answered_after_stdin_closes(
+        tmp_path: Path) -> None:
+    """The end of input with a request the early replies do not make (a tool call): the
+    server loads and answers it before the process ends."""
+    lines = [initialize(1, "2025-06-18"), note("notifications/initialized"),
+             req(2, "tools/list"),
+             req(3, "tools/call", {"name": "list_sessions", "arguments": {}})]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "massgen_mcp", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=server_env(tmp_path / "home"))
+    out, err = await asyncio.wait_for(
+        proc.communicate(b"".join(line + b"\n" for line in lines)), 60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    got = {json.loads(line)["id"]: json.loads(line) for line in out.splitlines()}
+    assert sorted(got) == [1, 2, 3]
+    assert got[3]["result"]["structuredContent"]["sessions"] == []
 
 
 def test_it_answers_only_what_it_is_sure_of() -> None:
