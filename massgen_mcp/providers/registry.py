@@ -26,6 +26,13 @@ from massgen_mcp.providers.base import CallContext, Completion, Provider
 from massgen_mcp.providers.cli.provider import CliProvider
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider
+from massgen_mcp.providers.openai_direct import goes_direct
+
+
+def through_litellm(agent: AgentSpec) -> bool:
+    """Whether ``agent``'s calls go through litellm: not a coding CLI, not the embedded model,
+    not an OpenAI-format server that is called directly."""
+    return not agent.cli and not agent.model.startswith("local/") and not goes_direct(agent)
 
 
 class ProviderRouter:

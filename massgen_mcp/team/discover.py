@@ -33,11 +33,12 @@ from typing import Any
 import yaml
 
 from massgen_mcp.core.env import getenv, user_config_dir
-from massgen_mcp.core.errors import UntrustedConfigError
+from massgen_mcp.core.errors import MassgenError, UntrustedConfigError
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import PROVIDER_KEY_ENV, TeamConfig, build_team
 from massgen_mcp.providers import local_model, model_hub
 from massgen_mcp.providers.cli.catalog import FoundCli, find_clis
+from massgen_mcp.providers.registry import through_litellm
 from massgen_mcp.team.massgen_yaml import load_config_file
 
 TEAM_SIZE = 3
@@ -82,6 +83,22 @@ def default_models() -> dict[str, list[str]]:
 def providers_with_keys() -> list[str]:
     """Providers whose key is set, in the preference order of the defaults file."""
     return [p for p in default_models() if any(getenv(n) for n in PROVIDER_KEY_ENV.get(p, ()))]
+
+
+def litellm_soon() -> bool:
+    """Whether a run here will likely call a model through litellm, asked when a server starts
+    to decide whether to import litellm in the background (~2 s of CPU, ~150 MB): a key for a
+    provider it serves is set, or the configured team has a model that goes through it. With
+    neither, the default team is coding CLIs, local servers or the embedded model, none of
+    which loads litellm; a caller who names such a model anyway waits for the import once.
+    Blocking: reads the config files."""
+    if providers_with_keys():
+        return True
+    try:
+        configured = configured_team()
+    except (MassgenError, OSError):  # a broken or untrusted config runs nothing as it is
+        return False
+    return configured is not None and any(through_litellm(a) for a in configured[0].agents)
 
 
 def _round_robin(pools: list[list[Any]], size: int) -> list[Any]:

@@ -369,3 +369,32 @@ def test_the_early_answers_import_nothing_heavy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("key, loads", [(None, False), ("sk-warm-up-test-1234567890", True)])
+def test_a_stdio_server_loads_litellm_only_when_a_run_would_need_it(
+        home: Path, key: str | None, loads: bool) -> None:
+    """litellm costs a server ~2 s of CPU and ~150 MB: with no provider key and no configured
+    team that needs it, the default team is CLIs, local servers or the embedded model, and a
+    server a host starts for every session leaves it alone."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    if key is not None:
+        env["OPENAI_API_KEY"] = key
+    proc = subprocess.Popen([sys.executable, "-m", "massgen_mcp"], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    assert proc.stderr is not None
+    deadline = threading.Timer(60, proc.kill)  # a server that never says ends the wait
+    deadline.start()
+    said = ""
+    try:
+        for line in proc.stderr:  # until the server says what it decided
+            if b"litellm" in line:
+                said = line.decode()
+                break
+    finally:
+        deadline.cancel()
+        proc.kill()
+        proc.wait()
+    assert ("loading litellm in the background" in said) is loads, said
+    assert ("not loading litellm" in said) is not loads, said
+    assert key is None or key not in said

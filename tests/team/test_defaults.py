@@ -143,3 +143,34 @@ async def test_embedded_team_returns_the_winner_verbatim(monkeypatch: pytest.Mon
     assert found.team.options.skip_final_presentation is True
     override = await default_team(tmp_path, skip_final_presentation=False)
     assert override.options.skip_final_presentation is False
+
+
+# -- whether a server warms litellm up --------------------------------------------------------
+
+
+def test_litellm_is_warmed_for_a_key_and_not_for_nothing(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    assert not discovery.litellm_soon()  # the default team is CLIs, local servers or embedded
+    monkeypatch.setenv("GEMINI_API_KEY", "AIza-fake-1234567890")
+    assert discovery.litellm_soon()
+
+
+@pytest.mark.parametrize("backends, soon", [
+    ([("ollama", "llama3")], True),  # no key, but litellm serves it
+    ([("sglang", "qwen3"), ("claude_code", "sonnet")], False),  # called directly; a CLI
+    ([("local", "smollm2")], False),  # the embedded model
+])
+def test_litellm_is_warmed_when_the_configured_team_needs_it(
+        home: Path, backends: list[tuple[str, str]], soon: bool) -> None:
+    home.mkdir(parents=True)
+    (home / "config.yaml").write_text("agents:\n" + "".join(
+        f"  - id: a{i}\n    backend: {{type: {kind}, model: {model}}}\n"
+        for i, (kind, model) in enumerate(backends)))
+    assert discovery.configured_team() is not None
+    assert discovery.litellm_soon() is soon
+
+
+def test_a_broken_config_warms_nothing(home: Path) -> None:
+    home.mkdir(parents=True)
+    (home / "config.yaml").write_text("agents: [\n")
+    assert not discovery.litellm_soon()
