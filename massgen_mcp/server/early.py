@@ -103,7 +103,7 @@ class EarlyStdin:
         the server is up (spawn, handshake, lists, close) leaves the server nothing to do, so
         the process ends now, as the SDK would at the end of input, instead of first loading
         it (~1 s of CPU). A request the early replies left to the SDK, or a line not yet
-        whole, keeps the process going until the server has answered it."""
+        whole, keeps the process going: the server loads and reads it, as without them."""
         with self._lock:  # the server has not taken over, so it has written nothing
             if self._answering and self.answered and not bytes(self._pending).strip():
                 self._stdout.flush()

@@ -181,23 +181,27 @@ async def test_a_host_that_closes_after_the_opening_ends_the_process_at_once(
     assert sorted(json.loads(line)["id"] for line in out.splitlines()) == [1, 2, 3, 4, 5]
 
 
-async def test_a_request_left_to_the_server_is_answered_after_stdin_closes(
+async def test_a_request_left_to_the_server_still_loads_it_after_stdin_closes(
         tmp_path: Path) -> None:
     """The end of input with a request the early replies do not make (a tool call): the
-    server loads and answers it before the process ends."""
+    process goes on to load the server, which reads it (here a fastmcp that says it was
+    imported and ends the process)."""
+    shadow = tmp_path / "shadow" / "fastmcp"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "import os, sys\nsys.stderr.write('fastmcp imported\\n')\nsys.stderr.flush()\n"
+        "os._exit(7)\n")
     lines = [initialize(1, "2025-06-18"), note("notifications/initialized"),
              req(2, "tools/list"),
              req(3, "tools/call", {"name": "list_sessions", "arguments": {}})]
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "massgen_mcp", stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=server_env(tmp_path / "home"))
+        env=server_env(tmp_path / "home", PYTHONPATH=str(shadow.parent)))
     out, err = await asyncio.wait_for(
         proc.communicate(b"".join(line + b"\n" for line in lines)), 60)
-    assert proc.returncode == 0, err.decode()[-2000:]
-    got = {json.loads(line)["id"]: json.loads(line) for line in out.splitlines()}
-    assert sorted(got) == [1, 2, 3]
-    assert got[3]["result"]["structuredContent"]["sessions"] == []
+    assert (proc.returncode, err.count(b"fastmcp imported")) == (7, 1), err.decode()[-2000:]
+    assert sorted(json.loads(line)["id"] for line in out.splitlines()) == [1, 2]
 
 
 def test_it_answers_only_what_it_is_sure_of() -> None:

@@ -104,8 +104,10 @@ async def test_initialize_is_answered_early_and_exactly_as_the_sdk_would(
         # A health check (start, list the tools, stop) writes nothing into the project: the
         # log is in the user's state folder until the records folder exists.
         assert not home.exists()
+        # (No log at all when every request had its early reply before stdin closed: the
+        # process then ends without loading the server.)
         state_log = Path(os.environ["XDG_STATE_HOME"]) / "massgen-mcp" / "server.log"
-        assert "differed" not in err + state_log.read_text()
+        assert "differed" not in err + (state_log.read_text() if state_log.exists() else "")
     assert replies["1"] == replies["0"]
 
 
