@@ -51,6 +51,12 @@ async def test_claude_code_codex_gemini_and_an_api_model_reach_consensus(
     scratch = user["home"].parent / "tmp"  # where the calls' temporary folders go
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    node_log = user["home"].parent / "node-starts.jsonl"  # every node process, as it starts
+    counter = user["home"].parent / "count-node.js"
+    counter.write_text("require('fs').appendFileSync(" + json.dumps(str(node_log)) + ", "
+                       "JSON.stringify({pid: process.pid, ppid: process.ppid, "
+                       "script: process.argv[1]}) + '\\n');\n")
+    monkeypatch.setenv("NODE_OPTIONS", f"--require={counter}")
     result, folder, _store = await run(cli_team(server, ("claude", "codex", "gemini"), ("a",)))
 
     assert result.status is RunStatus.COMPLETED, result.errors
@@ -82,6 +88,12 @@ async def test_claude_code_codex_gemini_and_an_api_model_reach_consensus(
     assert marked_processes(user["mark"]) == []
     assert (folder / "cli.log").exists()  # their stderr, redacted
     assert CANARY not in (folder / "cli.log").read_text()
+    # Each Gemini CLI call is one node process: it does not relaunch itself (~1-3 s of CPU).
+    starts = [json.loads(line) for line in node_log.read_text().splitlines()]
+    gemini = [s for s in starts if "gemini" in (s["script"] or "")]
+    assert gemini, starts
+    pids = {s["pid"]: s["script"] for s in starts}
+    assert not [s for s in gemini if pids.get(s["ppid"]) == s["script"]], gemini
 
 
 @needs_clis

@@ -80,6 +80,8 @@ class Cli:
     # (option or feature, version): needed from that version on, where it first came (Codex's
     # view_image feature, from 0.169.0); an older version runs without it.
     needs_from: tuple[tuple[str, str], ...] = ()
+    # Variables it is always run with (its calls and its version probe alike).
+    run_env: tuple[tuple[str, str], ...] = ()
 
     def parse(self, stdout: bytes, on_text: TextListener | None = None) -> Completion:
         """A whole captured output read as a call reads it, a line at a time (for output

@@ -75,6 +75,7 @@ def child_env(cli: Cli, agent: AgentSpec) -> dict[str, str]:
     env = {name: value for name, value in os.environ.items()
            if name not in NESTING_VARS and name != POOL_URL_ENV
            and (name in own_login or name in PROXY_VARS or not is_credential(name, value))}
+    env.update(cli.run_env)
     if not key and not agent.base_url:
         return env  # the CLI's own login
     # A self-hosted endpoint that needs no key still gets one, as with litellm: the CLIs
