@@ -109,6 +109,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         from massgen_mcp.team.discover import litellm_soon
 
         workspace = Workspace(root or Path.cwd())
+        built = slot.service is None  # then it is closed with the lifespan, and let go
         if slot.service is None and pool is not None:
             slot.service = await ConsensusService.pool(pool, home, workspace)
         running = slot.service = slot.service or ConsensusService.local(home, workspace)
@@ -145,6 +146,8 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
                 task.cancel()
             await asyncio.gather(*background, return_exceptions=True)
             await running.aclose(interrupt=True)  # a host restart: the runs can resume
+            if built:  # a lifespan run again (an in-memory client that reconnects) builds
+                slot.service = None  # a new service instead of reaching a closed one
             for routes_tasks in owned:  # after the runs were interrupted, not cancelled
                 await routes_tasks.aclose()
 

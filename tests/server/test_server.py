@@ -398,3 +398,18 @@ def test_a_stdio_server_loads_litellm_only_when_a_run_would_need_it(
     assert ("loading litellm in the background" in said) is loads, said
     assert ("not loading litellm" in said) is not loads, said
     assert key is None or key not in said
+
+
+async def test_a_server_connected_twice_runs_on_both_connections(scripted: Scripted,
+                                                                 home: Path) -> None:
+    """Each in-memory connection runs the server's lifespan, which closes its service at the
+    end: the next connection builds a new one instead of reaching the closed one."""
+    models = models_for(scripted(agree))
+    server = create_server(home=home)
+    for question in ("What is 6*7?", "What is 7*6?"):
+        async with Client(server) as client:
+            done = await client.call_tool("run_consensus", {
+                "question": question, "models": models, "wait_s": 30}, raise_on_error=False)
+        assert not done.is_error, text_of(done)
+        assert done.structured_content is not None
+        assert done.structured_content["status"] == "completed"
