@@ -241,13 +241,14 @@ def hostile_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_any_input_gets_a_clear_answer(tool: str, hostile_root: Path, tmp_path: Path,
                                        nothing_available: None) -> None:
     home = tmp_path / "h"
+    server = create_server(home=home, root=hostile_root)  # each example starts it afresh
 
     @settings(max_examples=40, deadline=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(args=ARGS[tool])
     def check(args: dict[str, Any]) -> None:
         async def go() -> None:
-            async with Client(create_server(home=home, root=hostile_root)) as client:
+            async with Client(server) as client:
                 result = await client.call_tool(tool, args, raise_on_error=False)
             body = json.dumps(result.structured_content) if result.structured_content else (
                 result.content[0].text if result.content else "")
