@@ -71,7 +71,7 @@ class Pool:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-        env.update(MASSGEN_HOME=str(self.home), OPENAI_API_KEY=CANARY, **self.extra_env)
+        env.update(MASSGEN_HOME=str(self.home), **self.extra_env)
         return env
 
     def _spawn(self, *args: str, log: str) -> subprocess.Popen[bytes]:

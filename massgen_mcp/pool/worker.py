@@ -110,7 +110,7 @@ class PoolWorker:
         runs in flight and return."""
         from docket import Docket, Worker
 
-        from massgen_mcp.providers.litellm_provider import warm_up
+        from massgen_mcp.team.discover import warm_up_litellm
 
         guard_docket()
         stop = stop or asyncio.Event()
@@ -125,7 +125,8 @@ class PoolWorker:
         stopped = asyncio.create_task(stop.wait(), name="massgen-stop")
         background = [
             stopped,  # owned here like the rest: cancelled and awaited however serve ends
-            asyncio.create_task(warm_up(), name="litellm-warm-up"),  # not on the first run
+            # Not on the first run's clock, when a run here would likely need it.
+            asyncio.create_task(warm_up_litellm(), name="litellm-warm-up"),
             asyncio.create_task(publisher.run(), name="massgen-publisher"),
             asyncio.create_task(live.subscribe(self.config, self.config.cancel_channel,
                                                self._on_cancel, lambda: None),

@@ -105,8 +105,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
 
     @contextlib.asynccontextmanager
     async def lifespan(_server: FastMCP) -> AsyncIterator[dict[str, Any]]:
-        from massgen_mcp.providers.litellm_provider import warm_up
-        from massgen_mcp.team.discover import litellm_soon
+        from massgen_mcp.team.discover import warm_up_litellm
 
         workspace = Workspace(root or Path.cwd())
         built = slot.service is None  # then it is closed with the lifespan, and let go
@@ -121,13 +120,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
 
         async def warm() -> None:
             await asyncio.sleep(WARM_UP_DELAY_S)
-            if await asyncio.to_thread(litellm_soon):
-                log.info("loading litellm in the background (a provider key or the "
-                         "configured team needs it)")
-                await warm_up()
-            else:
-                log.info("not loading litellm: no provider key is set and the configured "
-                         "team does not need it")
+            await warm_up_litellm()
 
         # A pool's front end calls no model (its workers do): litellm would cost it ~2 s of
         # CPU and ~150 MB for nothing.

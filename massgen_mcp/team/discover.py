@@ -23,6 +23,7 @@ Order of preference:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,8 +39,11 @@ from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import PROVIDER_KEY_ENV, TeamConfig, build_team
 from massgen_mcp.providers import local_model, model_hub
 from massgen_mcp.providers.cli.catalog import FoundCli, find_clis
+from massgen_mcp.providers.litellm_provider import warm_up
 from massgen_mcp.providers.registry import through_litellm
 from massgen_mcp.team.massgen_yaml import load_config_file
+
+log = logging.getLogger(__name__)
 
 TEAM_SIZE = 3
 CLI_TEAM_TIMEOUT_S = 1800.0  # three rounds of CLI turns that may take minutes each
@@ -99,6 +103,19 @@ def litellm_soon() -> bool:
     except (MassgenError, OSError):  # a broken or untrusted config runs nothing as it is
         return False
     return configured is not None and any(through_litellm(a) for a in configured[0].agents)
+
+
+async def warm_up_litellm() -> bool:
+    """Import litellm in the background, for a server or a pool worker that has just started,
+    when a run there would likely need it (:func:`litellm_soon`); whether it did."""
+    if not await asyncio.to_thread(litellm_soon):
+        log.info("not loading litellm: no provider key is set and the configured team does "
+                 "not need it")
+        return False
+    log.info("loading litellm in the background (a provider key or the configured team "
+             "needs it)")
+    await warm_up()
+    return True
 
 
 def _round_robin(pools: list[list[Any]], size: int) -> list[Any]:

@@ -64,6 +64,9 @@ async def test_a_run_started_on_one_front_end_is_followed_on_another(
     assert (home / "sessions" / sid / "report.html").is_file()
     status_file = json.loads((home / "sessions" / sid / "status.json").read_text())
     assert status_file["worker"] == pool.worker_name(pool.workers[0])
+    # No key and no configured team: nothing here needs litellm, so the worker leaves it.
+    log = pool.tmp / "worker-0.log"
+    pool._until(lambda: "not loading litellm" in log.read_text(), "no word on litellm")
 
 
 async def test_a_killed_worker_s_run_finishes_on_the_other_without_repeating_calls(
@@ -182,11 +185,16 @@ async def test_a_hundred_sessions_across_two_workers(pool: Pool, scripted: Any,
 
 async def test_no_key_reaches_redis(pool: Pool, scripted: Any, tmp_path: Path) -> None:
     server = scripted(agree)
+    pool.extra_env["OPENAI_API_KEY"] = CANARY  # the front end's and the worker's
     front = pool.front_end()
     pool.worker()
     pool.wait_workers(1)
     sid = await start(front, server)
     await follow(front, sid)
+    # With a key a run may need litellm: the worker loads it before its first such run.
+    log = tmp_path / "worker-0.log"
+    pool._until(lambda: "loading litellm in the background" in log.read_text(),
+                "the worker did not load litellm")
     dump = tmp_path / "dump.rdb"
     subprocess.run(["redis-cli", "-p", str(pool.redis_port), "--rdb", str(dump)], check=True,
                    capture_output=True)
