@@ -202,6 +202,7 @@ def test_doctor_with_a_wrong_redis_password_says_so(home: Path, tmp_path: Path) 
                 break
             except OSError:
                 assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
         done = cli(home, "doctor", "--redis", f"redis://:wrong-staple@127.0.0.1:{port}/0")
     finally:
         redis.terminate()

@@ -20,21 +20,25 @@ from massgen_mcp.cli.main import EXIT_LISTEN, EXIT_USAGE
 from tests.servers import TOKEN, free_port, server_env
 
 
-@pytest.fixture
-def impatient(home: Path) -> Iterator[int]:
-    """`serve --http` with 1 s for a request's headers and for each piece of its body."""
+@pytest.fixture(scope="module")
+def impatient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """`serve --http` with 1 s for a request's headers and for each piece of its body: one
+    for the module, since each test holds connections of its own and the server keeps
+    nothing between them."""
     port = free_port()
+    home = tmp_path_factory.mktemp("impatient") / "massgen-home"
     proc = subprocess.Popen(
         [sys.executable, "-m", "massgen_mcp", "serve", "--http", "--port", str(port)],
         env=server_env(home, MASSGEN_MCP_TOKEN=TOKEN, MASSGEN_MCP_HEADER_TIMEOUT_S="1",
                        MASSGEN_MCP_BODY_TIMEOUT_S="1"), stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
-    while True:
+    while True:  # until the port accepts connections
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             break
         except OSError:
             assert proc.poll() is None and time.monotonic() < deadline, "did not start"
+            time.sleep(0.05)
     yield port
     proc.terminate()
     proc.wait(10)
