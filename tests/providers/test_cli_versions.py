@@ -68,6 +68,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @needs_clis
 @needs_old_clis
 @pytest.mark.parametrize("name", ["claude", "codex", "gemini"])
+@pytest.mark.slow
 async def test_each_cli_five_months_older_answers_read_only(
         scripted: Scripted, user: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
         name: str) -> None:
@@ -96,6 +97,7 @@ async def test_each_cli_five_months_older_answers_read_only(
 
 @needs_clis
 @needs_old_clis
+@pytest.mark.slow
 async def test_the_newest_and_the_old_versions_are_told_apart_and_cached(
         user: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     for name, (path, version) in OLD.items():

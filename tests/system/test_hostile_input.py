@@ -270,6 +270,7 @@ def test_any_question_or_context_is_refused_or_answered(scripted: Scripted, home
     check()
 
 
+@pytest.mark.slow
 def test_any_model_reply_is_retried_or_dropped(scripted: Scripted, home: Path) -> None:
     reply = {"text": ""}
 

@@ -41,6 +41,7 @@ def massgen(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=LIMIT_S, env={**env, "MASSGEN_HOME": str(home)})
 
 
+@pytest.mark.slow
 def test_doctor_against_a_silent_service_says_it_could_not_tell(silent: str,
                                                                 home: Path) -> None:
     done = massgen(home, "doctor", "--redis", silent)
@@ -51,6 +52,7 @@ def test_doctor_against_a_silent_service_says_it_could_not_tell(silent: str,
     assert "worker(s) live" not in done.stdout
 
 
+@pytest.mark.slow
 def test_serve_against_a_silent_service_is_one_line_naming_it(silent: str, home: Path) -> None:
     done = massgen(home, "serve", "--http", "--port", str(free_port()), "--redis", silent)
     assert done.returncode != 0
@@ -60,6 +62,7 @@ def test_serve_against_a_silent_service_is_one_line_naming_it(silent: str, home:
         "service) that is not frozen"]
 
 
+@pytest.mark.slow
 def test_doctor_against_a_frozen_redis_does_not_say_no_worker_is_live(
         tmp_path: Path, home: Path) -> None:
     pool = Pool(tmp_path, home)

@@ -235,6 +235,7 @@ def massgen(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_an_open_redis_on_another_host_is_refused_unless_the_user_accepts_it(
         tmp_path: Path, home: Path) -> None:
     assert REDIS is not None
@@ -409,6 +410,7 @@ def started(pool: Pool, token: str | None, key: str | None, home: Path | None = 
 TOKEN_ONE, KEY_A = "token-one-" + "1" * 20, "tasks-key-" + "a" * 20
 
 
+@pytest.mark.slow
 def test_front_ends_of_one_pool_agree_on_token_and_tasks_key(pool: Pool) -> None:
     """A front end that differs from the live ones refuses to start, with the reason; one
     without a token never serves a pool that front ends with a token served."""
@@ -439,6 +441,7 @@ def http_status(url: str, method: str = "GET", token: str | None = None,
         return error.code, error.read()
 
 
+@pytest.mark.slow
 def test_a_pool_never_forgets_that_it_is_protected(pool: Pool, tmp_path: Path,
                                                    home: Path) -> None:
     """Redis emptied (FLUSHALL): the shared home still says the pool is protected. A front end
