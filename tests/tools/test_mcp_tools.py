@@ -35,7 +35,8 @@ def processes_with(token: str) -> list[int]:
         if not proc.name.isdigit():
             continue
         try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            raw = (proc / "cmdline").read_bytes()  # another test's may hold any bytes
+            cmdline = raw.replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         if token in cmdline and "pytest" not in cmdline:
