@@ -16,7 +16,7 @@ import asyncio
 import atexit
 import threading
 import weakref
-from typing import Any
+from typing import Any, Literal
 
 from massgen_mcp.core.errors import Refusal
 from massgen_mcp.core.settings import SETTINGS
@@ -29,10 +29,17 @@ from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider
 from massgen_mcp.providers.openai_direct import goes_direct
 
 
+def served_by(agent: AgentSpec) -> Literal["cli", "local", "remote"]:
+    """Which of the router's providers serves ``agent``: its coding CLI, the embedded model,
+    or the remote one (litellm, which calls an OpenAI-format server at a base_url directly)."""
+    if agent.cli:
+        return "cli"
+    return "local" if agent.model.startswith("local/") else "remote"
+
+
 def through_litellm(agent: AgentSpec) -> bool:
-    """Whether ``agent``'s calls go through litellm: not a coding CLI, not the embedded model,
-    not an OpenAI-format server that is called directly."""
-    return not agent.cli and not agent.model.startswith("local/") and not goes_direct(agent)
+    """Whether ``agent``'s calls go through litellm itself."""
+    return served_by(agent) == "remote" and not goes_direct(agent)
 
 
 class ProviderRouter:
@@ -67,8 +74,7 @@ class ProviderRouter:
         timeout_s: float,
         context: CallContext | None = None,
     ) -> Completion:
-        provider = (self.cli if agent.cli else
-                    self.local if agent.model.startswith("local/") else self.remote)
+        provider = {"cli": self.cli, "local": self.local, "remote": self.remote}[served_by(agent)]
         return await provider.complete(agent, messages, tools=tools, timeout_s=timeout_s,
                                        context=context)
 
