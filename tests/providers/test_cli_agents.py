@@ -44,6 +44,7 @@ from tests.helpers import Scripted, by_model
 
 
 @needs_clis
+@pytest.mark.slow
 async def test_claude_code_codex_gemini_and_an_api_model_reach_consensus(
         scripted: Scripted, user: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     server = scripted(agree)
@@ -239,6 +240,7 @@ def test_doctor_lists_the_clis_and_whether_each_is_logged_in(
 
 
 @needs_clis
+@pytest.mark.slow
 def test_massgen_mcp_run_with_no_keys_uses_the_logged_in_cli(
         scripted: Scripted, user: dict[str, Any], nothing_available: None, home: Path) -> None:
     """The whole path as a user meets it: no API key, Claude Code logged in (its API root is

@@ -118,6 +118,7 @@ async def test_the_newest_and_the_old_versions_are_told_apart_and_cached(
 
 @needs_clis
 @pytest.mark.parametrize("name", ["claude", "gemini"])
+@pytest.mark.slow
 async def test_each_cli_gets_its_own_vendors_key_from_the_environment(
         scripted: Scripted, user: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
         name: str) -> None:

@@ -76,6 +76,7 @@ async def same_as_sdk(tmp_path: Path, lines: list[bytes], replies: int) -> list[
     return ours
 
 
+@pytest.mark.slow
 def test_the_snapshot_is_what_the_sdk_answers_now() -> None:
     """A changed tool, resource, prompt or instruction must refresh the snapshot
     (python -m massgen_mcp.server.early_snapshot)."""

@@ -74,6 +74,7 @@ needs_playwright = pytest.mark.skipif(
 
 @needs_browser
 @needs_playwright
+@pytest.mark.slow
 async def test_the_live_page_shows_drafts_before_the_answers(
         http_server: str, tmp_path: Path) -> None:
     """The answers start streaming once the page is loaded (a browser can take longer to
@@ -346,6 +347,7 @@ def run_in_terminal(home: Path, server: ScriptedServer, columns: int = 100) -> s
     return seen.decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_the_cli_shows_a_live_line_per_agent_on_a_terminal(home: Path,
                                                            slow: ScriptedServer) -> None:
     screen = run_in_terminal(home, slow)

@@ -183,6 +183,7 @@ async def test_a_hundred_sessions_across_two_workers(pool: Pool, scripted: Any,
         f"{len(server.requests)} requests; by model {server.calls_by_model()}")
 
 
+@pytest.mark.slow
 async def test_no_key_reaches_redis(pool: Pool, scripted: Any, tmp_path: Path) -> None:
     server = scripted(agree)
     pool.extra_env["OPENAI_API_KEY"] = CANARY  # the front end's and the worker's

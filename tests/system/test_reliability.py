@@ -111,6 +111,7 @@ async def test_calls_per_provider_are_bounded(scripted: Scripted) -> None:
     assert server.max_in_flight == 2
 
 
+@pytest.mark.slow
 async def test_one_hundred_concurrent_runs_complete(scripted: Scripted) -> None:
     server = scripted(agree, latency_s=0.02)
     store = SessionStore()
