@@ -26,6 +26,7 @@ from pydantic import (
 from massgen_mcp.core.edges import check_text, has_control_characters
 from massgen_mcp.core.env import VAR_REFERENCE, getenv
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.model_map import bare_provider
 from massgen_mcp.core.secrets import register_secret
 
 MAX_AGENTS = 8
@@ -207,8 +208,23 @@ class AgentSpec(BaseModel):
 
     @property
     def provider(self) -> str:
-        """The litellm provider prefix ('openai' for 'openai/gpt-4o'); '' when there is none."""
-        return self.model.split("/", 1)[0] if "/" in self.model else ""
+        """The provider that serves the model: its prefix ('openai' for 'openai/gpt-4o'), or
+        for a bare name the one litellm routes it to ('openai' for 'gpt-4o';
+        :func:`~massgen_mcp.core.model_map.bare_provider`); '' when none is known. The key
+        check, consent and the call all read this, so every spelling is checked alike."""
+        if "/" in self.model:
+            return self.model.split("/", 1)[0]
+        return bare_provider(self.model) or ""
+
+    @property
+    def routed_model(self) -> str:
+        """The model string a call sends to litellm: a bare name with its provider in front
+        (``gemini/gemini-2.5-flash``), so the call goes where the checks before the run
+        looked (litellm alone would send a bare gemini-* to Vertex AI)."""
+        provider = self.provider
+        if "/" in self.model or not provider:
+            return self.model
+        return f"{provider}/{self.model}"
 
     def uses_native_tools(self) -> bool:
         """Whether to offer the workflow actions as tools rather than the JSON fallback (a

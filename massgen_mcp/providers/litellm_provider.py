@@ -246,7 +246,7 @@ class LiteLLMProvider:
                                       key or _PLACEHOLDER_KEY)
         litellm = await litellm_module()
         kwargs: dict[str, Any] = {
-            "model": agent.model,
+            "model": agent.routed_model,
             "messages": messages,
             "timeout": timeout_s,
             "num_retries": 0,

@@ -9,18 +9,17 @@ names it, :mod:`massgen_mcp.team`), and in every run's preflight (:mod:`.preflig
 litellm costs ~3 s to import, so nothing here imports it: the provider names are a copy of
 litellm's ``provider_list`` (``tests/system/test_errors_first.py`` checks the copy against the
 installed litellm), and bare model names (``gpt-4o``) are looked up in litellm's own model
-map, a JSON file read from its package the first time a bare name is checked (~25 ms).
+map (:mod:`massgen_mcp.core.model_map`, which also says which provider serves them).
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
-import importlib.util
-import json
 import sys
-from pathlib import Path
-from typing import Any
+
+from massgen_mcp.core.model_map import bare_models, model_map
+
+__all__ = ["bare_model_guess", "model_map", "model_problem"]
 
 # litellm.provider_list of the litellm versions pyproject.toml allows (the union: a name that
 # only a newer release routes still passes this check, and litellm itself then says so).
@@ -93,7 +92,7 @@ def model_problem(model: str, written: str | None = None) -> str | None:
         hint = (f"did you mean {guess + '/' + rest!r}?" if guess
                 else f"use one litellm knows, e.g. {_EXAMPLES}")
         return f"unknown provider {prefix!r} in {model!r}; {hint}"
-    known = _bare_models()
+    known = bare_models()
     # Fine-tuned OpenAI models (ft:gpt-4o-mini:org::id) are routed by their prefix.
     if known is None or model in known or model.startswith("ft:"):
         return None
@@ -130,7 +129,7 @@ def bare_model_guess(model: str) -> str | None:
     embedded = difflib.get_close_matches(lowered, EMBEDDED_MODELS, n=1, cutoff=0.8)
     if embedded:
         return f"local/{embedded[0]}"
-    known = _bare_models() or frozenset()
+    known = bare_models() or {}
     if lowered in known:
         return lowered
     chat = sorted(name for name in known if not name.startswith(("ft:", "text-embedding")))
@@ -141,43 +140,3 @@ def bare_model_guess(model: str) -> str | None:
         if lowered.startswith(start):
             return f"{provider}/{model}"
     return None
-
-
-@functools.cache
-def model_map() -> dict[str, Any] | None:
-    """litellm's bundled model map (names, providers, prices), read once without importing
-    litellm; None when litellm or its map cannot be found or read."""
-    path = _model_map_path()
-    if path is None:
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-@functools.cache
-def _bare_models() -> frozenset[str] | None:
-    """The names litellm routes without a prefix (it looks them up in its model map), or
-    None when litellm or its map cannot be found."""
-    data = model_map()
-    if data is None:
-        return None
-    return frozenset(name for name, entry in data.items()
-                     if "/" not in name and isinstance(entry, dict)
-                     and entry.get("litellm_provider"))
-
-
-def _model_map_path() -> Path | None:
-    """litellm's bundled model map, found without importing litellm (the same file it reads
-    itself: load_litellm sets LITELLM_LOCAL_MODEL_COST_MAP)."""
-    try:
-        spec = importlib.util.find_spec("litellm")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations)),
-                "model_prices_and_context_window_backup.json")
-    return path if path.is_file() else None

@@ -252,7 +252,8 @@ def http_error(status: int, body: str, headers: httpx.Headers) -> ProviderError:
 def request_body(agent: AgentSpec, messages: list[dict[str, Any]],
                  tools: list[dict[str, Any]] | None, *, stream: bool) -> dict[str, Any]:
     """What litellm would send the server for this call."""
-    body: dict[str, Any] = {"model": agent.model.split("/", 1)[1], "messages": messages}
+    body: dict[str, Any] = {"model": agent.routed_model.split("/", 1)[1],
+                            "messages": messages}
     if stream:
         body.update(stream=True, stream_options={"include_usage": True})
     if tools:

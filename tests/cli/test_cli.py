@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -61,6 +62,42 @@ def test_input_errors_exit_1(capsys: pytest.CaptureFixture[str], tmp_path: Path,
     assert code == 1 and "no team given" in err
     code, _, err = run_cli(capsys, "run", "q", "--models", "openai/gpt-4o-mini")
     assert code == 1 and "set OPENAI_API_KEY" in err
+
+
+@pytest.mark.parametrize(("models", "key"), [
+    ("gpt-4o", "OPENAI_API_KEY"), ("gpt-4o-mini", "OPENAI_API_KEY"),
+    ("o3-mini", "OPENAI_API_KEY"), ("claude-haiku-4-5", "ANTHROPIC_API_KEY"),
+    ("gemini-2.5-flash", "GEMINI_API_KEY or GOOGLE_API_KEY"),
+    ("openai/gpt-4o-mini", "OPENAI_API_KEY")])
+def test_every_spelling_of_a_model_without_its_key_exits_1_writing_nothing(
+        tmp_path: Path, models: str, key: str) -> None:
+    """A bare name is checked as its provider/model spelling is (issue 58, item 4): before,
+    gpt-4o wrote a session, retried three times and exited 2; gemini-2.5-flash went to
+    Vertex AI and failed for want of the google package."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("_API_KEY") and not k.startswith("VERTEX")}
+    env["MASSGEN_HOME"] = str(home)
+    done = subprocess.run([sys.executable, "-m", "massgen_mcp", "run", "q", "--models", models],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == "" and done.stderr == (
+        f"massgen-mcp: missing API keys:\nagent 'agent_a' ({models}): set {key}, or use a "
+        "self-hosted endpoint (model@http://127.0.0.1:11434/v1, or base_url in a config)\n")
+    assert not (home / "sessions").exists()
+
+
+def test_an_unknown_bare_name_is_refused_with_a_guess(
+        capsys: pytest.CaptureFixture[str], nothing_available: None, home: Path) -> None:
+    code, out, err = run_cli(capsys, "run", "q", "--models", "gpt4o,claude-haiku-45,grok-3")
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        "massgen-mcp: models is invalid:",
+        "models[0]: cannot tell which provider serves 'gpt4o'; did you mean 'gpt-4o'?",
+        "models[1]: cannot tell which provider serves 'claude-haiku-45'; "
+        "did you mean 'claude-haiku-4-5'?",
+        "models[2]: cannot tell which provider serves 'grok-3'; did you mean 'xai/grok-3'?"]
+    assert not (home / "sessions").exists()
 
 
 def test_all_agents_failing_exits_2(scripted: Scripted, capsys: pytest.CaptureFixture[str]) -> None:

@@ -165,6 +165,21 @@ async def test_errors_are_clear_tool_errors(client: McpClient, tmp_path: Path,
         assert "session" in text and "Traceback" not in text
 
 
+async def test_a_bare_model_without_its_key_is_refused_before_a_record(
+        client: McpClient, nothing_available: None, home: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_consensus checks a bare name's key as the CLI does (issue 58, item 4): a tool
+    error naming the variable, and no session folder."""
+    monkeypatch.delenv("VERTEXAI_PROJECT", raising=False)
+    for model, key in (("gpt-4o-mini", "OPENAI_API_KEY"), ("claude-haiku-4-5",
+                       "ANTHROPIC_API_KEY"), ("gemini-2.5-flash", "GEMINI_API_KEY")):
+        result = await call(client, "run_consensus", question="q", models=[model])
+        assert result.is_error, model
+        text = text_of(result.content[0])
+        assert f"({model}): set {key}" in text, text
+    assert not (home / "sessions").exists()
+
+
 async def test_list_sessions_pages_newest_first(client: McpClient, scripted: Scripted) -> None:
     server = scripted(agree)
     ids = []

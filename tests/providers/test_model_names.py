@@ -1,0 +1,63 @@
+"""Bare model names (``gpt-4o``) are checked and called as their ``provider/model`` spelling."""
+
+from __future__ import annotations
+
+import pytest
+
+from massgen_mcp.core.model_map import VERTEX_ENV, bare_models
+from massgen_mcp.core.spec import AgentSpec, TeamConfig, missing_credentials
+from massgen_mcp.providers.litellm_provider import load_litellm
+
+
+@pytest.fixture
+def no_vertex(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in VERTEX_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_every_bare_name_goes_where_litellm_routes_it_and_gemini_to_its_api_key(
+        _litellm_loaded: None, no_vertex: None) -> None:
+    """The provider a key is checked for is the one the call reaches: litellm's own router,
+    given the string a call sends, agrees for every bare name of its map. Where litellm
+    alone routes the bare name, it is to the same provider, but a gemini-* that it would
+    send to Vertex AI (needing a Google Cloud project and the google package) goes to
+    Gemini's API."""
+    litellm = load_litellm()
+    names = bare_models()
+    assert names and {"gpt-4o", "claude-haiku-4-5", "gemini-2.5-flash", "o3-mini"} <= set(names)
+    wrong = {}
+    for name in names:
+        agent = AgentSpec(id="a", model=name)
+        reached = litellm.get_llm_provider(agent.routed_model)[1]
+        try:
+            alone = litellm.get_llm_provider(name)[1]
+        except Exception:  # litellm cannot route it bare (deepseek-chat): the prefix can
+            alone = agent.provider
+        if alone == "vertex_ai" and name.startswith("gemini"):
+            alone = "gemini"
+        if not agent.provider or reached != agent.provider or alone != agent.provider:
+            wrong[name] = (agent.provider, reached, alone)
+    assert not wrong
+    assert AgentSpec(id="a", model="gemini-2.5-flash").routed_model == "gemini/gemini-2.5-flash"
+
+
+def test_bare_gemini_goes_to_vertex_only_when_vertex_is_configured(
+        monkeypatch: pytest.MonkeyPatch, no_vertex: None) -> None:
+    team = TeamConfig(agents=[AgentSpec(id="a", model="gemini-2.5-flash")])
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    assert "set GEMINI_API_KEY or GOOGLE_API_KEY" in missing_credentials(team)[0]
+    monkeypatch.setenv("VERTEXAI_PROJECT", "my-project")
+    assert team.agents[0].provider == "vertex_ai"
+    assert team.agents[0].routed_model == "vertex_ai/gemini-2.5-flash"
+    assert missing_credentials(team) == []  # Vertex signs in with Google Cloud credentials
+
+
+def test_a_bare_name_sends_its_providers_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key found for a bare name is the one its prefixed spelling finds, so it is sent
+    (and registered for redaction) the same way."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-api03-" + "k" * 30)
+    bare = AgentSpec(id="a", model="claude-haiku-4-5")
+    prefixed = AgentSpec(id="a", model="anthropic/claude-haiku-4-5")
+    assert bare.provider == "anthropic"
+    assert bare.resolved_api_key() == prefixed.resolved_api_key() == "sk-ant-api03-" + "k" * 30
