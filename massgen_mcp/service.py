@@ -31,6 +31,7 @@ from massgen_mcp.core.errors import (
     SessionNotFoundError,
     SessionStateError,
     refusal_error,
+    resume_hint,
 )
 from massgen_mcp.core.records import (
     Event,
@@ -223,7 +224,14 @@ class ConsensusService:
         notes to it (steering) and its final answer as context; linked to its parent in both
         records."""
         follow_up = check_question(follow_up, "follow_up")
-        parent = await self.result(session_id)
+        try:
+            parent = await self.result(session_id)
+        except RunNotFinishedError as exc:
+            if not exc.interrupted:
+                raise
+            raise SessionStateError(f"session {session_id} is interrupted and has no final "
+                                    f"answer to follow up on; {resume_hint(session_id)}, "
+                                    "then ask the follow-up") from None
         request = self.store.read_request(session_id)
         earlier = (f"<earlier_question>\n{escape_earlier(parent.question)}\n"
                    "</earlier_question>\n<earlier_final_answer>\n"

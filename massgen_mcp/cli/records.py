@@ -12,7 +12,7 @@ from datetime import datetime
 
 from massgen_mcp.cli import flags
 from massgen_mcp.cli.output import EXIT_OK, err, say, say_json
-from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.errors import ConfigError, resume_hint
 from massgen_mcp.core.records import EventType, RunStatus, clip
 
 QUESTION_CHARS = 60  # of the question, in a sessions line
@@ -67,6 +67,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         describe_event,
         other_errors,
         outcome_line,
+        status_words,
     )
 
     service = flags.service(args)
@@ -91,7 +92,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     say(f"session  {session_id}  (started {when(status.started_at)})")
     say(f"question {status.question}")
     say(f"record   {service.folder(session_id)}")
-    say("outcome  " + (outcome_line(result) if result else f"{status.status}, {status.phase}"))
+    say("outcome  " + (outcome_line(result) if result else status_words(status)))
+    if status.status is RunStatus.INTERRUPTED:
+        say(f"         {resume_hint(session_id)}")
     for problem in other_errors(result) if result else []:
         say(f"         {problem}")
     if result and result.tally:

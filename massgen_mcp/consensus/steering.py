@@ -14,7 +14,7 @@ import time
 from collections import deque
 
 from massgen_mcp.core.edges import check_text
-from massgen_mcp.core.errors import ConfigError, SteerRefusedError
+from massgen_mcp.core.errors import ConfigError, SteerRefusedError, resume_hint
 from massgen_mcp.core.records import RunStatus
 
 MAX_NOTE_CHARS = 2_000
@@ -41,6 +41,11 @@ def clean_note(message: object) -> str:
 def not_running(session_id: str, status: RunStatus) -> SteerRefusedError:
     """The refusal of a note to a run that has ended (or never ran): the same words from
     every executor."""
+    if status is RunStatus.INTERRUPTED:  # no answer to follow up on: the way on is resume
+        return SteerRefusedError(
+            f"session {session_id} is interrupted, not running: its process stopped before "
+            f"the team decided, and a note only reaches a running team. "
+            f"To go on, {resume_hint(session_id)}, and steer it while it runs")
     return SteerRefusedError(
         f"session {session_id} is {str(status).replace('_', ' ')}, not running: a note only "
         "reaches a running team. Ask it as a follow-up instead (continue_session, or "

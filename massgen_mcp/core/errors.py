@@ -184,6 +184,14 @@ class RunNotFinishedError(SessionStateError):
         self.interrupted = interrupted
 
 
+def resume_hint(session_id: str) -> str:
+    """The way on from an interrupted run (its process stopped before the team decided), in
+    the words of both faces, for every message that meets one: a steer, a follow-up,
+    ``show``. Nothing else goes on with it: no note reaches it, it has no answer to follow."""
+    return (f"resume it from its recorded answers and votes (resume_session, or "
+            f"massgen-mcp resume {session_id} at a terminal)")
+
+
 class RecordWriteError(MassgenError):
     """A session record could not be written: the disk is full, failing or read-only."""
 

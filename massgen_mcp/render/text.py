@@ -10,6 +10,7 @@ from massgen_mcp.core.records import (
     FinishReason,
     ResultRecord,
     RunStatus,
+    StatusRecord,
     clip,
 )
 
@@ -26,6 +27,14 @@ def _short(text: str | None, limit: int = PROGRESS_CHARS) -> str:
 # Finish reasons the status already says ("cancelled (cancelled)" says nothing more).
 _SAID_BY_STATUS = (None, FinishReason.CONSENSUS, FinishReason.CANCELLED, FinishReason.TIMEOUT,
                    FinishReason.INTERRUPTED)
+
+
+def status_words(status: StatusRecord) -> str:
+    """A run without a result, in words: where a running one is ("running, voting"); one
+    that ended is its status alone ("interrupted": its phase reads "done", which it is not)."""
+    if status.status is RunStatus.RUNNING:
+        return f"{status.status}, {status.phase}"
+    return str(status.status)
 
 
 def _votes(n: int) -> str:

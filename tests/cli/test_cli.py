@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import pytest
 
 from massgen_mcp.cli.main import main
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, error
-from tests.helpers import Scripted
+from tests.helpers import Scripted, text_of
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -182,3 +183,67 @@ def test_sessions_and_show(scripted: Scripted, capsys: pytest.CaptureFixture[str
     assert "winner" in out and "agent_a |" in out and "FINAL" in out and "→" in out
     code, _, err = run_cli(capsys, "show", "../../etc")
     assert code == 1 and "is not a session id" in err
+
+
+def killed_mid_vote(scripted: Scripted, home: Path, *argv: str) -> tuple[str, dict[str, bool]]:
+    """A `run` in its own process, SIGKILLed once both agents have answered and are deciding
+    how to vote: its record is left running, with nobody running it. Returns its id and the
+    switch that lets later votes through."""
+    voting = threading.Semaphore(0)
+    state = {"hang_votes": True}
+
+    def policy(req: ChatRequest) -> Reply:
+        if req.vote_labels and state["hang_votes"]:
+            voting.release()
+            return Reply("text", delay_s=60)
+        return agree(req)
+
+    server = scripted(policy)
+    args = argv or ("--models", f"openai/a@{server.base_url},openai/b@{server.base_url}")
+    proc = subprocess.Popen([sys.executable, "-m", "massgen_mcp", "run", "q", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(2):
+            assert voting.acquire(timeout=60), proc.stderr
+        proc.kill()  # SIGKILL: no handler, no last status write
+        proc.wait(30)
+    finally:
+        proc.kill()
+    [folder] = (home / "sessions").iterdir()
+    state["hang_votes"] = False
+    return folder.name, state
+
+
+def test_every_way_on_from_a_killed_run_names_resume(
+        scripted: Scripted, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """After kill -9, show, steer and continue (CLI and MCP) name resume, the one way on
+    (issue 58, item 5): before, steer said to continue, continue refused with no way on, and
+    show said "interrupted, done"."""
+    from fastmcp import Client
+
+    from massgen_mcp.server.app import create_server
+
+    sid, _ = killed_mid_vote(scripted, home)
+    resume = f"massgen-mcp resume {sid}"
+    code, out, _ = run_cli(capsys, "show", sid)
+    assert code == 0
+    assert "outcome  interrupted\n" in out and resume in out and "done" not in out
+    code, _, err = run_cli(capsys, "steer", sid, "be brief")
+    assert code == 1 and resume in err and "continue" not in err
+    code, _, err = run_cli(capsys, "continue", sid, "and then?")
+    assert code == 1 and resume in err
+
+    async def over_mcp() -> None:
+        async with Client(create_server()) as client:
+            for tool, args in (("steer_session", {"message": "be brief"}),
+                               ("continue_session", {"follow_up": "and then?"}),
+                               ("get_result", {})):
+                failed = await client.call_tool(tool, {"session_id": sid, **args},
+                                                raise_on_error=False)
+                assert failed.is_error, tool
+                assert "resume_session" in text_of(failed.content[0]), tool
+
+    asyncio.run(over_mcp())
+    assert [f.name for f in (home / "sessions").iterdir()] == [sid]  # nothing else started
+    code, out, _ = run_cli(capsys, "resume", sid)
+    assert code == 0 and out.startswith("Final: ")
