@@ -34,6 +34,7 @@ from massgen_mcp.core.errors import (
     resume_hint,
 )
 from massgen_mcp.core.records import (
+    ConfigFile,
     Event,
     EventType,
     Phase,
@@ -67,7 +68,7 @@ from massgen_mcp.sessions.local import local_executor
 from massgen_mcp.sessions.store import LATEST, SessionStore
 from massgen_mcp.sessions.waiting import StatusCallback as StatusCallback  # for faces
 from massgen_mcp.team import consent
-from massgen_mcp.team.choose import choose_team, with_overrides
+from massgen_mcp.team.choose import choose_team, reread_config, with_overrides
 from massgen_mcp.team.context_files import Workspace
 
 if TYPE_CHECKING:
@@ -187,13 +188,15 @@ class ConsensusService:
         # file's; the default team's are the user's own.
         chosen = workspace.confined and bool(spec.models or spec.config or spec.base_url)
         return await self._launch(question, choice.team, context, spec.parent_session_id,
-                                  choice.notes, workspace, urls_from_call=chosen, kind=kind)
+                                  choice.notes, workspace, urls_from_call=chosen, kind=kind,
+                                  config_file=choice.config_file)
 
     async def _launch(self, question: str, team: TeamConfig, context: str | None,
                       parent_session_id: str | None, notes: list[str],
                       workspace: Workspace | None = None, *,
                       urls_from_call: bool | None = None,
-                      kind: RunKind = RunKind.RUN) -> StartedRun:
+                      kind: RunKind = RunKind.RUN,
+                      config_file: ConfigFile | None = None) -> StartedRun:
         """Ask the executor whether ``team`` may start (every reason it may not, in one
         error, before a record exists), then start it. Base URLs a model's call chose
         (``urls_from_call``; a recorded team's, when a model continues it) are not probed."""
@@ -208,7 +211,7 @@ class ConsensusService:
             await self.executor.prepare(team, self.fetch_progress)
         run = await self.executor.start(question, team, context=context,
                                       parent_session_id=parent_session_id, workspace=root,
-                                      notes=notes, kind=kind)
+                                      notes=notes, kind=kind, config_file=config_file)
         if self._records_in_project():
             consent.remember_run(self.store, run.session_id, team)
         return run
@@ -219,10 +222,12 @@ class ConsensusService:
         return self.store.sessions_dir.resolve().is_relative_to(self.workspace.root.resolve())
 
     async def continue_session(self, session_id: str, follow_up: str, *,
-                               options: RunOptions | None = None) -> StartedRun:
+                               options: RunOptions | None = None,
+                               config: str | None = None) -> StartedRun:
         """A new run on ``follow_up`` by the same team, with the earlier question, the user's
         notes to it (steering) and its final answer as context; linked to its parent in both
-        records."""
+        records. ``config``: the config file the session ran with, for its inline api_keys
+        when the recorded one has changed (:meth:`_recorded_team`)."""
         follow_up = check_question(follow_up, "follow_up")
         try:
             parent = await self.result(session_id)
@@ -244,11 +249,12 @@ class ConsensusService:
                         + "\n</earlier_user_notes>")
         if request.context:
             earlier = request.context + "\n\n" + earlier
-        team = self._recorded_team(session_id)
+        team, source = await self._recorded_team(session_id, config)
         if options:
             team = with_overrides(team, options.model_dump(exclude_unset=True),
                                   source=f"session {session_id} options")
-        started = await self._launch(follow_up, team, earlier, session_id, [])
+        started = await self._launch(follow_up, team, earlier, session_id, [],
+                                     config_file=source)
         self.store.append_event(session_id, EventType.CONTINUED,
                                 child_session_id=started.session_id)
         return started
@@ -264,7 +270,7 @@ class ConsensusService:
         memory. The recorded team never holds inline ``api_key`` values, so a config that
         names its keys inline could not be sampled from its record."""
         team = ((await choose_team(spec, self.workspace)).team if spec is not None
-                else self._recorded_team(session_id))
+                else (await self._recorded_team(session_id))[0])
         agent = next((a for a in team.agents if a.id == agent_id), None)
         if agent is None:
             raise ConfigError(f"agent_id: session {session_id} has no agent {agent_id!r} "
@@ -282,9 +288,10 @@ class ConsensusService:
         return await self._launch(check_question(question), sampled, None, None, [],
                                   kind=RunKind.EVAL)
 
-    async def resume_session(self, session_id: str) -> StartedRun:
+    async def resume_session(self, session_id: str, *, config: str | None = None
+                             ) -> StartedRun:
         """Continue an interrupted run from its recorded answers and votes, in the same
-        record."""
+        record (``config`` as for :meth:`continue_session`)."""
         status = await self.status(session_id)
         # A queued run whose place in a pool's queue was lost (Redis without persistence)
         # can be queued again: a duplicate delivery finds it claimed or finished.
@@ -292,15 +299,29 @@ class ConsensusService:
         if status.status is not RunStatus.INTERRUPTED and not lost:
             raise SessionStateError(f"session {session_id} is {status.status}; only "
                                     "interrupted runs can be resumed")
-        return await self.executor.resume(session_id, self._recorded_team(session_id))
+        team, _ = await self._recorded_team(session_id, config)
+        return await self.executor.resume(session_id, team)
 
-    def _recorded_team(self, session_id: str) -> TeamConfig:
-        """The team a session ran with, to run it again; a record in the project folder
-        must be one this machine started, when its team needs consent."""
-        team = recorded_team(self.store, session_id)
+    async def _recorded_team(self, session_id: str, config: str | None = None
+                             ) -> tuple[TeamConfig, ConfigFile | None]:
+        """The team a session ran with, to run it again, and the config file its inline
+        api_keys come from (None without any); a record in the project folder must be one
+        this machine started, when its team needs consent.
+
+        Keys are never recorded: a team that had them inline gets them from ``config`` (a
+        file or @preset, as ``run --config`` takes it), else from the config file the
+        record names while its text is the one it ran with (:func:`reread_config`)."""
+        keys_from: TeamConfig | None = None
+        source = self.store.read_request(session_id).config_file
+        if config is not None:
+            choice = await choose_team(RunSpec(question="-", config=config), self.workspace)
+            keys_from, source = choice.team, choice.config_file
+        elif source is not None:
+            keys_from = await reread_config(source, check_trust=self.workspace.confined)
+        team = recorded_team(self.store, session_id, keys_from)
         if self._records_in_project():
             consent.check_recorded(self.store, session_id, team)
-        return team
+        return team, source if any(a.api_key is not None for a in team.agents) else None
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -19,6 +19,11 @@ from massgen_mcp.cli.run import (
     read_question,
 )
 
+# Inline api_keys are never recorded: they are read again from the config file the run used
+# while it is unchanged, or from the file given here (the same agents).
+CONFIG_HELP = ("the config file the session ran with, for its inline api_keys, when that file "
+               "has changed or moved since (the agents must be the same)")
+
 
 def add_parsers(sub: Any) -> None:
     follow = sub.add_parser(
@@ -33,6 +38,7 @@ def add_parsers(sub: Any) -> None:
     follow.add_argument("follow_up", metavar="FOLLOW_UP",
                         help="the follow-up question ('-' reads it from stdin)")
     add_limit_flags(follow)
+    follow.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     follow.set_defaults(func=cmd_continue)
 
     resume = sub.add_parser(
@@ -46,6 +52,7 @@ def add_parsers(sub: Any) -> None:
     resume.add_argument("--json", action="store_true",
                         help="print one JSON object, as run --json does")
     resume.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    resume.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     resume.set_defaults(func=cmd_resume)
 
 
@@ -54,9 +61,9 @@ def cmd_continue(args: argparse.Namespace) -> int:
     options = options_from(args)
     given = options if options.model_fields_set else None
     return follow_to_the_end(args, lambda service: service.continue_session(
-        service.find_session(args.session_id), follow_up, options=given))
+        service.find_session(args.session_id), follow_up, options=given, config=args.config))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     return follow_to_the_end(args, lambda service: service.resume_session(
-        service.find_session(args.session_id)))
+        service.find_session(args.session_id), config=args.config))

@@ -356,6 +356,17 @@ class RequestRecord(VersionedRecord):
     # What the user was told about the team: config keys ignored, or why this default team.
     notes: list[str] = []
     kind: RunKind = RunKind.RUN  # eval's runs are left out of ``sessions`` and ``latest``
+    # A team with inline api_keys (never recorded: config.json says "***"): the config file
+    # it came from and that file's SHA-256 then, so continue and resume read the keys from
+    # it again while it is unchanged (ConsensusService.recorded_team).
+    config_file: ConfigFile | None = None
+
+
+class ConfigFile(Record):
+    """A config file as a run read it: where, and the SHA-256 of its bytes."""
+
+    path: str
+    sha256: str
 
 
 class Event(Record):

@@ -32,6 +32,7 @@ from massgen_mcp.core.errors import (
     SteerRefusedError,
 )
 from massgen_mcp.core.records import (
+    ConfigFile,
     Event,
     FinishReason,
     Phase,
@@ -160,6 +161,7 @@ class PoolExecutor:
         self, question: str, team: TeamConfig, *, context: str | None = None,
         parent_session_id: str | None = None, workspace: Path | None = None,
         notes: list[str] | None = None, kind: RunKind = RunKind.RUN,
+        config_file: ConfigFile | None = None,
     ) -> StartedRun:
         """Write the record, mark it queued and put it on the queue; returns at once.
         ``kind`` is not recorded: the queue carries none, so eval's runs here stay listed."""

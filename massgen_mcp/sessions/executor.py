@@ -18,6 +18,7 @@ from typing import Protocol, TypedDict
 from massgen_mcp.consensus.replay import Prior, RunRequest
 from massgen_mcp.core.errors import Refusal, SessionStateError
 from massgen_mcp.core.records import (
+    ConfigFile,
     Draft,
     Event,
     RequestRecord,
@@ -93,7 +94,8 @@ class Listeners:
 
 def new_request(question: str, team: TeamConfig, *, context: str | None,
                 parent_session_id: str | None, workspace: Path | None,
-                notes: list[str] | None, kind: RunKind = RunKind.RUN) -> RequestRecord:
+                notes: list[str] | None, kind: RunKind = RunKind.RUN,
+                config_file: ConfigFile | None = None) -> RequestRecord:
     """What a new session asks: everything any process needs to run it (with its config).
     ``workspace`` is recorded only when the team's tools read it."""
     if not team.options.workspace_tools:
@@ -101,7 +103,7 @@ def new_request(question: str, team: TeamConfig, *, context: str | None,
     return RequestRecord(question=question, context=context,
                          parent_session_id=parent_session_id,
                          workspace=str(workspace) if workspace else None,
-                         notes=notes or [], kind=kind)
+                         notes=notes or [], kind=kind, config_file=config_file)
 
 
 def create_record(store: SessionStore, session_id: str, team: TeamConfig,
@@ -146,8 +148,8 @@ class Executor(Protocol):
         """Follow every status of every run this executor has; returns the unsubscribe."""
     async def start(self, question: str, team: TeamConfig, *, context: str | None = None,
                     parent_session_id: str | None = None, workspace: Path | None = None,
-                    notes: list[str] | None = None, kind: RunKind = RunKind.RUN
-                    ) -> StartedRun: ...
+                    notes: list[str] | None = None, kind: RunKind = RunKind.RUN,
+                    config_file: ConfigFile | None = None) -> StartedRun: ...
     async def resume(self, session_id: str, team: TeamConfig) -> StartedRun: ...
     async def status(self, session_id: str) -> StatusRecord: ...
     async def result(self, session_id: str) -> ResultRecord | None: ...
@@ -164,15 +166,27 @@ class Executor(Protocol):
     async def aclose(self, deadline_s: float = ..., *, interrupt: bool = False) -> None: ...
 
 
-def recorded_team(store: SessionStore, session_id: str) -> TeamConfig:
+def recorded_team(store: SessionStore, session_id: str,
+                  keys_from: TeamConfig | None = None) -> TeamConfig:
     """The team a session ran with, from its config.json (keys are not stored there: each
-    process resolves them from its own environment)."""
+    process resolves them from its own environment). Inline ``api_key`` values (recorded as
+    "***") come from ``keys_from``, the team of the config file it ran with, read again by
+    the caller: only when its agents are the recorded ones, so no key goes anywhere the
+    recorded run did not send it."""
     team = build_team(store.read_config(session_id),
                       source=f"session {session_id} config.json")
-    if any(agent.api_key is not None for agent in team.agents):  # recorded as "***"
-        raise SessionStateError(f"session {session_id} used inline api_keys, which are not "
-                                "stored; start a new run with the same config")
-    return team
+    if all(agent.api_key is None for agent in team.agents):
+        return team
+    if keys_from is None:
+        raise SessionStateError(
+            f"session {session_id} used inline api_keys, which are not stored, and the config "
+            "file it ran with has changed or is gone; give that file again (massgen-mcp "
+            f"continue/resume {session_id} ... --config FILE), or start a new run with it")
+    if keys_from.redacted()["agents"] != team.redacted()["agents"]:
+        raise SessionStateError(
+            f"session {session_id} used inline api_keys, and the config file given does not "
+            "describe the agents it ran with; give the file it ran with, or start a new run")
+    return TeamConfig(agents=keys_from.agents, options=team.options)
 
 
 def recorded_request(store: SessionStore, session_id: str, team: TeamConfig) -> RunRequest:

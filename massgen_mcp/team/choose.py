@@ -13,6 +13,7 @@ applied by the same merge (:func:`with_overrides`, which also serves ``continue_
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,11 +22,12 @@ from typing import Any
 
 from massgen_mcp.core.env import user_config_dir
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.records import ConfigFile
 from massgen_mcp.core.spec import MAX_AGENTS, RunSpec, TeamConfig, build_team
 from massgen_mcp.providers.model_names import model_problem
 from massgen_mcp.team import consent
 from massgen_mcp.team.context_files import Workspace
-from massgen_mcp.team.massgen_yaml import load_config_file
+from massgen_mcp.team.massgen_yaml import read_config_file
 from massgen_mcp.team.presets import preset_hint, resolve_config_path
 
 
@@ -33,6 +35,28 @@ from massgen_mcp.team.presets import preset_hint, resolve_config_path
 class TeamChoice:
     team: TeamConfig
     notes: list[str] = field(default_factory=list)  # config warnings, or why this default team
+    # The config file of a team with inline api_keys, to read them again (RequestRecord).
+    config_file: ConfigFile | None = None
+
+
+def config_file_of(path: Path, text: str) -> ConfigFile:
+    """``path`` as read now, with the SHA-256 of its text: what a record keeps instead of
+    the inline keys the file holds."""
+    return ConfigFile(path=str(path.resolve()),
+                      sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
+
+
+async def reread_config(recorded: ConfigFile, *, check_trust: bool) -> TeamConfig | None:
+    """The team of a recorded config file while its text is the one recorded, else None
+    (changed, gone, or no longer valid). ``check_trust`` as for the run that read it."""
+    try:
+        loaded = await asyncio.to_thread(read_config_file, Path(recorded.path),
+                                         check_trust=check_trust)
+    except ConfigError:
+        return None
+    if config_file_of(loaded.path, loaded.text).sha256 != recorded.sha256:
+        return None
+    return loaded.team
 
 
 async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
@@ -40,6 +64,7 @@ async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
     if spec.models and spec.config:
         raise ConfigError("give either models or config, not both")
     notes: list[str] = []
+    source: ConfigFile | None = None
     if spec.models:
         team = _team_from_models(spec.models)
     elif spec.config:
@@ -47,8 +72,11 @@ async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
         # consent to send their keys abroad (massgen_mcp.team.consent); the user's own CLI flag and
         # our presets do not.
         path, own = _config_path(spec.config, workspace)
-        team, notes = await asyncio.to_thread(
-            load_config_file, path, check_trust=workspace.confined and not own)
+        loaded = await asyncio.to_thread(
+            read_config_file, path, check_trust=workspace.confined and not own)
+        team, notes = loaded.team, loaded.warnings
+        if any(agent.api_key is not None for agent in team.agents):
+            source = config_file_of(path, loaded.text)
     else:
         from massgen_mcp.team.discover import discover
 
@@ -60,7 +88,7 @@ async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
                            source=spec.config or "models")
     if workspace.confined:  # the caller is a model (MCP, /v1): it decides less than a file
         consent.check_call(team, final, spec.overrides(), spec.base_url, spec.context_files)
-    return TeamChoice(final, notes)
+    return TeamChoice(final, notes, source)
 
 
 def _config_path(ref: str, workspace: Workspace) -> tuple[Path, bool]:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -185,10 +186,12 @@ def test_sessions_and_show(scripted: Scripted, capsys: pytest.CaptureFixture[str
     assert code == 1 and "is not a session id" in err
 
 
-def killed_mid_vote(scripted: Scripted, home: Path, *argv: str) -> tuple[str, dict[str, bool]]:
-    """A `run` in its own process, SIGKILLed once both agents have answered and are deciding
-    how to vote: its record is left running, with nobody running it. Returns its id and the
-    switch that lets later votes through."""
+def killed_mid_vote(scripted: Scripted, home: Path,
+                    team: Callable[[ScriptedServer], list[str]] = models_args,
+                    ) -> tuple[str, ScriptedServer]:
+    """A `run` in its own process on the team ``team`` gives for a scripted server, killed
+    (SIGKILL) once two agents have answered and are deciding how to vote: its record is
+    left running, with nobody running it. Later votes go through."""
     voting = threading.Semaphore(0)
     state = {"hang_votes": True}
 
@@ -199,8 +202,7 @@ def killed_mid_vote(scripted: Scripted, home: Path, *argv: str) -> tuple[str, di
         return agree(req)
 
     server = scripted(policy)
-    args = argv or ("--models", f"openai/a@{server.base_url},openai/b@{server.base_url}")
-    proc = subprocess.Popen([sys.executable, "-m", "massgen_mcp", "run", "q", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "massgen_mcp", "run", "q", *team(server)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(2):
@@ -211,7 +213,7 @@ def killed_mid_vote(scripted: Scripted, home: Path, *argv: str) -> tuple[str, di
         proc.kill()
     [folder] = (home / "sessions").iterdir()
     state["hang_votes"] = False
-    return folder.name, state
+    return folder.name, server
 
 
 def test_every_way_on_from_a_killed_run_names_resume(
@@ -247,3 +249,71 @@ def test_every_way_on_from_a_killed_run_names_resume(
     assert [f.name for f in (home / "sessions").iterdir()] == [sid]  # nothing else started
     code, out, _ = run_cli(capsys, "resume", sid)
     assert code == 0 and out.startswith("Final: ")
+
+
+def test_a_config_with_inline_keys_resumes_and_continues_and_its_key_is_never_stored(
+        scripted: Scripted, home: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Inline api_keys are read again from the config file while it is unchanged, or from
+    the one --config gives for the same agents (issue 58, item 5): before, resume and
+    continue refused ("not stored; start a new run") though the file had not changed."""
+    key = "sk-inline-canary-" + "7" * 24
+    config = tmp_path / "team.yaml"
+
+    def write(path: Path, url: str, ids: str = "abc") -> Path:
+        path.write_text("agents:\n" + "".join(
+            f"  - id: {n}\n    backend: {{type: chatcompletion, model: {n}, base_url: "
+            f"'{url}', api_key: '{key}'}}\n" for n in ids))
+        return path
+
+    sid, server = killed_mid_vote(
+        scripted, home, lambda server: ["--config", str(write(config, server.base_url))])
+    before = len(server.requests)
+    code, out, err = run_cli(capsys, "resume", sid)
+    assert code == 0 and out.startswith("Final: "), err
+    sent = [q.headers.get("authorization") for q in server.requests[before:]]
+    assert sent and set(sent) == {f"Bearer {key}"}  # the file's key, not a placeholder
+    code, out, err = run_cli(capsys, "continue", sid, "and then?")
+    assert code == 0, err
+    child = next(f.name for f in (home / "sessions").iterdir() if f.name != sid)
+
+    config.write_text(config.read_text() + "# edited\n")  # now it may hold other keys
+    code, _, err = run_cli(capsys, "continue", child, "and then?")
+    assert code == 1 and "--config FILE" in err
+    other = write(tmp_path / "other.yaml", server.base_url, ids="ab")
+    code, _, err = run_cli(capsys, "continue", child, "and then?", "--config", str(other))
+    assert code == 1 and "does not describe the agents it ran with" in err
+    moved = write(tmp_path / "moved.yaml", server.base_url)
+    code, _, err = run_cli(capsys, "continue", child, "and then?", "--config", str(moved))
+    assert code == 0, err
+
+    written = [p for p in home.rglob("*") if p.is_file()]
+    assert len([p for p in written if p.name == "config.json"]) == 3
+    assert not [p for p in written if key.encode() in p.read_bytes()]
+
+
+async def test_eval_samples_a_member_whose_config_had_its_key_inline(
+        scripted: Scripted, home: Path, tmp_path: Path) -> None:
+    """eval's self-consistency samples of a recorded session's member (no team given again)
+    take its inline key from the unchanged config file, as continue does (issue 58, item 5)."""
+    from massgen_mcp.core.spec import RunSpec
+    from massgen_mcp.service import ConsensusService
+    from massgen_mcp.team.context_files import Workspace
+
+    key = "sk-inline-canary-" + "8" * 24
+    server = scripted(agree)
+    (tmp_path / "team.yaml").write_text("agents:\n" + "".join(
+        f"  - id: {n}\n    backend: {{type: chatcompletion, model: {n}, base_url: "
+        f"'{server.base_url}', api_key: '{key}'}}\n" for n in "ab"))
+    service = ConsensusService.local(home, Workspace(tmp_path, confined=False))
+    try:
+        started = await service.start(RunSpec(question="q", config="team.yaml"))
+        assert (await service.wait(started.session_id, None)).status == "completed"
+        before = len(server.requests)
+        sampled = await service.sample_member(started.session_id, "b", 2, "q")
+        await service.wait(sampled.session_id, None)
+    finally:
+        await service.aclose()
+    sent = {q.headers.get("authorization") for q in server.requests[before:]}
+    assert sent == {f"Bearer {key}"}
+    assert not [p for p in home.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
