@@ -184,8 +184,9 @@ def recorded_team(store: SessionStore, session_id: str,
             f"continue/resume {session_id} ... --config FILE), or start a new run with it")
     if keys_from.redacted()["agents"] != team.redacted()["agents"]:
         raise SessionStateError(
-            f"session {session_id} used inline api_keys, and the config file given does not "
-            "describe the agents it ran with; give the file it ran with, or start a new run")
+            f"session {session_id} used inline api_keys, and the config file does not "
+            "describe the agents it ran with; give the file it ran with (--config FILE), or "
+            "start a new run")
     return TeamConfig(agents=keys_from.agents, options=team.options)
 
 
