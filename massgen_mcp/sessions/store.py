@@ -252,22 +252,17 @@ class SessionStore:
 
     def read_events(self, session_id: str) -> list[Event]:
         """Every event, for what needs them all (resume replays them): a record of more than
-        :data:`EVENTS_READ_MAX` is refused in one line rather than parsed for minutes."""
-        tail = self.read_events_tail(session_id)
-        if tail.skipped:
-            raise SessionStateError(
-                f"session {session_id}: events.jsonl holds {tail.skipped + len(tail.events):,} "
-                f"lines, more than the {EVENTS_READ_MAX:,} events read at once (a run records "
-                "hundreds); it is not read whole: show and the report show its last events")
-        return tail.events
+        :data:`EVENTS_READ_MAX` is refused in one line, before any is parsed, rather than
+        parsed for minutes."""
+        return self.read_events_tail(session_id, count=False, whole=True).events
 
     def read_events_tail(self, session_id: str, last: int = EVENTS_READ_MAX, *,
-                         count: bool = True) -> EventTail:
+                         count: bool = True, whole: bool = False) -> EventTail:
         """The last ``last`` events, from a file read as untrusted input (at most
         :data:`EVENTS_MAX_BYTES`, a line at most :data:`EVENT_LINE_MAX_BYTES`): found by
         reading back from the end, so that only they are parsed; the lines before them are
-        counted (``count``), never parsed. A bad line is fine only as the last (a crash cut
-        it short)."""
+        counted (``count``), never parsed, or refused (``whole``). A bad line is fine only as
+        the last (a crash cut it short)."""
         path = self._existing(session_id) / "events.jsonl"
         try:
             with open_safely(path, EVENTS_MAX_BYTES) as handle:
@@ -275,6 +270,11 @@ class SessionStore:
                 handle.seek(max(0, size - 1))
                 stop = size - 1 if handle.read(1) == b"\n" else size  # the last line's end
                 start = _tail_start(handle, stop, max(1, last))
+                if whole and start:
+                    raise SessionStateError(
+                        f"session {session_id}: events.jsonl holds more than {last:,} events "
+                        "(a run records hundreds); it is not replayed or read whole: show and "
+                        "the report show its last events")
                 skipped = _count_lines(handle, start) if count else 0
                 handle.seek(start)
                 lines = handle.read(size - start).split(b"\n")
