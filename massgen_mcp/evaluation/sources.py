@@ -330,11 +330,17 @@ def _open_hf_folder(source: str, name: str, config: str, split: str, label: str,
         raise ConfigError(f"{source}: the folder has no data files for split {split!r} "
                           f"(splits: {found}); name one as hf:{name}:{config}:SPLIT")
     paths = [str(path) for path in files[split]]
+    root = Path(name).resolve()
     for path in paths:
         suffix = Path(path).suffix.lower()
         if suffix not in EXTENSIONS or "://" in path:
             raise ConfigError(f"{source}: {path}: eval reads a folder's {', '.join(EXTENSIONS)} "
                               "files; convert it to one of them")
+        # A README's configs may name files by any pattern ("../../*"), and a file may be a
+        # link: what a cloned folder makes eval send to the models stays inside it.
+        if not Path(path).resolve().is_relative_to(root):
+            raise ConfigError(f"{source}: {path} is outside the folder (its README's "
+                              "data_files, or a link); eval reads only the folder's own files")
 
     def rows() -> Iterator[Lazy]:
         index = 0

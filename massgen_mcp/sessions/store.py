@@ -277,23 +277,24 @@ class SessionStore:
                         "the report show its last events")
                 skipped = _count_lines(handle, start) if count else 0
                 handle.seek(start)
-                lines = handle.read(size - start).split(b"\n")
+                values = []
+                bad: str | None = None
+                left = size - start
+                while left and (line := handle.readline(min(left, EVENT_LINE_MAX_BYTES + 1))):
+                    left -= len(line)
+                    if not line.strip():
+                        continue
+                    if bad is not None or len(line) > EVENT_LINE_MAX_BYTES:
+                        raise self._corrupt(session_id, "events.jsonl",
+                                            bad or f"a line over {EVENT_LINE_MAX_BYTES} bytes")
+                    try:
+                        values.append(json.loads(line))
+                    except (ValueError, RecursionError) as exc:
+                        bad = str(exc).splitlines()[0]
         except FileNotFoundError:
             return EventTail([], 0)
         except OSError as exc:
             raise self._corrupt(session_id, "events.jsonl", exc) from None
-        values = []
-        bad: str | None = None
-        for line in lines:
-            if not line.strip():
-                continue
-            if bad is not None or len(line) > EVENT_LINE_MAX_BYTES:
-                raise self._corrupt(session_id, "events.jsonl",
-                                    bad or f"a line over {EVENT_LINE_MAX_BYTES} bytes")
-            try:
-                values.append(json.loads(line))
-            except (ValueError, RecursionError) as exc:
-                bad = str(exc).splitlines()[0]
         try:  # all at once: the known secrets are gathered once, not once per event
             values = redact_data(values)
         except RecursionError as exc:

@@ -603,3 +603,21 @@ def test_a_local_hf_folder_is_read_in_place_not_converted_into_the_cache(
     assert [item.source for item in items] == [f"hf:{folder}::test#0"]
     written = sum(path.stat().st_size for path in hf_offline.rglob("*") if path.is_file())
     assert written < 2**20
+
+
+def test_a_local_hf_folder_reads_only_its_own_files(tmp_path: Path, hf_offline: Path) -> None:
+    """A cloned folder's README can point its data_files anywhere, and a file can be a link:
+    what eval sends to the models stays inside the folder."""
+    outside = tmp_path / "private"
+    outside.mkdir()
+    write_jsonl(outside / "test.jsonl", [{"question": "secret", "answer": "1"}])
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "test.jsonl").symlink_to(outside / "test.jsonl")
+    with pytest.raises(ConfigError, match=r"test\.jsonl is outside the folder"):
+        load_items(f"hf:{folder}", limit=1)
+    (folder / "test.jsonl").unlink()
+    (folder / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n"
+                                      "  - split: test\n    path: ../private/test.jsonl\n---\n")
+    with pytest.raises(ConfigError, match=r"test\.jsonl is outside the folder"):
+        load_items(f"hf:{folder}", limit=1)
