@@ -104,6 +104,9 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"{usage.completion_tokens} completion tokens, cost "
           f"{'unknown' if usage.cost_usd is None else f'${usage.cost_usd:.4f}'}")
     say()
+    if record.events_skipped:
+        say(f"{record.events_skipped:,} earlier events skipped: the record holds more than "
+            f"are read at once; shown are the last {len(record.events):,}")
     say(coordination_table(record.events, list(status.agents)))
     tool_lines = [describe_event(e) for e in record.events if e.type is EventType.TOOL_CALL]
     if tool_lines:

@@ -438,6 +438,7 @@ class SessionRecord:
     result: ResultRecord | None
     events: list[Event]
     answers: dict[str, str]  # label -> full text of every answer ever given
+    events_skipped: int = 0  # earlier events not read: a record over the cap shows its last
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,16 @@ the letter, which the scorer compares with the reply's last standalone capital l
 10 choices (A-J).
 
 Sources are streamed (:mod:`.sources`): eval reads only the rows it takes, so a huge or
-hostile file costs what ``--limit`` asks for, not its size.
+hostile file costs what ``--limit`` asks for, not its size; and each row taken is mapped to its
+item at once (the row itself is not kept), the items' text at most :data:`MAX_TEXT_CHARS`, so
+what rows declare (10,000 rows of a one-megabyte value fit in an 837-byte Parquet file) costs at
+most that much.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, NoReturn
@@ -39,6 +43,7 @@ from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.evaluation.sources import Source, open_source
 
 MAX_ITEMS = 10_000  # without a --limit: a typo'd split should not start 100,000 runs
+MAX_TEXT_CHARS = 64 * 2**20  # the items' text eval keeps: a benchmark's 10,000 are a few MB
 LETTERS = "ABCDEFGHIJ"  # the scorer's letters
 _FLAGS = {"question": "--question-field", "answer": "--answer-field", "choices": "--choices-field"}
 # Field names datasets commonly use, for the flag an error suggests.
@@ -83,37 +88,77 @@ def load_items(source: str, fields: Fields = Fields(), *, limit: int | None = No
         raise ConfigError(f"--limit: {limit}; give a whole number of at least 1")
     opened = open_source(source, sampling=seed is not None and limit is not None)
     try:
-        rows = _take(opened, limit, seed)
-        if not rows:
+        taken = _take(opened, limit, seed, fields)
+        if not taken:
             raise ConfigError(f"{opened.name}: no rows; the dataset is empty")
-        return [_item(where, row, fields) for where, row in rows]
+        for item in taken:  # in the order eval uses them: the first bad one is reported
+            if isinstance(item, ConfigError):
+                raise item
+        return [item for item in taken if isinstance(item, Item)]
     except MemoryError:
         raise ConfigError(f"{opened.name}: ran out of memory while reading it; pass a smaller "
                           "--limit, or split the file") from None
 
 
-def _take(source: Source, limit: int | None, seed: int | None) -> list[tuple[str, object]]:
-    """The rows :func:`load_items` keeps, parsed, in the order it uses them."""
+Taken = Item | ConfigError  # a row taken: its item, or why it has none (said if it is kept)
+
+
+class _Kept:
+    """The items kept so far, and their text, held to :data:`MAX_TEXT_CHARS`."""
+
+    def __init__(self, fields: Fields) -> None:
+        self.fields, self.chars = fields, 0
+
+    def take(self, where: str, parse: Callable[[], object]) -> Taken:
+        """The row parsed (its error raised: the file cannot be read on) and mapped to its
+        item (its error kept, to be raised only if the row stays in the sample)."""
+        row = parse()
+        try:
+            item: Taken = _item(where, row, self.fields)
+        except ConfigError as exc:
+            exc.__context__ = exc.__cause__ = None  # keep no frame, and so no row, alive
+            item = exc.with_traceback(None)
+        self.chars += _chars(item)
+        if self.chars > MAX_TEXT_CHARS:
+            raise ConfigError(f"{where}: the items taken so far hold more than "
+                              f"{MAX_TEXT_CHARS // 2**20} M characters, the most eval keeps; "
+                              "pass a smaller --limit, or split the file")
+        return item
+
+    def drop(self, item: Taken) -> None:
+        self.chars -= _chars(item)
+
+
+def _chars(item: Taken) -> int:
+    return len(item.question) + len(item.answer) if isinstance(item, Item) else 0
+
+
+def _take(source: Source, limit: int | None, seed: int | None, fields: Fields) -> list[Taken]:
+    """The rows :func:`load_items` keeps, each mapped to its item, in the order it uses them."""
+    kept = _Kept(fields)
     if limit is None:
         if source.declared is not None and source.declared > MAX_ITEMS:
             _too_many(source.name)
-        rows = [(where, parse()) for where, parse in islice(source.rows, MAX_ITEMS + 1)]
-        if len(rows) > MAX_ITEMS:
-            _too_many(source.name)
+        items: list[Taken] = []
+        for where, parse in source.rows:
+            if len(items) == MAX_ITEMS:
+                _too_many(source.name)
+            items.append(kept.take(where, parse))
         if seed is not None:
-            random.Random(seed).shuffle(rows)
-        return rows
+            random.Random(seed).shuffle(items)
+        return items
     if seed is None:
-        return [(where, parse()) for where, parse in islice(source.rows, limit)]
+        return [kept.take(where, parse) for where, parse in islice(source.rows, limit)]
     rng = random.Random(seed)
-    kept: list[tuple[str, object]] = []
+    sample: list[Taken] = []
     for seen, (where, parse) in enumerate(source.rows):  # Algorithm R
         if seen < limit:
-            kept.append((where, parse()))
+            sample.append(kept.take(where, parse))
         elif (slot := rng.randrange(seen + 1)) < limit:
-            kept[slot] = (where, parse())
-    rng.shuffle(kept)
-    return kept
+            kept.drop(sample[slot])
+            sample[slot] = kept.take(where, parse)
+    rng.shuffle(sample)
+    return sample
 
 
 def _too_many(name: str) -> NoReturn:

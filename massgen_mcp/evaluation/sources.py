@@ -7,10 +7,21 @@ before ``--limit`` applies. So each reader yields rows one at a time, each as a 
 stops at the rows it needs and parses only the ones it keeps.
 
 * JSON lines and CSV are read line by line; a line over :data:`MAX_LINE_BYTES` is an error
-  (a file of NUL bytes is one endless line).
+  (a file of NUL bytes is one endless line), and so is a CSV row (whose quoted cells may span
+  lines) over :data:`MAX_ROW_BYTES` or :data:`MAX_COLUMNS` cells, or a header over
+  :data:`MAX_COLUMNS` columns: every row becomes a mapping of the header's names, so a header
+  of a million columns would make each six-byte row cost tens of megabytes.
 * Parquet is read by batches of :data:`BATCH_ROWS` rows, text columns kept dictionary-encoded,
   so a batch costs its rows' indices, not their decoded values. A column chunk that declares
-  more than :data:`MAX_CHUNK_BYTES` uncompressed (a decompression bomb) is refused up front.
+  more than :data:`MAX_CHUNK_BYTES` uncompressed (a decompression bomb) is refused up front,
+  and so is a table of more than :data:`MAX_COLUMNS` columns; a row is decoded only after the
+  bytes it declares (a dictionary value counted by its length) are found to be at most
+  :data:`MAX_ROW_BYTES`: an 837-byte file can declare rows of one megabyte each.
+* ``hf:`` with a local folder (written as a path) reads the folder's data files, as
+  ``datasets`` resolves them for the split, with these same readers: ``datasets.load_dataset``
+  would first convert the whole folder into its Arrow cache (a 25 KB file became 205 MB there
+  before row 1). Only a dataset from the Hub goes through ``load_dataset`` (and its cache);
+  its rows get the same check of their size before they are decoded.
 * A random sample (``--seed`` with ``--limit``) must see every row: it is refused for a file
   over :data:`MAX_SAMPLE_FILE_BYTES` or a table declaring over :data:`MAX_SAMPLE_ROWS` rows.
 
@@ -22,7 +33,7 @@ from __future__ import annotations
 
 import codecs
 import csv
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -35,6 +46,8 @@ SAMPLE_PATH = Path(__file__).parent.parent / "data" / "eval_sample.jsonl"
 EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet")
 INSTALL_EVAL = "pip install 'massgen-mcp[eval]'"
 MAX_LINE_BYTES = 8 * 2**20  # one question, its choices and answer: far more than any benchmark's
+MAX_ROW_BYTES = MAX_LINE_BYTES  # ... in any format (a CSV row may span lines)
+MAX_COLUMNS = 1_000  # a row's fields (a CSV's header, a table's columns)
 MAX_SAMPLE_FILE_BYTES = 2**30  # a sample reads the whole file
 MAX_SAMPLE_ROWS = 10_000_000  # ... and every row of a table
 MAX_CHUNK_BYTES = 2**30  # what one Parquet column chunk may declare, decompressed
@@ -128,18 +141,28 @@ def _csv_rows(name: str, file: IO[bytes]) -> Iterator[Lazy]:
     """CSV is parsed as it streams (a quoted field may span lines); rows are cheap, so each
     is parsed at once and its parser only hands it over."""
 
+    row_bytes = 0  # of the row being parsed: its quoted cells may span any number of lines
+    start = 1
+
     def text() -> Iterator[str]:
-        for number, start, raw in _lines(name, file):
+        nonlocal row_bytes
+        for number, offset, raw in _lines(name, file):
+            row_bytes += len(raw)
+            if row_bytes > MAX_ROW_BYTES:
+                raise ConfigError(f"{name}:{start}: the row is longer than "
+                                  f"{MAX_ROW_BYTES // 2**20} MiB; each row must be one item "
+                                  "(check the file's quoting)")
             try:
                 yield raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise ConfigError(f"{name}:{number}: byte {start + exc.start + 1} of the file "
-                                  "is not UTF-8; save the file as UTF-8") from None
+                raise ConfigError(f"{name}:{number}: byte {offset + exc.start + 1} of the "
+                                  "file is not UTF-8; save the file as UTF-8") from None
 
     reader = csv.reader(text())
     header: list[str] | None = None
     while True:
         start = reader.line_num + 1  # a quoted field may span lines: name the first
+        row_bytes = 0
         try:
             values = next(reader)
         except StopIteration:
@@ -148,6 +171,10 @@ def _csv_rows(name: str, file: IO[bytes]) -> Iterator[Lazy]:
             raise ConfigError(f"{name}:{start}: {exc}; check the file's quoting") from None
         if not values:
             continue  # a blank line
+        if len(values) > MAX_COLUMNS:
+            what = "header" if header is None else "row"
+            raise ConfigError(f"{name}:{start}: the {what} has {len(values):,} cells, more "
+                              f"than {MAX_COLUMNS:,}; keep the columns an item needs")
         if header is None:
             header = values
             continue
@@ -178,6 +205,9 @@ def _open_parquet(path: Path, sampling: bool) -> Source:
     except (pyarrow.ArrowException, OSError) as exc:
         raise ConfigError(f"{path.name}: not a readable Parquet file ({one_line(exc)})") \
             from None
+    if metadata.num_columns > MAX_COLUMNS:
+        raise ConfigError(f"{path.name}: the table has {metadata.num_columns:,} columns, more "
+                          f"than {MAX_COLUMNS:,}; keep the columns an item needs")
     if chunks and max(chunks) > MAX_CHUNK_BYTES:
         raise ConfigError(f"{path.name}: a column chunk declares {max(chunks):,} bytes "
                           f"uncompressed, more than {MAX_CHUNK_BYTES:,}; write the table with "
@@ -193,15 +223,46 @@ def _parquet_rows(name: str, table: Any) -> Iterator[Lazy]:
     try:
         for batch in table.iter_batches(batch_size=BATCH_ROWS):
             for offset in range(batch.num_rows):
-                yield f"{name}#{index}", _batch_row(batch, offset)
+                yield f"{name}#{index}", _batch_row(f"{name}#{index}", batch, offset)
                 index += 1
     except (pyarrow.ArrowException, OSError) as exc:
         raise ConfigError(f"{name}#{index}: not a readable Parquet row ({one_line(exc)})") \
             from None
 
 
-def _batch_row(batch: Any, offset: int) -> Callable[[], object]:
-    return lambda: batch.slice(offset, 1).to_pylist()[0]
+def _batch_row(where: str, batch: Any, offset: int) -> Callable[[], object]:
+    def parse() -> object:
+        row = batch.slice(offset, 1)
+        _check_row_bytes(where, row.columns)
+        return row.to_pylist()[0]
+    return parse
+
+
+def _check_row_bytes(where: str, arrays: Iterable[Any]) -> None:
+    """Refuse a row (one-row slices of its arrays) that declares more than
+    :data:`MAX_ROW_BYTES`, before it is decoded into Python objects."""
+    size = sum(_declared_bytes(array) for array in arrays)
+    if size > MAX_ROW_BYTES:
+        raise ConfigError(f"{where}: the row holds {size:,} bytes, more than "
+                          f"{MAX_ROW_BYTES // 2**20} MiB; each row must be one item")
+
+
+def _declared_bytes(array: Any) -> int:
+    """The bytes a (short) Arrow array's values hold, undecoded: the buffers it references,
+    except that a dictionary-encoded value counts its own length in the dictionary (the
+    array's ``nbytes`` would count the whole dictionary, and one 1 MiB value referenced by
+    a million rows is the cheap way to declare a terabyte)."""
+    import pyarrow
+
+    if isinstance(array, pyarrow.ChunkedArray):
+        return sum(_declared_bytes(chunk) for chunk in array.chunks)
+    if not pyarrow.types.is_dictionary(array.type):
+        return int(array.nbytes)
+    total = int(array.indices.nbytes)
+    for index in array.indices:
+        if index.is_valid:
+            total += int(array.dictionary.slice(index.as_py(), 1).nbytes)
+    return total
 
 
 def _check_sample(name: str, rows: int, sampling: bool) -> None:
@@ -225,6 +286,7 @@ def _open_hf(source: str, sampling: bool) -> Source:
         raise ConfigError(f"{source}: there is a local {name!r} here, which would be read "
                           f"instead of the Hugging Face dataset; write hf:./{name} to read "
                           "the local one, or run from another folder")
+    local = name.startswith(("/", "./", "../", "~"))
     name = str(Path(name).expanduser()) if name.startswith("~") else name
     label = f"hf:{name}:{config}:{split}"
     try:
@@ -232,20 +294,69 @@ def _open_hf(source: str, sampling: bool) -> Source:
     except ImportError:
         raise ConfigError(f"{source}: reading Hugging Face datasets needs the datasets "
                           f"package; {INSTALL_EVAL}") from None
+    if local:
+        return _open_hf_folder(source, name, config, split, label, sampling)
     try:
         # On disk as Arrow, memory-mapped: a row is read when it is asked for.
         dataset = datasets.load_dataset(name, config or None, split=split)
     except Exception as exc:  # the Hub, the network, the files: any of them, said in one line
-        raise ConfigError(f"{source}: Hugging Face dataset {name!r} (config "
-                          f"{config or 'default'}, split {split}) could not be loaded: "
-                          f"{one_line(exc)}") from None
+        raise _not_loaded(source, name, config, split, exc) from None
     _check_sample(label, dataset.num_rows, sampling)
-    rows = ((f"{label}#{index}", _hf_row(dataset, index)) for index in range(dataset.num_rows))
+    rows = ((f"{label}#{index}", _hf_row(f"{label}#{index}", dataset, index))
+            for index in range(dataset.num_rows))
     return Source(label, rows, dataset.num_rows)
 
 
-def _hf_row(dataset: Any, index: int) -> Callable[[], object]:
-    return lambda: dataset[index]
+def _not_loaded(source: str, name: str, config: str, split: str,
+                exc: BaseException) -> ConfigError:
+    return ConfigError(f"{source}: Hugging Face dataset {name!r} (config {config or 'default'}, "
+                       f"split {split}) could not be loaded: {one_line(exc)}")
+
+
+def _open_hf_folder(source: str, name: str, config: str, split: str, label: str,
+                    sampling: bool) -> Source:
+    """A local folder's data files for ``split``, as ``datasets`` resolves them (file and
+    folder names such as ``data/test-00000-of-00001.parquet``, a README's configs), read by
+    this module's own readers, one file after another: nothing is converted or written."""
+    import datasets
+
+    try:
+        builder = datasets.load_dataset_builder(name, config or None)
+        files = builder.config.data_files
+    except Exception as exc:  # a missing folder, an unknown config: said in one line
+        raise _not_loaded(source, name, config, split, exc) from None
+    if not files or split not in files:
+        found = ", ".join(files or []) or "none"
+        raise ConfigError(f"{source}: the folder has no data files for split {split!r} "
+                          f"(splits: {found}); name one as hf:{name}:{config}:SPLIT")
+    paths = [str(path) for path in files[split]]
+    root = Path(name).resolve()
+    for path in paths:
+        suffix = Path(path).suffix.lower()
+        if suffix not in EXTENSIONS or "://" in path:
+            raise ConfigError(f"{source}: {path}: eval reads a folder's {', '.join(EXTENSIONS)} "
+                              "files; convert it to one of them")
+        # A README's configs may name files by any pattern ("../../*"), and a file may be a
+        # link: what a cloned folder makes eval send to the models stays inside it.
+        if not Path(path).resolve().is_relative_to(root):
+            raise ConfigError(f"{source}: {path} is outside the folder (its README's "
+                              "data_files, or a link); eval reads only the folder's own files")
+
+    def rows() -> Iterator[Lazy]:
+        index = 0
+        for path in paths:
+            for _, parse in open_source(path, sampling=sampling).rows:
+                yield f"{label}#{index}", parse
+                index += 1
+
+    return Source(label, rows())
+
+
+def _hf_row(where: str, dataset: Any, index: int) -> Callable[[], object]:
+    def parse() -> object:
+        _check_row_bytes(where, dataset.data.slice(index, 1).columns)
+        return dataset[index]
+    return parse
 
 
 def one_line(exc: BaseException) -> str:

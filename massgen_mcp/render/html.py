@@ -349,6 +349,16 @@ def _live_boxes(record: SessionRecord) -> str:
             f'{_e(status.status)}"><h2>Live</h2><div class="boxes">{boxes}</div></section>')
 
 
+def _skipped(record: SessionRecord) -> str:
+    """The note that the record held more events than are read at once: the timeline, votes
+    and notes show its last ones."""
+    if not record.events_skipped:
+        return ""
+    return (f'<p class="muted" id="skipped">{record.events_skipped:,} earlier events skipped: '
+            f"the record holds more than are read at once; the timeline and votes show the "
+            f"last {len(record.events):,}.</p>")
+
+
 def render_report(record: SessionRecord, *, live: bool = False) -> str:
     """The whole page as a string. ``live`` (the HTTP server's page) adds, while the run is
     still going, one box per agent with its draft as it is written, and
@@ -391,7 +401,7 @@ tokens · cost {'unknown' if cost is None else f'${cost:.4f}'}</p>
 <div id="report">
 <p id="winner">{_outcome(record)}</p>
 <h2>Final answer</h2>{final_html}
-<h2>Timeline</h2>{_timeline(record.events, agents)}
+<h2>Timeline</h2>{_skipped(record)}{_timeline(record.events, agents)}
 <h2>Votes</h2>{_vote_matrix(record.events, agents, result)}
 <h2>Answers</h2>{answer_blocks or '<p class="muted">No answers yet.</p>'}
 <h2>Agents and usage</h2>

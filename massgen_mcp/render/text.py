@@ -15,6 +15,7 @@ from massgen_mcp.core.records import (
 )
 
 PROGRESS_CHARS = 80  # one progress line per event fits a terminal
+TABLE_STEPS = 200  # the coordination table's last columns: a run has tens; a planted log more
 # How coordination ended (records.Decision), in words.
 DECIDED: dict[str, str] = {Decision.ALL_VOTED: "every agent voted",
                            Decision.MAJORITY: "a majority decided"}
@@ -196,9 +197,13 @@ def coordination_table(events: list[Event], agent_ids: list[str]) -> str:
             cells[who] = "FINAL"
         if cells:
             steps.append(cells)
+    cut = max(0, len(steps) - TABLE_STEPS)
+    steps = steps[cut:]
     width = max([len(a) for a in agent_ids] + [5])
-    header = "agent".ljust(width) + " | " + " ".join(f"{i + 1:>5}" for i in range(len(steps)))
-    lines = [header, "-" * len(header)]
+    header = "agent".ljust(width) + " | " + " ".join(f"{i + 1:>5}"
+                                                      for i in range(cut, cut + len(steps)))
+    lines = [f"(the first {cut:,} steps are not shown)"] if cut else []
+    lines += [header, "-" * len(header)]
     for aid in agent_ids:
         row = " ".join(f"{s.get(aid, ''):>5}" for s in steps)
         lines.append(aid.ljust(width) + " | " + row)

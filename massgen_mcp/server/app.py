@@ -332,11 +332,14 @@ def _add_resources(mcp: FastMCP) -> None:
         with tools.tool_errors():
             return (await tools.service_of(ctx).result(session_id)).model_dump_json(indent=2)
 
+    # A record is read in a worker thread: a planted events.jsonl near its size cap took
+    # minutes to read, and read on the event loop it froze every other call (issue 57, N6).
     @mcp.resource("massgen://sessions/{session_id}/events", mime_type="application/jsonl")
     async def events_resource(session_id: str, ctx: Context) -> str:
         """The full event log (events.jsonl) of a session."""
         with tools.tool_errors():
-            return tools.events_jsonl(tools.service_of(ctx), session_id)
+            return await asyncio.to_thread(tools.events_jsonl, tools.service_of(ctx),
+                                           session_id)
 
     @mcp.resource("massgen://sessions/{session_id}/answers/{label}", mime_type="text/markdown")
     async def answer_resource(session_id: str, label: str, ctx: Context) -> str:
@@ -350,7 +353,8 @@ def _add_resources(mcp: FastMCP) -> None:
         with tools.tool_errors():
             from massgen_mcp.render.html import render_report
 
-            return render_report(tools.service_of(ctx).record(session_id))
+            service = tools.service_of(ctx)
+            return await asyncio.to_thread(lambda: render_report(service.record(session_id)))
 
     @mcp.resource(VIEW_URI, name="session_view", app=AppConfig(prefers_border=True))
     def session_view() -> str:

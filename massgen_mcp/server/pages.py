@@ -158,13 +158,15 @@ def add_live_pages(mcp: FastMCP, token: str | None, service: RunningService) -> 
             return denied
         from massgen_mcp.render.html import render_report
 
-        try:
-            record = running().record(request.path_params["session_id"])
+        try:  # in a worker thread, as the report resource: see server/app.py
+            record = await asyncio.to_thread(running().record,
+                                             request.path_params["session_id"])
         except MassgenError as exc:
             return Response(str(exc), status_code=404)
         # The page of a running run carries the live script (render_report says when).
         policy = LIVE_CSP if record.status.status is RunStatus.RUNNING else REPORT_CSP
-        return HTMLResponse(render_report(record, live=True), headers={
+        page = await asyncio.to_thread(render_report, record, live=True)
+        return HTMLResponse(page, headers={
             "Content-Security-Policy": policy, "Cache-Control": "no-store"})
 
     @mcp.custom_route("/sessions/{session_id}/live", methods=["GET"])

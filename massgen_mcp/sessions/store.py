@@ -23,6 +23,13 @@ followed, a regular file only, a size cap per kind, redacted again; a file that 
 *corrupt*, logged once, and its session is skipped by lists, ``latest`` and the start-up sweep.
 Session ids are ULIDs (:mod:`massgen_mcp.sessions.ids`): safe as folder names, they cannot
 traverse paths.
+
+Events are read in bounded time, not only bounded bytes: a planted ``events.jsonl`` of 250 MiB
+of tiny events took two minutes of CPU to parse, and froze the server that read it. So at most
+:data:`EVENTS_READ_MAX` events are parsed per read, the *last* ones, found by reading back from
+the end; those before them are only counted. What shows a record (``show``, the report) says
+how many it skipped; what needs every event (resume replays them, the events resource) refuses
+a record of more, in one line naming the file.
 """
 
 from __future__ import annotations
@@ -36,8 +43,9 @@ import shutil
 import stat
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from pydantic import ValidationError
 
@@ -94,8 +102,19 @@ RECORD_MAX_BYTES = 8 * MIB  # config, request, status, result (context is <= 200
 ANSWER_MAX_BYTES = 4 * MIB
 EVENTS_MAX_BYTES = 256 * MIB  # streamed; a line at most:
 EVENT_LINE_MAX_BYTES = 8 * MIB
+# Events parsed per read (the last ones): a run records hundreds; parsing costs ~25 us each.
+EVENTS_READ_MAX = 10_000
+_BLOCK = MIB  # read back from the end of events.jsonl by blocks of this size
 _warned: set[tuple[str, str]] = set()  # (session, file) a warning was logged for
 _R = TypeVar("_R", bound=VersionedRecord)
+
+
+@dataclass(frozen=True)
+class EventTail:
+    """The last events of a record, and how many lines came before them, not read."""
+
+    events: list[Event]
+    skipped: int
 
 
 class SessionStore:
@@ -129,7 +148,8 @@ class SessionStore:
         """Add one event, numbered after the recorded ones, to a session no run is writing."""
         recorder = self.reopen(session_id)
         try:
-            recorder.event(Event(seq=len(self.read_events(session_id)) + 1, ts=time.time(),
+            last = self.read_events_tail(session_id, 8, count=False).events
+            recorder.event(Event(seq=last[-1].seq + 1 if last else 1, ts=time.time(),
                                  type=event_type, **data))
         finally:
             recorder.close()
@@ -231,29 +251,63 @@ class SessionStore:
         return self._read(session_id, "result.json", ResultRecord)
 
     def read_events(self, session_id: str) -> list[Event]:
-        """The events, streamed line by line from a file read as untrusted input (at most
-        :data:`EVENTS_MAX_BYTES`, a line at most :data:`EVENT_LINE_MAX_BYTES`)."""
+        """Every event, for what needs them all (resume replays them): a record of more than
+        :data:`EVENTS_READ_MAX` is refused in one line, before any is parsed, rather than
+        parsed for minutes."""
+        return self.read_events_tail(session_id, count=False, whole=True).events
+
+    def read_events_tail(self, session_id: str, last: int = EVENTS_READ_MAX, *,
+                         count: bool = True, whole: bool = False) -> EventTail:
+        """The last ``last`` events, from a file read as untrusted input (at most
+        :data:`EVENTS_MAX_BYTES`, a line at most :data:`EVENT_LINE_MAX_BYTES`): found by
+        reading back from the end, so that only they are parsed; the lines before them are
+        counted (``count``), never parsed, or refused (``whole``). A bad line is fine only as
+        the last (a crash cut it short)."""
         path = self._existing(session_id) / "events.jsonl"
-        events = []
-        bad: str | None = None  # a bad line is fine only as the last (cut short by a crash)
         try:
             with open_safely(path, EVENTS_MAX_BYTES) as handle:
-                while line := handle.readline(EVENT_LINE_MAX_BYTES + 1):
-                    if bad is not None:
-                        raise self._corrupt(session_id, "events.jsonl", bad)
+                size = os.fstat(handle.fileno()).st_size  # what a live run appends later waits
+                handle.seek(max(0, size - 1))
+                stop = size - 1 if handle.read(1) == b"\n" else size  # the last line's end
+                start = _tail_start(handle, stop, max(1, last))
+                if whole and start:
+                    raise SessionStateError(
+                        f"session {session_id}: events.jsonl holds more than {last:,} events "
+                        "(a run records hundreds); it is not replayed or read whole: show and "
+                        "the report show its last events")
+                skipped = _count_lines(handle, start) if count else 0
+                handle.seek(start)
+                values = []
+                bad: str | None = None
+                left = size - start
+                while left and (line := handle.readline(min(left, EVENT_LINE_MAX_BYTES + 1))):
+                    left -= len(line)
                     if not line.strip():
                         continue
+                    if bad is not None or len(line) > EVENT_LINE_MAX_BYTES:
+                        raise self._corrupt(session_id, "events.jsonl",
+                                            bad or f"a line over {EVENT_LINE_MAX_BYTES} bytes")
                     try:
-                        if len(line) > EVENT_LINE_MAX_BYTES:
-                            raise ValueError(f"a line over {EVENT_LINE_MAX_BYTES} bytes")
-                        events.append(Event.model_validate(redact_data(json.loads(line))))
+                        values.append(json.loads(line))
                     except (ValueError, RecursionError) as exc:
                         bad = str(exc).splitlines()[0]
         except FileNotFoundError:
-            return []
+            return EventTail([], 0)
         except OSError as exc:
             raise self._corrupt(session_id, "events.jsonl", exc) from None
-        return events
+        try:  # all at once: the known secrets are gathered once, not once per event
+            values = redact_data(values)
+        except RecursionError as exc:
+            raise self._corrupt(session_id, "events.jsonl", exc) from None
+        events = []
+        for index, data in enumerate(values):
+            try:
+                events.append(Event.model_validate(data))
+            except ValidationError as exc:
+                if bad is not None or index < len(values) - 1:
+                    raise self._corrupt(session_id, "events.jsonl",
+                                        str(exc).splitlines()[0]) from None
+        return EventTail(events, skipped)
 
     def _answers_dir(self, session_id: str) -> Path | None:
         """The answers folder, when it is a folder and not a link to one."""
@@ -291,9 +345,10 @@ class SessionStore:
             if _LABEL.fullmatch(path.stem):  # what a recorder writes; anything else is not read
                 with contextlib.suppress(FileNotFoundError):
                     answers[path.stem] = self._read_answer_file(session_id, path)
+        tail = self.read_events_tail(session_id)
         return SessionRecord(status=self.read_status(session_id),
-                             result=self.read_result(session_id),
-                             events=self.read_events(session_id), answers=answers)
+                             result=self.read_result(session_id), events=tail.events,
+                             answers=answers, events_skipped=tail.skipped)
 
     # -- housekeeping ------------------------------------------------------------------------
 
@@ -438,3 +493,30 @@ class SessionStore:
                 return found, found[-1].session_id
             found.append(summary)
         return found, None
+
+
+def _tail_start(handle: BinaryIO, end: int, lines: int) -> int:
+    """Where the last ``lines`` lines of the file's first ``end`` bytes begin (0 when it has
+    no more than that), found by reading back from ``end`` block by block."""
+    while end > 0:
+        start = max(0, end - _BLOCK)
+        handle.seek(start)
+        block = handle.read(end - start)
+        at = len(block)
+        while (at := block.rfind(b"\n", 0, at)) != -1:
+            lines -= 1
+            if lines == 0:
+                return start + at + 1
+        end = start
+    return 0
+
+
+def _count_lines(handle: BinaryIO, end: int) -> int:
+    """The lines in the file's first ``end`` bytes, each ended by a line break (counted by
+    blocks: nothing is parsed)."""
+    handle.seek(0)
+    lines = 0
+    while end > 0 and (block := handle.read(min(_BLOCK, end))):
+        lines += block.count(b"\n")
+        end -= len(block)
+    return lines

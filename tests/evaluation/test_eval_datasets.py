@@ -113,8 +113,8 @@ def test_every_format_reads_mmlu_shaped_rows_to_the_same_items(
     # Without a choices field the same rows are plain question/answer items.
     assert [(i.question, i.answer, i.choices) for i in load_items(source)] == [
         ("Which planet is the largest?", "1", ()), ("What is 2 + 2?", "0", ())]
-    if fmt == "hf":  # datasets cached what it built in tmp_path, not in the user's cache
-        assert any((cache / "datasets").rglob("*.arrow"))
+    if fmt == "hf":  # a local folder is read where it is: nothing is converted into a cache
+        assert not any(cache.rglob("*.arrow"))
 
 
 def test_hf_spec_names_config_and_split(tmp_path: Path, hf_offline: Path) -> None:
@@ -365,9 +365,8 @@ def test_an_hf_load_failure_is_one_line_naming_name_config_and_split(
     with pytest.raises(ConfigError) as caught:
         load_items(f"{source}::train")
     assert str(caught.value) == (
-        f"{source}::train: Hugging Face dataset '{tmp_path / 'ds'}' (config default, split "
-        "train) could not be loaded: ValueError: Unknown split \"train\". Should be one of "
-        "['test'].")
+        f"{source}::train: the folder has no data files for split 'train' (splits: test); "
+        f"name one as {source}::SPLIT")
     with pytest.raises(ConfigError) as caught:
         load_items("hf:no-such-org/no-such-dataset:main")
     message = str(caught.value)
@@ -517,13 +516,13 @@ def test_running_out_of_memory_is_one_line(tmp_path: Path, home: Path) -> None:
     path = tmp_path / "wide.parquet"
     indices = pyarrow.array([0] * 64, pyarrow.int32())
     pyarrow.parquet.write_table(pyarrow.table({
-        "question": pyarrow.DictionaryArray.from_arrays(indices, pyarrow.array(["Q" * 2**23])),
+        "question": pyarrow.DictionaryArray.from_arrays(indices, pyarrow.array(["Q" * 2**22])),
         "answer": pyarrow.array(["4"] * 64)}), path, compression="zstd")
     code = ("import resource, sys\n"
             "from massgen_mcp.cli.main import main\n"
             "import pyarrow.parquet\n"
             "size = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()\n"
-            "resource.setrlimit(resource.RLIMIT_AS, (size + 2**28, size + 2**28))\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (size + 2**26, size + 2**26))\n"
             f"sys.exit(main(['eval', {str(path)!r}, '--limit', '64', '--models', 'a,b']))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=tmp_path)
@@ -531,3 +530,94 @@ def test_running_out_of_memory_is_one_line(tmp_path: Path, home: Path) -> None:
     assert proc.stderr.strip().splitlines() == [
         "massgen-mcp: wide.parquet: ran out of memory while reading it; pass a smaller --limit, or "
         "split the file"]
+
+
+# -- what rows declare: a row, a row's fields and the items kept are capped --------------------
+
+def write_repeated(path: Path, value: str, rows: int) -> Path:
+    """A Parquet table of ``rows`` rows whose question is one dictionary value: a few KB on
+    disk, however large the value and the rows it declares."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    indices = pyarrow.array([0] * rows, pyarrow.int32())
+    pyarrow.parquet.write_table(pyarrow.table({
+        "question": pyarrow.DictionaryArray.from_arrays(indices, pyarrow.array([value])),
+        "answer": pyarrow.array(["4"] * rows)}), path, compression="zstd")
+    return path
+
+
+@linux_only
+def test_rows_of_a_megabyte_each_cost_the_cap_on_kept_text_not_what_they_declare(
+        tmp_path: Path) -> None:
+    """10,000 rows of one 1 MiB value, no --limit: what an 837-byte file can ask for (10 GB,
+    which grew at 1 GB/s until the OOM killer came); refused in one line at the cap."""
+    path = write_repeated(tmp_path / "mega.parquet", "Q" * 2**20, MAX_ITEMS)
+    assert path.stat().st_size < 64_000
+    found, peak = load_bounded(str(path))
+    assert found == ("mega.parquet#63: the items taken so far hold more than 64 M characters, "
+                     "the most eval keeps; pass a smaller --limit, or split the file")
+    assert peak < PEAK_MIB
+
+
+def test_a_row_declaring_more_than_the_cap_is_refused_before_it_is_decoded(
+        tmp_path: Path) -> None:
+    path = write_repeated(tmp_path / "big.parquet", "Q" * 9 * 2**20, 3)
+    with pytest.raises(ConfigError) as caught:
+        load_items(str(path), limit=1)
+    assert str(caught.value) == ("big.parquet#0: the row holds 9,437,201 bytes, more than "
+                                 "8 MiB; each row must be one item")
+
+
+def test_a_csv_header_or_row_wider_than_the_cap_is_refused(tmp_path: Path) -> None:
+    """A header of 1.5 M columns made each 6-byte row a mapping of 1.5 M names (70 MB)."""
+    wide = tmp_path / "wide.csv"
+    wide.write_text(",".join(f"c{n}" for n in range(1_500)) + "\nq,a\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_items(str(wide), Fields("c0", "c1"), limit=1)
+    assert str(caught.value) == ("wide.csv:1: the header has 1,500 cells, more than 1,000; "
+                                 "keep the columns an item needs")
+    row = tmp_path / "row.csv"
+    row.write_text("question,answer\nq,a\n" + ",".join(["x"] * 1_001) + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_items(str(row))
+    assert str(caught.value) == ("row.csv:3: the row has 1,001 cells, more than 1,000; keep "
+                                 "the columns an item needs")
+
+
+def test_a_csv_row_of_quoted_lines_is_capped_as_a_whole(tmp_path: Path) -> None:
+    """Quoted cells may hold line breaks, so one row can run on for any number of lines."""
+    path = tmp_path / "long.csv"
+    path.write_bytes(b"question,answer\nq,a\n" + b'"x\n",' * (2 * 2**20) + b"\n")
+    with pytest.raises(ConfigError) as caught:
+        load_items(str(path))
+    assert str(caught.value) == ("long.csv:3: the row is longer than 8 MiB; each row must be "
+                                 "one item (check the file's quoting)")
+
+
+def test_a_local_hf_folder_is_read_in_place_not_converted_into_the_cache(
+        tmp_path: Path, hf_offline: Path) -> None:
+    """``hf:./folder --limit 1``: load_dataset would convert the whole folder into its Arrow
+    cache before row 1 (a 25 KB file wrote 205 MB); the folder's files are streamed instead."""
+    folder = tmp_path / "ds"
+    write_repeated(folder / "data" / "test-00000-of-00001.parquet", "Q" * 2**20, 200)
+    items = load_items(f"hf:{folder}", limit=1)
+    assert [item.source for item in items] == [f"hf:{folder}::test#0"]
+    written = sum(path.stat().st_size for path in hf_offline.rglob("*") if path.is_file())
+    assert written < 2**20
+
+
+def test_a_local_hf_folder_reads_only_its_own_files(tmp_path: Path, hf_offline: Path) -> None:
+    """A cloned folder's README can point its data_files anywhere, and a file can be a link:
+    what eval sends to the models stays inside the folder."""
+    outside = tmp_path / "private"
+    outside.mkdir()
+    write_jsonl(outside / "test.jsonl", [{"question": "secret", "answer": "1"}])
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "test.jsonl").symlink_to(outside / "test.jsonl")
+    with pytest.raises(ConfigError, match=r"test\.jsonl is outside the folder"):
+        load_items(f"hf:{folder}", limit=1)
+    (folder / "test.jsonl").unlink()
+    (folder / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n"
+                                      "  - split: test\n    path: ../private/test.jsonl\n---\n")
+    with pytest.raises(ConfigError, match=r"test\.jsonl is outside the folder"):
+        load_items(f"hf:{folder}", limit=1)

@@ -159,3 +159,19 @@ async def test_live_page_updates_while_the_run_is_in_flight(http_server: str,
             after = (await http.get(url)).text
     assert 'id="status">completed' in after and 'class="ev vote"' in after
     assert 'http-equiv="refresh"' not in after
+
+
+def test_the_coordination_table_shows_its_last_steps_and_says_how_many_it_left_out() -> None:
+    """A planted log's thousands of answers would make each of ``show``'s table rows tens of
+    thousands of characters wide (issue 57, N6)."""
+    from massgen_mcp.core.records import Event, EventType
+    from massgen_mcp.render.text import TABLE_STEPS, coordination_table
+
+    events = [Event(seq=n, ts=0.0, type=EventType.ANSWER, agent_id="agent_a", label=f"A{n}")
+              for n in range(1, 5_001)]
+    table = coordination_table(events, ["agent_a", "agent_b"])
+    lines = table.splitlines()
+    assert lines[0] == f"(the first {5_000 - TABLE_STEPS:,} steps are not shown)"
+    assert lines[1].split()[-1] == "5000" and len(lines[1].split()) == TABLE_STEPS + 2
+    assert lines[3].split()[-1] == "A5000"
+    assert len(table) < 10 * TABLE_STEPS * 8
