@@ -182,13 +182,31 @@ def toml_section(command: str, args: list[str], approve_tools: bool = False) -> 
     return "\n".join(lines) + "\n"
 
 
-# A host's config is read as a file anyone may have planted: a cloned project ships
-# `.mcp.json` or `.codex/config.toml`. Claude Code's ~/.claude.json keeps every project's
-# history and reaches tens of MiB; a Codex config is a few KiB (1 MiB holds thousands of
-# trusted projects), and tomllib reads 0.5-1.5 MiB/s on a laptop, so a planted one costs
-# seconds.
-MAX_JSON_CONFIG_BYTES = 64 * MIB
-MAX_TOML_CONFIG_BYTES = 1 * MIB
+# The most a host's config may hold, by scope and format. A project's configs are files a
+# cloned repository can ship (`.mcp.json`, `.codex/config.toml`): real ones are a few KiB, and
+# the cap keeps the worst a planted one costs to seconds (1 MiB of the worst TOML found takes
+# tomllib 2-10 s on a loaded 2-core laptop; 4 MiB of `[0,0,...]` JSON about 4 s and 180 MB).
+# The user's own files are larger: Claude Code keeps its history in ~/.claude.json, reported
+# at 65-101 MB, and ~/.codex/config.toml lists every trusted project.
+MAX_CONFIG_BYTES: dict[tuple[Scope, bool], int] = {  # (scope, is TOML)
+    ("project", False): 4 * MIB, ("project", True): 1 * MIB,
+    ("user", False): 512 * MIB, ("user", True): 16 * MIB,
+}
+
+
+def _refuse_linked_folders(path: Path, project: Path) -> None:
+    """A project's config folder (``.codex``, ``.vscode``, ...) that is a link is refused: a
+    cloned project can point it at the user's own folder (``.codex`` at ``~/.codex``), and
+    install would rewrite the user's config there. A user-scope folder may be a link
+    (dotfiles managers make them); :func:`replace_file` then refuses a link swapped in
+    later for a project's folder."""
+    for folder in path.parents:
+        if folder == project or project not in folder.parents:
+            return
+        if folder.is_symlink():
+            raise ConfigError(f"{folder} is a link, which install does not follow in a "
+                              "project (a cloned project can plant one); replace it with a "
+                              "folder, or install with --scope user (nothing was written)")
 
 
 @dataclass(frozen=True)
@@ -291,7 +309,8 @@ def _nesting_over(value: object, limit: int) -> bool:
             if depth >= limit:
                 return True
             stack.extend((child, depth + 1)
-                         for child in (item.values() if isinstance(item, dict) else item))
+                         for child in (item.values() if isinstance(item, dict) else item)
+                         if isinstance(child, dict | list))  # a scalar nests nothing
     return False
 
 
@@ -437,8 +456,9 @@ def install(host_id: str, *, scope: Scope = "project", project: Path | None = No
     host = HOSTS[host_id]
     path = config_path(host_id, scope, project or Path.cwd(), home or Path.home(), platform)
     command, args = server_command(use_uvx)
-    found = _read(path, host_id, MAX_TOML_CONFIG_BYTES if host.key == "toml"
-                  else MAX_JSON_CONFIG_BYTES)
+    if scope == "project":
+        _refuse_linked_folders(path, project or Path.cwd())
+    found = _read(path, host_id, MAX_CONFIG_BYTES[scope, host.key == "toml"])
     existing = found.text if found is not None else None
     if host.key == "toml":
         snippet = toml_section(command, args, approve_tools)
@@ -453,8 +473,8 @@ def install(host_id: str, *, scope: Scope = "project", project: Path | None = No
         path.parent.mkdir(parents=True, exist_ok=True)
         if existing is not None:
             backup = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
-            replace_file(backup, existing, mode=mode)
-        replace_file(path, updated, mode=mode)
+            replace_file(backup, existing, mode=mode, folder_may_be_link=scope == "user")
+        replace_file(path, updated, mode=mode, folder_may_be_link=scope == "user")
     note = host.note
     if scope == "project" and host_id in _TRUSTED_PROJECTS_ONLY:
         note += " " + _TRUSTED_PROJECTS_ONLY[host_id].format(folder=(project or Path.cwd()))

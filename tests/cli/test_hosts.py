@@ -311,6 +311,25 @@ def test_a_linked_host_config_is_refused_never_copied(
     assert state_of(project) == before and secret.read_text() == secret_before
 
 
+@posix
+def test_a_linked_project_config_folder_is_refused(
+        dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """A cloned project's `.codex` links to the user's ~/.codex: a project install rewrote the
+    user's own config there (and left its backup beside it)."""
+    project, home = dirs
+    (home / ".codex").mkdir()
+    (home / ".codex" / "config.toml").write_text('model = "o4"\n')
+    (project / ".codex").symlink_to(home / ".codex")
+    before, theirs = state_of(project), state_of(home)
+    assert main(["install", "codex"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert f"{project / '.codex'} is a link" in err and "--scope user" in err
+    assert state_of(project) == before and state_of(home) == theirs
+    assert main(["install", "codex", "--scope", "user"]) == 0, "the user's own: allowed"
+    assert tomllib.loads((home / ".codex" / "config.toml").read_text())["model"] == "o4"
+
+
 def run_install(project: Path, home: Path, host_id: str) -> subprocess.CompletedProcess[str]:
     """`massgen-mcp install HOST` as a user runs it, in ``project``, in at most 1 GiB of
     address space (a config read whole from /dev/zero must fail there, not take the
@@ -327,7 +346,7 @@ def run_install(project: Path, home: Path, host_id: str) -> subprocess.Completed
 
 def sparse_file(path: Path) -> None:
     path.touch()
-    os.truncate(path, 65 * 2**20)  # over the JSON cap (64 MiB), stored in no blocks
+    os.truncate(path, 5 * 2**20)  # over a project's JSON cap (4 MiB), stored in no blocks
 
 
 def deep_toml_key(path: Path) -> None:
