@@ -364,7 +364,7 @@ def _replace_our_entry(text: str, section: str) -> str:
     ours = inserted = False
     for line in text.splitlines(keepends=True):
         if _HEADER_LINE.match(line) and (header := _key_path(line)) is not None:
-            table, ours = line, SERVER_NAME in line and header[:2] == _OURS
+            table, ours = line, header[:2] == _OURS
             if ours and not inserted:
                 kept.append(section)
                 inserted = True
@@ -434,8 +434,8 @@ def _merge_toml(existing: str | None, section: str, path: Path, host_id: str
         result = None
     if result is None or not _same(result, expected):
         raise ConfigError(
-            f"{path}: install cannot edit its mcp_servers safely (an entry written with "
-            "dotted keys or as an inline table); nothing was written: make massgen a "
+            f"{path}: install cannot edit its mcp_servers safely (an inline table, or a "
+            "value over several lines); nothing was written: make massgen a "
             f"[mcp_servers.massgen] table, as `massgen-mcp install {host_id} --print` shows, "
             "by hand, or move the file away and install again")
     return candidate, change
@@ -456,25 +456,14 @@ def install(host_id: str, *, scope: Scope = "project", project: Path | None = No
     host = HOSTS[host_id]
     path = config_path(host_id, scope, project or Path.cwd(), home or Path.home(), platform)
     command, args = server_command(use_uvx)
-    if scope == "project":
-        _refuse_linked_folders(path, project or Path.cwd())
-    found = _read(path, host_id, MAX_CONFIG_BYTES[scope, host.key == "toml"])
-    existing = found.text if found is not None else None
-    if host.key == "toml":
-        snippet = toml_section(command, args, approve_tools)
-        updated, change = _merge_toml(existing, snippet, path, host_id)
-    else:
-        entry = json_entry(host_id, command, args, approve_tools)
-        snippet = json.dumps({host.key: {SERVER_NAME: entry}}, indent=2)
-        updated, change = _merge_json(existing, host.key, entry, path)
+    entry = json_entry(host_id, command, args, approve_tools)
+    snippet = (toml_section(command, args, approve_tools) if host.key == "toml"
+               else json.dumps({host.key: {SERVER_NAME: entry}}, indent=2))
+    change: Change = "unchanged"
     backup = None
-    if updated is not None and change != "unchanged" and not dry_run:
-        mode = found.mode if found is not None else 0o644
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if existing is not None:
-            backup = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
-            replace_file(backup, existing, mode=mode, folder_may_be_link=scope == "user")
-        replace_file(path, updated, mode=mode, folder_may_be_link=scope == "user")
+    if not dry_run:  # --print reads nothing: it is the way round every refusal of a file
+        change, backup = _write_entry(path, host_id, scope, project or Path.cwd(), snippet,
+                                      entry)
     note = host.note
     if scope == "project" and host_id in _TRUSTED_PROJECTS_ONLY:
         note += " " + _TRUSTED_PROJECTS_ONLY[host_id].format(folder=(project or Path.cwd()))
@@ -483,6 +472,31 @@ def install(host_id: str, *, scope: Scope = "project", project: Path | None = No
     elif host_id in _HEADLESS:
         note += " " + _HEADLESS[host_id]
     return InstallResult(path, change, backup, snippet, note)
+
+
+def _write_entry(path: Path, host_id: str, scope: Scope, project: Path, snippet: str,
+                 entry: dict[str, Any]) -> tuple[Change, Path | None]:
+    """Merge our entry (``snippet``, Codex's table, or ``entry`` in a JSON config) into
+    ``path``: what that did, and where the previous version was kept."""
+    host = HOSTS[host_id]
+    if scope == "project":
+        _refuse_linked_folders(path, project)
+    found = _read(path, host_id, MAX_CONFIG_BYTES[scope, host.key == "toml"])
+    existing = found.text if found is not None else None
+    if host.key == "toml":
+        updated, change = _merge_toml(existing, snippet, path, host_id)
+    else:
+        updated, change = _merge_json(existing, host.key, entry, path)
+    if updated is None or change == "unchanged":
+        return change, None
+    mode = found.mode if found is not None else 0o644
+    path.parent.mkdir(parents=True, exist_ok=True)
+    backup = None
+    if existing is not None:
+        backup = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
+        replace_file(backup, existing, mode=mode, folder_may_be_link=scope == "user")
+    replace_file(path, updated, mode=mode, folder_may_be_link=scope == "user")
+    return change, backup
 
 
 # Hosts that read a project's config file only in a folder the user has trusted: without

@@ -260,6 +260,8 @@ def test_a_codex_entry_install_cannot_rewrite_is_refused_and_nothing_is_written(
     assert f"{path}: install cannot edit its mcp_servers safely" in err
     assert "massgen-mcp install codex --print" in err
     assert state_of(project) == before
+    assert main(["install", "codex", "--print"]) == 0
+    assert "[mcp_servers.massgen]" in capsys.readouterr().out and state_of(project) == before
 
 
 def test_install_says_whether_it_added_updated_or_left_the_entry(
@@ -309,6 +311,8 @@ def test_a_linked_host_config_is_refused_never_copied(
     assert ("is a link" if kind == "symbolic" else "has other names (hard links)") in err
     assert f"massgen-mcp install {host_id} --print" in err
     assert state_of(project) == before and secret.read_text() == secret_before
+    assert main(["install", host_id, "--print"]) == 0, "the way round it, as the line says"
+    assert "massgen" in capsys.readouterr().out and state_of(project) == before
 
 
 @posix
