@@ -184,12 +184,13 @@ def toml_section(command: str, args: list[str], approve_tools: bool = False) -> 
 
 # The most a host's config may hold, by scope and format. A project's configs are files a
 # cloned repository can ship (`.mcp.json`, `.codex/config.toml`): real ones are a few KiB, and
-# the cap keeps the worst a planted one costs to seconds (1 MiB of the worst TOML found takes
-# tomllib 2-10 s on a loaded 2-core laptop; 4 MiB of `[0,0,...]` JSON about 4 s and 180 MB).
+# the cap keeps the worst a planted one costs to seconds (256 KiB of the worst TOML found,
+# parsed before and after the edit, took 1-7 s on a loaded 2-core machine; 4 MiB of
+# `[0,0,...]` JSON about 4 s and 180 MB).
 # The user's own files are larger: Claude Code keeps its history in ~/.claude.json, reported
 # at 65-101 MB, and ~/.codex/config.toml lists every trusted project.
 MAX_CONFIG_BYTES: dict[tuple[Scope, bool], int] = {  # (scope, is TOML)
-    ("project", False): 4 * MIB, ("project", True): 1 * MIB,
+    ("project", False): 4 * MIB, ("project", True): 256 * 1024,
     ("user", False): 512 * MIB, ("user", True): 16 * MIB,
 }
 
@@ -198,8 +199,9 @@ def _refuse_linked_folders(path: Path, project: Path) -> None:
     """A project's config folder (``.codex``, ``.vscode``, ...) that is a link is refused: a
     cloned project can point it at the user's own folder (``.codex`` at ``~/.codex``), and
     install would rewrite the user's config there. A user-scope folder may be a link
-    (dotfiles managers make them); :func:`replace_file` then refuses a link swapped in
-    later for a project's folder."""
+    (dotfiles managers make them). The write itself (``replace_file(...,
+    folder_may_be_link=False)``) refuses a project's folder swapped for a link after this
+    check."""
     for folder in path.parents:
         if folder == project or project not in folder.parents:
             return
@@ -256,7 +258,6 @@ def _read(path: Path, host_id: str, max_bytes: int) -> _Existing | None:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: byte {exc.start + 1} is not UTF-8; fix it or move it "
                           "away, then install again") from None
-
 
 
 def _merge_json(existing: str | None, key: str, entry: dict[str, Any], path: Path
@@ -376,7 +377,10 @@ def _replace_our_entry(text: str, section: str) -> str:
             kept.extend(comments)
             comments = []
         elif ours:
-            comments = [*comments, line] if line.lstrip().startswith("#") else []
+            if line.lstrip().startswith("#"):
+                comments.append(line)
+            else:
+                comments = []
             continue
         elif _KEY_LINE.match(line) and SERVER_NAME in line:
             context = _key_path(table) if table else ()
