@@ -85,7 +85,7 @@ def cmd_install(args: argparse.Namespace) -> int:
     if not result.changed:
         say(f"{result.path}: already up to date")
     else:
-        say(f"{result.path}: massgen added")
+        say(f"{result.path}: massgen {result.change}")  # added, or updated: it was there
         if result.backup:
             say(f"  previous version kept as {result.backup}")
     say(f"  {result.note}")

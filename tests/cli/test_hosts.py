@@ -6,13 +6,15 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 
-from massgen_mcp.cli.install import HOSTS, install
+from massgen_mcp.cli.install import HOSTS, config_path, install, server_command, toml_section
 from massgen_mcp.cli.main import main
 from massgen_mcp.core.errors import ConfigError
 from tests.coding_clis import BIN, needs_clis
@@ -115,7 +117,8 @@ def test_headless_hosts_get_what_they_need_and_approval_only_when_asked(
 def test_unreadable_files_are_clear_errors(dirs: tuple[Path, Path]) -> None:
     project, home = dirs
     (project / ".mcp.json").write_text("{not json")
-    with pytest.raises(ConfigError, match=r"\.mcp\.json is not valid JSON .* fix it or move"):
+    with pytest.raises(ConfigError,
+                       match=r"\.mcp\.json is not JSON \(.* at character 2\); fix it or move"):
         install("claude-code", project=project, home=home)
     (project / ".mcp.json").write_text('{"mcpServers": []}')
     with pytest.raises(ConfigError, match="'mcpServers' is not an object"):
@@ -175,3 +178,221 @@ def test_a_private_config_stays_private_and_so_does_its_backup(
     assert result.path == path and result.changed and result.backup is not None
     assert path.stat().st_mode & 0o777 == 0o600
     assert result.backup.stat().st_mode & 0o777 == 0o600
+
+
+# -- existing host configs as anyone may have written them (issue 57, N8-N10) ------------------
+
+def our_codex_entry() -> dict[str, Any]:
+    """The Codex entry `install codex` writes on this machine, as TOML reads it."""
+    command, args = server_command(False)
+    entry: dict[str, Any] = tomllib.loads(toml_section(command, args))["mcp_servers"]["massgen"]
+    return entry
+
+
+def state_of(folder: Path) -> dict[str, bytes | str]:
+    """Every entry under ``folder`` (a link as what it points to), to show nothing changed."""
+    return {str(p.relative_to(folder)): (f"-> {os.readlink(p)}" if p.is_symlink()
+                                         else p.read_bytes() if p.is_file() else "folder")
+            for p in sorted(folder.rglob("*"))}
+
+
+# Every spelling TOML allows for an existing massgen entry (and sub-tables, and another server
+# around it): each was left beside the new table, and Codex could not read the file.
+EDITABLE_CODEX_ENTRIES = {
+    "table": '[mcp_servers.massgen]\ncommand = "old"\n',
+    "double quoted": '[mcp_servers."massgen"]\ncommand = "old"\n',
+    "single quoted": "[mcp_servers.'massgen']\ncommand = \"old\"\n",
+    "spaced": '[ mcp_servers . massgen ]\ncommand = "old"\n',
+    "quoted parent": '["mcp_servers".massgen]  # ours\ncommand = "old"\n',
+    "dotted at top": 'mcp_servers.massgen.command = "old"\nmcp_servers.other.command = "x"\n',
+    "dotted under [mcp_servers]": ('[mcp_servers]\nother = { command = "x" }\n'
+                                   'massgen.command = "old"\nmassgen.env.A = "1"\n'),
+    "inline table": 'mcp_servers = { massgen = { command = "old" } }\n',
+    "sub-table only": '[mcp_servers."massgen".env]\nA = "1"\n',
+    "sub-tables apart": ('[mcp_servers.massgen]\ncommand = "old"\n\n# the z table\n[z]\nk = 1\n'
+                         '\n[[mcp_servers.massgen.tools]]\nname = "t"\n'),
+}
+
+
+@pytest.mark.parametrize("spelling", EDITABLE_CODEX_ENTRIES)
+def test_an_existing_codex_entry_in_any_spelling_is_replaced_by_exactly_ours(
+        dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str], spelling: str) -> None:
+    project, _ = dirs
+    path = project / ".codex" / "config.toml"
+    path.parent.mkdir()
+    before = 'model = "o4"\n\n' + EDITABLE_CODEX_ENTRIES[spelling]
+    path.write_text(before)
+    old = tomllib.loads(before)
+    assert main(["install", "codex"]) == 0
+    assert capsys.readouterr().out.startswith(f"{path}: massgen updated\n")
+    after = tomllib.loads(path.read_text())  # Codex can read it
+    assert after["mcp_servers"]["massgen"] == our_codex_entry()
+    del old["mcp_servers"]["massgen"], after["mcp_servers"]["massgen"]
+    assert after == old, "everything else is as it was"
+    [backup] = path.parent.glob("config.toml.bak-*")
+    assert backup.read_text() == before
+    assert main(["install", "codex"]) == 0
+    assert "already up to date" in capsys.readouterr().out
+
+
+# Spellings a line-by-line edit cannot rewrite: refused with what to do, the file untouched
+# (they got a second massgen table, invalid TOML, and "massgen added").
+REFUSED_CODEX_ENTRIES = {
+    "inline table with another server": (
+        'mcp_servers = { massgen = { command = "old" }, other = { command = "x" } }\n'),
+    "a dotted value over several lines": (
+        '[mcp_servers]\nmassgen.command = "old"\nmassgen.args = [\n  "a",\n]\n'),
+    "no entry, servers inline": 'mcp_servers = { other = { command = "x" } }\n',
+}
+
+
+@pytest.mark.parametrize("spelling", REFUSED_CODEX_ENTRIES)
+def test_a_codex_entry_install_cannot_rewrite_is_refused_and_nothing_is_written(
+        dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str], spelling: str) -> None:
+    project, _ = dirs
+    path = project / ".codex" / "config.toml"
+    path.parent.mkdir()
+    path.write_text(REFUSED_CODEX_ENTRIES[spelling])
+    before = state_of(project)
+    assert main(["install", "codex"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert f"{path}: install cannot edit its mcp_servers safely" in err
+    assert "massgen-mcp install codex --print" in err
+    assert state_of(project) == before
+    assert main(["install", "codex", "--print"]) == 0
+    assert "[mcp_servers.massgen]" in capsys.readouterr().out and state_of(project) == before
+
+
+def test_install_says_whether_it_added_updated_or_left_the_entry(
+        dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """It said "massgen added" when it had replaced an entry that was there."""
+    project, _ = dirs
+    path = project / ".mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"other": {"command": "x"}}}))
+    assert main(["install", "claude-code"]) == 0
+    assert capsys.readouterr().out.startswith(f"{path}: massgen added\n")
+    data = json.loads(path.read_text())
+    data["mcpServers"]["massgen"]["command"] = "stale"
+    path.write_text(json.dumps(data))
+    assert main(["install", "claude-code"]) == 0
+    assert capsys.readouterr().out.startswith(f"{path}: massgen updated\n")
+    # Our entry as it should be, in the user's own layout: left as it is, not reformatted.
+    compact = json.dumps(json.loads(path.read_text()), separators=(",", ":"))
+    path.write_text(compact)
+    assert main(["install", "claude-code"]) == 0
+    assert capsys.readouterr().out.startswith(f"{path}: already up to date\n")
+    assert path.read_text() == compact and len(list(project.glob(".mcp.json.bak-*"))) == 1
+
+
+posix = pytest.mark.skipif(os.name == "nt", reason="links, FIFOs and /dev/zero: POSIX")
+
+
+@posix
+@pytest.mark.parametrize("kind", ["symbolic", "hard"])
+@pytest.mark.parametrize("host_id", ["claude-code", "codex"])
+def test_a_linked_host_config_is_refused_never_copied(
+        dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str], kind: str,
+        host_id: str) -> None:
+    """A cloned project's `.mcp.json` links to a file holding a secret: install replaced the
+    link with a copy of that file (secret included), in the project and in its backup."""
+    project, home = dirs
+    secret = home / ("secret.toml" if host_id == "codex" else "secret.json")
+    secret.write_text('token = "s3cret-value"\n' if host_id == "codex"
+                      else '{"token": "s3cret-value"}')
+    path = config_path(host_id, "project", project, home)
+    path.parent.mkdir(exist_ok=True)
+    (path.symlink_to if kind == "symbolic" else path.hardlink_to)(secret)
+    before, secret_before = state_of(project), secret.read_text()
+    assert main(["install", host_id]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert str(path) in err and "(nothing was written)" in err
+    assert ("is a link" if kind == "symbolic" else "has other names (hard links)") in err
+    assert f"massgen-mcp install {host_id} --print" in err
+    assert state_of(project) == before and secret.read_text() == secret_before
+    assert main(["install", host_id, "--print"]) == 0, "the way round it, as the line says"
+    assert "massgen" in capsys.readouterr().out and state_of(project) == before
+
+
+@posix
+def test_a_linked_project_config_folder_is_refused(
+        dirs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """A cloned project's `.codex` links to the user's ~/.codex: a project install rewrote the
+    user's own config there (and left its backup beside it)."""
+    project, home = dirs
+    (home / ".codex").mkdir()
+    (home / ".codex" / "config.toml").write_text('model = "o4"\n')
+    (project / ".codex").symlink_to(home / ".codex")
+    before, theirs = state_of(project), state_of(home)
+    assert main(["install", "codex"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert f"{project / '.codex'} is a link" in err and "--scope user" in err
+    assert state_of(project) == before and state_of(home) == theirs
+    assert main(["install", "codex", "--scope", "user"]) == 0, "the user's own: allowed"
+    assert tomllib.loads((home / ".codex" / "config.toml").read_text())["model"] == "o4"
+
+
+def run_install(project: Path, home: Path, host_id: str) -> subprocess.CompletedProcess[str]:
+    """`massgen-mcp install HOST` as a user runs it, in ``project``, in at most 1 GiB of
+    address space (a config read whole from /dev/zero must fail there, not take the
+    machine)."""
+    import resource
+
+    def cap_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))
+
+    return subprocess.run([sys.executable, "-m", "massgen_mcp", "install", host_id],
+                          cwd=project, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HOME": str(home)}, preexec_fn=cap_memory)
+
+
+def sparse_file(path: Path) -> None:
+    path.touch()
+    os.truncate(path, 5 * 2**20)  # over a project's JSON cap (4 MiB), stored in no blocks
+
+
+def deep_toml_key(path: Path) -> None:
+    path.write_text(".".join(["k"] * 2000) + " = 1\n")  # tomllib's cost: the key's length²
+
+
+HOSTILE_CONFIGS: dict[str, tuple[str, Callable[[Path], object], str]] = {
+    "a link to /dev/zero": ("claude-code", lambda p: p.symlink_to("/dev/zero"), "is a link"),
+    "a FIFO": ("claude-code", os.mkfifo, "is not a regular file"),
+    "a folder": ("gemini-cli", Path.mkdir, "is not a regular file"),
+    "a sparse file over the cap": ("cursor", sparse_file, "is over"),
+    "JSON arrays nested 100,000 deep": (
+        "claude-code", lambda p: p.write_text("[" * 100_000 + "]" * 100_000),
+        "nested deeper than 64 levels"),
+    "JSON objects nested 100,000 deep": (
+        "vscode", lambda p: p.write_text('{"a":' * 100_000 + "1" + "}" * 100_000),
+        "nested deeper than 64 levels"),
+    "TOML arrays nested 100,000 deep": (
+        "codex", lambda p: p.write_text("a = " + "[" * 100_000 + "]" * 100_000),
+        "nests too deep"),
+    "TOML tables nested 100 deep": (
+        "codex", lambda p: p.write_text("[" + ".".join(["t"] * 100) + "]\n"),
+        "a key nests deeper than 64 levels"),
+    "a TOML key of 2,000 parts": ("codex", deep_toml_key, "a key nests deeper than 64 levels"),
+    "not UTF-8": ("claude-code", lambda p: p.write_bytes(b'{"a": "\xff"}'), "is not UTF-8"),
+}
+
+
+@posix
+@pytest.mark.parametrize("case", HOSTILE_CONFIGS)
+def test_a_hostile_host_config_gets_one_line_and_nothing_written(
+        dirs: tuple[Path, Path], case: str) -> None:
+    """/dev/zero gave a MemoryError traceback, deep nesting RecursionError tracebacks, and a
+    FIFO hung install for ever."""
+    project, home = dirs
+    host_id, plant, says = HOSTILE_CONFIGS[case]
+    path = config_path(host_id, "project", project, home)
+    path.parent.mkdir(exist_ok=True)
+    plant(path)
+    before = state_of(project)
+    done = run_install(project, home, host_id)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"massgen-mcp: {path}") and says in done.stderr, done.stderr
+    assert state_of(project) == before
