@@ -145,3 +145,52 @@ def test_sessions_and_show(scripted: Scripted, capsys: pytest.CaptureFixture[str
     assert "winner" in out and "agent_a |" in out and "FINAL" in out and "→" in out
     code, _, err = run_cli(capsys, "show", "../../etc")
     assert code == 1 and "is not a session id" in err
+
+
+def test_sessions_hints_filter_and_follow_ups(scripted: Scripted,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The hint under the list is a command to type, not "massgen-mcp: massgen-mcp show";
+    an empty filtered list names the filter; a follow-up names its parent in text too."""
+    code, _, err = run_cli(capsys, "sessions", "--status", "running")
+    assert code == 0 and "no running sessions in " in err and "--status running" in err
+    server = scripted(agree)
+    run_cli(capsys, "run", "What is 6*7?", *models_args(server), "--json")
+    code, out, _ = run_cli(capsys, "sessions", "--json")
+    [parent] = json.loads(out)
+    code, _, _ = run_cli(capsys, "continue", parent["session_id"], "And 7*8?", "--json")
+    assert code == 0
+    code, out, err = run_cli(capsys, "sessions")
+    assert code == 0 and "massgen-mcp: massgen-mcp" not in err
+    assert "'massgen-mcp show ID' shows one" in err
+    [follow_line] = [line for line in out.splitlines() if "And 7*8?" in line]
+    assert follow_line.endswith(f"(follow-up of {parent['session_id']})")
+    code, out, _ = run_cli(capsys, "show", "latest")
+    assert code == 0 and f"follow-up of {parent['session_id']}" in out.splitlines()[0]
+    assert "cost unknown (a model's price is not known)" in out
+
+
+def test_show_a_running_run_says_its_cost_is_not_known_yet(scripted: Scripted,
+                                                           capsys: pytest.CaptureFixture[str],
+                                                           home: Path) -> None:
+    """Before any call has finished, a running run's record holds $0: that is no price, and
+    the same run ends with its cost unknown, so show says so rather than "$0.0000"."""
+    arrived = threading.Semaphore(0)
+
+    def hang(req: ChatRequest) -> Reply:
+        arrived.release()
+        return Reply("text", delay_s=30)
+
+    server = scripted(hang)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "massgen_mcp", "run", "q", *models_args(server), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(3):
+            assert arrived.acquire(timeout=30)
+        code, out, _ = run_cli(capsys, "show", "latest")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=15)
+        proc.kill()
+    assert code == 0 and "outcome  running" in out
+    assert "cost not known yet (no model call has finished)" in out and "$0.0000" not in out
