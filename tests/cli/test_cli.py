@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -13,7 +14,7 @@ import pytest
 
 from massgen_mcp.cli.main import main
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, error
-from tests.helpers import Scripted
+from tests.helpers import Scripted, unused_port
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -194,3 +195,47 @@ def test_show_a_running_run_says_its_cost_is_not_known_yet(scripted: Scripted,
         proc.kill()
     assert code == 0 and "outcome  running" in out
     assert "cost not known yet (no model call has finished)" in out and "$0.0000" not in out
+
+
+def test_ctrl_c_on_serve_http_is_one_line_and_exit_4(home: Path) -> None:
+    """uvicorn stops on Ctrl-C and raises it again: the person gets the prompt back with one
+    line, and the exit code the table gives Ctrl-C, not 35 lines of stack."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "massgen_mcp", "serve", "--http", "--port", str(unused_port())],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:  # the server's log says when it serves
+            seen.append(line)
+            if "Application startup complete" in line:
+                break
+        else:
+            raise AssertionError("".join(seen))
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, rest
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest
+    assert rest.rstrip().endswith("massgen-mcp: serve stopped (Ctrl-C)")
+
+
+def test_serve_http_on_a_busy_port_says_so_before_loading_the_server(home: Path) -> None:
+    """The port is bound before the server's imports (seconds on a busy machine), so a busy
+    port is one line at once: the process ends without having loaded them."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        probe = ("import sys; from massgen_mcp.cli.main import main; "
+                 f"code = main(['serve', '--http', '--port', '{port}']); "
+                 "print([m for m in ('massgen_mcp.server.app', 'fastmcp', 'uvicorn') "
+                 "if m in sys.modules]); sys.exit(code)")
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode == 6, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert done.stderr.splitlines() == [
+        f"massgen-mcp: port {port} on 127.0.0.1 is already in use (another server, perhaps "
+        "massgen-mcp itself); stop it or choose another with --port"]
