@@ -133,3 +133,42 @@ def test_development_states_no_test_count_that_goes_stale() -> None:
     assert not re.search(r"\d+ tests", suite), suite
     assert "pytest -q --collect-only -n 0 | tail -1" in text
     assert not re.search(r"whole suite, \d+ tests", text)
+
+
+def test_the_pool_deploying_block_passes_the_front_ends_checks(tmp_path: Path) -> None:
+    """docs/pool.md's Deploying block, as written (its exports, its serve line), gets a front
+    end past every check of its settings: the process goes on to listen, which the test makes
+    fail on a port it holds (exit 6), so nothing is served and no Redis is reached."""
+    import os
+    import shlex
+    import socket
+    import subprocess
+    import sys
+
+    text = (ROOT / "docs" / "pool.md").read_text()
+    block = re.search(r"^## Deploying\n.*?^```bash\n(.*?)^```", text,
+                      re.MULTILINE | re.DOTALL)
+    assert block, "pool.md has its Deploying block"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MASSGEN_", "FASTMCP_TASKS"))}
+    serve: list[str] = []
+    for line in block.group(1).splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["export"]:
+            words = words[1:]
+        while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):  # NAME=VALUE, alone or before
+            name, _, value = words.pop(0).partition("=")  # a command
+            env[name] = "x" * 40 if value == "..." else value
+        if words[:2] == ["massgen-mcp", "serve"]:
+            serve = words[2:]
+    assert serve, "the block starts a front end"
+    env["MASSGEN_HOME"] = str(tmp_path / "home")  # /shared/massgen is the reader's
+    env["PYTHONPATH"] = str(ROOT)
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "massgen_mcp", "serve", *serve,
+                               "--port", str(port)], env=env, capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode == 6 and "already in use" in done.stderr, done.stderr
