@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
+import logging
+import os
 import re
+import socket
 import sys
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -91,13 +97,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"--baselines: unknown {', '.join(sorted(unknown))}; choose from "
                           f"{', '.join(BASELINES)}")
+    unreachable = _hub_unreachable() if args.questions.startswith("hf:") else None
     try:  # a Hugging Face dataset can take minutes to fetch
-        items = load_items(args.questions, Fields(args.question_field, args.answer_field,
-                                                  args.choices_field),
-                           limit=args.limit, seed=args.seed)
+        with _hub_quiet():
+            items = load_items(args.questions, Fields(args.question_field, args.answer_field,
+                                                      args.choices_field),
+                               limit=args.limit, seed=args.seed)
     except KeyboardInterrupt:
         err("interrupted while loading the questions")
         return EXIT_CANCELLED
+    except ConfigError as exc:
+        if unreachable is None:
+            raise
+        raise ConfigError(f"{exc}; {unreachable}, so only the local cache was read") from None
     base = {"models": args.models.split(",") if args.models else None, "config": args.config,
             "base_url": args.base_url}
     options = {"timeout_s": args.timeout} if args.timeout else {}
@@ -159,6 +171,46 @@ def cmd_eval(args: argparse.Namespace) -> int:
     say(format_table(summary(results)))
     err(f"results: {plan.folder / 'results.json'}; summary: {plan.folder / 'summary.html'}")
     return EXIT_OK
+
+
+HUB_PROBE_S = 5.0  # to tell an offline machine, before the Hub's retries (23 s of them)
+PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _hub_unreachable() -> str | None:
+    """Why the Hugging Face Hub cannot be reached from here, or None when it can (or when
+    that cannot be told: behind a proxy). When it cannot, the Hub's client is put offline
+    (``HF_HUB_OFFLINE``, read when ``datasets`` is first imported, which is later): a
+    dataset already in the cache loads as it is, and one that is not fails at once with one
+    line, instead of five retries a file, each a warning, over 23 s."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on") or (
+            any(os.environ.get(name) for name in PROXY_ENV)):
+        return None
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    parts = urlsplit(endpoint)
+    try:
+        port = parts.port or (80 if parts.scheme == "http" else 443)
+        socket.create_connection((parts.hostname or "", port), timeout=HUB_PROBE_S).close()
+    except (OSError, ValueError) as exc:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        return f"the Hugging Face Hub ({endpoint}) could not be reached ({why})"
+    return None
+
+
+@contextlib.contextmanager
+def _hub_quiet() -> Iterator[None]:
+    """The Hub's client and ``datasets`` warn on every retry and then raise: the error says
+    it in one line (``load_items``), so their warnings stay out while the questions load."""
+    loggers = [logging.getLogger(name) for name in ("huggingface_hub", "datasets")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _team_setting(args: argparse.Namespace) -> str:

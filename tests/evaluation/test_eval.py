@@ -3,9 +3,12 @@ instead of running again, and --compare runs each option set on the same questio
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,7 @@ from massgen_mcp.cli.main import main
 from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.providers.llamacpp_provider import embedded_model_name
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer
-from tests.helpers import KnownAccuracies, Scripted, write_questions
+from tests.helpers import KnownAccuracies, Scripted, unused_port, write_questions
 
 
 def team(server: ScriptedServer) -> str:
@@ -305,3 +308,25 @@ def test_an_eval_folder_written_by_an_earlier_version_resumes_byte_for_byte(
                 settings=json.loads(stored)["settings"])
     summary = summarise(results, plan).model_dump(mode="json")
     assert summary == json.loads((FROM_MAIN / "summary.json").read_text())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("datasets") is None,
+                    reason="the eval extra (datasets) is not installed")
+def test_an_hf_dataset_with_the_hub_unreachable_is_one_line(tmp_path: Path) -> None:
+    """Offline, the Hub's client retried five times a file, each retry a warning (twice: its
+    handler and ours), before eval's one line: the Hub is found unreachable first, the client
+    is put offline (the cache still serves what it holds), and the one line says why."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("HF_") and not k.lower().endswith("_proxy")}
+    endpoint = f"http://127.0.0.1:{unused_port()}"  # nothing listens: as offline as it gets
+    env.update(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf"),
+               MASSGEN_HOME=str(tmp_path / "home"), PYTHONPATH=os.getcwd())
+    done = subprocess.run(
+        [sys.executable, "-m", "massgen_mcp", "eval", "hf:someone/questions:main",
+         "--models", "openai/a", "--base-url", "http://127.0.0.1:9/v1"],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith("massgen-mcp: hf:someone/questions:main: Hugging Face dataset ")
+    assert re.search(rf"; the Hugging Face Hub \({re.escape(endpoint)}\) could not be "
+                     r"reached \(.+\), so only the local cache was read$", line), line
