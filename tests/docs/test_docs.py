@@ -172,3 +172,20 @@ def test_the_pool_deploying_block_passes_the_front_ends_checks(tmp_path: Path) -
                                "--port", str(port)], env=env, capture_output=True, text=True,
                               timeout=120)
     assert done.returncode == 6 and "already in use" in done.stderr, done.stderr
+
+
+def test_the_exit_codes_in_help_are_the_codes_in_cli_md_and_in_the_code() -> None:
+    """``massgen-mcp --help`` ends with the exit codes, docs/cli.md has their table: the same
+    codes, and every code the command ends with (its EXIT_ constants and the closed pipe's)."""
+    from massgen_mcp import __main__ as entry
+    from massgen_mcp.cli import output
+    from massgen_mcp.cli.main import build_parser
+
+    help_text = build_parser().format_help()
+    in_help = {int(n) for n in re.findall(r"^\s*(\d+)  \S", help_text.split("exit codes:")[1],
+                                          re.MULTILINE)}
+    section = (ROOT / "docs" / "cli.md").read_text().split("## Exit codes and errors")[1]
+    in_docs = {int(n) for n in re.findall(r"^\| (\d+) \|", section, re.MULTILINE)}
+    in_code = {value for name, value in vars(output).items()
+               if name.startswith("EXIT_") and isinstance(value, int)}
+    assert in_help == in_docs == in_code | {entry.EXIT_BROKEN_PIPE}
