@@ -11,6 +11,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
          ROOT / "skills" / "massgen-consensus" / "SKILL.md"]
@@ -189,3 +191,26 @@ def test_the_exit_codes_in_help_are_the_codes_in_cli_md_and_in_the_code() -> Non
     in_code = {value for name, value in vars(output).items()
                if name.startswith("EXIT_") and isinstance(value, int)}
     assert in_help == in_docs == in_code | {entry.EXIT_BROKEN_PIPE}
+
+
+def test_hosts_md_shows_what_install_claude_code_prints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/hosts.md's console block is what `install claude-code` prints, run by run (the
+    project's path aside): a fresh install, then the same again."""
+    from massgen_mcp.cli.main import main
+
+    block = re.search(r"^```console\n(.*?)^```", (ROOT / "docs" / "hosts.md").read_text(),
+                      re.MULTILINE | re.DOTALL)
+    assert block, "hosts.md shows install's output"
+    runs = re.findall(r"^\$ massgen-mcp install claude-code\n((?:[^$].*\n)+)", block.group(1),
+                      re.MULTILINE)
+    assert len(runs) == 2
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for shown in runs:
+        assert main(["install", "claude-code"]) == 0
+        printed = capsys.readouterr().out.replace(str(project.resolve()), "/home/me/project")
+        assert printed == shown
