@@ -239,3 +239,19 @@ def test_serve_http_on_a_busy_port_says_so_before_loading_the_server(home: Path)
     assert done.stderr.splitlines() == [
         f"massgen-mcp: port {port} on 127.0.0.1 is already in use (another server, perhaps "
         "massgen-mcp itself); stop it or choose another with --port"]
+
+
+def test_an_empty_context_paths_gives_no_file_access(capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: Path) -> None:
+    """MassGen's quickstart writes `context_paths: []` (no path, no access); the workspace
+    tools with no paths would see the whole project, so an empty list leaves them off, and
+    a list of paths turns them on narrowed to those (docs/config.md)."""
+    config = tmp_path / "team.yaml"
+    team = ("agents:\n  - id: a\n"
+            "    backend: {type: openai, model: m, base_url: 'http://127.0.0.1:9/v1'}\n")
+    config.write_text(team + "orchestrator: {context_paths: []}\n")
+    code, out, _ = run_cli(capsys, "validate", str(config))
+    assert code == 0 and "workspace_tools=False" in out and " tools=" not in out
+    config.write_text(team + "orchestrator: {context_paths: [{path: src, permission: read}]}\n")
+    code, out, _ = run_cli(capsys, "validate", str(config))
+    assert code == 0 and "workspace_tools=True" in out and "context_paths=['src']" in out
