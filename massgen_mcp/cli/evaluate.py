@@ -13,21 +13,25 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import socket
 import sys
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
 from massgen_mcp.cli import flags
+from massgen_mcp.cli.live import fit
 from massgen_mcp.cli.output import EXIT_CANCELLED, EXIT_OK, err, say
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.spec import RunOptions, RunSpec, format_validation_error
 
 if TYPE_CHECKING:
+    from massgen_mcp.core.records import StatusRecord
     from massgen_mcp.evaluation.records import QuestionRow
 
 BASELINES = ("members", "majority", "self-consistency", "ceiling")
@@ -155,10 +159,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     progress = Progress(len(items))
 
     async def go() -> Any:
+        ticking = asyncio.create_task(progress.tick())
         try:
             return await evaluate(service, plan, on_progress=progress.show,
+                                  on_activity=progress.activity,
                                   render=lambda r: render_eval_summary(summary(r)))
         finally:
+            ticking.cancel()
             await service.aclose()
 
     try:
@@ -255,30 +262,113 @@ def _option_set(text: str, base: dict[str, Any], options: dict[str, Any]
 
 
 class Progress:
-    """A bar with an ETA when stderr is a terminal, else a line a question."""
+    """What eval is doing, on stderr, from its first run on.
 
-    def __init__(self, total: int) -> None:
-        self.total, self.began, self.tty = total, time.monotonic(), sys.stderr.isatty()
-        self.stage, self.stage_began, self.first_done = "", self.began, 0
-        self.drawn = False
+    On a terminal, one line redrawn in place at every status of a run and every second: the
+    pass, questions done of all, the runs under way and what their agents are doing, the time
+    the pass has taken, and an ETA. A question is a whole team run (minutes on a small
+    machine), so there is no ETA before this pass has finished one here: until then there is
+    no rate to go by. After, the rate is the pass's time per finished question, or the time
+    so far over one more question when the question under way already took longer (the ETA
+    then grows rather than sitting at a figure that has passed). Elsewhere, a line when a
+    question's run starts and one when it is done.
+    """
+
+    def __init__(self, total: int, stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.stream, self.clock = total, stream or sys.stderr, clock
+        self.tty = self.stream.isatty()
+        self.stage, self.stage_began, self.done = "", clock(), 0
+        self.fresh, self.last_done_at = 0, 0.0  # questions this pass finished here, and when
+        self.runs: dict[str, StatusRecord] = {}  # under way, by session id
+        self.drawn = 0  # columns of the line on the screen
+
+    def _pass(self, stage: str, done: int) -> None:
+        if stage != self.stage:
+            self.stage, self.stage_began = stage, self.clock()
+            self.fresh, self.runs = 0, {}
+        self.done = done
+
+    def activity(self, stage: str, done: int, total: int, status: StatusRecord) -> None:
+        """A run of the pass has started or changed (the runner's ``on_activity``)."""
+        self._pass(stage, done)
+        self.total = total
+        if status.done:
+            self.runs.pop(status.session_id, None)
+        elif status.session_id not in self.runs:
+            self.runs[status.session_id] = status
+            if not self.tty:
+                from massgen_mcp.evaluation.runner import ANSWER_LINE
+
+                question = status.question.removesuffix(ANSWER_LINE)
+                err(f"[{stage} {done}/{total}] started: {question[:60]}")
+        else:
+            self.runs[status.session_id] = status
+        self.draw()
 
     def show(self, stage: str, done: int, total: int, row: QuestionRow) -> None:
-        if stage != self.stage:
-            self.stage, self.stage_began, self.first_done = stage, time.monotonic(), done - 1
+        """A question is done (the runner's ``on_progress``)."""
+        self._pass(stage, done)
+        self.total = total
+        self.fresh, self.last_done_at = self.fresh + 1, self.clock()
         if not self.tty:
-            err(f"[{stage} {done}/{total}] {row.question[:60]}")
+            eta = self.eta()
+            err(f"[{stage} {done}/{total}] {row.question[:60]}"
+                + ("" if eta is None else f" (ETA {_duration(eta)})"))
+        self.draw()
+
+    def eta(self) -> float | None:
+        """Seconds left in this pass, or None before it has finished a question here."""
+        if not self.fresh:
+            return None
+        spent = self.clock() - self.stage_began
+        rate = max((self.last_done_at - self.stage_began) / self.fresh, spent / (self.fresh + 1))
+        return max(0.0, rate * (self.fresh + self.total - self.done) - spent)
+
+    def draw(self) -> None:
+        if not self.tty or not self.stage:
             return
-        spent = time.monotonic() - self.stage_began
-        fresh = max(1, done - self.first_done)
-        eta = spent / fresh * (total - done)
-        width = 24
-        bar = "#" * round(width * done / max(total, 1))
-        sys.stderr.write(f"\r{stage:>16} [{bar:<{width}}] {done}/{total} "
-                         f"ETA {int(eta) // 60}m{int(eta) % 60:02d}s ")
-        sys.stderr.flush()
-        self.drawn = True
+        width = 16
+        bar = "#" * round(width * self.done / max(self.total, 1))
+        eta = self.eta()
+        # What the agents do comes last: on a narrow terminal it is what gets cut.
+        line = (f"{self.stage} {self.done}/{self.total} [{bar:<{width}}] "
+                f"{_duration(self.clock() - self.stage_began)} · "
+                + ("ETA once a question is done" if eta is None else f"ETA {_duration(eta)}")
+                + f" · {self._doing()}")
+        columns = shutil.get_terminal_size().columns - 1
+        line = fit(line, columns)
+        shown = len(line)  # then spaces over what is left of the longer line before it
+        self.stream.write("\r" + line + " " * max(0, min(self.drawn, columns) - shown))
+        self.stream.flush()
+        self.drawn = shown
+
+    def _doing(self) -> str:
+        """The runs under way: one run's agents each with what they do, several runs' agents
+        counted by what they do."""
+        if not self.runs:
+            return "starting"
+        if len(self.runs) == 1:
+            [status] = self.runs.values()
+            return ", ".join(f"{aid} {agent.phase}" for aid, agent in status.agents.items())
+        phases = Counter(str(agent.phase) for status in self.runs.values()
+                         for agent in status.agents.values())
+        return (f"{len(self.runs)} runs: "
+                + ", ".join(f"{n} {phase}" for phase, n in phases.most_common()))
+
+    async def tick(self) -> None:
+        """Redraw every second (the time and the ETA move between statuses)."""
+        while self.tty:
+            await asyncio.sleep(1.0)
+            self.draw()
 
     def end(self) -> None:
         if self.drawn:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = 0
+
+
+def _duration(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 60}m{whole % 60:02d}s"
