@@ -8,20 +8,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
+import logging
+import os
 import re
+import shutil
+import socket
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
 from massgen_mcp.cli import flags
+from massgen_mcp.cli.live import fit
 from massgen_mcp.cli.output import EXIT_CANCELLED, EXIT_OK, err, say
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.spec import RunOptions, RunSpec, format_validation_error
 
 if TYPE_CHECKING:
+    from massgen_mcp.core.records import StatusRecord
     from massgen_mcp.evaluation.records import QuestionRow
 
 BASELINES = ("members", "majority", "self-consistency", "ceiling")
@@ -91,13 +101,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"--baselines: unknown {', '.join(sorted(unknown))}; choose from "
                           f"{', '.join(BASELINES)}")
+    unreachable = _hub_unreachable() if args.questions.startswith("hf:") else None
     try:  # a Hugging Face dataset can take minutes to fetch
-        items = load_items(args.questions, Fields(args.question_field, args.answer_field,
-                                                  args.choices_field),
-                           limit=args.limit, seed=args.seed)
+        with _hub_quiet():
+            items = load_items(args.questions, Fields(args.question_field, args.answer_field,
+                                                      args.choices_field),
+                               limit=args.limit, seed=args.seed)
     except KeyboardInterrupt:
         err("interrupted while loading the questions")
         return EXIT_CANCELLED
+    except ConfigError as exc:
+        if unreachable is None:
+            raise
+        raise ConfigError(f"{exc}; {unreachable}, so only the local cache was read") from None
     base = {"models": args.models.split(",") if args.models else None, "config": args.config,
             "base_url": args.base_url}
     options = {"timeout_s": args.timeout} if args.timeout else {}
@@ -143,10 +159,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     progress = Progress(len(items))
 
     async def go() -> Any:
+        ticking = asyncio.create_task(progress.tick())
         try:
             return await evaluate(service, plan, on_progress=progress.show,
+                                  on_activity=progress.activity,
                                   render=lambda r: render_eval_summary(summary(r)))
         finally:
+            ticking.cancel()
             await service.aclose()
 
     try:
@@ -159,6 +178,46 @@ def cmd_eval(args: argparse.Namespace) -> int:
     say(format_table(summary(results)))
     err(f"results: {plan.folder / 'results.json'}; summary: {plan.folder / 'summary.html'}")
     return EXIT_OK
+
+
+HUB_PROBE_S = 5.0  # to tell an offline machine, before the Hub's retries (23 s of them)
+PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _hub_unreachable() -> str | None:
+    """Why the Hugging Face Hub cannot be reached from here, or None when it can (or when
+    that cannot be told: behind a proxy). When it cannot, the Hub's client is put offline
+    (``HF_HUB_OFFLINE``, read when ``datasets`` is first imported, which is later): a
+    dataset already in the cache loads as it is, and one that is not fails at once with one
+    line, instead of five retries a file, each a warning, over 23 s."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on") or (
+            any(os.environ.get(name) for name in PROXY_ENV)):
+        return None
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    parts = urlsplit(endpoint)
+    try:
+        port = parts.port or (80 if parts.scheme == "http" else 443)
+        socket.create_connection((parts.hostname or "", port), timeout=HUB_PROBE_S).close()
+    except (OSError, ValueError) as exc:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        return f"the Hugging Face Hub ({endpoint}) could not be reached ({why})"
+    return None
+
+
+@contextlib.contextmanager
+def _hub_quiet() -> Iterator[None]:
+    """The Hub's client and ``datasets`` warn on every retry and then raise: the error says
+    it in one line (``load_items``), so their warnings stay out while the questions load."""
+    loggers = [logging.getLogger(name) for name in ("huggingface_hub", "datasets")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _team_setting(args: argparse.Namespace) -> str:
@@ -203,30 +262,113 @@ def _option_set(text: str, base: dict[str, Any], options: dict[str, Any]
 
 
 class Progress:
-    """A bar with an ETA when stderr is a terminal, else a line a question."""
+    """What eval is doing, on stderr, from its first run on.
 
-    def __init__(self, total: int) -> None:
-        self.total, self.began, self.tty = total, time.monotonic(), sys.stderr.isatty()
-        self.stage, self.stage_began, self.first_done = "", self.began, 0
-        self.drawn = False
+    On a terminal, one line redrawn in place at every status of a run and every second: the
+    pass, questions done of all, the runs under way and what their agents are doing, the time
+    the pass has taken, and an ETA. A question is a whole team run (minutes on a small
+    machine), so there is no ETA before this pass has finished one here: until then there is
+    no rate to go by. After, the rate is the pass's time per finished question, or the time
+    so far over one more question when the question under way already took longer (the ETA
+    then grows rather than sitting at a figure that has passed). Elsewhere, a line when a
+    question's run starts and one when it is done.
+    """
+
+    def __init__(self, total: int, stream: TextIO | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.stream, self.clock = total, stream or sys.stderr, clock
+        self.tty = self.stream.isatty()
+        self.stage, self.stage_began, self.done = "", clock(), 0
+        self.fresh, self.last_done_at = 0, 0.0  # questions this pass finished here, and when
+        self.runs: dict[str, StatusRecord] = {}  # under way, by session id
+        self.drawn = 0  # columns of the line on the screen
+
+    def _pass(self, stage: str, done: int) -> None:
+        if stage != self.stage:
+            self.stage, self.stage_began = stage, self.clock()
+            self.fresh, self.runs = 0, {}
+        self.done = done
+
+    def activity(self, stage: str, done: int, total: int, status: StatusRecord) -> None:
+        """A run of the pass has started or changed (the runner's ``on_activity``)."""
+        self._pass(stage, done)
+        self.total = total
+        if status.done:
+            self.runs.pop(status.session_id, None)
+        elif status.session_id not in self.runs:
+            self.runs[status.session_id] = status
+            if not self.tty:
+                from massgen_mcp.evaluation.runner import ANSWER_LINE
+
+                question = status.question.removesuffix(ANSWER_LINE)
+                err(f"[{stage} {done}/{total}] started: {question[:60]}")
+        else:
+            self.runs[status.session_id] = status
+        self.draw()
 
     def show(self, stage: str, done: int, total: int, row: QuestionRow) -> None:
-        if stage != self.stage:
-            self.stage, self.stage_began, self.first_done = stage, time.monotonic(), done - 1
+        """A question is done (the runner's ``on_progress``)."""
+        self._pass(stage, done)
+        self.total = total
+        self.fresh, self.last_done_at = self.fresh + 1, self.clock()
         if not self.tty:
-            err(f"[{stage} {done}/{total}] {row.question[:60]}")
+            eta = self.eta()
+            err(f"[{stage} {done}/{total}] {row.question[:60]}"
+                + ("" if eta is None else f" (ETA {_duration(eta)})"))
+        self.draw()
+
+    def eta(self) -> float | None:
+        """Seconds left in this pass, or None before it has finished a question here."""
+        if not self.fresh:
+            return None
+        spent = self.clock() - self.stage_began
+        rate = max((self.last_done_at - self.stage_began) / self.fresh, spent / (self.fresh + 1))
+        return max(0.0, rate * (self.fresh + self.total - self.done) - spent)
+
+    def draw(self) -> None:
+        if not self.tty or not self.stage:
             return
-        spent = time.monotonic() - self.stage_began
-        fresh = max(1, done - self.first_done)
-        eta = spent / fresh * (total - done)
-        width = 24
-        bar = "#" * round(width * done / max(total, 1))
-        sys.stderr.write(f"\r{stage:>16} [{bar:<{width}}] {done}/{total} "
-                         f"ETA {int(eta) // 60}m{int(eta) % 60:02d}s ")
-        sys.stderr.flush()
-        self.drawn = True
+        width = 16
+        bar = "#" * round(width * self.done / max(self.total, 1))
+        eta = self.eta()
+        # What the agents do comes last: on a narrow terminal it is what gets cut.
+        line = (f"{self.stage} {self.done}/{self.total} [{bar:<{width}}] "
+                f"{_duration(self.clock() - self.stage_began)} · "
+                + ("ETA once a question is done" if eta is None else f"ETA {_duration(eta)}")
+                + f" · {self._doing()}")
+        columns = shutil.get_terminal_size().columns - 1
+        line = fit(line, columns)
+        shown = len(line)  # then spaces over what is left of the longer line before it
+        self.stream.write("\r" + line + " " * max(0, min(self.drawn, columns) - shown))
+        self.stream.flush()
+        self.drawn = shown
+
+    def _doing(self) -> str:
+        """The runs under way: one run's agents each with what they do, several runs' agents
+        counted by what they do."""
+        if not self.runs:
+            return "starting"
+        if len(self.runs) == 1:
+            [status] = self.runs.values()
+            return ", ".join(f"{aid} {agent.phase}" for aid, agent in status.agents.items())
+        phases = Counter(str(agent.phase) for status in self.runs.values()
+                         for agent in status.agents.values())
+        return (f"{len(self.runs)} runs: "
+                + ", ".join(f"{n} {phase}" for phase, n in phases.most_common()))
+
+    async def tick(self) -> None:
+        """Redraw every second (the time and the ETA move between statuses)."""
+        while self.tty:
+            await asyncio.sleep(1.0)
+            self.draw()
 
     def end(self) -> None:
         if self.drawn:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
+            self.stream.write("\n")
+            self.stream.flush()
+            self.drawn = 0
+
+
+def _duration(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 60}m{whole % 60:02d}s"

@@ -9,16 +9,21 @@ calls ``print``).
 Exit codes, one meaning each, so a script can tell them apart (``massgen-mcp --help`` shows
 the same table, :data:`EXIT_CODES_HELP`):
 
-==  =====================================================================================
-0   ok: the team agreed on an answer
-1   a config or input error (a model string, a file, a session id); nothing was run
-2   the run failed: every agent failed, or the record could not be written
-3   the run timed out (the best answer so far is still printed)
-4   cancelled: Ctrl-C, SIGTERM, SIGHUP, or another process cancelled it
-5   a wrong command line (an unknown flag, a missing argument): see the usage line
-6   ``serve --http`` cannot listen (the port is busy or the host is not this machine's)
-7   completed, but agents were dropped: the answer came from fewer agents than the team had
-==  =====================================================================================
+===  ====================================================================================
+0    ok: the team agreed on an answer
+1    a config or input error (a model string, a file, a session id, a server that cannot be
+     reached); nothing was run
+2    the run failed: every agent failed, or the record could not be written (``models
+     pull``: the download failed)
+3    the run timed out (the best answer so far is still printed)
+4    cancelled: Ctrl-C, SIGTERM, SIGHUP, or another process cancelled it (``serve --http``
+     stopped with Ctrl-C too)
+5    a wrong command line (an unknown flag, a missing argument): see the usage line
+6    ``serve --http`` cannot listen (the port is busy or the host is not this machine's)
+7    completed, but agents were dropped: the answer came from fewer agents than the team had
+141  the reader of stdout went away (``massgen-mcp sessions | head -1``): a closed pipe, as
+     for any Unix tool (:mod:`massgen_mcp.__main__`)
+===  ====================================================================================
 """
 
 from __future__ import annotations
@@ -39,13 +44,16 @@ EXIT_LISTEN = 6  # serve --http cannot listen: the port is busy or the host is n
 EXIT_DROPPED = 7
 EXIT_CODES_HELP = """exit codes:
   0  ok: the team agreed on an answer
-  1  config or input error (model string, file, session id); nothing was run
-  2  the run failed: every agent failed, or the record could not be written
+  1  config or input error (model string, file, session id, a server that cannot be
+     reached); nothing was run
+  2  the run failed: every agent failed, or the record could not be written (models
+     pull: the download failed)
   3  the run timed out (the best answer so far is still printed)
-  4  cancelled (Ctrl-C, SIGTERM, SIGHUP, or cancelled elsewhere)
+  4  cancelled (Ctrl-C, SIGTERM, SIGHUP, or cancelled elsewhere; serve --http: Ctrl-C)
   5  wrong command line (unknown flag, missing argument)
   6  serve --http cannot listen (port busy, or not this machine's address)
-  7  completed, but agents were dropped (the answer came from fewer agents)"""
+  7  completed, but agents were dropped (the answer came from fewer agents)
+141  the reader of stdout went away (massgen-mcp sessions | head -1)"""
 EXIT_BY_STATUS = {
     RunStatus.COMPLETED: EXIT_OK,
     RunStatus.FAILED: EXIT_EXECUTION,

@@ -44,7 +44,10 @@ def cmd_sessions(args: argparse.Namespace) -> int:
                              for s in sessions], indent=2))
         return EXIT_OK
     if not sessions:  # the hints are for a person: stdout stays the list (empty here)
-        err(f"no sessions in {service.records_dir}"
+        which = f"{args.status} sessions" if args.status else "sessions"
+        err(f"no {which} in {service.records_dir}"
+            + (f" (--status {args.status}; without it, every run is listed)"
+               if args.status else "")
             + ("" if args.all else " (eval's runs are left out; --all lists them)"))
         return EXIT_OK
     say(f"{'SESSION':<26}  {'STARTED':<15}  {'STATUS':<11}  {'WINNER':<6}  QUESTION")
@@ -52,18 +55,21 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         # An eval's sampling run is cancelled by eval once its drafts are in: marked, it is
         # not read as a run a person cancelled.
         question = ("[eval] " if s.session_id in evals else "") + " ".join(s.question.split())
+        parent = f"  (follow-up of {s.parent_session_id})" if s.parent_session_id else ""
         say(f"{s.session_id}  {when(s.started_at):<15}  {s.status:<11}  {s.winner or '-':<6}"
-            f"  {clip(question, QUESTION_CHARS)[0]}")
+            f"  {clip(question, QUESTION_CHARS)[0]}{parent}")
     if more:
-        err(f"(the newest {len(sessions)}; --limit N shows more)")
-    err("massgen-mcp show ID shows one (the first characters of an ID are enough; "
-        "'latest' is the newest)" + ("" if args.all else "; eval's runs: --all"))
+        say(f"(the newest {len(sessions)}; --limit N shows more)", err=True)
+    # A hint, not a problem: err() would put the program's name before the command.
+    say("'massgen-mcp show ID' shows one (the first characters of an ID are enough; "
+        "'latest' is the newest)" + ("" if args.all else "; eval's runs: --all"), err=True)
     return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     from massgen_mcp.render.text import (
         coordination_table,
+        cost_phrase,
         describe_event,
         other_errors,
         outcome_line,
@@ -89,7 +95,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         say_json((result or status).model_dump_json(indent=2))
         return EXIT_OK
-    say(f"session  {session_id}  (started {when(status.started_at)})")
+    parent = (f", follow-up of {status.parent_session_id}" if status.parent_session_id
+              else "")
+    say(f"session  {session_id}  (started {when(status.started_at)}{parent})")
     say(f"question {status.question}")
     say(f"record   {service.folder(session_id)}")
     say("outcome  " + (outcome_line(result) if result else status_words(status)))
@@ -101,8 +109,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         say("tally    " + ", ".join(f"{label}: {n}" for label, n in result.tally.items()))
     usage = (result or status).usage
     say(f"usage    {usage.calls} calls, {usage.prompt_tokens} prompt + "
-          f"{usage.completion_tokens} completion tokens, cost "
-          f"{'unknown' if usage.cost_usd is None else f'${usage.cost_usd:.4f}'}")
+        f"{usage.completion_tokens} completion tokens, cost "
+        + cost_phrase(usage, running=result is None and not status.done))
     say()
     if record.events_skipped:
         say(f"{record.events_skipped:,} earlier events skipped: the record holds more than "

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from massgen_mcp.cli import flags
-from massgen_mcp.cli.output import EXIT_OK, say, say_json
+from massgen_mcp.cli.output import EXIT_CANCELLED, EXIT_OK, err, say, say_json
 from massgen_mcp.core.errors import ConfigError, PoolUnavailableError
 
 if TYPE_CHECKING:
@@ -98,8 +98,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     home = Path(args.home) if args.home else None
     pool = flags.pool(args)
     if args.http:
-        serve_http(host=args.host, port=args.port, path=args.path, home=home,
-                   api=args.api, pool=pool, tasks=args.tasks)
+        try:
+            serve_http(host=args.host, port=args.port, path=args.path, home=home,
+                       api=args.api, pool=pool, tasks=args.tasks)
+        except KeyboardInterrupt:
+            # uvicorn stops on Ctrl-C, then raises it again for whoever called it: here, a
+            # person at a terminal, who wants the prompt back, not the stack it unwound.
+            err("serve stopped (Ctrl-C)")
+            return EXIT_CANCELLED
     elif pool is not None:
         raise ConfigError("--redis: a pool front end serves over HTTP; add --http (hosts "
                           "that spawn a stdio server run it embedded)")

@@ -19,7 +19,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,10 @@ class Plan:
 
 
 Progress = Callable[[str, int, int, QuestionRow], None]  # (pass, done, total, row)
+# (pass, done, total, status): a run of the pass has started (its first status) or changed.
+# A question takes a whole team run, minutes on a small machine: what its agents are doing is
+# the only news between two finished questions.
+Activity = Callable[[str, int, int, StatusRecord], None]
 
 
 def key(item: Item) -> str:
@@ -140,8 +144,10 @@ class Results:
 
 async def evaluate(service: ConsensusService, plan: Plan, *,
                    on_progress: Progress | None = None,
-                   render: Callable[[Results], str] | None = None) -> Results:
-    """Run what ``plan.folder`` does not hold yet; returns every result."""
+                   render: Callable[[Results], str] | None = None,
+                   on_activity: Activity | None = None) -> Results:
+    """Run what ``plan.folder`` does not hold yet; returns every result. ``on_progress``
+    hears each question done, ``on_activity`` each run's statuses while it goes on."""
     results = Results(plan.folder)
     results.load(plan.settings)
     lock = asyncio.Lock()  # one writer of results.json at a time
@@ -168,13 +174,16 @@ async def evaluate(service: ConsensusService, plan: Plan, *,
             async with slots:
                 started = await service.start(arm.spec(item.question + ANSWER_LINE),
                                               kind=RunKind.EVAL)
-                await follow(service, started.session_id)
+                await _follow(service, started.session_id, _heard(
+                    on_activity, "team", team_done, len(plan.items)))
             row.arms[arm.name] = await score_run(service, started.session_id, expected,
                                                     plan.pattern)
         await save()
         if on_progress:
-            on_progress("team", sum(_team_done(r, plan) for r in results.rows.values()),
-                        len(plan.items), row)
+            on_progress("team", team_done(), len(plan.items), row)
+
+    def team_done() -> int:
+        return sum(_team_done(r, plan) for r in results.rows.values())
 
     await _each(plan.items, team)
     if not plan.self_consistency:
@@ -193,16 +202,58 @@ async def evaluate(service: ConsensusService, plan: Plan, *,
         async with slots:
             row.self_consistency = await self_consistency(
                 service, row.arms[plan.arms[0].name].session_id, best.agent_id, best.samples,
-                item, plan.pattern, plan.arms[0].spec(item.question))
+                item, plan.pattern, plan.arms[0].spec(item.question),
+                on_status=_heard(on_activity, "self-consistency", sampled, len(plan.items)))
         await save()
         if on_progress:
-            on_progress("self-consistency",
-                        sum(r.self_consistency is not None for r in results.rows.values()),
-                        len(plan.items), row)
+            on_progress("self-consistency", sampled(), len(plan.items), row)
+
+    def sampled() -> int:
+        return sum(r.self_consistency is not None for r in results.rows.values())
 
     await _each(plan.items, sample)
     await save(final=True)
     return results
+
+
+StatusCallback = Callable[[StatusRecord], Awaitable[None]]
+
+
+def _heard(on_activity: Activity | None, stage: str, done: Callable[[], int],
+           total: int) -> StatusCallback | None:
+    """``on_activity`` as a run's status callback for ``stage`` (``done`` counts the
+    questions it has finished)."""
+    if on_activity is None:
+        return None
+    hear = on_activity
+
+    async def on_status(status: StatusRecord) -> None:
+        hear(stage, done(), total, status)
+
+    return on_status
+
+
+async def _first_status(service: ConsensusService, session_id: str,
+                        heard: StatusCallback | None) -> None:
+    """Tell ``heard`` a run has started (news before its first change); cancelled while
+    asking, the run is cancelled too, as :func:`follow` does."""
+    if heard is None:
+        return
+    try:
+        await heard(await service.status(session_id))
+    except asyncio.CancelledError:
+        await service.cancel(session_id)
+        raise
+
+
+async def _follow(service: ConsensusService, session_id: str,
+                  heard: StatusCallback | None) -> None:
+    """Wait for a run's end; ``heard`` hears its statuses from the first to the last (the
+    end, which a waiter is not always told)."""
+    await _first_status(service, session_id, heard)
+    await follow(service, session_id, heard)
+    if heard is not None:
+        await heard(await service.status(session_id))
 
 
 async def _each(items: Sequence[Item], work: Callable[[Item], Any]) -> None:
@@ -258,12 +309,14 @@ def choose_best(results: Results, plan: Plan) -> BestMember | None:
 
 async def self_consistency(service: ConsensusService, session_id: str, agent_id: str,
                            samples: int, item: Item, pattern: re.Pattern[str] | None,
-                           spec: RunSpec | None = None) -> Method:
+                           spec: RunSpec | None = None,
+                           on_status: StatusCallback | None = None) -> Method:
     """``samples`` independent drafts of one member (runs of up to 8 copies, each stopped as
     soon as its drafts are in), their majority answer, and what the drafts cost.
 
     ``spec``: the team as the user gave it, so a member whose config names its key inline
-    is sampled with that key (held in memory; the record of ``session_id`` has none)."""
+    is sampled with that key (held in memory; the record of ``session_id`` has none).
+    ``on_status`` hears each sampling run's statuses."""
     expected = expected_answer(item.answer)
     sizes = [MAX_AGENTS] * (samples // MAX_AGENTS) + (
         [samples % MAX_AGENTS] if samples % MAX_AGENTS else [])
@@ -271,7 +324,7 @@ async def self_consistency(service: ConsensusService, session_id: str, agent_id:
     async def one_run(copies: int) -> list[Method]:
         started = await service.sample_member(session_id, agent_id, copies,
                                               item.question + ANSWER_LINE, spec=spec)
-        await _drafts_then_stop(service, started.session_id)
+        await _drafts_then_stop(service, started.session_id, on_status)
         drafts = await first_drafts(service, started.session_id, expected, pattern)
         return [drafts.alone[a] for a in drafts.order] + [
             m for a, m in drafts.alone.items() if a not in drafts.order]
@@ -288,14 +341,21 @@ async def self_consistency(service: ConsensusService, session_id: str, agent_id:
                   seconds=max((m.seconds for m in drafts), default=0.0))
 
 
-async def _drafts_then_stop(service: ConsensusService, session_id: str) -> None:
+async def _drafts_then_stop(service: ConsensusService, session_id: str,
+                            heard: StatusCallback | None = None) -> None:
     """Follow a sampling run and cancel it once every copy has drafted (or dropped): the
-    votes that would follow are not part of the baseline, and would only cost."""
+    votes that would follow are not part of the baseline, and would only cost. ``heard``
+    hears its statuses, the first one included."""
+    await _first_status(service, session_id, heard)
 
     async def on_status(status: StatusRecord) -> None:
+        if heard is not None:
+            await heard(status)
         if status.status is RunStatus.RUNNING and all(
                 a.answers >= 1 or a.phase is AgentPhase.DROPPED
                 for a in status.agents.values()):
             await service.cancel(session_id)
 
     await follow(service, session_id, on_status)
+    if heard is not None:  # the end, which a waiter is not always told
+        await heard(await service.status(session_id))

@@ -11,6 +11,7 @@ from massgen_mcp.core.records import (
     ResultRecord,
     RunStatus,
     StatusRecord,
+    Usage,
     clip,
 )
 
@@ -89,6 +90,18 @@ def outcome_line(result: ResultRecord) -> str:
         line += f"; {'winner' if result.status is RunStatus.COMPLETED else 'best answer'} "
         line += winner
     return line
+
+
+def cost_phrase(usage: Usage, *, running: bool) -> str:
+    """A run's cost in words, the same rule while it runs and once it is done: unknown while
+    it is unknown, the sum when every finished call had a price. A running run's record
+    holds only the calls that have finished, so before the first one the $0 there is no
+    price, and after it the sum is "so far"."""
+    if usage.cost_usd is None:
+        return "unknown (a model's price is not known)"
+    if running and usage.calls == usage.cancelled_calls:
+        return "not known yet (no model call has finished)"
+    return f"${usage.cost_usd:.4f}" + (" so far" if running else "")
 
 
 def other_errors(result: ResultRecord) -> list[str]:

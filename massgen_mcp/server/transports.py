@@ -304,10 +304,6 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
                api: str = "both", pool: PoolConfig | None = None, tasks: bool = False) -> None:
     """Serve over HTTP: MCP at ``path`` and/or (``api``) the OpenAI-compatible endpoint, one
     token for both. With ``pool``, a front end: runs go to the pool's workers."""
-    with loading():  # what is loaded lives as long as we do: no collection walks it again
-        from massgen_mcp.server.app import create_server
-        from massgen_mcp.server.shutdown import stopping
-
     token = SETTINGS.mcp_token.read()
     if not is_loopback(host) and not token:
         raise ConfigError(
@@ -321,13 +317,18 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
             "a pool front end with a token needs FASTMCP_TASKS_ENCRYPTION_KEY: MCP tasks keep "
             "each request's headers (the bearer token among them) in Redis, encrypted only "
             "with that key. Set it to the same long random string on every front end")
+    # Bound before the server's imports (seconds on a busy machine) and the pool's check: a
+    # busy port is one line at once, not after the wait.
+    sock = listen(host, port)
+    with loading():  # what is loaded lives as long as we do: no collection walks it again
+        from massgen_mcp.server.app import create_server
+        from massgen_mcp.server.shutdown import stopping
     membership = None
     if pool is not None:  # before serving: the pool's front ends must agree
         from massgen_mcp.pool.frontends import Membership
 
         membership = Membership(pool, token, (home or default_home()).resolve())
         asyncio.run(membership.check())
-    sock = listen(host, port)
     configure_logging(home)
     server = create_server(home=home, auth=bearer_token_auth(token) if token else None,
                            token=token, openai_api=api in ("both", "openai"), pool=pool,

@@ -205,9 +205,13 @@ def _options(data: dict[str, Any], warnings: list[str], problems: list[str],
                                 "winner_reuse")
         elif key == "context_paths":
             try:
-                options["context_paths"] = _context_paths(value, warnings)
-                options["workspace_tools"] = True
-                origin["context_paths"] = "orchestrator.context_paths"
+                paths = _context_paths(value, warnings)
+                # MassGen's quickstart writes `context_paths: []`: no path, no file access.
+                # Tools with no paths would see the whole workspace, the opposite.
+                if paths:
+                    options["context_paths"] = paths
+                    options["workspace_tools"] = True
+                    origin["context_paths"] = "orchestrator.context_paths"
             except ConfigError as exc:
                 problems.append(str(exc))
         elif key == "coordination_mode" and value != "voting":

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +17,7 @@ import pytest
 
 from massgen_mcp.cli.main import main
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, error
-from tests.helpers import Scripted, text_of
+from tests.helpers import Scripted, text_of, unused_port
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -317,3 +318,112 @@ async def test_eval_samples_a_member_whose_config_had_its_key_inline(
     sent = {q.headers.get("authorization") for q in server.requests[before:]}
     assert sent == {f"Bearer {key}"}
     assert not [p for p in home.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
+
+
+def test_sessions_hints_filter_and_follow_ups(scripted: Scripted,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The hint under the list is a command to type, not "massgen-mcp: massgen-mcp show";
+    an empty filtered list names the filter; a follow-up names its parent in text too."""
+    code, _, err = run_cli(capsys, "sessions", "--status", "running")
+    assert code == 0 and "no running sessions in " in err and "--status running" in err
+    server = scripted(agree)
+    run_cli(capsys, "run", "What is 6*7?", *models_args(server), "--json")
+    code, out, _ = run_cli(capsys, "sessions", "--json")
+    [parent] = json.loads(out)
+    code, _, _ = run_cli(capsys, "continue", parent["session_id"], "And 7*8?", "--json")
+    assert code == 0
+    code, out, err = run_cli(capsys, "sessions")
+    assert code == 0 and "massgen-mcp: massgen-mcp" not in err
+    assert "'massgen-mcp show ID' shows one" in err
+    [follow_line] = [line for line in out.splitlines() if "And 7*8?" in line]
+    assert follow_line.endswith(f"(follow-up of {parent['session_id']})")
+    code, out, _ = run_cli(capsys, "show", "latest")
+    assert code == 0 and f"follow-up of {parent['session_id']}" in out.splitlines()[0]
+    assert "cost unknown (a model's price is not known)" in out
+
+
+def test_show_a_running_run_says_its_cost_is_not_known_yet(scripted: Scripted,
+                                                           capsys: pytest.CaptureFixture[str],
+                                                           home: Path) -> None:
+    """Before any call has finished, a running run's record holds $0: that is no price, and
+    the same run ends with its cost unknown, so show says so rather than "$0.0000"."""
+    arrived = threading.Semaphore(0)
+
+    def hang(req: ChatRequest) -> Reply:
+        arrived.release()
+        return Reply("text", delay_s=30)
+
+    server = scripted(hang)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "massgen_mcp", "run", "q", *models_args(server), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(3):
+            assert arrived.acquire(timeout=30)
+        code, out, _ = run_cli(capsys, "show", "latest")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=15)
+        proc.kill()
+    assert code == 0 and "outcome  running" in out
+    assert "cost not known yet (no model call has finished)" in out and "$0.0000" not in out
+
+
+def test_ctrl_c_on_serve_http_is_one_line_and_exit_4(home: Path) -> None:
+    """uvicorn stops on Ctrl-C and raises it again: the person gets the prompt back with one
+    line, and the exit code the table gives Ctrl-C, not 35 lines of stack."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "massgen_mcp", "serve", "--http", "--port", str(unused_port())],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:  # the server's log says when it serves
+            seen.append(line)
+            if "Application startup complete" in line:
+                break
+        else:
+            raise AssertionError("".join(seen))
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, rest
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest
+    assert rest.rstrip().endswith("massgen-mcp: serve stopped (Ctrl-C)")
+
+
+def test_serve_http_on_a_busy_port_says_so_before_loading_the_server(home: Path) -> None:
+    """The port is bound before the server's imports (seconds on a busy machine), so a busy
+    port is one line at once: the process ends without having loaded them."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        probe = ("import sys; from massgen_mcp.cli.main import main; "
+                 f"code = main(['serve', '--http', '--port', '{port}']); "
+                 "print([m for m in ('massgen_mcp.server.app', 'fastmcp', 'uvicorn') "
+                 "if m in sys.modules]); sys.exit(code)")
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode == 6, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert done.stderr.splitlines() == [
+        f"massgen-mcp: port {port} on 127.0.0.1 is already in use (another server, perhaps "
+        "massgen-mcp itself); stop it or choose another with --port"]
+
+
+def test_an_empty_context_paths_gives_no_file_access(capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: Path) -> None:
+    """MassGen's quickstart writes `context_paths: []` (no path, no access); the workspace
+    tools with no paths would see the whole project, so an empty list leaves them off, and
+    a list of paths turns them on narrowed to those (docs/config.md)."""
+    config = tmp_path / "team.yaml"
+    team = ("agents:\n  - id: a\n"
+            "    backend: {type: openai, model: m, base_url: 'http://127.0.0.1:9/v1'}\n")
+    config.write_text(team + "orchestrator: {context_paths: []}\n")
+    code, out, _ = run_cli(capsys, "validate", str(config))
+    assert code == 0 and "workspace_tools=False" in out and " tools=" not in out
+    config.write_text(team + "orchestrator: {context_paths: [{path: src, permission: read}]}\n")
+    code, out, _ = run_cli(capsys, "validate", str(config))
+    assert code == 0 and "workspace_tools=True" in out and "context_paths=['src']" in out

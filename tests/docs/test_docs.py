@@ -11,6 +11,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
          ROOT / "skills" / "massgen-consensus" / "SKILL.md"]
@@ -133,3 +135,82 @@ def test_development_states_no_test_count_that_goes_stale() -> None:
     assert not re.search(r"\d+ tests", suite), suite
     assert "pytest -q --collect-only -n 0 | tail -1" in text
     assert not re.search(r"whole suite, \d+ tests", text)
+
+
+def test_the_pool_deploying_block_passes_the_front_ends_checks(tmp_path: Path) -> None:
+    """docs/pool.md's Deploying block, as written (its exports, its serve line), gets a front
+    end past every check of its settings: the process goes on to listen, which the test makes
+    fail on a port it holds (exit 6), so nothing is served and no Redis is reached."""
+    import os
+    import shlex
+    import socket
+    import subprocess
+    import sys
+
+    text = (ROOT / "docs" / "pool.md").read_text()
+    block = re.search(r"^## Deploying\n.*?^```bash\n(.*?)^```", text,
+                      re.MULTILINE | re.DOTALL)
+    assert block, "pool.md has its Deploying block"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MASSGEN_", "FASTMCP_TASKS"))}
+    serve: list[str] = []
+    for line in block.group(1).splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["export"]:
+            words = words[1:]
+        while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):  # NAME=VALUE, alone or before
+            name, _, value = words.pop(0).partition("=")  # a command
+            env[name] = "x" * 40 if value == "..." else value
+        if words[:2] == ["massgen-mcp", "serve"]:
+            serve = words[2:]
+    assert serve, "the block starts a front end"
+    env["MASSGEN_HOME"] = str(tmp_path / "home")  # /shared/massgen is the reader's
+    env["PYTHONPATH"] = str(ROOT)
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "massgen_mcp", "serve", *serve,
+                               "--port", str(port)], env=env, capture_output=True, text=True,
+                              timeout=120)
+    assert done.returncode == 6 and "already in use" in done.stderr, done.stderr
+
+
+def test_the_exit_codes_in_help_are_the_codes_in_cli_md_and_in_the_code() -> None:
+    """``massgen-mcp --help`` ends with the exit codes, docs/cli.md has their table: the same
+    codes, and every code the command ends with (its EXIT_ constants and the closed pipe's)."""
+    from massgen_mcp import __main__ as entry
+    from massgen_mcp.cli import output
+    from massgen_mcp.cli.main import build_parser
+
+    help_text = build_parser().format_help()
+    in_help = {int(n) for n in re.findall(r"^\s*(\d+)  \S", help_text.split("exit codes:")[1],
+                                          re.MULTILINE)}
+    section = (ROOT / "docs" / "cli.md").read_text().split("## Exit codes and errors")[1]
+    in_docs = {int(n) for n in re.findall(r"^\| (\d+) \|", section, re.MULTILINE)}
+    in_code = {value for name, value in vars(output).items()
+               if name.startswith("EXIT_") and isinstance(value, int)}
+    assert in_help == in_docs == in_code | {entry.EXIT_BROKEN_PIPE}
+
+
+def test_hosts_md_shows_what_install_claude_code_prints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/hosts.md's console block is what `install claude-code` prints, run by run (the
+    project's path aside): a fresh install, then the same again."""
+    from massgen_mcp.cli.main import main
+
+    block = re.search(r"^```console\n(.*?)^```", (ROOT / "docs" / "hosts.md").read_text(),
+                      re.MULTILINE | re.DOTALL)
+    assert block, "hosts.md shows install's output"
+    runs = re.findall(r"^\$ massgen-mcp install claude-code\n((?:[^$].*\n)+)", block.group(1),
+                      re.MULTILINE)
+    assert len(runs) == 2
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for shown in runs:
+        assert main(["install", "claude-code"]) == 0
+        printed = capsys.readouterr().out.replace(str(project.resolve()), "/home/me/project")
+        assert printed == shown

@@ -3,19 +3,24 @@ instead of running again, and --compare runs each option set on the same questio
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from massgen_mcp.cli.main import main
+from massgen_mcp.core.records import AgentPhase, AgentStatus, Phase, RunStatus, StatusRecord
 from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.providers.llamacpp_provider import embedded_model_name
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer
-from tests.helpers import KnownAccuracies, Scripted, write_questions
+from tests.helpers import KnownAccuracies, Scripted, unused_port, write_questions
 
 
 def team(server: ScriptedServer) -> str:
@@ -305,3 +310,104 @@ def test_an_eval_folder_written_by_an_earlier_version_resumes_byte_for_byte(
                 settings=json.loads(stored)["settings"])
     summary = summarise(results, plan).model_dump(mode="json")
     assert summary == json.loads((FROM_MAIN / "summary.json").read_text())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("datasets") is None,
+                    reason="the eval extra (datasets) is not installed")
+def test_an_hf_dataset_with_the_hub_unreachable_is_one_line(tmp_path: Path) -> None:
+    """Offline, the Hub's client retried five times a file, each retry a warning (twice: its
+    handler and ours), before eval's one line: the Hub is found unreachable first, the client
+    is put offline (the cache still serves what it holds), and the one line says why."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("HF_") and not k.lower().endswith("_proxy")}
+    endpoint = f"http://127.0.0.1:{unused_port()}"  # nothing listens: as offline as it gets
+    env.update(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf"),
+               MASSGEN_HOME=str(tmp_path / "home"), PYTHONPATH=os.getcwd())
+    done = subprocess.run(
+        [sys.executable, "-m", "massgen_mcp", "eval", "hf:someone/questions:main",
+         "--models", "openai/a", "--base-url", "http://127.0.0.1:9/v1"],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith("massgen-mcp: hf:someone/questions:main: Hugging Face dataset ")
+    assert re.search(rf"; the Hugging Face Hub \({re.escape(endpoint)}\) could not be "
+                     r"reached \(.+\), so only the local cache was read$", line), line
+
+
+def test_eval_says_each_question_as_it_starts_and_an_eta_once_one_is_done(
+        scripted: Scripted, home: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Not on a terminal: a line when a question's run starts (a question is a whole team
+    run: minutes on a small machine), and one when it is done, with an ETA from then on."""
+    server = scripted(KnownAccuracies())
+    questions = write_questions(tmp_path / "q.jsonl", 2)
+    assert main(["eval", str(questions), "--models", team(server), "--name", "p",
+                 "--baselines", "members,majority"]) == 0
+    lines = [line.removeprefix("massgen-mcp: ") for line in capsys.readouterr().err.splitlines()
+             if line.startswith("massgen-mcp: [team ")]
+    assert lines[0] == "[team 0/2] started: What is 0 plus 3?"
+    assert lines.index("[team 0/2] started: What is 0 plus 3?") < next(
+        i for i, line in enumerate(lines) if line.startswith("[team 1/2] What is 0 plus 3?"))
+    assert "[team 1/2] started: What is 1 plus 4?" in lines
+    done = [line for line in lines if "started:" not in line]
+    assert [re.sub(r" \(ETA \d+m\d\ds\)$", "", line) for line in done] == [
+        "[team 1/2] What is 0 plus 3?", "[team 2/2] What is 1 plus 4?"]
+    assert all(re.search(r" \(ETA \d+m\d\ds\)$", line) for line in done)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def running(session_id: str, **phases: AgentPhase) -> StatusRecord:
+    return StatusRecord(
+        session_id=session_id, status=RunStatus.RUNNING, phase=Phase.ANSWERING,
+        question="q", started_at=0.0, updated_at=0.0,
+        agents={aid: AgentStatus(model=f"openai/{aid}", label_letter=aid[-1].upper(),
+                                 phase=phase, answers=0) for aid, phase in phases.items()})
+
+
+def test_eval_on_a_terminal_shows_its_runs_at_once_and_an_eta_that_moves(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The line is there from the first run's start, with what its agents do; no ETA until a
+    question of the pass is done; then one that counts down, and grows when the question
+    under way takes longer than the rate so far."""
+    from massgen_mcp.cli.evaluate import Progress
+    from massgen_mcp.evaluation.records import QuestionRow
+
+    monkeypatch.setenv("COLUMNS", "200")  # the terminal's width: the line is cut to it
+    now = [100.0]
+    screen = Terminal()
+    progress = Progress(3, screen, clock=lambda: now[0])
+
+    def line() -> str:
+        return screen.getvalue().rsplit("\r", 1)[-1].rstrip()
+
+    progress.activity("team", 0, 3, running("r1", agent_a=AgentPhase.WORKING,
+                                            agent_b=AgentPhase.ANSWERED))
+    assert line().startswith("team 0/3 [")
+    assert "agent_a working, agent_b answered" in line()
+    assert "] 0m00s · ETA once a question is done · agent_a working" in line()
+    now[0] = 160.0
+    progress.activity("team", 0, 3, running("r1", agent_a=AgentPhase.VOTED,
+                                            agent_b=AgentPhase.VOTED))
+    progress.activity("team", 0, 3, running("r1", agent_a=AgentPhase.VOTED).model_copy(
+        update={"status": RunStatus.COMPLETED}))
+    progress.show("team", 1, 3, QuestionRow(question="q", expected="1"))
+    assert "] 1m00s · ETA 2m00s · " in line()  # 60 s a question, 2 to go
+    progress.activity("team", 1, 3, running("r2", agent_a=AgentPhase.WORKING))
+    progress.activity("team", 1, 3, running("r3", agent_a=AgentPhase.WORKING))
+    assert "2 runs: 2 working" in line()
+    monkeypatch.setenv("COLUMNS", "40")
+    progress.draw()
+    assert line() == "team 1/3 [#####           ] 1m00s · ETA"  # 39 columns
+    monkeypatch.setenv("COLUMNS", "200")
+    now[0] = 200.0
+    progress.draw()  # what the ticker does every second
+    assert "] 1m40s · ETA 1m20s · 2 runs" in line()
+    now[0] = 300.0  # the second question runs longer than the first took
+    progress.draw()
+    assert "] 3m20s · ETA 1m40s · " in line()  # 100 s a question now, not a stale figure
+    progress.end()
+    assert screen.getvalue().endswith("\n")
