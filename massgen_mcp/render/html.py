@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING
 
 from massgen_mcp.core.records import Event, EventType, ResultRecord, RunStatus, SessionRecord, clip
 from massgen_mcp.render.format import escape as _e
-from massgen_mcp.render.text import DECIDED, dropped_phrase, other_errors, winner_phrase
+from massgen_mcp.render.text import (
+    DECIDED,
+    cost_phrase,
+    dropped_phrase,
+    other_errors,
+    winner_phrase,
+)
 
 if TYPE_CHECKING:
     from massgen_mcp.core.records import SessionSummary
@@ -379,7 +385,6 @@ def render_report(record: SessionRecord, *, live: bool = False) -> str:
     final = result.final_answer if result else None
     final_html = (f'<div class="card final-answer">{markdown(final)}</div>' if final else
                   '<p class="muted">No final answer.</p>')
-    cost = usage.cost_usd
     running = live and status.status is RunStatus.RUNNING
     refresh = '<noscript><meta http-equiv="refresh" content="2"></noscript>' if running else ""
     script = f"<script>{LIVE_SCRIPT}</script>" if running else ""
@@ -395,7 +400,7 @@ def render_report(record: SessionRecord, *, live: bool = False) -> str:
 {_e(reason)} ·
 {_e(status.elapsed_s)} s · {_e(usage.calls)} calls ·
 {_e(usage.prompt_tokens)} prompt + {_e(usage.completion_tokens)} completion
-tokens · cost {'unknown' if cost is None else f'${cost:.4f}'}</p>
+tokens · cost {_e(cost_phrase(usage, running=status.status is RunStatus.RUNNING))}</p>
 {_notes(record, live=running)}</header>
 {_live_boxes(record) if running else ""}
 <div id="report">

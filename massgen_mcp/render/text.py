@@ -31,12 +31,15 @@ _SAID_BY_STATUS = (None, FinishReason.CONSENSUS, FinishReason.CANCELLED, FinishR
                    FinishReason.INTERRUPTED)
 
 
-def status_words(status: StatusRecord) -> str:
+def status_words(status: StatusRecord | RunStatus, phase: str = "") -> str:
     """A run without a result, in words: where a running one is ("running, voting"); one
-    that ended is its status alone ("interrupted": its phase reads "done", which it is not)."""
-    if status.status is RunStatus.RUNNING:
-        return f"{status.status}, {status.phase}"
-    return str(status.status)
+    that ended is its status alone ("interrupted": its phase reads "done", which it is not).
+    Takes a status record, or a status and phase from a view of one (the MCP status text)."""
+    if isinstance(status, StatusRecord):
+        return status_words(status.status, status.phase)
+    if status is RunStatus.RUNNING:
+        return f"{status}, {phase}"
+    return str(status)
 
 
 def _votes(n: int) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from fastmcp.tools import ToolResult
 from pydantic import BaseModel
 
+from massgen_mcp.render.text import status_words
 from massgen_mcp.server.views import (
     CancelView,
     ResultView,
@@ -94,7 +95,7 @@ def result_text(result: ResultView) -> str:
 
 
 def status_text(status: StatusView) -> str:
-    head = (f"Session {status.session_id}: {status.status}, {status.phase}, "
+    head = (f"Session {status.session_id}: {status_words(status.status, status.phase)}, "
             f"{status.elapsed_s:.0f} s; {plural(len(status.answers), 'answer')}; "
             f"{tally_text(status.tally)}.")
     agents = []

@@ -245,6 +245,9 @@ def test_every_way_on_from_a_killed_run_names_resume(
                                                 raise_on_error=False)
                 assert failed.is_error, tool
                 assert "resume_session" in text_of(failed.content[0]), tool
+            status = await client.call_tool("get_status", {"session_id": sid})
+            head = text_of(status.content[0]).splitlines()[0]
+            assert f"Session {sid}: interrupted," in head and "done" not in head
 
     asyncio.run(over_mcp())
     assert [f.name for f in (home / "sessions").iterdir()] == [sid]  # nothing else started
@@ -361,12 +364,16 @@ def test_show_a_running_run_says_its_cost_is_not_known_yet(scripted: Scripted,
         for _ in range(3):
             assert arrived.acquire(timeout=30)
         code, out, _ = run_cli(capsys, "show", "latest")
+        html_code, html_path, _ = run_cli(capsys, "show", "latest", "--html")
+        report = Path(html_path.strip()).read_text()  # before the run's end rewrites it
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=15)
         proc.kill()
     assert code == 0 and "outcome  running" in out
     assert "cost not known yet (no model call has finished)" in out and "$0.0000" not in out
+    assert html_code == 0 and "cost not known yet (no model call has finished)" in report
+    assert "$0.0000" not in report  # the report says it as show does
 
 
 def test_ctrl_c_on_serve_http_is_one_line_and_exit_4(home: Path) -> None:
