@@ -90,14 +90,16 @@ def dripped_until_closed(sock: socket.socket, limit: int = 300) -> int:
     ("/no/such/page", 1_000_000, b"404"),
     ("/v1/models", 1_000_000, b"401"),  # no token sent
     ("/healthz", 10**12, b"413"),  # over the body limit
+    ("/no/such/page", None, b"404"),  # chunked: no length announced
 ])
-def test_a_body_nobody_reads_still_has_its_deadline(impatient: int, path: str, length: int,
-                                                    status: bytes) -> None:
+def test_a_body_nobody_reads_still_has_its_deadline(impatient: int, path: str,
+                                                    length: int | None, status: bytes) -> None:
     """A large announced body that the handler never reads, dripped after the response: the
     connection is closed once the body's deadline is past, as a read body's would be."""
     with socket.create_connection(("127.0.0.1", impatient)) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{impatient}\r\n"
-                     f"Content-Length: {length}\r\n\r\n".encode())
+        sock.sendall((f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{impatient}\r\n"
+                      + (f"Content-Length: {length}\r\n\r\n" if length is not None else
+                         "Transfer-Encoding: chunked\r\n\r\nfffff\r\n")).encode())
         head = read_response(sock)
         assert head.split(b" ")[1] == status, head
         dripped_until_closed(sock)
