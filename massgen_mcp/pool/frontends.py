@@ -73,12 +73,14 @@ def protection(text: str | bytes) -> Protection | None:
     """The record in ``text`` (a marker file's last line, or the Redis key), or None when it
     holds none (an older marker, or anything planted): checked field by field, since anyone
     who reaches Redis writes what it likes."""
+    if len(text) > MARKER_MAX_BYTES:  # a record is one short line
+        return None
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     lines = text.strip().splitlines()
     try:
         record = json.loads(lines[-1]) if lines else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deep enough to overflow
         return None
     if not isinstance(record, dict):
         return None

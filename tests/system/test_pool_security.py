@@ -517,6 +517,25 @@ def test_a_pool_is_protected_by_its_token_not_by_any_token(pool: Pool, tmp_path:
         (home / "pool-massgen.protected").read_text().splitlines()[-1])
 
 
+GOOD_RECORD = {"salt": "a" * 32, "token": "b" * 64, "since": 1.5}
+
+
+@pytest.mark.parametrize("stored", [
+    "1", "", "[" * 5000 + "]" * 5000, "x" * 1_000_000, json.dumps({**GOOD_RECORD, "salt": "zz"}),
+    json.dumps({**GOOD_RECORD, "since": True}), json.dumps({**GOOD_RECORD, "since": "1"}),
+    json.dumps({**GOOD_RECORD, "token": "B" * 64}), json.dumps([GOOD_RECORD]),
+    json.dumps(GOOD_RECORD).replace("1.5", "1e999"),
+])
+def test_a_planted_protection_record_names_no_token(stored: str) -> None:
+    """Anyone who reaches Redis writes what it likes in `<pool>:protected`: what is not a
+    record (one short line, checked field by field) names no token, and never raises."""
+    from massgen_mcp.pool.frontends import protection
+
+    assert protection(stored) is None
+    assert protection(stored.encode()) is None
+    assert protection(json.dumps(GOOD_RECORD)) == GOOD_RECORD
+
+
 def docket_message(**fields: Any) -> Fields:
     """A well-formed run-stream message (the pool's task, a session id), with ``fields``
     changed; a field given as None is left out."""
