@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from massgen_mcp.cli import flags
-from massgen_mcp.cli.output import EXIT_CANCELLED, EXIT_OK, err, say, say_json
+from massgen_mcp.cli.output import EXIT_CANCELLED, EXIT_INPUT, EXIT_OK, err, say, say_json
 from massgen_mcp.core.errors import ConfigError, PoolUnavailableError
 
 if TYPE_CHECKING:
@@ -43,9 +43,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             await service.aclose()
 
     setup = asyncio.run(survey())
+    # A pool that could not be read (closed port, silent or frozen Redis) is a failed check:
+    # the survey is still printed, and the exit code says it is incomplete.
+    code = EXIT_INPUT if setup.mode == "pool" and setup.pool_problem else EXIT_OK
     if args.json:
         say_json(setup.model_dump_json(indent=2))
-        return EXIT_OK
+        return code
     say("API keys:      " + (", ".join(setup.providers_with_keys) or "none found"))
     clis = [f"{c.model} {c.version or '(version unknown)'} "
             f"({'logged in' if c.logged_in else 'not logged in'}, {c.path})"
@@ -70,7 +73,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         say("runs:          in this process (embedded; --redis URL for a worker pool)")
     say("versions:      " + ", ".join(f"{k} {v}" for k, v in setup.versions.items()))
     say("add more:      " + setup.how_to_add_more)
-    return EXIT_OK
+    return code
 
 
 def cmd_install(args: argparse.Namespace) -> int:

@@ -12,18 +12,23 @@ serves, and refuses to start if it differs:
   last front end stopped refreshing it, so a new token needs all front ends restarted, not
   a word in Redis.
 * ``<pool>:protected`` is set, for good, once a front end with a token served the pool:
-  its sessions were started by callers who had to show one, so a front end without a token
-  never serves them. Redis can lose that key (``FLUSHALL``, a restart without persistence),
-  so the same fact is also a file in the shared ``MASSGEN_HOME``, ``pool-<pool>.protected``
-  (:data:`MARKER`), which Redis cannot lose: either one makes the pool protected, and each
-  front end puts back the one that is missing. Deleting both, by hand, is the way back to an
-  open pool.
+  its sessions were started by callers who had to show *that* token, so a front end without
+  one, or with another, never serves them. The key names the token by a salted PBKDF2
+  fingerprint (never the token) and the time the pool was first protected. Redis can lose
+  that key (``FLUSHALL``, a restart without persistence), so the same record is also a file
+  in the shared ``MASSGEN_HOME``, ``pool-<pool>.protected`` (:data:`MARKER`), which Redis
+  cannot lose: either one makes the pool protected. Where the two differ (a front end with
+  another token joined while Redis was empty), the older record is the pool's; a front end
+  whose token matches it puts it back wherever it is missing or different, and one whose
+  token does not refuses to serve. Deleting both, by hand, is the way back to an open pool
+  (or to another token).
 
 A front end checks again every :data:`TTL_S` / 3. One that finds it differs from the pool
 (another front end came first while Redis was empty) stops serving: every request gets 503
 and one line (:class:`ServingGate`; the reason goes to the log) until it matches again. A
 front end with a token replaces a record written by one without (the pool is protected, so
-that record is wrong), so the unprotected one is the one that stops.
+that record is wrong), and so does one whose token the pool's protection names over one
+whose token it does not: the one that does not match is the one that stops.
 """
 
 from __future__ import annotations
@@ -32,13 +37,15 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import os
 import secrets
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from massgen_mcp.core.errors import ConfigError, PoolUnavailableError
-from massgen_mcp.core.files import replace_file
+from massgen_mcp.core.files import read_bytes_safely, replace_file
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import PoolConfig
@@ -54,8 +61,46 @@ ROUNDS = 200_000
 LABELS = {"token": SETTINGS.mcp_token.env, "tasks_key": TASKS_KEY_ENV}  # as the user sets them
 MARKER = "pool-{name}.protected"  # in MASSGEN_HOME: this pool was served with a token
 _MARKER_TEXT = ("a front end with MASSGEN_MCP_TOKEN served the pool {name}: front ends without "
-                "one refuse it. To open it again, stop its front ends, delete this file and "
-                "the Redis key {name}:protected\n")
+                "that token refuse it (the last line names it by a salted hash, never the "
+                "token). To open it again, stop its front ends, delete this file and the "
+                "Redis key {name}:protected\n")
+MARKER_MAX_BYTES = 4096
+LEGACY = "legacy"  # a protection that names no token (written before records named one)
+Protection = dict[str, Any]  # {"salt": hex, "token": fingerprint, "since": epoch seconds}
+
+
+def protection(text: str | bytes) -> Protection | None:
+    """The record in ``text`` (a marker file's last line, or the Redis key), or None when it
+    holds none (an older marker, or anything planted): checked field by field, since anyone
+    who reaches Redis writes what it likes."""
+    if len(text) > MARKER_MAX_BYTES:  # a record is one short line
+        return None
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    lines = text.strip().splitlines()
+    try:
+        record = json.loads(lines[-1]) if lines else None
+    except (ValueError, RecursionError):  # not JSON, or nested deep enough to overflow
+        return None
+    if not isinstance(record, dict):
+        return None
+    salt, token, since = record.get("salt"), record.get("token"), record.get("since")
+    if not (isinstance(salt, str) and len(salt) == 32 and _is_hex(salt)
+            and isinstance(token, str) and len(token) == 64 and _is_hex(token)
+            and isinstance(since, int | float) and not isinstance(since, bool)
+            and math.isfinite(since)):
+        return None
+    return {"salt": salt, "token": token, "since": since}
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
+def _first(records: list[Protection]) -> Protection:
+    """The pool's protection among differing records: the oldest (then by value, so every
+    front end picks the same one)."""
+    return min(records, key=lambda r: (r["since"], r["token"], r["salt"]))
 
 
 def fingerprint(secret: str | None, salt: str) -> str:
@@ -86,6 +131,8 @@ class Membership:
 
     async def _ours(self, salt: str) -> dict[str, str]:
         if salt not in self._mine:
+            if len(self._mine) >= 8:  # salts come from Redis too: keep a few, not each
+                self._mine.clear()
             token, tasks_key = await asyncio.gather(
                 asyncio.to_thread(fingerprint, self.token, salt),
                 asyncio.to_thread(fingerprint, self.tasks_key, salt))
@@ -97,35 +144,76 @@ class Membership:
         counts: a planted link or folder errs on the side of protection)."""
         return os.path.lexists(self.marker)
 
-    def _mark(self) -> None:
-        """Record in the shared home, for good, that the pool is protected."""
-        if self._marked():
-            return
-        try:  # another front end writing it at once writes the same text
+    def _read_marker(self) -> Protection | str | None:
+        """The shared home's record: None when there is no marker, :data:`LEGACY` when it is
+        one that names no token (or cannot be read: a planted link or folder errs on the side
+        of protection)."""
+        if not self._marked():
+            return None
+        try:
+            return protection(read_bytes_safely(self.marker, MARKER_MAX_BYTES)) or LEGACY
+        except OSError:
+            return LEGACY
+
+    def _mark(self, record: Protection | None) -> None:
+        """Record in the shared home, for good, that the pool is protected (by ``record``'s
+        token; None: by a token not named)."""
+        text = _MARKER_TEXT.format(name=self.config.name)
+        if record is not None:
+            text += json.dumps(record) + "\n"
+        try:  # another front end writing it at once writes the same record or an older one
             self.marker.parent.mkdir(parents=True, exist_ok=True)
-            replace_file(self.marker, _MARKER_TEXT.format(name=self.config.name))
+            replace_file(self.marker, text)
         except OSError as exc:  # Redis still holds the fact; the records cannot be written
             log.warning("cannot record in %s that the pool is protected: %s", self.marker,
                         exc.strerror or exc)
 
-    async def join(self, redis: Redis) -> None:
-        """Join (or refresh) the pool's record; ConfigError if this front end differs."""
-        marked = await asyncio.to_thread(self._marked)
-        if self.token:
-            if not marked:
-                await asyncio.to_thread(self._mark)
-            await redis.set(self.protected_key, "1")
-        elif marked or await redis.exists(self.protected_key):
+    async def _protect(self, redis: Redis) -> None:
+        """Check this front end against the pool's protection, and put the protection back
+        where it is missing; ConfigError if this front end must not serve the pool."""
+        on_file = await asyncio.to_thread(self._read_marker)
+        stored = await redis.get(self.protected_key)
+        in_redis = None if stored is None else (protection(stored) or LEGACY)
+        records = [r for r in (on_file, in_redis) if isinstance(r, dict)]
+        if not self.token:
+            if on_file is None and in_redis is None:
+                return
             # What one of the two remembers, the other learns again.
-            if marked:
-                await redis.set(self.protected_key, "1")
-            else:
-                await asyncio.to_thread(self._mark)
+            if in_redis is None:
+                await redis.set(self.protected_key,
+                                json.dumps(on_file) if isinstance(on_file, dict) else "1")
+            elif on_file is None:
+                await asyncio.to_thread(self._mark, records[0] if records else None)
             raise ConfigError(
                 f"this pool ({self.config.name}) is served by front ends with a token, so its "
                 "sessions are not for callers without one: set MASSGEN_MCP_TOKEN as on the "
                 f"other front ends (to open the pool again, stop them and delete "
                 f"{self.protected_key} and {self.marker})")
+        if records:
+            pools = _first(records)
+            if (await self._ours(pools["salt"]))["token"] != pools["token"]:
+                # Refused, but what one of the two remembers, the other learns again.
+                if in_redis is None:
+                    await redis.set(self.protected_key, json.dumps(pools))
+                elif on_file is None:
+                    await asyncio.to_thread(self._mark, pools)
+                raise ConfigError(
+                    f"the front ends that protect this pool ({self.config.name}) use another "
+                    f"{LABELS['token']}: its sessions are for callers with theirs, and every "
+                    "front end of a pool needs the same (to hand the pool to a new token, stop "
+                    f"them all and delete {self.protected_key} and {self.marker})")
+        else:  # the first front end with a token (or the first since markers named it)
+            salt = secrets.token_hex(16)
+            pools = {"salt": salt, "token": (await self._ours(salt))["token"],
+                     "since": time.time()}
+        if on_file != pools:
+            await asyncio.to_thread(self._mark, pools)
+        if in_redis != pools:
+            await redis.set(self.protected_key, json.dumps(pools))
+
+    async def join(self, redis: Redis) -> None:
+        """Join (or refresh) the pool's record; ConfigError if this front end differs."""
+        await self._protect(redis)
         for _ in range(3):  # another front end may write it between our read and write
             found = await redis.get(self.key)
             theirs = json.loads(found) if found else None
@@ -134,10 +222,11 @@ class Membership:
                 if await redis.set(self.key, json.dumps(ours), nx=True, px=int(TTL_S * 1000)):
                     return
                 continue
-            if self.token and theirs.get("token") == "none":
-                # Written by a front end without a token while Redis was empty: in a protected
-                # pool that record is wrong, and ours replaces it (that one stops serving).
-                log.error("a front end without %s joined this protected pool (%s) while its "
+            if self.token and theirs.get("token") != ours["token"]:
+                # Written by a front end without a token, or with another, while Redis was
+                # empty: this one's token is the one the pool's protection names (checked
+                # above), so that record is wrong, and ours replaces it (that one stops).
+                log.error("a front end without this pool's %s joined it (%s) while its "
                           "Redis was empty; it stops serving at its next check",
                           LABELS["token"], self.config.name)
                 await redis.set(self.key, json.dumps(ours), px=int(TTL_S * 1000))

@@ -216,6 +216,21 @@ async def within(config: PoolConfig, what: str, operation: Awaitable[_T]) -> _T:
         raise no_answer(config, what) from None
 
 
+async def answers(config: PoolConfig, redis: Redis, what: str) -> None:
+    """Redis answers a PING within :data:`CHECK_S`, or PoolUnavailableError in one line: the
+    check a long-running process makes before it says it works (a closed port, a wrong
+    address or password, a service that accepts and never answers)."""
+    from redis.exceptions import RedisError
+
+    try:
+        await within(config, what, redis.ping())
+    except RedisError as exc:
+        raise PoolUnavailableError(
+            f"the pool's Redis ({redact_url(config.url)}) did not answer {what}: "
+            f"{str(exc).rstrip('.')}; check the address and password in --redis (or "
+            "MASSGEN_REDIS_URL)") from None
+
+
 def retryable(error: BaseException) -> bool:
     """A dropped connection or a timeout is worth another try; a refused password is not."""
     from redis.exceptions import AuthenticationError

@@ -113,11 +113,16 @@ class PoolWorker:
         from massgen_mcp.team.discover import warm_up_litellm
 
         guard_docket()
+        self._redis = live.connect(self.config)
+        try:  # before "taking runs": a Redis that never answers is one line, not silence
+            await live.answers(self.config, self._redis, "a worker starting")
+        except BaseException:
+            await self._redis.aclose()
+            raise
         stop = stop or asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             portable.on_signal(loop, signum, stop.set)
-        self._redis = live.connect(self.config)
         publisher = self._publisher = LivePublisher(self._redis, self.config)
         unsubscribe = [self.local.add_event_listener(publisher.event),
                        self.local.add_status_listener(publisher.status),

@@ -9,7 +9,9 @@ piece of its body and :data:`BODY_DEADLINE_S` for the whole body, which must als
 :data:`MIN_BODY_RATE` once the first :data:`BODY_TIMEOUT_S` are past
 (``MASSGEN_MCP_HEADER_TIMEOUT_S``, ``MASSGEN_MCP_BODY_TIMEOUT_S``,
 ``MASSGEN_MCP_BODY_DEADLINE_S``), so a slow, stalled or dripping client cannot hold a
-connection for ever.
+connection for ever. The whole-body deadline holds whether the body is read or not (a 404
+or ``/healthz`` that ignores an announced body closes the connection once it is due:
+:mod:`.connections`).
 """
 
 from __future__ import annotations
@@ -158,49 +160,6 @@ class BodyReadTimeout:
 
 class _TooSlow(Exception):
     pass
-
-
-def _header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with a deadline for each request's headers: uvicorn has none,
-    so a client that sends half a request line would hold its connection for ever."""
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    class HeaderDeadline(H11Protocol):
-        _deadline: asyncio.TimerHandle | None = None
-
-        def _arm(self) -> None:
-            self._disarm()
-            self._deadline = self.loop.call_later(timeout_s, self._too_slow)
-
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-
-        def _too_slow(self) -> None:
-            self._deadline = None
-            if self.conn.their_state is h11.IDLE:  # still no complete request headers
-                self.transport.close()
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
-
-        def handle_events(self) -> None:
-            super().handle_events()
-            if self.conn.their_state is not h11.IDLE:
-                self._disarm()  # the headers are in; the body has its own timeout
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            self._arm()  # the next request on this connection gets the same deadline
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-    return HeaderDeadline
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -358,12 +317,20 @@ def serve_http(*, host: str, port: int, path: str, home: Path | None = None,
     with loading():
         import uvicorn
 
+    from massgen_mcp.server.connections import AcceptLimit, deadline_protocol
+
+    accepts = AcceptLimit(logging.getLogger(__name__))
+
     class Server(uvicorn.Server):
+        async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+            asyncio.get_running_loop().set_exception_handler(accepts.handle)
+            await super().serve(sockets)
+
         def handle_exit(self, sig: int, frame: Any) -> None:
             stopping.set()  # calls in flight answer now (see server/shutdown.py)
             super().handle_exit(sig, frame)
 
     # log_config=None: uvicorn's records go to our (redacting) handlers and server.log.
     Server(uvicorn.Config(app, host=host, port=port, log_config=None,
-                          http=_header_timeout_protocol(header_timeout),
+                          http=deadline_protocol(header_timeout, body_deadline, accepts),
                           timeout_graceful_shutdown=5)).run(sockets=[sock])

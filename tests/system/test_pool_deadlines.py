@@ -28,6 +28,14 @@ LIMIT_S = 6 * CHECK_S
 
 
 @pytest.fixture
+def closed() -> str:
+    """A port nothing listens on (bound, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"redis://127.0.0.1:{sock.getsockname()[1]}/0"
+
+
+@pytest.fixture
 def silent() -> Iterator[str]:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -45,7 +53,7 @@ def massgen(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_doctor_against_a_silent_service_says_it_could_not_tell(silent: str,
                                                                 home: Path) -> None:
     done = massgen(home, "doctor", "--redis", silent)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # the check failed, as docs/safety.md says
     runs = [line for line in done.stdout.splitlines() if line.startswith("runs:")]
     assert runs == [f"runs:          on the worker pool at {silent}; could not tell how many "
                     f"workers are live: redis did not answer within {CHECK_S:g} s"]
@@ -77,7 +85,42 @@ def test_doctor_against_a_frozen_redis_does_not_say_no_worker_is_live(
             done = massgen(home, "doctor", "--json", "--redis", pool.url)
         finally:
             os.kill(pid, signal.SIGCONT)
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == 1, done.stderr
         assert '"pool_problem": "redis did not answer within' in done.stdout
     finally:
         pool.close()
+
+
+@pytest.mark.slow
+def test_doctor_against_a_closed_port_exits_1(closed: str, home: Path) -> None:
+    done = massgen(home, "doctor", "--redis", closed)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "worker(s) live" not in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("redis", ["silent", "closed"])
+def test_a_worker_at_a_redis_that_does_not_answer_is_one_line_and_exit_1(
+        redis: str, request: pytest.FixtureRequest, home: Path) -> None:
+    """It checks Redis as serve and doctor do before it says it takes runs: no "taking runs"
+    followed by minutes of silence."""
+    url = request.getfixturevalue(redis)
+    env = {k: v for k, v in os.environ.items() if k != "MASSGEN_REDIS_URL"}
+    proc = subprocess.Popen([sys.executable, "-m", "massgen_mcp", "worker", "--redis", url],
+                            stderr=subprocess.PIPE, text=True,
+                            env={**env, "MASSGEN_HOME": str(home)})
+    assert proc.stderr is not None
+    try:
+        lines = []
+        for line in proc.stderr:  # until it exits; a worker that takes runs fails at once
+            assert "taking runs" not in line, line
+            lines.append(line)
+        assert proc.wait(LIMIT_S) == 1
+    finally:
+        proc.kill()
+        proc.wait()
+    said = [line for line in lines if "INFO" not in line]
+    assert len(said) == 1, lines
+    assert said[0].startswith(f"massgen-mcp: the pool's Redis ({url}) did not answer a worker "
+                              "starting"), said

@@ -482,6 +482,60 @@ def test_a_pool_never_forgets_that_it_is_protected(pool: Pool, tmp_path: Path,
     assert stored["token"] != "none"
 
 
+TOKEN_TWO = "token-two-" + "2" * 20
+
+
+@pytest.mark.slow
+def test_a_pool_is_protected_by_its_token_not_by_any_token(pool: Pool, tmp_path: Path,
+                                                           home: Path) -> None:
+    """Redis emptied (FLUSHALL), and a front end with *another* token joins before the
+    protected ones refresh: with the shared home it refuses to start (the marker names the
+    token, by a salted hash); from another home it joins, then stops serving (503) at its
+    next check, and the protected front end never stops serving its own callers."""
+    first, first_url = started(pool, TOKEN_ONE, KEY_A)
+    redis = Redis.from_url(pool.url)
+    first.send_signal(signal.SIGSTOP)  # it cannot put the record back before the others join
+    try:
+        redis.flushall()
+        assert "use another MASSGEN_MCP_TOKEN" in refused(pool, TOKEN_TWO, KEY_A)
+        marker = (home / "pool-massgen.protected").read_text()
+        stored = redis.get("massgen:protected") or b""
+        assert json.loads(stored) == json.loads(marker.splitlines()[-1])  # put back as it was
+        assert TOKEN_ONE not in marker and TOKEN_ONE.encode() not in stored
+        redis.flushall()
+        _, stray_url = started(pool, TOKEN_TWO, KEY_A, home=tmp_path / "elsewhere")
+    finally:
+        first.send_signal(signal.SIGCONT)
+    pool._until(lambda: http_status(f"{stray_url}/v1/models", token=TOKEN_TWO) == (
+                    503, json.dumps({"error": {"message": GATE_MESSAGE, "type": "server_error",
+                                               "param": None, "code": "pool_mismatch"}}
+                                    ).encode()),
+                "the front end with another token kept serving", timeout=4 * TTL_S)
+    assert http_status(f"{first_url}/v1/models", token=TOKEN_ONE)[0] == 200
+    assert b"differs" not in http_status(f"{first_url}/healthz")[1]
+    assert json.loads(redis.get("massgen:protected") or b"") == json.loads(
+        (home / "pool-massgen.protected").read_text().splitlines()[-1])
+
+
+GOOD_RECORD = {"salt": "a" * 32, "token": "b" * 64, "since": 1.5}
+
+
+@pytest.mark.parametrize("stored", [
+    "1", "", "[" * 5000 + "]" * 5000, "x" * 1_000_000, json.dumps({**GOOD_RECORD, "salt": "zz"}),
+    json.dumps({**GOOD_RECORD, "since": True}), json.dumps({**GOOD_RECORD, "since": "1"}),
+    json.dumps({**GOOD_RECORD, "token": "B" * 64}), json.dumps([GOOD_RECORD]),
+    json.dumps(GOOD_RECORD).replace("1.5", "1e999"),
+])
+def test_a_planted_protection_record_names_no_token(stored: str) -> None:
+    """Anyone who reaches Redis writes what it likes in `<pool>:protected`: what is not a
+    record (one short line, checked field by field) names no token, and never raises."""
+    from massgen_mcp.pool.frontends import protection
+
+    assert protection(stored) is None
+    assert protection(stored.encode()) is None
+    assert protection(json.dumps(GOOD_RECORD)) == GOOD_RECORD
+
+
 def docket_message(**fields: Any) -> Fields:
     """A well-formed run-stream message (the pool's task, a session id), with ``fields``
     changed; a field given as None is left out."""
