@@ -26,7 +26,8 @@ and imports no POSIX-only module (fcntl, resource, termios, pwd, grp) itself.
 * **Signals.** Windows' event loop has no ``add_signal_handler``; :func:`on_signal` falls
   back to ``signal.signal`` (Ctrl-C, Ctrl-Break) handing the callback to the loop.
   ``SIGKILL`` does not exist there either: :data:`KILL` is what kills a process outright
-  (``os.kill`` on Windows is ``TerminateProcess`` whatever the number).
+  (``os.kill`` on Windows is ``TerminateProcess`` whatever the number), and :data:`STOP`
+  (``SIGSTOP``) is None there.
 
 Child processes and what they start are :mod:`massgen_mcp.core.children`'s, which uses
 these; docs/platforms.md says what each platform gives and lacks.
@@ -50,10 +51,13 @@ DIRECTORY: int = getattr(os, "O_DIRECTORY", 0)
 BINARY: int = getattr(os, "O_BINARY", 0)  # Windows: no newline translation by the C runtime
 WINDOWS = sys.platform == "win32"
 
+STOP: int | None  # what freezes a process where it stands (None: no such signal, Windows)
 if sys.platform == "win32":
     KILL = signal.SIGTERM  # os.kill is TerminateProcess: nothing can catch or ignore it
+    STOP = None  # a process is suspended through psutil there (core/children.py)
 else:
     KILL = signal.SIGKILL
+    STOP = signal.SIGSTOP
 
 _WINDOWS_LOCK_AT = 0x7FFF_FFF0  # the byte locked on Windows: past any data, within 32 bits
 _REPLACE_RETRY_S = 2.0
