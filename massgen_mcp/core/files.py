@@ -110,12 +110,15 @@ class UnsafeFileError(OSError):
 
 
 def _open_checked(path: Path, flags: int, mode: int, max_bytes: int | None,
-                  mine: bool) -> int:
+                  mine: bool, follow_link: bool = False) -> int:
     """``path`` opened through no link (:func:`portable.open_nofollow`) and checked on the
     open file, not on the name: a regular file with no other name (hard link), of at most
-    ``max_bytes``, and this user's when ``mine``; else :class:`UnsafeFileError`."""
+    ``max_bytes``, and this user's when ``mine``; else :class:`UnsafeFileError`.
+    ``follow_link``: a link at ``path`` is followed (and a second name then adds nothing to
+    check), the open still never waits on a FIFO and the file is still checked."""
     try:
-        fd = portable.open_nofollow(path, flags, mode)
+        fd = (os.open(path, flags | portable.NONBLOCK | portable.BINARY, mode) if follow_link
+              else portable.open_nofollow(path, flags, mode))
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EMLINK):  # what O_NOFOLLOW meets at a link
             raise UnsafeFileError(f"{path.name} is a link", reason="link") from None
@@ -124,7 +127,8 @@ def _open_checked(path: Path, flags: int, mode: int, max_bytes: int | None,
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UnsafeFileError(f"{path.name} is not a regular file", reason="not_regular")
-        if info.st_nlink > 1:  # another name of it may be anything (a record is never linked)
+        # Another name of it may be anything (a record is never linked).
+        if info.st_nlink > 1 and not follow_link:
             raise UnsafeFileError(f"{path.name} has other names (hard links)",
                                   reason="hard_links")
         if mine and not portable.owned_by_me(info):
@@ -138,7 +142,7 @@ def _open_checked(path: Path, flags: int, mode: int, max_bytes: int | None,
         raise
 
 
-def open_safely(path: Path, max_bytes: int) -> BinaryIO:
+def open_safely(path: Path, max_bytes: int, *, follow_link: bool = False) -> BinaryIO:
     """``path`` opened for reading, when it is a regular file of at most ``max_bytes`` with
     no other name (hard link), not reached through a link (its last component; the folders
     above are the caller's: a record's session folder is checked not to be a link).
@@ -148,8 +152,13 @@ def open_safely(path: Path, max_bytes: int) -> BinaryIO:
     ``O_NOFOLLOW`` refuses a link where the OS has it (a ``lstat`` check first elsewhere,
     which a race could pass, but Windows needs privilege to make a link); ``O_NONBLOCK``
     makes the open of a FIFO return at once, and the ``fstat`` of the open file, not of the
-    name, decides the type and the size."""
-    return os.fdopen(_open_checked(path, os.O_RDONLY, 0o666, max_bytes, mine=False), "rb")
+    name, decides the type and the size: a check of the name first (``is_file()``) and an
+    open after it leave a moment in which the name can become a FIFO.
+
+    ``follow_link`` is for a file a person may keep as a link on purpose (a config file in a
+    dotfiles repository): the link is followed, the rest is checked the same way."""
+    return os.fdopen(_open_checked(path, os.O_RDONLY, 0o666, max_bytes, mine=False,
+                                   follow_link=follow_link), "rb")
 
 
 def open_own(path: Path, *, mode: int = 0o600, max_bytes: int | None = None,
@@ -171,10 +180,10 @@ def open_append(path: Path, *, mode: int = 0o644) -> int:
     return _open_checked(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode, None, False)
 
 
-def read_bytes_safely(path: Path, max_bytes: int) -> bytes:
+def read_bytes_safely(path: Path, max_bytes: int, *, follow_link: bool = False) -> bytes:
     """The bytes of ``path`` as :func:`open_safely` allows them (a file that grew past the cap
     since it was opened is refused too)."""
-    with open_safely(path, max_bytes) as handle:
+    with open_safely(path, max_bytes, follow_link=follow_link) as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise UnsafeFileError(f"{path.name} is over {max_bytes} bytes", reason="too_big")
