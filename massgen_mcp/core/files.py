@@ -66,6 +66,90 @@ def replace_file(path: Path, data: bytes | str, *, mode: int = 0o644, durable: b
         os.close(folder)
 
 
+class Folder:
+    """A folder opened once, whose files are then written relative to that handle: a session
+    folder swapped for a link to another place mid-run (by anyone who can write the records'
+    folder) kept receiving ``status.json`` and ``result.json`` at the link's target, as every
+    write looked the folder up by its path again. Here the path is looked up once, without
+    following a link at its last component; every write after that is made through the
+    descriptor (``dir_fd``), so a swap of the name cannot redirect it: the writes go on
+    landing in the folder that was opened, wherever it has been moved.
+
+    Windows has no folder descriptors (no ``O_DIRECTORY``, no ``dir_fd``): there the folder's
+    identity (``st_dev``, ``st_ino``: the volume and file index) is taken when it is opened
+    and checked before each write, and a write is refused once the name leads elsewhere or
+    is a link. A swap between that check and the write can still redirect one write there;
+    making a link on Windows takes an administrator or developer mode."""
+
+    def __init__(self, path: Path, *, _fd: int | None = None) -> None:
+        self.path = path
+        self._fd = _fd
+        self._identity: tuple[int, int] | None = None
+        self._closed = False
+        if _fd is not None:
+            return
+        if portable.DIRECTORY:
+            self._fd = os.open(path, os.O_RDONLY | portable.DIRECTORY | portable.NOFOLLOW)
+        else:
+            self._identity = self._identity_now()
+
+    def _identity_now(self) -> tuple[int, int]:
+        info = os.lstat(self.path)
+        if stat.S_ISLNK(info.st_mode) or portable._is_junction(self.path):
+            raise OSError(errno.ELOOP, "a link is not followed", str(self.path))
+        if not stat.S_ISDIR(info.st_mode):
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(self.path))
+        return info.st_dev, info.st_ino
+
+    def _checked(self) -> int | None:
+        """The folder's descriptor; None on Windows, once the name is found to lead to the
+        folder first opened still (else ``OSError``)."""
+        if self._closed:
+            raise OSError(errno.EBADF, "the folder was closed", str(self.path))
+        if self._fd is not None:
+            return self._fd
+        if self._identity_now() != self._identity:
+            raise OSError(errno.ESTALE, "the folder was replaced since it was opened",
+                          str(self.path))
+        return None
+
+    def replace(self, name: str, data: bytes | str, *, mode: int = 0o644,
+                durable: bool = False) -> None:
+        """:func:`replace_file` for ``name`` in this folder."""
+        folder = self._checked()
+        payload = data.encode("utf-8") if isinstance(data, str) else data
+        temporary = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        if folder is None:
+            _write_and_rename(str(self.path / temporary), str(self.path / name), payload,
+                              mode, durable, None)
+        else:
+            _write_and_rename(temporary, name, payload, mode, durable, folder)
+
+    def append(self, name: str, *, mode: int = 0o644) -> int:
+        """:func:`open_append` for ``name`` in this folder."""
+        folder = self._checked()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        if folder is None:
+            return _open_checked(self.path / name, flags, mode, None, False)
+        return _open_checked(Path(name), flags, mode, None, False, dir_fd=folder)
+
+    def folder(self, name: str) -> Folder:
+        """The folder ``name`` in this one, made if missing, opened as this one is."""
+        folder = self._checked()
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name if folder is not None else self.path / name, dir_fd=folder)
+        if folder is None:
+            return Folder(self.path / name)
+        return Folder(self.path / name, _fd=os.open(
+            name, os.O_RDONLY | portable.DIRECTORY | portable.NOFOLLOW, dir_fd=folder))
+
+    def close(self) -> None:
+        self._closed = True
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
 def _write_and_rename(temporary: str, target: str, payload: bytes, mode: int, durable: bool,
                       folder: int | None) -> None:
     """:func:`replace_file`'s work, with names relative to ``folder`` when it is given."""
@@ -110,7 +194,7 @@ class UnsafeFileError(OSError):
 
 
 def _open_checked(path: Path, flags: int, mode: int, max_bytes: int | None,
-                  mine: bool, follow_link: bool = False) -> int:
+                  mine: bool, follow_link: bool = False, dir_fd: int | None = None) -> int:
     """``path`` opened through no link (:func:`portable.open_nofollow`) and checked on the
     open file, not on the name: a regular file with no other name (hard link), of at most
     ``max_bytes``, and this user's when ``mine``; else :class:`UnsafeFileError`.
@@ -118,7 +202,7 @@ def _open_checked(path: Path, flags: int, mode: int, max_bytes: int | None,
     check), the open still never waits on a FIFO and the file is still checked."""
     try:
         fd = (os.open(path, flags | portable.NONBLOCK | portable.BINARY, mode) if follow_link
-              else portable.open_nofollow(path, flags, mode))
+              else portable.open_nofollow(path, flags, mode, dir_fd=dir_fd))
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EMLINK):  # what O_NOFOLLOW meets at a link
             raise UnsafeFileError(f"{path.name} is a link", reason="link") from None

@@ -63,9 +63,11 @@ _WINDOWS_LOCK_AT = 0x7FFF_FFF0  # the byte locked on Windows: past any data, wit
 _REPLACE_RETRY_S = 2.0
 
 
-def open_nofollow(path: str | Path, flags: int, mode: int = 0o666) -> int:
+def open_nofollow(path: str | Path, flags: int, mode: int = 0o666, *,
+                  dir_fd: int | None = None) -> int:
     """``os.open(path, flags)`` that refuses a link at ``path`` (``ELOOP``, as ``O_NOFOLLOW``
-    does) and never waits on a FIFO; in binary mode on Windows."""
+    does) and never waits on a FIFO; in binary mode on Windows. ``dir_fd``: ``path`` is
+    relative to that open folder (never given where there are no folder descriptors)."""
     if not NOFOLLOW:
         try:
             info = os.lstat(path)
@@ -74,7 +76,7 @@ def open_nofollow(path: str | Path, flags: int, mode: int = 0o666) -> int:
         else:
             if stat.S_ISLNK(info.st_mode) or _is_junction(path):
                 raise OSError(errno.ELOOP, "a link is not followed", str(path))
-    return os.open(path, flags | NOFOLLOW | NONBLOCK | BINARY, mode)
+    return os.open(path, flags | NOFOLLOW | NONBLOCK | BINARY, mode, dir_fd=dir_fd)
 
 
 def _is_junction(path: str | Path) -> bool:

@@ -339,7 +339,8 @@ class SessionStore:
             if final.status is RunStatus.INTERRUPTED:
                 self.append_event(sid, EventType.INTERRUPTED, reason=f"process {pid} "
                                   "ended while the run was in progress")
-        replace_file(self.folder(sid) / "status.json", masked(final)[1])
+        replace_file(self.folder(sid) / "status.json", masked(final)[1],
+                     folder_may_be_link=False)  # as write_report: never into a linked folder
         return True
 
     def prune_candidates(self, older_than_s: float, now: float | None = None
