@@ -14,6 +14,7 @@ import errno
 import os
 import secrets
 import stat
+import sys
 from pathlib import Path
 from typing import BinaryIO
 
@@ -37,6 +38,79 @@ def default_home() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("massgen-mcp"))
+
+
+def check_state_folder(home: Path) -> None:
+    """Refuse, with one line (:class:`UnsafeFileError`), a records folder another local user
+    could read or change, before anything is written into it: a ``.massgen`` that a cloned
+    repository or another user made a link to a folder of theirs had the user's questions
+    and answers written there, readable by them.
+
+    ``home`` (as given, not resolved) must not be a link; once resolved, it and its
+    ``sessions`` folder, where they exist, must be this user's and not writable by group or
+    others; the folders above it up to the project root (the working directory, when the
+    records are inside it; else only the folder just above) must be this user's or root's
+    and not writable by others unless sticky (``/tmp``: no one may rename another's entry
+    there). POSIX only: Windows has no uid or mode bits to compare (a folder's ACL says who
+    may write it, and :func:`portable.owned_by_me` counts every file as the user's), and a
+    link there takes an administrator or developer mode; only the link is refused there."""
+    given = Path(os.path.abspath(home))
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISLNK(os.lstat(given).st_mode) or portable.is_junction(given):
+            raise UnsafeFileError(_refusal(given, "it is a link"), reason="link")
+    if sys.platform == "win32":
+        return
+    resolved = given.resolve()
+    for own in (resolved, resolved / "sessions"):
+        try:
+            info = os.lstat(own)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            raise UnsafeFileError(_refusal(own, "it is a link"), reason="link")
+        if info.st_uid != os.getuid():
+            raise UnsafeFileError(_refusal(own, f"it belongs to another user (uid "
+                                                f"{info.st_uid})"), reason="not_mine")
+        if info.st_mode & 0o022:
+            raise UnsafeFileError(_refusal(own, f"other users may write it (mode "
+                                                f"{info.st_mode & 0o777:o}); run: chmod go-w "
+                                                f"{own}"), reason="not_mine")
+    cwd = Path.cwd().resolve()
+    above = ([cwd, *(parent for parent in resolved.parents if cwd in parent.parents)]
+             if cwd in resolved.parents else [resolved.parent])
+    for folder in above:
+        try:
+            info = os.stat(folder)
+        except FileNotFoundError:
+            continue
+        if info.st_uid not in (os.getuid(), 0):
+            raise UnsafeFileError(_refusal(resolved, f"{folder} belongs to another user (uid "
+                                                     f"{info.st_uid})"), reason="not_mine")
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            raise UnsafeFileError(_refusal(resolved, f"other users may write {folder} (mode "
+                                                     f"{info.st_mode & 0o777:o})"),
+                                  reason="not_mine")
+
+
+def make_folders(path: Path) -> None:
+    """``path`` and the folders above it that are missing, each made ``0o755`` (less what the
+    umask removes): never writable by group or others, as :func:`check_state_folder` asks
+    (``Path.mkdir(parents=True)`` makes the folders above with the umask's mode alone, which
+    a umask of ``002`` makes group-writable)."""
+    missing = []
+    while not path.is_dir():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o755)
+
+
+def _refusal(folder: Path, why: str) -> str:
+    return (f"records are not written into {folder}: {why}; use a folder of your own (or set "
+            f"{HOME_ENV} to one)")
 
 
 def replace_file(path: Path, data: bytes | str, *, mode: int = 0o644, durable: bool = False,
@@ -95,7 +169,7 @@ class Folder:
 
     def _identity_now(self) -> tuple[int, int]:
         info = os.lstat(self.path)
-        if stat.S_ISLNK(info.st_mode) or portable._is_junction(self.path):
+        if stat.S_ISLNK(info.st_mode) or portable.is_junction(self.path):
             raise OSError(errno.ELOOP, "a link is not followed", str(self.path))
         if not stat.S_ISDIR(info.st_mode):
             raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(self.path))

@@ -74,12 +74,12 @@ def open_nofollow(path: str | Path, flags: int, mode: int = 0o666, *,
         except FileNotFoundError:
             pass
         else:
-            if stat.S_ISLNK(info.st_mode) or _is_junction(path):
+            if stat.S_ISLNK(info.st_mode) or is_junction(path):
                 raise OSError(errno.ELOOP, "a link is not followed", str(path))
     return os.open(path, flags | NOFOLLOW | NONBLOCK | BINARY, mode, dir_fd=dir_fd)
 
 
-def _is_junction(path: str | Path) -> bool:
+def is_junction(path: str | Path) -> bool:
     is_junction: Callable[[str | Path], bool] | None = getattr(os.path, "isjunction", None)
     return bool(is_junction and is_junction(path))  # Python 3.12+
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from massgen_mcp.core.errors import RecordWriteError, describe_write_error
-from massgen_mcp.core.files import Folder
+from massgen_mcp.core.files import Folder, make_folders
 from massgen_mcp.core.records import (
     Event,
     RequestRecord,
@@ -293,7 +293,7 @@ def create_record(folder: Path, home: Path, *, config: dict[str, Any],
     take it."""
     recorder: FileRecorder | None = None
     try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(folder.parent)  # never group- or world-writable (check_state_folder)
         if shutil.disk_usage(folder.parent).free < MIN_FREE_BYTES:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         folder.mkdir()
