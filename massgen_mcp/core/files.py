@@ -47,13 +47,14 @@ def check_state_folder(home: Path) -> None:
     and answers written there, readable by them.
 
     ``home`` (as given, not resolved) must not be a link; once resolved, it and its
-    ``sessions`` folder, where they exist, must be this user's and not writable by group or
-    others; the folders above it up to the project root (the working directory, when the
-    records are inside it; else only the folder just above) must be this user's or root's
-    and not writable by others unless sticky (``/tmp``: no one may rename another's entry
-    there). POSIX only: Windows has no uid or mode bits to compare (a folder's ACL says who
-    may write it, and :func:`portable.owned_by_me` counts every file as the user's), and a
-    link there takes an administrator or developer mode; only the link is refused there."""
+    ``sessions`` folder, where they exist, must be this user's; the folders above it up to
+    the project root (the working directory, when the records are inside it; else only the
+    folder just above) must be this user's or root's; and none may be writable by group or
+    others unless it is sticky (``/tmp``, a tmpfs mounted there: no one may rename or
+    remove another's entry in it, so ours stay ours). POSIX only: Windows has no uid or
+    mode bits to compare (a folder's ACL says who may write it, and
+    :func:`portable.owned_by_me` counts every file as the user's), and a link there takes an
+    administrator or developer mode; only the link is refused there."""
     given = Path(os.path.abspath(home))
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISLNK(os.lstat(given).st_mode) or portable.is_junction(given):
@@ -71,7 +72,7 @@ def check_state_folder(home: Path) -> None:
         if info.st_uid != os.getuid():
             raise UnsafeFileError(_refusal(own, f"it belongs to another user (uid "
                                                 f"{info.st_uid})"), reason="not_mine")
-        if info.st_mode & 0o022:
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
             raise UnsafeFileError(_refusal(own, f"other users may write it (mode "
                                                 f"{info.st_mode & 0o777:o}); run: chmod go-w "
                                                 f"{own}"), reason="not_mine")
