@@ -209,10 +209,11 @@ class Folder:
         return _open_checked(Path(name), flags, mode, None, False, dir_fd=folder)
 
     def folder(self, name: str) -> Folder:
-        """The folder ``name`` in this one, made if missing, opened as this one is."""
+        """The folder ``name`` in this one, made (``0o755``, as :func:`make_folders`) if
+        missing, opened as this one is."""
         folder = self._checked()
         with contextlib.suppress(FileExistsError):
-            os.mkdir(name if folder is not None else self.path / name, dir_fd=folder)
+            os.mkdir(name if folder is not None else self.path / name, 0o755, dir_fd=folder)
         if folder is None:
             return Folder(self.path / name)
         return Folder(self.path / name, _fd=os.open(

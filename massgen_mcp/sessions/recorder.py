@@ -296,7 +296,7 @@ def create_record(folder: Path, home: Path, *, config: dict[str, Any],
         make_folders(folder.parent)  # never group- or world-writable (check_state_folder)
         if shutil.disk_usage(folder.parent).free < MIN_FREE_BYTES:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        folder.mkdir()
+        folder.mkdir(mode=0o755)  # as make_folders: no group may swap what is in it
         recorder = FileRecorder(folder, home, on_event=on_event, on_status=on_status)
         recorder.write_json("config.json", config)
         recorder.write_record("request.json", request)

@@ -120,5 +120,8 @@ async def test_the_folders_a_run_makes_pass_the_check_under_a_group_writable_uma
         assert await _run(scripted) == "completed"
     finally:
         os.umask(old)
-    for folder in (project / ".massgen", project / ".massgen" / "sessions"):
-        assert folder.stat().st_mode & 0o777 == 0o755
+    sessions = project / ".massgen" / "sessions"
+    runs = list(sessions.iterdir())
+    assert len(runs) == 2
+    for folder in (project / ".massgen", sessions, *runs, *(run / "answers" for run in runs)):
+        assert folder.stat().st_mode & 0o777 == 0o755, folder
