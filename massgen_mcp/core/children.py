@@ -36,16 +36,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import os
 import secrets
 import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from massgen_mcp.core import portable
+
+if TYPE_CHECKING:
+    import psutil
 
 REAPER = Path(__file__).with_name("reaper.py")  # imported only where tracked (Linux)
 STOP_GRACE_S = 5.0  # for the reaper to kill and reap a tree; SIGKILL to the group after
@@ -149,54 +154,105 @@ def _kill_tree(pid: int) -> None:
 
 
 def sweep(marker: str, within_s: float = STOP_GRACE_S) -> list[int]:
-    """Kill every process whose environment carries ``marker`` (see module), round after
-    round until none is left (what one forks meanwhile carries it too) or ``within_s`` has
-    passed; the pids killed. Blocking: call it in a thread."""
+    """Kill every process whose environment carries ``marker`` (see module); the pids killed.
+    Blocking: call it in a thread.
+
+    A scan finds pids, and a pid can be gone by the time it is signalled: a daemon that
+    forks and exits again and again is always one step ahead of a sweep that scans, then
+    kills. So each process found is *stopped* at once (SIGSTOP; suspended on Windows), before
+    the scan goes on: a stopped process can neither fork nor exit, and it stays where it is
+    until the end. Scans follow, each reading only the processes no earlier scan read, until
+    one reads every process it lists, finds none that carries the marker and none that was
+    gone before it was read: what a process forked before it was stopped, or before it died,
+    is newer than the scan that met it, so the next scan reads it. Only then, or after
+    ``within_s``, is every stopped process killed. Processes are told apart by pid and a
+    second identity (``/proc``'s inode, a start time), so a pid reused by a fork is read
+    again."""
     deadline = time.monotonic() + within_s
-    killed: list[int] = []
-    while found := _carrying(marker):
-        for pid in found:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, portable.KILL)
-        killed += [pid for pid in found if pid not in killed]
-        if time.monotonic() > deadline:
-            break
-        time.sleep(_EXIT_POLL_S)  # other processes' deaths: nothing to block on
-    return killed
+    scan = _proc_scan if PLATFORM.startswith("linux") and os.path.isdir("/proc/self") \
+        else _psutil_scan
+    seen: set[tuple[int, float]] = set()
+    stopped: dict[int, Callable[[], None]] = {}
+    while not scan(marker, seen, stopped) and time.monotonic() < deadline:
+        pass  # each scan reads only what is new: no wait between them
+    for kill in stopped.values():
+        kill()
+    return list(stopped)
 
 
-def _carrying(marker: str) -> list[int]:
-    """The live processes (not zombies) whose environment holds ``MARKER_ENV=marker``; never
-    this one."""
+def _proc_scan(marker: str, seen: set[tuple[int, float]],
+               stopped: dict[int, Callable[[], None]]) -> bool:
+    """One scan of ``/proc`` for :func:`sweep`, newest pid first (a daemon's next pid is
+    higher): stop each new process that carries ``marker`` into ``stopped``. True when the
+    scan settles it (see :func:`sweep`)."""
     entry = f"{MARKER_ENV}={marker}".encode()
-    if PLATFORM.startswith("linux") and os.path.isdir("/proc/self"):
-        found = [pid for pid in _proc_pids() if entry in _proc_environ(pid)]
-    else:
-        found = _psutil_carrying(marker)
-    return [pid for pid in found if pid != os.getpid()]
+    with os.scandir("/proc") as entries:  # the inode: a new one for a pid used again
+        listed = sorted(((int(item.name), item.inode()) for item in entries
+                         if item.name.isdigit()), reverse=True)
+    settled = True
+    for key in listed:
+        pid = key[0]
+        if key in seen or pid == os.getpid():
+            continue
+        seen.add(key)
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except PermissionError:  # another user's: not one we could signal either
+            continue
+        except OSError:  # gone since it was listed: what it forked is newer than this scan
+            settled = False
+            continue
+        if not environ:  # a zombie (or no environment at all): read what is newer too
+            settled = False
+        elif entry in environ.split(b"\0"):
+            if portable.STOP is not None:  # always, where /proc is
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, portable.STOP)
+            stopped[pid] = functools.partial(_kill_pid, pid)
+            settled = False
+    return settled
 
 
-def _proc_pids() -> list[int]:
-    with os.scandir("/proc") as entries:
-        return [int(item.name) for item in entries if item.name.isdigit()]
+def _kill_pid(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, portable.KILL)
 
 
-def _proc_environ(pid: int) -> list[bytes]:
-    try:  # a zombie's is empty; another user's cannot be read
-        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return []
-
-
-def _psutil_carrying(marker: str) -> list[int]:
+def _psutil_scan(marker: str, seen: set[tuple[int, float]],
+                 stopped: dict[int, Callable[[], None]]) -> bool:
+    """:func:`_proc_scan` through ``psutil`` (macOS, Windows): a process is told apart by its
+    start time, stopped with ``suspend`` (SIGSTOP; ``NtSuspendProcess`` on Windows) and
+    killed with ``kill``, which psutil refuses for a pid used again since."""
     import psutil
 
-    found = []
-    for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):  # gone, a zombie, or not ours to read
-            if process.environ().get(MARKER_ENV) == marker:
-                found.append(process.pid)
-    return found
+    settled = True
+    for process in sorted(psutil.process_iter(), key=lambda item: item.pid, reverse=True):
+        if process.pid == os.getpid():
+            continue
+        try:
+            key = (process.pid, process.create_time())
+            if key in seen:
+                continue
+            seen.add(key)
+            marked = process.environ().get(MARKER_ENV) == marker
+        except psutil.NoSuchProcess:  # gone, or a zombie (a subclass): as in _proc_scan
+            settled = False
+            continue
+        except psutil.Error:  # not ours to read
+            continue
+        if marked:
+            with contextlib.suppress(psutil.Error):
+                process.suspend()
+            stopped[process.pid] = functools.partial(_kill_process, process)
+            settled = False
+    return settled
+
+
+def _kill_process(process: psutil.Process) -> None:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        process.kill()
 
 
 async def _exited(proc: asyncio.subprocess.Process, within_s: float) -> None:

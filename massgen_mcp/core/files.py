@@ -14,6 +14,7 @@ import errno
 import os
 import secrets
 import stat
+import sys
 from pathlib import Path
 from typing import BinaryIO
 
@@ -37,6 +38,80 @@ def default_home() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("massgen-mcp"))
+
+
+def check_state_folder(home: Path) -> None:
+    """Refuse, with one line (:class:`UnsafeFileError`), a records folder another local user
+    could read or change, before anything is written into it: a ``.massgen`` that a cloned
+    repository or another user made a link to a folder of theirs had the user's questions
+    and answers written there, readable by them.
+
+    ``home`` (as given, not resolved) must not be a link; once resolved, it and its
+    ``sessions`` folder, where they exist, must be this user's; the folders above it up to
+    the project root (the working directory, when the records are inside it; else only the
+    folder just above) must be this user's or root's; and none may be writable by group or
+    others unless it is sticky (``/tmp``, a tmpfs mounted there: no one may rename or
+    remove another's entry in it, so ours stay ours). POSIX only: Windows has no uid or
+    mode bits to compare (a folder's ACL says who may write it, and
+    :func:`portable.owned_by_me` counts every file as the user's), and a link there takes an
+    administrator or developer mode; only the link is refused there."""
+    given = Path(os.path.abspath(home))
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISLNK(os.lstat(given).st_mode) or portable.is_junction(given):
+            raise UnsafeFileError(_refusal(given, "it is a link"), reason="link")
+    if sys.platform == "win32":
+        return
+    resolved = given.resolve()
+    for own in (resolved, resolved / "sessions"):
+        try:
+            info = os.lstat(own)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            raise UnsafeFileError(_refusal(own, "it is a link"), reason="link")
+        if info.st_uid != os.getuid():
+            raise UnsafeFileError(_refusal(own, f"it belongs to another user (uid "
+                                                f"{info.st_uid})"), reason="not_mine")
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            raise UnsafeFileError(_refusal(own, f"other users may write it (mode "
+                                                f"{info.st_mode & 0o777:o}); run: chmod go-w "
+                                                f"{own}"), reason="not_mine")
+    cwd = Path.cwd().resolve()
+    above = ([cwd, *(parent for parent in resolved.parents if cwd in parent.parents)]
+             if cwd in resolved.parents else [resolved.parent])
+    for folder in above:
+        try:
+            info = os.stat(folder)
+        except FileNotFoundError:
+            continue
+        if info.st_uid not in (os.getuid(), 0):
+            raise UnsafeFileError(_refusal(resolved, f"{folder} belongs to another user (uid "
+                                                     f"{info.st_uid})"), reason="not_mine")
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            raise UnsafeFileError(_refusal(resolved, f"other users may write {folder} (mode "
+                                                     f"{info.st_mode & 0o777:o})"),
+                                  reason="not_mine")
+
+
+def make_folders(path: Path) -> None:
+    """``path`` and the folders above it that are missing, each made ``0o755`` (less what the
+    umask removes): never writable by group or others, as :func:`check_state_folder` asks
+    (``Path.mkdir(parents=True)`` makes the folders above with the umask's mode alone, which
+    a umask of ``002`` makes group-writable)."""
+    missing = []
+    while not path.is_dir():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o755)
+
+
+def _refusal(folder: Path, why: str) -> str:
+    return (f"records are not written into {folder}: {why}; use a folder of your own (or set "
+            f"{HOME_ENV} to one)")
 
 
 def replace_file(path: Path, data: bytes | str, *, mode: int = 0o644, durable: bool = False,
@@ -64,6 +139,91 @@ def replace_file(path: Path, data: bytes | str, *, mode: int = 0o644, durable: b
         _write_and_rename(temporary, path.name, payload, mode, durable, folder)
     finally:
         os.close(folder)
+
+
+class Folder:
+    """A folder opened once, whose files are then written relative to that handle: a session
+    folder swapped for a link to another place mid-run (by anyone who can write the records'
+    folder) kept receiving ``status.json`` and ``result.json`` at the link's target, as every
+    write looked the folder up by its path again. Here the path is looked up once, without
+    following a link at its last component; every write after that is made through the
+    descriptor (``dir_fd``), so a swap of the name cannot redirect it: the writes go on
+    landing in the folder that was opened, wherever it has been moved.
+
+    Windows has no folder descriptors (no ``O_DIRECTORY``, no ``dir_fd``): there the folder's
+    identity (``st_dev``, ``st_ino``: the volume and file index) is taken when it is opened
+    and checked before each write, and a write is refused once the name leads elsewhere or
+    is a link. A swap between that check and the write can still redirect one write there;
+    making a link on Windows takes an administrator or developer mode."""
+
+    def __init__(self, path: Path, *, _fd: int | None = None) -> None:
+        self.path = path
+        self._fd = _fd
+        self._identity: tuple[int, int] | None = None
+        self._closed = False
+        if _fd is not None:
+            return
+        if portable.DIRECTORY:
+            self._fd = os.open(path, os.O_RDONLY | portable.DIRECTORY | portable.NOFOLLOW)
+        else:
+            self._identity = self._identity_now()
+
+    def _identity_now(self) -> tuple[int, int]:
+        info = os.lstat(self.path)
+        if stat.S_ISLNK(info.st_mode) or portable.is_junction(self.path):
+            raise OSError(errno.ELOOP, "a link is not followed", str(self.path))
+        if not stat.S_ISDIR(info.st_mode):
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(self.path))
+        return info.st_dev, info.st_ino
+
+    def _checked(self) -> int | None:
+        """The folder's descriptor; None on Windows, once the name is found to lead to the
+        folder first opened still (else ``OSError``)."""
+        if self._closed:
+            raise OSError(errno.EBADF, "the folder was closed", str(self.path))
+        if self._fd is not None:
+            return self._fd
+        if self._identity_now() != self._identity:
+            raise OSError(errno.ESTALE, "the folder was replaced since it was opened",
+                          str(self.path))
+        return None
+
+    def replace(self, name: str, data: bytes | str, *, mode: int = 0o644,
+                durable: bool = False) -> None:
+        """:func:`replace_file` for ``name`` in this folder."""
+        folder = self._checked()
+        payload = data.encode("utf-8") if isinstance(data, str) else data
+        temporary = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        if folder is None:
+            _write_and_rename(str(self.path / temporary), str(self.path / name), payload,
+                              mode, durable, None)
+        else:
+            _write_and_rename(temporary, name, payload, mode, durable, folder)
+
+    def append(self, name: str, *, mode: int = 0o644) -> int:
+        """:func:`open_append` for ``name`` in this folder."""
+        folder = self._checked()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        if folder is None:
+            return _open_checked(self.path / name, flags, mode, None, False)
+        return _open_checked(Path(name), flags, mode, None, False, dir_fd=folder)
+
+    def folder(self, name: str) -> Folder:
+        """The folder ``name`` in this one, made (``0o755``, as :func:`make_folders`) if
+        missing, opened as this one is."""
+        folder = self._checked()
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name if folder is not None else self.path / name, 0o755, dir_fd=folder)
+        if folder is None:
+            return Folder(self.path / name)
+        return Folder(self.path / name, _fd=os.open(
+            name, os.O_RDONLY | portable.DIRECTORY | portable.NOFOLLOW, dir_fd=folder))
+
+    def close(self) -> None:
+        self._closed = True
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
 
 def _write_and_rename(temporary: str, target: str, payload: bytes, mode: int, durable: bool,
@@ -110,12 +270,15 @@ class UnsafeFileError(OSError):
 
 
 def _open_checked(path: Path, flags: int, mode: int, max_bytes: int | None,
-                  mine: bool) -> int:
+                  mine: bool, follow_link: bool = False, dir_fd: int | None = None) -> int:
     """``path`` opened through no link (:func:`portable.open_nofollow`) and checked on the
     open file, not on the name: a regular file with no other name (hard link), of at most
-    ``max_bytes``, and this user's when ``mine``; else :class:`UnsafeFileError`."""
+    ``max_bytes``, and this user's when ``mine``; else :class:`UnsafeFileError`.
+    ``follow_link``: a link at ``path`` is followed (and a second name then adds nothing to
+    check), the open still never waits on a FIFO and the file is still checked."""
     try:
-        fd = portable.open_nofollow(path, flags, mode)
+        fd = (os.open(path, flags | portable.NONBLOCK | portable.BINARY, mode) if follow_link
+              else portable.open_nofollow(path, flags, mode, dir_fd=dir_fd))
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EMLINK):  # what O_NOFOLLOW meets at a link
             raise UnsafeFileError(f"{path.name} is a link", reason="link") from None
@@ -124,7 +287,8 @@ def _open_checked(path: Path, flags: int, mode: int, max_bytes: int | None,
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise UnsafeFileError(f"{path.name} is not a regular file", reason="not_regular")
-        if info.st_nlink > 1:  # another name of it may be anything (a record is never linked)
+        # Another name of it may be anything (a record is never linked).
+        if info.st_nlink > 1 and not follow_link:
             raise UnsafeFileError(f"{path.name} has other names (hard links)",
                                   reason="hard_links")
         if mine and not portable.owned_by_me(info):
@@ -138,7 +302,7 @@ def _open_checked(path: Path, flags: int, mode: int, max_bytes: int | None,
         raise
 
 
-def open_safely(path: Path, max_bytes: int) -> BinaryIO:
+def open_safely(path: Path, max_bytes: int, *, follow_link: bool = False) -> BinaryIO:
     """``path`` opened for reading, when it is a regular file of at most ``max_bytes`` with
     no other name (hard link), not reached through a link (its last component; the folders
     above are the caller's: a record's session folder is checked not to be a link).
@@ -148,8 +312,13 @@ def open_safely(path: Path, max_bytes: int) -> BinaryIO:
     ``O_NOFOLLOW`` refuses a link where the OS has it (a ``lstat`` check first elsewhere,
     which a race could pass, but Windows needs privilege to make a link); ``O_NONBLOCK``
     makes the open of a FIFO return at once, and the ``fstat`` of the open file, not of the
-    name, decides the type and the size."""
-    return os.fdopen(_open_checked(path, os.O_RDONLY, 0o666, max_bytes, mine=False), "rb")
+    name, decides the type and the size: a check of the name first (``is_file()``) and an
+    open after it leave a moment in which the name can become a FIFO.
+
+    ``follow_link`` is for a file a person may keep as a link on purpose (a config file in a
+    dotfiles repository): the link is followed, the rest is checked the same way."""
+    return os.fdopen(_open_checked(path, os.O_RDONLY, 0o666, max_bytes, mine=False,
+                                   follow_link=follow_link), "rb")
 
 
 def open_own(path: Path, *, mode: int = 0o600, max_bytes: int | None = None,
@@ -171,10 +340,10 @@ def open_append(path: Path, *, mode: int = 0o644) -> int:
     return _open_checked(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode, None, False)
 
 
-def read_bytes_safely(path: Path, max_bytes: int) -> bytes:
+def read_bytes_safely(path: Path, max_bytes: int, *, follow_link: bool = False) -> bytes:
     """The bytes of ``path`` as :func:`open_safely` allows them (a file that grew past the cap
     since it was opened is refused too)."""
-    with open_safely(path, max_bytes) as handle:
+    with open_safely(path, max_bytes, follow_link=follow_link) as handle:
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise UnsafeFileError(f"{path.name} is over {max_bytes} bytes", reason="too_big")

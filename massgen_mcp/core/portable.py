@@ -26,7 +26,8 @@ and imports no POSIX-only module (fcntl, resource, termios, pwd, grp) itself.
 * **Signals.** Windows' event loop has no ``add_signal_handler``; :func:`on_signal` falls
   back to ``signal.signal`` (Ctrl-C, Ctrl-Break) handing the callback to the loop.
   ``SIGKILL`` does not exist there either: :data:`KILL` is what kills a process outright
-  (``os.kill`` on Windows is ``TerminateProcess`` whatever the number).
+  (``os.kill`` on Windows is ``TerminateProcess`` whatever the number), and :data:`STOP`
+  (``SIGSTOP``) is None there.
 
 Child processes and what they start are :mod:`massgen_mcp.core.children`'s, which uses
 these; docs/platforms.md says what each platform gives and lacks.
@@ -50,30 +51,35 @@ DIRECTORY: int = getattr(os, "O_DIRECTORY", 0)
 BINARY: int = getattr(os, "O_BINARY", 0)  # Windows: no newline translation by the C runtime
 WINDOWS = sys.platform == "win32"
 
+STOP: int | None  # what freezes a process where it stands (None: no such signal, Windows)
 if sys.platform == "win32":
     KILL = signal.SIGTERM  # os.kill is TerminateProcess: nothing can catch or ignore it
+    STOP = None  # a process is suspended through psutil there (core/children.py)
 else:
     KILL = signal.SIGKILL
+    STOP = signal.SIGSTOP
 
 _WINDOWS_LOCK_AT = 0x7FFF_FFF0  # the byte locked on Windows: past any data, within 32 bits
 _REPLACE_RETRY_S = 2.0
 
 
-def open_nofollow(path: str | Path, flags: int, mode: int = 0o666) -> int:
+def open_nofollow(path: str | Path, flags: int, mode: int = 0o666, *,
+                  dir_fd: int | None = None) -> int:
     """``os.open(path, flags)`` that refuses a link at ``path`` (``ELOOP``, as ``O_NOFOLLOW``
-    does) and never waits on a FIFO; in binary mode on Windows."""
+    does) and never waits on a FIFO; in binary mode on Windows. ``dir_fd``: ``path`` is
+    relative to that open folder (never given where there are no folder descriptors)."""
     if not NOFOLLOW:
         try:
             info = os.lstat(path)
         except FileNotFoundError:
             pass
         else:
-            if stat.S_ISLNK(info.st_mode) or _is_junction(path):
+            if stat.S_ISLNK(info.st_mode) or is_junction(path):
                 raise OSError(errno.ELOOP, "a link is not followed", str(path))
-    return os.open(path, flags | NOFOLLOW | NONBLOCK | BINARY, mode)
+    return os.open(path, flags | NOFOLLOW | NONBLOCK | BINARY, mode, dir_fd=dir_fd)
 
 
-def _is_junction(path: str | Path) -> bool:
+def is_junction(path: str | Path) -> bool:
     is_junction: Callable[[str | Path], bool] | None = getattr(os.path, "isjunction", None)
     return bool(is_junction and is_junction(path))  # Python 3.12+
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from massgen_mcp.core.errors import RecordWriteError, describe_write_error
-from massgen_mcp.core.files import open_append, replace_file
+from massgen_mcp.core.files import Folder, make_folders
 from massgen_mcp.core.records import (
     Event,
     RequestRecord,
@@ -128,11 +128,17 @@ class FileRecorder:
         self._holding = False  # inside a write that holds the fence already
         # Who runs the session, stamped on every status: this process, or a pool worker.
         self.stamp: dict[str, Any] = {"pid": os.getpid()}
+        # The folder is opened once and every file written through that handle (core/files.py
+        # Folder): a session folder swapped for a link mid-run redirects no write.
+        self._dir: Folder | None = None
+        self._answers: Folder | None = None
         try:
-            (self.folder / "answers").mkdir(parents=True, exist_ok=True)
-            self._events = open_append(self.folder / "events.jsonl")
+            self._dir = Folder(folder)
+            self._answers = self._dir.folder("answers")
+            self._events = self._dir.append("events.jsonl")
             self._guard = guard(self.folder) if guard is not None else None
         except OSError as exc:
+            self._close_folders()
             raise RecordWriteError(describe_write_error(exc, home)) from None
         # Held until the last status is written: readers tell a dead run by it (liveness).
         self._lock = RunLock.take(self.folder) if guard is None else None
@@ -144,7 +150,7 @@ class FileRecorder:
         if self.write_error is None or status is None or not status.status.done:
             return
         try:
-            replace_file(self.folder / "status.json", masked(status)[1])
+            self._folder().replace("status.json", masked(status)[1])
         except OSError as exc:
             log.warning("session %s: the final status is still not written: %s",
                         self.session_id, exc)
@@ -184,18 +190,29 @@ class FileRecorder:
                         self.session_id, exc)
             raise
 
-    def _write(self, path: Path, text: str) -> None:
+    def _folder(self, answers: bool = False) -> Folder:
+        folder = self._answers if answers else self._dir
+        assert folder is not None  # set in __init__, or it raised
+        return folder
+
+    def _close_folders(self) -> None:
+        for folder in (self._answers, self._dir):
+            if folder is not None:
+                with contextlib.suppress(OSError):
+                    folder.close()
+
+    def _write(self, name: str, text: str, *, answers: bool = False) -> None:
         with self._owned():
             try:
-                replace_file(path, text)
+                self._folder(answers).replace(name, text)
             except OSError as exc:
                 self._failed(exc)
 
     def write_record(self, name: str, record: RequestRecord) -> None:
-        self._write(self.folder / name, masked(record)[1])
+        self._write(name, masked(record)[1])
 
     def write_json(self, name: str, data: Any) -> None:
-        self._write(self.folder / name, _dump(redact_data(data)))
+        self._write(name, _dump(redact_data(data)))
 
     def event(self, event: Event) -> None:
         event, line = masked(event)
@@ -221,25 +238,26 @@ class FileRecorder:
             if self.on_status is not None:
                 self.on_status(latest)
             try:
-                replace_file(self.folder / "status.json", text)
+                self._folder().replace("status.json", text)
             except OSError as exc:
                 self._failed(exc)
 
     def answer(self, label: str, content: str) -> None:
-        self._write(self.folder / "answers" / f"{label}.md", redact(content) + "\n")
+        self._write(f"{label}.md", redact(content) + "\n", answers=True)
 
     def finish(self, result: ResultRecord) -> None:
         clean, text = masked(result)
         with self._owned():
             self.result = clean
             if clean.final_answer is not None:
-                self._write(self.folder / "final.md", clean.final_answer + "\n")
-            self._write(self.folder / "result.json", text)
+                self._write("final.md", clean.final_answer + "\n")
+            self._write("result.json", text)
 
     def abandon(self) -> None:
         """Close what the recorder holds, writing nothing (a record that was never made)."""
         with contextlib.suppress(OSError):
             os.close(self._events)
+        self._close_folders()
         if self._lock is not None:
             self._lock.release()
 
@@ -260,6 +278,7 @@ class FileRecorder:
         except Exception:  # a report problem must never spoil the run's own record
             log.exception("could not write report.html for %s", self.session_id)
         finally:
+            self._close_folders()
             if self._guard is not None:
                 self._guard.close()
             if self._lock is not None:
@@ -274,10 +293,10 @@ def create_record(folder: Path, home: Path, *, config: dict[str, Any],
     take it."""
     recorder: FileRecorder | None = None
     try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(folder.parent)  # never group- or world-writable (check_state_folder)
         if shutil.disk_usage(folder.parent).free < MIN_FREE_BYTES:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        folder.mkdir()
+        folder.mkdir(mode=0o755)  # as make_folders: no group may swap what is in it
         recorder = FileRecorder(folder, home, on_event=on_event, on_status=on_status)
         recorder.write_json("config.json", config)
         recorder.write_record("request.json", request)

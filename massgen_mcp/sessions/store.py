@@ -52,11 +52,14 @@ from pydantic import ValidationError
 from massgen_mcp.core.errors import (
     ConfigError,
     MassgenError,
+    RecordWriteError,
     SessionNotFoundError,
     SessionStateError,
 )
 from massgen_mcp.core.files import (
     MIB,
+    UnsafeFileError,
+    check_state_folder,
     default_home,
     open_safely,
     read_bytes_safely,
@@ -121,7 +124,8 @@ class SessionStore:
     """All session records under one home folder (``.massgen`` by default)."""
 
     def __init__(self, home: Path | None = None) -> None:
-        self.home = (home or default_home()).resolve()
+        self.given_home = home or default_home()  # a link there is refused (create)
+        self.home = self.given_home.resolve()
         self.sessions_dir = self.home / "sessions"
 
     def folder(self, session_id: str) -> Path:
@@ -132,7 +136,12 @@ class SessionStore:
     def create(self, session_id: str, *, config: dict[str, Any], request: RequestRecord,
                on_event: EventHook | None = None, on_status: StatusHook | None = None
                ) -> FileRecorder:
-        """A new session folder with its config and request (:func:`create_record`)."""
+        """A new session folder with its config and request (:func:`create_record`), once the
+        records folder is found to be no other user's (:func:`check_state_folder`)."""
+        try:
+            check_state_folder(self.given_home)
+        except UnsafeFileError as exc:
+            raise RecordWriteError(str(exc)) from None
         return create_record(self.folder(session_id), self.home, config=config,
                              request=request, on_event=on_event, on_status=on_status)
 
@@ -394,7 +403,8 @@ class SessionStore:
             if final.status is RunStatus.INTERRUPTED:
                 self.append_event(sid, EventType.INTERRUPTED, reason=f"process {pid} "
                                   "ended while the run was in progress")
-        replace_file(self.folder(sid) / "status.json", masked(final)[1])
+        replace_file(self.folder(sid) / "status.json", masked(final)[1],
+                     folder_may_be_link=False)  # as write_report: never into a linked folder
         return True
 
     def prune_candidates(self, older_than_s: float, now: float | None = None

@@ -210,7 +210,9 @@ def configured_team() -> tuple[TeamConfig, str] | None:
         (user_config_dir() / "config.yaml", False),
     ]
     for path, from_project in candidates:
-        if path.is_file():
+        # Whatever is there is read (a FIFO or a folder refused with one line): a check of
+        # the name first, then a read, let the name change between the two.
+        if path.exists():
             team, _ = load_config_file(path, check_trust=from_project)
             return team, str(path)
     return None

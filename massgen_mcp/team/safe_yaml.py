@@ -15,26 +15,33 @@ from typing import Any
 import yaml
 
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
 
 MAX_CONFIG_BYTES = 1_000_000
 MAX_YAML_NODES = 10_000
 
 
 def read_config_text(path: Path) -> str:
-    """The file's text, refusing anything over :data:`MAX_CONFIG_BYTES` before reading it."""
+    """The file's text, refusing anything over :data:`MAX_CONFIG_BYTES` before reading it.
+
+    Read through :func:`~massgen_mcp.core.files.read_bytes_safely`: the open never waits (a
+    config swapped for a FIFO after whoever chose it looked at it hung the run, and the
+    server's exit with it) and the open file, not the name, must be a regular file. A link
+    is followed: people keep their configs in dotfiles repositories, and consent is given
+    to a project config by the path it was reached by (:mod:`massgen_mcp.team.consent`)."""
     try:
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"config file {str(path)!r} is {size} bytes; the limit is "
-                              f"{MAX_CONFIG_BYTES} (a team config is a few hundred bytes)")
-        with path.open("rb") as handle:  # the file may grow between stat and read
-            data = handle.read(MAX_CONFIG_BYTES + 1)
+        data = read_bytes_safely(path, MAX_CONFIG_BYTES, follow_link=True)
     except FileNotFoundError:
         raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except UnsafeFileError as exc:
+        if exc.reason != "too_big":
+            raise ConfigError(f"config file {str(path)!r} is not a regular file; give the "
+                              "path of a YAML file") from None
+        size = f"{exc.size} bytes" if exc.size is not None else f"over {MAX_CONFIG_BYTES} bytes"
+        raise ConfigError(f"config file {str(path)!r} is {size}; the limit is "
+                          f"{MAX_CONFIG_BYTES} (a team config is a few hundred bytes)") from None
     except OSError as exc:
         raise ConfigError(f"config file {str(path)!r} cannot be read: {exc.strerror}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"config file {str(path)!r} is over {MAX_CONFIG_BYTES} bytes")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

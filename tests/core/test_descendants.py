@@ -10,9 +10,12 @@ check is by pid.
 from __future__ import annotations
 
 import asyncio
+import os
+import select
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -127,6 +130,46 @@ async def test_the_cli_gets_its_environment_and_gives_its_status_as_without_a_re
     script.write_text("#!/bin/sh\nkill -9 $$\n")
     with pytest.raises(ProviderError, match=r"exit status -9"):
         await call_claude()
+
+
+def _eof_within(fd: int, within_s: float) -> bytes | None:
+    """What the pipe ``fd`` gives next (b"" at end of file: every writer is gone), or None
+    if nothing comes within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while (left := deadline - time.monotonic()) > 0:
+        if select.select([fd], [], [], left)[0]:
+            return os.read(fd, 1)
+    return None
+
+
+@pytest.mark.parametrize("how", ["reaper-killed", "reaper-alive", "macos-path"])
+async def test_a_daemon_that_forks_and_exits_again_and_again_does_not_outlive_its_call(
+        how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # It keeps the call's marker, but each pid a scan of /proc finds has forked and exited
+    # by the time it is signalled: the sweep stops what it finds before anything is killed,
+    # and scans until no process carries the marker. Every generation holds the pipe: end
+    # of file says that none is left. "macos-path": no reaper, and the sweep through psutil.
+    if how == "macos-path":
+        monkeypatch.setattr(children, "PLATFORM", "darwin")
+    kill_reaper = how == "reaper-killed"
+    read, write = os.pipe()
+    argv = [sys.executable, "-c", escapees.HOPPER_COMMAND, str(write),
+            *(["--kill-parent"] if kill_reaper else [])]
+    spawn = children.command(argv, dict(os.environ))
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *spawn.argv, env=spawn.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            start_new_session=True, pass_fds=[write])
+    finally:
+        os.close(write)
+    try:
+        assert await asyncio.to_thread(_eof_within, read, 30) == b"h"  # it hops
+        if kill_reaper:
+            await proc.wait()
+        await children.stop(proc, spawn.marker)
+        assert await asyncio.to_thread(_eof_within, read, 30) == b"", "a hopper outlived"
+    finally:
+        os.close(read)
 
 
 # -- MCP stdio servers as agent tools ------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,70 @@ def test_an_append_log_is_not_appended_through_a_planted_link(tmp_path: Path) ->
     os.write(fd, b"two\n")
     os.close(fd)
     assert (tmp_path / "events.jsonl").read_text() == "one\ntwo\n"
+
+
+def _unblock_if_waiting(fifo: Path, reader: threading.Thread, within_s: float) -> bool:
+    """Whether ``reader`` finished within ``within_s``; if not, open ``fifo`` for writing so
+    that an open waiting on it returns and the test can fail instead of hanging."""
+    reader.join(within_s)
+    if not reader.is_alive():
+        return True
+    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    reader.join()
+    return False
+
+
+@posix_only
+def test_a_config_swapped_for_a_fifo_is_refused_in_one_line_not_waited_on(
+        tmp_path: Path) -> None:
+    # N12: a config checked with is_file() and opened after it: swapped for a FIFO in
+    # between, the open waited for a writer for ever (the default team's run hung, and the
+    # server could not exit at the end of its input). The read itself must not wait.
+    from massgen_mcp.core.errors import ConfigError
+    from massgen_mcp.team.massgen_yaml import read_config_file
+
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)
+    got: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            read_config_file(fifo)
+        except BaseException as exc:  # what the reader raised, checked below
+            got.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert _unblock_if_waiting(fifo, reader, 20), "the config's open waited on a FIFO"
+    assert len(got) == 1 and isinstance(got[0], ConfigError)
+    assert str(got[0]) == (f"config file {str(fifo)!r} is not a regular file; give the path "
+                           "of a YAML file")
+
+
+@posix_only
+def test_a_project_config_that_is_a_fifo_is_refused_for_the_default_team(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The default team's look-up reads whatever is at .massgen/config.yaml, rather than
+    # checking the name first (the moment in which it can become a FIFO): one line, no wait.
+    from massgen_mcp.core.errors import ConfigError
+    from massgen_mcp.team.discover import configured_team
+
+    monkeypatch.delenv("MASSGEN_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".massgen").mkdir()
+    os.mkfifo(tmp_path / ".massgen" / "config.yaml")
+    with pytest.raises(ConfigError, match=r"config\.yaml' is not a regular file"):
+        configured_team()
+
+
+@posix_only
+def test_a_linked_config_is_still_read(tmp_path: Path) -> None:
+    # People keep configs in dotfiles repositories: a link to a regular file is followed.
+    from massgen_mcp.team.safe_yaml import read_config_text
+
+    real = tmp_path / "dotfiles.yaml"
+    real.write_text("agents: []\n")
+    (tmp_path / "config.yaml").symlink_to(real)
+    os.link(real, tmp_path / "hard.yaml")
+    assert read_config_text(tmp_path / "config.yaml") == "agents: []\n"
+    assert read_config_text(tmp_path / "hard.yaml") == "agents: []\n"
