@@ -1,0 +1,207 @@
+"""Red team, round 4 (issue 57 item 3): breaks found on this turn's new surfaces, each
+reproduced with the input an attacker controls. Marked xfail(strict) until fixed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from massgen_mcp.testing.scripted import agree
+from tests.helpers import Scripted
+
+if TYPE_CHECKING:
+    from massgen_mcp.service import ConsensusService
+
+posix_only = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs are POSIX")
+
+
+async def _finished_session(scripted: Scripted, home: Path, tmp_path: Path
+                            ) -> tuple[ConsensusService, str]:
+    from massgen_mcp.core.spec import RunSpec
+    from massgen_mcp.service import ConsensusService
+    from massgen_mcp.team.context_files import Workspace
+
+    server = scripted(agree)
+    service = ConsensusService.local(home, Workspace(tmp_path, confined=False))
+    started = await service.start(RunSpec(question="q", models=["openai/a", "openai/b"],
+                                          base_url=server.base_url))
+    assert (await service.wait(started.session_id, None)).status == "completed"
+    return service, started.session_id
+
+
+@posix_only
+@pytest.mark.xfail(strict=True, reason="red team: a planted request.json's config_file is "
+                   "opened blocking (a FIFO hangs continue/resume before any check)")
+async def test_planted_config_file_fifo_does_not_hang_continue(
+        scripted: Scripted, home: Path, tmp_path: Path) -> None:
+    service, sid = await _finished_session(scripted, home, tmp_path)
+    fifo = tmp_path / "cfg.fifo"
+    os.mkfifo(fifo)
+    request = home / "sessions" / sid / "request.json"
+    data = json.loads(request.read_text())
+    data["config_file"] = {"path": str(fifo), "sha256": "0" * 64}
+    request.write_text(json.dumps(data))
+    try:
+        # A guard against a hang, not a benchmark: the refusal or the run comes at once.
+        with pytest.raises(Exception) as caught:
+            await asyncio.wait_for(service.continue_session(sid, "and then?"), 10)
+        assert not isinstance(caught.value, TimeoutError)
+    finally:
+        # let a reader still blocked in open() go, so the test process can exit
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        await service.aclose()
+
+
+class _ParsedTooMuch(Exception):
+    """Raised by the counting json.loads once a read has parsed more than its budget."""
+
+
+@pytest.mark.xfail(strict=True, reason="red team: the event tail is capped by count only; "
+                   "10,000 wide events (256 MiB) are parsed whole: ~2 min CPU, ~1.4 GB")
+def test_event_tail_parses_bounded_bytes_not_only_bounded_count(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """N6 asked for reads in bounded time. 10,000 events of 3,300 one-letter labels each
+    (32 MiB) cost 14.6 s of CPU to read (show, the report resource, resume); the 256 MiB the
+    file cap allows, ~2 min. The budget here (16 MiB parsed per read) is a stand-in for
+    whatever byte cap the fix picks; parsing stops at it, so the test is fast either way."""
+    from massgen_mcp.sessions.store import SessionStore
+
+    sid = "01JAAAAAAAAAAAAAAAAAAAAAAA"
+    folder = home / "sessions" / sid
+    folder.mkdir(parents=True)
+    line = json.dumps({"seq": 1, "ts": 1.0, "type": "vote", "labels": ["x"] * 1000},
+                      separators=(",", ":")) + "\n"
+    (folder / "events.jsonl").write_text(line * 10_000)  # 40 MiB, 10,000 events
+    parsed = 0
+    real_loads = json.loads
+
+    def counting_loads(text: str | bytes, **kwargs: object) -> object:
+        nonlocal parsed
+        parsed += len(text)
+        if parsed > 16 * 1024 * 1024:
+            raise _ParsedTooMuch(parsed)
+        return real_loads(text, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(json, "loads", counting_loads)  # the module store.py reads with
+    tail = SessionStore(home).read_events_tail(sid)
+    assert tail.skipped > 0
+
+
+@pytest.mark.xfail(strict=True, reason="red team: a local hf: folder's README data_files "
+                   "URL is fetched (GET to any host) before the '://' refusal")
+def test_local_hf_folder_readme_makes_no_network_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``eval hf:./folder`` reads a cloned folder in place; its README may name data_files
+    by URL. The refusal ("convert it to one of them") comes only after ``datasets`` resolved
+    the pattern, which lists the URL over HTTP: a beacon, or a GET into the local network."""
+    import http.server
+    import threading
+
+    pytest.importorskip("datasets")
+    from massgen_mcp.core.errors import ConfigError
+    from massgen_mcp.evaluation.datasets import load_items
+
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            self.send_error(404)
+
+        def do_HEAD(self) -> None:
+            self.do_GET()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "test.csv").write_text("question,answer\nq,a\n")
+    (folder / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: test\n"
+        f"    path: \"http://127.0.0.1:{server.server_port}/beacon/*.csv\"\n---\n")
+    monkeypatch.chdir(tmp_path)
+    try:
+        with pytest.raises(ConfigError):
+            load_items("hf:./ds", limit=1)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert hits == []
+
+
+@pytest.mark.xfail(strict=True, reason="red team: a Parquet list<string> column is not kept "
+                   "dictionary-encoded: a batch of 64 rows is decoded before any row's check "
+                   "(1.9 KB file -> 2.1 GB RSS)")
+def test_parquet_list_column_is_not_decoded_a_batch_at_a_time(tmp_path: Path) -> None:
+    """N3's fix keeps string columns dictionary-encoded and checks a row's declared bytes
+    before decoding it; a ``choices`` column of list<string> (the usual shape) is decoded
+    in Arrow by batches of 64 rows first. 64 rows of 16 copies of one 1 MiB value (1.9 KB on
+    disk) reached 2.1 GB before the row check refused row 0. Measured here by pyarrow's own
+    peak allocation, in a child process, for rows of 2 copies (each row under the cap)."""
+    import subprocess
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    big = "x" * (1 << 20)
+    rows = 64
+    pq.write_table(pa.table({
+        "question": pa.array(["q"] * rows), "answer": pa.array(["A"] * rows),
+        "choices": pa.array([[big] * 2] * rows, type=pa.list_(pa.string()))}),
+        tmp_path / "lists.parquet", compression="zstd")
+    assert (tmp_path / "lists.parquet").stat().st_size < 10_000
+    code = ("import pyarrow\nfrom massgen_mcp.evaluation.datasets import load_items\n"
+            f"load_items({str(tmp_path / 'lists.parquet')!r}, limit=1)\n"
+            "print(pyarrow.default_memory_pool().max_memory())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, env={**os.environ})
+    peak = int(done.stdout.split()[-1])
+    assert peak < 32 * 2**20, f"{peak:,} bytes decoded to take one row"
+
+
+@pytest.mark.xfail(strict=True, reason="red team: install rewrites a valid JSON number "
+                   "1e400 as Infinity, which is not JSON: the host can no longer read it")
+def test_install_writes_json_the_host_can_parse(tmp_path: Path) -> None:
+    """A project's .mcp.json (a clone ships it) with ``1e400``, valid JSON, is read as a
+    float infinity and written back as ``Infinity``, which JSON.parse refuses; install says
+    "massgen added". The TOML side checks its output parses to what it meant; JSON does not."""
+    from massgen_mcp.cli.install import install
+
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / ".mcp.json").write_text('{"mcpServers": {}, "x": 1e400}\n')
+
+    def strict(token: str) -> object:
+        raise ValueError(f"not JSON: {token}")
+
+    from massgen_mcp.core.errors import ConfigError
+
+    try:
+        install("claude-code", project=project, home=tmp_path / "home")
+    except ConfigError as exc:  # a one-line refusal is fine too
+        assert "nothing was written" in str(exc) or "1e400" in str(exc)
+        return
+    json.loads((project / ".mcp.json").read_text(), parse_constant=strict)
+
+
+@pytest.mark.xfail(strict=True, reason="red team: eval's Hub probe parses HF_ENDPOINT outside "
+                   "its try: 'http://[::1' ends eval hf:... with a ValueError traceback")
+def test_hub_probe_takes_any_hf_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    from massgen_mcp.cli.evaluate import _hub_unreachable
+
+    for name in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy",
+                 "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://[::1")
+    assert "could not be reached" in (_hub_unreachable() or "")
