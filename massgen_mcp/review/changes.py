@@ -79,6 +79,7 @@ class FileDiff:
     lines: list[bytes] = field(default_factory=list)
     binary: bool = False
     git_header: bool = False  # started by "diff --git"
+    skipped: str | None = None  # why a named file is left out (a link in a folder, ...)
 
     @property
     def paths(self) -> list[str]:
@@ -93,10 +94,12 @@ async def repository(cwd: Path) -> Path:
     """The top folder of the git repository ``cwd`` is in, or a ConfigError saying so."""
     try:
         out = await Git(cwd).run("rev-parse", "--show-toplevel")
-    except GitFailed:
-        raise ConfigError(f"repository: {cwd} is not inside a git repository (or a bare "
-                          "one); run massgen-mcp review in the project's folder, or pass a "
-                          "patch file") from None
+    except GitFailed as exc:
+        said = [line.removeprefix("fatal: ") for line in exc.stderr.splitlines()
+                if line.strip()]
+        why = f" (git: {said[0][:200]})" if said else ""
+        raise ConfigError(f"repository: {cwd} is not inside a git repository{why}; run "
+                          "massgen-mcp review in the project's folder") from None
     top = out.decode("utf-8", "surrogateescape").strip()
     if not top:
         raise ConfigError(f"repository: {cwd} is inside a git folder, not a working tree; "
@@ -199,10 +202,12 @@ def read_patch(name: str, cwd: Path, stdin: BinaryIO | None) -> tuple[bytes, str
         try:
             data = read_bytes_safely(path, MAX_DIFF_BYTES, follow_link=True)
         except UnsafeFileError as exc:
-            if exc.reason != "too_big":
-                raise ConfigError(f"patch: {name!r} cannot be read ({exc}); give a regular "
-                                  "file") from None
-            data = b"x" * (MAX_DIFF_BYTES + 1)
+            if exc.reason == "too_big":
+                raise ConfigError(f"patch: {described} is {exc.size or 0:,} bytes, more than "
+                                  f"the {MAX_DIFF_BYTES:,} a review sends (refused, not cut); "
+                                  f"{NARROW}") from None
+            raise ConfigError(f"patch: {name!r} cannot be read ({exc}); give a regular "
+                              "file") from None
         except FileNotFoundError:
             raise ConfigError(f"patch: {name!r} does not exist; give a patch file, or - to "
                               "read one from stdin") from None
@@ -420,6 +425,8 @@ def finish(root: Path, described: str, sections: list[FileDiff]) -> Changes:
                             "never sent to a model)")
         elif section.binary:
             left_out.append(f"{section.path}: binary (a diff shows no lines of it)")
+        elif section.skipped:
+            left_out.append(f"{section.path}: {section.skipped}")
         else:
             kept.append(section)
     files = tuple(dict.fromkeys(s.path for s in kept if s.paths))
@@ -453,7 +460,7 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> 
             found += [p for p in out.decode("utf-8", "surrogateescape").rstrip("\n").split("\0")
                       if p]
         elif resolved.is_file():
-            if path.is_symlink() or resolved != path.absolute():
+            if path.is_symlink():  # a link to a file inside: name the file itself
                 raise ConfigError(f"paths: {name!r} is reached through a link; name the file "
                                   f"itself ({relative})")
             found.append(relative)
@@ -471,8 +478,8 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> 
             if exc.reason == "too_big":
                 raise ConfigError(f"paths: {relative!r} is more than {MAX_DIFF_BYTES:,} "
                                   f"bytes, more than a review sends; {NARROW}") from None
-            raise ConfigError(f"paths: {relative!r} is not read ({exc}); name regular files"
-                              ) from None
+            section.skipped = f"not read ({str(exc).removeprefix(Path(relative).name + ' ')})"
+            continue
         except FileNotFoundError:
             raise ConfigError(f"paths: {relative!r} does not exist (a tracked file deleted "
                               "from the working tree?)") from None
@@ -480,7 +487,9 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> 
             section.binary = True
             continue
         text = check_diff_text(data, relative).decode("utf-8")
-        body = text.splitlines()
+        body = text.split("\n")  # lines as git counts them (not str.splitlines's \f, \x1c...)
+        if body[-1] == "":
+            body.pop()
         header = (f"diff --git a/{relative} b/{relative}\nnew file\n--- /dev/null\n"
                   f"+++ b/{relative}\n@@ -0,0 +1,{len(body)} @@\n")
         section.lines = [(header + "".join(f"+{line}\n" for line in body)).encode()]

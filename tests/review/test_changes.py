@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.review.changes import collect, split_diff
 from tests.review.conftest import APP_AFTER, CANARY, git
 
@@ -60,8 +61,17 @@ async def test_paths_are_reviewed_whole_with_numbered_lines(repo: Path) -> None:
     assert changes.files == ("src/app.py",)
     assert f"@@ -0,0 +1,{len(APP_AFTER.splitlines())} @@" in changes.diff
     assert CANARY not in changes.diff and changes.left_out[0].startswith(".env:")
-    folder = await collect(repo, paths=["src"])
+    (repo / "src" / "link.py").symlink_to(repo / "src" / "app.py")
+    git(repo, "add", "src/link.py")
+    folder = await collect(repo / "src", paths=["."])
     assert folder.files == ("src/app.py", "src/db.py")
+    assert folder.left_out == ("src/link.py: not read (is a link)",)
+    for name, why in (("link.py", "is reached through a link; name the file itself"),
+                      ("../../outside.py", "is outside the repository"),
+                      ("nope.py", "does not exist")):
+        (repo.parent / "outside.py").write_text("x = 1\n")
+        with pytest.raises(ConfigError, match=f"^paths: '[^']*' {why}"):
+            await collect(repo / "src", paths=[name])
 
 
 def test_a_removed_line_that_reads_like_a_header_stays_in_its_hunk() -> None:
