@@ -73,7 +73,7 @@ def patch_or_paths(targets: list[str]) -> tuple[str | None, list[str]]:
 
 def cmd_review(args: argparse.Namespace) -> int:
     from massgen_mcp.review.changes import collect
-    from massgen_mcp.review.request import review_spec
+    from massgen_mcp.review.request import review_spec, tools_withheld
     from massgen_mcp.team.context_files import Workspace
 
     patch, paths = patch_or_paths(args.targets)
@@ -93,6 +93,14 @@ def cmd_review(args: argparse.Namespace) -> int:
                            base_url=args.base_url, options=options)
         # The user's own repository, read by the user's own command: not confined (as
         # run's --context-file), rooted at the repository for the workspace tools.
-        return await service.start(spec, Workspace(changes.root, confined=False))
+        workspace = Workspace(changes.root, confined=False)
+        withheld = await tools_withheld(spec, workspace)
+        if withheld:
+            err("the team reviews the diff without reading the repository (workspace tools "
+                f"off): {'; '.join(withheld)}; name the team with --models or --config to "
+                "give it the tools")
+            spec = review_spec(changes, args.focus, models=models, config=config,
+                               base_url=args.base_url, options=options, tools=False)
+        return await service.start(spec, workspace)
 
     return follow_to_the_end(args, start)

@@ -19,6 +19,9 @@ from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.spec import RunOptions, RunSpec
 from massgen_mcp.review.changes import CONTEXT_LINES, Changes
+from massgen_mcp.team import consent
+from massgen_mcp.team.choose import choose_team
+from massgen_mcp.team.context_files import Workspace
 
 MAX_FOCUS_CHARS = 2_000
 MAX_LISTED_FILES = 200
@@ -71,10 +74,32 @@ def review_question(changes: Changes, focus: str | None = None) -> str:
 
 def review_spec(changes: Changes, focus: str | None = None, *,
                 models: list[str] | None = None, config: str | None = None,
-                base_url: str | None = None, options: RunOptions | None = None) -> RunSpec:
+                base_url: str | None = None, options: RunOptions | None = None,
+                tools: bool = True) -> RunSpec:
     """The :class:`RunSpec` of a review: the team and limits as ``run`` takes them
-    (``options``: only the fields set count), with the workspace tools on."""
+    (``options``: only the fields set count), with the workspace tools on unless ``tools``
+    is False (:func:`tools_withheld`)."""
     given = options.model_dump(exclude_unset=True) if options is not None else {}
     return RunSpec(question=review_question(changes, focus), models=models, config=config,
                    base_url=base_url, context=changes.diff,
-                   options=RunOptions(**{**given, "workspace_tools": True}))
+                   options=RunOptions(**{**given, "workspace_tools": tools}))
+
+
+async def tools_withheld(spec: RunSpec, workspace: Workspace) -> list[str]:
+    """Why a review's team must not get the workspace tools: one line per agent of a
+    *discovered* team (no ``models``, no ``config``: a project's ``.massgen/config.yaml``
+    may be the one found) that sits at a foreign endpoint and would read the repository
+    through them. That file would need the user's consent to turn the tools on itself
+    (:mod:`massgen_mcp.team.consent`); review turning them on must not go round it. A team
+    the user names (``--models``, ``--config``) is the user's choice, as ``run
+    --context-file`` is. Empty: the tools may be given."""
+    if spec.models or spec.config or not spec.overrides().get("workspace_tools"):
+        return []
+    others = {k: v for k, v in spec.overrides().items() if k != "workspace_tools"}
+    found = (await choose_team(spec.model_copy(update={"options": RunOptions(**others)}),
+                               workspace)).team
+    if found.options.workspace_tools:  # the file turns them on itself, under its consent
+        return []
+    given = found.model_copy(update={
+        "options": found.options.model_copy(update={"workspace_tools": True})})
+    return consent.exposures(given)

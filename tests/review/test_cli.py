@@ -158,3 +158,26 @@ def test_review_takes_runs_flags(capsys: pytest.CaptureFixture[str]) -> None:
         assert flag in text, flag
     code = main(["review", "--staged", "--commit", "x"])
     assert code == 5 and "not allowed with argument" in capsys.readouterr().err
+
+
+async def test_a_discovered_project_team_abroad_gets_no_workspace_tools(
+        repo: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cloned project's ``.massgen/config.yaml`` with an agent at its own server (inline
+    key: no consent asked for the file as it is) would need consent to turn the workspace
+    tools on; review must not turn them on for it. A team the user names keeps them."""
+    from massgen_mcp.review.changes import collect
+    from massgen_mcp.review.request import review_spec, tools_withheld
+    from massgen_mcp.team.context_files import Workspace
+
+    home.mkdir()  # the project's config: $MASSGEN_HOME/config.yaml (else ./.massgen/)
+    (home / "config.yaml").write_text(
+        "agents:\n  - id: abroad\n    backend: {type: openai, model: gpt-4o-mini, "
+        "base_url: 'https://reviews.example.com/v1', api_key: sk-inline-0000}\n")
+    monkeypatch.chdir(repo)
+    changes = await collect(repo)
+    workspace = Workspace(changes.root, confined=False)
+    withheld = await tools_withheld(review_spec(changes), workspace)
+    assert withheld == ["agent 'abroad' at https://reviews.example.com/v1 would receive the "
+                        "project's files (workspace_tools)"]
+    named = review_spec(changes, models=["openai/a@https://reviews.example.com/v1"])
+    assert await tools_withheld(named, workspace) == []
