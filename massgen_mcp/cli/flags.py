@@ -70,6 +70,16 @@ def require_pool_extra() -> None:
                           "with: pip install 'massgen-mcp[pool]'")
 
 
+def team_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that choose a run's team (``run``, ``review``): --models or --config, and
+    --base-url."""
+    team = parser.add_mutually_exclusive_group()
+    team.add_argument("--models", help="comma-separated litellm models, e.g. "
+                                       "openai/gpt-4o-mini,anthropic/claude-haiku-4-5")
+    team.add_argument("--config", help="MassGen-format YAML file, or @preset")
+    parser.add_argument("--base-url", help="OpenAI-compatible endpoint for agents without one")
+
+
 def pool_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags that name a worker pool (doctor, serve, worker)."""
     parser.add_argument("--redis", metavar="URL",

@@ -3,9 +3,9 @@
 ``massgen-mcp`` with no command serves MCP over stdio (what hosts spawn). Everything else
 is a subcommand; see ``massgen-mcp --help``. The commands live beside this module, each a
 thin shell over :class:`~massgen_mcp.service.ConsensusService` (the same door as the MCP
-tools): :mod:`.run` (run), :mod:`.evaluate` (eval), :mod:`.records` (sessions, show, prune),
-:mod:`.config` (validate, trust), :mod:`.serve` (serve, worker, doctor, install). What they
-write and the exit codes are in :mod:`.output`.
+tools): :mod:`.run` (run), :mod:`.review` (review), :mod:`.evaluate` (eval), :mod:`.records`
+(sessions, show, prune), :mod:`.config` (validate, trust), :mod:`.serve` (serve, worker, doctor,
+install). What they write and the exit codes are in :mod:`.output`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from massgen_mcp._version import __version__
-from massgen_mcp.cli import evaluate, flags, follow_up, models, steer
+from massgen_mcp.cli import evaluate, flags, follow_up, models, review, steer
 from massgen_mcp.cli.config import cmd_trust, cmd_validate
 from massgen_mcp.cli.output import (
     EXIT_BY_STATUS,
@@ -96,17 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
                          epilog=EXIT_CODES_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("question", help="the question ('-' reads it from stdin)")
-    team = run.add_mutually_exclusive_group()
-    team.add_argument("--models", help="comma-separated litellm models, e.g. "
-                                       "openai/gpt-4o-mini,anthropic/claude-haiku-4-5")
-    team.add_argument("--config", help="MassGen-format YAML file, or @preset")
-    run.add_argument("--base-url", help="OpenAI-compatible endpoint for agents without one")
+    flags.team_arguments(run)
     run.add_argument("--context", help="background text for every agent")
     run.add_argument("--context-file", action="append", metavar="PATH",
                      help="a text file shared with every agent (repeat for more)")
     add_limit_flags(run)
     run.set_defaults(func=cmd_run)
     follow_up.add_parsers(sub)
+    review.add_parser(sub)
 
     evaluate.add_parser(sub)
     models.add_parser(sub)

@@ -1,0 +1,106 @@
+"""``massgen-mcp review``: the team reviews a change (the working tree, ``--staged``, ``--base
+REF``, ``--commit SHA``, a patch file or ``-`` for stdin, or plain paths).
+
+A thin shell, as ``run`` is: :func:`massgen_mcp.review.changes.collect` finds what to review,
+:func:`massgen_mcp.review.request.review_spec` turns it into a run, and the run starts through
+the service and ends as ``run`` ends (the same team, limit and ``--json`` flags, output and exit
+codes; recorded, resumable and steerable like any run). Its workspace is the repository, so
+API members' read-only workspace tools open the files around the change.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from massgen_mcp.cli import flags
+from massgen_mcp.cli.output import EXIT_CODES_HELP, err
+from massgen_mcp.cli.run import add_limit_flags, follow_to_the_end, options_from
+from massgen_mcp.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from massgen_mcp.service import ConsensusService, StartedRun
+
+PATCH_SUFFIXES = (".patch", ".diff")
+
+DESCRIPTION = """\
+The team reviews a change and agrees on one review: the answer goes to stdout, progress and
+the outcome to stderr, as for run.
+
+what to review (one of them; default: the working tree's changes against HEAD, staged and
+unstaged; untracked files are not included):
+  --staged                 what is staged
+  --base REF               the branch's commits since its merge base with REF
+  --commit SHA             one commit
+  PATCH.patch, PATCH.diff  a patch file; '-' reads one from stdin (gh pr diff 12 | ... -)
+  PATH ...                 files (or folders' tracked files) as they are
+
+Files on the secret-file deny-list (.env, keys, credentials) are never sent: their changes
+are left out and named. API members can read the repository's files (read-only tools)."""
+
+
+def add_parser(sub: Any) -> None:
+    review = sub.add_parser("review", help="the team reviews a change: the working tree, "
+                                           "--staged, --base, --commit, a patch or files",
+                            description=DESCRIPTION, epilog=EXIT_CODES_HELP,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    review.add_argument("targets", nargs="*", metavar="PATCH|PATH",
+                        help="a .patch/.diff file, '-' for a patch on stdin, or files to "
+                             "review as they are")
+    what = review.add_mutually_exclusive_group()
+    what.add_argument("--staged", action="store_true", help="review what is staged")
+    what.add_argument("--base", metavar="REF",
+                      help="review the commits since the merge base with REF (e.g. main)")
+    what.add_argument("--commit", metavar="SHA", help="review one commit")
+    review.add_argument("--focus", metavar="TEXT",
+                        help="what to look at most, e.g. 'security' or 'error handling'")
+    flags.team_arguments(review)
+    add_limit_flags(review)
+    review.set_defaults(func=cmd_review)
+
+
+def patch_or_paths(targets: list[str]) -> tuple[str | None, list[str]]:
+    """(patch, paths) the positional arguments name: ``-`` or one ``.patch``/``.diff`` file
+    is a patch; anything else is paths to review as they are."""
+    if targets == ["-"] or (len(targets) == 1 and targets[0].endswith(PATCH_SUFFIXES)):
+        return targets[0], []
+    if "-" in targets:
+        raise ConfigError("patch: '-' reads a patch from stdin and goes alone; give it "
+                          "without paths")
+    return None, targets
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    from massgen_mcp.review.changes import collect
+    from massgen_mcp.review.request import review_spec, tools_withheld
+    from massgen_mcp.team.context_files import Workspace
+
+    patch, paths = patch_or_paths(args.targets)
+    options = options_from(args)
+    models = args.models.split(",") if args.models else None
+    # The run's workspace is the repository's top folder; a config file named from a
+    # subfolder is still the one beside the user.
+    config = (str(Path(args.config).absolute())
+              if args.config and not args.config.startswith("@") else args.config)
+
+    async def start(service: ConsensusService) -> StartedRun:
+        changes = await collect(Path.cwd(), staged=args.staged, base=args.base,
+                                commit=args.commit, patch=patch, paths=paths)
+        for note in changes.left_out:
+            err(f"left out {note}")
+        spec = review_spec(changes, args.focus, models=models, config=config,
+                           base_url=args.base_url, options=options)
+        # The user's own repository, read by the user's own command: not confined (as
+        # run's --context-file), rooted at the repository for the workspace tools.
+        workspace = Workspace(changes.root, confined=False)
+        withheld = await tools_withheld(spec, workspace)
+        if withheld:
+            err("the team reviews the diff without reading the repository (workspace tools "
+                f"off): {'; '.join(withheld)}; name the team with --models or --config to "
+                "give it the tools")
+            spec = review_spec(changes, args.focus, models=models, config=config,
+                               base_url=args.base_url, options=options, tools=False)
+        return await service.start(spec, workspace)
+
+    return follow_to_the_end(args, start)

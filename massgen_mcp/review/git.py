@@ -1,0 +1,138 @@
+"""Git as a child process, hardened for a repository nobody vetted.
+
+A repository under review may be a clone of anyone's. Its ``.git/config`` (and files it
+``include``s) can name programs that plain read commands run: ``core.fsmonitor`` (run by
+``git diff`` and ``git ls-files`` to list changed files), ``diff.external`` and
+``diff.<driver>.command`` (run instead of the built-in diff), ``diff.<driver>.textconv``
+(run on each file's content), ``filter.<driver>.clean``/``process`` (run by ``git diff`` on
+working-tree files whose stat data changed), ``pager.<command>`` and ``core.pager``, and, in a
+partial clone, a lazy fetch of missing objects that runs ``core.sshCommand`` or a remote
+helper. Every git command here therefore runs:
+
+* with ``-c`` overrides (command-line config wins over the repository's):
+  ``core.fsmonitor=false``, ``core.hooksPath=/dev/null``, ``diff.external=``,
+  ``core.pager=cat``, ``protocol.allow=never`` (no transport at all, so no lazy fetch),
+  ``safe.bareRepository=explicit`` (a bare repository planted inside the tree is not
+  entered), colour off, and for every ``filter.<driver>`` the repository's config defines,
+  empty ``clean``/``smudge``/``process`` commands (:func:`filter_overrides`);
+* with ``--no-pager``, and the diff commands with ``--no-ext-diff --no-textconv``;
+* in an environment without the caller's ``GIT_*`` variables (a ``GIT_DIR`` or
+  ``GIT_EXTERNAL_DIFF`` of a hook that called us), with ``GIT_CONFIG_NOSYSTEM=1`` (the
+  machine's config is not read), ``GIT_NO_LAZY_FETCH=1``, ``GIT_TERMINAL_PROMPT=0`` and
+  ``GIT_OPTIONAL_LOCKS=0`` (a read never rewrites the index);
+* as a child with an owner, a timeout and a clean kill: spawned and ended through
+  :func:`massgen_mcp.providers.cli.supervisor.run_child` (the coding CLIs' supervisor, on
+  :mod:`massgen_mcp.core.children`), its output capped while it is read, so a 50 MB diff is
+  never held whole.
+
+The user's own global config (``~/.gitconfig``) is still read: it is theirs, and holds
+``safe.directory`` and identity settings a review needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from massgen_mcp.core.errors import ConfigError, ProviderError
+from massgen_mcp.providers.cli.supervisor import OutputTooLarge, run_child
+
+GIT_TIMEOUT_S = 30.0  # one git command on a large repository: far below this
+MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # a listing (ls-files, ls-tree) of a very large tree
+
+HARDENING = (
+    "--no-pager",
+    "-c", "core.fsmonitor=false",
+    "-c", "core.hooksPath=/dev/null",
+    "-c", "diff.external=",
+    "-c", "core.pager=cat",
+    "-c", "protocol.allow=never",
+    "-c", "safe.bareRepository=explicit",
+    "-c", "color.ui=false",
+    "-c", "core.quotePath=true",
+)
+ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_NO_LAZY_FETCH": "1", "GIT_TERMINAL_PROMPT": "0",
+       "GIT_OPTIONAL_LOCKS": "0", "GIT_PAGER": "cat", "PAGER": "cat"}
+
+
+class GitFailed(Exception):
+    """Git exited with an error; ``stderr`` is its last words (for the caller to word)."""
+
+    def __init__(self, code: int, stderr: str) -> None:
+        super().__init__(stderr.strip() or f"git exited with status {code}")
+        self.code = code
+        self.stderr = stderr
+
+
+class OutputOverCap(Exception):
+    """Git printed more than the caller's cap; it was stopped there."""
+
+
+def environment() -> dict[str, str]:
+    """The caller's environment without its ``GIT_*`` variables, plus :data:`ENV`."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("GIT_")}
+    env.update(ENV)
+    return env
+
+
+@dataclass(frozen=True)
+class Git:
+    """Git in the folder ``cwd``, with the hardening above and the repository's own filter
+    drivers neutralised (``overrides``, from :func:`filter_overrides`)."""
+
+    cwd: Path
+    overrides: tuple[str, ...] = ()
+
+    async def run(self, *args: str, stdin: bytes = b"", cap: int = MAX_OUTPUT_BYTES,
+                  timeout_s: float = GIT_TIMEOUT_S) -> bytes:
+        """Git's stdout for ``args``; :class:`GitFailed` on a non-zero exit,
+        :class:`OutputOverCap` past ``cap`` bytes (git is then killed), a ConfigError when
+        git is missing or takes longer than ``timeout_s``."""
+        lines: list[bytes] = []
+        total = 0
+
+        def keep(line: bytes) -> None:
+            nonlocal total
+            total += len(line) + 1
+            if total > cap:
+                raise OutputOverCap
+            lines.append(line)
+
+        argv = ["git", *HARDENING, *self.overrides, *args]
+        try:
+            async with asyncio.timeout(timeout_s):
+                code, _, stderr = await run_child(argv, stdin, self.cwd, environment(),
+                                                  on_line=keep)
+        except TimeoutError:
+            raise ConfigError(f"git {args[0]}: took more than {timeout_s:.0f} s in "
+                              f"{self.cwd}; stopped") from None
+        except OutputTooLarge:  # one line past the supervisor's own cap
+            raise OutputOverCap from None
+        except ProviderError:  # could not start
+            raise ConfigError("git: not found on PATH; install git to review changes"
+                              ) from None
+        if code != 0:
+            raise GitFailed(code, stderr.decode("utf-8", "replace"))
+        # Lines come without their newline; git ends every output with one.
+        return b"\n".join(lines) + b"\n" if lines else b""
+
+
+async def filter_overrides(cwd: Path) -> tuple[str, ...]:
+    """``-c`` options that empty every filter driver the repository's config defines (its
+    ``include``s too): a driver's ``clean`` command is what ``git diff`` runs on a changed
+    working-tree file. Reading config runs nothing."""
+    try:
+        out = await Git(cwd).run("config", "--includes", "--name-only", "-z",
+                                 "--get-regexp", r"^filter\.")
+    except GitFailed:  # status 1: no such key
+        return ()
+    drivers = {name.rsplit(".", 1)[0] for name in out.decode("utf-8", "replace").split("\0")
+               if name.startswith("filter.") and name.count(".") >= 2}
+    options: list[str] = []
+    for driver in sorted(drivers):
+        for key in ("clean", "smudge", "process"):
+            options += ["-c", f"{driver}.{key}="]
+        options += ["-c", f"{driver}.required=false"]
+    return tuple(options)

@@ -1,0 +1,105 @@
+"""The run that reviews :class:`~massgen_mcp.review.changes.Changes`: an ordinary consensus
+run (recorded, resumable, steerable like any), whose question asks for a review and whose
+context is the diff.
+
+The diff goes into the run's ``context``, not its question: a question is capped at
+:data:`~massgen_mcp.core.spec.MAX_QUESTION_CHARS` and a diff may be four times that, and the
+context is what every agent's prompt carries once per turn. API members get the read-only
+workspace tools (``workspace_tools``), rooted at the repository by the face that starts the
+run (``ConsensusService.start(spec, Workspace(changes.root, ...))``), so they can open the
+files around a change; the tools refuse the secret-file deny-list as everywhere.
+
+What the members answer is prose today: findings as records, a verdict and SARIF are issue
+55's next steps (docs/review.md).
+"""
+
+from __future__ import annotations
+
+from massgen_mcp.core.edges import check_text
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.spec import RunOptions, RunSpec
+from massgen_mcp.review.changes import CONTEXT_LINES, Changes
+from massgen_mcp.team import consent
+from massgen_mcp.team.choose import choose_team
+from massgen_mcp.team.context_files import Workspace
+
+MAX_FOCUS_CHARS = 2_000
+MAX_LISTED_FILES = 200
+
+INSTRUCTIONS = """\
+Review a code change as a careful senior reviewer: {described}, {count} file(s) of the \
+repository.
+
+Look for, in this order:
+- correctness: wrong results, off-by-one errors, wrong conditions, unhandled errors and edge \
+cases, races, resource leaks;
+- security: injection (SQL, shell, paths), unsafe handling of untrusted input, secrets in \
+code, missing checks;
+- breaking changes to callers, and missing or wrong tests;
+- then clarity, only where it hides a bug.
+{focus}
+For each problem give: the file and line on the new side (path:line), a severity (blocker, \
+major, minor or nit), what is wrong and why, the lines that show it (quoted), and a fix. \
+Report only what the change shows or what you checked; say plainly when you find nothing \
+worth fixing. The diff is in the context (unified, {context} lines of context; lines \
+starting with + are new); read the repository's other files with your tools where you need \
+them (read-only).
+
+Files changed:
+{files}{left_out}"""
+
+
+def review_question(changes: Changes, focus: str | None = None) -> str:
+    """The review prompt for ``changes``, with the person's ``focus`` (e.g. "security")."""
+    focus_line = ""
+    if focus is not None:
+        focus = check_text(focus, "focus").strip()
+        if not focus:
+            raise ConfigError("--focus: empty; say what to look at (e.g. security)")
+        if len(focus) > MAX_FOCUS_CHARS:
+            raise ConfigError(f"--focus: {len(focus)} characters; the limit is "
+                              f"{MAX_FOCUS_CHARS} (say what to look at, in a sentence)")
+        focus_line = f"\nThe author asks you to focus on: {focus}\n"
+    shown = list(changes.files[:MAX_LISTED_FILES])
+    if len(changes.files) > MAX_LISTED_FILES:
+        shown.append(f"... and {len(changes.files) - MAX_LISTED_FILES} more (see the diff)")
+    left_out = ""
+    if changes.left_out:
+        left_out = ("\n\nLeft out of the diff (not sent to you):\n"
+                    + "\n".join(f"- {note}" for note in changes.left_out))
+    return INSTRUCTIONS.format(described=changes.described, count=len(changes.files),
+                               focus=focus_line, context=CONTEXT_LINES,
+                               files="\n".join(f"- {p}" for p in shown), left_out=left_out)
+
+
+def review_spec(changes: Changes, focus: str | None = None, *,
+                models: list[str] | None = None, config: str | None = None,
+                base_url: str | None = None, options: RunOptions | None = None,
+                tools: bool = True) -> RunSpec:
+    """The :class:`RunSpec` of a review: the team and limits as ``run`` takes them
+    (``options``: only the fields set count), with the workspace tools on unless ``tools``
+    is False (:func:`tools_withheld`)."""
+    given = options.model_dump(exclude_unset=True) if options is not None else {}
+    return RunSpec(question=review_question(changes, focus), models=models, config=config,
+                   base_url=base_url, context=changes.diff,
+                   options=RunOptions(**{**given, "workspace_tools": tools}))
+
+
+async def tools_withheld(spec: RunSpec, workspace: Workspace) -> list[str]:
+    """Why a review's team must not get the workspace tools: one line per agent of a
+    *discovered* team (no ``models``, no ``config``: a project's ``.massgen/config.yaml``
+    may be the one found) that sits at a foreign endpoint and would read the repository
+    through them. That file would need the user's consent to turn the tools on itself
+    (:mod:`massgen_mcp.team.consent`); review turning them on must not go round it. A team
+    the user names (``--models``, ``--config``) is the user's choice, as ``run
+    --context-file`` is. Empty: the tools may be given."""
+    if spec.models or spec.config or not spec.overrides().get("workspace_tools"):
+        return []
+    others = {k: v for k, v in spec.overrides().items() if k != "workspace_tools"}
+    found = (await choose_team(spec.model_copy(update={"options": RunOptions(**others)}),
+                               workspace)).team
+    if found.options.workspace_tools:  # the file turns them on itself, under its consent
+        return []
+    given = found.model_copy(update={
+        "options": found.options.model_copy(update={"workspace_tools": True})})
+    return consent.exposures(given)

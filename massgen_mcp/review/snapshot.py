@@ -1,0 +1,196 @@
+"""A read-only copy of the reviewed side's tracked files, for members that read a folder
+(coding CLIs), in place of the empty folder they get today.
+
+:func:`build` copies the files git tracks (``git ls-files``: the working tree's content; with
+``commit``, the commit's tree through ``git ls-tree`` and ``git cat-file --batch``, so the
+working tree is not read at all) into a new temporary folder and returns it with what it left
+out, and why:
+
+* files on the secret-file deny-list (:func:`massgen_mcp.tools.workspace.is_denied`: ``.env``,
+  keys, credentials) and anything under ``.git/``: never copied, so a member that asks for
+  ``.env`` finds nothing there;
+* links (a tracked link, or a working-tree file reached through one): not followed, not
+  copied; submodules; files that are not regular (a FIFO) or have other names (hard links);
+* files over :data:`MAX_FILE_BYTES`, and whatever would take the copy past
+  :data:`MAX_TOTAL_BYTES`.
+
+Files are made read-only (0444) and folders 0555: a member's tools cannot change the copy
+(its own sandbox is the other guard). :func:`snapshot` is the context manager that builds one
+and removes it, read-only bits and all. Git runs hardened (:mod:`massgen_mcp.review.git`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
+from massgen_mcp.review.git import Git, GitFailed, OutputOverCap, filter_overrides
+from massgen_mcp.tools.workspace import is_denied, is_hidden
+
+MAX_FILE_BYTES = 1_000_000  # a source file; larger ones are data, left out
+# The whole copy (under the 64 MiB a git child may print: the commit's files come as one
+# stream).
+MAX_TOTAL_BYTES = 50_000_000
+MAX_FILES = 100_000
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A built copy: its folder, and one ``(path, why)`` per tracked file left out."""
+
+    path: Path
+    left_out: tuple[tuple[str, str], ...]
+    files: int
+    bytes: int
+
+
+def _refused(relative: str) -> str | None:
+    path = PurePosixPath(relative)
+    if is_hidden(path, (".git",)):
+        return "inside .git/"
+    if is_denied(path):
+        return "on the secret-file deny-list"
+    return None
+
+
+async def build(root: Path, commit: str | None = None) -> Snapshot:
+    """Copy the tracked files of the repository at ``root`` (with ``commit``: of that
+    commit) into a new read-only temporary folder; the caller removes it
+    (:func:`remove`, or use :func:`snapshot`)."""
+    git = Git(root, await filter_overrides(root))
+    folder = Path(tempfile.mkdtemp(prefix="massgen-review-"))
+    try:
+        if commit is None:
+            left_out, files, size = await _copy_worktree(git, root, folder)
+        else:
+            left_out, files, size = await _copy_commit(git, commit, folder)
+        _make_read_only(folder)
+    except BaseException:
+        remove(folder)
+        raise
+    return Snapshot(folder, tuple(left_out), files, size)
+
+
+async def _copy_worktree(git: Git, root: Path, folder: Path
+                         ) -> tuple[list[tuple[str, str]], int, int]:
+    out = await git.run("ls-files", "-z", "--cached", "--full-name", "-s")
+    left_out: list[tuple[str, str]] = []
+    files = total = 0
+    for entry in out.rstrip(b"\n").split(b"\0"):
+        if not entry:
+            continue
+        info, _, name = entry.partition(b"\t")
+        relative = name.decode("utf-8", "surrogateescape")
+        mode = info.split(b" ", 1)[0]
+        why = _refused(relative) or {b"120000": "a link", b"160000": "a submodule"}.get(mode)
+        source = root / relative
+        if why is None and os.path.realpath(source.parent) != os.path.join(
+                os.path.realpath(root), *PurePosixPath(relative).parent.parts).rstrip(os.sep):
+            why = "reached through a link"
+        if why is None and total >= MAX_TOTAL_BYTES:
+            why = f"over the copy's {MAX_TOTAL_BYTES:,} bytes"
+        data = b""
+        if why is None:
+            try:
+                data = read_bytes_safely(source, min(MAX_FILE_BYTES, MAX_TOTAL_BYTES - total))
+            except UnsafeFileError as exc:
+                why = (f"over {MAX_FILE_BYTES:,} bytes" if exc.reason == "too_big"
+                       else str(exc).removeprefix(f"{source.name} "))
+            except FileNotFoundError:
+                continue  # deleted in the working tree: not on the reviewed side
+            except OSError as exc:
+                why = f"not readable ({exc.strerror})"
+        if why is not None:
+            left_out.append((relative, why))
+            continue
+        _write(folder, relative, data)
+        files += 1
+        total += len(data)
+    return left_out, files, total
+
+
+async def _copy_commit(git: Git, commit: str, folder: Path
+                       ) -> tuple[list[tuple[str, str]], int, int]:
+    out = await git.run("ls-tree", "-r", "-z", "--long", "--full-tree", commit)
+    wanted: list[tuple[str, str]] = []  # (object id, path)
+    left_out: list[tuple[str, str]] = []
+    total = 0
+    for entry in out.rstrip(b"\n").split(b"\0"):
+        if not entry:
+            continue
+        info, _, name = entry.partition(b"\t")
+        mode, kind, oid, size = info.decode().split()
+        relative = name.decode("utf-8", "surrogateescape")
+        why = _refused(relative) or {"120000": "a link", "160000": "a submodule"}.get(mode)
+        if why is None and kind == "blob" and int(size) > MAX_FILE_BYTES:
+            why = f"over {MAX_FILE_BYTES:,} bytes"
+        if why is None and total + int(size) > MAX_TOTAL_BYTES:
+            why = f"over the copy's {MAX_TOTAL_BYTES:,} bytes"
+        if why is not None:
+            left_out.append((relative, why))
+            continue
+        wanted.append((oid, relative))
+        total += int(size)
+    if len(wanted) > MAX_FILES:
+        raise ConfigError(f"--commit: the commit holds {len(wanted):,} files; a snapshot "
+                          f"copies at most {MAX_FILES:,}")
+    try:
+        blobs = await git.run("cat-file", "--batch",
+                              stdin="".join(f"{oid}\n" for oid, _ in wanted).encode(),
+                              cap=total + 200 * (len(wanted) + 1))
+    except (GitFailed, OutputOverCap) as exc:
+        raise ConfigError(f"--commit: the commit's files could not be read ({exc})") from None
+    at = 0
+    for _, relative in wanted:  # "<oid> blob <size>\n<content>\n", in the order asked
+        end = blobs.index(b"\n", at)
+        length = int(blobs[at:end].split()[2])
+        _write(folder, relative, blobs[end + 1:end + 1 + length])
+        at = end + 1 + length + 1
+    return left_out, len(wanted), total
+
+
+def _write(folder: Path, relative: str, data: bytes) -> None:
+    target = folder.joinpath(*PurePosixPath(relative).parts)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "xb") as handle:  # a new file in our own new folder
+        handle.write(data)
+
+
+def _make_read_only(folder: Path) -> None:
+    for current, dirs, names in os.walk(folder, topdown=False):
+        for name in names:
+            os.chmod(os.path.join(current, name), 0o444)
+        for name in dirs:
+            os.chmod(os.path.join(current, name), 0o555)
+    os.chmod(folder, 0o555)
+
+
+def remove(folder: Path) -> None:
+    """Delete a snapshot, its read-only bits taken off first (Windows will not delete a
+    read-only file; POSIX will not delete inside a read-only folder)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.chmod(folder, stat.S_IRWXU)
+        for current, dirs, names in os.walk(folder):
+            for name in dirs:
+                os.chmod(os.path.join(current, name), stat.S_IRWXU)
+            for name in names:
+                os.chmod(os.path.join(current, name), stat.S_IRUSR | stat.S_IWUSR)
+        shutil.rmtree(folder)
+
+
+@contextlib.asynccontextmanager
+async def snapshot(root: Path, commit: str | None = None) -> AsyncIterator[Snapshot]:
+    """:func:`build` a snapshot for the ``with`` block, removed when it ends."""
+    built = await build(root, commit)
+    try:
+        yield built
+    finally:
+        remove(built.path)

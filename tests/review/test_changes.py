@@ -1,0 +1,118 @@
+"""What to review: every way of naming it, the secret files dropped, and git that runs
+nothing a cloned repository's config names."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.review.changes import collect, split_diff
+from tests.review.conftest import APP_AFTER, CANARY, git
+
+
+async def test_the_working_tree_against_head_leaves_the_env_file_out(repo: Path) -> None:
+    changes = await collect(repo / "src")  # from a subfolder: the repository's top
+    assert changes.root == repo.resolve()
+    assert changes.files == ("src/app.py", "src/db.py")
+    assert "+    for i in range(len(items) + 1):" in changes.diff
+    assert "+    cursor.execute(f\"SELECT * FROM users WHERE name = '{name}'\")" in changes.diff
+    assert " def total(items):" in changes.diff  # context lines around the change
+    assert CANARY not in changes.diff and ".env" not in changes.diff
+    assert changes.left_out == (".env: on the secret-file deny-list (its changes are never "
+                                "sent to a model)",)
+
+
+async def test_staged_base_and_commit(repo: Path) -> None:
+    git(repo, "add", "src/app.py")
+    staged = await collect(repo, staged=True)
+    assert staged.files == ("src/app.py",) and staged.commit is None
+    git(repo, "checkout", "-q", "-b", "feature")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "defects and a secret")
+    since = await collect(repo, base="main")
+    assert since.files == ("src/app.py", "src/db.py") and CANARY not in since.diff
+    assert since.commit == git(repo, "rev-parse", "HEAD").decode().strip()
+    (repo / "README.md").write_text("# shop\n\nnow with totals\n")
+    git(repo, "commit", "-qam", "readme")
+    one = await collect(repo, commit="HEAD~1")
+    assert one.files == ("src/app.py", "src/db.py") and one.described == "commit HEAD~1"
+    root_commit = await collect(repo, commit="main")  # no parent: against the empty tree
+    assert root_commit.files == ("README.md", "src/app.py", "src/db.py")
+
+
+async def test_a_patch_on_stdin_as_gh_pr_diff_prints_it(repo: Path) -> None:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "defects")
+    patch = git(repo, "show", "--format=From %H%nSubject: defects%n", "HEAD")
+    git(repo, "checkout", "-q", "HEAD~1")  # the patch applies to the parent, as a PR's
+    changes = await collect(repo, patch="-", stdin=io.BytesIO(patch))
+    assert changes.files == ("src/app.py", "src/db.py")
+    assert CANARY not in changes.diff and "Subject: defects" in changes.diff
+    assert changes.left_out[0].startswith(".env: on the secret-file deny-list")
+
+
+async def test_paths_are_reviewed_whole_with_numbered_lines(repo: Path) -> None:
+    changes = await collect(repo, paths=["src/app.py", ".env"])
+    assert changes.files == ("src/app.py",)
+    assert f"@@ -0,0 +1,{len(APP_AFTER.splitlines())} @@" in changes.diff
+    assert CANARY not in changes.diff and changes.left_out[0].startswith(".env:")
+    (repo / "src" / "link.py").symlink_to(repo / "src" / "app.py")
+    git(repo, "add", "src/link.py")
+    folder = await collect(repo / "src", paths=["."])
+    assert folder.files == ("src/app.py", "src/db.py")
+    assert folder.left_out == ("src/link.py: not read (is a link)",)
+    for name, why in (("link.py", "is reached through a link; name the file itself"),
+                      ("../../outside.py", "is outside the repository"),
+                      ("nope.py", "does not exist")):
+        (repo.parent / "outside.py").write_text("x = 1\n")
+        with pytest.raises(ConfigError, match=f"^paths: '[^']*' {why}"):
+            await collect(repo / "src", paths=[name])
+
+
+def test_a_removed_line_that_reads_like_a_header_stays_in_its_hunk() -> None:
+    diff = (b"--- a/x.sql\n+++ b/x.sql\n@@ -1,2 +1,1 @@\n--- a comment\n keep\n"
+            b"--- a/y.txt\n+++ b/y.txt\n@@ -1 +1 @@\n-a\n+b\n")
+    sections = split_diff(diff, "test")
+    assert [(s.old, s.new) for s in sections] == [("x.sql", "x.sql"), ("y.txt", "y.txt")]
+    assert b"--- a comment\n" in sections[0].lines
+
+
+def plant(repo: Path) -> Path:
+    """Every program a cloned repository's config can make a read command run, each one
+    leaving a file in ``ran/`` when it runs."""
+    ran = repo.parent / "ran"
+    ran.mkdir()
+    script = repo.parent / "evil.sh"
+    script.write_text(f'#!/bin/sh\ntouch "{ran}/$1"\ncat\n')
+    script.chmod(0o755)
+    (repo / ".gitattributes").write_text("*.py filter=evil diff=evil\n")
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-qm", "attributes")
+    with (repo / ".git" / "config").open("a") as config:
+        config.write(f'[core]\n\tfsmonitor = "{script} fsmonitor"\n\tpager = "{script} pager"\n'
+                     f'[diff]\n\texternal = "{script} external"\n'
+                     f'[diff "evil"]\n\ttextconv = "{script} textconv"\n'
+                     f'\tcommand = "{script} command"\n'
+                     f'[filter "evil"]\n\tclean = "{script} clean"\n'
+                     f'\tsmudge = "{script} smudge"\n[pager]\n\tdiff = "{script} pagerdiff"\n')
+    os.utime(repo / "src" / "app.py", (1, 1))  # stat data changed: git diff cleans it again
+    return ran
+
+
+@pytest.mark.skipif(os.name == "nt", reason="the planted programs are shell scripts")
+async def test_a_cloned_repositorys_config_runs_nothing(repo: Path) -> None:
+    ran = plant(repo)
+    changes = await collect(repo)
+    assert changes.files == ("src/app.py", "src/db.py")
+    assert sorted(os.listdir(ran)) == []
+    # The plants work: plain git runs them.
+    subprocess.run(["git", "-C", str(repo), "-c", "core.pager=cat", "diff", "HEAD"],
+                   capture_output=True, check=False)
+    subprocess.run(["git", "-C", str(repo), "diff", "--textconv", "--no-ext-diff", "HEAD"],
+                   capture_output=True, check=False)
+    assert {"clean", "external", "fsmonitor"} <= set(os.listdir(ran))

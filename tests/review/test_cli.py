@@ -1,0 +1,183 @@
+"""``massgen-mcp review`` end to end: a real review of the fixture repository by scripted
+members over HTTP, the canary never sent, and each bad input refused in one line."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from massgen_mcp.cli.main import main
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, answer
+from massgen_mcp.testing.scripted import tool_calls as calls
+from tests.helpers import Scripted
+from tests.review.conftest import CANARY, DB_AFTER, git
+from tests.servers import server_env
+
+OFF_BY_ONE = "src/app.py:3 major: off-by-one, range(len(items) + 1) reads past the end"
+INJECTION = "src/db.py:2 blocker: SQL injection, the name is formatted into the query"
+
+
+def tool_results(req: ChatRequest) -> list[str]:
+    return [m["content"] for m in req.messages if m["role"] == "tool"]
+
+
+def reviewer(req: ChatRequest) -> Reply:
+    """Each member reports the defects the diff it was sent shows (agent a first opens db.py
+    and tries .env through its tools); votes and the final answer as in every demo."""
+    if req.vote_labels or req.is_final or req.wants_json or req.is_check:
+        return agree(req)
+    seen = tool_results(req)
+    steps = [("read_file", {"path": "src/db.py"}), ("read_file", {"path": ".env"})]
+    if req.model == "a" and req.tools and len(seen) < len(steps):
+        name, args = steps[len(seen)]
+        return calls((name, json.dumps(args)))
+    findings = [line for marker, line in (("range(len(items) + 1)", OFF_BY_ONE),
+                                          ("WHERE name = '{name}'", INJECTION))
+                if marker in req.user]
+    return answer("\n".join(findings) or "nothing found")
+
+
+def review_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["review", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def team(server: ScriptedServer) -> list[str]:
+    return ["--models", "openai/a,openai/b,openai/c", "--base-url", server.base_url]
+
+
+def sent(server: ScriptedServer) -> str:
+    """Everything every request to the model server carried."""
+    return "\n".join(json.dumps(r.body) for r in server.requests)
+
+
+def test_a_review_of_the_working_tree_end_to_end(
+        scripted: Scripted, repo: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    server = scripted(reviewer)
+    monkeypatch.chdir(repo / "src")  # a subfolder: the repository is still the workspace
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    code, out, err = review_cli(capsys, *team(server), "--focus", "security", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["status"] == "completed"
+    assert OFF_BY_ONE in result["final_answer"] and INJECTION in result["final_answer"]
+    assert "left out .env: on the secret-file deny-list" in err
+    everything = sent(server)
+    assert CANARY not in everything  # not in the diff, not through the tools
+    assert "focus on: security" in everything
+    db_read = next(r for r in server.requests if len(tool_results(r)) == 1)
+    assert DB_AFTER.splitlines()[1].strip() in tool_results(db_read)[0]  # rooted at the repo
+    env_read = next(r for r in server.requests if len(tool_results(r)) == 2)
+    assert "secret" in tool_results(env_read)[1]
+    request = json.loads((Path(result["session_dir"]) / "request.json").read_text())
+    assert request["workspace"] == str(repo.resolve())  # recorded, so resume reads there too
+    assert request["question"].startswith("Review a code change")
+
+
+def test_gh_pr_diff_piped_into_review_dash(scripted: Scripted, repo: Path,
+                                           home: Path) -> None:
+    """``gh pr diff 12 | massgen-mcp review -``, as a user types it."""
+    server = scripted(reviewer)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "defects")
+    patch = git(repo, "diff", "HEAD~1", "HEAD")
+    git(repo, "checkout", "-q", "HEAD~1")
+    done = subprocess.run([sys.executable, "-m", "massgen_mcp", "review", "-", *team(server),
+                           "--quiet"], input=patch, capture_output=True, cwd=repo,
+                          timeout=120, env=server_env(home, PYTHONPATH=os.getcwd()))
+    assert done.returncode == 0, done.stderr
+    assert INJECTION.encode() in done.stdout
+    assert CANARY not in sent(server)
+
+
+def bad(capsys: pytest.CaptureFixture[str], *argv: str, stdin: bytes | None = None,
+        monkeypatch: pytest.MonkeyPatch | None = None) -> str:
+    """The one line ``review ARGV`` refuses with (exit 1, no run)."""
+    if stdin is not None:
+        assert monkeypatch is not None
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    code, out, err = review_cli(capsys, *argv, "--models", "openai/a@http://127.0.0.1:9/v1")
+    assert (code, out) == (1, ""), err
+    assert err.startswith("massgen-mcp: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_each_bad_input_is_refused_in_one_line(repo: Path, tmp_path: Path, home: Path,
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    assert "repository: " in bad(capsys) and "not inside a git repository" in bad(capsys)
+    monkeypatch.chdir(repo)
+    assert "--base: 'nosuch' is not a commit" in bad(capsys, "--base", "nosuch")
+    assert "--commit: '--output=x' is not a ref" in bad(capsys, "--commit=--output=x")
+    assert "holds NUL bytes" in bad(capsys, "-", stdin=b"--- a/x\n+++ b/x\n\0\n",
+                                    monkeypatch=monkeypatch)
+    assert "is not UTF-8 text (line 4)" in bad(
+        capsys, "-", stdin=b"--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-\xff\n+a\n",
+        monkeypatch=monkeypatch)
+    huge = b"--- a/README.md\n+++ b/README.md\n" + b"+" + b"x" * 50_000_000 + b"\n"
+    line = bad(capsys, "-", stdin=huge, monkeypatch=monkeypatch)
+    assert "more than 180,000 bytes" in line and "narrow it" in line
+    (outside / "big.patch").write_bytes(huge[:300_000])
+    line = bad(capsys, str(outside / "big.patch"))
+    assert "patch: the patch " in line and "is 300,000 bytes" in line and "narrow it" in line
+    for path, why in (("../../etc/passwd", "leaves the repository"),
+                      ("/etc/passwd", "is an absolute path"),
+                      ("link/passwd", "leads outside the repository through a link"),
+                      ("nope.py", "'nope.py', which does not exist")):
+        (repo / "link").unlink(missing_ok=True)
+        (repo / "link").symlink_to(outside, target_is_directory=True)
+        (outside / "passwd").write_text("root:x:0:0\n")
+        patch = f"--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-a\n+b\n".encode()
+        assert why in bad(capsys, "-", stdin=patch, monkeypatch=monkeypatch), path
+    (repo / "link").unlink()
+    git(repo, "checkout", "-q", "--", ".")  # nothing changed any more
+    assert "nothing to review" in bad(capsys)
+    only_secret = b"--- a/.env\n+++ b/.env\n@@ -1 +1 @@\n-a\n+b\n"
+    line = bad(capsys, "-", stdin=only_secret, monkeypatch=monkeypatch)
+    assert "nothing to review" in line and ".env: on the secret-file deny-list" in line
+    assert not (home / "sessions").exists() or not any((home / "sessions").iterdir())
+
+
+def test_review_takes_runs_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    """The team and limit flags are run's own (one definition, cli/flags.py and run.py)."""
+    assert main(["review", "--help"]) == 0
+    text = capsys.readouterr().out
+    for flag in ("--models", "--config", "--base-url", "--json", "--timeout", "--max-cost",
+                 "--max-tokens", "--quiet", "--staged", "--base", "--commit", "--focus"):
+        assert flag in text, flag
+    code = main(["review", "--staged", "--commit", "x"])
+    assert code == 5 and "not allowed with argument" in capsys.readouterr().err
+
+
+async def test_a_discovered_project_team_abroad_gets_no_workspace_tools(
+        repo: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cloned project's ``.massgen/config.yaml`` with an agent at its own server (inline
+    key: no consent asked for the file as it is) would need consent to turn the workspace
+    tools on; review must not turn them on for it. A team the user names keeps them."""
+    from massgen_mcp.review.changes import collect
+    from massgen_mcp.review.request import review_spec, tools_withheld
+    from massgen_mcp.team.context_files import Workspace
+
+    home.mkdir()  # the project's config: $MASSGEN_HOME/config.yaml (else ./.massgen/)
+    (home / "config.yaml").write_text(
+        "agents:\n  - id: abroad\n    backend: {type: openai, model: gpt-4o-mini, "
+        "base_url: 'https://reviews.example.com/v1', api_key: sk-inline-0000}\n")
+    monkeypatch.chdir(repo)
+    changes = await collect(repo)
+    workspace = Workspace(changes.root, confined=False)
+    withheld = await tools_withheld(review_spec(changes), workspace)
+    assert withheld == ["agent 'abroad' at https://reviews.example.com/v1 would receive the "
+                        "project's files (workspace_tools)"]
+    named = review_spec(changes, models=["openai/a@https://reviews.example.com/v1"])
+    assert await tools_withheld(named, workspace) == []
