@@ -60,6 +60,8 @@ from massgen_mcp.sessions.executor import (
     Executor,
     ExecutorInfo,
     Unsubscribe,
+    has_inline_keys,
+    recorded_config,
     recorded_team,
 )
 from massgen_mcp.sessions.executor import StartedRun as StartedRun  # start()'s reply, for faces
@@ -310,7 +312,16 @@ class ConsensusService:
 
         Keys are never recorded: a team that had them inline gets them from ``config`` (a
         file or @preset, as ``run --config`` takes it), else from the config file the
-        record names while its text is the one it ran with (:func:`reread_config`)."""
+        record names while its text is the one it ran with (:func:`reread_config`).
+
+        A record may have come with the repository, and the file it names is whatever it
+        says: so that file is read only for a team that had inline keys, and only once the
+        recorded team has passed the consent check."""
+        recorded = recorded_config(self.store, session_id)
+        if self._records_in_project():
+            consent.check_recorded(self.store, session_id, recorded)
+        if not has_inline_keys(recorded):
+            return recorded, None
         keys_from: TeamConfig | None = None
         source = self.store.read_request(session_id).config_file
         if config is not None:
@@ -318,10 +329,7 @@ class ConsensusService:
             keys_from, source = choice.team, choice.config_file
         elif source is not None:
             keys_from = await reread_config(source, check_trust=self.workspace.confined)
-        team = recorded_team(self.store, session_id, keys_from)
-        if self._records_in_project():
-            consent.check_recorded(self.store, session_id, team)
-        return team, source if any(a.api_key is not None for a in team.agents) else None
+        return recorded_team(self.store, session_id, keys_from), source
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -166,6 +166,15 @@ class Executor(Protocol):
     async def aclose(self, deadline_s: float = ..., *, interrupt: bool = False) -> None: ...
 
 
+def recorded_config(store: SessionStore, session_id: str) -> TeamConfig:
+    """The team as its config.json records it: inline ``api_key`` values read "***"."""
+    return build_team(store.read_config(session_id), source=f"session {session_id} config.json")
+
+
+def has_inline_keys(team: TeamConfig) -> bool:
+    return any(agent.api_key is not None for agent in team.agents)
+
+
 def recorded_team(store: SessionStore, session_id: str,
                   keys_from: TeamConfig | None = None) -> TeamConfig:
     """The team a session ran with, from its config.json (keys are not stored there: each
@@ -173,9 +182,8 @@ def recorded_team(store: SessionStore, session_id: str,
     "***") come from ``keys_from``, the team of the config file it ran with, read again by
     the caller: only when its agents are the recorded ones, so no key goes anywhere the
     recorded run did not send it."""
-    team = build_team(store.read_config(session_id),
-                      source=f"session {session_id} config.json")
-    if all(agent.api_key is None for agent in team.agents):
+    team = recorded_config(store, session_id)
+    if not has_inline_keys(team):
         return team
     if keys_from is None:
         raise SessionStateError(

@@ -22,26 +22,37 @@ if TYPE_CHECKING:
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="FIFOs are POSIX")
 
 
-async def _finished_session(scripted: Scripted, home: Path, tmp_path: Path
-                            ) -> tuple[ConsensusService, str]:
+async def _finished_session(scripted: Scripted, home: Path, tmp_path: Path, *,
+                            inline_key: bool = False) -> tuple[ConsensusService, str]:
     from massgen_mcp.core.spec import RunSpec
     from massgen_mcp.service import ConsensusService
     from massgen_mcp.team.context_files import Workspace
 
     server = scripted(agree)
     service = ConsensusService.local(home, Workspace(tmp_path, confined=False))
-    started = await service.start(RunSpec(question="q", models=["openai/a", "openai/b"],
-                                          base_url=server.base_url))
+    if inline_key:
+        config = tmp_path / "team.yaml"
+        config.write_text("agents:\n" + "".join(
+            f"  - id: {n}\n    backend: {{type: chatcompletion, model: {n}, base_url: "
+            f"'{server.base_url}', api_key: 'EMPTY'}}\n" for n in "ab"))
+        spec = RunSpec(question="q", config=str(config))
+    else:
+        spec = RunSpec(question="q", models=["openai/a", "openai/b"], base_url=server.base_url)
+    started = await service.start(spec)
     assert (await service.wait(started.session_id, None)).status == "completed"
     return service, started.session_id
 
 
 @posix_only
-@pytest.mark.xfail(strict=True, reason="red team: a planted request.json's config_file is "
-                   "opened blocking (a FIFO hangs continue/resume before any check)")
+@pytest.mark.parametrize("inline_key", [False, True], ids=["no-keys", "inline-keys"])
 async def test_planted_config_file_fifo_does_not_hang_continue(
-        scripted: Scripted, home: Path, tmp_path: Path) -> None:
-    service, sid = await _finished_session(scripted, home, tmp_path)
+        scripted: Scripted, home: Path, tmp_path: Path, inline_key: bool) -> None:
+    """A record (it may have come with the repository) names any file as the config its
+    inline keys come from. A team without inline keys never reads it: continue runs. One
+    with them reads it without waiting (a FIFO) and refuses in one line naming --config."""
+    from massgen_mcp.core.errors import SessionStateError
+
+    service, sid = await _finished_session(scripted, home, tmp_path, inline_key=inline_key)
     fifo = tmp_path / "cfg.fifo"
     os.mkfifo(fifo)
     request = home / "sessions" / sid / "request.json"
@@ -50,9 +61,13 @@ async def test_planted_config_file_fifo_does_not_hang_continue(
     request.write_text(json.dumps(data))
     try:
         # A guard against a hang, not a benchmark: the refusal or the run comes at once.
-        with pytest.raises(Exception) as caught:
-            await asyncio.wait_for(service.continue_session(sid, "and then?"), 10)
-        assert not isinstance(caught.value, TimeoutError)
+        follow = service.continue_session(sid, "and then?")
+        if not inline_key:
+            started = await asyncio.wait_for(follow, 60)
+            assert (await service.wait(started.session_id, None)).status == "completed"
+        else:
+            with pytest.raises(SessionStateError, match="--config FILE"):
+                await asyncio.wait_for(follow, 60)
     finally:
         # let a reader still blocked in open() go, so the test process can exit
         with contextlib.suppress(OSError):
