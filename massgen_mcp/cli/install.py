@@ -26,6 +26,7 @@ import sys
 import time
 import tomllib
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
@@ -260,10 +261,24 @@ def _read(path: Path, host_id: str, max_bytes: int) -> _Existing | None:
                           "away, then install again") from None
 
 
-def _merge_json(existing: str | None, key: str, entry: dict[str, Any], path: Path
-                ) -> tuple[str | None, Change]:
+def _exact_json(text: str) -> Any:
+    """JSON as its text says it: every number exactly (a Decimal, not the nearest float), and
+    no ``NaN`` or ``Infinity`` (which are not JSON)."""
+    def not_json(token: str) -> Any:
+        raise ValueError(token)
+
+    return json.loads(text, parse_float=Decimal, parse_constant=not_json)
+
+
+def _merge_json(existing: str | None, key: str, entry: dict[str, Any], path: Path,
+                host_id: str) -> tuple[str | None, Change]:
     """The new text of a JSON config with our entry, and what that does to it (``unchanged``:
-    the entry is already exactly ours, and the file is left as it is)."""
+    the entry is already exactly ours, and the file is left as it is).
+
+    Python reads a JSON number as the nearest float, so ``1e400`` would come back as
+    ``Infinity`` (which no host can parse) and ``0.1000000000000000055`` as ``0.1``. As on the
+    TOML side, the new text is written only if it reads, exactly, as the old document with our
+    entry and nothing else changed."""
     data: Any = {}
     if existing is not None and existing.strip():
         try:
@@ -283,7 +298,18 @@ def _merge_json(existing: str | None, key: str, entry: dict[str, Any], path: Pat
         return existing, "unchanged"
     change: Change = "updated" if SERVER_NAME in servers else "added"
     servers[SERVER_NAME] = entry
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n", change
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    try:
+        meant = _exact_json(existing) if existing is not None and existing.strip() else {}
+        meant.setdefault(key, {})[SERVER_NAME] = entry
+        same = _exact_json(text) == meant
+    except ValueError:
+        same = False
+    if not same:
+        raise ConfigError(f"{path} holds a number (or NaN, Infinity) that would not be written "
+                          f"back exactly as it is; nothing was written: add the entry "
+                          f"`massgen-mcp install {host_id} --print` shows by hand")
+    return text, change
 
 
 # A TOML key part (bare, "basic" or 'literal'), and a key of more parts than the nesting
@@ -490,7 +516,7 @@ def _write_entry(path: Path, host_id: str, scope: Scope, project: Path, snippet:
     if host.key == "toml":
         updated, change = _merge_toml(existing, snippet, path, host_id)
     else:
-        updated, change = _merge_json(existing, host.key, entry, path)
+        updated, change = _merge_json(existing, host.key, entry, path, host_id)
     if updated is None or change == "unchanged":
         return change, None
     mode = found.mode if found is not None else 0o644
