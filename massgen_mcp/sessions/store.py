@@ -107,6 +107,9 @@ EVENTS_MAX_BYTES = 256 * MIB  # streamed; a line at most:
 EVENT_LINE_MAX_BYTES = 8 * MIB
 # Events parsed per read (the last ones): a run records hundreds; parsing costs ~25 us each.
 EVENTS_READ_MAX = 10_000
+# ... and bytes parsed per read: a count alone let 10,000 wide events (32 MiB of labels) cost
+# 15 s of CPU, 2 min at the file cap. A run's events are a few hundred bytes each.
+EVENTS_READ_MAX_BYTES = 16 * MIB
 _BLOCK = MIB  # read back from the end of events.jsonl by blocks of this size
 _warned: set[tuple[str, str]] = set()  # (session, file) a warning was logged for
 _R = TypeVar("_R", bound=VersionedRecord)
@@ -278,12 +281,13 @@ class SessionStore:
                 size = os.fstat(handle.fileno()).st_size  # what a live run appends later waits
                 handle.seek(max(0, size - 1))
                 stop = size - 1 if handle.read(1) == b"\n" else size  # the last line's end
-                start = _tail_start(handle, stop, max(1, last))
+                start = _tail_start(handle, stop, max(1, last), EVENTS_READ_MAX_BYTES)
                 if whole and start:
                     raise SessionStateError(
                         f"session {session_id}: events.jsonl holds more than {last:,} events "
-                        "(a run records hundreds); it is not replayed or read whole: show and "
-                        "the report show its last events")
+                        f"or {EVENTS_READ_MAX_BYTES // MIB} MiB (a run records hundreds of "
+                        "small ones); it is not replayed or read whole: show and the report "
+                        "show its last events")
                 skipped = _count_lines(handle, start) if count else 0
                 handle.seek(start)
                 values = []
@@ -505,20 +509,28 @@ class SessionStore:
         return found, None
 
 
-def _tail_start(handle: BinaryIO, end: int, lines: int) -> int:
+def _tail_start(handle: BinaryIO, end: int, lines: int, limit: int) -> int:
     """Where the last ``lines`` lines of the file's first ``end`` bytes begin (0 when it has
-    no more than that), found by reading back from ``end`` block by block."""
-    while end > 0:
-        start = max(0, end - _BLOCK)
+    no more than that), found by reading back from ``end`` block by block, and no further
+    back than ``limit`` bytes: then the first whole line within them (``end`` if none)."""
+    floor = max(0, end - limit)
+    earliest = end  # the start of the earliest whole line found
+    pos = end
+    while pos > floor:
+        start = max(floor, pos - _BLOCK)
         handle.seek(start)
-        block = handle.read(end - start)
+        block = handle.read(pos - start)
         at = len(block)
         while (at := block.rfind(b"\n", 0, at)) != -1:
+            earliest = start + at + 1
             lines -= 1
             if lines == 0:
-                return start + at + 1
-        end = start
-    return 0
+                return earliest
+        pos = start
+    if floor == 0:
+        return 0
+    handle.seek(floor - 1)
+    return floor if handle.read(1) == b"\n" else earliest
 
 
 def _count_lines(handle: BinaryIO, end: int) -> int:

@@ -51,9 +51,9 @@ def test_what_needs_every_event_refuses_in_one_line_naming_the_file(
     with pytest.raises(SessionStateError) as caught:
         SessionStore(home).read_events(SID)
     assert str(caught.value) == (
-        f"session {SID}: events.jsonl holds more than {EVENTS_READ_MAX:,} events (a run "
-        "records hundreds); it is not replayed or read whole: show and the report show its "
-        "last events")
+        f"session {SID}: events.jsonl holds more than {EVENTS_READ_MAX:,} events or 16 MiB "
+        "(a run records hundreds of small ones); it is not replayed or read whole: show and "
+        "the report show its last events")
 
 
 def test_resume_replays_no_more_than_the_cap(home: Path, huge: int,
