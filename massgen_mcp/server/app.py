@@ -37,6 +37,7 @@ from massgen_mcp.core.spec import (
 from massgen_mcp.server import tools
 from massgen_mcp.server.handshake import INSTRUCTIONS
 from massgen_mcp.server.pages import add_health_route, add_live_pages
+from massgen_mcp.server.record_reads import read_off_loop
 from massgen_mcp.server.session_view import VIEW_URI, view_html
 from massgen_mcp.server.texts import readable
 from massgen_mcp.server.views import Detail, Until
@@ -338,8 +339,7 @@ def _add_resources(mcp: FastMCP) -> None:
     async def events_resource(session_id: str, ctx: Context) -> str:
         """The full event log (events.jsonl) of a session."""
         with tools.tool_errors():
-            return await asyncio.to_thread(tools.events_jsonl, tools.service_of(ctx),
-                                           session_id)
+            return await read_off_loop(tools.events_jsonl, tools.service_of(ctx), session_id)
 
     @mcp.resource("massgen://sessions/{session_id}/answers/{label}", mime_type="text/markdown")
     async def answer_resource(session_id: str, label: str, ctx: Context) -> str:
@@ -354,7 +354,7 @@ def _add_resources(mcp: FastMCP) -> None:
             from massgen_mcp.render.html import render_report
 
             service = tools.service_of(ctx)
-            return await asyncio.to_thread(lambda: render_report(service.record(session_id)))
+            return await read_off_loop(lambda: render_report(service.record(session_id)))
 
     @mcp.resource(VIEW_URI, name="session_view", app=AppConfig(prefers_border=True))
     def session_view() -> str:

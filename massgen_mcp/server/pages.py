@@ -21,6 +21,7 @@ from massgen_mcp.core.records import RunStatus, StatusRecord
 from massgen_mcp.core.secrets import redact_data
 from massgen_mcp.server import shutdown
 from massgen_mcp.server.guard import bearer_of, token_matches
+from massgen_mcp.server.record_reads import read_off_loop
 from massgen_mcp.service import ConsensusService
 
 if TYPE_CHECKING:
@@ -159,13 +160,12 @@ def add_live_pages(mcp: FastMCP, token: str | None, service: RunningService) -> 
         from massgen_mcp.render.html import render_report
 
         try:  # in a worker thread, as the report resource: see server/app.py
-            record = await asyncio.to_thread(running().record,
-                                             request.path_params["session_id"])
+            record = await read_off_loop(running().record, request.path_params["session_id"])
         except MassgenError as exc:
             return Response(str(exc), status_code=404)
         # The page of a running run carries the live script (render_report says when).
         policy = LIVE_CSP if record.status.status is RunStatus.RUNNING else REPORT_CSP
-        page = await asyncio.to_thread(render_report, record, live=True)
+        page = await read_off_loop(render_report, record, live=True)
         return HTMLResponse(page, headers={
             "Content-Security-Policy": policy, "Cache-Control": "no-store"})
 

@@ -95,3 +95,38 @@ async def test_the_server_answers_other_calls_while_a_huge_report_is_read(
         page = text_of((await report)[0])
     assert answered >= 2
     assert f"{huge - EVENTS_READ_MAX:,} earlier events skipped" in page
+
+
+async def test_report_reads_queue_in_their_own_lane_not_the_loops_executor(
+        home: Path, huge: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reads of the report that take long (held here until released) run in their own lane:
+    the event loop's default executor, where it resolves host names and the other faces'
+    blocking work goes, still runs work at once. In that executor, eight held reads filled
+    all of its cpu + 4 threads (red team, round 4)."""
+    import threading
+
+    from massgen_mcp.server.record_reads import READERS
+
+    release = threading.Event()
+    held: asyncio.Queue[str] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+    read_tail = SessionStore.read_events_tail
+
+    def slow(self: SessionStore, *args: object, **kwargs: object) -> object:
+        loop.call_soon_threadsafe(held.put_nowait, threading.current_thread().name)
+        release.wait(120)  # a read that takes its time, then reads for real
+        return read_tail(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SessionStore, "read_events_tail", slow)
+    async with Client(create_server(home=home), mode="legacy") as client:
+        reads = [asyncio.create_task(client.read_resource(report_uri(SID))) for _ in range(8)]
+        try:
+            # guards against a stall, not measures: each comes at once, or not at all
+            lanes = [await asyncio.wait_for(held.get(), 60) for _ in range(READERS)]
+            assert all(name.startswith("massgen-record-read") for name in lanes), lanes
+            assert await asyncio.wait_for(asyncio.to_thread(lambda: "ran"), 60) == "ran"
+            assert not any(read.done() for read in reads)
+        finally:
+            release.set()
+        pages = await asyncio.gather(*reads)
+    assert all("earlier events skipped" in text_of(page[0]) for page in pages)
