@@ -63,7 +63,7 @@ SLOTS = 3  # generations decoded together: a default team's three agents
 MAX_TOKENS = 512  # a turn's cap for a model of the user's own or a pulled one
 # The bundled 135M model's cap: its useful answers are a few sentences, and past that it
 # rambles or loops (a 3-question eval spent minutes in "which is 16, ...").
-BUNDLED_TOKENS = 256
+BUNDLED_TOKENS = 192
 # A turn that can only vote: the JSON with its label and a reason of VOTE_REASON_CHARS.
 VOTE_TOKENS = 96
 LOOP_CHECK_EVERY = 8  # streamed pieces between two looks for a loop (one look: under 15 ms)
