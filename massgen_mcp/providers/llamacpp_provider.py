@@ -52,7 +52,7 @@ from massgen_mcp.core import portable
 from massgen_mcp.core.edges import UnsafeJson, find_json_object
 from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.files import UnsafeFileError, open_own
-from massgen_mcp.core.repetition import loop_start
+from massgen_mcp.core.repetition import loop_start, without_loop
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers import local_model
@@ -394,6 +394,8 @@ class LlamaCppProvider:
         finally:
             with self._active_lock:
                 self._active -= 1
+        if not tools:  # a final presentation: no engine check follows, so say a loop once
+            text = without_loop(text)
         calls: list[ToolCall] = []
         decision = parse_decision(text) if tools else None
         if decision is not None:
