@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from massgen_mcp.consensus.state import View, normalise
 from massgen_mcp.core.edges import UnsafeJson, find_json_object, load_json
+from massgen_mcp.core.repetition import loop_start, without_loop
 from massgen_mcp.providers.base import Completion
 
 MAX_REASON_CHARS = 2_000
@@ -87,9 +88,9 @@ def _calls_from_tools(completion: Completion) -> list[tuple[str, object]] | Inva
 
 
 def parse_action(completion: Completion, view: View, *, native_tools: bool,
-                 novelty: str = "lenient") -> Action | Invalid:
+                 novelty: str = "lenient", retried: bool = False) -> Action | Invalid:
     """Validate one reply against the view it was given (``novelty``: the run's
-    answer_novelty_requirement)."""
+    answer_novelty_requirement; ``retried``: the reply answers a corrective retry)."""
     calls = _calls_from_tools(completion) if native_tools else _calls_from_json(completion.content)
     if isinstance(calls, Invalid):
         return calls
@@ -100,12 +101,12 @@ def parse_action(completion: Completion, view: View, *, native_tools: bool,
     if not isinstance(arguments, dict):
         return Invalid(f"the arguments of {name} must be a JSON object.", "bad_arguments")
     if name == "new_answer":
-        return _check_answer(arguments.get("content"), view, novelty)
+        return _check_answer(arguments.get("content"), view, novelty, retried)
     return _check_vote(arguments.get("answer"), arguments.get("reason"), view)
 
 
-def _check_answer(content: object, view: View, novelty: str = "lenient"
-                  ) -> NewAnswer | Invalid:
+def _check_answer(content: object, view: View, novelty: str = "lenient",
+                  retried: bool = False) -> NewAnswer | Invalid:
     if not view.may_answer:
         return Invalid("you have no answers left; you can only vote.", "answer_limit")
     if not isinstance(content, str) or not content.strip():
@@ -114,6 +115,14 @@ def _check_answer(content: object, view: View, novelty: str = "lenient"
         return Invalid(f"your answer is {len(content)} characters; the limit is "
                        f"{MAX_ANSWER_CHARS}. Shorten it and call new_answer again.",
                        "answer_too_long")
+    if loop_start(content) is not None:
+        # A model caught in a loop (core/repetition.py) is too long in another way: told so
+        # once; if the retry loops too, its answer is kept up to the loop's first copy, as
+        # the agent is better kept than dropped for a tiny model's habit.
+        if not retried:
+            return Invalid("your answer repeats the same words over and over. Say it once, "
+                           "briefly, and call new_answer again.", "answer_too_long")
+        content = without_loop(content)
     wanted = normalise(content)
     for answer in view.answers:
         if normalise(answer.content) == wanted:

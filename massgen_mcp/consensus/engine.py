@@ -175,7 +175,7 @@ class ConsensusRun(RunBooks):
                 completion = replace(completion, tool_calls=[
                     c for c in completion.tool_calls if not is_evidence(c.name)])
             action = parse_action(completion, view, native_tools=native,
-                                  novelty=self.options.answer_novelty)
+                                  novelty=self.options.answer_novelty, retried=attempt > 1)
             if not isinstance(action, Invalid):
                 return TurnOutcome(agent.id, view, action)
             self._emit(EventType.INVALID_ACTION, agent_id=agent.id, attempt=attempt,

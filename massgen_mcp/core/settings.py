@@ -184,8 +184,9 @@ SETTINGS = Settings(
                         "file"),
     # 512 is llama.cpp's own limit (GGML_MAX_N_THREADS).
     local_threads=Setting("MASSGEN_LOCAL_THREADS", _between(int, 1, 512), None,
-                          "CPU threads the embedded model runs on (default: every core, up "
-                          "to 8); fewer keeps it fast on a machine that is busy with other work",
+                          "CPU threads the embedded model runs on (default: one less than the "
+                          "cores, from 1 to 8); fewer keeps it fast on a machine that is busy "
+                          "with other work",
                           "a whole number from 1 to 512"),
     hf_endpoint=Setting("MASSGEN_HF_ENDPOINT", _base_url, "https://huggingface.co",
                         "where `massgen-mcp models pull` downloads from: a Hugging Face hub "

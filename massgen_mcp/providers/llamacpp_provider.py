@@ -15,6 +15,18 @@ call. Inference runs in worker threads, never on the event loop; one loaded mode
 :data:`SLOTS` agents at once; a cancelled call stops generating at the next token. Generation
 always streams inside llama.cpp; a call with a live-draft listener (``CallContext.on_text``)
 also gets each token's text on the event loop as it comes (the raw JSON of a decision).
+
+A small model falls into loops ("which is 16, which is 16, ...") and writes them until it is
+stopped, so every turn has a token cap sized to the model (:func:`token_cap`), and a
+generation whose text ends in a loop (:mod:`massgen_mcp.core.repetition`) stops there: the
+engine then treats the answer as too long (one corrective retry), not as a timeout retried
+from scratch.
+
+The cores are shared: with other processes, too. llama.cpp's threads spin at a barrier after
+every step, so threads beyond the free cores stall each other (:func:`decode_threads`), and
+runs in several processes on one machine take turns for the cores through seats, lock files
+in the user's cache (:class:`Seats`): as many processes decode at once as their threads fit
+the cores, and the others wait, outside their calls' timeouts, so two runs at once both end.
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import errno
 import importlib.util
 import json
 import os
@@ -31,12 +44,15 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from massgen_mcp.core import portable
 from massgen_mcp.core.edges import UnsafeJson, find_json_object
 from massgen_mcp.core.errors import ErrorKind, ProviderError
+from massgen_mcp.core.files import UnsafeFileError, open_own
+from massgen_mcp.core.repetition import loop_start, without_loop
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers import local_model
@@ -44,7 +60,14 @@ from massgen_mcp.providers.base import CallContext, Completion, TextListener, To
 
 CONTEXT_TOKENS = 8192  # shared by the slots (SmolLM2 was trained on 8k)
 SLOTS = 3  # generations decoded together: a default team's three agents
-MAX_TOKENS = 512
+MAX_TOKENS = 512  # a turn's cap for a model of the user's own or a pulled one
+# The bundled 135M model's cap: its useful answers are a few sentences, and past that it
+# rambles or loops (a 3-question eval spent minutes in "which is 16, ...").
+BUNDLED_TOKENS = 192
+# A turn that can only vote: the JSON with its label and a reason of VOTE_REASON_CHARS.
+VOTE_TOKENS = 96
+LOOP_CHECK_EVERY = 8  # streamed pieces between two looks for a loop (one look: under 15 ms)
+SEAT_POLL_S = 0.25  # how often a process waiting for a seat tries the seats again
 CANCEL_WAIT_S = 5.0  # a cancelled call waits this long for its generation to stop
 INSTALL_HINT = "pip install 'massgen-mcp[local]'"
 
@@ -112,6 +135,18 @@ def _decision_hint(tools: list[dict[str, Any]]) -> str:
     return "Reply with a JSON object: " + "; ".join(forms) + "."
 
 
+def token_cap(agent: AgentSpec, tools: list[dict[str, Any]] | None) -> int:
+    """The most tokens one turn of ``agent`` may generate: its own ``max_tokens``, else a
+    cap sized to the model (the bundled tiny one gets less than a pulled or custom one), and
+    a turn that can only vote gets what a vote needs."""
+    if agent.max_tokens:
+        return agent.max_tokens
+    if tools and {t["function"]["name"] for t in tools} == {"vote"}:
+        return VOTE_TOKENS
+    name = agent.model.removeprefix("local/")
+    return BUNDLED_TOKENS if name == local_model.BUNDLED_NAME else MAX_TOKENS
+
+
 def _plain_messages(messages: list[dict[str, Any]], hint: str | None) -> list[dict[str, str]]:
     """OpenAI-style messages (with tool calls and tool results) as plain chat turns."""
     plain: list[dict[str, str]] = []
@@ -131,14 +166,97 @@ def _plain_messages(messages: list[dict[str, Any]], hint: str | None) -> list[di
     return plain
 
 
-def decode_threads() -> int:
+def cores() -> int:
+    """The cores this process may run on (its affinity where the OS says, as in a container
+    limited to some CPUs)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def decode_threads(available: int | None = None) -> int:
     """How many CPU threads llama.cpp runs on (prompt and decoding):
-    ``MASSGEN_LOCAL_THREADS``, else every core up to 8. llama.cpp's threads meet at a barrier
-    after every step and wait for each other by spinning (OpenMP), so on a machine busy with
-    other work one descheduled thread stalls all of them: there, fewer threads are faster.
-    Measured on 2 cores (``bench/run.py --only embedded``): 2 threads 100 tokens/s on an idle
-    machine, 29 beside one busy process; 1 thread 69 either way."""
-    return SETTINGS.local_threads.read() or min(os.cpu_count() or 2, 8)
+    ``MASSGEN_LOCAL_THREADS``, else one less than the cores, up to 8, and at least 1.
+
+    llama.cpp's threads meet at a barrier after every step and wait for each other by
+    spinning (OpenMP), so one descheduled thread stalls all of them. The process itself needs
+    a core too: a team's agents are decoded together in one batch (:data:`SLOTS`), but the
+    event loop, the live drafts and the record run beside it, and so does the rest of the
+    machine. Measured on 2 cores (``bench/run.py --only embedded``): 2 threads 100 tokens/s
+    on an idle machine, 29 beside one busy process; 1 thread 69 either way; a warm 3-agent
+    run took 33 s with 2 threads and 18 s with 1 (issue 58)."""
+    return SETTINGS.local_threads.read() or max(1, min((available or cores()) - 1, 8))
+
+
+class Seats:
+    """Turns at the cores for the processes of one user that run the embedded model.
+
+    Each process loads its own model (a run in-process cannot share llama.cpp's memory), so
+    two runs at once in two processes would each spin their threads on the same cores and
+    both slow to a crawl (both timed out on 2 cores). There are ``cores // threads`` seats,
+    each a lock file in ``folder``; a process holds one while any of its generations is under
+    way, and a process that finds none free waits and tries again. The wait is the router's
+    gate (``ProviderRouter.slots``), outside the call's timeout, like any queue for a slot.
+    A lock dies with its process, so a killed run never keeps a seat."""
+
+    def __init__(self, folder: Path, count: int) -> None:
+        self.folder = folder
+        self.count = max(1, count)
+        self._fd: int | None = None  # the seat this process holds
+        self._users = 0  # this process's generations in their seat
+        # Held only between awaits (the router serves one event loop after another, and
+        # may serve several threads' loops): no asyncio lock, which binds to one loop.
+        self._lock = threading.Lock()
+
+    def _try_seats(self) -> int | None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for seat in range(self.count):
+            fd = open_own(self.folder / f".llama-seat-{seat}.lock", mine=True)
+            try:
+                if portable.lock(fd, wait=False):
+                    return fd
+            except OSError as exc:
+                if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP):
+                    os.close(fd)
+                    raise
+                return fd  # a file system without locks: no queue, as before seats
+            os.close(fd)
+        return None
+
+    def _enter(self) -> bool:
+        """Take this process's seat (or join its holder); False if none is free now."""
+        with self._lock:
+            if self._fd is None and self._users == 0:
+                try:
+                    self._fd = self._try_seats()
+                except (OSError, UnsafeFileError):
+                    pass  # no usable cache folder: decode without a seat, as before seats
+                else:
+                    if self._fd is None:
+                        return False
+            self._users += 1
+            return True
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0 and self._fd is not None:
+                fd, self._fd = self._fd, None
+                os.close(fd)  # closing the descriptor releases its lock
+
+    @property
+    def held(self) -> bool:
+        """Whether this process holds a seat now."""
+        return self._fd is not None
+
+    @contextlib.asynccontextmanager
+    async def seat(self) -> AsyncIterator[None]:
+        while not self._enter():
+            await asyncio.sleep(SEAT_POLL_S)
+        try:
+            yield
+        finally:
+            self._leave()
 
 
 class _Cancelled(Exception):
@@ -182,7 +300,10 @@ class _Model:
         usage: dict[str, int] = {}
         error: dict[str, Any] = {}
 
+        looped = False
+
         def on_chunk(chunk: dict[str, Any]) -> bool:  # True stops the generation
+            nonlocal looped
             if "error" in chunk:
                 error.update(chunk["error"])
                 return True
@@ -192,7 +313,10 @@ class _Model:
                     parts.append(choice["delta"]["content"])
                     if on_piece is not None:
                         on_piece(parts[-1])
-            return cancel.is_set() or self.closing.is_set()
+                    if (len(parts) % LOOP_CHECK_EVERY == 0
+                            and loop_start("".join(parts)) is not None):
+                        looped = True  # the rest would be more of the same: stop here
+            return looped or cancel.is_set() or self.closing.is_set()
 
         self._server.handle_chat_completions(
             {**request, "stream": True, "stream_options": {"include_usage": True}}, on_chunk)
@@ -222,6 +346,7 @@ class LlamaCppProvider:
         # Read when the provider is made (with the process's router, before any run), so a
         # malformed value is refused up front, not as a failed model call mid-run.
         self.threads = decode_threads()
+        self.seats = Seats(local_model.cache_dir(), cores() // self.threads)
         self._models: dict[Path, _Model] = {}
         self._load_lock = threading.Lock()
         self._active = 0  # generations under way, across models
@@ -233,6 +358,11 @@ class LlamaCppProvider:
     def generating(self) -> int:
         """How many generations are under way now."""
         return self._active
+
+    def slots(self, agent: AgentSpec) -> contextlib.AbstractAsyncContextManager[None]:
+        """The gate every call for ``agent`` passes through, before its timeout starts: a seat
+        at this machine's cores (:class:`Seats`)."""
+        return self.seats.seat()
 
     def _load(self, name: str) -> _Model:
         path = local_model.gguf_path(name)
@@ -247,7 +377,7 @@ class LlamaCppProvider:
         model = self._load(agent.model.removeprefix("local/"))
         request: dict[str, Any] = {
             "messages": _plain_messages(messages, _decision_hint(tools) if tools else None),
-            "max_tokens": agent.max_tokens or MAX_TOKENS,
+            "max_tokens": token_cap(agent, tools),
             "temperature": 0.7 if agent.temperature is None else agent.temperature,
         }
         if agent.top_p is not None:
@@ -264,6 +394,8 @@ class LlamaCppProvider:
         finally:
             with self._active_lock:
                 self._active -= 1
+        if not tools:  # a final presentation: no engine check follows, so say a loop once
+            text = without_loop(text)
         calls: list[ToolCall] = []
         decision = parse_decision(text) if tools else None
         if decision is not None:

@@ -16,13 +16,15 @@ import asyncio
 import atexit
 import threading
 import weakref
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Literal
 
 from massgen_mcp.core.errors import Refusal
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec, TeamConfig
 from massgen_mcp.providers import endpoints, preflight
-from massgen_mcp.providers.base import CallContext, Completion, Provider
+from massgen_mcp.providers.base import Bounded, CallContext, Completion, Provider
 from massgen_mcp.providers.cli.provider import CliProvider
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider
@@ -57,12 +59,16 @@ class ProviderRouter:
             asyncio.AbstractEventLoop, dict[tuple[str, str], asyncio.Semaphore]] = (
             weakref.WeakKeyDictionary())
 
-    def slots(self, agent: AgentSpec) -> asyncio.Semaphore:
-        """The semaphore shared by every call to the same provider endpoint."""
+    def slots(self, agent: AgentSpec) -> AbstractAsyncContextManager[Any]:
+        """The semaphore shared by every call to the same provider endpoint; for the embedded
+        model, then a seat at this machine's cores too (``LlamaCppProvider.slots``), so
+        processes that run it queue for the cores outside their calls' timeouts."""
         key = (agent.provider or agent.model, agent.base_url or "")
         slots = self._slots.setdefault(asyncio.get_running_loop(), {})
         if key not in slots:
             slots[key] = asyncio.Semaphore(self.max_parallel)
+        if served_by(agent) == "local" and isinstance(self.local, Bounded):
+            return _both(slots[key], self.local.slots(agent))
         return slots[key]
 
     async def complete(
@@ -102,6 +108,13 @@ class ProviderRouter:
             close = getattr(provider, "close", None)
             if close is not None:
                 close()
+
+
+@asynccontextmanager
+async def _both(outer: AbstractAsyncContextManager[Any], inner: AbstractAsyncContextManager[Any]
+                ) -> AsyncIterator[None]:
+    async with outer, inner:
+        yield
 
 
 _shared: ProviderRouter | None = None

@@ -17,14 +17,20 @@ from massgen_mcp.cli.main import main
 from massgen_mcp.consensus.prompts import workflow_tools
 from massgen_mcp.consensus.state import Answer, View
 from massgen_mcp.core.errors import ProviderError
+from massgen_mcp.core.repetition import loop_start
 from massgen_mcp.core.spec import PROVIDER_KEY_ENV, build_team
 from massgen_mcp.providers import local_model
 from massgen_mcp.providers.llamacpp_provider import (
+    BUNDLED_TOKENS,
     VOTE_REASON_CHARS,
+    VOTE_TOKENS,
     LlamaCppProvider,
+    Seats,
     decision_schema,
+    decode_threads,
     embedded_model_name,
     parse_decision,
+    token_cap,
 )
 
 needs_model = pytest.mark.skipif(
@@ -199,3 +205,97 @@ def test_two_runs_in_one_process_load_the_model_once(monkeypatch: pytest.MonkeyP
     finally:
         registry.close_shared_router()
     assert not router.local._models, "closing the router frees the model"  # type: ignore[attr-defined]
+
+
+def test_each_turn_has_a_token_cap_sized_to_the_model() -> None:
+    team = build_team({"agents": [{"id": "a", "model": "local/smollm2"},
+                                  {"id": "b", "model": "local/qwen2.5-1.5b"},
+                                  {"id": "c", "model": "local/smollm2", "max_tokens": 700}]})
+    tiny, pulled, own = team.agents
+    answer_or_vote = workflow_tools(VIEW)
+    vote_only = [t for t in answer_or_vote if t["function"]["name"] == "vote"]
+    assert token_cap(tiny, answer_or_vote) == BUNDLED_TOKENS < token_cap(pulled, None)
+    assert token_cap(tiny, vote_only) == token_cap(pulled, vote_only) == VOTE_TOKENS
+    assert token_cap(own, vote_only) == 700  # the agent's own max_tokens stands
+
+
+def test_threads_leave_a_core_to_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MASSGEN_LOCAL_THREADS", raising=False)
+    # 2 threads spun against each other on 2 shared cores: a warm run took 33 s, not 18 s.
+    assert [decode_threads(n) for n in (1, 2, 4, 16)] == [1, 1, 3, 8]
+    monkeypatch.setenv("MASSGEN_LOCAL_THREADS", "2")
+    assert decode_threads(2) == 2
+
+
+HOLD_A_SEAT = """
+import sys
+from pathlib import Path
+from massgen_mcp.providers.llamacpp_provider import Seats
+seats = Seats(Path(sys.argv[1]), 1)
+assert seats._enter()
+print("held", flush=True)
+sys.stdin.read()  # until the test closes stdin
+"""
+
+
+async def test_processes_queue_for_the_cores(tmp_path: Path) -> None:
+    """Two runs in two processes each load the model: they take turns at the cores (a seat
+    each while they decode) instead of both spinning on them until both time out."""
+    import asyncio
+    import subprocess
+    import sys
+
+    seats = Seats(tmp_path, 1)
+    other = subprocess.Popen([sys.executable, "-c", HOLD_A_SEAT, str(tmp_path)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(Path(massgen_mcp.__file__)
+                                                                  .parent.parent)})
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "held\n"
+        waiting = asyncio.create_task(_take(seats))
+        assert not seats._enter() and not seats.held  # the only seat is the other's
+        assert other.stdin is not None
+        other.stdin.close()  # it ends, and its seat is free
+        await asyncio.to_thread(other.wait, 60)
+        await asyncio.wait_for(waiting, 60)
+    finally:
+        other.kill()
+        other.wait()
+    assert not seats.held, "a process gives its seat back when its generations end"
+
+
+async def _take(seats: Seats) -> None:
+    async with seats.seat(), seats.seat():  # a process's calls share its one seat
+        assert seats.held
+
+
+def test_the_router_queues_embedded_calls_for_a_seat() -> None:
+    import asyncio
+
+    from massgen_mcp.providers.registry import ProviderRouter
+
+    router = ProviderRouter()
+    agent = build_team({"agents": [{"id": "a", "model": "local/smollm2"}]}).agents[0]
+    local = router.local
+    assert isinstance(local, LlamaCppProvider)
+
+    async def call() -> bool:
+        async with router.slots(agent):
+            return local.seats.held
+
+    assert asyncio.run(call()) and not local.seats.held
+
+
+@needs_model
+async def test_a_generation_that_loops_stops_at_the_loop() -> None:
+    agent = build_team({"agents": [{"id": "x", "model": "local/smollm2", "temperature": 0.0,
+                                    "max_tokens": 400}]}).agents[0]
+    provider = LlamaCppProvider()
+    looping = [{"role": "user", "content": "Count: " + ("which is 16, " * 4).rstrip()}]
+    completion = await provider.complete(agent, looping, tools=None, timeout_s=120)
+    provider.close()
+    # Stopped where the loop showed (about 80 tokens here), not at the 400-token cap; with no
+    # decision for the engine to check (a final presentation), the loop is said once.
+    assert completion.completion_tokens < 200
+    assert completion.content is not None and loop_start(completion.content) is None
+    assert len(completion.content) < 40  # "16 is 16, which": the unit once, not ~20 times
