@@ -195,8 +195,6 @@ def test_install_writes_json_the_host_can_parse(tmp_path: Path) -> None:
     json.loads((project / ".mcp.json").read_text(), parse_constant=strict)
 
 
-@pytest.mark.xfail(strict=True, reason="red team: eval's Hub probe parses HF_ENDPOINT outside "
-                   "its try: 'http://[::1' ends eval hf:... with a ValueError traceback")
 def test_hub_probe_takes_any_hf_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     from massgen_mcp.cli.evaluate import _hub_unreachable
 
