@@ -95,8 +95,6 @@ def test_event_tail_parses_bounded_bytes_not_only_bounded_count(
     assert tail.skipped > 0
 
 
-@pytest.mark.xfail(strict=True, reason="red team: a local hf: folder's README data_files "
-                   "URL is fetched (GET to any host) before the '://' refusal")
 def test_local_hf_folder_readme_makes_no_network_request(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``eval hf:./folder`` reads a cloned folder in place; its README may name data_files
@@ -140,9 +138,6 @@ def test_local_hf_folder_readme_makes_no_network_request(
     assert hits == []
 
 
-@pytest.mark.xfail(strict=True, reason="red team: a Parquet list<string> column is not kept "
-                   "dictionary-encoded: a batch of 64 rows is decoded before any row's check "
-                   "(1.9 KB file -> 2.1 GB RSS)")
 def test_parquet_list_column_is_not_decoded_a_batch_at_a_time(tmp_path: Path) -> None:
     """N3's fix keeps string columns dictionary-encoded and checks a row's declared bytes
     before decoding it; a ``choices`` column of list<string> (the usual shape) is decoded
