@@ -411,12 +411,13 @@ def _open_hf_folder(source: str, name: str, config: str, split: str, label: str,
     if not root.is_dir():
         raise ConfigError(f"{source}: {name} is not a folder; write hf:./FOLDER for a local "
                           "one, or hf:OWNER/NAME for the Hub's")
-    splits = _readme_splits(source, root, config)
-    listing = _folder_files(source, root)
+    splits, data_dir = _readme_splits(source, root, config)
+    base = root / data_dir  # data_dir's shape was checked: inside the folder, or a link
+    if not base.resolve().is_relative_to(root) or not base.is_dir():
+        raise ConfigError(f"{source}: the README's data_dir {data_dir} is not a folder inside "
+                          "the folder")
+    listing = _folder_files(source, base)
     if splits is None:
-        if config:
-            raise ConfigError(f"{source}: the folder's README names no configs, so there is "
-                              f"no config {config!r}; write hf:{name}::{split}")
         splits = _default_splits(listing, datasets.data_files)
         listing = [f for f in listing if Path(f).suffix.lower() in EXTENSIONS]
     if split not in splits:
@@ -428,7 +429,7 @@ def _open_hf_folder(source: str, name: str, config: str, split: str, label: str,
     for pattern in splits[split]:
         matched = sorted(f for f in listing if _glob(pattern).fullmatch(f)
                          and f.rsplit("/", 1)[-1] not in ignored)
-        paths += [str(root / f) for f in matched if str(root / f) not in paths]
+        paths += [str(base / f) for f in matched if str(base / f) not in paths]
     if not paths:
         raise ConfigError(f"{source}: the folder's patterns for split {split!r} match no "
                           "files")
@@ -452,30 +453,17 @@ def _open_hf_folder(source: str, name: str, config: str, split: str, label: str,
     return Source(label, rows())
 
 
-def _readme_splits(source: str, root: Path, config: str) -> dict[str, list[str]] | None:
+def _readme_splits(source: str, root: Path, config: str
+                   ) -> tuple[dict[str, list[str]] | None, str]:
     """The split -> patterns of the folder's README's ``configs`` for ``config`` (empty:
-    the default one), each pattern checked to stay inside the folder; None without configs."""
-    from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
-    from massgen_mcp.team.safe_yaml import parse_yaml
-
+    the default one), and its ``data_dir`` (the patterns are relative to it), each checked
+    to stay inside the folder; None for the splits when the config names no data_files
+    (they are found by file names, as without a README), "." for no data_dir."""
     readme = root / "README.md"
-    try:
-        text = read_bytes_safely(readme, MAX_README_BYTES).decode("utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.reason if isinstance(exc, UnsafeFileError) else type(exc).__name__
-        raise ConfigError(f"{source}: the folder's README.md cannot be read ({why}); it must "
-                          f"be a UTF-8 file of at most {MAX_README_BYTES // 2**20} MiB, not a "
-                          "link") from None
-    lines = text.lstrip("\ufeff").splitlines()
-    if not lines or lines[0].strip() != "---" or "---" not in (x.strip() for x in lines[1:]):
-        return None
-    end = [x.strip() for x in lines].index("---", 1)
-    header = parse_yaml("\n".join(lines[1:end]), f"{readme}")
+    header = _readme_header(source, readme)
     configs = header.get("configs") if isinstance(header, dict) else None
     if configs is None:
-        return None
+        return _no_configs(source, config)
     shape = (f"{source}: {readme}: configs must be a list of mappings with config_name and "
              "data_files")
     if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
@@ -491,7 +479,13 @@ def _readme_splits(source: str, root: Path, config: str) -> dict[str, list[str]]
         raise ConfigError(f"{source}: the folder's README has no config {config or 'default'!r}"
                           f" (configs: {', '.join(names) or 'none'}); name one as "
                           "hf:FOLDER:CONFIG:SPLIT")
+    data_dir = chosen[0].get("data_dir", ".")
+    if not isinstance(data_dir, str):
+        raise ConfigError(shape)
+    _check_pattern(source, readme, data_dir)
     files = chosen[0].get("data_files")
+    if files is None and "data_dir" in chosen[0]:
+        return None, data_dir
     if isinstance(files, str | list) and not (isinstance(files, list) and files
                                               and isinstance(files[0], dict)):
         files = {"train": files}
@@ -509,7 +503,36 @@ def _readme_splits(source: str, root: Path, config: str) -> dict[str, list[str]]
         for pattern in patterns:
             _check_pattern(source, readme, pattern)
         splits[str(name)] = patterns
-    return splits
+    return splits, data_dir
+
+
+def _readme_header(source: str, readme: Path) -> object:
+    """The README's YAML header (between its first two ``---`` lines), None without one;
+    read bounded (:data:`MAX_README_BYTES`, no link, no FIFO) and parsed as safe YAML."""
+    from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
+    from massgen_mcp.team.safe_yaml import parse_yaml
+
+    try:
+        text = read_bytes_safely(readme, MAX_README_BYTES).decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.reason if isinstance(exc, UnsafeFileError) else type(exc).__name__
+        raise ConfigError(f"{source}: the folder's README.md cannot be read ({why}); it must "
+                          f"be a UTF-8 file of at most {MAX_README_BYTES // 2**20} MiB, not a "
+                          "link") from None
+    lines = [line.strip() for line in text.lstrip("\ufeff").splitlines()]
+    if not lines or lines[0] != "---" or "---" not in lines[1:]:
+        return None
+    return parse_yaml("\n".join(text.lstrip("\ufeff").splitlines()[1:lines.index("---", 1)]),
+                      str(readme))
+
+
+def _no_configs(source: str, config: str) -> tuple[None, str]:
+    if config:
+        raise ConfigError(f"{source}: the folder's README names no configs, so there is no "
+                          f"config {config!r}; leave it out, as hf:FOLDER::SPLIT")
+    return None, "."
 
 
 def _check_pattern(source: str, readme: Path, pattern: str) -> None:

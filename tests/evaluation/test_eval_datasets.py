@@ -656,10 +656,12 @@ def test_a_local_hf_folder_readme_configs_name_its_files(tmp_path: Path,
     (folder / "README.md").write_text(
         "---\nlicense: mit\nconfigs:\n- config_name: plain\n  default: true\n  data_files:\n"
         "  - split: test\n    path: plain/*.jsonl\n- config_name: hard\n  data_files:\n"
-        "  - split: test\n    path: [\"hard/**/*.jsonl\"]\n---\n# A dataset\n")
+        "  - split: test\n    path: [\"hard/**/*.jsonl\"]\n- config_name: dir\n"
+        "  data_dir: hard\n---\n# A dataset\n")
     assert [i.question for i in load_items(f"hf:{folder}")] == ["plain"]
     assert [i.question for i in load_items(f"hf:{folder}:hard")] == ["hard a", "hard b"]
-    with pytest.raises(ConfigError, match=r"no config 'other' \(configs: plain, hard\)"):
+    assert [i.question for i in load_items(f"hf:{folder}:dir:train")] == ["hard a", "hard b"]
+    with pytest.raises(ConfigError, match=r"no config 'other' \(configs: plain, hard, dir\)"):
         load_items(f"hf:{folder}:other")
 
 
