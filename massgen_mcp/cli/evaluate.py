@@ -189,14 +189,21 @@ def _hub_unreachable() -> str | None:
     that cannot be told: behind a proxy). When it cannot, the Hub's client is put offline
     (``HF_HUB_OFFLINE``, read when ``datasets`` is first imported, which is later): a
     dataset already in the cache loads as it is, and one that is not fails at once with one
-    line, instead of five retries a file, each a warning, over 23 s."""
+    line, instead of five retries a file, each a warning, over 23 s.
+
+    An ``HF_ENDPOINT`` that is not a URL (``http://[::1``) is an unreachable Hub too, said
+    in the same line with the variable named: the Hub's client could not use it either, and
+    the local cache may still hold the dataset."""
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on") or (
             any(os.environ.get(name) for name in PROXY_ENV)):
         return None
     endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
-    parts = urlsplit(endpoint)
     try:
-        port = parts.port or (80 if parts.scheme == "http" else 443)
+        try:  # urlsplit and .port raise ValueError for a malformed URL
+            parts = urlsplit(endpoint)
+            port = parts.port or (80 if parts.scheme == "http" else 443)
+        except ValueError as exc:
+            raise ValueError(f"HF_ENDPOINT is not a URL: {exc}") from None
         socket.create_connection((parts.hostname or "", port), timeout=HUB_PROBE_S).close()
     except (OSError, ValueError) as exc:
         os.environ["HF_HUB_OFFLINE"] = "1"

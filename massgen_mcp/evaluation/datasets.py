@@ -86,7 +86,9 @@ def load_items(source: str, fields: Fields = Fields(), *, limit: int | None = No
     """
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit: {limit}; give a whole number of at least 1")
-    opened = open_source(source, sampling=seed is not None and limit is not None)
+    opened = open_source(source, sampling=seed is not None and limit is not None,
+                         fields=[path for path in (fields.question, fields.answer,
+                                                   fields.choices) if path])
     try:
         taken = _take(opened, limit, seed, fields)
         if not taken:

@@ -621,3 +621,61 @@ def test_a_local_hf_folder_reads_only_its_own_files(tmp_path: Path, hf_offline: 
                                       "  - split: test\n    path: ../private/test.jsonl\n---\n")
     with pytest.raises(ConfigError, match=r"test\.jsonl is outside the folder"):
         load_items(f"hf:{folder}", limit=1)
+
+
+@pytest.mark.parametrize("pattern", ["/**/*.nomatch.csv", "../**/*.csv", "data/../../*.csv",
+                                     "~/*.csv", "C:/*.csv", "file:///etc/*.csv",
+                                     "http://127.0.0.1:9/beacon/*.csv"])
+def test_a_local_hf_folder_readme_pattern_that_could_reach_outside_is_refused_by_its_shape(
+        tmp_path: Path, hf_offline: Path, pattern: str) -> None:
+    """``/**/*.nomatch.csv`` walked the whole filesystem (27.8 s, 671 MB) before any check:
+    such a pattern is refused as it is written, before anything is listed."""
+    folder = tmp_path / "ds2"
+    folder.mkdir()
+    write_csv(folder / "test.csv", [{"question": "q", "answer": "a"}])
+    (folder / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n"
+                                      f"  - split: test\n    path: {json.dumps(pattern)}\n---\n")
+    with pytest.raises(ConfigError) as caught:
+        load_items(f"hf:{folder}", limit=1)
+    assert str(caught.value) == (
+        f"hf:{folder}: {folder / 'README.md'}: data_files {pattern} is outside the folder or "
+        "could reach outside it (a URL, an absolute path, ~ or ..); eval reads only the "
+        "folder's own files, named relative to it")
+
+
+def test_a_local_hf_folder_readme_configs_name_its_files(tmp_path: Path,
+                                                         hf_offline: Path) -> None:
+    """The README's configs are read here, as ``datasets`` reads them: the default config
+    (or the one named), a split's patterns matched inside the folder, in order."""
+    folder = tmp_path / "ds"
+    for sub in ("plain", "hard/x"):
+        (folder / sub).mkdir(parents=True)
+    write_jsonl(folder / "plain" / "test.jsonl", [{"question": "plain", "answer": "1"}])
+    write_jsonl(folder / "hard" / "x" / "b.jsonl", [{"question": "hard b", "answer": "2"}])
+    write_jsonl(folder / "hard" / "a.jsonl", [{"question": "hard a", "answer": "3"}])
+    (folder / "README.md").write_text(
+        "---\nlicense: mit\nconfigs:\n- config_name: plain\n  default: true\n  data_files:\n"
+        "  - split: test\n    path: plain/*.jsonl\n- config_name: hard\n  data_files:\n"
+        "  - split: test\n    path: [\"hard/**/*.jsonl\"]\n- config_name: dir\n"
+        "  data_dir: hard\n---\n# A dataset\n")
+    assert [i.question for i in load_items(f"hf:{folder}")] == ["plain"]
+    assert [i.question for i in load_items(f"hf:{folder}:hard")] == ["hard a", "hard b"]
+    assert [i.question for i in load_items(f"hf:{folder}:dir:train")] == ["hard a", "hard b"]
+    with pytest.raises(ConfigError, match=r"no config 'other' \(configs: plain, hard, dir\)"):
+        load_items(f"hf:{folder}:other")
+
+
+def test_a_parquet_file_is_read_by_the_columns_the_fields_name(tmp_path: Path) -> None:
+    """Only the columns the mapping uses are decoded: a list column of 16 copies of a
+    1 MiB value that no field names costs nothing; named, its row is refused by the bytes
+    its nested values declare, before the row is decoded."""
+    big = "x" * 2**20
+    path = tmp_path / "lists.parquet"
+    pyarrow.parquet.write_table(pyarrow.table({
+        "question": pyarrow.array(["q"] * 4), "answer": pyarrow.array(["A"] * 4),
+        "junk": pyarrow.array([[big] * 16] * 4, type=pyarrow.list_(pyarrow.string()))}),
+        path, compression="zstd")
+    assert [item.question for item in load_items(str(path), limit=1)] == ["q"]
+    with pytest.raises(ConfigError, match=r"^lists\.parquet#0: the row holds 16,7\d\d,\d\d\d "
+                       "bytes, more than 8 MiB; each row must be one item$"):
+        load_items(str(path), Fields(choices="junk"), limit=1)

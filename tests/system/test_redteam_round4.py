@@ -113,8 +113,6 @@ def test_event_tail_parses_bounded_bytes_not_only_bounded_count(
         store.read_events(sid)
 
 
-@pytest.mark.xfail(strict=True, reason="red team: a local hf: folder's README data_files "
-                   "URL is fetched (GET to any host) before the '://' refusal")
 def test_local_hf_folder_readme_makes_no_network_request(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``eval hf:./folder`` reads a cloned folder in place; its README may name data_files
@@ -158,9 +156,6 @@ def test_local_hf_folder_readme_makes_no_network_request(
     assert hits == []
 
 
-@pytest.mark.xfail(strict=True, reason="red team: a Parquet list<string> column is not kept "
-                   "dictionary-encoded: a batch of 64 rows is decoded before any row's check "
-                   "(1.9 KB file -> 2.1 GB RSS)")
 def test_parquet_list_column_is_not_decoded_a_batch_at_a_time(tmp_path: Path) -> None:
     """N3's fix keeps string columns dictionary-encoded and checks a row's declared bytes
     before decoding it; a ``choices`` column of list<string> (the usual shape) is decoded
@@ -214,8 +209,6 @@ def test_install_writes_json_the_host_can_parse(tmp_path: Path, number: str) -> 
     json.loads((project / ".mcp.json").read_text(), parse_constant=strict)
 
 
-@pytest.mark.xfail(strict=True, reason="red team: eval's Hub probe parses HF_ENDPOINT outside "
-                   "its try: 'http://[::1' ends eval hf:... with a ValueError traceback")
 def test_hub_probe_takes_any_hf_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     from massgen_mcp.cli.evaluate import _hub_unreachable
 
