@@ -1,5 +1,5 @@
 """Red team, round 4 (issue 57 item 3): breaks found on this turn's new surfaces, each
-reproduced with the input an attacker controls. Marked xfail(strict) until fixed."""
+reproduced with the input an attacker controls; each now fixed, and held here."""
 
 from __future__ import annotations
 
