@@ -136,11 +136,13 @@ def _litellm_loaded() -> None:
 
 @pytest.fixture
 def scripted(_litellm_loaded: None) -> Iterator[Scripted]:
-    """Start scripted servers: ``server = scripted(policy, latency_s=0.0)``."""
+    """Start scripted servers: ``server = scripted(policy, latency_s=0.0)``; ``chunk_chars``
+    sets the pieces a stream comes in (see :class:`ScriptedServer`)."""
     servers: list[ScriptedServer] = []
 
-    def start(policy: Policy = agree, latency_s: float = 0.0) -> ScriptedServer:
-        server = ScriptedServer(policy, latency_s=latency_s).__enter__()
+    def start(policy: Policy = agree, latency_s: float = 0.0,
+              chunk_chars: int = 4) -> ScriptedServer:
+        server = ScriptedServer(policy, latency_s=latency_s, chunk_chars=chunk_chars).__enter__()
         servers.append(server)
         return server
 

@@ -53,6 +53,12 @@ from massgen_mcp.testing.scripted import (
 
 FAST = {"retry_backoff_s": 0.01, "call_timeout_s": 10.0}
 NEVER_S = 30.0  # a scripted model this slow is never waited for in the tests
+# How a reply of 100,000 characters and more streams in a test of what the whole reply holds:
+# in the 4-character pieces of a hosted model it is 25,000+ chunks, 1 s of litellm's CPU and
+# more, which a loaded 2-core machine stretches past FAST's call_timeout_s (the call is then
+# retried from scratch and the agent dropped, and the test sees no corrective retry at all).
+# In 4 KiB pieces it still streams, in a few dozen chunks.
+BIG_CHUNK_CHARS = 4096
 
 
 def unused_port() -> int:
@@ -78,7 +84,8 @@ def text_of(item: ContentBlock | TextResourceContents | BlobResourceContents) ->
 class Scripted(Protocol):
     """The ``scripted`` fixture: starts a scripted model server, stopped after the test."""
 
-    def __call__(self, policy: Policy = ..., latency_s: float = ...) -> ScriptedServer: ...
+    def __call__(self, policy: Policy = ..., latency_s: float = ...,
+                 chunk_chars: int = ...) -> ScriptedServer: ...
 
 
 def hostile(payload: str) -> Policy:

@@ -191,6 +191,27 @@ async def follow(url: str, session_id: str) -> dict[str, Any]:
                 return dict(status)
 
 
+# What a worker logs when it stops a run without writing: its claim went unrenewed, a renewal
+# found the claim taken, or the record refused a write under an older fencing token.
+STOPS = ("stopping here without writing", "stopping the run without writing")
+
+
+def cut_offs(pool: Pool) -> int:
+    """How many times a worker has stopped a run without writing so far (from the workers'
+    logs). A loaded machine can hold a worker's event loop past the harness's 1 s lease, and
+    the pool's rules then take the run away from it; the next worker runs it from its record,
+    so each such stop repeats only the model calls that were in flight when it came: at most
+    one per agent (an agent's turn is one call at a time; the final answer is one call)."""
+    return sum(log.read_text(errors="replace").count(stop)
+               for log in pool.tmp.glob("worker-*.log") for stop in STOPS)
+
+
+def answer_calls(server: ScriptedServer) -> int:
+    """The answer turns the models were asked for (not votes, final answers or checks)."""
+    return len([r for r in server.requests
+                if not r.vote_labels and not r.is_final and not r.is_check])
+
+
 def record(home: Path, session_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     folder = home / "sessions" / session_id
     events = [json.loads(x) for x in (folder / "events.jsonl").read_text().splitlines()]

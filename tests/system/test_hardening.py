@@ -36,7 +36,7 @@ from massgen_mcp.testing.scripted import (
     tool_calls,
     vote,
 )
-from tests.helpers import FAST, Scripted, can_mount_tmpfs, run_team, team_for
+from tests.helpers import BIG_CHUNK_CHARS, FAST, Scripted, can_mount_tmpfs, run_team, team_for
 from tests.servers import RawStdio, models_for, server_env, start_raw
 
 # Four ways to give a key, each its own value. None of the variable names looks like a
@@ -496,7 +496,7 @@ async def test_oversized_answers_get_a_corrective_retry(scripted: Scripted) -> N
             return answer("y" * 150_000)
         return agree(req)
 
-    out = await run_team(team_for(scripted(policy)))
+    out = await run_team(team_for(scripted(policy, chunk_chars=BIG_CHUNK_CHARS)))
     result = out.result
     assert result["status"] == "completed"
     invalid = out.events("invalid_action")

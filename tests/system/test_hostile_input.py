@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from massgen_mcp.server.app import create_server
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, text, tool_calls
-from tests.helpers import Scripted, run_team, team_for
+from tests.helpers import BIG_CHUNK_CHARS, Scripted, run_team, team_for
 from tests.servers import TOKEN, free_port, server_env
 
 DEEP = "[" * 100_000
@@ -113,7 +113,7 @@ def deep_replies(req: ChatRequest) -> Reply:
 @pytest.mark.parametrize("drafts", [False, True], ids=["whole", "streamed"])
 async def test_deeply_nested_json_in_a_reply_gets_a_corrective_retry(
         scripted: Scripted, drafts: bool) -> None:
-    server = scripted(deep_replies)
+    server = scripted(deep_replies, chunk_chars=BIG_CHUNK_CHARS)
     team = team_for(server, agent_overrides={"b": {"tool_calling": False}})
     out = await run_team(team, drafts=drafts)
     assert out.result["status"] == "completed", out.result

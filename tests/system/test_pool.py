@@ -22,12 +22,14 @@ import pytest
 from fastmcp import Client
 
 from massgen_mcp.pool.live import redact_url
-from massgen_mcp.testing.scripted import ChatRequest, agree
+from massgen_mcp.testing.scripted import agree
 from tests.pool_harness import (
     CANARY,
     REDIS,
     HangingVotes,
     Pool,
+    answer_calls,
+    cut_offs,
     follow,
     models,
     record,
@@ -36,10 +38,6 @@ from tests.pool_harness import (
 
 pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
                                 reason="redis-server is not installed")
-
-
-def is_answer_call(req: ChatRequest) -> bool:
-    return not req.vote_labels and not req.is_final and not req.is_check
 
 
 async def test_a_run_started_on_one_front_end_is_followed_on_another(
@@ -59,7 +57,10 @@ async def test_a_run_started_on_one_front_end_is_followed_on_another(
     assert listed["sessions"][0]["session_id"] == sid
     assert setup["mode"] == "pool" and setup["workers"] == [pool.worker_name(pool.workers[0])]
     recorded, events = record(home, sid)
-    assert recorded["status"] == "completed" and len(server.requests) == 7
+    # 3 answers, 3 votes, the final answer; a run cut off on a loaded machine and run again
+    # repeats the calls it had in flight (see cut_offs).
+    assert recorded["status"] == "completed"
+    assert 7 <= len(server.requests) <= 7 + 3 * cut_offs(pool), len(server.requests)
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert (home / "sessions" / sid / "report.html").is_file()
     status_file = json.loads((home / "sessions" / sid / "status.json").read_text())
@@ -78,6 +79,7 @@ async def test_a_killed_worker_s_run_finishes_on_the_other_without_repeating_cal
     pool.wait_workers(2)
     sid = await start(front, server)
     await votes.arrived(3)  # every answer is recorded; the three votes hang
+    answered = answer_calls(server)  # 3, or more if a run was cut off before (cut_offs)
     holder = json.loads((home / "sessions" / sid / "status.json").read_text())["worker"]
     victim = first if holder == pool.worker_name(first) else second
     survivor = second if victim is first else first
@@ -87,8 +89,8 @@ async def test_a_killed_worker_s_run_finishes_on_the_other_without_repeating_cal
 
     status = await follow(front, sid)
     assert status["status"] == "completed"
-    answers = [r for r in server.requests if is_answer_call(r)]
-    assert len(answers) == 3, "the recorded answers were not asked for again"
+    assert answer_calls(server) == answered, "the recorded answers were not asked for again"
+    assert answered <= 3 + 3 * cut_offs(pool), f"{answered} answer calls"
     recorded, events = record(home, sid)
     types = [e["type"] for e in events]
     assert types.count("answer") == 3 and "resumed" in types and types[-1] == "finished"
@@ -130,10 +132,12 @@ async def test_a_queued_run_cancelled_with_no_worker_never_runs(
     assert cancelled["status"] == "cancelled"
     pool.worker()
     pool.wait_workers(1)
-    sid_2 = await start(front, server)  # the worker skips the cancelled one, runs this one
-    assert (await follow(front, sid_2))["status"] == "completed"
+    sid_2 = await start(front, server, "Another question?")  # the worker skips the cancelled
+    assert (await follow(front, sid_2))["status"] == "completed"  # one, runs this one
     assert record(home, sid)[0]["status"] == "cancelled"
-    assert len(server.requests) == 7, "the cancelled run made no call"
+    # Counted by question, not in all: a run cut off on a loaded machine repeats some calls.
+    assert server.requests and all("Another question?" in r.user for r in server.requests), (
+        "the cancelled run made no call")
 
 
 async def test_a_stopped_worker_hands_its_run_back(pool: Pool, scripted: Any,
@@ -145,6 +149,10 @@ async def test_a_stopped_worker_hands_its_run_back(pool: Pool, scripted: Any,
     pool.wait_workers(1)
     sid = await start(front, server)
     await votes.arrived(3)
+    # A run asks for votes only once its answers are recorded. A loaded machine may have cut
+    # a run off before that and run it again (see cut_offs), asking its answers twice; never
+    # after.
+    answered = answer_calls(server)
     votes.release()
     first.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(first.wait, 20) == 0
@@ -153,8 +161,9 @@ async def test_a_stopped_worker_hands_its_run_back(pool: Pool, scripted: Any,
     pool.worker()
     assert (await follow(front, sid))["status"] == "completed"
     types = [e["type"] for e in record(home, sid)[1]]
-    assert "requeued" in types and "resumed" in types
-    assert len([r for r in server.requests if is_answer_call(r)]) == 3
+    assert "requeued" in types and "resumed" in types and types.count("answer") == 3, types
+    assert answer_calls(server) == answered, "the recorded answers were not asked for again"
+    assert answered <= 3 + 3 * cut_offs(pool), f"{answered} answer calls"
 
 
 @pytest.mark.slow
@@ -281,6 +290,7 @@ async def test_a_worker_cut_off_from_redis_stops_writing_and_its_run_goes_on(
         pool.wait_workers(1)
         sid = await start(front, server)
         await votes.arrived(3)
+        answered = answer_calls(server)  # all recorded (see the stopped worker's test)
         events = home / "sessions" / sid / "events.jsonl"
         pool.stop_redis()
         log = tmp_path / "worker-0.log"
@@ -295,7 +305,7 @@ async def test_a_worker_cut_off_from_redis_stops_writing_and_its_run_goes_on(
         types = [json.loads(line)["type"] for line in after[len(left):].splitlines()]
         assert types[0] == "resumed", "the fenced worker wrote nothing after it stopped"
         assert "requeued" not in types and "cancelled" not in types
-        assert len([r for r in server.requests if is_answer_call(r)]) == 3
+        assert answer_calls(server) == answered, "the recorded answers were not asked again"
     finally:
         pool.close()
 
@@ -366,12 +376,16 @@ async def test_a_paused_worker_never_writes_again(pool: Pool, scripted: Any, hom
     holder = json.loads((folder / "status.json").read_text())["worker"]
     owner = first if holder == pool.worker_name(first) else second
     other = second if owner is first else first
+    # Every answer is recorded (see test_a_stopped_worker_hands_its_run_back) and the owner's
+    # three votes hang, never to be recorded.
+    paused_at, answered, cut_before = len(server.requests), answer_calls(server), cut_offs(pool)
     owner.send_signal(signal.SIGSTOP)  # frozen past its lease, with its votes in flight
     try:
         assert (await follow(front, sid))["status"] == "completed"  # taken over, finished
         await asyncio.to_thread(pool._until, lambda: redis_cli(
             pool, "exists", f"massgen:claim:{sid}") == "0", "the claim was not released")
         settled, calls = snapshot(folder), len(server.requests)
+        cut_after = cut_offs(pool) - cut_before  # the other worker's, while the owner slept
     finally:
         owner.send_signal(signal.SIGCONT)
     votes.release()  # the frozen worker's votes are answered now that it runs again
@@ -396,9 +410,13 @@ async def test_a_paused_worker_never_writes_again(pool: Pool, scripted: Any, hom
     assert [why for why, end in ends.items() if why in text and end.decode() in text], text
     assert len(server.requests) == calls, "the paused worker made no call once it woke"
     assert snapshot(folder) == settled, "the paused worker wrote nothing once it woke"
-    # 3 answers, the 3 votes in flight at the pause, then the other worker's votes (the third
-    # may be cancelled before it is sent, once two agree) and final.
-    assert calls in (9, 10) and len([r for r in server.requests if is_answer_call(r)]) == 3
+    # After the pause, the other worker asks each agent's vote (the third may be cancelled
+    # before it is sent, once two agree) and the final answer: 3 or 4 calls. On a loaded
+    # machine the other worker may itself be cut off and run the session again, repeating
+    # the calls it had in flight (cut_offs): the earlier count, (9, 10) in all, held only
+    # while no worker but the paused one ever lost a claim.
+    assert 3 <= calls - paused_at <= 4 + 3 * cut_after, (calls, paused_at, cut_after)
+    assert answer_calls(server) == answered <= 3 + 3 * cut_before, (answered, cut_before)
     recorded, events = record(home, sid)
     seqs = [e["seq"] for e in events]
     assert seqs == list(range(1, len(events) + 1)), "seq strictly increasing and unique"
