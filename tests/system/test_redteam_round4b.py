@@ -1,0 +1,134 @@
+"""Red team, round 4b (issue 57 item 3): breaks on the surfaces added after the first
+round-4 pass (review input and snapshot, ...), each reproduced with the input an attacker
+controls, as a strict xfail until it is fixed."""
+
+from __future__ import annotations
+
+import binascii
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from massgen_mcp.review.changes import collect
+from massgen_mcp.review.snapshot import snapshot
+from tests.review.conftest import git
+from tests.review.conftest import repo as repo  # the fixture: a repository with changes
+
+posix_only = pytest.mark.skipif(sys.platform == "win32", reason="shell-script plants")
+
+
+def _planted_program(tmp_path: Path, name: str) -> tuple[Path, str]:
+    """A program that leaves ``ran/<name>`` when it runs and passes its input through."""
+    ran = tmp_path / "ran"
+    ran.mkdir(exist_ok=True)
+    script = tmp_path / f"{name}.sh"
+    script.write_text(f'#!/bin/sh\ntouch "{ran}/{name}"\ncat\n')
+    script.chmod(0o755)
+    return ran, str(script)
+
+
+@posix_only
+@pytest.mark.xfail(strict=True, reason="red team: filter_overrides builds '-c filter.a=b."
+                   "clean=', which git splits at the first '=' (key filter.a), so a driver "
+                   "named with '=' keeps its clean command and git diff runs it")
+async def test_a_filter_driver_whose_name_holds_equals_runs_nothing(repo: Path,
+                                                                    tmp_path: Path) -> None:
+    ran, script = _planted_program(tmp_path, "clean")
+    (repo / ".gitattributes").write_text("*.py filter=a=b\n")
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-qm", "attributes")
+    with (repo / ".git" / "config").open("a") as config:
+        config.write(f'[filter "a=b"]\n\tclean = "{script}"\n')
+    os.utime(repo / "src" / "app.py", (1, 1))  # stat data changed: git diff cleans it
+    await collect(repo)
+    assert not (ran / "clean").exists()
+
+
+@posix_only
+@pytest.mark.xfail(strict=True, reason="red team: only the top repository's filter drivers "
+                   "are emptied; git diff asks a submodule for its status (a child git with "
+                   "the submodule's own config), which runs the submodule's clean filter")
+async def test_a_submodules_filter_driver_runs_nothing(repo: Path, tmp_path: Path) -> None:
+    ran, script = _planted_program(tmp_path, "subclean")
+    sub = repo / "vendor"
+    sub.mkdir()
+    git(sub, "init", "-q")
+    (sub / ".gitattributes").write_text("*.txt filter=ev\n")
+    (sub / "s.txt").write_text("s\n")
+    git(sub, "add", ".")
+    git(sub, "commit", "-qm", "s")
+    git(sub, "config", "filter.ev.clean", script)
+    git(repo, "add", "vendor")
+    git(repo, "commit", "-qm", "a submodule")
+    os.utime(sub / "s.txt", (1, 1))  # stat data changed: its status cleans it again
+    await collect(repo)
+    assert not (ran / "subclean").exists()
+
+
+@pytest.mark.xfail(strict=True, reason="red team: rev-parse --show-toplevel follows the "
+                   "repository's core.worktree, and every later git runs there: a planted "
+                   "'../../elsewhere' inside another repository reviews that one's changes")
+async def test_core_worktree_pointing_outside_reads_nothing_there(repo: Path,
+                                                                  tmp_path: Path) -> None:
+    from massgen_mcp.core.errors import ConfigError
+
+    outside = tmp_path / "elsewhere"  # say, the user's home kept in a dotfiles repository
+    outside.mkdir()
+    git(outside, "init", "-q")
+    (outside / "notes.txt").write_text("old\n")
+    git(outside, "add", "notes.txt")
+    git(outside, "commit", "-qm", "notes")
+    (outside / "notes.txt").write_text("OUTSIDE-CANARY\n")
+    git(repo, "config", "core.worktree", "../../elsewhere")
+    try:
+        changes = await collect(repo)
+    except ConfigError as exc:  # a refusal in one line holds
+        assert "OUTSIDE-CANARY" not in str(exc)
+        return
+    assert changes.root == repo
+    assert "OUTSIDE-CANARY" not in changes.diff
+
+
+@pytest.mark.xfail(strict=True, reason="red team: with core.worktree naming a folder outside "
+                   "any repository, collect runs 'git diff' there and git's GitFailed (its "
+                   "whole usage text) escapes as a traceback instead of one line")
+async def test_core_worktree_outside_any_repository_is_one_line(repo: Path,
+                                                                tmp_path: Path) -> None:
+    from massgen_mcp.core.errors import ConfigError
+
+    (tmp_path / "elsewhere").mkdir()
+    git(repo, "config", "core.worktree", "../../elsewhere")
+    with pytest.raises(ConfigError) as caught:
+        await collect(repo)
+    assert "\n" not in str(caught.value)
+
+
+def _tree(entries: list[tuple[str, str, str]], repo: Path) -> str:
+    data = b"".join(mode.encode() + b" " + name.encode() + b"\0" + binascii.unhexlify(oid)
+                    for mode, name, oid in entries)
+    return git(repo, "hash-object", "-t", "tree", "-w", "--literally", "--stdin",
+               input=data).decode().strip()
+
+
+@pytest.mark.xfail(strict=True, reason="red team: snapshot._copy_commit writes each ls-tree "
+                   "path under its folder without checking it; a tree entry named '..' "
+                   "makes it write '../ESCAPED' outside the temporary folder")
+async def test_a_commit_tree_entry_named_dotdot_writes_nothing_outside(
+        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    blob = git(repo, "hash-object", "-w", "--stdin", input=b"pwned\n").decode().strip()
+    inner = _tree([("100644", "ESCAPED", blob)], repo)
+    top = _tree([("40000", "..", inner), ("100644", "ok.txt", blob)], repo)
+    commit = git(repo, "commit-tree", top, "-m", "crafted").decode().strip()
+    try:
+        async with snapshot(repo, commit):
+            pass
+    except Exception:  # a refusal holds
+        pass
+    assert not (temp / "ESCAPED").exists()
+    assert os.listdir(temp) == []
