@@ -5,9 +5,13 @@ controls, as a strict xfail until it is fixed."""
 from __future__ import annotations
 
 import binascii
+import contextlib
+import json
 import os
+import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -169,3 +173,91 @@ async def test_review_of_a_folder_reads_nothing_through_a_linked_subfolder(
         assert "OUTSIDE-CANARY" not in str(exc)
         return
     assert "OUTSIDE-CANARY" not in changes.diff
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A redis-server of this test's own, on loopback."""
+    from redis import Redis
+
+    from tests.pool_harness import REDIS, Pool, free_port
+
+    if REDIS is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    proc = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    client = Redis(port=port)
+
+    def answers() -> bool:
+        try:
+            return bool(client.ping())
+        except Exception:
+            return False
+
+    try:
+        Pool._until(answers, "redis did not start")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        client.close()
+        proc.kill()
+        proc.wait()
+
+
+def _member(url: str, token: str, home: Path) -> object:
+    from massgen_mcp.pool.frontends import Membership
+    from massgen_mcp.pool.live import PoolConfig
+
+    return Membership(PoolConfig(url), token, home)
+
+
+@pytest.mark.xfail(strict=True, reason="red team: Membership._protect takes the older of the "
+                   "shared home's record and Redis's, and 'since' is whatever a Redis writer "
+                   "says: a planted record dated 0 beats the home's, so the protecting front "
+                   "ends stop serving and one with the planter's token rewrites the home file")
+async def test_a_record_planted_in_redis_with_an_older_date_takes_no_pool_over(
+        redis_url: str, tmp_path: Path) -> None:
+    from redis.asyncio import Redis
+
+    from massgen_mcp.core.errors import ConfigError
+    from massgen_mcp.pool.frontends import fingerprint
+
+    home = tmp_path / "shared-home"
+    home.mkdir()
+    redis = Redis.from_url(redis_url)
+    try:
+        owner = _member(redis_url, "owner-token", home)
+        await owner.join(redis)  # type: ignore[attr-defined]
+        marker = (home / "pool-massgen.protected").read_text()
+        salt = "00" * 16  # the planter's own token, under a salt of its choice, dated 0
+        await redis.set("massgen:protected", json.dumps(
+            {"salt": salt, "token": fingerprint("planter-token", salt), "since": 0}))
+        await redis.delete("massgen:frontends")
+        planter = _member(redis_url, "planter-token", home)
+        with pytest.raises(ConfigError):
+            await planter.join(redis)  # type: ignore[attr-defined]
+        assert (home / "pool-massgen.protected").read_text() == marker
+        await owner.join(redis)  # type: ignore[attr-defined]  # still the pool's
+    finally:
+        await redis.aclose()
+
+
+@pytest.mark.xfail(strict=True, reason="red team: Membership.join json.loads the "
+                   "<pool>:frontends value and indexes it unchecked (only :protected is "
+                   "checked field by field): a planted '[]', non-JSON or bad salt is an "
+                   "AttributeError/ValueError traceback at start, not a one-line refusal")
+@pytest.mark.parametrize("planted", [b"[]", b"not json", b'{"salt": "zz"}'])
+async def test_a_planted_frontends_record_is_refused_in_one_line(
+        redis_url: str, tmp_path: Path, planted: bytes) -> None:
+    from redis.asyncio import Redis
+
+    from massgen_mcp.core.errors import ConfigError
+
+    redis = Redis.from_url(redis_url)
+    try:
+        await redis.set("massgen:frontends", planted)
+        member = _member(redis_url, "owner-token", tmp_path)
+        with contextlib.suppress(ConfigError):  # a refusal in one line holds
+            await member.join(redis)  # type: ignore[attr-defined]
+    finally:
+        await redis.aclose()
