@@ -261,3 +261,45 @@ async def test_a_planted_frontends_record_is_refused_in_one_line(
             await member.join(redis)  # type: ignore[attr-defined]
     finally:
         await redis.aclose()
+
+
+@posix_only
+@pytest.mark.xfail(strict=True, reason="red team: ConnectionDeadline disarms once a request "
+                   "is whole ('the app's time is its own'); a client that pipelines requests "
+                   "to /healthz and never reads the answers stalls the app in uvicorn's "
+                   "drain() with no deadline, so the connection is held for good (and a "
+                   "deadline's transport.close() waits for the unsent answers anyway)")
+def test_a_client_that_never_reads_its_pipelined_answers_is_dropped(tmp_path: Path) -> None:
+    import socket
+    import time
+
+    from tests.server.test_connections import start_server
+    from tests.servers import free_port
+
+    port = free_port()
+    proc = start_server(tmp_path / "home", port, MASSGEN_MCP_HEADER_TIMEOUT_S="1",
+                        MASSGEN_MCP_BODY_TIMEOUT_S="1", MASSGEN_MCP_BODY_DEADLINE_S="2")
+    try:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        requests = 3000  # their answers fill both sockets' buffers and uvicorn's
+        sock.sendall(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+                     * requests)
+        # Every deadline there is (1 s for headers, 2 s for a body) passes a few times.
+        time.sleep(5)
+        sock.settimeout(10)  # then read: the connection must end (EOF or reset)
+        ended = False
+        try:
+            while sock.recv(1 << 20):
+                pass
+            ended = True
+        except ConnectionResetError:
+            ended = True
+        except TimeoutError:
+            pass  # held: neither more answers nor an end
+        sock.close()
+        assert ended
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
