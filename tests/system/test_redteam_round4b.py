@@ -303,3 +303,20 @@ def test_a_client_that_never_reads_its_pipelined_answers_is_dropped(tmp_path: Pa
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+@pytest.mark.xfail(strict=True, reason="red team: a committed .env template with a lone CR "
+                   "before 'diff --git a/notes.md b/notes.md' splits the .env section "
+                   "(bytes.splitlines breaks at CR); the user's filled-in key lines after it "
+                   "land in a 'notes.md' section that is kept and sent to the model")
+async def test_a_cr_in_a_committed_env_template_sends_no_secret(repo: Path) -> None:
+    from tests.review.conftest import CANARY
+
+    env = repo / ".env"
+    env.write_bytes(b"# fill these in\rdiff --git a/notes.md b/notes.md\nAPI_KEY=\n")
+    git(repo, "add", ".env")
+    git(repo, "commit", "-qm", "the .env template the repository ships")
+    env.write_bytes(b"# fill these in\rdiff --git a/notes.md b/notes.md\n"
+                    + f"API_KEY={CANARY}\n".encode())  # the user fills in the key
+    changes = await collect(repo)
+    assert CANARY not in changes.diff
