@@ -320,3 +320,17 @@ async def test_a_cr_in_a_committed_env_template_sends_no_secret(repo: Path) -> N
                     + f"API_KEY={CANARY}\n".encode())  # the user fills in the key
     changes = await collect(repo)
     assert CANARY not in changes.diff
+
+
+@posix_only
+@pytest.mark.xfail(strict=True, reason="red team: collect lets the GitFailed of 'git diff' "
+                   "escape (a FIFO at a tracked path: 'unsupported file type'), a traceback "
+                   "from the CLI instead of one line naming the file")
+async def test_a_fifo_at_a_tracked_path_is_refused_in_one_line(repo: Path) -> None:
+    from massgen_mcp.core.errors import ConfigError
+
+    (repo / "README.md").unlink()
+    os.mkfifo(repo / "README.md")
+    with pytest.raises(ConfigError) as caught:
+        await collect(repo)
+    assert "README.md" in str(caught.value) and "\n" not in str(caught.value)
