@@ -334,3 +334,23 @@ async def test_a_fifo_at_a_tracked_path_is_refused_in_one_line(repo: Path) -> No
     with pytest.raises(ConfigError) as caught:
         await collect(repo)
     assert "README.md" in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.xfail(strict=True, reason="red team: review_question lists every left-out file "
+                   "(files are capped at 200, left_out is not): a 165 KB patch adding 1,900 "
+                   "images makes an 86,000-character question, refused as 'question: ... move "
+                   "material into context', advice a review's user cannot follow")
+async def test_many_left_out_files_keep_the_review_question_within_its_limit(
+        repo: Path) -> None:
+    import io
+
+    from massgen_mcp.core.spec import MAX_QUESTION_CHARS
+    from massgen_mcp.review.request import review_spec
+
+    patch = ("diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n"
+             "@@ -1 +1 @@\n-# shop\n+# the shop\n")
+    patch += "".join(f"diff --git a/{i:04d} b/{i:04d}\nnew file mode 100644\nBinary files "
+                     f"/dev/null and b/{i:04d} differ\n" for i in range(1900))
+    changes = await collect(repo, patch="-", stdin=io.BytesIO(patch.encode()))
+    spec = review_spec(changes, None, models=["openai/a"])
+    assert len(spec.question) <= MAX_QUESTION_CHARS
