@@ -354,3 +354,20 @@ async def test_many_left_out_files_keep_the_review_question_within_its_limit(
     changes = await collect(repo, patch="-", stdin=io.BytesIO(patch.encode()))
     spec = review_spec(changes, None, models=["openai/a"])
     assert len(spec.question) <= MAX_QUESTION_CHARS
+
+
+@pytest.mark.xfail(strict=True, reason="red team: in a blobless clone (--filter=blob:none, "
+                   "as large repositories are cloned) the parent's blobs are not here and "
+                   "lazy fetching is off by design; 'git diff' fails and collect lets its "
+                   "GitFailed escape: a traceback, not one line saying to fetch them")
+async def test_review_of_a_commit_in_a_blobless_clone_is_one_line(repo: Path,
+                                                                  tmp_path: Path) -> None:
+    from massgen_mcp.core.errors import ConfigError
+
+    git(repo, "commit", "-qam", "the defects")
+    git(repo, "config", "uploadpack.allowFilter", "true")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--filter=blob:none", f"file://{repo}", str(clone))
+    with pytest.raises(ConfigError) as caught:
+        await collect(clone, commit="HEAD")
+    assert "\n" not in str(caught.value)
