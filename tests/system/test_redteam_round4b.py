@@ -371,3 +371,17 @@ async def test_review_of_a_commit_in_a_blobless_clone_is_one_line(repo: Path,
     with pytest.raises(ConfigError) as caught:
         await collect(clone, commit="HEAD")
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.xfail(strict=True, reason="red team: header_paths takes a 'diff --git' line "
+                   "ending in a quote for a quoted second path and calls rest.index(' \"'), "
+                   "a ValueError traceback when there is none (a patch on stdin)")
+async def test_a_diff_git_line_ending_in_a_stray_quote_is_one_line(repo: Path) -> None:
+    import io
+
+    from massgen_mcp.core.errors import ConfigError
+
+    patch = (b'diff --git a/README.md b/README.md"\n--- a/README.md\n+++ b/README.md\n'
+             b"@@ -1 +1 @@\n-# shop\n+# the shop\n")
+    with contextlib.suppress(ConfigError):  # refused in one line, or read: both hold
+        await collect(repo, patch="-", stdin=io.BytesIO(patch))
