@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import default_home
 from massgen_mcp.core.settings import SETTINGS
-from massgen_mcp.providers.llamacpp_provider import decode_threads
+from massgen_mcp.providers.llamacpp_provider import cores, decode_threads
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.team.discover import DEFAULT_LOCAL_PORTS, local_ports
 
@@ -28,7 +27,7 @@ def test_settings_are_read_at_call_time(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv("MASSGEN_LOCAL_THREADS", "3")
     assert decode_threads() == 3
     monkeypatch.delenv("MASSGEN_LOCAL_THREADS")
-    assert decode_threads() == min(os.cpu_count() or 2, 8)
+    assert decode_threads() == max(1, min(cores() - 1, 8))  # a core left to the process
 
 
 @pytest.mark.parametrize(("env", "value"), [("MASSGEN_MAX_PARALLEL_PER_PROVIDER", "many"),
