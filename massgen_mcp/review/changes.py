@@ -241,7 +241,7 @@ def split_diff(data: bytes, described: str) -> list[FileDiff]:
     sections: list[FileDiff] = []
     current: FileDiff | None = None
     left = (0, 0)  # lines of the current hunk still to come: old side, new side
-    lines = data.splitlines(keepends=True)
+    lines = diff_lines(data)
     for i, line in enumerate(lines):
         if left != (0, 0) and current is not None:
             left, taken = _hunk_line(line, left)
@@ -251,6 +251,16 @@ def split_diff(data: bytes, described: str) -> list[FileDiff]:
         current, left = _header_line(sections, current, lines, i, described)
         current.lines.append(line)
     return sections
+
+
+def diff_lines(data: bytes) -> list[bytes]:
+    """``data``'s lines as git counts them, each with its newline: broken at ``\\n`` only.
+    ``bytes.splitlines`` also breaks at a lone CR, so a changed line holding one (a
+    committed ``.env`` template's) would end its hunk early and let what follows it read
+    as a new ``diff --git`` section: denied content kept, or real changes dropped."""
+    lines = [line + b"\n" for line in data.split(b"\n")]
+    lines[-1] = lines[-1][:-1]  # what follows the last newline ("" when data ends with one)
+    return lines if lines[-1] else lines[:-1]
 
 
 def _hunk_line(line: bytes, left: tuple[int, int]) -> tuple[tuple[int, int], bool]:

@@ -138,10 +138,6 @@ async def test_a_commit_tree_entry_named_dotdot_writes_nothing_outside(
     assert os.listdir(temp) == []
 
 
-@pytest.mark.xfail(strict=True, reason="red team: split_diff splits git's output with "
-                   "bytes.splitlines, which also breaks at a lone CR inside a changed line; "
-                   "the piece after it ends the hunk early and a 'diff --git a/.env' there "
-                   "opens a denied section that swallows (drops) the rest of the real change")
 async def test_a_lone_cr_in_a_changed_line_hides_no_code_from_the_review(repo: Path) -> None:
     app = repo / "src" / "app.py"
     app.write_bytes(app.read_bytes() + b"x = 1  # \rdiff --git a/.env b/.env\n"
@@ -305,10 +301,6 @@ def test_a_client_that_never_reads_its_pipelined_answers_is_dropped(tmp_path: Pa
         proc.communicate(timeout=30)
 
 
-@pytest.mark.xfail(strict=True, reason="red team: a committed .env template with a lone CR "
-                   "before 'diff --git a/notes.md b/notes.md' splits the .env section "
-                   "(bytes.splitlines breaks at CR); the user's filled-in key lines after it "
-                   "land in a 'notes.md' section that is kept and sent to the model")
 async def test_a_cr_in_a_committed_env_template_sends_no_secret(repo: Path) -> None:
     from tests.review.conftest import CANARY
 
