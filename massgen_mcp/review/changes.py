@@ -25,6 +25,7 @@ Git runs hardened (:mod:`massgen_mcp.review.git`): the repository's config execu
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -385,6 +386,27 @@ def unquote(text: str) -> str:
     return out.decode("utf-8", "replace")
 
 
+def plain_parts(relative: str) -> tuple[str, ...] | None:
+    """The parts of a path git listed, or None when one is empty, ``.`` or ``..`` or the
+    path is absolute (or, on Windows, holds a drive or a backslash): names git itself would
+    not check out, which a crafted tree object can still hold."""
+    parts = tuple(relative.split("/"))
+    if any(part in ("", ".", "..") for part in parts):
+        return None
+    if os.name == "nt" and any("\\" in part or ":" in part for part in parts):
+        return None
+    return parts
+
+
+def through_link(root: Path, relative: str) -> bool:
+    """Whether the folder of ``root/relative`` is reached through a link (a tracked folder
+    swapped for a link to elsewhere): its real path is not the one its name gives. A safe
+    read refuses only a final link; this covers the folders above it."""
+    parent = PurePosixPath(relative).parent.parts
+    expected = os.path.join(os.path.realpath(root), *parent).rstrip(os.sep)
+    return os.path.realpath((root / relative).parent) != expected
+
+
 def check_patch_paths(root: Path, sections: list[FileDiff]) -> None:
     """Refuse a patch that names a path outside ``root`` (``..``, absolute, through a link)
     or changes a file that does not exist there. Only names are resolved; no file is read."""
@@ -482,6 +504,9 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> 
         sections.append(section)
         if is_denied(PurePosixPath(relative)) or is_hidden(PurePosixPath(relative), (".git",)):
             continue  # never read
+        if plain_parts(relative) is None or through_link(root, relative):
+            section.skipped = "reached through a link (not followed)"
+            continue
         try:
             data = read_bytes_safely(root / relative, MAX_DIFF_BYTES)
         except UnsafeFileError as exc:

@@ -117,9 +117,6 @@ def _tree(entries: list[tuple[str, str, str]], repo: Path) -> str:
                input=data).decode().strip()
 
 
-@pytest.mark.xfail(strict=True, reason="red team: snapshot._copy_commit writes each ls-tree "
-                   "path under its folder without checking it; a tree entry named '..' "
-                   "makes it write '../ESCAPED' outside the temporary folder")
 async def test_a_commit_tree_entry_named_dotdot_writes_nothing_outside(
         repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     temp = tmp_path / "temp"
@@ -147,10 +144,6 @@ async def test_a_lone_cr_in_a_changed_line_hides_no_code_from_the_review(repo: P
 
 
 @posix_only
-@pytest.mark.xfail(strict=True, reason="red team: whole_files reads each tracked path of a "
-                   "named folder with read_bytes_safely, which refuses only a final link; a "
-                   "tracked folder swapped for a link to outside is read through (snapshot "
-                   "checks 'reached through a link', this path does not)")
 async def test_review_of_a_folder_reads_nothing_through_a_linked_subfolder(
         repo: Path, tmp_path: Path) -> None:
     (repo / "docs").mkdir()
