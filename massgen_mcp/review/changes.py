@@ -91,21 +91,44 @@ class FileDiff:
         return self.new or self.old or "?"
 
 
+def git_said(exc: GitFailed) -> str:
+    """Git's first line of complaint, for a one-line error."""
+    said = [line.removeprefix("fatal: ").removeprefix("error: ")
+            for line in exc.stderr.splitlines() if line.strip()]
+    return said[0][:200] if said else str(exc)[:200]
+
+
 async def repository(cwd: Path) -> Path:
-    """The top folder of the git repository ``cwd`` is in, or a ConfigError saying so."""
+    """The top folder of the git repository ``cwd`` is in, or a ConfigError saying so.
+
+    The top must be the folder that holds that repository: a ``core.worktree`` in its
+    config can name any other folder (another repository, the user's home), and every
+    later git command and the members' workspace tools would run there. So ``cwd`` must be
+    inside the top, and git, asked from the top itself, must find the same repository."""
+    query = ("rev-parse", "--absolute-git-dir", "--show-toplevel")
     try:
-        out = await Git(cwd).run("rev-parse", "--show-toplevel")
+        out = await Git(cwd).run(*query)
     except GitFailed as exc:
-        said = [line.removeprefix("fatal: ") for line in exc.stderr.splitlines()
-                if line.strip()]
-        why = f" (git: {said[0][:200]})" if said else ""
-        raise ConfigError(f"repository: {cwd} is not inside a git repository{why}; run "
-                          "massgen-mcp review in the project's folder") from None
-    top = out.decode("utf-8", "surrogateescape").strip()
-    if not top:
+        raise ConfigError(f"repository: {cwd} is not inside a git repository "
+                          f"(git: {git_said(exc)}); run massgen-mcp review in the project's "
+                          "folder") from None
+    found = out.decode("utf-8", "surrogateescape").splitlines()
+    if len(found) < 2 or not found[1].strip():
         raise ConfigError(f"repository: {cwd} is inside a git folder, not a working tree; "
                           "run massgen-mcp review in the project's folder")
-    return Path(top).resolve()
+    top = Path(found[1].strip()).resolve()
+    elsewhere = ConfigError(f"repository: its working tree is set to {top} (core.worktree), "
+                            f"not the folder that holds it; review from {top}, or remove "
+                            "core.worktree from its config")
+    if not cwd.resolve().is_relative_to(top):
+        raise elsewhere
+    try:
+        again = (await Git(top).run(*query)).decode("utf-8", "surrogateescape").splitlines()
+    except GitFailed:
+        raise elsewhere from None
+    if again[:1] != found[:1] or len(again) < 2 or Path(again[1].strip()).resolve() != top:
+        raise elsewhere
+    return top
 
 
 async def collect(cwd: Path, *, staged: bool = False, base: str | None = None,
@@ -121,6 +144,16 @@ async def collect(cwd: Path, *, staged: bool = False, base: str | None = None,
         raise ConfigError(f"{given[1]}: give one of --staged, --base, --commit, a patch or "
                           f"paths, not {' and '.join(given)}")
     root = await repository(cwd)
+    try:
+        return await _collect(root, cwd, staged, base, commit, patch, paths, stdin)
+    except GitFailed as exc:  # a FIFO at a tracked path, a blobless clone's missing blob...
+        raise ConfigError(f"git: {git_said(exc)}; fix that in the repository (or review "
+                          "another way: a patch, named files)") from None
+
+
+async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
+                   commit: str | None, patch: str | None, paths: Sequence[str],
+                   stdin: BinaryIO | None) -> Changes:
     git = Git(root, await filter_overrides(root))
     if patch is not None:
         data, described = read_patch(patch, cwd, stdin)

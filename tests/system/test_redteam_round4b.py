@@ -72,9 +72,6 @@ async def test_a_submodules_filter_driver_runs_nothing(repo: Path, tmp_path: Pat
     assert not (ran / "subclean").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="red team: rev-parse --show-toplevel follows the "
-                   "repository's core.worktree, and every later git runs there: a planted "
-                   "'../../elsewhere' inside another repository reviews that one's changes")
 async def test_core_worktree_pointing_outside_reads_nothing_there(repo: Path,
                                                                   tmp_path: Path) -> None:
     from massgen_mcp.core.errors import ConfigError
@@ -96,9 +93,6 @@ async def test_core_worktree_pointing_outside_reads_nothing_there(repo: Path,
     assert "OUTSIDE-CANARY" not in changes.diff
 
 
-@pytest.mark.xfail(strict=True, reason="red team: with core.worktree naming a folder outside "
-                   "any repository, collect runs 'git diff' there and git's GitFailed (its "
-                   "whole usage text) escapes as a traceback instead of one line")
 async def test_core_worktree_outside_any_repository_is_one_line(repo: Path,
                                                                 tmp_path: Path) -> None:
     from massgen_mcp.core.errors import ConfigError
@@ -308,9 +302,6 @@ async def test_a_cr_in_a_committed_env_template_sends_no_secret(repo: Path) -> N
 
 
 @posix_only
-@pytest.mark.xfail(strict=True, reason="red team: collect lets the GitFailed of 'git diff' "
-                   "escape (a FIFO at a tracked path: 'unsupported file type'), a traceback "
-                   "from the CLI instead of one line naming the file")
 async def test_a_fifo_at_a_tracked_path_is_refused_in_one_line(repo: Path) -> None:
     from massgen_mcp.core.errors import ConfigError
 
@@ -341,10 +332,6 @@ async def test_many_left_out_files_keep_the_review_question_within_its_limit(
     assert len(spec.question) <= MAX_QUESTION_CHARS
 
 
-@pytest.mark.xfail(strict=True, reason="red team: in a blobless clone (--filter=blob:none, "
-                   "as large repositories are cloned) the parent's blobs are not here and "
-                   "lazy fetching is off by design; 'git diff' fails and collect lets its "
-                   "GitFailed escape: a traceback, not one line saying to fetch them")
 async def test_review_of_a_commit_in_a_blobless_clone_is_one_line(repo: Path,
                                                                   tmp_path: Path) -> None:
     from massgen_mcp.core.errors import ConfigError
