@@ -45,7 +45,8 @@ from massgen_mcp.tools.workspace import is_denied, is_hidden
 MAX_DIFF_BYTES = MAX_CONTEXT_CHARS - 20_000
 CONTEXT_LINES = 5  # lines of context around each change (git's default is 3)
 DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-color", f"--unified={CONTEXT_LINES}",
-                "--src-prefix=a/", "--dst-prefix=b/", "--no-relative", "-M")
+                "--src-prefix=a/", "--dst-prefix=b/", "--no-relative", "-M",
+                "--ignore-submodules=all")  # no child git in a submodule, with its config
 NARROW = ("narrow it: name fewer files (massgen-mcp review PATH ...), review one commit "
           "(--commit SHA), or split the patch")
 _HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")

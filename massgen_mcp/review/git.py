@@ -53,7 +53,11 @@ HARDENING = (
     "-c", "color.ui=false",
     "-c", "core.quotePath=true",
 )
-ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_NO_LAZY_FETCH": "1", "GIT_TERMINAL_PROMPT": "0",
+# The values of filter overrides given by "--config-env" (git 2.31+; an older git refuses
+# the option rather than ignoring it), for driver names holding "=".
+_VALUE_VARIABLES = {"": "MASSGEN_GIT_EMPTY", "false": "MASSGEN_GIT_FALSE"}
+ENV = {"MASSGEN_GIT_EMPTY": "", "MASSGEN_GIT_FALSE": "false",
+       "GIT_CONFIG_NOSYSTEM": "1", "GIT_NO_LAZY_FETCH": "1", "GIT_TERMINAL_PROMPT": "0",
        "GIT_OPTIONAL_LOCKS": "0", "GIT_PAGER": "cat", "PAGER": "cat"}
 
 
@@ -120,19 +124,23 @@ class Git:
 
 
 async def filter_overrides(cwd: Path) -> tuple[str, ...]:
-    """``-c`` options that empty every filter driver the repository's config defines (its
-    ``include``s too): a driver's ``clean`` command is what ``git diff`` runs on a changed
-    working-tree file. Reading config runs nothing."""
+    """``-c`` (or ``--config-env``) options that empty every filter driver the
+    repository's config defines (its ``include``s too): a driver's ``clean`` command is
+    what ``git diff`` runs on a changed working-tree file. Reading config runs nothing."""
     try:
         out = await Git(cwd).run("config", "--includes", "--name-only", "-z",
                                  "--get-regexp", r"^filter\.")
     except GitFailed:  # status 1: no such key
         return ()
-    drivers = {name.rsplit(".", 1)[0] for name in out.decode("utf-8", "replace").split("\0")
+    names = out.decode("utf-8", "surrogateescape").split("\0")  # the bytes, round-trip
+    drivers = {name.rsplit(".", 1)[0] for name in names
                if name.startswith("filter.") and name.count(".") >= 2}
     options: list[str] = []
     for driver in sorted(drivers):
-        for key in ("clean", "smudge", "process"):
-            options += ["-c", f"{driver}.{key}="]
-        options += ["-c", f"{driver}.required=false"]
+        for key, value in (("clean", ""), ("smudge", ""), ("process", ""),
+                           ("required", "false")):
+            if "=" in driver:  # "-c K=V" splits at the first "=", "--config-env" at the last
+                options.append(f"--config-env={driver}.{key}={_VALUE_VARIABLES[value]}")
+            else:
+                options += ["-c", f"{driver}.{key}={value}"]
     return tuple(options)

@@ -35,9 +35,6 @@ def _planted_program(tmp_path: Path, name: str) -> tuple[Path, str]:
 
 
 @posix_only
-@pytest.mark.xfail(strict=True, reason="red team: filter_overrides builds '-c filter.a=b."
-                   "clean=', which git splits at the first '=' (key filter.a), so a driver "
-                   "named with '=' keeps its clean command and git diff runs it")
 async def test_a_filter_driver_whose_name_holds_equals_runs_nothing(repo: Path,
                                                                     tmp_path: Path) -> None:
     ran, script = _planted_program(tmp_path, "clean")
@@ -52,9 +49,6 @@ async def test_a_filter_driver_whose_name_holds_equals_runs_nothing(repo: Path,
 
 
 @posix_only
-@pytest.mark.xfail(strict=True, reason="red team: only the top repository's filter drivers "
-                   "are emptied; git diff asks a submodule for its status (a child git with "
-                   "the submodule's own config), which runs the submodule's clean filter")
 async def test_a_submodules_filter_driver_runs_nothing(repo: Path, tmp_path: Path) -> None:
     ran, script = _planted_program(tmp_path, "subclean")
     sub = repo / "vendor"
