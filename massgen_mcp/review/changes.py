@@ -36,7 +36,13 @@ from typing import BinaryIO
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
 from massgen_mcp.core.spec import MAX_CONTEXT_CHARS
-from massgen_mcp.review.git import Git, GitFailed, OutputOverCap, filter_overrides
+from massgen_mcp.review.git import (
+    MAX_OUTPUT_BYTES,
+    Git,
+    GitFailed,
+    OutputOverCap,
+    filter_overrides,
+)
 from massgen_mcp.tools.workspace import is_denied, is_hidden
 
 # What one review sends: the diff goes into the run's context, whose limit is
@@ -46,7 +52,11 @@ MAX_DIFF_BYTES = MAX_CONTEXT_CHARS - 20_000
 CONTEXT_LINES = 5  # lines of context around each change (git's default is 3)
 DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-color", f"--unified={CONTEXT_LINES}",
                 "--src-prefix=a/", "--dst-prefix=b/", "--no-relative", "-M",
-                "--ignore-submodules=all")  # no child git in a submodule, with its config
+                "--ignore-submodules=all",  # no child git in a submodule, with its config
+                # Every file as text: the change's own .gitattributes ("-diff", "binary")
+                # must not hide a text file as "Binary files differ"; a section with NUL
+                # bytes is what is binary (mark_binary).
+                "--text")
 NARROW = ("narrow it: name fewer files (massgen-mcp review PATH ...), review one commit "
           "(--commit SHA), or split the patch")
 _HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
@@ -191,11 +201,15 @@ async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
         described = "the working tree against HEAD"
         args = ["diff", *DIFF_OPTIONS, head or await empty_tree(git)]
     try:
-        data = await git.run(*args, "--", cap=MAX_DIFF_BYTES)
+        # Binary files come as text and are dropped after: read past the review's limit,
+        # which finish applies to what is kept.
+        data = await git.run(*args, "--", cap=MAX_OUTPUT_BYTES)
     except OutputOverCap:
-        raise ConfigError(f"diff: {described} is more than {MAX_DIFF_BYTES:,} bytes, more "
-                          f"than a review sends; {NARROW}") from None
-    sections = split_diff(check_diff_text(data, f"diff of {described}"), described)
+        raise ConfigError(f"diff: {described} is more than {MAX_OUTPUT_BYTES:,} bytes, "
+                          f"more than a review sends; {NARROW}") from None
+    sections = mark_binary(split_diff(data, described))
+    check_diff_text(b"".join(b"".join(s.lines) for s in sections if not s.binary),
+                    f"diff of {described}")
     changes = finish(root, described, sections)
     return Changes(changes.root, changes.described, changes.diff, changes.files,
                    changes.left_out, commit=reviewed)
@@ -268,6 +282,15 @@ def check_diff_text(data: bytes, described: str) -> bytes:
     return data
 
 
+def mark_binary(sections: list[FileDiff]) -> list[FileDiff]:
+    """``sections`` with those holding NUL bytes marked binary (git diff --text prints a
+    binary file's bytes): what a file's content is decides, not the change's attributes."""
+    for section in sections:
+        if any(b"\0" in line for line in section.lines):
+            section.binary = True
+    return sections
+
+
 def split_diff(data: bytes, described: str) -> list[FileDiff]:
     """The file sections of a unified diff (git's, or plain ``---``/``+++`` ones). Hunks are
     read by their line counts, so a removed line that reads ``-- x`` is not taken for a
@@ -319,7 +342,7 @@ def _header_line(sections: list[FileDiff], current: FileDiff | None, lines: list
     """A line outside hunks: the section it belongs to (a new one at a file header) and the
     counts of the hunk it opens, if it does."""
     line = lines[i]
-    text = line.decode("utf-8").rstrip("\r\n")
+    text = line.decode("utf-8", "replace").rstrip("\r\n")  # a binary file's line too
     following = lines[i + 1] if i + 1 < len(lines) else b""
     if text.startswith("diff --git "):
         current = FileDiff(git_header=True)

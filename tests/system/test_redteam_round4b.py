@@ -353,10 +353,6 @@ async def test_a_diff_git_line_ending_in_a_stray_quote_is_one_line(repo: Path) -
         await collect(repo, patch="-", stdin=io.BytesIO(patch))
 
 
-@pytest.mark.xfail(strict=True, reason="red team: git diff honours the repository's "
-                   ".gitattributes, so 'src/app.py -diff' (or 'binary') in the change itself "
-                   "prints 'Binary files differ' for a text file and finish drops it as "
-                   "binary: the change's author hides a file's code from the review")
 async def test_gitattributes_in_the_change_hide_no_text_file_from_the_review(
         repo: Path) -> None:
     (repo / ".gitattributes").write_text("src/app.py -diff\n")
