@@ -387,8 +387,8 @@ def header_paths(rest: str) -> tuple[str | None, str | None]:
         old = unquote(rest[:end])
         new = unquote(rest[end:].strip())
         return strip_prefix(old), strip_prefix(new)
-    if rest.endswith('"'):
-        start = rest.index(' "')
+    if rest.endswith('"') and ' "' in rest:  # a quoted second path (else: a stray quote)
+        start = rest.rindex(' "')
         return strip_prefix(rest[:start]), strip_prefix(unquote(rest[start + 1:]))
     half = (len(rest) - 1) // 2  # "a/P b/P": the same path twice
     if len(rest) % 2 == 1 and rest[half] == " " and rest[2:half] == rest[half + 3:]:

@@ -306,10 +306,6 @@ async def test_a_fifo_at_a_tracked_path_is_refused_in_one_line(repo: Path) -> No
     assert "README.md" in str(caught.value) and "\n" not in str(caught.value)
 
 
-@pytest.mark.xfail(strict=True, reason="red team: review_question lists every left-out file "
-                   "(files are capped at 200, left_out is not): a 165 KB patch adding 1,900 "
-                   "images makes an 86,000-character question, refused as 'question: ... move "
-                   "material into context', advice a review's user cannot follow")
 async def test_many_left_out_files_keep_the_review_question_within_its_limit(
         repo: Path) -> None:
     import io
@@ -339,9 +335,6 @@ async def test_review_of_a_commit_in_a_blobless_clone_is_one_line(repo: Path,
     assert "\n" not in str(caught.value)
 
 
-@pytest.mark.xfail(strict=True, reason="red team: header_paths takes a 'diff --git' line "
-                   "ending in a quote for a quoted second path and calls rest.index(' \"'), "
-                   "a ValueError traceback when there is none (a patch on stdin)")
 async def test_a_diff_git_line_ending_in_a_stray_quote_is_one_line(repo: Path) -> None:
     import io
 
