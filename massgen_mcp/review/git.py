@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,22 @@ def environment() -> dict[str, str]:
     return env
 
 
+def program(cwd: Path) -> str:
+    """The absolute path of the git to run, found on ``PATH`` alone and outside both
+    ``cwd`` and the current folder: a bare ``"git"`` is looked up in the current folder
+    first on Windows (and through a ``.`` entry of ``PATH`` anywhere), where the
+    repository under review could have put a ``git.exe`` of its own."""
+    found = shutil.which("git", path=os.environ.get("PATH", os.defpath))
+    if found is None:
+        raise ConfigError("git: not found on PATH; install git to review changes")
+    where = Path(found).resolve()
+    for folder in {cwd.resolve(), Path.cwd().resolve()}:
+        if where.is_relative_to(folder):
+            raise ConfigError(f"git: the git found on PATH ({where}) is inside {folder}, the "
+                              "folder under review; put an installed git first on PATH")
+    return str(where)
+
+
 @dataclass(frozen=True)
 class Git:
     """Git in the folder ``cwd``, with the hardening above and the repository's own filter
@@ -104,7 +121,7 @@ class Git:
                 raise OutputOverCap
             lines.append(line)
 
-        argv = ["git", *HARDENING, *self.overrides, *args]
+        argv = [program(self.cwd), *HARDENING, *self.overrides, *args]
         try:
             async with asyncio.timeout(timeout_s):
                 code, _, stderr = await run_child(argv, stdin, self.cwd, environment(),
