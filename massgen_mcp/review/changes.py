@@ -18,7 +18,8 @@ paths leave the repository (``..``, absolute, through a link) or name files that
 exist, and an empty diff ("nothing to review"). Files on the secret-file deny-list
 (:data:`massgen_mcp.tools.workspace.DENY_NAMES`: ``.env``, keys, credentials) and anything
 under ``.git/`` never go to a model: their sections are dropped and named in
-:attr:`Changes.left_out`; so are binary files, which a diff shows no lines of.
+:attr:`Changes.left_out`; so are binary files (those holding NUL bytes: git diffs every file
+as text, so a change's ``.gitattributes`` cannot call a text file binary).
 
 Git runs hardened (:mod:`massgen_mcp.review.git`): the repository's config executes nothing.
 """
@@ -137,7 +138,8 @@ async def repository(cwd: Path) -> Path:
         again = (await Git(top).run(*query)).decode("utf-8", "surrogateescape").splitlines()
     except GitFailed:
         raise elsewhere from None
-    if again[:1] != found[:1] or len(again) < 2 or Path(again[1].strip()).resolve() != top:
+    if (len(again) < 2 or Path(again[0]).resolve() != Path(found[0]).resolve()
+            or Path(again[1].strip()).resolve() != top):
         raise elsewhere
     return top
 

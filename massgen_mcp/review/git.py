@@ -14,7 +14,10 @@ helper. Every git command here therefore runs:
   ``core.pager=cat``, ``protocol.allow=never`` (no transport at all, so no lazy fetch),
   ``safe.bareRepository=explicit`` (a bare repository planted inside the tree is not
   entered), colour off, and for every ``filter.<driver>`` the repository's config defines,
-  empty ``clean``/``smudge``/``process`` commands (:func:`filter_overrides`);
+  empty ``clean``/``smudge``/``process`` commands (:func:`filter_overrides`; through
+  ``--config-env`` for a driver named with ``=``, which ``-c`` splits at);
+* by git's absolute path on ``PATH``, never one inside the folder under review
+  (:func:`program`: Windows looks a bare ``git`` up in the current folder first);
 * with ``--no-pager``, and the diff commands with ``--no-ext-diff --no-textconv``;
 * in an environment without the caller's ``GIT_*`` variables (a ``GIT_DIR`` or
   ``GIT_EXTERNAL_DIFF`` of a hook that called us), with ``GIT_CONFIG_NOSYSTEM=1`` (the
