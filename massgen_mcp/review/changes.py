@@ -18,13 +18,15 @@ paths leave the repository (``..``, absolute, through a link) or name files that
 exist, and an empty diff ("nothing to review"). Files on the secret-file deny-list
 (:data:`massgen_mcp.tools.workspace.DENY_NAMES`: ``.env``, keys, credentials) and anything
 under ``.git/`` never go to a model: their sections are dropped and named in
-:attr:`Changes.left_out`; so are binary files, which a diff shows no lines of.
+:attr:`Changes.left_out`; so are binary files (those holding NUL bytes: git diffs every file
+as text, so a change's ``.gitattributes`` cannot call a text file binary).
 
 Git runs hardened (:mod:`massgen_mcp.review.git`): the repository's config executes nothing.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -35,7 +37,13 @@ from typing import BinaryIO
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
 from massgen_mcp.core.spec import MAX_CONTEXT_CHARS
-from massgen_mcp.review.git import Git, GitFailed, OutputOverCap, filter_overrides
+from massgen_mcp.review.git import (
+    MAX_OUTPUT_BYTES,
+    Git,
+    GitFailed,
+    OutputOverCap,
+    filter_overrides,
+)
 from massgen_mcp.tools.workspace import is_denied, is_hidden
 
 # What one review sends: the diff goes into the run's context, whose limit is
@@ -44,7 +52,12 @@ from massgen_mcp.tools.workspace import is_denied, is_hidden
 MAX_DIFF_BYTES = MAX_CONTEXT_CHARS - 20_000
 CONTEXT_LINES = 5  # lines of context around each change (git's default is 3)
 DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-color", f"--unified={CONTEXT_LINES}",
-                "--src-prefix=a/", "--dst-prefix=b/", "--no-relative", "-M")
+                "--src-prefix=a/", "--dst-prefix=b/", "--no-relative", "-M",
+                "--ignore-submodules=all",  # no child git in a submodule, with its config
+                # Every file as text: the change's own .gitattributes ("-diff", "binary")
+                # must not hide a text file as "Binary files differ"; a section with NUL
+                # bytes is what is binary (mark_binary).
+                "--text")
 NARROW = ("narrow it: name fewer files (massgen-mcp review PATH ...), review one commit "
           "(--commit SHA), or split the patch")
 _HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
@@ -90,21 +103,45 @@ class FileDiff:
         return self.new or self.old or "?"
 
 
+def git_said(exc: GitFailed) -> str:
+    """Git's first line of complaint, for a one-line error."""
+    said = [line.removeprefix("fatal: ").removeprefix("error: ")
+            for line in exc.stderr.splitlines() if line.strip()]
+    return said[0][:200] if said else str(exc)[:200]
+
+
 async def repository(cwd: Path) -> Path:
-    """The top folder of the git repository ``cwd`` is in, or a ConfigError saying so."""
+    """The top folder of the git repository ``cwd`` is in, or a ConfigError saying so.
+
+    The top must be the folder that holds that repository: a ``core.worktree`` in its
+    config can name any other folder (another repository, the user's home), and every
+    later git command and the members' workspace tools would run there. So ``cwd`` must be
+    inside the top, and git, asked from the top itself, must find the same repository."""
+    query = ("rev-parse", "--absolute-git-dir", "--show-toplevel")
     try:
-        out = await Git(cwd).run("rev-parse", "--show-toplevel")
+        out = await Git(cwd).run(*query)
     except GitFailed as exc:
-        said = [line.removeprefix("fatal: ") for line in exc.stderr.splitlines()
-                if line.strip()]
-        why = f" (git: {said[0][:200]})" if said else ""
-        raise ConfigError(f"repository: {cwd} is not inside a git repository{why}; run "
-                          "massgen-mcp review in the project's folder") from None
-    top = out.decode("utf-8", "surrogateescape").strip()
-    if not top:
+        raise ConfigError(f"repository: {cwd} is not inside a git repository "
+                          f"(git: {git_said(exc)}); run massgen-mcp review in the project's "
+                          "folder") from None
+    found = out.decode("utf-8", "surrogateescape").splitlines()
+    if len(found) < 2 or not found[1].strip():
         raise ConfigError(f"repository: {cwd} is inside a git folder, not a working tree; "
                           "run massgen-mcp review in the project's folder")
-    return Path(top).resolve()
+    top = Path(found[1].strip()).resolve()
+    elsewhere = ConfigError(f"repository: its working tree is set to {top} (core.worktree), "
+                            f"not the folder that holds it; review from {top}, or remove "
+                            "core.worktree from its config")
+    if not cwd.resolve().is_relative_to(top):
+        raise elsewhere
+    try:
+        again = (await Git(top).run(*query)).decode("utf-8", "surrogateescape").splitlines()
+    except GitFailed:
+        raise elsewhere from None
+    if (len(again) < 2 or Path(again[0]).resolve() != Path(found[0]).resolve()
+            or Path(again[1].strip()).resolve() != top):
+        raise elsewhere
+    return top
 
 
 async def collect(cwd: Path, *, staged: bool = False, base: str | None = None,
@@ -120,6 +157,16 @@ async def collect(cwd: Path, *, staged: bool = False, base: str | None = None,
         raise ConfigError(f"{given[1]}: give one of --staged, --base, --commit, a patch or "
                           f"paths, not {' and '.join(given)}")
     root = await repository(cwd)
+    try:
+        return await _collect(root, cwd, staged, base, commit, patch, paths, stdin)
+    except GitFailed as exc:  # a FIFO at a tracked path, a blobless clone's missing blob...
+        raise ConfigError(f"git: {git_said(exc)}; fix that in the repository (or review "
+                          "another way: a patch, named files)") from None
+
+
+async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
+                   commit: str | None, patch: str | None, paths: Sequence[str],
+                   stdin: BinaryIO | None) -> Changes:
     git = Git(root, await filter_overrides(root))
     if patch is not None:
         data, described = read_patch(patch, cwd, stdin)
@@ -156,11 +203,15 @@ async def collect(cwd: Path, *, staged: bool = False, base: str | None = None,
         described = "the working tree against HEAD"
         args = ["diff", *DIFF_OPTIONS, head or await empty_tree(git)]
     try:
-        data = await git.run(*args, "--", cap=MAX_DIFF_BYTES)
+        # Binary files come as text and are dropped after: read past the review's limit,
+        # which finish applies to what is kept.
+        data = await git.run(*args, "--", cap=MAX_OUTPUT_BYTES)
     except OutputOverCap:
-        raise ConfigError(f"diff: {described} is more than {MAX_DIFF_BYTES:,} bytes, more "
-                          f"than a review sends; {NARROW}") from None
-    sections = split_diff(check_diff_text(data, f"diff of {described}"), described)
+        raise ConfigError(f"diff: {described} is more than {MAX_OUTPUT_BYTES:,} bytes, "
+                          f"more than a review sends; {NARROW}") from None
+    sections = mark_binary(split_diff(data, described))
+    check_diff_text(b"".join(b"".join(s.lines) for s in sections if not s.binary),
+                    f"diff of {described}")
     changes = finish(root, described, sections)
     return Changes(changes.root, changes.described, changes.diff, changes.files,
                    changes.left_out, commit=reviewed)
@@ -233,6 +284,15 @@ def check_diff_text(data: bytes, described: str) -> bytes:
     return data
 
 
+def mark_binary(sections: list[FileDiff]) -> list[FileDiff]:
+    """``sections`` with those holding NUL bytes marked binary (git diff --text prints a
+    binary file's bytes): what a file's content is decides, not the change's attributes."""
+    for section in sections:
+        if any(b"\0" in line for line in section.lines):
+            section.binary = True
+    return sections
+
+
 def split_diff(data: bytes, described: str) -> list[FileDiff]:
     """The file sections of a unified diff (git's, or plain ``---``/``+++`` ones). Hunks are
     read by their line counts, so a removed line that reads ``-- x`` is not taken for a
@@ -241,7 +301,7 @@ def split_diff(data: bytes, described: str) -> list[FileDiff]:
     sections: list[FileDiff] = []
     current: FileDiff | None = None
     left = (0, 0)  # lines of the current hunk still to come: old side, new side
-    lines = data.splitlines(keepends=True)
+    lines = diff_lines(data)
     for i, line in enumerate(lines):
         if left != (0, 0) and current is not None:
             left, taken = _hunk_line(line, left)
@@ -251,6 +311,16 @@ def split_diff(data: bytes, described: str) -> list[FileDiff]:
         current, left = _header_line(sections, current, lines, i, described)
         current.lines.append(line)
     return sections
+
+
+def diff_lines(data: bytes) -> list[bytes]:
+    """``data``'s lines as git counts them, each with its newline: broken at ``\\n`` only.
+    ``bytes.splitlines`` also breaks at a lone CR, so a changed line holding one (a
+    committed ``.env`` template's) would end its hunk early and let what follows it read
+    as a new ``diff --git`` section: denied content kept, or real changes dropped."""
+    lines = [line + b"\n" for line in data.split(b"\n")]
+    lines[-1] = lines[-1][:-1]  # what follows the last newline ("" when data ends with one)
+    return lines if lines[-1] else lines[:-1]
 
 
 def _hunk_line(line: bytes, left: tuple[int, int]) -> tuple[tuple[int, int], bool]:
@@ -274,7 +344,7 @@ def _header_line(sections: list[FileDiff], current: FileDiff | None, lines: list
     """A line outside hunks: the section it belongs to (a new one at a file header) and the
     counts of the hunk it opens, if it does."""
     line = lines[i]
-    text = line.decode("utf-8").rstrip("\r\n")
+    text = line.decode("utf-8", "replace").rstrip("\r\n")  # a binary file's line too
     following = lines[i + 1] if i + 1 < len(lines) else b""
     if text.startswith("diff --git "):
         current = FileDiff(git_header=True)
@@ -319,8 +389,8 @@ def header_paths(rest: str) -> tuple[str | None, str | None]:
         old = unquote(rest[:end])
         new = unquote(rest[end:].strip())
         return strip_prefix(old), strip_prefix(new)
-    if rest.endswith('"'):
-        start = rest.index(' "')
+    if rest.endswith('"') and ' "' in rest:  # a quoted second path (else: a stray quote)
+        start = rest.rindex(' "')
         return strip_prefix(rest[:start]), strip_prefix(unquote(rest[start + 1:]))
     half = (len(rest) - 1) // 2  # "a/P b/P": the same path twice
     if len(rest) % 2 == 1 and rest[half] == " " and rest[2:half] == rest[half + 3:]:
@@ -373,6 +443,27 @@ def unquote(text: str) -> str:
         out += char.encode()
         i += 1
     return out.decode("utf-8", "replace")
+
+
+def plain_parts(relative: str) -> tuple[str, ...] | None:
+    """The parts of a path git listed, or None when one is empty, ``.`` or ``..`` or the
+    path is absolute (or, on Windows, holds a drive or a backslash): names git itself would
+    not check out, which a crafted tree object can still hold."""
+    parts = tuple(relative.split("/"))
+    if any(part in ("", ".", "..") for part in parts):
+        return None
+    if os.name == "nt" and any("\\" in part or ":" in part for part in parts):
+        return None
+    return parts
+
+
+def through_link(root: Path, relative: str) -> bool:
+    """Whether the folder of ``root/relative`` is reached through a link (a tracked folder
+    swapped for a link to elsewhere): its real path is not the one its name gives. A safe
+    read refuses only a final link; this covers the folders above it."""
+    parent = PurePosixPath(relative).parent.parts
+    expected = os.path.join(os.path.realpath(root), *parent).rstrip(os.sep)
+    return os.path.realpath((root / relative).parent) != expected
 
 
 def check_patch_paths(root: Path, sections: list[FileDiff]) -> None:
@@ -472,6 +563,9 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> 
         sections.append(section)
         if is_denied(PurePosixPath(relative)) or is_hidden(PurePosixPath(relative), (".git",)):
             continue  # never read
+        if plain_parts(relative) is None or through_link(root, relative):
+            section.skipped = "reached through a link (not followed)"
+            continue
         try:
             data = read_bytes_safely(root / relative, MAX_DIFF_BYTES)
         except UnsafeFileError as exc:

@@ -14,7 +14,10 @@ helper. Every git command here therefore runs:
   ``core.pager=cat``, ``protocol.allow=never`` (no transport at all, so no lazy fetch),
   ``safe.bareRepository=explicit`` (a bare repository planted inside the tree is not
   entered), colour off, and for every ``filter.<driver>`` the repository's config defines,
-  empty ``clean``/``smudge``/``process`` commands (:func:`filter_overrides`);
+  empty ``clean``/``smudge``/``process`` commands (:func:`filter_overrides`; through
+  ``--config-env`` for a driver named with ``=``, which ``-c`` splits at);
+* by git's absolute path on ``PATH``, never one inside the folder under review
+  (:func:`program`: Windows looks a bare ``git`` up in the current folder first);
 * with ``--no-pager``, and the diff commands with ``--no-ext-diff --no-textconv``;
 * in an environment without the caller's ``GIT_*`` variables (a ``GIT_DIR`` or
   ``GIT_EXTERNAL_DIFF`` of a hook that called us), with ``GIT_CONFIG_NOSYSTEM=1`` (the
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +57,11 @@ HARDENING = (
     "-c", "color.ui=false",
     "-c", "core.quotePath=true",
 )
-ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_NO_LAZY_FETCH": "1", "GIT_TERMINAL_PROMPT": "0",
+# The values of filter overrides given by "--config-env" (git 2.31+; an older git refuses
+# the option rather than ignoring it), for driver names holding "=".
+_VALUE_VARIABLES = {"": "MASSGEN_GIT_EMPTY", "false": "MASSGEN_GIT_FALSE"}
+ENV = {"MASSGEN_GIT_EMPTY": "", "MASSGEN_GIT_FALSE": "false",
+       "GIT_CONFIG_NOSYSTEM": "1", "GIT_NO_LAZY_FETCH": "1", "GIT_TERMINAL_PROMPT": "0",
        "GIT_OPTIONAL_LOCKS": "0", "GIT_PAGER": "cat", "PAGER": "cat"}
 
 
@@ -75,6 +83,22 @@ def environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("GIT_")}
     env.update(ENV)
     return env
+
+
+def program(cwd: Path) -> str:
+    """The absolute path of the git to run, found on ``PATH`` alone and outside both
+    ``cwd`` and the current folder: a bare ``"git"`` is looked up in the current folder
+    first on Windows (and through a ``.`` entry of ``PATH`` anywhere), where the
+    repository under review could have put a ``git.exe`` of its own."""
+    found = shutil.which("git", path=os.environ.get("PATH", os.defpath))
+    if found is None:
+        raise ConfigError("git: not found on PATH; install git to review changes")
+    where = Path(found).resolve()
+    for folder in {cwd.resolve(), Path.cwd().resolve()}:
+        if where.is_relative_to(folder):
+            raise ConfigError(f"git: the git found on PATH ({where}) is inside {folder}, the "
+                              "folder under review; put an installed git first on PATH")
+    return str(where)
 
 
 @dataclass(frozen=True)
@@ -100,7 +124,7 @@ class Git:
                 raise OutputOverCap
             lines.append(line)
 
-        argv = ["git", *HARDENING, *self.overrides, *args]
+        argv = [program(self.cwd), *HARDENING, *self.overrides, *args]
         try:
             async with asyncio.timeout(timeout_s):
                 code, _, stderr = await run_child(argv, stdin, self.cwd, environment(),
@@ -120,19 +144,23 @@ class Git:
 
 
 async def filter_overrides(cwd: Path) -> tuple[str, ...]:
-    """``-c`` options that empty every filter driver the repository's config defines (its
-    ``include``s too): a driver's ``clean`` command is what ``git diff`` runs on a changed
-    working-tree file. Reading config runs nothing."""
+    """``-c`` (or ``--config-env``) options that empty every filter driver the
+    repository's config defines (its ``include``s too): a driver's ``clean`` command is
+    what ``git diff`` runs on a changed working-tree file. Reading config runs nothing."""
     try:
         out = await Git(cwd).run("config", "--includes", "--name-only", "-z",
                                  "--get-regexp", r"^filter\.")
     except GitFailed:  # status 1: no such key
         return ()
-    drivers = {name.rsplit(".", 1)[0] for name in out.decode("utf-8", "replace").split("\0")
+    names = out.decode("utf-8", "surrogateescape").split("\0")  # the bytes, round-trip
+    drivers = {name.rsplit(".", 1)[0] for name in names
                if name.startswith("filter.") and name.count(".") >= 2}
     options: list[str] = []
     for driver in sorted(drivers):
-        for key in ("clean", "smudge", "process"):
-            options += ["-c", f"{driver}.{key}="]
-        options += ["-c", f"{driver}.required=false"]
+        for key, value in (("clean", ""), ("smudge", ""), ("process", ""),
+                           ("required", "false")):
+            if "=" in driver:  # "-c K=V" splits at the first "=", "--config-env" at the last
+                options.append(f"--config-env={driver}.{key}={_VALUE_VARIABLES[value]}")
+            else:
+                options += ["-c", f"{driver}.{key}={value}"]
     return tuple(options)

@@ -25,6 +25,10 @@ from massgen_mcp.team.context_files import Workspace
 
 MAX_FOCUS_CHARS = 2_000
 MAX_LISTED_FILES = 200
+# Each list (files, left out) stays under this many characters, so that both fit the
+# question's limit whatever the paths (a patch's paths can be long).
+MAX_LISTING_CHARS = 16_000
+MAX_ENTRY_CHARS = 300
 
 INSTRUCTIONS = """\
 Review a code change as a careful senior reviewer: {described}, {count} file(s) of the \
@@ -49,6 +53,24 @@ Files changed:
 {files}{left_out}"""
 
 
+def _listing(entries: tuple[str, ...], more: str) -> str:
+    """``entries`` as ``- entry`` lines, each cut at :data:`MAX_ENTRY_CHARS`, at most
+    :data:`MAX_LISTED_FILES` of them and :data:`MAX_LISTING_CHARS` in all, then how many
+    more there are."""
+    lines: list[str] = []
+    size = 0
+    for entry in entries[:MAX_LISTED_FILES]:
+        line = "- " + (entry if len(entry) <= MAX_ENTRY_CHARS
+                       else entry[:MAX_ENTRY_CHARS - 3] + "...")
+        if size + len(line) + 1 > MAX_LISTING_CHARS:
+            break
+        lines.append(line)
+        size += len(line) + 1
+    if len(lines) < len(entries):
+        lines.append(f"- ... and {len(entries) - len(lines)} more {more}".rstrip())
+    return "\n".join(lines)
+
+
 def review_question(changes: Changes, focus: str | None = None) -> str:
     """The review prompt for ``changes``, with the person's ``focus`` (e.g. "security")."""
     focus_line = ""
@@ -60,16 +82,14 @@ def review_question(changes: Changes, focus: str | None = None) -> str:
             raise ConfigError(f"--focus: {len(focus)} characters; the limit is "
                               f"{MAX_FOCUS_CHARS} (say what to look at, in a sentence)")
         focus_line = f"\nThe author asks you to focus on: {focus}\n"
-    shown = list(changes.files[:MAX_LISTED_FILES])
-    if len(changes.files) > MAX_LISTED_FILES:
-        shown.append(f"... and {len(changes.files) - MAX_LISTED_FILES} more (see the diff)")
+    files = _listing(changes.files, "(see the diff)")
     left_out = ""
-    if changes.left_out:
+    if changes.left_out:  # capped as the files are: 1,900 images must not fill the question
         left_out = ("\n\nLeft out of the diff (not sent to you):\n"
-                    + "\n".join(f"- {note}" for note in changes.left_out))
+                    + _listing(changes.left_out, ""))
     return INSTRUCTIONS.format(described=changes.described, count=len(changes.files),
                                focus=focus_line, context=CONTEXT_LINES,
-                               files="\n".join(f"- {p}" for p in shown), left_out=left_out)
+                               files=files, left_out=left_out)
 
 
 def review_spec(changes: Changes, focus: str | None = None, *,

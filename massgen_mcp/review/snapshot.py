@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
+from massgen_mcp.review.changes import plain_parts, through_link
 from massgen_mcp.review.git import Git, GitFailed, OutputOverCap, filter_overrides
 from massgen_mcp.tools.workspace import is_denied, is_hidden
 
@@ -40,6 +41,7 @@ MAX_FILE_BYTES = 1_000_000  # a source file; larger ones are data, left out
 # stream).
 MAX_TOTAL_BYTES = 50_000_000
 MAX_FILES = 100_000
+UNSAFE_NAME = "a name git would not check out (an empty, '.' or '..' part)"
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,9 @@ async def _copy_worktree(git: Git, root: Path, folder: Path
         mode = info.split(b" ", 1)[0]
         why = _refused(relative) or {b"120000": "a link", b"160000": "a submodule"}.get(mode)
         source = root / relative
-        if why is None and os.path.realpath(source.parent) != os.path.join(
-                os.path.realpath(root), *PurePosixPath(relative).parent.parts).rstrip(os.sep):
+        if why is None and plain_parts(relative) is None:
+            why = UNSAFE_NAME
+        if why is None and through_link(root, relative):
             why = "reached through a link"
         if why is None and total >= MAX_TOTAL_BYTES:
             why = f"over the copy's {MAX_TOTAL_BYTES:,} bytes"
@@ -130,6 +133,8 @@ async def _copy_commit(git: Git, commit: str, folder: Path
         mode, kind, oid, size = info.decode().split()
         relative = name.decode("utf-8", "surrogateescape")
         why = _refused(relative) or {"120000": "a link", "160000": "a submodule"}.get(mode)
+        if why is None and plain_parts(relative) is None:
+            why = UNSAFE_NAME
         if why is None and kind == "blob" and int(size) > MAX_FILE_BYTES:
             why = f"over {MAX_FILE_BYTES:,} bytes"
         if why is None and total + int(size) > MAX_TOTAL_BYTES:
@@ -158,9 +163,25 @@ async def _copy_commit(git: Git, commit: str, folder: Path
 
 
 def _write(folder: Path, relative: str, data: bytes) -> None:
-    target = folder.joinpath(*PurePosixPath(relative).parts)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target, "xb") as handle:  # a new file in our own new folder
+    """Write ``relative`` as a new file under ``folder``, which must be where it lands: a
+    name with an empty, ``.`` or ``..`` part is refused (callers leave those out first),
+    each folder on the way is made here (never an existing link followed), and the file is
+    created new without following a link (O_EXCL, O_NOFOLLOW)."""
+    parts = plain_parts(relative)
+    if parts is None:
+        raise ConfigError(f"snapshot: {relative!r} is not a path inside the repository")
+    parent = folder
+    for part in parts[:-1]:
+        parent = parent / part
+        if parent.is_symlink():
+            raise ConfigError(f"snapshot: {relative!r} is reached through a link")
+        parent.mkdir(exist_ok=True)
+    target = parent / parts[-1]
+    if not Path(os.path.realpath(target.parent)).is_relative_to(os.path.realpath(folder)):
+        raise ConfigError(f"snapshot: {relative!r} lands outside the snapshot's folder")
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+             | getattr(os, "O_BINARY", 0))
+    with os.fdopen(os.open(target, flags, 0o600), "wb") as handle:
         handle.write(data)
 
 

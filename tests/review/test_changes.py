@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,19 @@ async def test_a_cloned_repositorys_config_runs_nothing(repo: Path) -> None:
     subprocess.run(["git", "-C", str(repo), "diff", "--textconv", "--no-ext-diff", "HEAD"],
                    capture_output=True, check=False)
     assert {"clean", "external", "fsmonitor"} <= set(os.listdir(ran))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a shell-script plant")
+async def test_a_git_planted_in_the_repository_is_never_run(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows looks a bare "git" up in the current folder first, as a "." entry of PATH
+    does anywhere: git is resolved on PATH to an absolute path outside the repository."""
+    planted = repo / "git"
+    planted.write_text(f'#!/bin/sh\ntouch "{repo}/PLANTED-RAN"\nexit 1\n')
+    planted.chmod(0o755)
+    monkeypatch.setenv("PATH", f".{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(repo)
+    with pytest.raises(ConfigError) as caught:
+        await collect(repo)
+    assert "inside" in str(caught.value) and "\n" not in str(caught.value)
+    assert not (repo / "PLANTED-RAN").exists()

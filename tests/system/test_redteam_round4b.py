@@ -35,9 +35,6 @@ def _planted_program(tmp_path: Path, name: str) -> tuple[Path, str]:
 
 
 @posix_only
-@pytest.mark.xfail(strict=True, reason="red team: filter_overrides builds '-c filter.a=b."
-                   "clean=', which git splits at the first '=' (key filter.a), so a driver "
-                   "named with '=' keeps its clean command and git diff runs it")
 async def test_a_filter_driver_whose_name_holds_equals_runs_nothing(repo: Path,
                                                                     tmp_path: Path) -> None:
     ran, script = _planted_program(tmp_path, "clean")
@@ -52,9 +49,6 @@ async def test_a_filter_driver_whose_name_holds_equals_runs_nothing(repo: Path,
 
 
 @posix_only
-@pytest.mark.xfail(strict=True, reason="red team: only the top repository's filter drivers "
-                   "are emptied; git diff asks a submodule for its status (a child git with "
-                   "the submodule's own config), which runs the submodule's clean filter")
 async def test_a_submodules_filter_driver_runs_nothing(repo: Path, tmp_path: Path) -> None:
     ran, script = _planted_program(tmp_path, "subclean")
     sub = repo / "vendor"
@@ -72,9 +66,6 @@ async def test_a_submodules_filter_driver_runs_nothing(repo: Path, tmp_path: Pat
     assert not (ran / "subclean").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="red team: rev-parse --show-toplevel follows the "
-                   "repository's core.worktree, and every later git runs there: a planted "
-                   "'../../elsewhere' inside another repository reviews that one's changes")
 async def test_core_worktree_pointing_outside_reads_nothing_there(repo: Path,
                                                                   tmp_path: Path) -> None:
     from massgen_mcp.core.errors import ConfigError
@@ -96,9 +87,6 @@ async def test_core_worktree_pointing_outside_reads_nothing_there(repo: Path,
     assert "OUTSIDE-CANARY" not in changes.diff
 
 
-@pytest.mark.xfail(strict=True, reason="red team: with core.worktree naming a folder outside "
-                   "any repository, collect runs 'git diff' there and git's GitFailed (its "
-                   "whole usage text) escapes as a traceback instead of one line")
 async def test_core_worktree_outside_any_repository_is_one_line(repo: Path,
                                                                 tmp_path: Path) -> None:
     from massgen_mcp.core.errors import ConfigError
@@ -117,9 +105,6 @@ def _tree(entries: list[tuple[str, str, str]], repo: Path) -> str:
                input=data).decode().strip()
 
 
-@pytest.mark.xfail(strict=True, reason="red team: snapshot._copy_commit writes each ls-tree "
-                   "path under its folder without checking it; a tree entry named '..' "
-                   "makes it write '../ESCAPED' outside the temporary folder")
 async def test_a_commit_tree_entry_named_dotdot_writes_nothing_outside(
         repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     temp = tmp_path / "temp"
@@ -138,10 +123,6 @@ async def test_a_commit_tree_entry_named_dotdot_writes_nothing_outside(
     assert os.listdir(temp) == []
 
 
-@pytest.mark.xfail(strict=True, reason="red team: split_diff splits git's output with "
-                   "bytes.splitlines, which also breaks at a lone CR inside a changed line; "
-                   "the piece after it ends the hunk early and a 'diff --git a/.env' there "
-                   "opens a denied section that swallows (drops) the rest of the real change")
 async def test_a_lone_cr_in_a_changed_line_hides_no_code_from_the_review(repo: Path) -> None:
     app = repo / "src" / "app.py"
     app.write_bytes(app.read_bytes() + b"x = 1  # \rdiff --git a/.env b/.env\n"
@@ -151,10 +132,6 @@ async def test_a_lone_cr_in_a_changed_line_hides_no_code_from_the_review(repo: P
 
 
 @posix_only
-@pytest.mark.xfail(strict=True, reason="red team: whole_files reads each tracked path of a "
-                   "named folder with read_bytes_safely, which refuses only a final link; a "
-                   "tracked folder swapped for a link to outside is read through (snapshot "
-                   "checks 'reached through a link', this path does not)")
 async def test_review_of_a_folder_reads_nothing_through_a_linked_subfolder(
         repo: Path, tmp_path: Path) -> None:
     (repo / "docs").mkdir()
@@ -305,10 +282,6 @@ def test_a_client_that_never_reads_its_pipelined_answers_is_dropped(tmp_path: Pa
         proc.communicate(timeout=30)
 
 
-@pytest.mark.xfail(strict=True, reason="red team: a committed .env template with a lone CR "
-                   "before 'diff --git a/notes.md b/notes.md' splits the .env section "
-                   "(bytes.splitlines breaks at CR); the user's filled-in key lines after it "
-                   "land in a 'notes.md' section that is kept and sent to the model")
 async def test_a_cr_in_a_committed_env_template_sends_no_secret(repo: Path) -> None:
     from tests.review.conftest import CANARY
 
@@ -323,9 +296,6 @@ async def test_a_cr_in_a_committed_env_template_sends_no_secret(repo: Path) -> N
 
 
 @posix_only
-@pytest.mark.xfail(strict=True, reason="red team: collect lets the GitFailed of 'git diff' "
-                   "escape (a FIFO at a tracked path: 'unsupported file type'), a traceback "
-                   "from the CLI instead of one line naming the file")
 async def test_a_fifo_at_a_tracked_path_is_refused_in_one_line(repo: Path) -> None:
     from massgen_mcp.core.errors import ConfigError
 
@@ -336,10 +306,6 @@ async def test_a_fifo_at_a_tracked_path_is_refused_in_one_line(repo: Path) -> No
     assert "README.md" in str(caught.value) and "\n" not in str(caught.value)
 
 
-@pytest.mark.xfail(strict=True, reason="red team: review_question lists every left-out file "
-                   "(files are capped at 200, left_out is not): a 165 KB patch adding 1,900 "
-                   "images makes an 86,000-character question, refused as 'question: ... move "
-                   "material into context', advice a review's user cannot follow")
 async def test_many_left_out_files_keep_the_review_question_within_its_limit(
         repo: Path) -> None:
     import io
@@ -356,10 +322,6 @@ async def test_many_left_out_files_keep_the_review_question_within_its_limit(
     assert len(spec.question) <= MAX_QUESTION_CHARS
 
 
-@pytest.mark.xfail(strict=True, reason="red team: in a blobless clone (--filter=blob:none, "
-                   "as large repositories are cloned) the parent's blobs are not here and "
-                   "lazy fetching is off by design; 'git diff' fails and collect lets its "
-                   "GitFailed escape: a traceback, not one line saying to fetch them")
 async def test_review_of_a_commit_in_a_blobless_clone_is_one_line(repo: Path,
                                                                   tmp_path: Path) -> None:
     from massgen_mcp.core.errors import ConfigError
@@ -373,9 +335,6 @@ async def test_review_of_a_commit_in_a_blobless_clone_is_one_line(repo: Path,
     assert "\n" not in str(caught.value)
 
 
-@pytest.mark.xfail(strict=True, reason="red team: header_paths takes a 'diff --git' line "
-                   "ending in a quote for a quoted second path and calls rest.index(' \"'), "
-                   "a ValueError traceback when there is none (a patch on stdin)")
 async def test_a_diff_git_line_ending_in_a_stray_quote_is_one_line(repo: Path) -> None:
     import io
 
@@ -387,10 +346,6 @@ async def test_a_diff_git_line_ending_in_a_stray_quote_is_one_line(repo: Path) -
         await collect(repo, patch="-", stdin=io.BytesIO(patch))
 
 
-@pytest.mark.xfail(strict=True, reason="red team: git diff honours the repository's "
-                   ".gitattributes, so 'src/app.py -diff' (or 'binary') in the change itself "
-                   "prints 'Binary files differ' for a text file and finish drops it as "
-                   "binary: the change's author hides a file's code from the review")
 async def test_gitattributes_in_the_change_hide_no_text_file_from_the_review(
         repo: Path) -> None:
     (repo / ".gitattributes").write_text("src/app.py -diff\n")
