@@ -211,10 +211,6 @@ def _member(url: str, token: str, home: Path) -> object:
     return Membership(PoolConfig(url), token, home)
 
 
-@pytest.mark.xfail(strict=True, reason="red team: Membership._protect takes the older of the "
-                   "shared home's record and Redis's, and 'since' is whatever a Redis writer "
-                   "says: a planted record dated 0 beats the home's, so the protecting front "
-                   "ends stop serving and one with the planter's token rewrites the home file")
 async def test_a_record_planted_in_redis_with_an_older_date_takes_no_pool_over(
         redis_url: str, tmp_path: Path) -> None:
     from redis.asyncio import Redis
@@ -242,10 +238,6 @@ async def test_a_record_planted_in_redis_with_an_older_date_takes_no_pool_over(
         await redis.aclose()
 
 
-@pytest.mark.xfail(strict=True, reason="red team: Membership.join json.loads the "
-                   "<pool>:frontends value and indexes it unchecked (only :protected is "
-                   "checked field by field): a planted '[]', non-JSON or bad salt is an "
-                   "AttributeError/ValueError traceback at start, not a one-line refusal")
 @pytest.mark.parametrize("planted", [b"[]", b"not json", b'{"salt": "zz"}'])
 async def test_a_planted_frontends_record_is_refused_in_one_line(
         redis_url: str, tmp_path: Path, planted: bytes) -> None:
