@@ -141,6 +141,31 @@ def replace_file(path: Path, data: bytes | str, *, mode: int = 0o644, durable: b
         os.close(folder)
 
 
+def create_file(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
+    """Make ``path`` with ``data``, all at once, only if no entry of that name exists
+    (``FileExistsError`` otherwise, a link or a folder included): the first of several
+    writers wins, and what it wrote is what everyone reads. The data goes to a new temporary
+    file (as :func:`replace_file`), which is then hard-linked at ``path``: ``link`` fails on
+    any existing name, as ``O_CREAT|O_EXCL`` does, but the file appears whole, where an
+    ``O_EXCL`` create is seen empty until it is written. A filesystem without hard links
+    gets the ``O_EXCL`` create itself."""
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    temporary = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | portable.NOFOLLOW | portable.BINARY
+    with os.fdopen(os.open(temporary, flags, mode), "wb") as out:
+        out.write(payload)
+    try:
+        os.link(temporary, path)  # the source is our own new file, never a link
+    except FileExistsError:
+        raise
+    except OSError:  # no hard links here (FAT, some network filesystems)
+        with os.fdopen(os.open(path, flags, mode), "wb") as out:
+            out.write(payload)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+
+
 class Folder:
     """A folder opened once, whose files are then written relative to that handle: a session
     folder swapped for a link to another place mid-run (by anyone who can write the records'

@@ -17,9 +17,12 @@ serves, and refuses to start if it differs:
   fingerprint (never the token) and the time the pool was first protected. Redis can lose
   that key (``FLUSHALL``, a restart without persistence), so the same record is also a file
   in the shared ``MASSGEN_HOME``, ``pool-<pool>.protected`` (:data:`MARKER`), which Redis
-  cannot lose: either one makes the pool protected. Where the two differ (a front end with
-  another token joined while Redis was empty), the older record is the pool's; a front end
-  whose token matches it puts it back wherever it is missing or different, and one whose
+  cannot lose: either one makes the pool protected. The home's record, where it holds one,
+  is the pool's and Redis only copies it: anyone who reaches Redis writes there what it
+  likes (a ``since`` of 0 included), while writing the home takes the filesystem. The first
+  front end makes the marker only where none is (:func:`create_file`), so of front ends
+  sharing the home the first wins, whatever a record says of its date. A front end whose
+  token matches puts the record back wherever it is missing or different, and one whose
   token does not refuses to serve. Deleting both, by hand, is the way back to an open pool
   (or to another token).
 
@@ -45,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from massgen_mcp.core.errors import ConfigError, PoolUnavailableError
-from massgen_mcp.core.files import read_bytes_safely, replace_file
+from massgen_mcp.core.files import create_file, read_bytes_safely, replace_file
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.pool import live
 from massgen_mcp.pool.live import PoolConfig
@@ -93,14 +96,33 @@ def protection(text: str | bytes) -> Protection | None:
     return {"salt": salt, "token": token, "since": since}
 
 
+def members(text: str | bytes) -> dict[str, str] | None:
+    """The record of front ends in ``text`` (the ``<pool>:frontends`` value), or None when it
+    holds none: checked field by field as :func:`protection`, since anyone who reaches Redis
+    writes what it likes there."""
+    if len(text) > MARKER_MAX_BYTES:
+        return None
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON (or not UTF-8), or nested too deep
+        return None
+    if not isinstance(record, dict):
+        return None
+    salt = record.get("salt")
+    if not (isinstance(salt, str) and len(salt) == 32 and _is_hex(salt)):
+        return None
+    fields = {"salt": salt}
+    for name in LABELS:
+        value = record.get(name)
+        if not (isinstance(value, str)
+                and (value == "none" or (len(value) == 64 and _is_hex(value)))):
+            return None
+        fields[name] = value
+    return fields
+
+
 def _is_hex(text: str) -> bool:
     return all(c in "0123456789abcdef" for c in text)
-
-
-def _first(records: list[Protection]) -> Protection:
-    """The pool's protection among differing records: the oldest (then by value, so every
-    front end picks the same one)."""
-    return min(records, key=lambda r: (r["since"], r["token"], r["salt"]))
 
 
 def fingerprint(secret: str | None, salt: str) -> str:
@@ -155,71 +177,118 @@ class Membership:
         except OSError:
             return LEGACY
 
-    def _mark(self, record: Protection | None) -> None:
+    def _mark(self, record: Protection | None, *, claim: bool = False) -> bool:
         """Record in the shared home, for good, that the pool is protected (by ``record``'s
-        token; None: by a token not named)."""
+        token; None: by a token not named). The marker is made only where none is
+        (:func:`create_file`: of front ends writing at once, the first wins, whatever any
+        record says of its date), except that ``claim`` replaces one naming no token (a
+        marker written before records named one). False when another entry was there first
+        (re-read it)."""
         text = _MARKER_TEXT.format(name=self.config.name)
         if record is not None:
             text += json.dumps(record) + "\n"
-        try:  # another front end writing it at once writes the same record or an older one
+        try:
             self.marker.parent.mkdir(parents=True, exist_ok=True)
-            replace_file(self.marker, text)
+            if claim:
+                replace_file(self.marker, text)
+            else:
+                create_file(self.marker, text)
+        except FileExistsError:
+            return False
         except OSError as exc:  # Redis still holds the fact; the records cannot be written
             log.warning("cannot record in %s that the pool is protected: %s", self.marker,
                         exc.strerror or exc)
+        return True
+
+    def _refusal(self) -> ConfigError:
+        return ConfigError(
+            f"the front ends that protect this pool ({self.config.name}) use another "
+            f"{LABELS['token']}: its sessions are for callers with theirs, and every "
+            "front end of a pool needs the same (to hand the pool to a new token, stop "
+            f"them all and delete {self.protected_key} and {self.marker})")
 
     async def _protect(self, redis: Redis) -> None:
         """Check this front end against the pool's protection, and put the protection back
-        where it is missing; ConfigError if this front end must not serve the pool."""
-        on_file = await asyncio.to_thread(self._read_marker)
-        stored = await redis.get(self.protected_key)
-        in_redis = None if stored is None else (protection(stored) or LEGACY)
-        records = [r for r in (on_file, in_redis) if isinstance(r, dict)]
-        if not self.token:
-            if on_file is None and in_redis is None:
-                return
-            # What one of the two remembers, the other learns again.
-            if in_redis is None:
-                await redis.set(self.protected_key,
-                                json.dumps(on_file) if isinstance(on_file, dict) else "1")
-            elif on_file is None:
-                await asyncio.to_thread(self._mark, records[0] if records else None)
-            raise ConfigError(
-                f"this pool ({self.config.name}) is served by front ends with a token, so its "
-                "sessions are not for callers without one: set MASSGEN_MCP_TOKEN as on the "
-                f"other front ends (to open the pool again, stop them and delete "
-                f"{self.protected_key} and {self.marker})")
-        if records:
-            pools = _first(records)
-            if (await self._ours(pools["salt"]))["token"] != pools["token"]:
-                # Refused, but what one of the two remembers, the other learns again.
+        where it is missing; ConfigError if this front end must not serve the pool.
+
+        The shared home's record, where it holds one, is the pool's: writing it takes the
+        filesystem, and Redis only copies it (anyone who reaches Redis writes there what it
+        likes, a ``since`` of 0 included). Redis's record counts where the home holds none
+        (a front end with another home, or the marker not yet written), and only a front
+        end whose token it names writes it into the home."""
+        for _ in range(3):  # a front end sharing the home may make the marker meanwhile
+            on_file = await asyncio.to_thread(self._read_marker)
+            stored = await redis.get(self.protected_key)
+            in_redis = None if stored is None else (protection(stored) or LEGACY)
+            if not self.token:
+                if on_file is None and in_redis is None:
+                    return
+                # What one of the two remembers, the other learns again (the home as a
+                # marker naming no token: a token from Redis is not the home's to trust).
                 if in_redis is None:
-                    await redis.set(self.protected_key, json.dumps(pools))
+                    await redis.set(self.protected_key,
+                                    json.dumps(on_file) if isinstance(on_file, dict) else "1")
                 elif on_file is None:
-                    await asyncio.to_thread(self._mark, pools)
+                    await asyncio.to_thread(self._mark, None)
                 raise ConfigError(
-                    f"the front ends that protect this pool ({self.config.name}) use another "
-                    f"{LABELS['token']}: its sessions are for callers with theirs, and every "
-                    "front end of a pool needs the same (to hand the pool to a new token, stop "
-                    f"them all and delete {self.protected_key} and {self.marker})")
-        else:  # the first front end with a token (or the first since markers named it)
-            salt = secrets.token_hex(16)
-            pools = {"salt": salt, "token": (await self._ours(salt))["token"],
-                     "since": time.time()}
-        if on_file != pools:
-            await asyncio.to_thread(self._mark, pools)
-        if in_redis != pools:
-            await redis.set(self.protected_key, json.dumps(pools))
+                    f"this pool ({self.config.name}) is served by front ends with a token, so "
+                    "its sessions are not for callers without one: set MASSGEN_MCP_TOKEN as on "
+                    f"the other front ends (to open the pool again, stop them and delete "
+                    f"{self.protected_key} and {self.marker})")
+            if isinstance(on_file, dict):
+                await self._check_home(redis, on_file, in_redis)
+                return
+            if isinstance(in_redis, dict):
+                if (await self._ours(in_redis["salt"]))["token"] != in_redis["token"]:
+                    raise self._refusal()
+                pools = in_redis
+            else:  # the first front end with a token (or the first since markers named it)
+                salt = secrets.token_hex(16)
+                pools = {"salt": salt, "token": (await self._ours(salt))["token"],
+                         "since": time.time()}
+            if await asyncio.to_thread(self._mark, pools, claim=on_file == LEGACY):
+                if in_redis != pools:
+                    await redis.set(self.protected_key, json.dumps(pools))
+                return
+        raise ConfigError(f"could not join the pool {self.config.name}: its protection "
+                          f"({self.marker}) keeps changing; try again")
+
+    async def _check_home(self, redis: Redis, home: Protection,
+                          in_redis: Protection | str | None) -> None:
+        """Serve by the home's record ``home``, and copy it into Redis, unless Redis holds an
+        older record naming another token: then a front end with another home protected the
+        pool first (front ends of a pool must share their home), or someone who reaches
+        Redis planted it. Either way this one stops serving until it is gone, and leaves it
+        there (two homes that each copied their own would take turns); that record is never
+        taken into the home nor served by, so a planted one can stop front ends, as anyone
+        who writes Redis can, but not take the pool over."""
+        if (await self._ours(home["salt"]))["token"] != home["token"]:
+            if in_redis != home:
+                await redis.set(self.protected_key, json.dumps(home))
+            raise self._refusal()
+        if (isinstance(in_redis, dict) and in_redis["since"] < home["since"]
+                and (await self._ours(in_redis["salt"]))["token"] != in_redis["token"]):
+            raise ConfigError(
+                f"the pool's Redis ({self.protected_key}) names front ends with another "
+                f"{LABELS['token']} that protected this pool ({self.config.name}) before this "
+                f"front end's home ({self.marker}) did: front ends of a pool must share one "
+                "MASSGEN_HOME (if that record was planted, delete it)")
+        if in_redis != home:
+            await redis.set(self.protected_key, json.dumps(home))
 
     async def join(self, redis: Redis) -> None:
         """Join (or refresh) the pool's record; ConfigError if this front end differs."""
         await self._protect(redis)
         for _ in range(3):  # another front end may write it between our read and write
             found = await redis.get(self.key)
-            theirs = json.loads(found) if found else None
+            theirs = None if found is None else members(found)
             ours = await self._ours(theirs["salt"] if theirs else secrets.token_hex(16))
             if theirs is None:
-                if await redis.set(self.key, json.dumps(ours), nx=True, px=int(TTL_S * 1000)):
+                if found is not None:  # no front end wrote that: ours replaces it
+                    log.warning("the pool's record of front ends (%s) is not one; replacing "
+                                "it", self.key)
+                if await redis.set(self.key, json.dumps(ours), nx=found is None,
+                                   px=int(TTL_S * 1000)):
                     return
                 continue
             if self.token and theirs.get("token") != ours["token"]:

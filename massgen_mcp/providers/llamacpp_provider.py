@@ -209,9 +209,20 @@ class Seats:
         self._lock = threading.Lock()
 
     def _try_seats(self) -> int | None:
+        """A free seat's locked descriptor; None when every usable seat is taken. A seat
+        whose file is not one (a link, a FIFO, a folder, another user's: planted, or left
+        by an older version) is skipped, not allowed to turn the queue off for everyone:
+        the other seats are tried, and only when none can be opened is the error raised."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        unusable: OSError | None = None
+        opened = False
         for seat in range(self.count):
-            fd = open_own(self.folder / f".llama-seat-{seat}.lock", mine=True)
+            try:
+                fd = open_own(self.folder / f".llama-seat-{seat}.lock", mine=True)
+            except OSError as exc:  # UnsafeFileError included; a folder there: EISDIR
+                unusable = exc
+                continue
+            opened = True
             try:
                 if portable.lock(fd, wait=False):
                     return fd
@@ -221,6 +232,8 @@ class Seats:
                     raise
                 return fd  # a file system without locks: no queue, as before seats
             os.close(fd)
+        if not opened and unusable is not None:
+            raise unusable
         return None
 
     def _enter(self) -> bool:

@@ -91,12 +91,21 @@ class ConnectionDeadline(H11Protocol):
     reads meets :class:`~massgen_mcp.server.transports.BodyReadTimeout`'s finer limits (and
     its 408) first; this deadline closes the connection once the response is complete and
     the body still is not, so it never cuts a response short. :func:`deadline_protocol`
-    sets the times."""
+    sets the times.
+
+    Writes have a deadline too: a client that reads nothing (say it pipelines requests to
+    ``/healthz`` and never reads the answers) fills the socket's buffers and the transport's,
+    the transport pauses writing, and the app waits in uvicorn's ``drain()`` with no other
+    deadline running (the request is whole). Writes that stay paused for
+    :attr:`body_deadline_s`, or answers still unsent that long after a deadline closed the
+    connection, end it with ``transport.abort()``: ``close()`` alone waits for the unsent
+    answers, which that client never takes."""
 
     header_timeout_s: float
     body_deadline_s: float
     accepts: AcceptLimit
     _deadline: asyncio.TimerHandle | None = None
+    _write_stall: asyncio.TimerHandle | None = None  # while the transport pauses our writes
     _body_of: object = None  # the request (uvicorn's cycle) whose body the timer is for
     _overdue: bool = False  # that body's deadline passed while the app still answered
 
@@ -111,10 +120,19 @@ class ConnectionDeadline(H11Protocol):
         self._body_of = None
         self._overdue = False
 
+    def _close(self) -> None:
+        """Close once our answers are sent (a response is never cut short), within the
+        write deadline: a client that stopped reading would otherwise hold the connection
+        with the answers it never takes (below the transport's high-water mark, no pause
+        starts that deadline)."""
+        self.transport.close()
+        if self.transport.get_write_buffer_size() and self._write_stall is None:
+            self._write_stall = self.loop.call_later(self.body_deadline_s, self._not_read)
+
     def _headers_too_slow(self) -> None:
         self._deadline = None
         if self.conn.their_state is h11.IDLE:  # still no complete request headers
-            self.transport.close()
+            self._close()
 
     def _body_too_slow(self) -> None:
         self._deadline = None
@@ -123,7 +141,7 @@ class ConnectionDeadline(H11Protocol):
         if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE, h11.SEND_BODY):
             self._overdue = True  # the app is still answering: close once it has
         else:
-            self.transport.close()
+            self._close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.accepts.accepted()
@@ -150,10 +168,31 @@ class ConnectionDeadline(H11Protocol):
         if self.conn.their_state is h11.IDLE:  # the next request gets the same deadline
             self._arm(self.header_timeout_s, self._headers_too_slow)
         elif self.conn.their_state is h11.SEND_BODY and self._overdue:
-            self.transport.close()  # a body nobody read, and past its deadline
+            self._close()  # a body nobody read, and past its deadline
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_stall is None:
+            self._write_stall = self.loop.call_later(self.body_deadline_s, self._not_read)
+
+    def resume_writing(self) -> None:
+        self._stop_write_stall()
+        super().resume_writing()
+
+    def _stop_write_stall(self) -> None:
+        if self._write_stall is not None:
+            self._write_stall.cancel()
+            self._write_stall = None
+
+    def _not_read(self) -> None:
+        """Our writes stayed paused (or unsent after a close) for the whole deadline: the
+        client takes too little to matter, so drop the connection, unsent data and all."""
+        self._write_stall = None
+        self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._stop_write_stall()
         super().connection_lost(exc)
 
 

@@ -55,12 +55,14 @@ from massgen_mcp.core.errors import (
     RecordWriteError,
     SessionNotFoundError,
     SessionStateError,
+    describe_write_error,
 )
 from massgen_mcp.core.files import (
     MIB,
     UnsafeFileError,
     check_state_folder,
     default_home,
+    make_folders,
     open_safely,
     read_bytes_safely,
     read_text_safely,
@@ -140,11 +142,19 @@ class SessionStore:
                on_event: EventHook | None = None, on_status: StatusHook | None = None
                ) -> FileRecorder:
         """A new session folder with its config and request (:func:`create_record`), once the
-        records folder is found to be no other user's (:func:`check_state_folder`)."""
+        records folder is found to be no other user's (:func:`check_state_folder`).
+
+        Checked again once ``sessions/`` is made: a check while it was missing says nothing
+        of the one another user may make before ours (in a home others may add to, a sticky
+        ``/tmp`` say), and making it accepts one that is already there."""
         try:
+            check_state_folder(self.given_home)
+            make_folders(self.sessions_dir)
             check_state_folder(self.given_home)
         except UnsafeFileError as exc:
             raise RecordWriteError(str(exc)) from None
+        except OSError as exc:  # sessions/ cannot be made
+            raise RecordWriteError(describe_write_error(exc, self.home)) from None
         return create_record(self.folder(session_id), self.home, config=config,
                              request=request, on_event=on_event, on_status=on_status)
 

@@ -14,6 +14,7 @@ import pytest
 
 from massgen_mcp.core.files import (
     UnsafeFileError,
+    create_file,
     open_own,
     read_bytes_safely,
     replace_file,
@@ -49,6 +50,24 @@ def test_a_link_at_the_target_is_replaced_not_followed(tmp_path: Path) -> None:
     assert not target.is_symlink() and target.read_bytes() == b"<html></html>"
     assert target.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bashrc", "report.html"]
+
+
+@posix_only
+def test_a_file_made_new_is_made_once_and_never_through_a_link(tmp_path: Path) -> None:
+    """create_file: the first writer wins; a second, or a link (even one to nowhere) at the
+    name, gets FileExistsError and changes nothing; no temporary file is left behind."""
+    target = tmp_path / "pool-massgen.protected"
+    create_file(target, "first\n", mode=0o600)
+    with pytest.raises(FileExistsError):
+        create_file(target, "second\n")
+    assert target.read_text() == "first\n" and target.stat().st_mode & 0o777 == 0o600
+    assert target.stat().st_nlink == 1
+    dangling = tmp_path / "planted"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(FileExistsError):
+        create_file(dangling, "x")
+    assert not (tmp_path / "nowhere").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["planted", "pool-massgen.protected"]
 
 
 @posix_only

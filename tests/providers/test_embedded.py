@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -262,6 +263,24 @@ async def test_processes_queue_for_the_cores(tmp_path: Path) -> None:
         other.kill()
         other.wait()
     assert not seats.held, "a process gives its seat back when its generations end"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="links and FIFOs need POSIX")
+@pytest.mark.parametrize("planted", ["folder", "link", "fifo"])
+def test_a_bad_seat_file_is_skipped_not_the_queue(tmp_path: Path, planted: str) -> None:
+    """A seat file that is not one (planted, or anything but this user's regular file) costs
+    that seat only: the process takes another, so runs still queue for the cores."""
+    bad = tmp_path / ".llama-seat-0.lock"
+    if planted == "folder":
+        bad.mkdir()
+    elif planted == "link":
+        bad.symlink_to(tmp_path / "elsewhere")
+    else:
+        os.mkfifo(bad)
+    seats = Seats(tmp_path, 2)
+    assert seats._enter() and seats.held  # seat 1
+    seats._leave()
+    assert not (tmp_path / "elsewhere").exists()
 
 
 async def _take(seats: Seats) -> None:

@@ -125,3 +125,36 @@ async def test_the_folders_a_run_makes_pass_the_check_under_a_group_writable_uma
     assert len(runs) == 2
     for folder in (project / ".massgen", sessions, *runs, *(run / "answers" for run in runs)):
         assert folder.stat().st_mode & 0o777 == 0o755, folder
+
+
+_PLANT_AT: list[Path] = []  # where the audit hook below makes another user's folder, once
+
+
+def _plant_before_mkdir(event: str, args: tuple[object, ...]) -> None:
+    """Another user wins the race: the moment this process makes ``_PLANT_AT``, theirs is
+    made there first (an audit hook lasts for the process: it acts only while armed)."""
+    if event == "os.mkdir" and _PLANT_AT and Path(str(args[0])) == _PLANT_AT[0]:
+        folder = _PLANT_AT.pop()
+        os.mkdir(folder, 0o755)
+        os.chown(folder, NOBODY, NOBODY)
+
+
+@as_root
+async def test_a_sessions_folder_another_user_makes_after_the_check_gets_nothing_written(
+        project: Path, scripted: Scripted) -> None:
+    """`sessions/` is missing when the records folder is checked, and another user (in a
+    home others may add to, a sticky one) makes theirs before this process makes its own:
+    the check after making it refuses it."""
+    (project / ".massgen").mkdir(mode=0o755)
+    sessions = project / ".massgen" / "sessions"
+    if not getattr(_plant_before_mkdir, "added", False):
+        sys.addaudithook(_plant_before_mkdir)
+        _plant_before_mkdir.added = True  # type: ignore[attr-defined]
+    _PLANT_AT[:] = [sessions]
+    try:
+        with pytest.raises(RecordWriteError, match="belongs to another user"):
+            await _run(scripted)
+    finally:
+        _PLANT_AT.clear()
+    assert sessions.stat().st_uid == NOBODY
+    assert list(sessions.iterdir()) == []
