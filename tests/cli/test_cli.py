@@ -122,7 +122,9 @@ def test_timeout_exits_3_with_best_answer(scripted: Scripted,
     assert "timed_out" in err
 
 
-def test_sigint_cancels_and_exits_4(scripted: Scripted, home: Path) -> None:
+def running_with_every_call_open(scripted: Scripted) -> subprocess.Popen[str]:
+    """A `run` of three agents in its own process, returned once each agent's first call has
+    reached the model server, which holds them all open (30 s)."""
     arrived = threading.Semaphore(0)
 
     def hang(req: ChatRequest) -> Reply:
@@ -132,11 +134,19 @@ def test_sigint_cancels_and_exits_4(scripted: Scripted, home: Path) -> None:
     server = scripted(hang)
     proc = subprocess.Popen(
         [sys.executable, "-m", "massgen_mcp", "run", "q", *models_args(server), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(3):
             assert arrived.acquire(timeout=30)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
+
+
+def test_sigint_cancels_and_exits_4(scripted: Scripted, home: Path) -> None:
+    proc = running_with_every_call_open(scripted)
+    try:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=15)
     finally:
@@ -350,19 +360,8 @@ def test_show_a_running_run_says_its_cost_is_not_known_yet(scripted: Scripted,
                                                            home: Path) -> None:
     """Before any call has finished, a running run's record holds $0: that is no price, and
     the same run ends with its cost unknown, so show says so rather than "$0.0000"."""
-    arrived = threading.Semaphore(0)
-
-    def hang(req: ChatRequest) -> Reply:
-        arrived.release()
-        return Reply("text", delay_s=30)
-
-    server = scripted(hang)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "massgen_mcp", "run", "q", *models_args(server), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = running_with_every_call_open(scripted)
     try:
-        for _ in range(3):
-            assert arrived.acquire(timeout=30)
         code, out, _ = run_cli(capsys, "show", "latest")
         html_code, html_path, _ = run_cli(capsys, "show", "latest", "--html")
         report = Path(html_path.strip()).read_text()  # before the run's end rewrites it
