@@ -54,6 +54,10 @@ if TYPE_CHECKING:
 
 REAPER = Path(__file__).with_name("reaper.py")  # imported only where tracked (Linux)
 STOP_GRACE_S = 5.0  # for the reaper to kill and reap a tree; SIGKILL to the group after
+# The marker sweep ends once a scan settles (at once, for any child that is not hiding); only
+# a marked process that keeps a step ahead of the scans makes it go on, up to this. On a
+# loaded machine a forking daemon outlived a 5 s sweep (issue 57, N1, seen under load 7).
+SWEEP_LIMIT_S = 30.0
 _EXIT_POLL_S = 0.01
 # Python's start-up sets LC_CTYPE when the locale is C (PEP 538); the reaper removes it again
 # unless the caller's environment has it, so the command gets exactly the environment asked.
@@ -153,7 +157,7 @@ def _kill_tree(pid: int) -> None:
         os.killpg(pid, portable.KILL)
 
 
-def sweep(marker: str, within_s: float = STOP_GRACE_S) -> list[int]:
+def sweep(marker: str, within_s: float = SWEEP_LIMIT_S) -> list[int]:
     """Kill every process whose environment carries ``marker`` (see module); the pids killed.
     Blocking: call it in a thread.
 
