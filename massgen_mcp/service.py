@@ -39,6 +39,7 @@ from massgen_mcp.core.records import (
     EventType,
     Phase,
     ResultRecord,
+    ReviewTarget,
     RunKind,
     RunStatus,
     SessionRecord,
@@ -191,14 +192,15 @@ class ConsensusService:
         chosen = workspace.confined and bool(spec.models or spec.config or spec.base_url)
         return await self._launch(question, choice.team, context, spec.parent_session_id,
                                   choice.notes, workspace, urls_from_call=chosen, kind=kind,
-                                  config_file=choice.config_file)
+                                  config_file=choice.config_file, review=spec.review)
 
     async def _launch(self, question: str, team: TeamConfig, context: str | None,
                       parent_session_id: str | None, notes: list[str],
                       workspace: Workspace | None = None, *,
                       urls_from_call: bool | None = None,
                       kind: RunKind = RunKind.RUN,
-                      config_file: ConfigFile | None = None) -> StartedRun:
+                      config_file: ConfigFile | None = None,
+                      review: ReviewTarget | None = None) -> StartedRun:
         """Ask the executor whether ``team`` may start (every reason it may not, in one
         error, before a record exists), then start it. Base URLs a model's call chose
         (``urls_from_call``; a recorded team's, when a model continues it) are not probed."""
@@ -213,7 +215,8 @@ class ConsensusService:
             await self.executor.prepare(team, self.fetch_progress)
         run = await self.executor.start(question, team, context=context,
                                       parent_session_id=parent_session_id, workspace=root,
-                                      notes=notes, kind=kind, config_file=config_file)
+                                      notes=notes, kind=kind, config_file=config_file,
+                                      review=review)
         if self._records_in_project():
             consent.remember_run(self.store, run.session_id, team)
         return run

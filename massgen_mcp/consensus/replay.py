@@ -17,7 +17,13 @@ from pathlib import Path
 
 from massgen_mcp.consensus.accounting import UsageMeter
 from massgen_mcp.consensus.state import Coordination
-from massgen_mcp.core.records import CallPurpose, Event, EventType, RequestRecord
+from massgen_mcp.core.records import (
+    CallPurpose,
+    Event,
+    EventType,
+    RequestRecord,
+    ReviewTarget,
+)
 from massgen_mcp.core.spec import AgentSpec, TeamConfig
 from massgen_mcp.providers.base import Completion
 
@@ -104,6 +110,7 @@ class RunRequest:
     prior: Prior | None = None
     workspace: Path | None = None  # the root the evidence tools read (when they are on)
     log_path: Path | None = None  # where coding-agent CLIs' stderr goes (the session's cli.log)
+    review: ReviewTarget | None = None  # a review run: its answers are reviews
 
     @classmethod
     def from_record(cls, session_id: str, record: RequestRecord, team: TeamConfig,
@@ -112,7 +119,8 @@ class RunRequest:
         one build for a fresh run (the record just written) and a resumed one (read back)."""
         return cls(session_id, record.question, team, record.context,
                    record.parent_session_id, prior=prior,
-                   workspace=Path(record.workspace) if record.workspace else None)
+                   workspace=Path(record.workspace) if record.workspace else None,
+                   review=record.review)
 
     @property
     def agents(self) -> dict[str, AgentSpec]:

@@ -294,6 +294,95 @@ class AgentResult(Record):
     usage: Usage = Usage()
 
 
+class Severity(StrEnum):
+    """How bad a review finding is, worst first (:attr:`rank` orders them)."""
+
+    BLOCKER = "blocker"  # must not merge: data loss, a security hole, a crash on the main path
+    MAJOR = "major"  # a real bug or risk that should be fixed before merging
+    MINOR = "minor"  # worth fixing, not worth holding the change for
+    NIT = "nit"  # taste; never changes a verdict
+
+    @property
+    def rank(self) -> int:
+        return {"blocker": 3, "major": 2, "minor": 1, "nit": 0}[self.value]
+
+
+class Verdict(StrEnum):
+    """A review's outcome, from its agreed findings (:class:`ReviewOutcome`)."""
+
+    APPROVE = "approve"
+    CHANGES_REQUESTED = "changes_requested"
+    BLOCKED = "blocked"  # an agreed blocker
+
+
+class ReviewTarget(Record):
+    """What a review run reviews, set by the review faces (never by ``run_consensus``):
+    its answers must be reviews (:mod:`massgen_mcp.consensus.findings`) and its result
+    carries a :class:`ReviewOutcome`."""
+
+    root: str  # the repository's top folder
+    commit: str | None = None  # the reviewed side is this commit's tree; None: the work tree
+    described: str = ""  # e.g. "the changes since the merge base with main"
+    files: list[str] = []  # the changed files, in diff order
+    # The least severity of an agreed finding that requests changes (a blocker blocks).
+    threshold: Severity = Severity.MAJOR
+
+
+class Stance(Record):
+    """A member's stand on a finding, with its reason in one line."""
+
+    agent_id: str
+    reason: str
+
+
+class Finding(Record):
+    """One finding of a review, as the team's recorded actions settled it: raised in a
+    member's review, confirmed by members whose own review holds it (``same_as``, or the same
+    lines and category) or who voted for a review that holds it, disputed by members whose
+    review rejects it."""
+
+    id: str  # F1, F2, ... in the outcome's order (rejected ones: R1, R2, ...)
+    file: str  # relative to the repository, '/'-separated
+    line: int  # on the new side, 1-based
+    end_line: int
+    severity: Severity
+    category: str
+    claim: str
+    evidence: str = ""  # the lines that show it, quoted
+    fix: str = ""
+    raised_by: str  # agent id
+    confirmed_by: list[str] = []  # agent ids, raiser excluded
+    disputed_by: list[Stance] = []
+    sources: list[str] = []  # the findings in members' reviews it gathers, e.g. ["B1.2"]
+    reason: str | None = None  # a rejected finding: why the majority did not back it
+
+
+class Dissent(Record):
+    """A live member that did not back the winning review, and why, in one line."""
+
+    agent_id: str
+    model: str
+    voted_for: str | None = None  # the answer label it voted for; None: no standing vote
+    reason: str
+
+
+class ReviewOutcome(Record):
+    """What the team agreed on a change: the findings a strict majority of the live members
+    backs, the ones it did not (with its reason), the verdict they give, the agreement and
+    the dissent. Computed from the members' recorded answers and votes only
+    (:func:`massgen_mcp.consensus.findings.outcome`), never from a presenter's prose."""
+
+    verdict: Verdict
+    threshold: Severity
+    agreement: int  # live members whose standing vote backs the winning review
+    members: int  # live members
+    summary: str = ""  # the winning review's summary line
+    findings: list[Finding] = []
+    rejected: list[Finding] = []
+    dissent: list[Dissent] = []
+    dropped: list[str] = []  # agent ids that did not last the run
+
+
 class ResultRecord(VersionedRecord):
     """The outcome of a run (``result.json``), written once when it ends."""
 
@@ -316,6 +405,7 @@ class ResultRecord(VersionedRecord):
     started_at: float | None = None
     finished_at: float | None = None
     elapsed_s: float | None = None
+    review: ReviewOutcome | None = None  # a review run's findings and verdict
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -360,6 +450,7 @@ class RequestRecord(VersionedRecord):
     # it came from and that file's SHA-256 then, so continue and resume read the keys from
     # it again while it is unchanged (ConsensusService.recorded_team).
     config_file: ConfigFile | None = None
+    review: ReviewTarget | None = None  # a review run: what it reviews
 
 
 class ConfigFile(Record):

@@ -27,6 +27,7 @@ from massgen_mcp.core.edges import check_text, has_control_characters
 from massgen_mcp.core.env import VAR_REFERENCE, getenv
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.model_map import bare_provider
+from massgen_mcp.core.records import ReviewTarget
 from massgen_mcp.core.secrets import register_secret
 
 MAX_AGENTS = 8
@@ -314,6 +315,9 @@ class RunSpec(BaseModel):
     context_files: list[str] = []
     options: RunOptions | None = None
     parent_session_id: str | None = None
+    # A review run (massgen_mcp.review): set by the review faces from the change they
+    # collected, never from a model's arguments.
+    review: ReviewTarget | None = None
 
     def overrides(self) -> dict[str, Any]:
         return self.options.model_dump(exclude_unset=True) if self.options else {}

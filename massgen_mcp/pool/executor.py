@@ -37,6 +37,7 @@ from massgen_mcp.core.records import (
     FinishReason,
     Phase,
     ResultRecord,
+    ReviewTarget,
     RunKind,
     RunStatus,
     StatusRecord,
@@ -161,7 +162,7 @@ class PoolExecutor:
         self, question: str, team: TeamConfig, *, context: str | None = None,
         parent_session_id: str | None = None, workspace: Path | None = None,
         notes: list[str] | None = None, kind: RunKind = RunKind.RUN,
-        config_file: ConfigFile | None = None,
+        config_file: ConfigFile | None = None, review: ReviewTarget | None = None,
     ) -> StartedRun:
         """Write the record, mark it queued and put it on the queue; returns at once.
         ``kind`` is not recorded: the queue carries none, so eval's runs here stay listed."""
@@ -175,7 +176,7 @@ class PoolExecutor:
         # Record files may live on a network share: their I/O stays off the event loop.
         request = new_request(question, team, context=context,
                               parent_session_id=parent_session_id, workspace=workspace,
-                              notes=notes)
+                              notes=notes, review=review)
         recorder = await asyncio.to_thread(create_record, self.store, session_id, team, request)
         recorder.close()
         try:

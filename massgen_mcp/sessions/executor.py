@@ -23,6 +23,7 @@ from massgen_mcp.core.records import (
     Event,
     RequestRecord,
     ResultRecord,
+    ReviewTarget,
     RunKind,
     StatusRecord,
 )
@@ -95,7 +96,8 @@ class Listeners:
 def new_request(question: str, team: TeamConfig, *, context: str | None,
                 parent_session_id: str | None, workspace: Path | None,
                 notes: list[str] | None, kind: RunKind = RunKind.RUN,
-                config_file: ConfigFile | None = None) -> RequestRecord:
+                config_file: ConfigFile | None = None,
+                review: ReviewTarget | None = None) -> RequestRecord:
     """What a new session asks: everything any process needs to run it (with its config).
     ``workspace`` is recorded only when the team's tools read it."""
     if not team.options.workspace_tools:
@@ -103,7 +105,8 @@ def new_request(question: str, team: TeamConfig, *, context: str | None,
     return RequestRecord(question=question, context=context,
                          parent_session_id=parent_session_id,
                          workspace=str(workspace) if workspace else None,
-                         notes=notes or [], kind=kind, config_file=config_file)
+                         notes=notes or [], kind=kind, config_file=config_file,
+                         review=review)
 
 
 def create_record(store: SessionStore, session_id: str, team: TeamConfig,
@@ -149,7 +152,8 @@ class Executor(Protocol):
     async def start(self, question: str, team: TeamConfig, *, context: str | None = None,
                     parent_session_id: str | None = None, workspace: Path | None = None,
                     notes: list[str] | None = None, kind: RunKind = RunKind.RUN,
-                    config_file: ConfigFile | None = None) -> StartedRun: ...
+                    config_file: ConfigFile | None = None,
+                    review: ReviewTarget | None = None) -> StartedRun: ...
     async def resume(self, session_id: str, team: TeamConfig) -> StartedRun: ...
     async def status(self, session_id: str) -> StatusRecord: ...
     async def result(self, session_id: str) -> ResultRecord | None: ...

@@ -37,6 +37,7 @@ from massgen_mcp.core.records import (
     ConfigFile,
     Event,
     ResultRecord,
+    ReviewTarget,
     RunKind,
     RunStatus,
     StatusRecord,
@@ -166,7 +167,7 @@ class LocalExecutor:
         self, question: str, team: TeamConfig, *, context: str | None = None,
         parent_session_id: str | None = None, workspace: Path | None = None,
         notes: list[str] | None = None, kind: RunKind = RunKind.RUN,
-        config_file: ConfigFile | None = None,
+        config_file: ConfigFile | None = None, review: ReviewTarget | None = None,
     ) -> LiveRun:
         """Create the record and start the run in the background; returns at once.
         ``workspace`` is the root the evidence tools read, when the team's options turn
@@ -176,7 +177,8 @@ class LocalExecutor:
         changes, ticks = ChangeSignal(), ChangeSignal()
         record = new_request(question, team, context=context,
                              parent_session_id=parent_session_id, workspace=workspace,
-                             notes=notes, kind=kind, config_file=config_file)
+                             notes=notes, kind=kind, config_file=config_file,
+                             review=review)
         recorder = create_record(self.store, session_id, team, record,
                                  self._hooks(session_id, changes, ticks))
         return self._launch(RunRequest.from_record(session_id, record, team), recorder,
