@@ -21,6 +21,8 @@ the same table, :data:`EXIT_CODES_HELP`):
 5    a wrong command line (an unknown flag, a missing argument): see the usage line
 6    ``serve --http`` cannot listen (the port is busy or the host is not this machine's)
 7    completed, but agents were dropped: the answer came from fewer agents than the team had
+8    ``review --fail-on SEVERITY``: the team requests changes (an agreed finding at or above
+     SEVERITY, or a blocker)
 141  the reader of stdout went away (``massgen-mcp sessions | head -1``): a closed pipe, as
      for any Unix tool (:mod:`massgen_mcp.__main__`)
 ===  ====================================================================================
@@ -34,7 +36,7 @@ import os
 import sys
 from typing import NoReturn
 
-from massgen_mcp.core.records import ResultRecord, RunStatus
+from massgen_mcp.core.records import ResultRecord, RunStatus, Verdict
 
 EXIT_OK, EXIT_INPUT, EXIT_EXECUTION, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3, 4
 EXIT_USAGE = 5  # the command line itself is wrong (argparse's own 2 would read as execution)
@@ -42,6 +44,8 @@ EXIT_LISTEN = 6  # serve --http cannot listen: the port is busy or the host is n
 # The run completed but not with the whole team: a script that takes exit 0 as "the team
 # agreed" must not get it when one agent's provider failed and two answered.
 EXIT_DROPPED = 7
+# review --fail-on: the review completed and the team's verdict is not "approve" (CI fails).
+EXIT_CHANGES_REQUESTED = 8
 EXIT_CODES_HELP = """exit codes:
   0  ok: the team agreed on an answer
   1  config or input error (model string, file, session id, a server that cannot be
@@ -53,6 +57,7 @@ EXIT_CODES_HELP = """exit codes:
   5  wrong command line (unknown flag, missing argument)
   6  serve --http cannot listen (port busy, or not this machine's address)
   7  completed, but agents were dropped (the answer came from fewer agents)
+  8  review --fail-on: the team requests changes (or a blocker blocks the change)
 141  the reader of stdout went away (massgen-mcp sessions | head -1)"""
 EXIT_BY_STATUS = {
     RunStatus.COMPLETED: EXIT_OK,
@@ -63,9 +68,14 @@ EXIT_BY_STATUS = {
 }
 
 
-def exit_code(result: ResultRecord) -> int:
+def exit_code(result: ResultRecord, *, fail_on_changes: bool = False) -> int:
     """The exit code of a finished run: by its status, except that a completed run which
-    lost agents on the way says so (:data:`EXIT_DROPPED`)."""
+    lost agents on the way says so (:data:`EXIT_DROPPED`), and a completed review whose
+    verdict is not "approve" says that first when ``fail_on_changes`` (``--fail-on``): CI
+    must fail on the verdict whoever was dropped."""
+    if (fail_on_changes and result.status is RunStatus.COMPLETED and result.review is not None
+            and result.review.verdict is not Verdict.APPROVE):
+        return EXIT_CHANGES_REQUESTED
     if result.status is RunStatus.COMPLETED and result.dropped:
         return EXIT_DROPPED
     return EXIT_BY_STATUS[result.status]

@@ -18,6 +18,7 @@ from massgen_mcp.cli import flags
 from massgen_mcp.cli.output import EXIT_CODES_HELP, err
 from massgen_mcp.cli.run import add_limit_flags, follow_to_the_end, options_from
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.records import Severity
 
 if TYPE_CHECKING:
     from massgen_mcp.service import ConsensusService, StartedRun
@@ -25,8 +26,10 @@ if TYPE_CHECKING:
 PATCH_SUFFIXES = (".patch", ".diff")
 
 DESCRIPTION = """\
-The team reviews a change and agrees on one review: the answer goes to stdout, progress and
-the outcome to stderr, as for run.
+The team reviews a change: each member answers with findings (file, lines, severity, claim,
+evidence, fix), reads the others' reviews and votes or revises, and the findings a majority
+of the members backs make the verdict (approve, changes requested, blocked), with the
+dissent. The review goes to stdout (--format), progress and the outcome to stderr.
 
 what to review (one of them; default: the working tree's changes against HEAD, staged and
 unstaged; untracked files are not included):
@@ -55,6 +58,14 @@ def add_parser(sub: Any) -> None:
     what.add_argument("--commit", metavar="SHA", help="review one commit")
     review.add_argument("--focus", metavar="TEXT",
                         help="what to look at most, e.g. 'security' or 'error handling'")
+    review.add_argument("--format", choices=("text", "markdown", "sarif", "json"),
+                        default="text",
+                        help="text: findings grouped by file (default); markdown: for a pull "
+                             "request; sarif: SARIF 2.1.0 for code scanning; json: as --json")
+    review.add_argument("--fail-on", metavar="SEVERITY",
+                        choices=("blocker", "major", "minor", "nit"),
+                        help="for CI: exit 8 when an agreed finding is this severe or worse "
+                             "(the verdict's threshold; default threshold: major, exit 0)")
     flags.team_arguments(review)
     add_limit_flags(review)
     review.set_defaults(func=cmd_review)
@@ -77,6 +88,9 @@ def cmd_review(args: argparse.Namespace) -> int:
     from massgen_mcp.team.context_files import Workspace
 
     patch, paths = patch_or_paths(args.targets)
+    threshold = Severity(args.fail_on) if args.fail_on else Severity.MAJOR
+    if args.format == "json":
+        args.json = True
     options = options_from(args)
     models = args.models.split(",") if args.models else None
     # The run's workspace is the repository's top folder; a config file named from a
@@ -90,7 +104,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         for note in changes.left_out:
             err(f"left out {note}")
         spec = review_spec(changes, args.focus, models=models, config=config,
-                           base_url=args.base_url, options=options)
+                           base_url=args.base_url, options=options, threshold=threshold)
         # The user's own repository, read by the user's own command: not confined (as
         # run's --context-file), rooted at the repository for the workspace tools.
         workspace = Workspace(changes.root, confined=False)
@@ -100,7 +114,8 @@ def cmd_review(args: argparse.Namespace) -> int:
                 f"off): {'; '.join(withheld)}; name the team with --models or --config to "
                 "give it the tools")
             spec = review_spec(changes, args.focus, models=models, config=config,
-                               base_url=args.base_url, options=options, tools=False)
+                               base_url=args.base_url, options=options, tools=False,
+                               threshold=threshold)
         return await service.start(spec, workspace)
 
     return follow_to_the_end(args, start)

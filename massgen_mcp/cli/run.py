@@ -211,12 +211,17 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
                                 indent=2))
         err("interrupted" + (f"; session {session_id} cancelled" if session_id else ""))
         return EXIT_CANCELLED
-    if args.json:
+    shape = "json" if args.json else getattr(args, "format", None) or "text"
+    if shape == "json":
         data = result.model_dump(mode="json")
         summary = {key: data[key] for key in JSON_SUMMARY_KEYS}
         summary["cost"] = result.usage.cost_usd
         summary["session_dir"] = str(folder)
+        if result.review is not None:  # docs/review.md: the schema
+            summary["review"] = data["review"]
         say_json(redact(json.dumps(summary, ensure_ascii=False, indent=2)))
+    elif result.review is not None:  # SARIF is JSON: written as --json is
+        (say_json if shape == "sarif" else say)(redact(review_output(result, shape)))
     elif result.final_answer is not None:
         say(redact(result.final_answer))
     line = redact(outcome_line(result))
@@ -226,4 +231,19 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
             err(f"  {redact(problem)}")
     elif not args.quiet:
         err(line)
-    return exit_code(result)
+    return exit_code(result, fail_on_changes=getattr(args, "fail_on", None) is not None)
+
+
+def review_output(result: ResultRecord, shape: str) -> str:
+    """A review's outcome as ``--format`` asks: text (grouped by file), markdown (for a
+    pull request) or sarif (SARIF 2.1.0)."""
+    from massgen_mcp.render.review import as_markdown, as_sarif, as_text
+
+    assert result.review is not None
+    models = {aid: agent.model for aid, agent in result.agents.items()}
+    if shape == "markdown":  # the final answer is this, with what was reviewed
+        return result.final_answer or as_markdown(result.review, models)
+    if shape == "sarif":
+        return json.dumps(as_sarif(result.review, models, session_id=result.session_id),
+                          ensure_ascii=False, indent=2)
+    return as_text(result.review, models)

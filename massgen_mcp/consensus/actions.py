@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from massgen_mcp.consensus.findings import review_problem
 from massgen_mcp.consensus.state import View, normalise
 from massgen_mcp.core.edges import UnsafeJson, find_json_object, load_json
 from massgen_mcp.core.repetition import loop_start, without_loop
@@ -88,9 +89,11 @@ def _calls_from_tools(completion: Completion) -> list[tuple[str, object]] | Inva
 
 
 def parse_action(completion: Completion, view: View, *, native_tools: bool,
-                 novelty: str = "lenient", retried: bool = False) -> Action | Invalid:
+                 novelty: str = "lenient", retried: bool = False,
+                 reviews: bool = False) -> Action | Invalid:
     """Validate one reply against the view it was given (``novelty``: the run's
-    answer_novelty_requirement; ``retried``: the reply answers a corrective retry)."""
+    answer_novelty_requirement; ``retried``: the reply answers a corrective retry;
+    ``reviews``: a review run, whose answers must be reviews, :mod:`.findings`)."""
     calls = _calls_from_tools(completion) if native_tools else _calls_from_json(completion.content)
     if isinstance(calls, Invalid):
         return calls
@@ -101,7 +104,12 @@ def parse_action(completion: Completion, view: View, *, native_tools: bool,
     if not isinstance(arguments, dict):
         return Invalid(f"the arguments of {name} must be a JSON object.", "bad_arguments")
     if name == "new_answer":
-        return _check_answer(arguments.get("content"), view, novelty, retried)
+        checked = _check_answer(arguments.get("content"), view, novelty, retried)
+        if reviews and isinstance(checked, NewAnswer):
+            problem = review_problem(checked.content)
+            if problem is not None:
+                return Invalid(problem, "bad_review")
+        return checked
     return _check_vote(arguments.get("answer"), arguments.get("reason"), view)
 
 

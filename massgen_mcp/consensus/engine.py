@@ -175,7 +175,8 @@ class ConsensusRun(RunBooks):
                 completion = replace(completion, tool_calls=[
                     c for c in completion.tool_calls if not is_evidence(c.name)])
             action = parse_action(completion, view, native_tools=native,
-                                  novelty=self.options.answer_novelty, retried=attempt > 1)
+                                  novelty=self.options.answer_novelty, retried=attempt > 1,
+                                  reviews=self.request.review is not None)
             if not isinstance(action, Invalid):
                 return TurnOutcome(agent.id, view, action)
             self._emit(EventType.INVALID_ACTION, agent_id=agent.id, attempt=attempt,
@@ -351,7 +352,10 @@ class ConsensusRun(RunBooks):
         if winner is None:
             return None, None
         presenter = self.agents[winner.agent_id]
+        # A review's final text is written from the members' recorded findings
+        # (snapshot.result_record), never by a presenter.
         if (not allow_call or self.options.skip_final_presentation
+                or self.request.review is not None
                 or self.coord.agents[winner.agent_id].dropped):
             return winner.content, None
         self.phase = Phase.PRESENTING

@@ -14,6 +14,7 @@ import time
 from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
+from massgen_mcp.consensus import findings
 from massgen_mcp.consensus.replay import Progress, RunRequest, progress_of
 from massgen_mcp.core.errors import RecordWriteError
 from massgen_mcp.core.records import (
@@ -28,6 +29,7 @@ from massgen_mcp.core.records import (
     FinishReason,
     Phase,
     ResultRecord,
+    ReviewTarget,
     RunStatus,
     StatusRecord,
     VoteRecord,
@@ -35,6 +37,7 @@ from massgen_mcp.core.records import (
     Winner,
     clip,
 )
+from massgen_mcp.render.review import as_markdown
 
 
 class Recorder(Protocol):
@@ -125,7 +128,7 @@ def result_record(request: RunRequest, progress: Progress, timeline: Timeline, *
     answer."""
     coord, agents = progress.coord, request.agents
     winner, tie = coord.winner() if final is not None else (None, False)
-    return ResultRecord(
+    result = ResultRecord(
         session_id=request.session_id, status=status,
         finish_reason=finish_reason, question=request.question,
         parent_session_id=request.parent_session_id, final_answer=final,
@@ -150,6 +153,21 @@ def result_record(request: RunRequest, progress: Progress, timeline: Timeline, *
         usage=progress.total.record(), errors=errors, started_at=timeline.started_at,
         finished_at=time.time(), elapsed_s=timeline.elapsed(),
     )
+    return with_review(result, request.review)
+
+
+def with_review(result: ResultRecord, target: ReviewTarget | None) -> ResultRecord:
+    """A review run's result with its :class:`ReviewOutcome`, settled from the members'
+    recorded reviews and votes, and the final answer written from it (a review's text is
+    never a presenter's prose). Other runs, and a review without a winner, as they are."""
+    if target is None or result.winner is None:
+        return result
+    review = findings.outcome(result.answers, result.votes, result.agents,
+                              threshold=target.threshold, winner_label=result.winner.label)
+    models = {aid: agent.model for aid, agent in result.agents.items()}
+    return result.model_copy(update={
+        "review": review,
+        "final_answer": as_markdown(review, models, described=target.described)})
 
 
 def queued_status(request: RunRequest) -> StatusRecord:

@@ -132,6 +132,12 @@ def terminal_safe(text: str) -> str:
     return _CONTROLS.sub(_escape, text.replace("\r\n", "\n"))
 
 
+def without_controls(text: str) -> str:
+    """``text`` with every character :func:`terminal_safe` would escape removed: for model
+    text that is shown in terminals, Markdown and SARIF viewers alike (a review's findings)."""
+    return _CONTROLS.sub("", text.replace("\r\n", "\n"))
+
+
 def has_control_characters(text: str) -> bool:
     """Whether ``text`` holds a character :func:`terminal_safe` would escape (newline and tab
     aside): a config value that should never have one (a URL, a command) is refused."""

@@ -9,14 +9,18 @@ workspace tools (``workspace_tools``), rooted at the repository by the face that
 run (``ConsensusService.start(spec, Workspace(changes.root, ...))``), so they can open the
 files around a change; the tools refuse the secret-file deny-list as everywhere.
 
-What the members answer is prose today: findings as records, a verdict and SARIF are issue
-55's next steps (docs/review.md).
+The run's :class:`~massgen_mcp.core.records.ReviewTarget` makes its answers reviews: each
+member answers with findings in the format of :data:`massgen_mcp.consensus.findings.FORMAT`
+(a corrective retry says what is wrong with one that is not), and the result carries the
+findings the team agrees on, the verdict and the dissent (:mod:`massgen_mcp.consensus.findings`).
 """
 
 from __future__ import annotations
 
+from massgen_mcp.consensus.findings import FORMAT
 from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.records import ReviewTarget, Severity
 from massgen_mcp.core.spec import RunOptions, RunSpec
 from massgen_mcp.review.changes import CONTEXT_LINES, Changes
 from massgen_mcp.team import consent
@@ -42,12 +46,15 @@ code, missing checks;
 - breaking changes to callers, and missing or wrong tests;
 - then clarity, only where it hides a bug.
 {focus}
-For each problem give: the file and line on the new side (path:line), a severity (blocker, \
-major, minor or nit), what is wrong and why, the lines that show it (quoted), and a fix. \
-Report only what the change shows or what you checked; say plainly when you find nothing \
-worth fixing. The diff is in the context (unified, {context} lines of context; lines \
-starting with + are new); read the repository's other files with your tools where you need \
-them (read-only).
+Severity: blocker (must not merge: a security hole, data loss, a crash on the main path), \
+major (a real bug or risk to fix before merging), minor (worth fixing, not worth holding the \
+change), nit (taste). Report only what the change shows or what you checked; an empty list \
+of findings is the right review of a good change. The diff is in the context (unified, \
+{context} lines of context; lines starting with + are new; line numbers are the new side's, \
+from the @@ headers); read the repository's other files with your tools where you need them \
+(read-only).
+
+{format}
 
 Files changed:
 {files}{left_out}"""
@@ -88,21 +95,25 @@ def review_question(changes: Changes, focus: str | None = None) -> str:
         left_out = ("\n\nLeft out of the diff (not sent to you):\n"
                     + _listing(changes.left_out, ""))
     return INSTRUCTIONS.format(described=changes.described, count=len(changes.files),
-                               focus=focus_line, context=CONTEXT_LINES,
+                               focus=focus_line, context=CONTEXT_LINES, format=FORMAT,
                                files=files, left_out=left_out)
 
 
 def review_spec(changes: Changes, focus: str | None = None, *,
                 models: list[str] | None = None, config: str | None = None,
                 base_url: str | None = None, options: RunOptions | None = None,
-                tools: bool = True) -> RunSpec:
+                tools: bool = True, threshold: Severity = Severity.MAJOR) -> RunSpec:
     """The :class:`RunSpec` of a review: the team and limits as ``run`` takes them
     (``options``: only the fields set count), with the workspace tools on unless ``tools``
-    is False (:func:`tools_withheld`)."""
+    is False (:func:`tools_withheld`); ``threshold``: the least severity of an agreed
+    finding that requests changes."""
     given = options.model_dump(exclude_unset=True) if options is not None else {}
+    target = ReviewTarget(root=str(changes.root), commit=changes.commit,
+                          described=changes.described, files=list(changes.files),
+                          threshold=threshold)
     return RunSpec(question=review_question(changes, focus), models=models, config=config,
                    base_url=base_url, context=changes.diff,
-                   options=RunOptions(**{**given, "workspace_tools": tools}))
+                   options=RunOptions(**{**given, "workspace_tools": tools}), review=target)
 
 
 async def tools_withheld(spec: RunSpec, workspace: Workspace) -> list[str]:

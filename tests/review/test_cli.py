@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.cli.main import main
-from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, answer
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, answer
 from massgen_mcp.testing.scripted import tool_calls as calls
 from tests.helpers import Scripted
 from tests.review.conftest import CANARY, DB_AFTER, git
+from tests.review.reviewers import reviewers
 from tests.servers import server_env
 
-OFF_BY_ONE = "src/app.py:3 major: off-by-one, range(len(items) + 1) reads past the end"
-INJECTION = "src/db.py:2 blocker: SQL injection, the name is formatted into the query"
+OFF_BY_ONE = "src/app.py:3-4  [major] correctness: off-by-one"
+INJECTION = "src/db.py:2  [blocker] security: SQL injection"
 
 
 def tool_results(req: ChatRequest) -> list[str]:
@@ -28,19 +29,14 @@ def tool_results(req: ChatRequest) -> list[str]:
 
 
 def reviewer(req: ChatRequest) -> Reply:
-    """Each member reports the defects the diff it was sent shows (agent a first opens db.py
-    and tries .env through its tools); votes and the final answer as in every demo."""
-    if req.vote_labels or req.is_final or req.wants_json or req.is_check:
-        return agree(req)
+    """The scripted members of tests/review/reviewers.py; agent a first opens db.py and
+    tries .env through its tools."""
     seen = tool_results(req)
     steps = [("read_file", {"path": "src/db.py"}), ("read_file", {"path": ".env"})]
-    if req.model == "a" and req.tools and len(seen) < len(steps):
+    if req.model == "a" and req.tools and not req.vote_labels and len(seen) < len(steps):
         name, args = steps[len(seen)]
         return calls((name, json.dumps(args)))
-    findings = [line for marker, line in (("range(len(items) + 1)", OFF_BY_ONE),
-                                          ("WHERE name = '{name}'", INJECTION))
-                if marker in req.user]
-    return answer("\n".join(findings) or "nothing found")
+    return reviewers(req)
 
 
 def review_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -68,7 +64,17 @@ def test_a_review_of_the_working_tree_end_to_end(
     assert code == 0, err
     result = json.loads(out)
     assert result["status"] == "completed"
-    assert OFF_BY_ONE in result["final_answer"] and INJECTION in result["final_answer"]
+    review = result["review"]
+    assert review["verdict"] == "blocked" and review["members"] == 3
+    agreed = {(f["file"], f["severity"]): f for f in review["findings"]}
+    assert set(agreed) == {("src/db.py", "blocker"), ("src/app.py", "major")}
+    # a raised both; b voted for a's review; c raised the off-by-one on its own lines.
+    assert agreed["src/db.py", "blocker"]["raised_by"] == "agent_a"
+    assert agreed["src/db.py", "blocker"]["confirmed_by"] == ["agent_b"]
+    assert agreed["src/app.py", "major"]["confirmed_by"] == ["agent_b", "agent_c"]
+    assert [(f["file"], f["severity"]) for f in review["rejected"]] == [("src/app.py", "nit")]
+    assert [d["agent_id"] for d in review["dissent"]] == ["agent_c"]
+    assert "SQL injection" in result["final_answer"]  # the final text is the agreed review
     assert "left out .env: on the secret-file deny-list" in err
     everything = sent(server)
     assert CANARY not in everything  # not in the diff, not through the tools
@@ -94,7 +100,7 @@ def test_gh_pr_diff_piped_into_review_dash(scripted: Scripted, repo: Path,
                            "--quiet"], input=patch, capture_output=True, cwd=repo,
                           timeout=120, env=server_env(home, PYTHONPATH=os.getcwd()))
     assert done.returncode == 0, done.stderr
-    assert INJECTION.encode() in done.stdout
+    assert INJECTION.encode() in done.stdout and OFF_BY_ONE.encode() in done.stdout
     assert CANARY not in sent(server)
 
 
@@ -181,3 +187,74 @@ async def test_a_discovered_project_team_abroad_gets_no_workspace_tools(
                         "project's files (workspace_tools)"]
     named = review_spec(changes, models=["openai/a@https://reviews.example.com/v1"])
     assert await tools_withheld(named, workspace) == []
+
+
+def test_every_format_of_one_review(scripted: Scripted, repo: Path, home: Path,
+                                    monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Text grouped by file, Markdown for a PR, SARIF 2.1.0 valid against the schema: the
+    same agreed findings in each."""
+    import jsonschema
+
+    server = scripted(reviewer)
+    monkeypatch.chdir(repo)
+    code, out, err = review_cli(capsys, *team(server), "--quiet")
+    assert code == 0, err
+    assert out.startswith("Verdict: blocked: 2 findings agreed, 2 of 3 members")
+    app, db = out.index("\nsrc/app.py\n"), out.index("\nsrc/db.py\n")
+    assert out.index(OFF_BY_ONE) > app and out.index(INJECTION) > db  # grouped by file
+    assert "Rejected by the team:" in out and "total has no docstring" in out
+    assert "Dissent:" in out and "\n  agent_c (openai/c) (" in out
+    session = out  # the same run, rendered again from its record below
+
+    code, md, err = review_cli(capsys, *team(server), "--quiet", "--format", "markdown")
+    assert code == 0, err
+    assert md.startswith("## Team review: the working tree against HEAD\n")
+    assert "**Verdict: blocked**" in md and "### F1 `src/db.py:2` — blocker, security" in md
+    assert "\nfor i in range(len(items) + 1):\n```" in md  # the evidence, fenced
+
+    code, sarif, err = review_cli(capsys, *team(server), "--quiet", "--format", "sarif")
+    assert code == 0, err
+    log = json.loads(sarif)
+    schema = json.loads((Path(__file__).parents[1] / "fixtures" /
+                         "sarif-schema-2.1.0.json").read_text())
+    jsonschema.Draft4Validator(schema).validate(log)
+    results = log["runs"][0]["results"]
+    assert [(r["level"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"])
+            for r in results] == [("error", "src/db.py"), ("error", "src/app.py")]
+    assert log["runs"][0]["properties"]["verdict"] == "blocked"
+    assert session and CANARY not in sent(server)
+
+
+def test_fail_on_gives_ci_its_exit_code(scripted: Scripted, repo: Path,
+                                        monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """8 when the team requests changes at the threshold; 0 when it approves; without
+    --fail-on a blocked review still exits 0 (the run itself succeeded)."""
+    server = scripted(reviewer)
+    monkeypatch.chdir(repo)
+    assert review_cli(capsys, *team(server), "--quiet", "--fail-on", "major")[0] == 8
+    assert review_cli(capsys, *team(server), "--quiet")[0] == 0
+    git(repo, "checkout", "-q", "--", "src/db.py", "src/app.py")
+    (repo / "README.md").write_text("# shop\n\nA small shop.\n")  # nothing to find
+    code, out, err = review_cli(capsys, *team(server), "--quiet", "--fail-on", "nit")
+    assert code == 0, err
+    assert out.startswith("Verdict: approve: 0 findings agreed")
+
+
+def test_a_member_that_answers_prose_is_told_to_send_its_review(
+        scripted: Scripted, repo: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def prose_first(req: ChatRequest) -> Reply:
+        if req.model == "b" and not req.vote_labels and not req.is_retry:
+            return answer("LGTM, ship it")
+        return reviewers(req)
+
+    server = scripted(prose_first)
+    monkeypatch.chdir(repo)
+    code, out, err = review_cli(capsys, *team(server), "--json")
+    assert code == 0, err
+    retry = next(r for r in server.requests if r.model == "b" and r.is_retry)
+    told = retry.messages[-1]["content"]
+    assert "your answer must be your review as one JSON object" in told
+    assert json.loads(out)["review"]["members"] == 3
