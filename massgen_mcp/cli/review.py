@@ -84,7 +84,7 @@ def patch_or_paths(targets: list[str]) -> tuple[str | None, list[str]]:
 
 def cmd_review(args: argparse.Namespace) -> int:
     from massgen_mcp.review.changes import collect
-    from massgen_mcp.review.request import review_spec, tools_withheld
+    from massgen_mcp.review.request import review_estimate, review_spec, tools_withheld
     from massgen_mcp.team.context_files import Workspace
 
     patch, paths = patch_or_paths(args.targets)
@@ -116,6 +116,9 @@ def cmd_review(args: argparse.Namespace) -> int:
             spec = review_spec(changes, args.focus, models=models, config=config,
                                base_url=args.base_url, options=options, tools=False,
                                threshold=threshold)
+        floor = await review_estimate(spec, workspace)
+        if not args.quiet:
+            err(f"estimate: {floor.words()}")
         return await service.start(spec, workspace)
 
     return follow_to_the_end(args, start)

@@ -96,3 +96,34 @@ def _model_map_path() -> Path | None:
     path = Path(next(iter(spec.submodule_search_locations)),
                 "model_prices_and_context_window_backup.json")
     return path if path.is_file() else None
+
+
+_TIER = re.compile(r"input_cost_per_token_above_(\d+)(k?)_tokens")
+
+
+def cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """The call's price in US dollars from litellm's price table, as litellm's
+    ``cost_per_token`` reckons a call with no cached tokens: the model's per-token prices, or
+    the prices of the highest ``above_<N>k_tokens`` tier the prompt passes. None when the table
+    does not know the model (most models a server of one's own serves). The table is read
+    from litellm's own copy without importing litellm (blocking, once: ~3 MB of JSON)."""
+    table = model_map() or {}
+    entry = table.get(model) or table.get(model.split("/", 1)[-1])
+    if not isinstance(entry, dict):
+        return None
+    input_key, output_key = "input_cost_per_token", "output_cost_per_token"
+    passed = 0
+    for key in entry:
+        tier = _TIER.fullmatch(key)
+        if tier is None:
+            continue
+        threshold = int(tier[1]) * (1000 if tier[2] else 1)
+        if passed < threshold < prompt_tokens:
+            passed = threshold
+            input_key, output_key = key, key.replace("input_", "output_", 1)
+    try:
+        price = (prompt_tokens * float(entry.get(input_key) or 0)
+                 + completion_tokens * float(entry.get(output_key) or 0))
+    except (TypeError, ValueError):
+        return None
+    return price

@@ -12,12 +12,12 @@ APIs and every other provider go through litellm, which knows their dialects;
 
 The reply is the one the same call made through litellm gives: its text, tool calls (ids,
 names, arguments, in order), usage and cost (litellm's price table, read without importing
-litellm: :func:`cost_of`). Failures are :class:`ProviderError` of the kinds
-:func:`.litellm_provider.map_error` gives (rate limits with Retry-After, auth, rejected requests,
-context window, server errors); a stream that ends before the server said the reply was
-finished is a failed call, retried. The server is untrusted: a body, line or reply over its
-cap, or JSON that is not the object it should be, fails the call; nothing is buffered beyond
-the caps.
+litellm: :func:`massgen_mcp.core.model_map.cost_of`). Failures are :class:`ProviderError` of
+the kinds :func:`.litellm_provider.map_error` gives (rate limits with Retry-After, auth,
+rejected requests, context window, server errors); a stream that ends before the server said
+the reply was finished is a failed call, retried. The server is untrusted: a body, line or
+reply over its cap, or JSON that is not the object it should be, fails the call; nothing is
+buffered beyond the caps.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import re
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -35,6 +34,7 @@ from typing import Any
 import httpx
 
 from massgen_mcp.core.errors import ErrorKind, ProviderError
+from massgen_mcp.core.model_map import cost_of
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec
@@ -47,7 +47,6 @@ from massgen_mcp.providers.base import (
     retry_after_of,
 )
 from massgen_mcp.providers.endpoints import html_error, is_html
-from massgen_mcp.providers.model_names import model_map
 
 MAX_LINE_CHARS = 1 << 20  # one event; a token is a few characters
 # The whole reply: text, tool-call names and arguments. Ten times the longest answer the
@@ -163,37 +162,6 @@ async def _completion(agent: AgentSpec, messages: list[dict[str, Any]], text: st
     cost = await asyncio.to_thread(cost_of, agent.model, prompt, completion)
     return Completion(content=text, tool_calls=calls, prompt_tokens=prompt,
                       completion_tokens=completion, cost_usd=cost, latency_s=latency_s)
-
-
-_TIER = re.compile(r"input_cost_per_token_above_(\d+)(k?)_tokens")
-
-
-def cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
-    """The call's price in US dollars from litellm's price table, as litellm's
-    ``cost_per_token`` reckons a call with no cached tokens: the model's per-token prices, or
-    the prices of the highest ``above_<N>k_tokens`` tier the prompt passes. None when the table
-    does not know the model (most models a server of one's own serves). The table is read
-    from litellm's own copy without importing litellm (blocking, once: ~3 MB of JSON)."""
-    table = model_map() or {}
-    entry = table.get(model) or table.get(model.split("/", 1)[-1])
-    if not isinstance(entry, dict):
-        return None
-    input_key, output_key = "input_cost_per_token", "output_cost_per_token"
-    passed = 0
-    for key in entry:
-        tier = _TIER.fullmatch(key)
-        if tier is None:
-            continue
-        threshold = int(tier[1]) * (1000 if tier[2] else 1)
-        if passed < threshold < prompt_tokens:
-            passed = threshold
-            input_key, output_key = key, key.replace("input_", "output_", 1)
-    try:
-        price = (prompt_tokens * float(entry.get(input_key) or 0)
-                 + completion_tokens * float(entry.get(output_key) or 0))
-    except (TypeError, ValueError):
-        return None
-    return price
 
 
 def _garbled(what: str, where: str = "the reply's stream") -> ProviderError:

@@ -23,6 +23,7 @@ from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.records import ReviewTarget, Severity
 from massgen_mcp.core.spec import RunOptions, RunSpec
 from massgen_mcp.review.changes import CONTEXT_LINES, Changes
+from massgen_mcp.review.estimate import Estimate, estimate
 from massgen_mcp.team import consent
 from massgen_mcp.team.choose import choose_team
 from massgen_mcp.team.context_files import Workspace
@@ -134,3 +135,19 @@ async def tools_withheld(spec: RunSpec, workspace: Workspace) -> list[str]:
     given = found.model_copy(update={
         "options": found.options.model_copy(update={"workspace_tools": True})})
     return consent.exposures(given)
+
+
+async def review_estimate(spec: RunSpec, workspace: Workspace) -> Estimate:
+    """The floor of ``spec``'s cost (:mod:`.estimate`) for the team it will get; refused
+    before anything runs when the run's ``max_cost_usd`` is below it."""
+    team = (await choose_team(spec, workspace)).team
+    found = estimate([agent.model for agent in team.agents], spec.question,
+                     spec.context or "")
+    budget = team.options.max_cost_usd
+    if spec.options is not None and spec.options.max_cost_usd is not None:
+        budget = spec.options.max_cost_usd
+    if budget is not None and found.cost_usd is not None and found.cost_usd > budget:
+        raise ConfigError(f"max_cost_usd: ${budget:g} is below this review's floor, "
+                          f"{found.words()}; raise it, or narrow the review (fewer files, "
+                          "one commit, --base)")
+    return found

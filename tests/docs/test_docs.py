@@ -214,3 +214,14 @@ def test_hosts_md_shows_what_install_claude_code_prints(
         assert main(["install", "claude-code"]) == 0
         printed = capsys.readouterr().out.replace(str(project.resolve()), "/home/me/project")
         assert printed == shown
+
+
+def test_the_review_schema_in_the_docs_is_the_records() -> None:
+    """docs/review-outcome.schema.json is what ``review --json`` prints under ``review``: a
+    change to the record must change the documented schema with it (regenerate it with the
+    snippet in docs/review.md)."""
+    from massgen_mcp.core.records import ReviewOutcome
+
+    documented = json.loads((ROOT / "docs" / "review-outcome.schema.json").read_text())
+    assert {k: v for k, v in documented.items() if k not in ("$schema", "$id")} == (
+        ReviewOutcome.model_json_schema())

@@ -258,3 +258,32 @@ def test_a_member_that_answers_prose_is_told_to_send_its_review(
     told = retry.messages[-1]["content"]
     assert "your answer must be your review as one JSON object" in told
     assert json.loads(out)["review"]["members"] == 3
+
+
+def test_the_cost_floor_is_said_before_and_a_budget_below_it_refused(
+        scripted: Scripted, repo: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    server = scripted(reviewer)
+    monkeypatch.chdir(repo)
+    priced = f"openai/gpt-4o-mini@{server.base_url}"
+    code, out, err = review_cli(capsys, "--models", f"{priced},{priced}", "--max-cost",
+                                "0.000001")
+    assert (code, out) == (1, "") and not server.requests
+    assert "max_cost_usd: $1e-06 is below this review's floor, at least 4 calls" in err
+    code, out, err = review_cli(capsys, *team(server))
+    assert code == 0, err
+    assert "estimate: at least 6 calls, ~" in err and "price unknown" in err
+
+
+def test_each_call_carries_the_diff_once(scripted: Scripted, repo: Path,
+                                         monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Tool rounds and review turns resend the conversation, never a second copy of the
+    diff."""
+    server = scripted(reviewer)
+    monkeypatch.chdir(repo)
+    assert review_cli(capsys, *team(server), "--quiet")[0] == 0
+    line = "+    for i in range(len(items) + 1):"
+    counts = [sum(str(m.get("content") or "").count(line) for m in r.messages)
+              for r in server.requests]
+    assert len(counts) >= 6 and set(counts) == {1}, counts
