@@ -89,7 +89,9 @@ def run_summary(result: ResultRecord) -> dict[str, Any]:
     return {"session_id": result.session_id, "status": result.status.value,
             "finish_reason": result.finish_reason,
             "winner": result.winner.model_dump(mode="json") if result.winner else None,
-            "tally": result.tally, "cost_usd": result.usage.cost_usd}
+            "tally": result.tally, "cost_usd": result.usage.cost_usd,
+            "agreement": (result.agreement.model_dump(mode="json")
+                          if result.agreement is not None else None)}
 
 
 def usage_counts(result: ResultRecord) -> dict[str, int]:

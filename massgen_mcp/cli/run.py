@@ -199,7 +199,7 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
     """Run what ``start`` starts to its end, then print as ``run`` does: the answer (or
     ``--json``) on stdout, the outcome on stderr, and the exit code of how it ended. The one
     ending of ``run``, ``continue`` and ``resume``."""
-    from massgen_mcp.render.text import other_errors, outcome_line
+    from massgen_mcp.render.text import agreement_lines, other_errors, outcome_line
 
     started_ids: list[str] = []
     try:
@@ -231,6 +231,9 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
             err(f"  {redact(problem)}")
     elif not args.quiet:
         err(line)
+    if not args.quiet and result.review is None:  # a review's output has its dissent
+        for extra in agreement_lines(result):
+            err(redact(extra))
     return exit_code(result, fail_on_changes=getattr(args, "fail_on", None) is not None)
 
 

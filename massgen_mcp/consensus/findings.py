@@ -41,13 +41,13 @@ from massgen_mcp.core.edges import (
 from massgen_mcp.core.records import (
     AgentResult,
     AnswerRecord,
-    Dissent,
     Finding,
     ReviewOutcome,
     Severity,
     Stance,
     Verdict,
     VoteRecord,
+    dissent_of,
 )
 
 MAX_FINDINGS = 50  # per review: a longer list is a dump, not a review
@@ -325,7 +325,9 @@ def outcome(answers: Sequence[AnswerRecord], votes: Sequence[VoteRecord],
         members=len(live),
         summary=reviews[winner_label][1].summary if winner_label in reviews else "",
         findings=agreed, rejected=rejected,
-        dissent=_dissent(live, standing, reviews, agents, winner_label),
+        dissent=dissent_of(live, list(standing.values()), winner_label,
+                           {aid: agent.model for aid, agent in agents.items()},
+                           {a.agent_id: r.summary for a, r in reviews.values() if r.summary}),
         dropped=[aid for aid in agents if aid not in live])
 
 
@@ -392,23 +394,3 @@ def verdict(agreed: Sequence[Finding], threshold: Severity) -> Verdict:
     if any(f.severity.rank >= threshold.rank for f in agreed):
         return Verdict.CHANGES_REQUESTED
     return Verdict.APPROVE
-
-
-def _dissent(live: list[str], standing: dict[str, VoteRecord],
-             reviews: dict[str, tuple[AnswerRecord, Review]], agents: dict[str, AgentResult],
-             winner_label: str | None) -> list[Dissent]:
-    """Each live member whose standing vote is not for the winning review, with the reason
-    it gave (its vote's, else its own review's summary)."""
-    own = {answer.agent_id: review for answer, review in reviews.values()}
-    dissent: list[Dissent] = []
-    for aid in live:
-        vote = standing.get(aid)
-        if vote is not None and vote.answer == winner_label:
-            continue
-        reason = (vote.reason if vote is not None and vote.reason else
-                  own[aid].summary if aid in own and own[aid].summary else
-                  "gave no reason" if vote is not None else "did not vote")
-        dissent.append(Dissent(agent_id=aid, model=agents[aid].model,
-                               voted_for=vote.answer if vote is not None else None,
-                               reason=" ".join(reason.split())[:REASON_CHARS]))
-    return dissent

@@ -366,6 +366,60 @@ class Dissent(Record):
     reason: str
 
 
+class RunnerUp(Record):
+    """The strongest answer that lost: the most votes after the winner's (ties: the agent
+    listed first), with a short excerpt and each of its voters' reasons."""
+
+    label: str
+    agent_id: str
+    model: str
+    excerpt: str
+    votes: int
+    voters: list[Stance] = []
+
+
+class Agreement(Record):
+    """How much of the team backs the result, and who did not: part of every result, so a
+    host hears the dissent without asking for ``detail="full"``."""
+
+    backing: int  # live members whose standing vote is for the winning answer
+    members: int  # live members
+    runner_up: RunnerUp | None = None
+    dissent: list[Dissent] = []  # live members not backing the winner, each with its reason
+    dropped: list[str] = []  # agent ids that failed on the way
+    late: list[str] = []  # agent ids that never answered (a decision came first)
+
+
+EXCERPT_CHARS = 300
+DISSENT_REASON_CHARS = 300
+
+
+def one_line(text: str, limit: int = DISSENT_REASON_CHARS) -> str:
+    """``text`` on one line, cut at ``limit`` characters (with " …")."""
+    return clip(" ".join(text.split()), limit)[0]
+
+
+def dissent_of(live: list[str], votes: list[VoteRecord], winner_label: str | None,
+               models: dict[str, str], fallback: dict[str, str] | None = None
+               ) -> list[Dissent]:
+    """Each live member whose standing vote is not for ``winner_label``, with its vote's
+    reason; without a vote, ``fallback``'s reason for it (a review's summary) or "did not
+    vote". One rule for every result and every review."""
+    standing = {vote.voter: vote for vote in votes}
+    found: list[Dissent] = []
+    for aid in live:
+        vote = standing.get(aid)
+        if vote is not None and vote.answer == winner_label:
+            continue
+        reason = (vote.reason if vote is not None and vote.reason
+                  else (fallback or {}).get(aid) or
+                  ("gave no reason" if vote is not None else "did not vote"))
+        found.append(Dissent(agent_id=aid, model=models.get(aid, ""),
+                             voted_for=vote.answer if vote is not None else None,
+                             reason=one_line(reason)))
+    return found
+
+
 class ReviewOutcome(Record):
     """What the team agreed on a change: the findings a strict majority of the live members
     backs, the ones it did not (with its reason), the verdict they give, the agreement and
@@ -434,6 +488,36 @@ class ResultRecord(VersionedRecord):
         """Agent id -> why it was dropped, for every agent that did not last the run."""
         return {aid: agent.dropped_reason for aid, agent in self.agents.items()
                 if agent.dropped_reason is not None}
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def agreement(self) -> Agreement | None:
+        """Who backs the winner (k of n live members), the strongest answer that lost with
+        its voters' reasons, the dissent, and who was dropped or late; None without a
+        winner. Computed from the recorded votes, so every face shows the same."""
+        if self.winner is None:
+            return None
+        live = [aid for aid, agent in self.agents.items() if agent.dropped_reason is None]
+        models = {aid: agent.model for aid, agent in self.agents.items()}
+        counted = [vote for vote in self.votes if vote.voter in live]
+        winner = self.winner.label
+        losing = {a.label: a for a in self.answers if a.label != winner}
+        counts = {label: sum(1 for v in counted if v.answer == label) for label in losing}
+        order = {aid: i for i, aid in enumerate(self.agents)}
+        runner_up = None
+        if losing:
+            best = min(losing.values(), key=lambda a: (-counts[a.label],
+                                                       order.get(a.agent_id, len(order))))
+            runner_up = RunnerUp(
+                label=best.label, agent_id=best.agent_id, model=best.model,
+                excerpt=one_line(best.content, EXCERPT_CHARS), votes=counts[best.label],
+                voters=[Stance(agent_id=v.voter, reason=one_line(v.reason or "no reason"))
+                        for v in counted if v.answer == best.label])
+        return Agreement(
+            backing=sum(1 for v in counted if v.answer == winner), members=len(live),
+            runner_up=runner_up, dissent=dissent_of(live, counted, winner, models),
+            dropped=[aid for aid in self.agents if aid not in live],
+            late=[aid for aid in live if self.agents[aid].answers == 0])
 
 
 class RequestRecord(VersionedRecord):

@@ -95,6 +95,27 @@ def outcome_line(result: ResultRecord) -> str:
     return line
 
 
+def agreement_lines(result: ResultRecord) -> list[str]:
+    """The agreement and the dissent in a few lines (every face that shows a result):
+    "agreement: 2 of 3 live members back A1", the strongest losing answer with its voters'
+    reasons, each dissenter's reason, and who was late. Empty without a winner."""
+    agreement, winner = result.agreement, result.winner
+    if agreement is None or winner is None:
+        return []
+    lines = [f"agreement: {agreement.backing} of {agreement.members} live members back "
+             f"{winner.label}"]
+    up = agreement.runner_up
+    if up is not None:
+        lines.append(f"strongest losing answer: {up.label} by {up.agent_id} ({up.model}), "
+                     f"{_votes(up.votes)}: {_short(up.excerpt, 160)}")
+    for d in agreement.dissent:
+        voted = f"voted for {d.voted_for}" if d.voted_for else "no vote"
+        lines.append(f"dissent: {d.agent_id} ({d.model}), {voted}: {_short(d.reason, 160)}")
+    if agreement.late:
+        lines.append(f"late (never answered): {', '.join(agreement.late)}")
+    return lines
+
+
 def cost_phrase(usage: Usage, *, running: bool) -> str:
     """A run's cost in words, the same rule while it runs and once it is done: unknown while
     it is unknown, the sum when every finished call had a price. A running run's record

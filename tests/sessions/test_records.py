@@ -80,8 +80,10 @@ async def test_new_records_keep_the_release_0_1_0_json(old_home: Path) -> None:
         # Added since 0.1.0, optional and ignored by older readers (extra="ignore").
         assert new_keys - old_keys <= {"schema_version", "workspace", "notes", "worker",
                                        "decided_by", "late", "tied", "dropped",
-                                       "kind", "config_file"}, name
-        # kind: eval's runs (issue 49); config_file: where inline keys are read again (58)
+                                       "kind", "config_file", "agreement", "review"}, name
+        # kind: eval's runs (issue 49); config_file: where inline keys are read again (58);
+        # agreement: every result's backing and dissent, review: a review's target and
+        # outcome (55, 56)
         assert old_keys <= new_keys, name
     old_events = {json.loads(line)["type"]: set(json.loads(line))
                   for line in (old / "events.jsonl").read_text().splitlines()}

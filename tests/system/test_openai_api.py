@@ -55,6 +55,8 @@ def test_openai_sdk_gets_the_final_answer_and_the_team_usage(
     extra = reply.model_extra["massgen"]
     assert extra["session_id"] == session_id and extra["winner"] == result["winner"]
     assert extra["tally"] == result["tally"] and reply.model == "massgen/team"
+    assert extra["agreement"] == result["agreement"]  # the backing and dissent, read by the SDK
+    assert extra["agreement"]["members"] == 3
     request = json.loads((home / "sessions" / session_id / "request.json").read_text())
     assert request["question"] == "What is 6*7?"
     assert request["context"] == "system: Answer briefly."
