@@ -80,6 +80,19 @@ def team_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint for agents without one")
 
 
+def protocol_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that change the protocol's rules for one run (``run``, ``review``;
+    docs/protocol.md)."""
+    parser.add_argument("--no-self-vote", dest="self_vote", action="store_false",
+                        default=None,
+                        help="an agent may not vote for its own answer (unless it is the only "
+                             "one)")
+    parser.add_argument("--require", metavar="AGENT", action="append",
+                        help="the majority may not decide before this agent's first answer "
+                             "has joined the review (repeat, or comma-separate, for several); "
+                             "e.g. --require agent_b")
+
+
 def pool_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags that name a worker pool (doctor, serve, worker)."""
     parser.add_argument("--redis", metavar="URL",

@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                          formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("question", help="the question ('-' reads it from stdin)")
     flags.team_arguments(run)
+    flags.protocol_arguments(run)
     run.add_argument("--context", help="background text for every agent")
     run.add_argument("--context-file", action="append", metavar="PATH",
                      help="a text file shared with every agent (repeat for more)")

@@ -67,6 +67,7 @@ def add_parser(sub: Any) -> None:
                         help="for CI: exit 8 when an agreed finding is this severe or worse "
                              "(the verdict's threshold; default threshold: major, exit 0)")
     flags.team_arguments(review)
+    flags.protocol_arguments(review)
     add_limit_flags(review)
     review.set_defaults(func=cmd_review)
 

@@ -66,6 +66,11 @@ def options_from(args: argparse.Namespace) -> RunOptions:
                          ("max_tokens", "max_total_tokens")):
         if getattr(args, flag, None) is not None:
             options[option] = getattr(args, flag)
+    if getattr(args, "self_vote", None) is not None:
+        options["self_vote"] = args.self_vote
+    if getattr(args, "require", None):
+        options["require"] = [name.strip() for given in args.require
+                              for name in given.split(",") if name.strip()]
     try:
         return RunOptions(**options)
     except ValidationError as exc:

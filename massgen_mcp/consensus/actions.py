@@ -154,10 +154,15 @@ def _check_answer(content: object, view: View, novelty: str = "lenient",
 def _check_vote(label: object, reason: object, view: View) -> CastVote | Invalid:
     if view.first_round:
         return Invalid("there are no answers to vote for yet.", "vote_no_answers")
-    if not isinstance(label, str) or label not in view.labels:
+    if isinstance(label, str) and label == view.own and label not in view.vote_labels:
         return Invalid(
-            f"{label!r} is not a current answer label; valid labels: {', '.join(view.labels)}.",
-            "invalid_vote_label",
+            f"{label} is your own answer, and this run does not count votes for one's own "
+            f"answer; vote for one of {', '.join(view.vote_labels)}, or give a better answer.",
+            "self_vote")
+    if not isinstance(label, str) or label not in view.vote_labels:
+        return Invalid(
+            f"{label!r} is not a current answer label; valid labels: "
+            f"{', '.join(view.vote_labels)}.", "invalid_vote_label",
         )
     text = reason.strip() if isinstance(reason, str) else ""
     return CastVote(label, text[:MAX_REASON_CHARS])

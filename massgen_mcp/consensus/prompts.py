@@ -32,6 +32,10 @@ LATER_TURN = (
     "a complete answer that is clearly better (it replaces your previous one). "
     "Call exactly one of the two."
 )
+NO_SELF_VOTE = (
+    "In this run you may not vote for your own answer (the last one shown): vote for the best "
+    "of the others, or give a better answer of your own."
+)
 VOTE_ONLY_TURN = (
     "You have used all your answers. Judge the current answers and call vote with the label "
     "of the best one and a one-sentence reason."
@@ -117,11 +121,13 @@ def system_message(persona: str | None, view: View, native_tools: bool) -> str:
         task = LATER_TURN if view.may_answer else VOTE_ONLY_TURN
     parts = [persona.strip()] if persona and persona.strip() else []
     parts += [TEAM_RULES, task]
+    if view.vote_labels != view.labels:
+        parts.append(NO_SELF_VOTE)
     if not native_tools:
         if view.first_round:
             parts.append(JSON_FALLBACK_ANSWER_ONLY)
         else:
-            parts.append(JSON_FALLBACK.format(labels=", ".join(view.labels)))
+            parts.append(JSON_FALLBACK.format(labels=", ".join(view.vote_labels)))
     return "\n\n".join(parts)
 
 
@@ -166,7 +172,7 @@ def workflow_tools(view: View) -> list[dict[str, Any]]:
                 "parameters": {
                     "type": "object",
                     "properties": {
-                        "answer": {"type": "string", "enum": view.labels},
+                        "answer": {"type": "string", "enum": view.vote_labels},
                         "reason": {"type": "string"},
                     },
                     "required": ["answer", "reason"],
@@ -225,7 +231,7 @@ def corrective_message(problem: str, view: View) -> str:
     if view.may_answer:
         options.append("new_answer(content)")
     if not view.first_round:
-        options.append(f"vote(answer one of {', '.join(view.labels)}, reason)")
+        options.append(f"vote(answer one of {', '.join(view.vote_labels)}, reason)")
     return f"Invalid action: {problem} Call exactly one of: {' or '.join(options)}."
 
 

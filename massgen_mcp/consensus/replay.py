@@ -159,7 +159,9 @@ def progress_of(request: RunRequest) -> Progress:
     agents = request.agents
     progress = Progress(
         Coordination(list(agents), max_answers=request.team.options.max_answers_per_agent,
-                     seed=request.session_id, decide=request.team.options.decide),
+                     seed=request.session_id, decide=request.team.options.decide,
+                     self_vote=request.team.options.self_vote,
+                     required=request.team.required()),
         {aid: UsageMeter() for aid in agents})
     if request.prior is None:
         return progress

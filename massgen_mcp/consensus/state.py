@@ -21,6 +21,13 @@ every protocol rule lives (and is unit-tested) in one place:
   the live agents hold votes for one and the same current answer: no vote still to come can
   outweigh it, and a turn still in flight is cancelled rather than awaited, even one that
   would have brought a new answer.
+* Self-votes (``self_vote``): by default, as in MassGen, an agent may vote for its own
+  answer. With ``self_vote=False`` it may not, unless its own is the only current answer
+  (nothing else could be voted for); the vote tool offers only the labels it may choose.
+* Required agents (``required``): with ``"majority"``, no decision is made before every
+  live required agent's first answer has joined the review (a quorum may still open review
+  without it; votes cast before its answer are cleared by it, like any new answer). A
+  required agent that is dropped no longer holds the decision back.
 * Winner: most votes; a tie goes to the agent listed first in the config (reproducible, and
   under the user's control); with no votes at all (timeouts), the newest answer.
 * A restart (the final answer failed its check) clears every vote and bumps ``version``, like a
@@ -85,10 +92,24 @@ class View:
     may_answer: bool
     first_round: bool
     notes: tuple[str, ...] = ()  # the user's steering notes, oldest first
+    # The viewer's own answer may not get its vote (self_vote=False) while another exists.
+    no_self_vote: bool = False
 
     @property
     def labels(self) -> list[str]:
         return [a.label for a in self.answers]
+
+    @property
+    def own(self) -> str | None:
+        """The viewer's own current answer's label (shown last), if it has one."""
+        return self.answers[-1].label if self.answers else None
+
+    @property
+    def vote_labels(self) -> list[str]:
+        """The labels the viewer may vote for on this view."""
+        if self.no_self_vote and len(self.answers) > 1:
+            return self.labels[:-1]
+        return self.labels
 
 
 def normalise(text: str) -> str:
@@ -107,7 +128,8 @@ class Coordination:
     """State of one run's answer/vote loop."""
 
     def __init__(self, agent_ids: Sequence[str], *, max_answers: int, seed: str,
-                 decide: Literal["majority", "all"] = "all") -> None:
+                 decide: Literal["majority", "all"] = "all", self_vote: bool = True,
+                 required: Sequence[str] = ()) -> None:
         if not agent_ids:
             raise ValueError("a run needs at least one agent")
         letters = assign_letters(agent_ids, seed)
@@ -115,6 +137,8 @@ class Coordination:
         self.agents = {aid: AgentState(aid, letters[aid]) for aid in agent_ids}
         self.max_answers = max_answers
         self.decide = decide
+        self.self_vote = self_vote
+        self.required = frozenset(required) & set(agent_ids)
         self.version = 0
         self.review_opened = False  # by a quorum, before every live agent had answered
         self.notes: list[str] = []  # the user's steering notes, oldest first
@@ -163,7 +187,7 @@ class Coordination:
         own = next(i for i, a in enumerate(answers) if a.agent_id == agent_id)
         rotated = answers[own + 1 :] + answers[: own + 1]
         return View(self.version, tuple(rotated), self.may_answer(agent_id), first_round=False,
-                    notes=notes)
+                    notes=notes, no_self_vote=not self.self_vote)
 
     def decision(self) -> Decision | None:
         """Why coordination ends now, or None while it goes on (see the rules above)."""
@@ -172,6 +196,8 @@ class Coordination:
             return None
         if all(s.vote is not None for s in live):
             return Decision.ALL_VOTED
+        if any(s.current is None for s in live if s.agent_id in self.required):
+            return None  # a required agent's first answer has not joined the review yet
         if self.decide == "majority":
             counts = Counter(s.vote.label for s in live if s.vote is not None)
             if counts and 2 * max(counts.values()) > len(live):
@@ -241,8 +267,12 @@ class Coordination:
         """Record a vote; returns False (vote discarded) if it was cast on a stale view."""
         if view_version != self.version:
             return False
-        if label not in {a.label for a in self.current_answers()}:
+        current = {a.label: a for a in self.current_answers()}
+        if label not in current:
             raise ValueError(f"no current answer is labelled {label!r}")
+        if (not self.self_vote and current[label].agent_id == agent_id
+                and len(current) > 1):
+            raise ValueError(f"{agent_id} may not vote for its own answer (self_vote off)")
         self.agents[agent_id].vote = Vote(agent_id, label, reason)
         return True
 

@@ -141,6 +141,9 @@ class AgentSpec(BaseModel):
     api_key: SecretStr | None = None
     api_key_env: str | None = None
     tool_calling: bool | None = None
+    # The majority may not decide before this agent's first answer has joined the review
+    # (massgen_mcp.consensus.state): for the slow, strong member a fast majority would skip.
+    required: bool = False
     # Ask the provider to search the web (MassGen's enable_web_search; litellm's provider-native
     # web_search_options: OpenAI search models, Anthropic, Gemini, xAI, Perplexity, ...).
     web_search: bool = False
@@ -295,6 +298,11 @@ class RunOptions(BaseModel):
     allow_secret_files: Annotated[list[str], Field(max_length=30)] = []
     max_tool_calls_per_turn: Annotated[int, Field(ge=1, le=64)] = 8
     max_tool_calls_per_run: Annotated[int, Field(ge=1, le=1_000)] = 64
+    self_vote: bool = Field(True, description=(
+        "false: an agent may not vote for its own answer (unless it is the only one)"))
+    require: Annotated[list[str], Field(max_length=8, description=(
+        "agent ids the majority may not decide without: no decision before each one's "
+        "first answer has joined the review"))] = []
 
 
 class RunSpec(BaseModel):
@@ -345,6 +353,21 @@ class TeamConfig(BaseModel):
                     raise ValueError(f"two different MCP servers are named {server.name!r}; "
                                      "give each its own name")
         return agents
+
+    @field_validator("options")
+    @classmethod
+    def _required_agents_exist(cls, options: RunOptions, info: ValidationInfo) -> RunOptions:
+        ids = [agent.id for agent in info.data.get("agents", [])]
+        for name in options.require:
+            if ids and name not in ids:
+                raise ValueError(f"require: {name!r} names no agent of the team (its agents: "
+                                 f"{', '.join(ids)}); use an agent id, e.g. --require {ids[-1]}")
+        return options
+
+    def required(self) -> list[str]:
+        """The agents the majority may not decide without (``required: true`` or named in
+        the options' ``require``)."""
+        return [a.id for a in self.agents if a.required or a.id in self.options.require]
 
     def mcp_servers(self) -> list[McpServerSpec]:
         """Every MCP server the run's agents name, once each."""

@@ -75,7 +75,7 @@ CLI_IGNORED = {
 CLI_SYSTEM_KEYS = ("system_prompt", "append_system_prompt")
 
 # The keys we implement; MassGen's others are warned about (UPSTREAM, check_keys).
-AGENT_KEYS = {"id", "backend", "system_message"}
+AGENT_KEYS = {"id", "backend", "system_message", "required"}
 BACKEND_KEYS = {
     "type", "model", "base_url", "api_key", "api_key_env",
     "temperature", "top_p", "max_tokens", "tool_calling",
@@ -97,7 +97,7 @@ OPTION_KEYS = {
 # Agent fields written under another name in a MassGen file (the others keep their names,
 # under backend: except these two).
 AGENT_RENAMED = {"web_search": "enable_web_search"}
-AGENT_TOP = ("id", "system_message")
+AGENT_TOP = ("id", "system_message", "required")
 
 # The MassGen keys we do not implement, by section, and what each does upstream.
 UPSTREAM: dict[str, dict[str, str]] = {

@@ -115,6 +115,18 @@ def _agent(raw: Any, index: int, warnings: list[str], problems: list[str],
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping with id, backend and system_message")
     check_keys(raw, where, "agent", AGENT_KEYS, warnings, problems)
+    required = raw.get("required", False)
+    if not isinstance(required, bool):
+        raise ConfigError(f"{where}.required: use true or false (true: the majority may not "
+                          "decide before this agent's first answer)")
+    agent = _agent_fields(raw, where, index, warnings, problems, expansion)
+    if required:
+        agent["required"] = True
+    return agent
+
+
+def _agent_fields(raw: dict[str, Any], where: str, index: int, warnings: list[str],
+                  problems: list[str], expansion: Expansion) -> dict[str, Any]:
     backend = raw.get("backend")
     if not isinstance(backend, dict):
         raise ConfigError(f"{where}.backend: required mapping with at least type and model")
