@@ -614,6 +614,9 @@ class SessionRecord:
     events: list[Event]
     answers: dict[str, str]  # label -> full text of every answer ever given
     events_skipped: int = 0  # earlier events not read: a record over the cap shows its last
+    # What a review run was asked (its diff is the context): read only when the result holds
+    # a review, for the report's findings on the diff; None otherwise.
+    request: RequestRecord | None = None
 
 
 @dataclass(frozen=True)

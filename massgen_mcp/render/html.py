@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from massgen_mcp.core.records import Event, EventType, ResultRecord, RunStatus, SessionRecord, clip
 from massgen_mcp.render.format import escape as _e
+from massgen_mcp.render.review_html import REVIEW_CSS, review_section
 from massgen_mcp.render.text import (
     DECIDED,
     cost_phrase,
@@ -388,10 +389,12 @@ def render_report(record: SessionRecord, *, live: bool = False) -> str:
     running = live and status.status is RunStatus.RUNNING
     refresh = '<noscript><meta http-equiv="refresh" content="2"></noscript>' if running else ""
     script = f"<script>{LIVE_SCRIPT}</script>" if running else ""
+    review = review_section(record)  # "" unless the run is a review: then its findings
+    styles = CSS + REVIEW_CSS if review else CSS
     return f"""<!doctype html>
 <html lang="en"><head>{refresh}<meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1">
-<title>massgen session {_e(status.session_id)}</title><style>{CSS}</style></head>
+<title>massgen session {_e(status.session_id)}</title><style>{styles}</style></head>
 <body>
 <header id="head">
 <h1>{_e(status.question)}</h1>
@@ -404,7 +407,7 @@ tokens · cost {_e(cost_phrase(usage, running=status.status is RunStatus.RUNNING
 {_notes(record, live=running)}</header>
 {_live_boxes(record) if running else ""}
 <div id="report">
-<p id="winner">{_outcome(record)}</p>
+<p id="winner">{_outcome(record)}</p>{review}
 <h2>Final answer</h2>{final_html}
 <h2>Timeline</h2>{_skipped(record)}{_timeline(record.events, agents)}
 <h2>Votes</h2>{_vote_matrix(record.events, agents, result)}

@@ -369,9 +369,13 @@ class SessionStore:
                 with contextlib.suppress(FileNotFoundError):
                     answers[path.stem] = self._read_answer_file(session_id, path)
         tail = self.read_events_tail(session_id)
-        return SessionRecord(status=self.read_status(session_id),
-                             result=self.read_result(session_id), events=tail.events,
-                             answers=answers, events_skipped=tail.skipped)
+        status = self.read_status(session_id)  # before the result, as always
+        result = self.read_result(session_id)
+        # A review's report draws its findings on the diff, which is the request's context.
+        request = (self._read(session_id, "request.json", RequestRecord)
+                   if result is not None and result.review is not None else None)
+        return SessionRecord(status=status, result=result, events=tail.events,
+                             answers=answers, events_skipped=tail.skipped, request=request)
 
     # -- housekeeping ------------------------------------------------------------------------
 
