@@ -94,7 +94,8 @@ class Cli:
 
 class EventReader(ABC):
     """Reads one call's output, a line at a time as the supervisor hands it over
-    (:func:`.supervisor.run_child`), and builds the reply from the CLI's JSON events.
+    (:func:`massgen_mcp.core.supervisor.run_child`), and builds the reply from the CLI's
+    JSON events.
 
     Everything in a line is untrusted (the model writes the text inside it; a broken or
     foreign binary may print anything): a line that is not a JSON object is kept (its tail)

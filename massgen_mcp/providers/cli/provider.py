@@ -21,12 +21,12 @@ from typing import Any
 from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.files import open_append
 from massgen_mcp.core.spec import AgentSpec
+from massgen_mcp.core.supervisor import MAX_STDERR_BYTES, run_child
 from massgen_mcp.providers.base import CallContext, Completion
 from massgen_mcp.providers.cli import versions
 from massgen_mcp.providers.cli.base import tail
 from massgen_mcp.providers.cli.catalog import CLIS, find_executable
 from massgen_mcp.providers.cli.environment import child_env
-from massgen_mcp.providers.cli.supervisor import MAX_STDERR_BYTES, run_child
 
 ERROR_TAIL_CHARS = 600
 

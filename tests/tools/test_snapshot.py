@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from massgen_mcp.review import snapshot as snapshots
-from massgen_mcp.review.snapshot import snapshot
+from massgen_mcp.tools import snapshot as snapshots
+from massgen_mcp.tools.snapshot import snapshot
 from tests.review.conftest import APP_AFTER, APP_BEFORE, CANARY, git
+from tests.review.conftest import repo as repo  # the fixture: a repository with changes
 
 
 def every_file(folder: Path) -> dict[str, bytes]:

@@ -16,7 +16,7 @@ out, and why:
 
 Files are made read-only (0444) and folders 0555: a member's tools cannot change the copy
 (its own sandbox is the other guard). :func:`snapshot` is the context manager that builds one
-and removes it, read-only bits and all. Git runs hardened (:mod:`massgen_mcp.review.git`).
+and removes it, read-only bits and all. Git runs hardened (:mod:`massgen_mcp.tools.git`).
 """
 
 from __future__ import annotations
@@ -32,8 +32,14 @@ from pathlib import Path, PurePosixPath
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
-from massgen_mcp.review.changes import plain_parts, through_link
-from massgen_mcp.review.git import Git, GitFailed, OutputOverCap, filter_overrides
+from massgen_mcp.tools.git import (
+    Git,
+    GitFailed,
+    OutputOverCap,
+    filter_overrides,
+    plain_parts,
+    through_link,
+)
 from massgen_mcp.tools.workspace import is_denied, is_hidden
 
 MAX_FILE_BYTES = 1_000_000  # a source file; larger ones are data, left out
