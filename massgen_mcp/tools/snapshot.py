@@ -9,6 +9,8 @@ out, and why:
 * files on the secret-file deny-list (:func:`massgen_mcp.tools.workspace.is_denied`: ``.env``,
   keys, credentials) and anything under ``.git/``: never copied, so a member that asks for
   ``.env`` finds nothing there;
+* a coding CLI's project settings (``.claude/``, ``.codex/``, ``.gemini/``, ``.agents/``,
+  ``.mcp.json``): what a CLI member working in the copy would load (hooks, MCP servers);
 * links (a tracked link, or a working-tree file reached through one): not followed, not
   copied; submodules; files that are not regular (a FIFO) or have other names (hard links);
 * files over :data:`MAX_FILE_BYTES`, and whatever would take the copy past
@@ -48,6 +50,12 @@ MAX_FILE_BYTES = 1_000_000  # a source file; larger ones are data, left out
 MAX_TOTAL_BYTES = 50_000_000
 MAX_FILES = 100_000
 UNSAFE_NAME = "a name git would not check out (an empty, '.' or '..' part)"
+# A coding CLI's project settings: what a CLI working in the copy could load from it (hooks,
+# MCP servers, a tool-discovery command, a model endpoint), each a way for the reviewed code
+# to run a program or send the member's prompts elsewhere. The CLIs' flags already skip most
+# (a trusted folder's .gemini/settings.json is the exception); the copy holds none anyway.
+CLI_SETTINGS_DIRS = (".claude", ".codex", ".gemini", ".agents")
+CLI_SETTINGS_FILES = (".mcp.json",)
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,8 @@ def _refused(relative: str) -> str | None:
         return "inside .git/"
     if is_denied(path):
         return "on the secret-file deny-list"
+    if is_hidden(path, CLI_SETTINGS_DIRS) or path.name.lower() in CLI_SETTINGS_FILES:
+        return "a coding CLI's project settings"
     return None
 
 

@@ -59,9 +59,10 @@ class Cli:
     # The CLI's own credentials, passed through untouched when the agent's config names no
     # key: its login token, and its own vendor's API key as in the user's shell.
     own_login_vars: tuple[str, ...]
-    # (agent, system prompt, the call's private folder, what its version supports) -> argv;
-    # may write files in the folder
-    command: Callable[[AgentSpec, str, Path, CliVersion], list[str]]
+    # (agent, system prompt, the call's private folder, what its version supports, whether
+    # its working folder holds code to read: a review's snapshot) -> argv; may write files in
+    # the private folder
+    command: Callable[[AgentSpec, str, Path, CliVersion, bool], list[str]]
     # (who wants the text as it comes) -> a reader of what this command prints, line by line
     reader: Callable[[TextListener | None], EventReader]
     # Whether the CLI looks logged in, from where it keeps its login: files that exist, or a

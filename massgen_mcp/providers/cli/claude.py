@@ -35,10 +35,12 @@ from massgen_mcp.providers.cli.base import (
 # The API statuses behind a failed Claude Code turn (its ``api_error_status``) that another
 # turn may get past: a rate limit, an overload (529 is Anthropic's), a server's failure.
 RETRYABLE_API_STATUS = frozenset({429, 500, 502, 503, 529})
+# Claude Code's tools that read and nothing else, given in a review only.
+READ_TOOLS = "Read,Grep,Glob"
 
 
-def _claude_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion
-                    ) -> list[str]:
+def _claude_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion,
+                    reading: bool) -> list[str]:
     # The system prompt goes in a file: a command line is readable by every local user.
     (folder / "system.md").write_text(system, encoding="utf-8")
     argv = ["claude", "--print"]
@@ -49,7 +51,10 @@ def _claude_command(agent: AgentSpec, system: str, folder: Path, found: CliVersi
     else:
         argv += ["--output-format", "json"]
     argv += [
-        "--tools", "",  # no built-in tool at all: nothing to read, write or run
+        # No built-in tool at all (nothing to read, write or run); in a review, its three
+        # that only read (the working folder is the run's read-only snapshot; a path outside
+        # it needs a permission, which dontAsk denies).
+        "--tools", READ_TOOLS if reading else "",
         "--permission-mode", "dontAsk",
     ]
     if found.supports("--permission-prompts"):

@@ -38,8 +38,8 @@ _CODEX_OFF = ("shell_tool", "unified_exec", "apps", "plugins", "hooks", "browser
 _CODEX_OFF_FROM = {"view_image": "0.169.0"}
 
 
-def _codex_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion
-                   ) -> list[str]:
+def _codex_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion,
+                   reading: bool) -> list[str]:
     argv = [
         "codex", "exec", "--json", "--ephemeral", "--skip-git-repo-check",
         "--sandbox", "read-only",  # what its shell could do, were it on

@@ -41,8 +41,8 @@ denyMessage = "Read-only panel member: this tool is not available."
 """
 
 
-def _gemini_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion
-                    ) -> list[str]:
+def _gemini_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion,
+                    reading: bool) -> list[str]:
     policy = folder / ".massgen-policy.toml"
     policy.write_text(_GEMINI_POLICY)
     argv = [
