@@ -1,5 +1,7 @@
-"""A read-only copy of the reviewed side's tracked files, for members that read a folder
-(coding CLIs), in place of the empty folder they get today.
+"""A read-only copy of the reviewed side's tracked files: the working folder of a review
+run's coding-CLI members (built once per run and removed with it by the run's owner,
+:func:`massgen_mcp.sessions.local.review_folder`), in place of the empty folder a CLI gets in
+any other run.
 
 :func:`build` copies the files git tracks (``git ls-files``: the working tree's content; with
 ``commit``, the commit's tree through ``git ls-tree`` and ``git cat-file --batch``, so the
