@@ -77,6 +77,7 @@ from massgen_mcp.sessions.waiting import (
     watch_status,
 )
 from massgen_mcp.tools import snapshot as snapshots
+from massgen_mcp.tools.git import GitFailed
 from massgen_mcp.tools.workspace import workspace_refusals
 
 log = logging.getLogger(__name__)
@@ -109,8 +110,15 @@ async def review_folder(request: RunRequest) -> AsyncIterator[Path | None]:
     if review is None or not any(agent.cli for agent in request.team.agents):
         yield None
         return
-    async with snapshots.snapshot(Path(review.root), review.commit) as built:
+    try:
+        built = await snapshots.build(Path(review.root), review.commit)
+    except GitFailed as exc:  # the repository moved away since the review began, say
+        raise ConfigError(f"the review's snapshot of {review.root} could not be built: "
+                          f"{exc}") from None
+    try:
         yield built.path
+    finally:
+        snapshots.remove(built.path)
 
 
 class LocalExecutor:

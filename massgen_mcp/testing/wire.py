@@ -186,9 +186,10 @@ def _tool_call_events(wire: str, req: ChatRequest, reply: Reply) -> list[dict[st
     calls = [(name, json.loads(arguments or "{}")) for name, arguments in reply.calls]
     ident = f"{req.model}-{req.call_index}"
     if wire == "anthropic":
-        message: dict[str, Any] = {"id": f"msg_{ident}", "type": "message", "role": "assistant",
-                   "model": req.model, "content": [], "stop_reason": None,
-                   "stop_sequence": None, "usage": {"input_tokens": prompt, "output_tokens": 1}}
+        message: dict[str, Any] = {
+            "id": f"msg_{ident}", "type": "message", "role": "assistant", "model": req.model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": prompt, "output_tokens": 1}}
         events: list[dict[str, Any]] = [{"type": "message_start", "message": message}]
         for index, (name, arguments) in enumerate(calls):
             events += [

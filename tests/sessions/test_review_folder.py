@@ -22,7 +22,7 @@ from massgen_mcp.service import ConsensusService
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree
 from massgen_mcp.testing.scripted import tool_calls as calls
-from tests.coding_clis import needs_clis, stand_in
+from tests.coding_clis import _offered_tools, needs_clis, stand_in
 from tests.helpers import FAST, Scripted
 from tests.review.conftest import APP_AFTER, CANARY
 from tests.review.conftest import repo as repo  # the fixture: a repository with changes
@@ -118,6 +118,14 @@ async def test_cli_members_read_the_snapshot_and_never_the_secret(
     # that reads a file: its shell stays off (docs/coding-clis.md).
     assert folder in sent(server, "scripted-codex")
     assert APP_AFTER.splitlines()[2] not in sent(server, "scripted-codex")
+    # Tools that read, and nothing else (Claude Code's placeholder for tools it would load
+    # later stands for none here: no MCP server, every other built-in tool off).
+    offered: dict[str, set[str]] = {}
+    for r in server.requests:
+        offered.setdefault(r.model, set()).update(_offered_tools(r.body))
+    assert offered["scripted-claude"] <= {"Read", "Grep", "Glob", "DeferredToolPlaceholder"}
+    assert offered["scripted-gemini"] <= {"read_file", "glob", "grep_search", "list_directory"}
+    assert offered["scripted-codex"] <= {"request_user_input"}
 
 
 @needs_clis
@@ -180,6 +188,8 @@ async def test_a_snapshot_that_cannot_be_built_fails_the_run_in_its_record(
     finally:
         await service.aclose()
     assert result.status is RunStatus.FAILED
-    assert any("not a git repository" in error for error in result.errors), result.errors
+    [error] = result.errors
+    assert f"the review's snapshot of {gone} could not be built" in error
+    assert "not a git repository" in error
     assert server.requests == []
     assert list(scratch.iterdir()) == []
