@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from massgen_mcp.consensus import prompts
@@ -93,6 +95,11 @@ class ConsensusRun(RunBooks):
         self._coordinating = False  # between the first turn and the decision: notes land
         self._wake: asyncio.Future[None] | None = None  # a note woke the coordination loop
         self._notes = NoteGate(already=len(self.coord.notes))
+        # A review's read-only snapshot, the coding CLIs' working folder: made by the run's
+        # owner (``prepare``, awaited before the first turn, so that a cancel, a failure or
+        # the time limit ends the run as anywhere else), which also removes it.
+        self.prepare: Callable[[], Awaitable[Path | None]] | None = None
+        self.work_folder: Path | None = None
 
     # -- model calls -------------------------------------------------------------------------
 
@@ -118,7 +125,8 @@ class ConsensusRun(RunBooks):
                 max_retries=self.options.max_retries,
                 backoff_s=self.options.retry_backoff_s, on_retry=on_retry,
                 context=CallContext(self.request.session_id, self.request.log_path,
-                                    on_text=on_text),
+                                    on_text=on_text,
+                                    work_folder=self.work_folder if agent.cli else None),
             )
         finally:
             self._calling.pop(agent.id, None)
@@ -454,6 +462,8 @@ class ConsensusRun(RunBooks):
                     if self.evidence.mcp is not None:  # servers start within the time limit
                         await self.evidence.mcp.start()
                         self.evidence.report_cut()
+                    if self.prepare is not None:
+                        self.work_folder = await self.prepare()
                     self.first_round.start()
                     while True:
                         try:

@@ -74,7 +74,9 @@ TextListener = Callable[[str, int], None]
 class CallContext:
     """What a provider may need to know about the run a call belongs to: where a CLI agent's
     stderr goes (the session's ``cli.log``), and who wants the reply's text while it is
-    written (``on_text``: the live draft). The HTTP providers stream only when ``on_text`` is
+    written (``on_text``: the live draft), and the folder a coding CLI works in
+    (``work_folder``: a review's read-only snapshot of the reviewed code; None: an empty
+    folder of the call's own). The HTTP providers stream only when ``on_text`` is
     set (a whole reply is cheaper to parse); the coding CLIs always print their streaming
     format and only call it when set. Where a model or wire cannot stream, ``on_text`` is
     never called. The :class:`Completion` returned is the same either way."""
@@ -82,6 +84,7 @@ class CallContext:
     session_id: str
     log_path: Path | None = None
     on_text: TextListener | None = None
+    work_folder: Path | None = None
 
 
 class Provider(Protocol):

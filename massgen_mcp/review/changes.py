@@ -21,12 +21,11 @@ under ``.git/`` never go to a model: their sections are dropped and named in
 :attr:`Changes.left_out`; so are binary files (those holding NUL bytes: git diffs every file
 as text, so a change's ``.gitattributes`` cannot call a text file binary).
 
-Git runs hardened (:mod:`massgen_mcp.review.git`): the repository's config executes nothing.
+Git runs hardened (:mod:`massgen_mcp.tools.git`): the repository's config executes nothing.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -37,12 +36,14 @@ from typing import BinaryIO
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
 from massgen_mcp.core.spec import MAX_CONTEXT_CHARS
-from massgen_mcp.review.git import (
+from massgen_mcp.tools.git import (
     MAX_OUTPUT_BYTES,
     Git,
     GitFailed,
     OutputOverCap,
     filter_overrides,
+    plain_parts,
+    through_link,
 )
 from massgen_mcp.tools.workspace import is_denied, is_hidden
 
@@ -443,27 +444,6 @@ def unquote(text: str) -> str:
         out += char.encode()
         i += 1
     return out.decode("utf-8", "replace")
-
-
-def plain_parts(relative: str) -> tuple[str, ...] | None:
-    """The parts of a path git listed, or None when one is empty, ``.`` or ``..`` or the
-    path is absolute (or, on Windows, holds a drive or a backslash): names git itself would
-    not check out, which a crafted tree object can still hold."""
-    parts = tuple(relative.split("/"))
-    if any(part in ("", ".", "..") for part in parts):
-        return None
-    if os.name == "nt" and any("\\" in part or ":" in part for part in parts):
-        return None
-    return parts
-
-
-def through_link(root: Path, relative: str) -> bool:
-    """Whether the folder of ``root/relative`` is reached through a link (a tracked folder
-    swapped for a link to elsewhere): its real path is not the one its name gives. A safe
-    read refuses only a final link; this covers the folders above it."""
-    parent = PurePosixPath(relative).parent.parts
-    expected = os.path.join(os.path.realpath(root), *parent).rstrip(os.sep)
-    return os.path.realpath((root / relative).parent) != expected
 
 
 def check_patch_paths(root: Path, sections: list[FileDiff]) -> None:

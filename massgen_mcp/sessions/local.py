@@ -15,10 +15,12 @@ worker`` processes) takes over execution with nothing else changed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from massgen_mcp.consensus import snapshot
@@ -74,6 +76,8 @@ from massgen_mcp.sessions.waiting import (
     wait_for_status,
     watch_status,
 )
+from massgen_mcp.tools import snapshot as snapshots
+from massgen_mcp.tools.git import GitFailed
 from massgen_mcp.tools.workspace import workspace_refusals
 
 log = logging.getLogger(__name__)
@@ -94,6 +98,27 @@ class LiveRun(StartedRun):
     @property
     def done(self) -> bool:
         return self.task.done()
+
+
+@contextlib.asynccontextmanager
+async def review_folder(request: RunRequest) -> AsyncIterator[Path | None]:
+    """The working folder of a review run's coding-CLI members: a read-only snapshot of the
+    reviewed side (:mod:`massgen_mcp.tools.snapshot`), built once before the first turn and
+    removed when the block ends; None for any other run (its CLIs get an empty folder per
+    call). A resumed run builds a fresh one: a snapshot never outlives its run's task."""
+    review = request.review
+    if review is None or not any(agent.cli for agent in request.team.agents):
+        yield None
+        return
+    try:
+        built = await snapshots.build(Path(review.root), review.commit)
+    except GitFailed as exc:  # the repository moved away since the review began, say
+        raise ConfigError(f"the review's snapshot of {review.root} could not be built: "
+                          f"{exc}") from None
+    try:
+        yield built.path
+    finally:
+        snapshots.remove(built.path)
 
 
 class LocalExecutor:
@@ -248,7 +273,12 @@ class LocalExecutor:
         follow = (None if self.worker is not None else
                   asyncio.create_task(self._follow_inbox(run), name=f"inbox:{run.session_id}"))
         try:
-            return await run.engine.run()
+            # A review's snapshot is built by the engine's first step and removed here when
+            # the run ends, however it ends (failed, cancelled, timed out).
+            async with contextlib.AsyncExitStack() as owned:
+                run.engine.prepare = partial(owned.enter_async_context,
+                                             review_folder(run.engine.request))
+                return await run.engine.run()
         finally:
             if follow is not None:
                 follow.cancel()

@@ -12,8 +12,9 @@ connection.
   ``codex`` and ``gemini`` binaries can sit on a team offline: Anthropic Messages
   (``/v1/messages``, SSE), OpenAI Responses (``/v1/responses``, SSE) and Gemini
   (``:streamGenerateContent?alt=sse``). Their requests are reduced to the same
-  :class:`ChatRequest` (the CLI's own tools are not ours, so ``tools`` stays empty); the
-  formats are in :mod:`.wire`.
+  :class:`ChatRequest` (the CLI's own tools are not ours, so ``tools`` stays empty; a
+  :func:`tool_calls` reply calls them by their own names, and their results come back in the
+  CLI's next request); the formats are in :mod:`.wire`.
 * :class:`ScriptedProvider` runs the same policies in process at the
   :class:`~massgen_mcp.providers.base.Provider` seam, for tests of the protocol and the engine
   that need neither litellm nor a socket.

@@ -129,7 +129,12 @@ def cli_prompt(wire: str, body: dict[str, Any], path: str) -> tuple[str, str, st
 
 
 def wire_events(wire: str, req: ChatRequest, reply: Reply) -> list[dict[str, Any]]:
-    """The streamed (SSE) response to a CLI, in its wire format: the reply as plain text."""
+    """The streamed (SSE) response to a CLI, in its wire format: the reply as plain text, or
+    (a :func:`~massgen_mcp.testing.policies.tool_calls` reply) calls of the CLI's *own* tools
+    by name (``Read`` for Claude Code, ``read_file`` for Gemini CLI), which the CLI runs and
+    answers in its next request: how a test drives a CLI's tools from the server."""
+    if reply.kind == "tool_calls":
+        return _tool_call_events(wire, req, reply)
     body = completion_body(req, reply)
     text = body["choices"][0]["message"]["content"] or ""
     tokens_in, tokens_out = body["usage"]["prompt_tokens"], body["usage"]["completion_tokens"]
@@ -170,6 +175,54 @@ def wire_events(wire: str, req: ChatRequest, reply: Reply) -> list[dict[str, Any
              "usageMetadata": {"promptTokenCount": tokens_in,
                                "candidatesTokenCount": tokens_out,
                                "totalTokenCount": tokens_in + tokens_out},
+             "modelVersion": req.model}]
+
+
+def _tool_call_events(wire: str, req: ChatRequest, reply: Reply) -> list[dict[str, Any]]:
+    """:func:`wire_events` for a reply of tool calls: each call as its wire's tool-call block
+    (Anthropic ``tool_use``, a Responses ``function_call`` item, a Gemini ``functionCall``
+    part), the turn ending with a request for the tools' results."""
+    prompt = tokens(req.prompt_chars())
+    calls = [(name, json.loads(arguments or "{}")) for name, arguments in reply.calls]
+    ident = f"{req.model}-{req.call_index}"
+    if wire == "anthropic":
+        message: dict[str, Any] = {
+            "id": f"msg_{ident}", "type": "message", "role": "assistant", "model": req.model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": prompt, "output_tokens": 1}}
+        events: list[dict[str, Any]] = [{"type": "message_start", "message": message}]
+        for index, (name, arguments) in enumerate(calls):
+            events += [
+                {"type": "content_block_start", "index": index, "content_block": {
+                    "type": "tool_use", "id": f"toolu_{ident}_{index}", "name": name,
+                    "input": {}}},
+                {"type": "content_block_delta", "index": index, "delta": {
+                    "type": "input_json_delta", "partial_json": json.dumps(arguments)}},
+                {"type": "content_block_stop", "index": index}]
+        return [*events,
+                {"type": "message_delta", "delta": {"stop_reason": "tool_use",
+                                                    "stop_sequence": None},
+                 "usage": {"output_tokens": 10}},
+                {"type": "message_stop"}]
+    if wire == "responses":
+        items = [{"type": "function_call", "id": f"fc_{ident}_{i}", "call_id": f"call_{ident}_{i}",
+                  "name": name, "arguments": json.dumps(arguments), "status": "completed"}
+                 for i, (name, arguments) in enumerate(calls)]
+        usage = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0},
+                 "output_tokens": 10, "output_tokens_details": {"reasoning_tokens": 0},
+                 "total_tokens": prompt + 10}
+        stream: list[dict[str, Any]] = [{"type": "response.created", "response": {
+            "id": f"resp_{ident}", "status": "in_progress", "output": []}}]
+        for i, item in enumerate(items):
+            stream += [{"type": "response.output_item.added", "output_index": i, "item": item},
+                       {"type": "response.output_item.done", "output_index": i, "item": item}]
+        return [*stream, {"type": "response.completed", "response": {
+            "id": f"resp_{ident}", "status": "completed", "output": items, "usage": usage}}]
+    parts = [{"functionCall": {"name": name, "args": arguments}} for name, arguments in calls]
+    return [{"candidates": [{"content": {"role": "model", "parts": parts},
+                             "finishReason": "STOP", "index": 0}],
+             "usageMetadata": {"promptTokenCount": prompt, "candidatesTokenCount": 10,
+                               "totalTokenCount": prompt + 10},
              "modelVersion": req.model}]
 
 

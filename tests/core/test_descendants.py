@@ -93,7 +93,7 @@ async def test_a_killed_server_process_leaves_no_descendant_of_its_cli_call(
     stand_in_claude(tmp_path, monkeypatch, pid_folder, "time.sleep(300)")
     ours = subprocess.Popen([sys.executable, "-c", (
         "import asyncio, os, sys\nfrom pathlib import Path\n"
-        "from massgen_mcp.providers.cli.supervisor import run_child\n"
+        "from massgen_mcp.core.supervisor import run_child\n"
         "asyncio.run(run_child([sys.argv[1]], b'', Path(sys.argv[2]), dict(os.environ)))"),
         str(tmp_path / "claude"), str(tmp_path)])
     try:

@@ -278,7 +278,7 @@ def test_claude_code_gets_the_streaming_format_its_version_has(tmp_path: Path) -
 
     def argv(*flags: str) -> list[str]:
         found = CliVersion("2.1.330", base | set(flags))
-        return CLIS["claude"].command(spec, "s", tmp_path, found)
+        return CLIS["claude"].command(spec, "s", tmp_path, found, False)
 
     assert argv()[:4] == ["claude", "--print", "--output-format", "json"]
     assert argv("--verbose")[:5] == ["claude", "--print", "--output-format", "stream-json",

@@ -294,7 +294,7 @@ def codex_argv(found_version: str, features: list[str]) -> list[str]:
     from massgen_mcp.providers.cli.base import CliVersion
 
     found = CliVersion(found_version, frozenset(CODEX_OPTIONS.split()), frozenset(features))
-    return CLIS["codex"].command(AgentSpec(id="c", model="cli/codex"), "s", Path("."), found)
+    return CLIS["codex"].command(AgentSpec(id="c", model="cli/codex"), "s", Path("."), found, False)
 
 
 def test_codex_is_refused_when_a_feature_it_should_have_is_not_listed(

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.review.changes import collect
-from massgen_mcp.review.snapshot import snapshot
+from massgen_mcp.tools.snapshot import snapshot
 from tests.review.conftest import git
 from tests.review.conftest import repo as repo  # the fixture: a repository with changes
 

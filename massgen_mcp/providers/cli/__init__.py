@@ -6,7 +6,8 @@ once per call: non-interactively, read-only, with our protocol's prompt on stdin
 message parsed with the JSON decision format of models without tool calling (a garbled reply gets
 the engine's corrective retry like any other).
 
-Every call is one child process (:mod:`.provider`, supervised by :mod:`.supervisor`) with:
+Every call is one child process (:mod:`.provider`, supervised by
+:mod:`massgen_mcp.core.supervisor`) with:
 
 * **read-only flags** (one module per vendor: :mod:`.claude`, :mod:`.codex`, :mod:`.gemini`):
   no built-in tool that edits, writes or runs commands, each CLI's own read-only/plan/sandbox
@@ -25,17 +26,17 @@ Every call is one child process (:mod:`.provider`, supervised by :mod:`.supervis
   ``GEMINI_API_KEY`` for Gemini CLI), as in the user's shell. When the agent's config names a
   key (``api_key``/``api_key_env``) or an endpoint (``base_url``, self-hosted or a test's),
   that key, or a placeholder, is the only one;
-* **an owner and a clean kill** (:mod:`.supervisor`, :mod:`massgen_mcp.core.children`):
-  cancellation, the per-call
-  timeout (``cli_call_timeout_s``), or too much output kill everything the CLI started with
-  SIGKILL, and the child is reaped; what it started is killed after a normal exit too, so no
-  grandchild outlives the call: on Linux every descendant, even one that called ``setsid``
-  or daemonized; on other platforms the CLI's process group;
+* **an owner and a clean kill** (:mod:`massgen_mcp.core.supervisor`,
+  :mod:`massgen_mcp.core.children`): cancellation, the per-call timeout (``cli_call_timeout_s``),
+  or too much output kill everything the CLI started with SIGKILL, and the child is reaped; what it
+  started is killed after a normal exit too, so no grandchild outlives the call: on Linux every
+  descendant, even one that called ``setsid`` or daemonized; on other platforms the CLI's process
+  group;
 * **its output read as it streams** (the vendor module's reader of its JSON events, fed line by
-  line by :mod:`.supervisor`): the reply's text reaches ``CallContext.on_text`` (the live draft)
-  while the CLI writes it (Claude Code a few tokens at a time, Gemini CLI a chunk at a time,
-  Codex a whole message at a time), and the reply is built from the same events whether anyone
-  listens or not; each line and the whole output are capped, and output that is not what the
+  line by :mod:`massgen_mcp.core.supervisor`): the reply's text reaches ``CallContext.on_text``
+  (the live draft) while the CLI writes it (Claude Code a few tokens at a time, Gemini CLI a chunk
+  at a time, Codex a whole message at a time), and the reply is built from the same events whether
+  anyone listens or not; each line and the whole output are capped, and output that is not what the
   CLI should print is a clear error, never a crash;
 * **captured stderr**: kept to its last 64 KiB, redacted, appended to the session's
   ``cli.log`` and quoted in the error when the CLI fails.

@@ -59,9 +59,10 @@ class Cli:
     # The CLI's own credentials, passed through untouched when the agent's config names no
     # key: its login token, and its own vendor's API key as in the user's shell.
     own_login_vars: tuple[str, ...]
-    # (agent, system prompt, the call's private folder, what its version supports) -> argv;
-    # may write files in the folder
-    command: Callable[[AgentSpec, str, Path, CliVersion], list[str]]
+    # (agent, system prompt, the call's private folder, what its version supports, whether
+    # its working folder holds code to read: a review's snapshot) -> argv; may write files in
+    # the private folder
+    command: Callable[[AgentSpec, str, Path, CliVersion, bool], list[str]]
     # (who wants the text as it comes) -> a reader of what this command prints, line by line
     reader: Callable[[TextListener | None], EventReader]
     # Whether the CLI looks logged in, from where it keeps its login: files that exist, or a
@@ -94,7 +95,8 @@ class Cli:
 
 class EventReader(ABC):
     """Reads one call's output, a line at a time as the supervisor hands it over
-    (:func:`.supervisor.run_child`), and builds the reply from the CLI's JSON events.
+    (:func:`massgen_mcp.core.supervisor.run_child`), and builds the reply from the CLI's
+    JSON events.
 
     Everything in a line is untrusted (the model writes the text inside it; a broken or
     foreign binary may print anything): a line that is not a JSON object is kept (its tail)

@@ -1,5 +1,6 @@
-"""Claude Code as a panel member: ``claude --print`` with no tools at all, the user's settings
-files not read, an empty MCP configuration, no session kept; its events read as they come
+"""Claude Code as a panel member: ``claude --print`` with no tools at all (in a review, its
+three read-only tools, confined to the run's read-only snapshot), the user's settings files
+not read, an empty MCP configuration, no session kept; its events read as they come
 (``--output-format stream-json --verbose``, with ``--include-partial-messages`` the text a few
 tokens at a time: every version from 2.1.183 lists both), the reply and its usage and price
 taken from the final ``result`` event, the same object ``--output-format json`` prints alone
@@ -35,10 +36,12 @@ from massgen_mcp.providers.cli.base import (
 # The API statuses behind a failed Claude Code turn (its ``api_error_status``) that another
 # turn may get past: a rate limit, an overload (529 is Anthropic's), a server's failure.
 RETRYABLE_API_STATUS = frozenset({429, 500, 502, 503, 529})
+# Claude Code's tools that read and nothing else, given in a review only.
+READ_TOOLS = "Read,Grep,Glob"
 
 
-def _claude_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion
-                    ) -> list[str]:
+def _claude_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion,
+                    reading: bool) -> list[str]:
     # The system prompt goes in a file: a command line is readable by every local user.
     (folder / "system.md").write_text(system, encoding="utf-8")
     argv = ["claude", "--print"]
@@ -48,8 +51,13 @@ def _claude_command(agent: AgentSpec, system: str, folder: Path, found: CliVersi
             argv.append("--include-partial-messages")
     else:
         argv += ["--output-format", "json"]
+    # No built-in tool at all (nothing to read, write or run); in a review, its three that
+    # only read, where --restricted confines them to the working folder (the run's read-only
+    # snapshot: "<path> is outside <folder>; --restricted confines the file tools to the
+    # working directory"). An older version, without it, reads nothing in a review either.
+    reads = reading and found.supports("--restricted")
     argv += [
-        "--tools", "",  # no built-in tool at all: nothing to read, write or run
+        "--tools", READ_TOOLS if reads else "",
         "--permission-mode", "dontAsk",
     ]
     if found.supports("--permission-prompts"):

@@ -38,8 +38,11 @@ _CODEX_OFF = ("shell_tool", "unified_exec", "apps", "plugins", "hooks", "browser
 _CODEX_OFF_FROM = {"view_image": "0.169.0"}
 
 
-def _codex_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion
-                   ) -> list[str]:
+def _codex_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion,
+                   reading: bool) -> list[str]:
+    # In a review too its shell stays off: its read-only sandbox keeps writes and the network
+    # out but lets a command read the whole disk, far more than the run's snapshot; and no
+    # other tool of this version reads a file, so a Codex member reviews from the diff.
     argv = [
         "codex", "exec", "--json", "--ephemeral", "--skip-git-repo-check",
         "--sandbox", "read-only",  # what its shell could do, were it on

@@ -41,8 +41,8 @@ denyMessage = "Read-only panel member: this tool is not available."
 """
 
 
-def _gemini_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion
-                    ) -> list[str]:
+def _gemini_command(agent: AgentSpec, system: str, folder: Path, found: CliVersion,
+                    reading: bool) -> list[str]:
     policy = folder / ".massgen-policy.toml"
     policy.write_text(_GEMINI_POLICY)
     argv = [
@@ -53,7 +53,10 @@ def _gemini_command(agent: AgentSpec, system: str, folder: Path, found: CliVersi
         "--extensions", "none",
     ]
     if found.supports("--skip-trust"):  # older versions ask no trust of a folder in headless mode
-        argv.append("--skip-trust")  # the working folder is our empty temporary one
+        # The working folder is our empty temporary one, or a review's read-only snapshot,
+        # which holds no .gemini/ (a trusted folder's settings would be read: hooks, MCP
+        # servers) nor .env (massgen_mcp.tools.snapshot leaves both out).
+        argv.append("--skip-trust")
     if agent.cli_model:
         argv.append(f"--model={agent.cli_model}")
     return [*argv, "--prompt", ""]  # the prompt comes on stdin ("appended to stdin")

@@ -21,12 +21,12 @@ from typing import Any
 from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.files import open_append
 from massgen_mcp.core.spec import AgentSpec
+from massgen_mcp.core.supervisor import MAX_STDERR_BYTES, run_child
 from massgen_mcp.providers.base import CallContext, Completion
 from massgen_mcp.providers.cli import versions
 from massgen_mcp.providers.cli.base import tail
 from massgen_mcp.providers.cli.catalog import CLIS, find_executable
 from massgen_mcp.providers.cli.environment import child_env
-from massgen_mcp.providers.cli.supervisor import MAX_STDERR_BYTES, run_child
 
 ERROR_TAIL_CHARS = 600
 
@@ -71,18 +71,22 @@ class CliProvider:
             raise ProviderError(f"{agent.model}: {refused}", kind=ErrorKind.UNAVAILABLE)
         system, prompt = render_prompt(messages, with_system=not cli.system_flag)
         started = time.perf_counter()
-        # The call's private folder: the CLI works in an empty ``work`` inside it; its
-        # policy files and private home sit beside, out of its reach.
+        # The call's private folder: the CLI works in an empty ``work`` inside it, or in the
+        # run's read-only snapshot of the reviewed code (a review: ``work_folder``, owned by
+        # the run, not the call); its policy files and private home sit beside, out of its
+        # reach.
+        snapshot = context.work_folder if context is not None else None
         with tempfile.TemporaryDirectory(prefix="massgen-cli-") as name:
             folder = Path(name)
             (folder / "work").mkdir()
             env = child_env(cli, agent)
             if cli.private_home is not None:
                 env.update(cli.private_home(folder))
-            argv = [executable, *cli.command(agent, system, folder, found)[1:]]
+            argv = [executable,
+                    *cli.command(agent, system, folder, found, snapshot is not None)[1:]]
             reader = cli.reader(context.on_text if context is not None else None)
-            code, _, stderr = await run_child(argv, prompt.encode(), folder / "work", env,
-                                              on_line=reader.feed)
+            code, _, stderr = await run_child(argv, prompt.encode(), snapshot or folder / "work",
+                                              env, on_line=reader.feed)
         stderr_text = tail(stderr.decode(errors="replace"), MAX_STDERR_BYTES)
         if context is not None and context.log_path is not None and stderr_text.strip():
             _append_log(context.log_path, agent.id, code, stderr_text)

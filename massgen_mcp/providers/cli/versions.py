@@ -16,10 +16,10 @@ native binary) to 2-4 s (Gemini CLI under node), and every massgen-mcp process (
 cache says decides which options turn a CLI's tools off, so it is believed only from a regular
 file of the user's that no one else can write (written 0600); any doubt costs a probe.
 
-A probe is a child like a call (:func:`.supervisor.run_child`: its own session, killed with
-everything it started when it ends or times out) with the environment a call gets
-(:func:`.environment.child_env`, and a private home where the CLI has one), in an empty
-temporary folder: it sees no key the CLI would not see, and leaves nothing in the user's home.
+A probe is a child like a call (:func:`massgen_mcp.core.supervisor.run_child`: its own session,
+killed with everything it started when it ends or times out) with the environment a call gets
+(:func:`.environment.child_env`, and a private home where the CLI has one), in an empty temporary
+folder: it sees no key the CLI would not see, and leaves nothing in the user's home.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.files import MIB, open_safely, replace_file
 from massgen_mcp.core.spec import AgentSpec
+from massgen_mcp.core.supervisor import run_child
 from massgen_mcp.providers.cli.base import Cli, CliVersion
 from massgen_mcp.providers.cli.environment import child_env
-from massgen_mcp.providers.cli.supervisor import run_child
 
 PROBE_TIMEOUT_S = 60.0  # both questions together; Gemini CLI under node on a busy machine
 CACHE_NAME = "cli-versions.json"

@@ -1,5 +1,7 @@
-"""A read-only copy of the reviewed side's tracked files, for members that read a folder
-(coding CLIs), in place of the empty folder they get today.
+"""A read-only copy of the reviewed side's tracked files: the working folder of a review
+run's coding-CLI members (built once per run and removed with it by the run's owner,
+:func:`massgen_mcp.sessions.local.review_folder`), in place of the empty folder a CLI gets in
+any other run.
 
 :func:`build` copies the files git tracks (``git ls-files``: the working tree's content; with
 ``commit``, the commit's tree through ``git ls-tree`` and ``git cat-file --batch``, so the
@@ -9,6 +11,8 @@ out, and why:
 * files on the secret-file deny-list (:func:`massgen_mcp.tools.workspace.is_denied`: ``.env``,
   keys, credentials) and anything under ``.git/``: never copied, so a member that asks for
   ``.env`` finds nothing there;
+* a coding CLI's project settings (``.claude/``, ``.codex/``, ``.gemini/``, ``.agents/``,
+  ``.mcp.json``): what a CLI member working in the copy would load (hooks, MCP servers);
 * links (a tracked link, or a working-tree file reached through one): not followed, not
   copied; submodules; files that are not regular (a FIFO) or have other names (hard links);
 * files over :data:`MAX_FILE_BYTES`, and whatever would take the copy past
@@ -16,7 +20,7 @@ out, and why:
 
 Files are made read-only (0444) and folders 0555: a member's tools cannot change the copy
 (its own sandbox is the other guard). :func:`snapshot` is the context manager that builds one
-and removes it, read-only bits and all. Git runs hardened (:mod:`massgen_mcp.review.git`).
+and removes it, read-only bits and all. Git runs hardened (:mod:`massgen_mcp.tools.git`).
 """
 
 from __future__ import annotations
@@ -32,8 +36,14 @@ from pathlib import Path, PurePosixPath
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
-from massgen_mcp.review.changes import plain_parts, through_link
-from massgen_mcp.review.git import Git, GitFailed, OutputOverCap, filter_overrides
+from massgen_mcp.tools.git import (
+    Git,
+    GitFailed,
+    OutputOverCap,
+    filter_overrides,
+    plain_parts,
+    through_link,
+)
 from massgen_mcp.tools.workspace import is_denied, is_hidden
 
 MAX_FILE_BYTES = 1_000_000  # a source file; larger ones are data, left out
@@ -42,6 +52,12 @@ MAX_FILE_BYTES = 1_000_000  # a source file; larger ones are data, left out
 MAX_TOTAL_BYTES = 50_000_000
 MAX_FILES = 100_000
 UNSAFE_NAME = "a name git would not check out (an empty, '.' or '..' part)"
+# A coding CLI's project settings: what a CLI working in the copy could load from it (hooks,
+# MCP servers, a tool-discovery command, a model endpoint), each a way for the reviewed code
+# to run a program or send the member's prompts elsewhere. The CLIs' flags already skip most
+# (a trusted folder's .gemini/settings.json is the exception); the copy holds none anyway.
+CLI_SETTINGS_DIRS = (".claude", ".codex", ".gemini", ".agents")
+CLI_SETTINGS_FILES = (".mcp.json",)
 
 
 @dataclass(frozen=True)
@@ -60,6 +76,8 @@ def _refused(relative: str) -> str | None:
         return "inside .git/"
     if is_denied(path):
         return "on the secret-file deny-list"
+    if is_hidden(path, CLI_SETTINGS_DIRS) or path.name.lower() in CLI_SETTINGS_FILES:
+        return "a coding CLI's project settings"
     return None
 
 

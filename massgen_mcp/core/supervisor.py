@@ -1,7 +1,8 @@
-"""The supervisor of one CLI child process, vendor-free: run it in its own session, feed
-its stdin, read its output under a size cap (whole, or line by line as it comes, for the CLIs'
-streaming formats), and whatever ends the call, kill everything it started and reap it before
-returning."""
+"""The supervisor of one child process (a coding CLI's call, a hardened git command): run it in
+its own session, feed its stdin, read its output under a size cap (whole, or line by line as it
+comes, for the CLIs' streaming formats), and whatever ends the call, kill everything it started
+and reap it before returning. It sits in core because both the CLI provider and the hardened
+git of :mod:`massgen_mcp.tools.git` run children through it."""
 
 from __future__ import annotations
 

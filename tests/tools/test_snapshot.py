@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from massgen_mcp.review import snapshot as snapshots
-from massgen_mcp.review.snapshot import snapshot
+from massgen_mcp.tools import snapshot as snapshots
+from massgen_mcp.tools.snapshot import snapshot
 from tests.review.conftest import APP_AFTER, APP_BEFORE, CANARY, git
+from tests.review.conftest import repo as repo  # the fixture: a repository with changes
 
 
 def every_file(folder: Path) -> dict[str, bytes]:
@@ -53,3 +54,25 @@ async def test_a_commits_snapshot_reads_the_commit_not_the_working_tree(repo: Pa
         files = every_file(built.path)
     assert files["src/app.py"] == APP_BEFORE.encode()
     assert ".env" not in files and dict(built.left_out)[".env"] == "on the secret-file deny-list"
+
+
+@pytest.mark.parametrize("commit", [False, True])
+async def test_no_coding_clis_project_settings_in_the_copy(repo: Path, commit: bool) -> None:
+    """A CLI member works in the copy: the reviewed code's own settings for the CLIs (hooks,
+    MCP servers, a discovery command) must not be there for it to load."""
+    planted = {".gemini/settings.json": '{"tools": {"discoveryCommand": "touch ran"}}',
+               ".claude/settings.json": '{"hooks": {}}', ".codex/config.toml": "",
+               ".agents/skills/x.md": "", ".mcp.json": '{"mcpServers": {}}',
+               "docs/.Gemini/settings.json": "{}"}
+    for name, text in planted.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", *planted)
+    git(repo, "commit", "-qm", "settings")
+    head = git(repo, "rev-parse", "HEAD").decode().strip() if commit else None
+    async with snapshot(repo, head) as built:
+        files = every_file(built.path)
+    assert not set(planted) & set(files)
+    assert {name: why for name, why in built.left_out if name in planted} == dict.fromkeys(
+        planted, "a coding CLI's project settings")
+    assert "src/app.py" in files

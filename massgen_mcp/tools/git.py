@@ -24,7 +24,7 @@ helper. Every git command here therefore runs:
   machine's config is not read), ``GIT_NO_LAZY_FETCH=1``, ``GIT_TERMINAL_PROMPT=0`` and
   ``GIT_OPTIONAL_LOCKS=0`` (a read never rewrites the index);
 * as a child with an owner, a timeout and a clean kill: spawned and ended through
-  :func:`massgen_mcp.providers.cli.supervisor.run_child` (the coding CLIs' supervisor, on
+  :func:`massgen_mcp.core.supervisor.run_child` (the coding CLIs' supervisor, on
   :mod:`massgen_mcp.core.children`), its output capped while it is read, so a 50 MB diff is
   never held whole.
 
@@ -38,10 +38,10 @@ import asyncio
 import os
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from massgen_mcp.core.errors import ConfigError, ProviderError
-from massgen_mcp.providers.cli.supervisor import OutputTooLarge, run_child
+from massgen_mcp.core.supervisor import OutputTooLarge, run_child
 
 GIT_TIMEOUT_S = 30.0  # one git command on a large repository: far below this
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # a listing (ls-files, ls-tree) of a very large tree
@@ -164,3 +164,24 @@ async def filter_overrides(cwd: Path) -> tuple[str, ...]:
             else:
                 options += ["-c", f"{driver}.{key}={value}"]
     return tuple(options)
+
+
+def plain_parts(relative: str) -> tuple[str, ...] | None:
+    """The parts of a path git listed, or None when one is empty, ``.`` or ``..`` or the
+    path is absolute (or, on Windows, holds a drive or a backslash): names git itself would
+    not check out, which a crafted tree object can still hold."""
+    parts = tuple(relative.split("/"))
+    if any(part in ("", ".", "..") for part in parts):
+        return None
+    if os.name == "nt" and any("\\" in part or ":" in part for part in parts):
+        return None
+    return parts
+
+
+def through_link(root: Path, relative: str) -> bool:
+    """Whether the folder of ``root/relative`` is reached through a link (a tracked folder
+    swapped for a link to elsewhere): its real path is not the one its name gives. A safe
+    read refuses only a final link; this covers the folders above it."""
+    parent = PurePosixPath(relative).parent.parts
+    expected = os.path.join(os.path.realpath(root), *parent).rstrip(os.sep)
+    return os.path.realpath((root / relative).parent) != expected
