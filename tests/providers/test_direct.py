@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from massgen_mcp.core.errors import ErrorKind, ProviderError
+from massgen_mcp.core.model_map import cost_of
 from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import MAX_CALL_TOKENS, CallContext
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm
@@ -22,7 +23,6 @@ from massgen_mcp.providers.model_names import model_map
 from massgen_mcp.providers.openai_direct import (
     MAX_REPLY_CHARS,
     MAX_TOOL_CALLS,
-    cost_of,
     http_error,
 )
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, raw
