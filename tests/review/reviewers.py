@@ -40,8 +40,8 @@ def review_of(model: str, req: ChatRequest) -> str:
     return json.dumps({"summary": summary, "findings": found, "rejects": []})
 
 
-def label_of_model(req: ChatRequest, model: str) -> str:
-    """The shown review that ``model`` wrote (told by its summary and findings)."""
+def label_of_model(req: ChatRequest, model: str) -> str | None:
+    """The shown review that ``model`` wrote (told by its summary and findings), if shown."""
     mine = json.loads(review_of(model, req))
     for label, content in req.answers.items():
         try:
@@ -49,7 +49,7 @@ def label_of_model(req: ChatRequest, model: str) -> str:
                 return label
         except ValueError:
             continue
-    return sorted(req.answers)[0]
+    return None
 
 
 def reviewers(req: ChatRequest) -> Reply:
@@ -59,5 +59,9 @@ def reviewers(req: ChatRequest) -> Reply:
     if req.vote_labels:
         target = {"a": "a", "b": "a", "c": "c"}.get(req.model, "a")
         reason = C_SAYS if req.model == "c" else "it finds both defects"
-        return vote(label_of_model(req, target), reason)
+        # a reads two files first: review may open without its review (the late rule);
+        # b then backs its own until a's joins (which clears the votes), so the outcome
+        # does not depend on timing.
+        label = label_of_model(req, target) or label_of_model(req, req.model)
+        return vote(label or sorted(req.answers)[0], reason)
     return answer(review_of(req.model if req.model in FINDS else "a", req))
