@@ -237,7 +237,7 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
     elif not args.quiet:
         err(line)
     if not args.quiet and result.review is None:  # a review's output has its dissent
-        for extra in agreement_lines(result):
+        for extra in [*agreement_lines(result), *result.notes]:
             err(redact(extra))
     return exit_code(result, fail_on_changes=getattr(args, "fail_on", None) is not None)
 

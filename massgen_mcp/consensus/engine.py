@@ -235,7 +235,12 @@ class ConsensusRun(RunBooks):
         steering note (:meth:`steer`) wakes the loop, to start the turns it asks for."""
         self._coordinating = True
         try:
-            while (decision := self.coord.decision()) is None and self.coord.live():
+            while True:
+                if (why := self.coord.escalation()) is not None:
+                    self._escalate(why)
+                decision = self.coord.decision()
+                if decision is not None or not self.coord.live():
+                    break
                 if self.coord.reviewing():
                     self.phase = Phase.VOTING
                 await self._restart_outdated()
@@ -260,6 +265,13 @@ class ConsensusRun(RunBooks):
                        tally={k: len(v) for k, v in self.coord.tally().items()})
             await self._cancel_turns(decision)
         return decision
+
+    def _escalate(self, why: str) -> None:
+        """depth: auto's pair did not settle it: call in the rest of the team, whose first
+        answers get round one's own stopwatch (:mod:`.pace`), not the pair's."""
+        joined = self.coord.escalate()
+        self.first_round = FirstRound(self.options.late_factor)
+        self._emit(EventType.ESCALATED, late=joined, detail=why)
 
     def steer(self, message: str) -> int:
         """Deliver the user's note to the team; returns how many votes it cleared.

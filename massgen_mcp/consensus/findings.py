@@ -39,6 +39,7 @@ from massgen_mcp.core.edges import (
     without_controls,
 )
 from massgen_mcp.core.records import (
+    AgentPhase,
     AgentResult,
     AnswerRecord,
     Finding,
@@ -290,7 +291,8 @@ def outcome(answers: Sequence[AnswerRecord], votes: Sequence[VoteRecord],
             winner_label: str | None) -> ReviewOutcome:
     """What the team agreed, from the current reviews (``answers``), the standing votes and
     who is still live (``agents``' ``dropped_reason``)."""
-    live = [aid for aid, agent in agents.items() if agent.dropped_reason is None]
+    live = [aid for aid, agent in agents.items()
+            if agent.dropped_reason is None and agent.status is not AgentPhase.RESERVE]
     reviews = _parsed(answers)
     letters = {answer.label[0]: answer.agent_id for answer in answers}
     nodes: dict[str, _Node] = {}
@@ -328,7 +330,7 @@ def outcome(answers: Sequence[AnswerRecord], votes: Sequence[VoteRecord],
         dissent=dissent_of(live, list(standing.values()), winner_label,
                            {aid: agent.model for aid, agent in agents.items()},
                            {a.agent_id: r.summary for a, r in reviews.values() if r.summary}),
-        dropped=[aid for aid in agents if aid not in live])
+        dropped=[aid for aid, agent in agents.items() if agent.dropped_reason is not None])
 
 
 def _settle(group: list[_Node], reviews: dict[str, tuple[AnswerRecord, Review]],

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from massgen_mcp.consensus.accounting import UsageMeter
 from massgen_mcp.consensus.state import Coordination
+from massgen_mcp.core.model_map import cost_of
 from massgen_mcp.core.records import (
     CallPurpose,
     Event,
@@ -52,13 +53,18 @@ class PriorQuorum:
 
 
 @dataclass(frozen=True)
+class PriorEscalation:
+    """depth: auto's opening pair did not agree: the rest of the team was called in."""
+
+
+@dataclass(frozen=True)
 class PriorNote:
     """The user steered the run (its note is shown to every agent from then on)."""
 
     text: str
 
 
-PriorStep = PriorAnswer | PriorVote | PriorRestart | PriorQuorum | PriorNote
+PriorStep = PriorAnswer | PriorVote | PriorRestart | PriorQuorum | PriorNote | PriorEscalation
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,8 @@ class Prior:
                 steps.append(PriorRestart(e.detail))
             elif e.type is EventType.QUORUM:
                 steps.append(PriorQuorum())
+            elif e.type is EventType.ESCALATED:
+                steps.append(PriorEscalation())
             elif e.type is EventType.STEERED and e.detail:
                 steps.append(PriorNote(e.detail))
         return cls(tuple(steps), tuple(e for e in events if e.type in _PAID), len(events))
@@ -153,6 +161,23 @@ class Progress:
         self.total.cancelled()
 
 
+def opening_pair(team: TeamConfig) -> list[str]:
+    """depth: auto's opening: the two cheapest agents by litellm's prices when every agent
+    has one, else the first two in team order (an unknown price may be a free local model or
+    a dear one); none for a team of two or fewer, or depth: full. A required agent always
+    opens, since the decision waits for it anyway."""
+    agents = team.agents
+    if team.options.depth != "auto" or len(agents) <= 2:
+        return []
+    prices = {a.id: None if a.cli else cost_of(a.model, 1_000, 1_000) for a in agents}
+    order = [a.id for a in agents]
+    if all(p is not None for p in prices.values()):
+        place = {aid: i for i, aid in enumerate(order)}
+        order.sort(key=lambda aid: (prices[aid] or 0.0, place[aid]))
+    required = [aid for aid in order if aid in team.required()]
+    return (required + [aid for aid in order if aid not in required])[:2]
+
+
 def progress_of(request: RunRequest) -> Progress:
     """A run's starting progress: nothing for a new run, the recorded steps replayed for one
     that continues (a step naming an agent the team no longer has is left out)."""
@@ -161,7 +186,7 @@ def progress_of(request: RunRequest) -> Progress:
         Coordination(list(agents), max_answers=request.team.options.max_answers_per_agent,
                      seed=request.session_id, decide=request.team.options.decide,
                      self_vote=request.team.options.self_vote,
-                     required=request.team.required()),
+                     required=request.team.required(), opening=opening_pair(request.team)),
         {aid: UsageMeter() for aid in agents})
     if request.prior is None:
         return progress
@@ -174,6 +199,8 @@ def progress_of(request: RunRequest) -> Progress:
                 coord.add_vote(step.agent_id, step.label, step.reason, coord.version)
         elif isinstance(step, PriorQuorum):
             coord.open_review()
+        elif isinstance(step, PriorEscalation):
+            coord.escalate()
         elif isinstance(step, PriorNote):
             coord.steer(step.text)
         elif isinstance(step, PriorRestart):

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from massgen_mcp.consensus import findings
 from massgen_mcp.consensus.replay import Progress, RunRequest, progress_of
+from massgen_mcp.consensus.state import Coordination
 from massgen_mcp.core.errors import RecordWriteError
 from massgen_mcp.core.records import (
     PREVIEW_CHARS,
@@ -151,9 +152,22 @@ def result_record(request: RunRequest, progress: Progress, timeline: Timeline, *
                                  usage=progress.usage[aid].record())
                 for aid, spec in agents.items()},
         usage=progress.total.record(), errors=errors, started_at=timeline.started_at,
-        finished_at=time.time(), elapsed_s=timeline.elapsed(),
+        finished_at=time.time(), elapsed_s=timeline.elapsed(), notes=_notes(coord),
     )
     return with_review(result, request.review)
+
+
+def _notes(coord: Coordination) -> list[str]:
+    """What depth: auto did, when its reserve was never called."""
+    if not coord.reserve:
+        return []
+    pair = [s.agent_id for s in coord.live()] or [
+        a for a in coord.order if a not in coord.reserve]
+    held = [a for a in coord.order if a in coord.reserve]
+    settled = "agreed in round one" if coord.decision() is not None else "were still working"
+    return [f"depth auto: the opening pair ({', '.join(pair)}) {settled}; "
+            f"{len(held)} more member{'' if len(held) == 1 else 's'} ({', '.join(held)}) "
+            "not called"]
 
 
 def with_review(result: ResultRecord, target: ReviewTarget | None) -> ResultRecord:

@@ -28,6 +28,12 @@ every protocol rule lives (and is unit-tested) in one place:
   live required agent's first answer has joined the review (a quorum may still open review
   without it; votes cast before its answer are cleared by it, like any new answer). A
   required agent that is dropped no longer holds the decision back.
+* A cheap opening (``opening``, from ``depth: auto``): only the two opening agents play at
+  first; the others are held in reserve (not live, never called). If the pair agrees in
+  round one (each answers once, then both vote for one answer), coordination ends: 2 of 2.
+  Otherwise (a split vote, a revision, or an opener dropped) the run **escalates**: the
+  reserve joins, answers round one independently like any first answer, and the whole
+  team reviews every answer, the pair's included; their votes are cleared.
 * Winner: most votes; a tie goes to the agent listed first in the config (reproducible, and
   under the user's control); with no votes at all (timeouts), the newest answer.
 * A restart (the final answer failed its check) clears every vote and bumps ``version``, like a
@@ -129,7 +135,7 @@ class Coordination:
 
     def __init__(self, agent_ids: Sequence[str], *, max_answers: int, seed: str,
                  decide: Literal["majority", "all"] = "all", self_vote: bool = True,
-                 required: Sequence[str] = ()) -> None:
+                 required: Sequence[str] = (), opening: Sequence[str] = ()) -> None:
         if not agent_ids:
             raise ValueError("a run needs at least one agent")
         letters = assign_letters(agent_ids, seed)
@@ -139,6 +145,8 @@ class Coordination:
         self.decide = decide
         self.self_vote = self_vote
         self.required = frozenset(required) & set(agent_ids)
+        # depth: auto: the agents held back until the opening pair fails to agree.
+        self.reserve = set(agent_ids) - set(opening) if opening else set()
         self.version = 0
         self.review_opened = False  # by a quorum, before every live agent had answered
         self.notes: list[str] = []  # the user's steering notes, oldest first
@@ -147,7 +155,8 @@ class Coordination:
     # -- queries -----------------------------------------------------------------------------
 
     def live(self) -> list[AgentState]:
-        return [self.agents[a] for a in self.order if not self.agents[a].dropped]
+        return [self.agents[a] for a in self.order
+                if not self.agents[a].dropped and a not in self.reserve]
 
     def current_answers(self) -> list[Answer]:
         """Every agent's latest answer (dropped agents' answers stay candidates), by letter."""
@@ -170,7 +179,7 @@ class Coordination:
     def needs_turn(self, agent_id: str) -> bool:
         """Whether the agent should be (re)started now, if it is not already in flight."""
         state = self.agents[agent_id]
-        if state.dropped or state.vote is not None:
+        if state.dropped or state.vote is not None or agent_id in self.reserve:
             return False
         return state.current is None or self.reviewing()
 
@@ -189,11 +198,40 @@ class Coordination:
         return View(self.version, tuple(rotated), self.may_answer(agent_id), first_round=False,
                     notes=notes, no_self_vote=not self.self_vote)
 
+    def escalation(self) -> str | None:
+        """Why the opening pair must call in the reserve now, or None (see the rules
+        above): never once the reserve has joined."""
+        if not self.reserve:
+            return None
+        live = self.live()
+        if len(live) < 2:
+            return "an opening member was dropped"
+        if any(len(s.answers) > 1 for s in live):
+            return "an opening member revised its answer"
+        votes = [s.vote for s in live]
+        if all(v is not None for v in votes) and len({v.label for v in votes if v}) > 1:
+            return "the opening pair voted for different answers"
+        return None
+
+    def escalate(self) -> list[str]:
+        """Call in the reserve (returns it, in team order): it answers round one, then the
+        whole team reviews; the pair's votes are cleared."""
+        joined = [a for a in self.order if a in self.reserve]
+        self.reserve.clear()
+        self.review_opened = False  # round one waits for the newcomers' first answers
+        self._clear_votes()
+        return joined
+
     def decision(self) -> Decision | None:
         """Why coordination ends now, or None while it goes on (see the rules above)."""
         live = self.live()
         if not live or not self.reviewing():
             return None
+        if self.reserve:  # the opening pair: only both voting for one answer settles it
+            votes = [s.vote for s in live]
+            settled = (len(live) == 2 and all(v is not None for v in votes)
+                       and len({v.label for v in votes if v}) == 1)
+            return Decision.ALL_VOTED if settled else None
         if all(s.vote is not None for s in live):
             return Decision.ALL_VOTED
         if any(s.current is None for s in live if s.agent_id in self.required):
@@ -239,6 +277,8 @@ class Coordination:
         state = self.agents[agent_id]
         if state.dropped:
             return AgentPhase.DROPPED
+        if agent_id in self.reserve:
+            return AgentPhase.RESERVE
         if in_flight:
             return AgentPhase.WORKING
         if state.vote is not None:

@@ -40,6 +40,9 @@ class AgentPhase(StrEnum):
     ANSWERED = "answered"  # has a current answer but no vote yet
     VOTED = "voted"
     DROPPED = "dropped"
+    # depth: auto held it back while the two cheapest members tried to agree alone; it is
+    # called only if they do not (and never, when they do).
+    RESERVE = "reserve"
 
 
 # Where a run stands. Every status but running is final.
@@ -136,6 +139,9 @@ class EventType(StrEnum):
     # Round one ended before every agent answered (late: the agents still writing; after_s:
     # when; detail: the rule). Their answers still join when they arrive.
     QUORUM = "quorum"
+    # depth: auto: the opening pair did not agree in round one; the rest of the team starts
+    # (detail: why; late: the agents called in).
+    ESCALATED = "escalated"
     # A decision came while an agent's turn was in flight: the turn was stopped (purpose;
     # count: model calls cut off mid-flight, 0 or 1; reason: the decision).
     TURN_CANCELLED = "turn_cancelled"
@@ -460,6 +466,9 @@ class ResultRecord(VersionedRecord):
     finished_at: float | None = None
     elapsed_s: float | None = None
     review: ReviewOutcome | None = None  # a review run's findings and verdict
+    # How the run ended that the status does not say, e.g. depth: auto's cheap opening
+    # settling it (the rest of the team was not called).
+    notes: list[str] = []
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -497,7 +506,7 @@ class ResultRecord(VersionedRecord):
         winner. Computed from the recorded votes, so every face shows the same."""
         if self.winner is None:
             return None
-        live = [aid for aid, agent in self.agents.items() if agent.dropped_reason is None]
+        live = self.live_agents()
         models = {aid: agent.model for aid, agent in self.agents.items()}
         counted = [vote for vote in self.votes if vote.voter in live]
         winner = self.winner.label
@@ -516,8 +525,15 @@ class ResultRecord(VersionedRecord):
         return Agreement(
             backing=sum(1 for v in counted if v.answer == winner), members=len(live),
             runner_up=runner_up, dissent=dissent_of(live, counted, winner, models),
-            dropped=[aid for aid in self.agents if aid not in live],
+            dropped=[aid for aid, agent in self.agents.items()
+                     if agent.dropped_reason is not None],
             late=[aid for aid in live if self.agents[aid].answers == 0])
+
+    def live_agents(self) -> list[str]:
+        """The agents that lasted the run and took part in it: not dropped, and not held in
+        reserve by ``depth: auto`` (never called)."""
+        return [aid for aid, agent in self.agents.items()
+                if agent.dropped_reason is None and agent.status is not AgentPhase.RESERVE]
 
 
 class RequestRecord(VersionedRecord):

@@ -298,6 +298,9 @@ class RunOptions(BaseModel):
     allow_secret_files: Annotated[list[str], Field(max_length=30)] = []
     max_tool_calls_per_turn: Annotated[int, Field(ge=1, le=64)] = 8
     max_tool_calls_per_run: Annotated[int, Field(ge=1, le=1_000)] = 64
+    depth: Literal["full", "auto"] = Field("full", description=(
+        "'auto': start with the two cheapest members; if they agree in round one the run "
+        "ends there, else the whole team joins from their answers"))
     self_vote: bool = Field(True, description=(
         "false: an agent may not vote for its own answer (unless it is the only one)"))
     require: Annotated[list[str], Field(max_length=8, description=(

@@ -174,6 +174,9 @@ def describe_event(event: Event) -> str | None:
         late = ", ".join(event.late or [])
         return (f"{t} quorum: review starts without {late or 'nobody'} (late: "
                 f"{_short(event.detail, 120)}); a late answer still joins")
+    if kind is EventType.ESCALATED:
+        return (f"{t} depth auto: {_short(event.detail, 80)}; the whole team joins "
+                f"({', '.join(event.late or [])})")
     if kind is EventType.TURN_CANCELLED:
         cut = f", its {event.purpose} call cut off" if event.count else ""
         return f"{t} {who}'s turn cancelled{cut}: {event.reason}"
