@@ -74,9 +74,10 @@ def add_parser(sub: Any) -> None:
     evals.add_argument("--samples", type=int, help="self-consistency's k (default: as many "
                                                    "calls as the team's mean)")
     evals.add_argument("--compare", action="append", metavar="OPTIONS",
-                       help="an option set to run too, e.g. decide=all or models=a+b+c; "
-                            "repeat for more; each gets a consensus row and a paired test "
-                            "against the first")
+                       help="an option set to run too, e.g. decide=all, depth=auto, "
+                            "self_vote=false, require=agent_b or models=a+b+c; repeat for "
+                            "more; each gets a consensus row and a paired test against the "
+                            "first")
     evals.set_defaults(func=cmd_eval)
 
 
@@ -261,7 +262,9 @@ def _option_set(text: str, base: dict[str, Any], options: dict[str, Any]
         elif field_name == "config":
             team.update(config=value, models=None)
         elif field_name in RunOptions.model_fields:
-            opts[field_name] = value
+            # A list option takes its items joined by '+' (require=agent_b+agent_c).
+            default = RunOptions.model_fields[field_name].default
+            opts[field_name] = value.split("+") if isinstance(default, list) else value
         else:
             raise ConfigError(f"--compare: unknown option {field_name!r}; use models, config "
                               f"or a run option ({', '.join(sorted(RunOptions.model_fields))})")

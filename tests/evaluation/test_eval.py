@@ -411,3 +411,18 @@ def test_eval_on_a_terminal_shows_its_runs_at_once_and_an_eta_that_moves(
     assert "] 3m20s · ETA 1m40s · " in line()  # 100 s a question now, not a stale figure
     progress.end()
     assert screen.getvalue().endswith("\n")
+
+
+def test_compare_measures_each_protocol_knob(
+        scripted: Scripted, home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """depth=auto, self_vote=false and require=... each get a row (issue 56): what a user
+    with keys runs to learn what each costs and gains."""
+    server = scripted(KnownAccuracies())
+    questions = write_questions(tmp_path / "q.jsonl", 2)
+    assert main(["eval", str(questions), "--models", team(server), "--name", "knobs",
+                 "--baselines", "members", "--compare", "depth=auto", "--compare",
+                 "self_vote=false", "--compare", "require=agent_c"]) == 0
+    table = capsys.readouterr().out
+    for row in ("consensus [depth=auto]", "consensus [self_vote=false]",
+                "consensus [require=agent_c]"):
+        assert row in table, table
