@@ -25,6 +25,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from bench.knobs import bench_knobs, print_knobs  # noqa: E402
 from bench.review import bench_review, print_review  # noqa: E402
 from massgen_mcp.core.spec import build_team  # noqa: E402
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm  # noqa: E402
@@ -806,6 +807,7 @@ SECTIONS = {
     "streaming": (bench_streaming, print_streaming),
     "install_size": (bench_install_size, print_install_size),
     "review": (bench_review, print_review),
+    "knobs": (bench_knobs, print_knobs),
 }
 
 
