@@ -265,8 +265,8 @@ class RunOptions(BaseModel):
     # live agent has voted); "majority" ends it as soon as a strict majority of the live
     # agents vote for one current answer, which no later vote can outweigh.
     decide: Literal["majority", "all"] = Field("majority", description=(
-        "'majority': decide once most live agents vote for one answer, and start review "
-        "without stragglers (faster); 'all': MassGen's rules, wait for every answer and vote"))
+        "'majority': decide once most live agents vote for one answer, review without "
+        "stragglers (faster); 'all': MassGen's rule, every agent answers and votes"))
     # With decide "majority", round one waits for a straggler only this many times the
     # median time of its peers' first answers (massgen_mcp.consensus.pace); its answer still
     # joins when it arrives. "all" waits for every first answer, as MassGen does.
@@ -298,14 +298,16 @@ class RunOptions(BaseModel):
     allow_secret_files: Annotated[list[str], Field(max_length=30)] = []
     max_tool_calls_per_turn: Annotated[int, Field(ge=1, le=64)] = 8
     max_tool_calls_per_run: Annotated[int, Field(ge=1, le=1_000)] = 64
+    # "auto": the two cheapest members open alone; if they agree in round one the run ends
+    # there, else the whole team joins from their answers (massgen_mcp.consensus.state).
     depth: Literal["full", "auto"] = Field("full", description=(
-        "'auto': start with the two cheapest members; if they agree in round one the run "
-        "ends there, else the whole team joins from their answers"))
-    self_vote: bool = Field(True, description=(
-        "false: an agent may not vote for its own answer (unless it is the only one)"))
+        "auto: the 2 cheapest members first, the rest only if they disagree"))
+    # False: an agent may not vote for its own answer (unless it is the only one).
+    self_vote: bool = True
+    # Agent ids the majority may not decide without: no decision before each one's first
+    # answer has joined the review.
     require: Annotated[list[str], Field(max_length=8, description=(
-        "agent ids the majority may not decide without: no decision before each one's "
-        "first answer has joined the review"))] = []
+        "agent ids the majority waits for"))] = []
 
 
 class RunSpec(BaseModel):
