@@ -40,6 +40,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             extras.append(f"temperature={agent.temperature}")
         if agent.system_message:
             extras.append("persona")
+        role = team.role_of(agent.id)
+        if role:  # free text on one short line
+            shown = " ".join(role.split())
+            extras.append(f"role={shown if len(shown) <= 40 else shown[:39] + '…'}")
         if team.options.workspace_tools and agent.uses_native_tools():
             extras.append("tools=list_files,read_file,search_text")
         if agent.web_search:

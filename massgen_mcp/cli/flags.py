@@ -80,6 +80,20 @@ def team_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint for agents without one")
 
 
+def role_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that give the agents roles (options.roles, in the team's order): --roles
+    for a comma-separated list of short ones, or --role once per agent for text that holds
+    commas."""
+    roles = parser.add_mutually_exclusive_group()
+    roles.add_argument("--roles", metavar="ROLE,...",
+                       help="one role per agent, in the team's order: for, against, neutral, "
+                            "devils_advocate, none, or a few words of your own (fewer "
+                            "roles than agents: the rest have none)")
+    roles.add_argument("--role", action="append", metavar="TEXT",
+                       help="one agent's role, any text (commas too); repeat it, once per "
+                            "agent in order")
+
+
 def pool_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags that name a worker pool (doctor, serve, worker)."""
     parser.add_argument("--redis", metavar="URL",

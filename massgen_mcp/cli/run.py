@@ -60,12 +60,16 @@ def read_question(given: str, name: str = "question") -> str:
 
 
 def options_from(args: argparse.Namespace) -> RunOptions:
-    """The run options the limit flags set (only those given count as set)."""
+    """The run options the limit and role flags set (only those given count as set)."""
     options: dict[str, Any] = {}
     for flag, option in (("timeout", "timeout_s"), ("max_cost", "max_cost_usd"),
                          ("max_tokens", "max_total_tokens")):
         if getattr(args, flag, None) is not None:
             options[option] = getattr(args, flag)
+    if getattr(args, "roles", None) is not None:
+        options["roles"] = args.roles.split(",")
+    elif getattr(args, "role", None):
+        options["roles"] = args.role
     try:
         return RunOptions(**options)
     except ValidationError as exc:

@@ -14,7 +14,7 @@ breaks an older reader.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -530,6 +530,7 @@ class SessionRecord:
     events: list[Event]
     answers: dict[str, str]  # label -> full text of every answer ever given
     events_skipped: int = 0  # earlier events not read: a record over the cap shows its last
+    roles: dict[str, str] = field(default_factory=dict)  # agent id -> its role (config.json)
 
 
 @dataclass(frozen=True)
