@@ -74,7 +74,8 @@ def add_parser(sub: Any) -> None:
     evals.add_argument("--samples", type=int, help="self-consistency's k (default: as many "
                                                    "calls as the team's mean)")
     evals.add_argument("--compare", action="append", metavar="OPTIONS",
-                       help="an option set to run too, e.g. decide=all or models=a+b+c; "
+                       help="an option set to run too, e.g. decide=all, models=a+b+c or "
+                            "roles=none+against; "
                             "repeat for more; each gets a consensus row and a paired test "
                             "against the first")
     evals.set_defaults(func=cmd_eval)
@@ -260,6 +261,8 @@ def _option_set(text: str, base: dict[str, Any], options: dict[str, Any]
             team.update(models=value.split("+"), config=None)
         elif field_name == "config":
             team.update(config=value, models=None)
+        elif field_name == "roles":  # a list, as models: "," already parts the option set
+            opts["roles"] = value.split("+")
         elif field_name in RunOptions.model_fields:
             opts[field_name] = value
         else:

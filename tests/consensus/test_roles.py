@@ -24,7 +24,7 @@ from massgen_mcp.core.spec import MAX_ROLE_CHARS, RunOptions
 from massgen_mcp.server.app import create_server
 from massgen_mcp.team.massgen_yaml import load_config_file
 from massgen_mcp.testing.scripted import ChatRequest, ScriptedServer, agree
-from tests.helpers import FAST, Scripted, run_team, team_for
+from tests.helpers import FAST, Scripted, run_team, team_for, write_questions
 from tests.servers import models_for
 
 AGAINST = prompts.STANCE_TEXTS["against"]
@@ -219,3 +219,16 @@ async def test_the_python_api_and_the_mcp_tool_set_roles(
     seen = by_model(server)
     assert all(AGAINST in r.system for r in turns(seen["a"]))
     assert not any(AGAINST in r.system for r in seen["b"])
+
+
+def test_eval_compares_a_team_with_roles_against_it_without(
+        scripted: Scripted, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server = scripted(agree)
+    questions = write_questions(tmp_path / "q.jsonl", 1)
+    assert main(["eval", str(questions), "--models", ",".join(models_for(server, 2)),
+                 "--baselines", "members", "--compare", "roles=none+against"]) == 0
+    assert "consensus [roles=none+against]" in capsys.readouterr().out
+    seen = by_model(server)
+    assert any(AGAINST in r.system for r in seen["b"])  # the compared arm's
+    assert any(r.tools and AGAINST not in r.system for r in seen["b"])  # the one as given
+    assert not any(AGAINST in r.system for r in seen["a"])
