@@ -279,7 +279,7 @@ def check_role(value: str) -> str:
         raise ValueError(f"{len(text)} characters; the limit is {MAX_ROLE_CHARS}")
     if has_control_characters(text):
         raise ValueError("contains a control character (ESC, BEL, ...); remove it")
-    name = re.sub(r"[\s\-]+", "_", text.lower().replace("'", ""))
+    name = re.sub(r"[\s\-]+", "_", text.lower().replace("'", "").replace("\u2019", ""))
     if name in ROLE_NAMES:
         return name
     if re.fullmatch(r"\w{1,24}", name):

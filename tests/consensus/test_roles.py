@@ -176,6 +176,8 @@ def test_a_config_gives_roles_per_agent_or_in_its_options(
     config.write_text(yaml_team(server, None, "against", None))
     team, _ = load_config_file(config)
     assert team.options.roles == ["none", "against"]
+    code, out, _ = cli(capsys, "validate", str(config))
+    assert code == 0 and f"  agent_b: openai/b base_url={server.base_url} role=against\n" in out
     code, _, _ = cli(capsys, "run", "q", "--config", str(config))
     assert code == 0
     seen = by_model(server)
