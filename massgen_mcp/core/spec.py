@@ -339,9 +339,8 @@ class RunOptions(BaseModel):
     # One role per agent, in the team's order (fewer: the rest have none); each is told only
     # to its own agent (massgen_mcp.consensus.prompts.role_text), never to its peers.
     roles: Annotated[list[Role], Field(max_length=MAX_AGENTS, description=(
-        "one role per agent in team order (fewer: the rest have none): 'for', 'against', "
-        "'neutral', 'devils_advocate' (argues against the leading answer in review, votes "
-        "honestly), 'none', or free text (at most 2,000 characters)"))] = []
+        "one per agent, in order: for, against, neutral, devils_advocate, none, or free "
+        "text"))] = []
 
     @field_validator("roles")
     @classmethod
