@@ -3,7 +3,8 @@
 Real runs against the scripted server, which sees every prompt as sent (``ChatRequest.system``
 and ``.user``): the role reaches its own agent's system prompt on its answer and vote turns,
 and no peer's prompt, no answer, no label and no final presentation. Each face that sets
-roles (YAML, the CLI, the Python API, the MCP tool's ``options``) is followed to the prompt.
+roles (YAML, the CLI, the Python API, the MCP tool's ``options``, ``/v1`` through its team file,
+``eval --compare``) is followed to the prompt.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+import httpx
 import pytest
 from fastmcp import Client
 
 import massgen_mcp
 from massgen_mcp.cli.main import main
 from massgen_mcp.consensus import prompts
+from massgen_mcp.core.env import user_config_dir
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.records import CallPurpose
 from massgen_mcp.core.spec import MAX_ROLE_CHARS, RunOptions
@@ -25,7 +28,7 @@ from massgen_mcp.server.app import create_server
 from massgen_mcp.team.massgen_yaml import load_config_file
 from massgen_mcp.testing.scripted import ChatRequest, ScriptedServer, agree
 from tests.helpers import FAST, Scripted, run_team, team_for, write_questions
-from tests.servers import models_for
+from tests.servers import TOKEN, models_for
 
 AGAINST = prompts.STANCE_TEXTS["against"]
 ADVOCATE = "devil's advocate"
@@ -234,3 +237,18 @@ def test_eval_compares_a_team_with_roles_against_it_without(
     assert any(AGAINST in r.system for r in seen["b"])  # the compared arm's
     assert any(r.tools and AGAINST not in r.system for r in seen["b"])  # the one as given
     assert not any(AGAINST in r.system for r in seen["a"])
+
+
+def test_v1_runs_its_team_file_with_the_files_roles(scripted: Scripted, api: str) -> None:
+    server = scripted(agree)
+    folder = user_config_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "aimed.yaml").write_text(yaml_team(server, None, "devils_advocate"))
+    reply = httpx.post(f"{api}/chat/completions", timeout=60,
+                       headers={"Authorization": f"Bearer {TOKEN}"},
+                       json={"model": "massgen/aimed",
+                             "messages": [{"role": "user", "content": "What is 6*7?"}]})
+    assert reply.status_code == 200, reply.text
+    seen = by_model(server)
+    assert any(ADVOCATE in r.system for r in seen["b"] if r.vote_labels)
+    assert not any(ADVOCATE in r.system for r in seen["a"])
