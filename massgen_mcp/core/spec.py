@@ -264,9 +264,9 @@ class AgentSpec(BaseModel):
 def check_role(value: str) -> str:
     """One role, as :attr:`RunOptions.roles` keeps it: a role name (any case, ``-`` or a space
     for ``_``, "devil's advocate") as its name, else the free text stripped. Refused, with
-    the fix: an empty role, text over :data:`MAX_ROLE_CHARS`, a control character, and one
-    word that misspells a role name ("agianst"), which would otherwise quietly become free
-    text. Free text is untrusted like a question (the prompt escapes its tags); known key
+    the fix: an empty role, text over :data:`MAX_ROLE_CHARS`, a control character, and a
+    word or two that misspell a role name ("agianst", "devil advocate"), which would
+    otherwise quietly become free text. Free text is untrusted like a question (the prompt escapes its tags); known key
     shapes in it are masked, since it is recorded and sent to every provider of its agent."""
     problem = text_problem(value)
     if problem:
@@ -401,10 +401,10 @@ class TeamConfig(BaseModel):
 
     def role_of(self, agent_id: str) -> str | None:
         """The role ``options.roles`` gives the agent (by its place in the team), or None."""
-        ids = [a.id for a in self.agents]
-        i = ids.index(agent_id) if agent_id in ids else len(self.options.roles)
-        role = self.options.roles[i] if i < len(self.options.roles) else None
-        return None if role == NO_ROLE else role
+        for agent, role in zip(self.agents, self.options.roles, strict=False):
+            if agent.id == agent_id:
+                return None if role == NO_ROLE else role
+        return None
 
     def roles_problem(self) -> str | None:
         """Why ``options.roles`` does not fit the team (more roles than agents), or None."""

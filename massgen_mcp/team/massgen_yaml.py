@@ -297,8 +297,8 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
         options = _options(rest, warnings, problems, origin, expansion)
         if any(role != NO_ROLE for role in roles):
             if "roles" in options:
-                problems.append("options.roles: the agents give their own role: too; set "
-                                "the roles in one place")
+                problems.append("options.roles: the agents have role: keys too; give the "
+                                "roles here or on the agents, not both")
             options["roles"] = roles
         RunOptions.model_validate(options)
     except ConfigError as exc:

@@ -195,7 +195,7 @@ def test_a_config_gives_roles_per_agent_or_in_its_options(
     assert all(AGAINST in r.system for r in turns(seen["c"]))
     assert not any(AGAINST in r.system for m in "ab" for r in seen[m])
     config.write_text(yaml_team(server, "for", "for", options="options: {roles: [neutral]}\n"))
-    with pytest.raises(ConfigError, match=r"options\.roles: the agents give their own role"):
+    with pytest.raises(ConfigError, match=r"options\.roles: the agents have role: keys too"):
         load_config_file(config)
     config.write_text(yaml_team(server, "for", "nuetral"))
     with pytest.raises(ConfigError, match=r"agents\[1\]\.role: 'nuetral' is close to"):
