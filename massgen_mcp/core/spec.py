@@ -266,8 +266,9 @@ def check_role(value: str) -> str:
     for ``_``, "devil's advocate") as its name, else the free text stripped. Refused, with
     the fix: an empty role, text over :data:`MAX_ROLE_CHARS`, a control character, and a
     word or two that misspell a role name ("agianst", "devil advocate"), which would
-    otherwise quietly become free text. Free text is untrusted like a question (the prompt escapes its tags); known key
-    shapes in it are masked, since it is recorded and sent to every provider of its agent."""
+    otherwise quietly become free text. Free text is untrusted like a question (the prompt
+    escapes its tags); known key shapes in it are masked, since it is recorded and sent to
+    every provider of its agent."""
     problem = text_problem(value)
     if problem:
         raise ValueError(problem)
