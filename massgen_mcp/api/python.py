@@ -40,15 +40,24 @@ async def follow(service: ConsensusService, session_id: str,
 
 async def arun(question: str, *, models: list[str] | None = None, config: str | None = None,
                context: str | None = None, options: RunOptions | dict[str, Any] | None = None,
-               base_url: str | None = None, home: str | Path | None = None) -> ResultRecord:
+               base_url: str | None = None, home: str | Path | None = None,
+               roles: list[str] | None = None) -> ResultRecord:
     """Run one consensus and return its result (a typed record: ``final_answer``,
     ``winner``, ``tally``, ``votes``, ``answers``, ``usage``, ``session_id``, ...).
 
     The team is ``models`` (litellm model strings), or ``config`` (a MassGen YAML file or
     ``@preset``), or neither (the default team). ``home`` is the record folder (default
-    ``$MASSGEN_HOME`` or ``./.massgen``). Bad input raises :class:`ConfigError` naming the
+    ``$MASSGEN_HOME`` or ``./.massgen``). ``roles``: one per agent in the team's order
+    (``options.roles``; docs/options.md). Bad input raises :class:`ConfigError` naming the
     field; a run that fails still returns its record (``status`` says how it ended)."""
     try:
+        if roles is not None:
+            given = (options.model_dump(exclude_unset=True) if isinstance(options, RunOptions)
+                     else dict(options or {}))
+            if "roles" in given:
+                raise ConfigError("roles: given twice (roles= and options['roles']); give "
+                                  "one")
+            options = {**given, "roles": roles}
         if isinstance(options, dict):
             options = RunOptions.model_validate(options)
         spec = RunSpec(question=question, models=models, config=config, context=context,

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from massgen_mcp.core.spec import missing_credentials
+    from massgen_mcp.core.spec import ROLE_NAMES, missing_credentials
     from massgen_mcp.providers.endpoints import unreachable
     from massgen_mcp.team.consent import risks
     from massgen_mcp.team.massgen_yaml import read_config_file
@@ -40,6 +40,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             extras.append(f"temperature={agent.temperature}")
         if agent.system_message:
             extras.append("persona")
+        role = team.role_of(agent.id)
+        if role:  # a name as it is, free text quoted on one short line
+            shown = " ".join(role.split())
+            shown = shown if len(shown) <= 40 else shown[:39] + "…"
+            extras.append(f"role={role if role in ROLE_NAMES else repr(shown)}")
         if team.options.workspace_tools and agent.uses_native_tools():
             extras.append("tools=list_files,read_file,search_text")
         if agent.web_search:

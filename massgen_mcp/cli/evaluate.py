@@ -75,9 +75,9 @@ def add_parser(sub: Any) -> None:
                                                    "calls as the team's mean)")
     evals.add_argument("--compare", action="append", metavar="OPTIONS",
                        help="an option set to run too, e.g. decide=all, depth=auto, "
-                            "self_vote=false, require=agent_b or models=a+b+c; repeat for "
-                            "more; each gets a consensus row and a paired test against the "
-                            "first")
+                            "self_vote=false, require=agent_b, roles=none+against or "
+                            "models=a+b+c; repeat for more; each gets a consensus row and a "
+                            "paired test against the first")
     evals.set_defaults(func=cmd_eval)
 
 
@@ -261,6 +261,8 @@ def _option_set(text: str, base: dict[str, Any], options: dict[str, Any]
             team.update(models=value.split("+"), config=None)
         elif field_name == "config":
             team.update(config=value, models=None)
+        elif field_name == "roles":  # a list, as models: "," already parts the option set
+            opts["roles"] = value.split("+")
         elif field_name in RunOptions.model_fields:
             # A list option takes its items joined by '+' (require=agent_b+agent_c).
             default = RunOptions.model_fields[field_name].default

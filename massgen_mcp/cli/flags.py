@@ -87,10 +87,27 @@ def protocol_arguments(parser: argparse.ArgumentParser) -> None:
                         default=None,
                         help="an agent may not vote for its own answer (unless it is the only "
                              "one)")
+    parser.add_argument("--depth", choices=("full", "auto"),
+                        help="auto: the two cheapest members first; the rest are called only "
+                             "if they do not agree in round one (default: full)")
     parser.add_argument("--require", metavar="AGENT", action="append",
                         help="the majority may not decide before this agent's first answer "
                              "has joined the review (repeat, or comma-separate, for several); "
                              "e.g. --require agent_b")
+
+
+def role_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that give the agents roles (options.roles, in the team's order): --roles
+    for a comma-separated list of short ones, or --role once per agent for text that holds
+    commas."""
+    roles = parser.add_mutually_exclusive_group()
+    roles.add_argument("--roles", metavar="ROLE,...",
+                       help="one role per agent, in the team's order: for, against, neutral, "
+                            "devils_advocate, none, or a few words of your own (fewer "
+                            "roles than agents: the rest have none)")
+    roles.add_argument("--role", action="append", metavar="TEXT",
+                       help="one agent's role, any text (commas too); repeat it, once per "
+                            "agent in order")
 
 
 def pool_arguments(parser: argparse.ArgumentParser) -> None:

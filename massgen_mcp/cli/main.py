@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--context", help="background text for every agent")
     run.add_argument("--context-file", action="append", metavar="PATH",
                      help="a text file shared with every agent (repeat for more)")
+    flags.role_arguments(run)
     add_limit_flags(run)
     run.set_defaults(func=cmd_run)
     follow_up.add_parsers(sub)

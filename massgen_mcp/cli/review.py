@@ -68,6 +68,7 @@ def add_parser(sub: Any) -> None:
                              "(the verdict's threshold; default threshold: major, exit 0)")
     flags.team_arguments(review)
     flags.protocol_arguments(review)
+    flags.role_arguments(review)
     add_limit_flags(review)
     review.set_defaults(func=cmd_review)
 

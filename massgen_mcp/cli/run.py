@@ -60,7 +60,7 @@ def read_question(given: str, name: str = "question") -> str:
 
 
 def options_from(args: argparse.Namespace) -> RunOptions:
-    """The run options the limit flags set (only those given count as set)."""
+    """The run options the limit and role flags set (only those given count as set)."""
     options: dict[str, Any] = {}
     for flag, option in (("timeout", "timeout_s"), ("max_cost", "max_cost_usd"),
                          ("max_tokens", "max_total_tokens")):
@@ -68,9 +68,15 @@ def options_from(args: argparse.Namespace) -> RunOptions:
             options[option] = getattr(args, flag)
     if getattr(args, "self_vote", None) is not None:
         options["self_vote"] = args.self_vote
+    if getattr(args, "depth", None) is not None:
+        options["depth"] = args.depth
     if getattr(args, "require", None):
         options["require"] = [name.strip() for given in args.require
                               for name in given.split(",") if name.strip()]
+    if getattr(args, "roles", None) is not None:
+        options["roles"] = args.roles.split(",")
+    elif getattr(args, "role", None):
+        options["roles"] = args.role
     try:
         return RunOptions(**options)
     except ValidationError as exc:

@@ -152,7 +152,7 @@ class ConsensusRun(RunBooks):
         messages = prompts.turn_messages(
             question=self.request.question, context=self.request.context,
             persona=agent.system_message, view=view, native_tools=native,
-            feedback=self.progress.feedback,
+            feedback=self.progress.feedback, role=self.request.team.role_of(agent.id),
         )
         decide = prompts.workflow_tools(view) if native else None
         evidence = self.evidence.specs(agent) if native else []

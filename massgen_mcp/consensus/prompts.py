@@ -68,8 +68,38 @@ CHECK_FINAL = (
 )
 MAX_CHECKLIST_ITEMS = 5
 
+# A role (RunOptions.roles) is told to its own agent only, in its system prompt after the turn's
+# task; peers see its answers and nothing else, under the same anonymous labels. Each stance is
+# one or two sentences: every turn of the agent pays for it. Honesty bounds every stance.
+STANCE_TEXTS = {
+    "for": ("Your assigned stance: for. Make the strongest honest case for the proposal or "
+            "claim in the question. Do not invent facts; if it is truly unsound, say so."),
+    "against": ("Your assigned stance: against. Make the strongest honest case against the "
+                "proposal or claim in the question, and look hard for errors, risks and gaps. "
+                "Do not invent objections; if it is truly sound, say so."),
+    "neutral": ("Your assigned stance: neutral. Weigh the case for and against evenly and "
+                "follow the evidence."),
+}
+# The devil's advocate answers round one like anyone; in review it attacks the answer it
+# favours, and its vote stays its honest judgement (its objection travels in the reason,
+# which the final presentation reads).
+DEVILS_ADVOCATE_TURN = (
+    "You are the team's devil's advocate: make the strongest case against the leading answer "
+    "(the one that now looks best to you): errors, gaps, risks, hidden assumptions, a better "
+    "alternative. If that case holds, call new_answer with a complete answer that fixes it. "
+    "If not, vote honestly for the answer you truly judge best, even the one you argued "
+    "against, with your strongest objection as the reason."
+)
+DEVILS_ADVOCATE_VOTE = (
+    "You are the team's devil's advocate: first find the strongest case against the leading "
+    "answer (the one that now looks best to you). Then vote honestly for the answer you truly "
+    "judge best, even the one you argued against, with your strongest objection as the reason."
+)
+FREE_ROLE = ("Your role on this team, set by the user who asked; keep to it when you answer "
+             "and judge:\n<role>\n{role}\n</role>")
 
-_OUR_TAGS = re.compile(r"<(/?)(answers?|question|context|feedback|user_notes?)\b",
+
+_OUR_TAGS = re.compile(r"<(/?)(answers?|question|context|feedback|user_notes?|role)\b",
                        re.IGNORECASE)
 
 
@@ -114,7 +144,23 @@ def render_answers(view: View) -> str:
     return "<answers>\n" + "\n".join(blocks) + "\n</answers>"
 
 
-def system_message(persona: str | None, view: View, native_tools: bool) -> str:
+def role_text(role: str | None, view: View) -> str | None:
+    """What ``role`` (a value of RunOptions.roles) tells its agent on this turn: a stance's
+    text, the devil's advocate's (review turns only), or the user's free text quoted like the
+    question; None for no role."""
+    if not role or role == "none":
+        return None
+    if role == "devils_advocate":
+        if view.first_round:
+            return None
+        return DEVILS_ADVOCATE_TURN if view.may_answer else DEVILS_ADVOCATE_VOTE
+    return STANCE_TEXTS.get(role) or FREE_ROLE.format(role=_escape(role))
+
+
+def system_message(persona: str | None, view: View, native_tools: bool,
+                   role: str | None = None) -> str:
+    """The system prompt of one answer or vote turn: the agent's persona, the team's rules,
+    the turn's task, then the agent's own role (``role``), which only this agent is told."""
     if view.first_round:
         task = FIRST_TURN
     else:
@@ -123,6 +169,9 @@ def system_message(persona: str | None, view: View, native_tools: bool) -> str:
     parts += [TEAM_RULES, task]
     if view.vote_labels != view.labels:
         parts.append(NO_SELF_VOTE)
+    told = role_text(role, view)
+    if told:
+        parts.append(told)
     if not native_tools:
         if view.first_round:
             parts.append(JSON_FALLBACK_ANSWER_ONLY)
@@ -133,7 +182,7 @@ def system_message(persona: str | None, view: View, native_tools: bool) -> str:
 
 def turn_messages(
     *, question: str, context: str | None, persona: str | None, view: View, native_tools: bool,
-    feedback: str | None = None,
+    feedback: str | None = None, role: str | None = None,
 ) -> list[dict[str, Any]]:
     user = render_question(question, context) + render_notes(view.notes)
     if not view.first_round:
@@ -142,7 +191,7 @@ def turn_messages(
         user += ("\n<feedback>\nThe team's last final answer was checked against the question "
                  f"and sent back: {_escape(feedback)}\nTake this into account.\n</feedback>")
     return [
-        {"role": "system", "content": system_message(persona, view, native_tools)},
+        {"role": "system", "content": system_message(persona, view, native_tools, role)},
         {"role": "user", "content": user},
     ]
 

@@ -14,7 +14,7 @@ breaks an older reader.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -633,6 +633,7 @@ class SessionRecord:
     # What a review run was asked (its diff is the context): read only when the result holds
     # a review, for the report's findings on the diff; None otherwise.
     request: RequestRecord | None = None
+    roles: dict[str, str] = field(default_factory=dict)  # agent id -> its role (config.json)
 
 
 @dataclass(frozen=True)

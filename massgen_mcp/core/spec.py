@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -23,16 +24,24 @@ from pydantic import (
     model_validator,
 )
 
-from massgen_mcp.core.edges import check_text, has_control_characters
+from massgen_mcp.core.edges import check_text, has_control_characters, text_problem
 from massgen_mcp.core.env import VAR_REFERENCE, getenv
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.model_map import bare_provider
 from massgen_mcp.core.records import ReviewTarget
-from massgen_mcp.core.secrets import register_secret
+from massgen_mcp.core.secrets import redact, register_secret
 
 MAX_AGENTS = 8
 MAX_QUESTION_CHARS = 50_000
 MAX_CONTEXT_CHARS = 200_000
+MAX_ROLE_CHARS = 2_000
+
+# The roles with a meaning of their own (massgen_mcp.consensus.prompts words them); any other
+# role is free text, told to its agent as the user wrote it. "none": no role (a gap in a list).
+STANCES = ("for", "against", "neutral")
+DEVILS_ADVOCATE = "devils_advocate"
+NO_ROLE = "none"
+ROLE_NAMES = (*STANCES, DEVILS_ADVOCATE, NO_ROLE)
 
 # Coding-agent CLIs that can sit on a team as cli/<name> or cli/<name>/<model>
 # (massgen_mcp.providers.cli runs them).
@@ -255,6 +264,39 @@ class AgentSpec(BaseModel):
         return None if self.base_url else provider_key(self.provider)
 
 
+def check_role(value: str) -> str:
+    """One role, as :attr:`RunOptions.roles` keeps it: a role name (any case, ``-`` or a space
+    for ``_``, "devil's advocate") as its name, else the free text stripped. Refused, with
+    the fix: an empty role, text over :data:`MAX_ROLE_CHARS`, a control character, and a
+    word or two that misspell a role name ("agianst", "devil advocate"), which would
+    otherwise quietly become free text. Free text is untrusted like a question (the prompt
+    escapes its tags); known key shapes in it are masked, since it is recorded and sent to
+    every provider of its agent."""
+    problem = text_problem(value)
+    if problem:
+        raise ValueError(problem)
+    text = value.strip()
+    if not text:
+        raise ValueError(f"empty; give a stance ({', '.join(STANCES)}), {DEVILS_ADVOCATE}, "
+                         f"free text, or {NO_ROLE} for no role")
+    if len(text) > MAX_ROLE_CHARS:
+        raise ValueError(f"{len(text)} characters; the limit is {MAX_ROLE_CHARS}")
+    if has_control_characters(text):
+        raise ValueError("contains a control character (ESC, BEL, ...); remove it")
+    name = re.sub(r"[\s\-]+", "_", text.lower().replace("'", "").replace("\u2019", ""))
+    if name in ROLE_NAMES:
+        return name
+    if re.fullmatch(r"\w{1,24}", name):
+        near = difflib.get_close_matches(name, ROLE_NAMES, n=1, cutoff=0.75)
+        if near:
+            raise ValueError(f"{text!r} is close to the role name {near[0]!r}; write "
+                             f"{near[0]!r}, or a longer phrase for a role of your own")
+    return redact(text)
+
+
+Role = Annotated[str, AfterValidator(check_role)]
+
+
 class RunOptions(BaseModel):
     """Limits and switches of one run; every field has a safe default."""
 
@@ -308,6 +350,18 @@ class RunOptions(BaseModel):
     # answer has joined the review.
     require: Annotated[list[str], Field(max_length=8, description=(
         "agent ids the majority waits for"))] = []
+    # One role per agent, in the team's order (fewer: the rest have none); each is told only
+    # to its own agent (massgen_mcp.consensus.prompts.role_text), never to its peers.
+    roles: Annotated[list[Role], Field(max_length=MAX_AGENTS, description=(
+        "one per agent, in order: for, against, neutral, devils_advocate, none, or free "
+        "text"))] = []
+
+    @field_validator("roles")
+    @classmethod
+    def _trim_roles(cls, roles: list[str]) -> list[str]:
+        while roles and roles[-1] == NO_ROLE:  # a trailing "none" says nothing
+            roles = roles[:-1]
+        return roles
 
 
 class RunSpec(BaseModel):
@@ -373,6 +427,21 @@ class TeamConfig(BaseModel):
         """The agents the majority may not decide without (``required: true`` or named in
         the options' ``require``)."""
         return [a.id for a in self.agents if a.required or a.id in self.options.require]
+    def role_of(self, agent_id: str) -> str | None:
+        """The role ``options.roles`` gives the agent (by its place in the team), or None."""
+        for agent, role in zip(self.agents, self.options.roles, strict=False):
+            if agent.id == agent_id:
+                return None if role == NO_ROLE else role
+        return None
+
+    def roles_problem(self) -> str | None:
+        """Why ``options.roles`` does not fit the team (more roles than agents), or None."""
+        roles, agents = len(self.options.roles), len(self.agents)
+        if roles <= agents:
+            return None
+        return (f"options.roles: {roles} roles for a team of {agents} agent"
+                f"{'s' if agents > 1 else ''}; give at most one per agent, in the team's "
+                "order (agents after the last role have none)")
 
     def mcp_servers(self) -> list[McpServerSpec]:
         """Every MCP server the run's agents name, once each."""
@@ -452,6 +521,9 @@ def build_team(data: dict[str, Any], *, source: str = "config",
         lines = (format_validation_error(exc) if rename is None else "\n".join(
             f"{rename(path)}: {why}" for path, why in validation_problems(exc)))
         raise ConfigError(f"{source} is invalid:\n{lines}") from None
+    problem = team.roles_problem()  # the one rule that needs both the agents and the options
+    if problem:
+        raise ConfigError(problem)
     for agent in team.agents:
         if agent.api_key is not None:
             register_secret(agent.api_key.get_secret_value())

@@ -276,8 +276,11 @@ def _agent_rows(record: SessionRecord) -> str:
         u = done.usage if done else live.usage
         state = done.status if done else live.phase
         dropped = (done.dropped_reason if done else live.dropped_reason) or ""
+        role = record.roles.get(aid)  # the agent's own role: the report's reader may see it
+        shown = "" if role is None else (
+            f'<br><span class="muted" title="{_e(role)}">role: {_e(clip(role, 60)[0])}</span>')
         rows.append(
-            f"<tr><td>{_e(aid)}</td><td>{_e(live.model)}</td><td>{_e(state)}</td>"
+            f"<tr><td>{_e(aid)}{shown}</td><td>{_e(live.model)}</td><td>{_e(state)}</td>"
             f"<td>{_e(u.calls)}</td><td>{_e(u.prompt_tokens)}</td>"
             f"<td>{_e(u.completion_tokens)}</td>"
             f"<td>{_e('unknown' if u.cost_usd is None else u.cost_usd)}</td>"

@@ -81,6 +81,7 @@ from massgen_mcp.core.records import (
     VersionedRecord,
 )
 from massgen_mcp.core.secrets import redact, redact_data
+from massgen_mcp.core.spec import NO_ROLE
 from massgen_mcp.sessions.ids import ID_PREFIX, SESSION_ID, check_session_id, session_time
 from massgen_mcp.sessions.liveness import as_seen, ended, lock_state, owned_by_pool
 from massgen_mcp.sessions.recorder import (
@@ -375,7 +376,23 @@ class SessionStore:
         request = (self._read(session_id, "request.json", RequestRecord)
                    if result is not None and result.review is not None else None)
         return SessionRecord(status=status, result=result, events=tail.events,
-                             answers=answers, events_skipped=tail.skipped, request=request)
+                             answers=answers, events_skipped=tail.skipped, request=request,
+                             roles=self._roles(session_id))
+
+    def _roles(self, session_id: str) -> dict[str, str]:
+        """Agent id -> role, from config.json's ``options.roles`` (in the agents' order);
+        {} for a record without them or whose config is not sane (the report still shows)."""
+        try:
+            config = self.read_config(session_id)
+        except (SessionNotFoundError, SessionStateError):
+            return {}
+        agents, options = config.get("agents"), config.get("options")
+        roles = options.get("roles") if isinstance(options, dict) else None
+        if not isinstance(agents, list) or not isinstance(roles, list):
+            return {}
+        return {agent["id"]: role for agent, role in zip(agents, roles, strict=False)
+                if isinstance(agent, dict) and isinstance(agent.get("id"), str)
+                and isinstance(role, str) and role != NO_ROLE}
 
     # -- housekeeping ------------------------------------------------------------------------
 

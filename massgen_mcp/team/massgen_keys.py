@@ -75,7 +75,7 @@ CLI_IGNORED = {
 CLI_SYSTEM_KEYS = ("system_prompt", "append_system_prompt")
 
 # The keys we implement; MassGen's others are warned about (UPSTREAM, check_keys).
-AGENT_KEYS = {"id", "backend", "system_message", "required"}
+AGENT_KEYS = {"id", "backend", "system_message", "required", "role"}
 BACKEND_KEYS = {
     "type", "model", "base_url", "api_key", "api_key_env",
     "temperature", "top_p", "max_tokens", "tool_calling",

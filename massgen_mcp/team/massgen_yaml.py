@@ -22,11 +22,13 @@ from massgen_mcp.core.env import VAR_REFERENCE, expand_vars
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.spec import (
     MAX_AGENTS,
+    NO_ROLE,
     WRITTEN,
     AgentSpec,
     RunOptions,
     TeamConfig,
     build_team,
+    check_role,
     validation_problems,
 )
 from massgen_mcp.providers.model_names import bare_model_guess, model_problem
@@ -286,9 +288,12 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
             f"~{(len(raw_agents) / 3) ** 2:.0f}x what a round of 3 does) and votes split; "
             "keep the 8 most different models")
     agents = []
+    roles: list[str] = []  # each agent's role: key, "none" where it has none
     for i, raw in enumerate(raw_agents):
         try:
-            agent = _agent(expansion.agent(raw, i), i, warnings, problems, expansion)
+            expanded_agent = expansion.agent(raw, i)
+            agent = _agent(expanded_agent, i, warnings, problems, expansion)
+            roles.append(_agent_role(expanded_agent, i))
         except ConfigError as exc:
             problems.append(str(exc))
             continue
@@ -302,6 +307,11 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
         rest = {k: expansion.expand(v, k) for k, v in data.items()
                 if k not in ("agents", "agent")}
         options = _options(rest, warnings, problems, origin, expansion)
+        if any(role != NO_ROLE for role in roles):
+            if "roles" in options:
+                problems.append("options.roles: the agents have role: keys too; give the "
+                                "roles here or on the agents, not both")
+            options["roles"] = roles
         RunOptions.model_validate(options)
     except ConfigError as exc:
         problems.append(str(exc))
@@ -315,6 +325,21 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
     except ConfigError as exc:  # what only the whole team shows (an id used twice)
         raise ConfigError(expansion.mask(str(exc))) from None
     return team, warnings
+
+
+def _agent_role(raw: dict[str, Any], index: int) -> str:
+    """An agent's ``role:`` as one of options.roles (``none`` when it has none); a bad one
+    is named by its key (``agents[1].role``)."""
+    role = raw.get("role")
+    if role is None:
+        return NO_ROLE
+    if not isinstance(role, str):
+        raise ConfigError(f"agents[{index}].role: expected text: a stance (for, against, "
+                          "neutral), devils_advocate, or your own words")
+    try:
+        return check_role(role)
+    except ValueError as exc:
+        raise ConfigError(f"agents[{index}].role: {exc}") from None
 
 
 def _agent_problems(agent: dict[str, Any], written: str | None) -> list[tuple[str, str]]:
