@@ -24,6 +24,7 @@ from massgen_mcp.render.format import escape as _e
 from massgen_mcp.render.review_html import REVIEW_CSS, review_section
 from massgen_mcp.render.text import (
     DECIDED,
+    agreement_lines,
     cost_phrase,
     dropped_phrase,
     other_errors,
@@ -325,6 +326,9 @@ def _outcome(record: SessionRecord) -> str:
     line = (f"Winner <strong>{_e(result.winner.label)}</strong>"
             f"{_e(phrase.removeprefix(result.winner.label))}{_e(_how_decided(record))}"
             if result.winner and phrase else "No winner.")
+    if result.review is None:  # a review's section says its own agreement and dissent
+        line += "".join(f"<br>{_e(extra)}" for extra in agreement_lines(result))
+    line += "".join(f"<br>{_e(note)}" for note in result.notes)
     problems = [p for p in [dropped_phrase(result)] if p] + other_errors(result)
     if problems:
         line += "".join(f'<br><span class="problems">{_e(p)}</span>' for p in problems)

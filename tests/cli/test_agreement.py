@@ -53,3 +53,6 @@ def test_the_dissent_is_in_the_record_and_on_the_cli(
     assert "agreement: 2 of 3 live members back" in err
     assert "dissent: agent_c (openai/c), voted for" in err
     assert "strongest losing answer: " in err and "An LSM tree" in err
+    report = (Path(session) / "report.html").read_text()  # and in the run's report
+    assert "agreement: 2 of 3 live members back" in report
+    assert "dissent: agent_c (openai/c), voted for" in report
