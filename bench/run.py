@@ -206,21 +206,29 @@ def print_latency(data: dict[str, Any]) -> None:
 # what opening review sooner buys when a late first answer, as any new answer, clears votes.
 FLOOR_RULES: tuple[dict[str, Any], ...] = (
     {"decide": "all"}, {"decide": "majority"}, {"decide": "majority", "late_factor": 2.0},
-    {"decide": "majority", "late_factor": 1.5})
+    {"decide": "majority", "late_factor": 1.5},
+    # Who writes the final answer (issue 60): nobody, or the leader's author speculatively.
+    {"decide": "majority", "final": "answer"}, {"decide": "majority", "final": "speculative"},
+    {"decide": "all", "final": "speculative"})
 
 
 async def _floor_run(policy: Callable[[ChatRequest], Reply], seed: int, home: Path,
                      **options: Any) -> dict[str, Any]:
     provider = ScriptedProvider(policy, latency=_b_latency(seed))
     agents = [{"id": f"agent{i}", "model": f"openai/m{i}"} for i in range(B_AGENTS)]
-    runner = LocalExecutor(SessionStore(home), provider, drafts=False)
+    store = SessionStore(home)
+    runner = LocalExecutor(store, provider, drafts=False)
     run = await runner.start("What is 6*7?", build_team({"agents": agents,
                                                           "options": options}))
     result = await run.task
     ended = [t.ended for t in provider.timings if t.ended is not None]
     span = max(ended) - min(t.started for t in provider.timings)
+    speculated = [e.reason for e in store.read_events(run.session_id)
+                  if e.type == "final_speculated"]
     return {"ratio": span / B_MEDIAN_S, "calls": len(provider.timings),
-            "cancelled": result.usage.cancelled_calls, "status": result.status}
+            "cancelled": result.usage.cancelled_calls, "status": result.status,
+            "speculations": speculated.count("started"),
+            "wasted": speculated.count("discarded")}
 
 
 def bench_latency_floor(quick: bool) -> dict[str, Any]:
@@ -238,6 +246,8 @@ def bench_latency_floor(quick: bool) -> dict[str, Any]:
                 name = "/".join([policy.__name__, *(f"{v}" for v in rule.values())])
                 out[name] = {
                     "policy": policy.__name__, **rule,
+                    "wasted_share": round(sum(r["wasted"] for r in runs)
+                                          / max(1, sum(r["speculations"] for r in runs)), 3),
                     "median": round(statistics.median(ratios), 2),
                     "p90": round(ratios[int(0.9 * len(ratios))], 2),
                     "calls": statistics.median(r["calls"] for r in runs),
@@ -251,13 +261,14 @@ def bench_latency_floor(quick: bool) -> dict[str, Any]:
 def print_latency_floor(data: dict[str, Any]) -> None:
     print(f"\nScenario B's floor: the real engine in virtual time (no CPU, HTTP or server "
           f"cost), {data['seeds']} seeds; wall span / one median call")
-    print(f"{'votes':>9} {'decide':>9} {'late':>5} {'median':>7} {'p90':>6} {'calls':>6} "
-          f"{'max':>4} {'cut':>4}")
+    print(f"{'votes':>9} {'decide':>9} {'late':>5} {'final':>12} {'median':>7} {'p90':>6} "
+          f"{'calls':>6} {'max':>4} {'cut':>4} {'wasted':>7}")
     for row in data.values():
         if isinstance(row, dict):
             print(f"{row['policy']:>9} {row['decide']:>9} {row.get('late_factor', 3.0):>5g} "
-                  f"{row['median']:>6.2f}x {row['p90']:>5.2f}x {row['calls']:>6} "
-                  f"{row['max_calls']:>4} {row['cancelled']:>4}")
+                  f"{row.get('final', 'present'):>12} {row['median']:>6.2f}x "
+                  f"{row['p90']:>5.2f}x {row['calls']:>6} {row['max_calls']:>4} "
+                  f"{row['cancelled']:>4} {row.get('wasted_share', 0):>6.0%}")
 
 
 def bench_cold_start(quick: bool) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from massgen_mcp.consensus.evidence import Evidence, is_evidence
 from massgen_mcp.consensus.pace import FirstRound
 from massgen_mcp.consensus.replay import RunRequest
 from massgen_mcp.consensus.snapshot import Recorder
-from massgen_mcp.consensus.state import View
+from massgen_mcp.consensus.state import Answer, View
 from massgen_mcp.consensus.steering import NoteGate, clean_note
 from massgen_mcp.core.errors import ProviderError, RecordWriteError, SteerRefusedError
 from massgen_mcp.core.records import (
@@ -95,6 +95,8 @@ class ConsensusRun(RunBooks):
         self._coordinating = False  # between the first turn and the decision: notes land
         self._wake: asyncio.Future[None] | None = None  # a note woke the coordination loop
         self._notes = NoteGate(already=len(self.coord.notes))
+        # final: speculative: (label, the presentation of that answer, in flight).
+        self._speculation: tuple[str, asyncio.Task[tuple[str | None, str | None]]] | None = None
         # A review's read-only snapshot, the coding CLIs' working folder: made by the run's
         # owner (``prepare``, awaited before the first turn, so that a cancel, a failure or
         # the time limit ends the run as anywhere else), which also removes it.
@@ -241,6 +243,7 @@ class ConsensusRun(RunBooks):
                 decision = self.coord.decision()
                 if decision is not None or not self.coord.live():
                     break
+                await self._speculate()
                 if self.coord.reviewing():
                     self.phase = Phase.VOTING
                 await self._restart_outdated()
@@ -366,20 +369,74 @@ class ConsensusRun(RunBooks):
 
     # -- the final answer --------------------------------------------------------------------
 
+    def _writes_final(self) -> bool:
+        """Whether a presenter writes the final answer at all: not with ``final: answer``
+        (or MassGen's skip_final_presentation), nor for a review, whose final text is
+        written from the members' recorded findings (snapshot.result_record)."""
+        return (self.options.final != "answer" and not self.options.skip_final_presentation
+                and self.request.review is None)
+
+    async def _speculate(self) -> None:
+        """final: speculative: keep one presentation in flight for the leading answer, from
+        the moment an answer leads the standing votes and its author has voted (so that no
+        turn of its own runs beside it); stop it when the lead changes (a vote, a new answer
+        or a note that clears the votes)."""
+        if self.options.final != "speculative" or not self._writes_final():
+            return
+        leader = self.coord.leader()
+        if self._speculation is not None and self._speculation[0] != leader:
+            await self._discard_speculation("the lead changed")
+        if leader is None or self._speculation is not None:
+            return
+        answer = next(a for a in self.coord.current_answers() if a.label == leader)
+        author = self.coord.agents[answer.agent_id]
+        if author.dropped or author.vote is None or answer.agent_id in self.in_flight:
+            return
+        self._speculation = (leader, asyncio.create_task(
+            self._presentation(answer), name=f"{self.request.session_id}:final"))
+        self._emit(EventType.FINAL_SPECULATED, agent_id=answer.agent_id, label=leader,
+                   reason="started")
+
+    async def _discard_speculation(self, why: str) -> None:
+        if self._speculation is None:
+            return
+        label, task = self._speculation
+        self._speculation = None
+        answer = next((a for a in self.coord.current_answers() if a.label == label), None)
+        aid = answer.agent_id if answer is not None else None
+        cut = not task.done() and aid is not None and self._calling.get(aid) is CallPurpose.FINAL
+        task.cancel()
+        await asyncio.wait([task])
+        if cut:
+            self.progress.count_cancelled(aid)
+        self._emit(EventType.FINAL_SPECULATED, agent_id=aid, label=label, reason="discarded",
+                   detail=why, count=int(cut))
+
     async def _present(self, *, allow_call: bool) -> tuple[str | None, str | None]:
         """The final answer text and who wrote it (None: the winning answer verbatim)."""
         winner, _ = self.coord.winner()
         if winner is None:
+            await self._discard_speculation("no winner")
             return None, None
-        presenter = self.agents[winner.agent_id]
-        # A review's final text is written from the members' recorded findings
-        # (snapshot.result_record), never by a presenter.
-        if (not allow_call or self.options.skip_final_presentation
-                or self.request.review is not None
+        if (not allow_call or not self._writes_final()
                 or self.coord.agents[winner.agent_id].dropped):
+            await self._discard_speculation("the run ended without a presentation")
             return winner.content, None
         self.phase = Phase.PRESENTING
         self._publish_status()
+        if self._speculation is not None and self._speculation[0] == winner.label:
+            task = self._speculation[1]
+            self._speculation = None
+            self._emit(EventType.FINAL_SPECULATED, agent_id=winner.agent_id,
+                       label=winner.label, reason="used")
+            return await task
+        await self._discard_speculation(f"{winner.label} won")
+        return await self._presentation(winner)
+
+    async def _presentation(self, winner: Answer) -> tuple[str | None, str | None]:
+        """The winner's author writes the final answer on the current view and votes; a
+        failed or unusable reply falls back to the answer itself."""
+        presenter = self.agents[winner.agent_id]
         view = self.coord.view_for(winner.agent_id)
         reasons = [v.reason for v in self.coord.votes() if v.label == winner.label]
         messages = prompts.final_messages(
@@ -453,6 +510,9 @@ class ConsensusRun(RunBooks):
         try:
             return await self._run()
         finally:
+            if self._speculation is not None:  # a cancel or a crash mid-coordination
+                self._speculation[1].cancel()
+                await asyncio.wait([self._speculation[1]])
             if self._drafts_due is not None:
                 self._drafts_due.cancel()
             if self.evidence.mcp is not None:  # every server stops with the run, however

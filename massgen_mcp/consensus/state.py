@@ -245,6 +245,14 @@ class Coordination:
     def consensus(self) -> bool:
         return self.decision() is not None
 
+    def leader(self) -> str | None:
+        """The answer with strictly the most standing votes (one at least), or None."""
+        counts = Counter(vote.label for vote in self.votes())
+        ranked = counts.most_common(2)
+        if not ranked or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
+            return None
+        return ranked[0][0]
+
     def votes(self) -> list[Vote]:
         return [s.vote for s in (self.agents[a] for a in self.order) if s.vote is not None]
 

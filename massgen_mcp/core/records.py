@@ -127,6 +127,10 @@ class EventType(StrEnum):
     FINAL_FALLBACK = "final_fallback"
     # The presenter answered with a new_answer action: its content became the final answer.
     FINAL_UNWRAPPED = "final_unwrapped"
+    # final: speculative: the leading answer's author began the final answer before the
+    # decision (reason: started), it became the final answer (used), or the lead changed and
+    # it was stopped (discarded; count: model calls cut off, 0 or 1). label: the answer.
+    FINAL_SPECULATED = "final_speculated"
     FINAL = "final"
     FINISHED = "finished"
     INTERRUPTED = "interrupted"  # written by the next server when it finds the run orphaned

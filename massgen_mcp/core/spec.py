@@ -328,6 +328,12 @@ class RunOptions(BaseModel):
     max_cost_usd: Annotated[float | None, Field(gt=0)] = None
     max_total_tokens: Annotated[int | None, Field(gt=0)] = None
     skip_final_presentation: bool = False
+    # Who writes the final answer (docs/protocol.md): "present", the winner's author after the
+    # decision (MassGen's rule); "answer", nobody: the winning answer is the final answer (as
+    # skip_final_presentation); "speculative", the leading answer's author starts as soon as
+    # an answer leads the votes and its author has voted, in flight with the remaining turns,
+    # and the text is used when that answer wins (discarded, and written again, otherwise).
+    final: Literal["present", "answer", "speculative"] = "present"
     workspace_tools: bool = Field(False, description=(
         "let agents read the project's files (read-only; secret files never) before they "
         "decide; what they read is sent to their providers"))
