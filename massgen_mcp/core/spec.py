@@ -419,16 +419,6 @@ class TeamConfig(BaseModel):
                                      "give each its own name")
         return agents
 
-    @field_validator("options")
-    @classmethod
-    def _required_agents_exist(cls, options: RunOptions, info: ValidationInfo) -> RunOptions:
-        ids = [agent.id for agent in info.data.get("agents", [])]
-        for name in options.require:
-            if ids and name not in ids:
-                raise ValueError(f"require: {name!r} names no agent of the team (its agents: "
-                                 f"{', '.join(ids)}); use an agent id, e.g. --require {ids[-1]}")
-        return options
-
     def required(self) -> list[str]:
         """The agents the majority may not decide without (``required: true`` or named in
         the options' ``require``)."""
@@ -441,7 +431,13 @@ class TeamConfig(BaseModel):
         return None
 
     def roles_problem(self) -> str | None:
-        """Why ``options.roles`` does not fit the team (more roles than agents), or None."""
+        """Why the options do not fit the team, or None: more roles than agents, or
+        ``require`` naming no agent of it (the rules that need both)."""
+        ids = [agent.id for agent in self.agents]
+        for name in self.options.require:
+            if name not in ids:
+                return (f"options.require: {name!r} names no agent of the team (its agents: "
+                        f"{', '.join(ids)}); use an agent id, e.g. --require {ids[-1]}")
         roles, agents = len(self.options.roles), len(self.agents)
         if roles <= agents:
             return None
@@ -527,7 +523,7 @@ def build_team(data: dict[str, Any], *, source: str = "config",
         lines = (format_validation_error(exc) if rename is None else "\n".join(
             f"{rename(path)}: {why}" for path, why in validation_problems(exc)))
         raise ConfigError(f"{source} is invalid:\n{lines}") from None
-    problem = team.roles_problem()  # the one rule that needs both the agents and the options
+    problem = team.roles_problem()  # the rules that need both the agents and the options
     if problem:
         raise ConfigError(problem)
     for agent in team.agents:
