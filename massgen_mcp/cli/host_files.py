@@ -101,4 +101,3 @@ def read_config(path: Path, host_id: str, max_bytes: int) -> Existing | None:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: byte {exc.start + 1} is not UTF-8; fix it or move it "
                           "away, then install again") from None
-

@@ -180,8 +180,6 @@ def toml_section(command: str, args: list[str], approve_tools: bool = False) -> 
     return "\n".join(lines) + "\n"
 
 
-
-
 def install(host_id: str, *, scope: Scope = "project", project: Path | None = None,
             home: Path | None = None, use_uvx: bool = False, dry_run: bool = False,
             approve_tools: bool = False, platform: str = sys.platform) -> InstallResult:

@@ -66,7 +66,6 @@ def open_file(source: str, path: Path, sampling: bool, fields: Sequence[str]) ->
     return Source(path.name, reader(path.name, file))
 
 
-
 def _lines(name: str, file: IO[bytes]) -> Iterator[tuple[int, int, bytes]]:
     """(line number, offset of the line in the file, the line) without its BOM; closes the
     file when done or abandoned."""
@@ -155,4 +154,3 @@ def _csv_rows(name: str, file: IO[bytes]) -> Iterator[Lazy]:
 
 def _given(row: object) -> Callable[[], object]:
     return lambda: row
-

@@ -252,4 +252,3 @@ def _glob(pattern: str) -> Any:
             out.append(re.escape(pattern[i]))
             i += 1
     return re.compile("".join(out))
-

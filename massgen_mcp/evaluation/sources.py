@@ -102,4 +102,3 @@ def _hf_row(where: str, dataset: Any, index: int) -> Callable[[], object]:
         check_row_bytes(where, dataset.data.slice(index, 1).columns)
         return dataset[index]
     return parse
-

@@ -67,7 +67,6 @@ def embedded_model_name() -> str | None:
     return local_model.model_name()
 
 
-
 class _Cancelled(Exception):
     """Stops a generation whose call was cancelled (checked between tokens)."""
 

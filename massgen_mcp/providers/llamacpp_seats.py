@@ -130,4 +130,3 @@ class Seats:
             yield
         finally:
             self._leave()
-

@@ -115,4 +115,3 @@ def plain_messages(messages: list[dict[str, Any]], hint: str | None) -> list[dic
     if hint and plain and plain[0]["role"] == "system":
         plain[0]["content"] += "\n\n" + hint
     return plain
-
