@@ -112,7 +112,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))  # a server's early log
     monkeypatch.setenv("MASSGEN_CLIS", "none")  # the developer's own CLIs stay out
     # The suite runs a test process per core, so the embedded model always shares its cores:
-    # one decoding thread is 2-3x faster there than one per core (providers.llamacpp_provider
+    # one decoding thread is 2-3x faster there than one per core (providers.llamacpp_seats
     # .decode_threads says why).
     monkeypatch.setenv("MASSGEN_LOCAL_THREADS", "1")
     discover._probe_cache.clear()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from massgen_mcp.core.errors import ConfigError
@@ -101,18 +102,34 @@ def find_json_object(text: str) -> dict[str, Any] | None:
     return None
 
 
+def nests_deeper(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a decoded ``value`` nests dicts or lists more than ``limit`` deep: for a
+    parser that caps nothing itself (``tomllib``), before the value reaches code that
+    recurses."""
+    return any(isinstance(item, dict | list) and depth >= limit for item, depth in _walk(value))
+
+
 def _check_value(value: object) -> None:
-    """Depth and text of a decoded value, without recursion."""
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
+    """Depth and text of a decoded value."""
+    for item, depth in _walk(value):
         if isinstance(item, str):
             problem = text_problem(item)
             if problem:
                 raise UnsafeJson(f"a string: {problem}")
-        elif isinstance(item, dict | list):
-            if depth >= MAX_JSON_DEPTH:
-                raise UnsafeJson(f"nested deeper than {MAX_JSON_DEPTH} levels")
+        elif isinstance(item, dict | list) and depth >= MAX_JSON_DEPTH:
+            raise UnsafeJson(f"nested deeper than {MAX_JSON_DEPTH} levels")
+
+
+def _walk(value: object) -> Iterator[tuple[object, int]]:
+    """Every value within ``value`` (itself, dict keys included) and its depth, depth first,
+    without recursion: the walk must not fail on the depth it is there to measure. A
+    container's children are taken only once the caller has seen it, so a caller that stops
+    at a container too deep never walks below it."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        yield item, depth
+        if isinstance(item, dict | list):
             children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
 

@@ -40,7 +40,8 @@ from typing import Any, NoReturn
 
 from massgen_mcp.core.edges import UnsafeJson, load_json
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.evaluation.sources import Source, open_source
+from massgen_mcp.evaluation.source_rows import Source
+from massgen_mcp.evaluation.sources import open_source
 
 MAX_ITEMS = 10_000  # without a --limit: a typo'd split should not start 100,000 runs
 MAX_TEXT_CHARS = 64 * 2**20  # the items' text eval keeps: a benchmark's 10,000 are a few MB

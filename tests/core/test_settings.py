@@ -9,7 +9,7 @@ import pytest
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import default_home
 from massgen_mcp.core.settings import SETTINGS
-from massgen_mcp.providers.llamacpp_provider import cores, decode_threads
+from massgen_mcp.providers.llamacpp_seats import cores, decode_threads
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.team.discover import DEFAULT_LOCAL_PORTS, local_ports
 

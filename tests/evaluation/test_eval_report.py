@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.evaluation import report
+from massgen_mcp.evaluation import cost_chart, report
 from massgen_mcp.evaluation.summary import EvalSummary, MethodScore, format_table
 from tests.npm_clients import chromium, needs_browser
 
@@ -275,7 +275,7 @@ def test_each_label_sits_nearest_its_own_point_when_points_coincide() -> None:
          method("self-consistency: a ×1", "self_consistency", ok, bar, 4, 1, None)],
     ]
     for methods in cases:
-        found = pairs(report.chart([MethodScore.model_validate(m) for m in methods]))
+        found = pairs(cost_chart.chart([MethodScore.model_validate(m) for m in methods]))
         assert len(found) == len(methods)
         for label, centre, anchor in found:
             own = math.dist(centre, anchor)

@@ -21,15 +21,13 @@ from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.repetition import loop_start
 from massgen_mcp.core.spec import PROVIDER_KEY_ENV, build_team
 from massgen_mcp.providers import local_model
-from massgen_mcp.providers.llamacpp_provider import (
+from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider, embedded_model_name
+from massgen_mcp.providers.llamacpp_seats import Seats, decode_threads
+from massgen_mcp.providers.llamacpp_turns import (
     BUNDLED_TOKENS,
     VOTE_REASON_CHARS,
     VOTE_TOKENS,
-    LlamaCppProvider,
-    Seats,
     decision_schema,
-    decode_threads,
-    embedded_model_name,
     parse_decision,
     token_cap,
 )
@@ -231,7 +229,7 @@ def test_threads_leave_a_core_to_the_process(monkeypatch: pytest.MonkeyPatch) ->
 HOLD_A_SEAT = """
 import sys
 from pathlib import Path
-from massgen_mcp.providers.llamacpp_provider import Seats
+from massgen_mcp.providers.llamacpp_seats import Seats
 seats = Seats(Path(sys.argv[1]), 1)
 assert seats._enter()
 print("held", flush=True)

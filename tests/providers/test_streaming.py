@@ -27,11 +27,8 @@ from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.spec import AgentSpec, build_team
 from massgen_mcp.providers.base import CallContext, Completion
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
-from massgen_mcp.providers.llamacpp_provider import (
-    LlamaCppProvider,
-    embedded_model_name,
-    parse_decision,
-)
+from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider, embedded_model_name
+from massgen_mcp.providers.llamacpp_turns import parse_decision
 from massgen_mcp.testing.scripted import (
     Policy,
     Reply,
