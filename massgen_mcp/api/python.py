@@ -100,10 +100,10 @@ async def areview(*, staged: bool = False, base: str | None = None, commit: str 
     except ValueError:
         raise ConfigError(f"fail_on: {fail_on!r} is not a severity; give blocker, major, "
                           "minor or nit") from None
-    folder = Path(repo).absolute() if repo is not None else Path.cwd()
+    folder = Path(repo).expanduser().absolute() if repo is not None else Path.cwd()
     # The caller's own repository, as on the command line: not confined; the workspace
     # tools are rooted at its top. A config file is the one the caller names from here.
-    config = (str(Path(config).absolute())
+    config = (str(Path(config).expanduser().absolute())
               if config and not config.startswith("@") else config)
     service = ConsensusService.local(Path(home) if home else None,
                                      Workspace(folder, confined=False), drafts=False)

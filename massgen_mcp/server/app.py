@@ -260,10 +260,10 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
             max_length=MAX_DIFF_BYTES,
             description="review a unified diff given as text, e.g. a pull request's (gh pr "
                         "diff); its paths are the repository's")] = None,
-        # [] rather than None: a shorter schema (no anyOf null); pydantic copies it per call.
-        paths: Annotated[list[str], Field(
+        # None, not []: a task's runner (Docket) hashes the signature, defaults included.
+        paths: Annotated[list[str] | None, Field(
             max_length=MAX_PATHS, description="review these files or folders (relative to "
-                                              "the repository) as they are")] = [],  # noqa: B006
+                                              "the repository) as they are")] = None,
         focus: Annotated[str | None, Field(
             max_length=MAX_FOCUS_CHARS,
             description="what to look at most, e.g. 'security'")] = None,
@@ -287,7 +287,7 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
         with tools.tool_errors():
             limits = None if options is None else run_options(options)
             change = ChangeToReview(staged=staged, base=base, commit=commit, patch=patch,
-                                    paths=paths)
+                                    paths=paths or ())
             return readable(await tools.review_changes(
                 tools.service_of(ctx), ctx, change, focus=focus, threshold=fail_on,
                 models=models, config=config, base_url=base_url, options=limits,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import StdioServerParameters
@@ -174,3 +175,24 @@ async def test_the_review_prompt_lists_and_renders(repo: Path, tmp_path: Path,
     plain_content = plain.messages[0].content
     assert isinstance(plain_content, TextContent)
     assert "the working tree's changes against HEAD" in plain_content.text
+
+
+@pytest.mark.usefixtures("task_clients")
+async def test_review_changes_as_an_mcp_task(scripted: Scripted, repo: Path) -> None:
+    """``serve --tasks``: a client that asks for a task gets the finished review as its
+    result, as for run_consensus."""
+    from fastmcp import Client as FastMCPClient
+    from fastmcp_tasks import call_tool_task
+
+    from massgen_mcp.server.app import create_server
+
+    server = scripted(reviewer)
+    async with FastMCPClient(create_server(root=repo, tasks=True)) as client:
+        task = await call_tool_task(client, "review_changes", {"models": team(server)})
+        result = await task.result()
+    handle = result.structured_content
+    assert handle is not None and handle["status"] == "completed"
+    assert handle["result"]["review"]["verdict"] == "blocked"
+    assert handle["notes"] == ["left out .env: on the secret-file deny-list (its changes are "
+                               "never sent to a model)"]
+    assert CANARY not in sent(server)
