@@ -189,8 +189,9 @@ async def wait_reporting(service: ConsensusService, ctx: Context, session_id: st
 
 async def run_as_task(service: ConsensusService, ctx: Context, task_id: str, start: Start
                       ) -> RunHandle:
-    """Run ``spec`` to the end for an MCP task. A task delivered again (its front end died
-    or stopped) follows the session it started the first time instead of starting another.
+    """Follow the run ``start`` starts to its end, for an MCP task. A task delivered again (its
+    front end died or stopped) follows the session it started the first time instead of
+    starting another.
 
     When this front end stops, the task steps aside after :data:`TASK_HANDOFF_S` (by then the
     tasks' worker is draining, so the task stays queued for another front end) and the
