@@ -2,9 +2,12 @@
 message rules shared by the faces (:mod:`.team_names`), and the LiteLLM provider
 (:mod:`.litellm_team`).
 
-    from massgen_mcp.api import run
+    from massgen_mcp.api import review, run
+
+``review`` is not on the top-level package: ``massgen_mcp.review`` is the package that
+collects a change.
 """
 
-from massgen_mcp.api.python import arun, run
+from massgen_mcp.api.python import areview, arun, review, run
 
-__all__ = ["arun", "run"]
+__all__ = ["areview", "arun", "review", "run"]

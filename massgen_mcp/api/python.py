@@ -1,4 +1,5 @@
-"""The team as one model in Python: ``run`` and ``arun``, and ``follow`` (wait for a run's
+"""The team as one model in Python: ``run`` and ``arun``, ``review`` and ``areview`` (the team
+reviews a code change), and ``follow (wait for a run's
 result) shared with the OpenAI-compatible endpoint and the evaluator.
 
 from massgen_mcp import run
@@ -13,15 +14,16 @@ CLI and the MCP tools, so every run leaves its record under ``.massgen/``. Team 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.records import ResultRecord, StatusRecord
+from massgen_mcp.core.records import ResultRecord, Severity, StatusRecord
 from massgen_mcp.core.spec import RunOptions, RunSpec, format_validation_error
+from massgen_mcp.review.start import ChangeToReview, start_review
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.team.context_files import Workspace
 
@@ -75,9 +77,69 @@ async def arun(question: str, *, models: list[str] | None = None, config: str | 
 
 def run(question: str, **kwargs: Any) -> ResultRecord:
     """:func:`arun` for code that is not async (it starts and closes its own event loop)."""
+    return _in_new_loop(arun(question, **kwargs), "massgen_mcp.run()",
+                        "massgen_mcp.arun(...)")
+
+
+async def areview(*, staged: bool = False, base: str | None = None, commit: str | None = None,
+                  patch: str | None = None, paths: list[str] | None = None,
+                  focus: str | None = None, fail_on: Severity | str = Severity.MAJOR,
+                  models: list[str] | None = None, config: str | None = None,
+                  options: RunOptions | dict[str, Any] | None = None,
+                  base_url: str | None = None, repo: str | Path | None = None,
+                  home: str | Path | None = None) -> ResultRecord:
+    """The team reviews a change in the git repository at ``repo`` (default: the one the
+    working folder is in) and returns the run's result, whose ``review`` holds the agreed
+    findings, the verdict, the agreement and the dissent (None when the run failed:
+    ``status`` says how it ended).
+
+    What to review, at most one: nothing (the working tree's changes against HEAD),
+    ``staged``, ``base`` (the branch's commits since its merge base with that ref),
+    ``commit``, ``patch`` (a unified diff as text, e.g. ``gh pr diff``'s) or ``paths``
+    (files or folders as they are, relative to ``repo``). ``fail_on``: the least severity of an agreed finding
+    that makes the verdict ``changes_requested``. The team, ``options`` and ``home`` are
+    :func:`arun`'s. Bad input raises :class:`ConfigError` naming the field."""
+    try:
+        if isinstance(options, dict):
+            options = RunOptions.model_validate(options)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, "options.")) from None
+    try:
+        threshold = Severity(fail_on)
+    except ValueError:
+        raise ConfigError(f"fail_on: {fail_on!r} is not a severity; give blocker, major, "
+                          "minor or nit") from None
+    folder = Path(repo).expanduser().absolute() if repo is not None else Path.cwd()
+    # The caller's own repository, as on the command line: not confined; the workspace
+    # tools are rooted at its top. A config file is the one the caller names from here.
+    config = (str(Path(config).expanduser().absolute())
+              if config and not config.startswith("@") else config)
+    service = ConsensusService.local(Path(home) if home else None,
+                                     Workspace(folder, confined=False), drafts=False)
+    try:
+        change = ChangeToReview(staged=staged, base=base, commit=commit, patch=patch,
+                                paths=paths or ())
+        begun = await start_review(service, service.workspace, change, focus=focus,
+                                   models=models, config=config, base_url=base_url,
+                                   options=options, threshold=threshold)
+        return await follow(service, begun.run.session_id)
+    finally:
+        await service.aclose()
+
+
+def review(**kwargs: Any) -> ResultRecord:
+    """:func:`areview` for code that is not async (it starts and closes its own event
+    loop)."""
+    return _in_new_loop(areview(**kwargs), "massgen_mcp.api.review()",
+                        "massgen_mcp.api.areview(...)")
+
+
+def _in_new_loop(work: Coroutine[Any, Any, ResultRecord], called: str, instead: str
+                 ) -> ResultRecord:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(arun(question, **kwargs))
-    raise RuntimeError("massgen_mcp.run() was called inside a running event loop; "
-                       "use 'await massgen_mcp.arun(...)' there")
+        return asyncio.run(work)
+    work.close()  # never awaited: no "was never awaited" warning
+    raise RuntimeError(f"{called} was called inside a running event loop; use "
+                       f"'await {instead}' there")

@@ -194,8 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --http: MCP at --path, the OpenAI-compatible "
                             "/v1/chat/completions and /v1/models, or both (default)")
     serve.add_argument("--tasks", action="store_true",
-                       help="make run_consensus an MCP task for clients that ask (always on "
-                            "with --redis)")
+                       help="make run_consensus and review_changes MCP tasks for clients that "
+                            "ask (always on with --redis)")
     flags.pool_arguments(serve)
     serve.set_defaults(func=cmd_serve, http=False)
 

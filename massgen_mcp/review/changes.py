@@ -147,18 +147,24 @@ async def repository(cwd: Path) -> Path:
 
 async def collect(cwd: Path, *, staged: bool = False, base: str | None = None,
                   commit: str | None = None, patch: str | None = None,
-                  paths: Sequence[str] = (), stdin: BinaryIO | None = None) -> Changes:
+                  paths: Sequence[str] = (), stdin: BinaryIO | None = None,
+                  patch_text: str | None = None) -> Changes:
     """What to review, as the arguments name it (at most one of them; none: the working
     tree's changes against HEAD). ``patch`` is a file path or ``-`` (read from ``stdin``,
-    default ``sys.stdin``); ``paths`` are files or folders, relative to ``cwd``."""
+    default ``sys.stdin``); ``patch_text`` is a patch itself (the MCP tool's and the Python
+    API's ``patch``: a caller that is a model or a program holds the diff, not a file);
+    ``paths`` are files or folders, relative to ``cwd``."""
     given = [name for name, value in (("--staged", staged), ("--base", base),
-                                      ("--commit", commit), ("patch", patch),
+                                      ("--commit", commit),
+                                      ("patch", patch or patch_text is not None),
                                       ("paths", list(paths))) if value]
     if len(given) > 1:
         raise ConfigError(f"{given[1]}: give one of --staged, --base, --commit, a patch or "
                           f"paths, not {' and '.join(given)}")
     root = await repository(cwd)
     try:
+        if patch_text is not None:
+            return _patch(root, *given_patch(patch_text))
         return await _collect(root, cwd, staged, base, commit, patch, paths, stdin)
     except GitFailed as exc:  # a FIFO at a tracked path, a blobless clone's missing blob...
         raise ConfigError(f"git: {git_said(exc)}; fix that in the repository (or review "
@@ -170,10 +176,7 @@ async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
                    stdin: BinaryIO | None) -> Changes:
     git = Git(root, await filter_overrides(root))
     if patch is not None:
-        data, described = read_patch(patch, cwd, stdin)
-        sections = split_diff(data, described)
-        check_patch_paths(root, sections)
-        return finish(root, described, sections)
+        return _patch(root, *read_patch(patch, cwd, stdin))
     if paths:
         return await whole_files(git, root, cwd, paths)
     head = await resolve(git, "HEAD", "HEAD", missing_ok=True)
@@ -216,6 +219,23 @@ async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
     changes = finish(root, described, sections)
     return Changes(changes.root, changes.described, changes.diff, changes.files,
                    changes.left_out, commit=reviewed)
+
+
+def _patch(root: Path, data: bytes, described: str) -> Changes:
+    sections = split_diff(data, described)
+    check_patch_paths(root, sections)
+    return finish(root, described, sections)
+
+
+def given_patch(text: str) -> tuple[bytes, str]:
+    """A patch given as text: its bytes, at most :data:`MAX_DIFF_BYTES` (refused, not cut),
+    checked as a file's are."""
+    data = text.encode("utf-8", "surrogatepass")
+    described = "the given patch"
+    if len(data) > MAX_DIFF_BYTES:
+        raise ConfigError(f"patch: {described} is {len(data):,} bytes, more than the "
+                          f"{MAX_DIFF_BYTES:,} a review sends (refused, not cut); {NARROW}")
+    return check_diff_text(data, described), described
 
 
 async def resolve(git: Git, ref: str, field_name: str, *, missing_ok: bool = False

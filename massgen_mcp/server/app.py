@@ -22,10 +22,11 @@ from fastmcp import Context, FastMCP
 from fastmcp.apps import AppConfig
 from fastmcp.tools import ToolResult
 from mcp.types import ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from massgen_mcp._version import __version__
-from massgen_mcp.core.records import RunStatus
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.records import RunStatus, Severity
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import (
     MAX_AGENTS,
@@ -33,7 +34,11 @@ from massgen_mcp.core.spec import (
     MAX_QUESTION_CHARS,
     RunOptions,
     RunSpec,
+    format_validation_error,
 )
+from massgen_mcp.review.changes import MAX_DIFF_BYTES
+from massgen_mcp.review.request import MAX_FOCUS_CHARS
+from massgen_mcp.review.start import ChangeToReview
 from massgen_mcp.server import tools
 from massgen_mcp.server.handshake import INSTRUCTIONS
 from massgen_mcp.server.pages import add_health_route, add_live_pages
@@ -54,6 +59,8 @@ if TYPE_CHECKING:  # the auth stack costs ~0.3 s to import; stdio never needs it
 
 log = logging.getLogger(__name__)
 
+MAX_REF_CHARS = 256  # a branch, tag or commit name
+MAX_PATHS = 200  # files or folders one review names
 TASK_CONCURRENCY = 200  # MCP tasks one front end follows at once (each only waits)
 ToolFn = TypeVar("ToolFn", bound=Callable[..., Any])
 WARM_UP_DELAY_S = 1.0  # let the handshake go first; litellm's import holds the GIL for seconds
@@ -82,6 +89,16 @@ MAX_WAIT_S = SETTINGS.mcp_max_wait_s.read()
 WaitS = Annotated[float, Field(ge=0, json_schema_extra={"maximum": MAX_WAIT_S}, description=(
     f"wait up to this many seconds (at most {MAX_WAIT_S:g}) for the run to finish, sending "
     "progress; it returns as soon as the run ends; 0 returns at once"))]
+# The team, as every tool that starts a run takes it.
+Models = Annotated[list[str] | None, Field(
+    min_length=1, max_length=MAX_AGENTS,
+    description="litellm model strings, one agent each, e.g. "
+                "['openai/gpt-4o-mini', 'anthropic/claude-haiku-4-5']; cli/claude, "
+                "cli/codex, cli/gemini run the user's logged-in coding CLI")]
+ConfigName = Annotated[str | None, Field(
+    description="instead of models: a MassGen YAML config path or @preset")]
+BaseUrl = Annotated[str | None, Field(
+    description="OpenAI-compatible endpoint for agents without their own")]
 
 
 def create_server(*, home: Path | None = None, root: Path | None = None,
@@ -178,6 +195,16 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
     return mcp
 
 
+def run_options(given: dict[str, Any]) -> RunOptions:
+    """review_changes's ``options``, checked as run_consensus's are: its schema leaves the
+    fields to run_consensus's (tools/list is in every host conversation, and the options'
+    schema is a quarter of it), so a wrong one is refused here, naming it."""
+    try:
+        return RunOptions.model_validate(given)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, "options.")) from None
+
+
 def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
     """Register the tools: each validates its arguments (pydantic, from the signature) and
     calls one function of server/tools.py inside :func:`tools.tool_errors`."""
@@ -194,15 +221,9 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
         question: Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS,
                                        description="the question for the team")],
         ctx: Context,
-        models: Annotated[list[str] | None, Field(
-            min_length=1, max_length=MAX_AGENTS,
-            description="litellm model strings, one agent each, e.g. "
-                        "['openai/gpt-4o-mini', 'anthropic/claude-haiku-4-5']; cli/claude, "
-                        "cli/codex, cli/gemini run the user's logged-in coding CLI")] = None,
-        config: Annotated[str | None, Field(
-            description="instead of models: a MassGen YAML config path or @preset")] = None,
-        base_url: Annotated[str | None, Field(
-            description="OpenAI-compatible endpoint for agents without their own")] = None,
+        models: Models = None,
+        config: ConfigName = None,
+        base_url: BaseUrl = None,
         context: Annotated[str | None, Field(max_length=MAX_CONTEXT_CHARS,
                                              description="background text for every agent")
                            ] = None,
@@ -224,6 +245,53 @@ def _add_tools(mcp: FastMCP, task_config: TaskConfig | None) -> None:
                            context_files=context_files or [], options=options)
             return readable(await tools.run_consensus(tools.service_of(ctx), ctx, spec,
                                                       wait_s))
+
+    @tool(annotations=START, task=task_config)
+    async def review_changes(
+        ctx: Context,
+        staged: Annotated[bool, Field(description="review what is staged")] = False,
+        base: Annotated[str | None, Field(
+            max_length=MAX_REF_CHARS,
+            description="review the branch's commits since its merge base with this ref "
+                        "(e.g. main)")] = None,
+        commit: Annotated[str | None, Field(max_length=MAX_REF_CHARS,
+                                            description="review one commit")] = None,
+        patch: Annotated[str | None, Field(
+            max_length=MAX_DIFF_BYTES,
+            description="review a unified diff given as text, e.g. a pull request's (gh pr "
+                        "diff); its paths are the repository's")] = None,
+        # None, not []: a task's runner (Docket) hashes the signature, defaults included.
+        paths: Annotated[list[str] | None, Field(
+            max_length=MAX_PATHS, description="review these files or folders (relative to "
+                                              "the repository) as they are")] = None,
+        focus: Annotated[str | None, Field(
+            max_length=MAX_FOCUS_CHARS,
+            description="what to look at most, e.g. 'security'")] = None,
+        fail_on: Annotated[Severity, Field(description=(
+            "the least severity of an agreed finding that makes the verdict "
+            "changes_requested (an agreed blocker always blocks)"))] = Severity.MAJOR,
+        models: Models = None,
+        config: ConfigName = None,
+        base_url: BaseUrl = None,
+        options: Annotated[dict[str, Any] | None, Field(
+            description="limits, as run_consensus's options (timeout_s, max_cost_usd, ...)")
+                           ] = None,
+        wait_s: WaitS = 0,
+    ) -> ToolResult:
+        """A second opinion on a code change before it merges: a team of models reviews the
+        changes in the user's repository and agrees on findings (file:line, severity, fix)
+        and a verdict. By default the working tree against HEAD; or staged, base (a
+        branch), commit, patch (a PR's diff) or paths. For a question, not a change, use
+        run_consensus. Call it with wait_s=50; if it returns still running, get_status with
+        wait_s=50 until done, then get_result."""
+        with tools.tool_errors():
+            limits = None if options is None else run_options(options)
+            change = ChangeToReview(staged=staged, base=base, commit=commit, patch=patch,
+                                    paths=paths or ())
+            return readable(await tools.review_changes(
+                tools.service_of(ctx), ctx, change, focus=focus, threshold=fail_on,
+                models=models, config=config, base_url=base_url, options=limits,
+                wait_s=wait_s))
 
     @tool(annotations=READ)
     async def get_status(
@@ -360,6 +428,26 @@ def _add_resources(mcp: FastMCP) -> None:
     def session_view() -> str:
         """The inline view of a session for hosts with MCP Apps (shown with get_result)."""
         return view_html()
+
+    @mcp.prompt
+    def review(
+        change: Annotated[str, Field(description=(
+            "what to review: empty for the working tree's changes, or e.g. 'staged', 'the "
+            "branch against main', 'commit abc123', a pull request's diff"))] = "",
+        focus: Annotated[str, Field(description="what to look at most, e.g. security")] = "",
+    ) -> str:
+        """Get a team of models to review a code change (a second opinion before merging)."""
+        what = f"this change: {change}" if change.strip() else \
+            "the working tree's changes against HEAD"
+        asked = f" Ask it to focus on: {focus}." if focus.strip() else ""
+        return (f"Use the massgen tools to get a team review of {what}.\n\n"
+                "Call review_changes with wait_s=50, with no argument for the working tree "
+                "against HEAD; staged=true for what is staged; base='main' for the branch's "
+                "commits since main; commit='SHA' for one commit; patch=<the unified diff "
+                "text> for a pull request's diff; paths=[...] for files as they are."
+                f"{asked} If it returns still running, call get_status with wait_s=50 until "
+                "it is done, then get_result. Report the verdict and each agreed finding "
+                "(file:line, severity, claim, fix), and say who dissented and why.")
 
     @mcp.prompt
     def consensus(question: str) -> str:

@@ -40,8 +40,10 @@ usually 10 s to a few minutes. One call does it: run_consensus(question, wait_s=
 the final answer, the winner and the vote tally when the run ends within the wait (most do). \
 Only if it comes back still running, call get_status(session_id, wait_s=50) until done, then \
 get_result. If the user adds a requirement while it runs, pass it on with \
-steer_session. Cite the winner and vote tally when you use the answer. check_setup shows \
-which providers have keys."""
+steer_session. Cite the winner and vote tally when you use the answer. For a second opinion \
+on a code change before it merges (the working tree, a branch, a commit, a pull request's \
+diff), call review_changes(wait_s=50) instead: the team agrees on findings and a verdict. \
+check_setup shows which providers have keys."""
 
 SNAPSHOT = Path(__file__).with_name("early_replies.json")
 # The versions negotiated with ``initialize``; the SDK answers any other with the latest.

@@ -5,7 +5,9 @@ pretty-printed JSON it once was made 88 lines for three one-line answers); Claud
 Codex hand the model the text. So the text is a few lines: the answer, the winner and tally,
 dropped agents, the session id and what to do next; the full record stays in
 structuredContent for programs (server/views.py shapes it), and ``get_result(detail="full")``
-or the record folder has every answer and vote reason.
+or the record folder has every answer and vote reason. A review's text is its verdict and
+agreed findings, one line each (:func:`~massgen_mcp.render.review.as_brief`), not the
+Markdown review that is its final answer: evidence and fixes are in structuredContent.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from typing import Any
 from fastmcp.tools import ToolResult
 from pydantic import BaseModel
 
+from massgen_mcp.render.review import as_brief
 from massgen_mcp.render.text import status_words
 from massgen_mcp.server.views import (
     CancelView,
     ResultView,
+    ReviewHandle,
     RunHandle,
     SessionPage,
     StatusView,
@@ -54,9 +58,13 @@ def text_of(view: BaseModel) -> str:
 
 def handle_text(handle: RunHandle) -> str:
     if handle.result is None:
-        return f"Session {handle.session_id} is {handle.status}: {handle.message}."
-    text = result_text(handle.result)
-    return text if handle.message == FINISHED else f"{text}\n{handle.message}."
+        text = f"Session {handle.session_id} is {handle.status}: {handle.message}."
+    else:
+        text = result_text(handle.result)
+        text = text if handle.message == FINISHED else f"{text}\n{handle.message}."
+    if isinstance(handle, ReviewHandle) and handle.notes:
+        text += "\n" + "\n".join(f"Note: {note}." for note in handle.notes)
+    return text
 
 
 def tally_text(tally: dict[str, int]) -> str:
@@ -66,13 +74,16 @@ def tally_text(tally: dict[str, int]) -> str:
 
 
 def result_text(result: ResultView) -> str:
-    lines = [result.final_answer if result.final_answer is not None
-             else f"No final answer: the run {result.status}"
-                  f" ({result.finish_reason or 'no reason recorded'})."]
-    if result.final_answer_truncated:
+    if result.review is not None:  # the verdict and agreed findings, not the whole review
+        lines = [as_brief(result.review)]
+    else:
+        lines = [result.final_answer if result.final_answer is not None
+                 else f"No final answer: the run {result.status}"
+                      f" ({result.finish_reason or 'no reason recorded'})."]
+    if result.final_answer_truncated and result.review is None:
         lines.append('[clipped; get_result(detail="full") has all of it]')
     lines.append("")
-    if result.winner is not None:
+    if result.winner is not None and result.review is None:  # a review's brief says it
         won = (f"Winner {result.winner.label} ({result.winner.agent_id}, "
                f"{result.winner.model}); {tally_text(result.tally)}")
         if result.tie_broken:

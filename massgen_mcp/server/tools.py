@@ -14,23 +14,25 @@ import asyncio
 import contextlib
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from fastmcp import Context
 from fastmcp.exceptions import ToolError
 
 from massgen_mcp.core.errors import MassgenError, RunNotFinishedError, SessionNotFoundError
-from massgen_mcp.core.records import RunStatus, StatusRecord
+from massgen_mcp.core.records import RunStatus, Severity, StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
-from massgen_mcp.core.spec import RunSpec
+from massgen_mcp.core.spec import RunOptions, RunSpec
+from massgen_mcp.review.start import ChangeToReview, start_review
 from massgen_mcp.server import shutdown
 from massgen_mcp.server.views import (
     POLL_WAIT_S,
     CancelView,
     Detail,
     ResultView,
+    ReviewHandle,
     RunHandle,
     SessionPage,
     StatusView,
@@ -63,6 +65,12 @@ QUIET_PROGRESS_S = 20.0
 # While agents write (their drafts stream), progress says so this often ("agent_b is
 # writing… 412 tokens"): the host's tool row shows the run moving between its steps.
 DRAFT_PROGRESS_S = 5.0
+STARTED = (f"started; call get_status with wait_s={POLL_WAIT_S} until done (it returns when "
+           "the run ends), then get_result")
+
+# How a tool starts its run (run_consensus: the spec; review_changes: collect the change
+# first); called once, not again when an MCP task is delivered a second time.
+Start = Callable[[], Awaitable[StartedRun]]
 
 
 def max_wait_s() -> float:
@@ -179,18 +187,18 @@ async def wait_reporting(service: ConsensusService, ctx: Context, session_id: st
         waiting.cancel()
 
 
-async def run_as_task(service: ConsensusService, ctx: Context, task_id: str, spec: RunSpec
+async def run_as_task(service: ConsensusService, ctx: Context, task_id: str, start: Start
                       ) -> RunHandle:
-    """Run ``spec`` to the end for an MCP task. A task delivered again (its front end died
-    or stopped) follows the session it started the first time instead of starting another.
+    """Follow the run ``start`` starts to its end, for an MCP task. A task delivered again (its
+    front end died or stopped) follows the session it started the first time instead of
+    starting another.
 
     When this front end stops, the task steps aside after :data:`TASK_HANDOFF_S` (by then the
     tasks' worker is draining, so the task stays queued for another front end) and the
     session goes on: only ``tasks/cancel`` cancels it."""
     session_id = await service.recall_task(task_id)
     if session_id is None:
-        started = await service.start(spec, await client_root(ctx))
-        session_id = started.session_id
+        session_id = (await start()).session_id
         await service.remember_task(task_id, session_id)
     waiting = asyncio.create_task(service.wait(session_id, None, until_done=True,
                                                on_change=progress_reporter(ctx)))
@@ -231,16 +239,42 @@ async def wait_and_wrap(service: ConsensusService, ctx: Context, started: Starte
     return handle
 
 
+async def launch(service: ConsensusService, ctx: Context, start: Start, wait_s: float
+                 ) -> RunHandle:
+    """Start a run and wait up to ``wait_s`` for it; an MCP task instead follows it to the
+    end (its result is the run's result)."""
+    task_id = ctx.task_id
+    if task_id is not None:
+        return await run_as_task(service, ctx, task_id, start)
+    return await wait_and_wrap(service, ctx, await start(), wait_s, STARTED)
+
+
 async def run_consensus(service: ConsensusService, ctx: Context, spec: RunSpec, wait_s: float
                         ) -> RunHandle:
-    task_id = ctx.task_id
-    if task_id is not None:  # an MCP task: its result is the run's result
-        return await run_as_task(service, ctx, task_id, spec)
-    started = await service.start(spec, await client_root(ctx))
-    return await wait_and_wrap(
-        service, ctx, started, wait_s,
-        f"started; call get_status with wait_s={POLL_WAIT_S} until done (it returns when "
-        "the run ends), then get_result")
+    async def start() -> StartedRun:
+        return await service.start(spec, await client_root(ctx))
+
+    return await launch(service, ctx, start, wait_s)
+
+
+async def review_changes(service: ConsensusService, ctx: Context, change: ChangeToReview, *,
+                         focus: str | None, threshold: Severity, models: list[str] | None,
+                         config: str | None, base_url: str | None,
+                         options: RunOptions | None, wait_s: float) -> ReviewHandle:
+    """Review ``change`` in the client's repository (its root, else the server's folder),
+    confined as every model's call is: see :mod:`massgen_mcp.review.start`."""
+    notes: list[str] = []
+
+    async def start() -> StartedRun:
+        workspace = await client_root(ctx) or service.workspace
+        begun = await start_review(service, workspace, change, focus=focus, models=models,
+                                   config=config, base_url=base_url, options=options,
+                                   threshold=threshold)
+        notes.extend(begun.notes)
+        return begun.run
+
+    handle = await launch(service, ctx, start, wait_s)
+    return ReviewHandle(**dict(handle), notes=notes)
 
 
 async def get_status(service: ConsensusService, ctx: Context, session_id: str, wait_s: float,

@@ -19,6 +19,7 @@ from massgen_mcp.core.records import (
     FinishReason,
     Phase,
     ResultRecord,
+    ReviewOutcome,
     RunStatus,
     SessionSummary,
     StatusRecord,
@@ -136,6 +137,8 @@ class ResultView(BaseModel):
     report: str = Field(description="resource URI of the HTML report (also report.html in "
                                     "record_dir)")
     parent_session_id: str | None = None
+    review: ReviewOutcome | None = Field(None, description=(
+        "a review's agreed findings, verdict and dissent (review_changes)"))
 
 
 class RunHandle(BaseModel):
@@ -144,6 +147,13 @@ class RunHandle(BaseModel):
     record_dir: str
     message: str
     result: ResultView | None = None
+
+
+class ReviewHandle(RunHandle):
+    """review_changes's reply: a run's handle, and what the caller is told about the
+    change (files left out of the diff, workspace tools withheld)."""
+
+    notes: list[str] = []
 
 
 class SessionItem(BaseModel):
@@ -224,7 +234,7 @@ def result_view(result: ResultRecord, record_dir: str, detail: Detail = "summary
         votes=votes, tally=result.tally, answers=answers,
         usage=UsageView.of(result.usage), errors=result.errors, elapsed_s=result.elapsed_s,
         record_dir=record_dir, report=report_uri(result.session_id),
-        parent_session_id=result.parent_session_id,
+        parent_session_id=result.parent_session_id, review=result.review,
     )
 
 

@@ -364,7 +364,9 @@ async def test_tools_list_matches_snapshot(tmp_path: Path) -> None:
         assert hints["destructiveHint"] is False
         assert "outputSchema" not in tool
     # What every host conversation carries (issue 19's budget): compact JSON, all tools.
-    assert len(json.dumps(tools, separators=(",", ":"))) <= 10_000
+    # 10,000 until review_changes (issue 55) added its ~2,800; it takes run_consensus's
+    # options as an open object rather than repeat their schema (~2,700 more).
+    assert len(json.dumps(tools, separators=(",", ":"))) <= 13_000
 
 
 def test_importing_the_server_does_not_import_litellm() -> None:

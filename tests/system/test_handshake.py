@@ -49,7 +49,7 @@ async def assert_session_works(raw: RawStdio, first_id: int) -> None:
     await raw.send("notifications/initialized", notify=True)
     raw._id = 100
     tools = await raw.send("tools/list")
-    assert tools is not None and len(tools["result"]["tools"]) == 9
+    assert tools is not None and len(tools["result"]["tools"]) == 10
 
 
 @pytest.mark.parametrize("params", [{}, {**GOOD, "protocolVersion": 20251125},
@@ -83,7 +83,7 @@ async def test_invalid_utf8_in_the_first_line_is_read_as_the_sdk_reads_it(home: 
     await raw.send("notifications/initialized", notify=True)
     raw._id = 100
     tools = await raw.send("tools/list")
-    assert tools is not None and len(tools["result"]["tools"]) == 9
+    assert tools is not None and len(tools["result"]["tools"]) == 10
     await stop_raw(raw)
     assert [json.loads(line)["id"] for line in raw.lines] == [1, 101]
 

@@ -98,7 +98,7 @@ async def test_initialize_is_answered_early_and_exactly_as_the_sdk_would(
             "clientInfo": {"name": "raw-test", "version": "1"}})
         await raw.send("notifications/initialized", notify=True)
         tools = await raw.send("tools/list")
-        assert tools is not None and len(tools["result"]["tools"]) == 9
+        assert tools is not None and len(tools["result"]["tools"]) == 10
         err = await stop_raw(raw)
         assert [json.loads(line)["id"] for line in raw.lines] == [1, 2], "one reply each"
         # A health check (start, list the tools, stop) writes nothing into the project: the

@@ -1,0 +1,121 @@
+"""Start a review for a face that is not a shell: the MCP tool ``review_changes`` and the
+Python API's ``review``. Both name the change as ``massgen-mcp review`` does (nothing: the
+working tree against HEAD; ``staged``, ``base``, ``commit``, ``patch``, ``paths``), except
+that ``patch`` is the diff's text: a model or a program holds a pull request's diff, not a
+file.
+
+The rules the command line applies stay the same here (:func:`collect`, :func:`review_spec`,
+:func:`tools_withheld`); what this adds is the confinement of a model's call. The MCP
+server's workspace (the client's root) is *confined*: its caller is a model, whose
+arguments may come from whatever it read. Then the repository must be the workspace itself
+(a workspace inside a larger repository would have the team read the files around it), and
+``paths`` are relative and stay inside it; a patch's own paths are checked by
+:func:`~massgen_mcp.review.changes.check_patch_paths` for every face.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.records import Severity
+from massgen_mcp.core.spec import RunOptions
+from massgen_mcp.review.changes import Changes, collect, repository
+from massgen_mcp.review.request import review_spec, tools_withheld
+from massgen_mcp.service import ConsensusService, StartedRun
+from massgen_mcp.team.context_files import Workspace
+
+
+@dataclass(frozen=True)
+class ChangeToReview:
+    """What to review, as the MCP tool and the Python API take it (at most one field set;
+    none: the working tree's changes against HEAD, staged and unstaged)."""
+
+    staged: bool = False
+    base: str | None = None
+    commit: str | None = None
+    patch: str | None = None  # a unified diff, as text
+    paths: Sequence[str] = ()
+
+
+@dataclass
+class ReviewStarted:
+    """A review that has started: its run, what it reviews, and what the caller should be
+    told (files left out of the diff, workspace tools withheld)."""
+
+    run: StartedRun
+    changes: Changes
+    notes: list[str] = field(default_factory=list)
+
+
+async def start_review(service: ConsensusService, workspace: Workspace,
+                       change: ChangeToReview, *, focus: str | None = None,
+                       models: list[str] | None = None, config: str | None = None,
+                       base_url: str | None = None, options: RunOptions | None = None,
+                       threshold: Severity = Severity.MAJOR) -> ReviewStarted:
+    """Collect ``change`` in the repository at ``workspace``'s root, and start its review
+    through ``service`` with the team and limits as ``run_consensus`` takes them.
+    ``threshold``: the least severity of an agreed finding that requests changes."""
+    given = [name for name, value in (("staged", change.staged), ("base", change.base),
+                                      ("commit", change.commit),
+                                      ("patch", change.patch is not None),
+                                      ("paths", list(change.paths))) if value]
+    if len(given) > 1:
+        raise ConfigError(f"{given[1]}: give one of staged, base, commit, patch or paths, "
+                          f"not {' and '.join(given)}")
+    if workspace.confined:
+        await check_confined(workspace.root, change.paths)
+    try:
+        changes = await collect(workspace.root, staged=change.staged, base=change.base,
+                                commit=change.commit, patch_text=change.patch,
+                                paths=list(change.paths))
+    except ConfigError as exc:
+        # The command line's words for the same fields ("--base: ..."): the caller here
+        # named them without dashes.
+        raise ConfigError(str(exc).removeprefix("--")) from None
+    notes = [f"left out {note}" for note in changes.left_out]
+    spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
+                       options=options, threshold=threshold)
+    review_workspace = Workspace(changes.root, confined=workspace.confined)
+    withheld = await tools_withheld(spec, review_workspace)
+    if withheld:
+        notes.append("the team reviewed the diff without reading the repository (workspace "
+                     f"tools off): {'; '.join(withheld)}; name the team (models or config) "
+                     "to give it the tools")
+        spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
+                           options=options, tools=False, threshold=threshold)
+    run = await service.start(spec, review_workspace)
+    return ReviewStarted(run, changes, notes)
+
+
+async def check_confined(root: Path, paths: Sequence[str]) -> None:
+    """Refuse what a model's call may not review from the workspace ``root``: a workspace
+    that is not the top of its repository, and ``paths`` that are absolute or lead out of
+    it (links followed). Each refusal is one line naming the field."""
+    top = root.resolve()
+    try:
+        found = await repository(top)
+    except ConfigError:
+        raise ConfigError(f"repository: the workspace {top} (the client's root) is not a git "
+                          "repository; open the project's folder in the host, or run "
+                          "massgen-mcp review there") from None
+    if found != top:
+        raise ConfigError(f"repository: the workspace {top} is inside the repository "
+                          f"{found}, and a review reads the whole repository; open {found} "
+                          "in the host (its root), or run massgen-mcp review there")
+    for name in paths:
+        if not name.strip() or "\x00" in name:
+            raise ConfigError(f"paths: {name!r} is not a file path")
+        if (PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute()
+                or PureWindowsPath(name).drive or name.startswith("\\")):
+            raise ConfigError(f"paths: {name!r} is absolute; give paths relative to the "
+                              f"repository {top}")
+        try:
+            resolved = (top / name).resolve()
+        except (OSError, RuntimeError):  # a link loop
+            raise ConfigError(f"paths: {name!r} is a link loop") from None
+        if not resolved.is_relative_to(top):
+            raise ConfigError(f"paths: {name!r} is outside the repository {top}; name files "
+                              "inside it")
