@@ -87,8 +87,8 @@ SessionId = Annotated[str, Field(description="id returned by run_consensus", max
 # it); a larger value is not refused, only capped, so a model that asks for 60 loses no turn.
 MAX_WAIT_S = SETTINGS.mcp_max_wait_s.read()
 WaitS = Annotated[float, Field(ge=0, json_schema_extra={"maximum": MAX_WAIT_S}, description=(
-    f"wait up to this many seconds (at most {MAX_WAIT_S:g}) for the run to finish, sending "
-    "progress; it returns as soon as the run ends; 0 returns at once"))]
+    f"seconds to wait (at most {MAX_WAIT_S:g}) for the run's end, sending progress; 0: "
+    "return at once"))]
 # The team, as every tool that starts a run takes it.
 Models = Annotated[list[str] | None, Field(
     min_length=1, max_length=MAX_AGENTS,
