@@ -235,16 +235,16 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
         (say_json if shape == "sarif" else say)(redact(review_output(result, shape)))
     elif result.final_answer is not None:
         say(redact(result.final_answer))
-    line = redact(outcome_line(result))
+    if not args.quiet and result.review is None:  # a review's output has its dissent
+        for extra in [*agreement_lines(result), *result.notes]:
+            err(redact(extra))
+    line = redact(outcome_line(result))  # the last line: how it ended
     if result.status is not RunStatus.COMPLETED or result.dropped or result.budget_exceeded:
         err(f"{line}; record: {folder}")  # a problem: said even with --quiet
         for problem in other_errors(result):
             err(f"  {redact(problem)}")
     elif not args.quiet:
         err(line)
-    if not args.quiet and result.review is None:  # a review's output has its dissent
-        for extra in [*agreement_lines(result), *result.notes]:
-            err(redact(extra))
     return exit_code(result, fail_on_changes=getattr(args, "fail_on", None) is not None)
 
 
