@@ -96,9 +96,10 @@ async def areview(*, staged: bool = False, base: str | None = None, commit: str 
     What to review, at most one: nothing (the working tree's changes against HEAD),
     ``staged``, ``base`` (the branch's commits since its merge base with that ref),
     ``commit``, ``patch`` (a unified diff as text, e.g. ``gh pr diff``'s) or ``paths``
-    (files or folders as they are, relative to ``repo``). ``fail_on``: the least severity of an agreed finding
-    that makes the verdict ``changes_requested``. The team, ``options`` and ``home`` are
-    :func:`arun`'s. Bad input raises :class:`ConfigError` naming the field."""
+    (files or folders as they are, relative to ``repo``). ``fail_on``: the least severity
+    of an agreed finding that makes the verdict ``changes_requested``. The team,
+    ``options`` and ``home`` are :func:`arun`'s. Bad input raises :class:`ConfigError`
+    naming the field."""
     try:
         if isinstance(options, dict):
             options = RunOptions.model_validate(options)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from massgen_mcp.core.records import (
     PREVIEW_CHARS,
+    Agreement,
     FinishReason,
     Phase,
     ResultRecord,
@@ -139,6 +140,9 @@ class ResultView(BaseModel):
     parent_session_id: str | None = None
     review: ReviewOutcome | None = Field(None, description=(
         "a review's agreed findings, verdict and dissent (review_changes)"))
+    agreement: Agreement | None = Field(None, description=(
+        "k of n live members back the winner, the strongest losing answer, the dissent"))
+    notes: list[str] = []
 
 
 class RunHandle(BaseModel):
@@ -235,6 +239,7 @@ def result_view(result: ResultRecord, record_dir: str, detail: Detail = "summary
         usage=UsageView.of(result.usage), errors=result.errors, elapsed_s=result.elapsed_s,
         record_dir=record_dir, report=report_uri(result.session_id),
         parent_session_id=result.parent_session_id, review=result.review,
+        agreement=result.agreement, notes=result.notes,
     )
 
 

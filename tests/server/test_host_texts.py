@@ -65,13 +65,18 @@ async def test_a_finished_run_reads_in_a_few_lines_and_keeps_the_full_record(
     result = handle["result"]
     text = text_of(got.content[0])
     lines = text.splitlines()
-    assert len(lines) <= 8, text
+    assert len(lines) <= 11, text  # with the agreement, the losing answer and the dissent
     assert lines[0] == result["final_answer"].splitlines()[0]
     winner = result["winner"]
     assert f"Winner {winner['label']} ({winner['agent_id']}, {winner['model']})" in text
     for label, votes in result["tally"].items():
         assert f"{label} {votes} vote{'' if votes == 1 else 's'}" in text
     assert "Dropped: agent_c (" in text and "model c does not exist" in text
+    agreement = result["agreement"]  # the dissent, in the text and the structured record
+    assert agreement["members"] == 2 and agreement["dropped"] == ["agent_c"]
+    assert f"Agreement: {agreement['backing']} of 2 live members back {winner['label']}." in text
+    for dissent in agreement["dissent"]:
+        assert f"Dissent: {dissent['agent_id']} voted for {dissent['voted_for']}" in text
     assert handle["session_id"] in text and '"' not in lines[-1][:20]
     assert set(result) >= {"votes", "answers", "usage", "record_dir", "report"}
     assert progress and all(total == 7 for _, total in progress), progress
