@@ -85,8 +85,7 @@ def patch_or_paths(targets: list[str]) -> tuple[str | None, list[str]]:
 
 
 def cmd_review(args: argparse.Namespace) -> int:
-    from massgen_mcp.review.changes import collect
-    from massgen_mcp.review.request import review_estimate, review_spec, tools_withheld
+    from massgen_mcp.review.start import ChangeToReview, start_review
     from massgen_mcp.team.context_files import Workspace
 
     patch, paths = patch_or_paths(args.targets)
@@ -99,28 +98,19 @@ def cmd_review(args: argparse.Namespace) -> int:
     # subfolder is still the one beside the user.
     config = (str(Path(args.config).absolute())
               if args.config and not args.config.startswith("@") else args.config)
+    change = ChangeToReview(staged=args.staged, base=args.base, commit=args.commit,
+                            paths=paths, patch_file=patch)
 
     async def start(service: ConsensusService) -> StartedRun:
-        changes = await collect(Path.cwd(), staged=args.staged, base=args.base,
-                                commit=args.commit, patch=patch, paths=paths)
-        for note in changes.left_out:
-            err(f"left out {note}")
-        spec = review_spec(changes, args.focus, models=models, config=config,
-                           base_url=args.base_url, options=options, threshold=threshold)
         # The user's own repository, read by the user's own command: not confined (as
-        # run's --context-file), rooted at the repository for the workspace tools.
-        workspace = Workspace(changes.root, confined=False)
-        withheld = await tools_withheld(spec, workspace)
-        if withheld:
-            err("the team reviews the diff without reading the repository (workspace tools "
-                f"off): {'; '.join(withheld)}; name the team with --models or --config to "
-                "give it the tools")
-            spec = review_spec(changes, args.focus, models=models, config=config,
-                               base_url=args.base_url, options=options, tools=False,
-                               threshold=threshold)
-        floor = await review_estimate(spec, workspace)
-        if not args.quiet:
-            err(f"estimate: {floor.words()}")
-        return await service.start(spec, workspace)
+        # run's --context-file).
+        started = await start_review(service, Workspace(Path.cwd(), confined=False), change,
+                                     focus=args.focus, models=models, config=config,
+                                     base_url=args.base_url, options=options,
+                                     threshold=threshold)
+        for note in started.notes:
+            if not (args.quiet and note.startswith("estimate: ")):
+                err(note)
+        return started.run
 
     return follow_to_the_end(args, start)

@@ -1,8 +1,8 @@
-"""Start a review for a face that is not a shell: the MCP tool ``review_changes`` and the
-Python API's ``review``. Both name the change as ``massgen-mcp review`` does (nothing: the
-working tree against HEAD; ``staged``, ``base``, ``commit``, ``patch``, ``paths``), except
-that ``patch`` is the diff's text: a model or a program holds a pull request's diff, not a
-file.
+"""Start a review, for every face: ``massgen-mcp review``, the MCP tool ``review_changes``
+and the Python API's ``review``. Each names the change the same way (nothing: the working
+tree against HEAD; ``staged``, ``base``, ``commit``, ``patch``, ``paths``); ``patch`` is the
+diff's text for a model or a program, which hold a pull request's diff, and a file or ``-``
+(stdin) for the command line (``patch_file``).
 
 The rules the command line applies stay the same here (:func:`collect`, :func:`review_spec`,
 :func:`tools_withheld`); what this adds is the confinement of a model's call. The MCP
@@ -23,7 +23,7 @@ from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.records import Severity
 from massgen_mcp.core.spec import RunOptions
 from massgen_mcp.review.changes import Changes, collect, repository
-from massgen_mcp.review.request import review_spec, tools_withheld
+from massgen_mcp.review.request import review_estimate, review_spec, tools_withheld
 from massgen_mcp.service import ConsensusService, StartedRun
 from massgen_mcp.team.context_files import Workspace
 
@@ -38,6 +38,7 @@ class ChangeToReview:
     commit: str | None = None
     patch: str | None = None  # a unified diff, as text
     paths: Sequence[str] = ()
+    patch_file: str | None = None  # the command line's: a .patch/.diff file, or '-' (stdin)
 
 
 @dataclass
@@ -60,7 +61,8 @@ async def start_review(service: ConsensusService, workspace: Workspace,
     ``threshold``: the least severity of an agreed finding that requests changes."""
     given = [name for name, value in (("staged", change.staged), ("base", change.base),
                                       ("commit", change.commit),
-                                      ("patch", change.patch is not None),
+                                      ("patch", change.patch is not None
+                                       or change.patch_file is not None),
                                       ("paths", list(change.paths))) if value]
     if len(given) > 1:
         raise ConfigError(f"{given[1]}: give one of staged, base, commit, patch or paths, "
@@ -70,10 +72,11 @@ async def start_review(service: ConsensusService, workspace: Workspace,
     try:
         changes = await collect(workspace.root, staged=change.staged, base=change.base,
                                 commit=change.commit, patch_text=change.patch,
-                                paths=list(change.paths))
+                                patch=change.patch_file, paths=list(change.paths))
     except ConfigError as exc:
-        # The command line's words for the same fields ("--base: ..."): the caller here
-        # named them without dashes.
+        if not workspace.confined and change.patch is None:
+            raise  # the command line's own words ("--base: ...")
+        # The caller here named the fields without dashes.
         raise ConfigError(str(exc).removeprefix("--")) from None
     notes = [f"left out {note}" for note in changes.left_out]
     spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
@@ -86,6 +89,8 @@ async def start_review(service: ConsensusService, workspace: Workspace,
                      "to give it the tools")
         spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
                            options=options, tools=False, threshold=threshold)
+    floor = await review_estimate(spec, review_workspace)  # a budget below it: refused
+    notes.append(f"estimate: {floor.words()}")
     run = await service.start(spec, review_workspace)
     return ReviewStarted(run, changes, notes)
 

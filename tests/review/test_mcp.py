@@ -193,6 +193,7 @@ async def test_review_changes_as_an_mcp_task(scripted: Scripted, repo: Path) -> 
     handle = result.structured_content
     assert handle is not None and handle["status"] == "completed"
     assert handle["result"]["review"]["verdict"] == "blocked"
-    assert handle["notes"] == ["left out .env: on the secret-file deny-list (its changes are "
-                               "never sent to a model)"]
+    assert handle["notes"][0] == ("left out .env: on the secret-file deny-list (its changes "
+                                  "are never sent to a model)")
+    assert handle["notes"][1].startswith("estimate: at least 6 calls")  # said before it ran
     assert CANARY not in sent(server)
