@@ -33,13 +33,13 @@ from massgen_mcp.core.errors import (
     refusal_error,
     resume_hint,
 )
+from massgen_mcp.core.outcomes import ReviewTarget
 from massgen_mcp.core.records import (
     ConfigFile,
     Event,
     EventType,
     Phase,
     ResultRecord,
-    ReviewTarget,
     RunKind,
     RunStatus,
     SessionRecord,

@@ -36,7 +36,8 @@ import os
 import sys
 from typing import NoReturn
 
-from massgen_mcp.core.records import ResultRecord, RunStatus, Verdict
+from massgen_mcp.core.outcomes import Verdict
+from massgen_mcp.core.records import ResultRecord, RunStatus
 
 EXIT_OK, EXIT_INPUT, EXIT_EXECUTION, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3, 4
 EXIT_USAGE = 5  # the command line itself is wrong (argparse's own 2 would read as execution)

@@ -18,7 +18,7 @@ from massgen_mcp.cli import flags
 from massgen_mcp.cli.output import EXIT_CODES_HELP, err
 from massgen_mcp.cli.run import add_limit_flags, follow_to_the_end, options_from
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.records import Severity
+from massgen_mcp.core.outcomes import Severity
 
 if TYPE_CHECKING:
     from massgen_mcp.service import ConsensusService, StartedRun

@@ -38,17 +38,19 @@ from massgen_mcp.core.edges import (
     has_control_characters,
     without_controls,
 )
-from massgen_mcp.core.records import (
-    AgentPhase,
-    AgentResult,
-    AnswerRecord,
+from massgen_mcp.core.outcomes import (
     Finding,
     ReviewOutcome,
     Severity,
     Stance,
     Verdict,
-    VoteRecord,
     dissent_of,
+)
+from massgen_mcp.core.records import (
+    AgentPhase,
+    AgentResult,
+    AnswerRecord,
+    VoteRecord,
 )
 
 MAX_FINDINGS = 50  # per review: a longer list is a dump, not a review

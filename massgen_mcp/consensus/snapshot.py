@@ -18,6 +18,7 @@ from massgen_mcp.consensus import findings
 from massgen_mcp.consensus.replay import Progress, RunRequest, progress_of
 from massgen_mcp.consensus.state import Coordination
 from massgen_mcp.core.errors import RecordWriteError
+from massgen_mcp.core.outcomes import ReviewTarget
 from massgen_mcp.core.records import (
     PREVIEW_CHARS,
     AgentResult,
@@ -30,7 +31,6 @@ from massgen_mcp.core.records import (
     FinishReason,
     Phase,
     ResultRecord,
-    ReviewTarget,
     RunStatus,
     StatusRecord,
     VoteRecord,

@@ -28,7 +28,7 @@ from massgen_mcp.core.edges import check_text, has_control_characters, text_prob
 from massgen_mcp.core.env import VAR_REFERENCE, getenv
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.model_map import bare_provider
-from massgen_mcp.core.records import ReviewTarget
+from massgen_mcp.core.outcomes import ReviewTarget
 from massgen_mcp.core.secrets import redact, register_secret
 
 MAX_AGENTS = 8

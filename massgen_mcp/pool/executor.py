@@ -31,13 +31,13 @@ from massgen_mcp.core.errors import (
     Refusal,
     SteerRefusedError,
 )
+from massgen_mcp.core.outcomes import ReviewTarget
 from massgen_mcp.core.records import (
     ConfigFile,
     Event,
     FinishReason,
     Phase,
     ResultRecord,
-    ReviewTarget,
     RunKind,
     RunStatus,
     StatusRecord,

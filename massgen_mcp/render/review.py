@@ -1,4 +1,4 @@
-"""A review's outcome (:class:`~massgen_mcp.core.records.ReviewOutcome`) where reviews are read:
+"""A review's outcome (:class:`~massgen_mcp.core.outcomes.ReviewOutcome`) where reviews are read:
 a terminal (:func:`as_text`, findings grouped by file, each at ``path:line``), a pull request
 (:func:`as_markdown`, also the run's final answer), an MCP host (:func:`as_brief`: the verdict
 and the agreed findings in a few lines), and code scanning (:func:`as_sarif`, SARIF 2.1.0).
@@ -17,7 +17,12 @@ from typing import Any
 from urllib.parse import quote
 
 from massgen_mcp._version import __version__
-from massgen_mcp.core.records import Finding, ReviewOutcome, Severity, Verdict
+from massgen_mcp.core.outcomes import (
+    Finding,
+    ReviewOutcome,
+    Severity,
+    Verdict,
+)
 
 VERDICT_WORDS = {Verdict.APPROVE: "approve", Verdict.CHANGES_REQUESTED: "changes requested",
                  Verdict.BLOCKED: "blocked"}

@@ -9,7 +9,7 @@ workspace tools (``workspace_tools``), rooted at the repository by the face that
 run (``ConsensusService.start(spec, Workspace(changes.root, ...))``), so they can open the
 files around a change; the tools refuse the secret-file deny-list as everywhere.
 
-The run's :class:`~massgen_mcp.core.records.ReviewTarget` makes its answers reviews: each
+The run's :class:`~massgen_mcp.core.outcomes.ReviewTarget` makes its answers reviews: each
 member answers with findings in the format of :data:`massgen_mcp.consensus.findings.FORMAT`
 (a corrective retry says what is wrong with one that is not), and the result carries the
 findings the team agrees on, the verdict and the dissent (:mod:`massgen_mcp.consensus.findings`).
@@ -20,7 +20,7 @@ from __future__ import annotations
 from massgen_mcp.consensus.findings import FORMAT
 from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.records import ReviewTarget, Severity
+from massgen_mcp.core.outcomes import ReviewTarget, Severity
 from massgen_mcp.core.spec import RunOptions, RunSpec
 from massgen_mcp.review.changes import CONTEXT_LINES, Changes
 from massgen_mcp.review.estimate import Estimate, estimate

@@ -21,7 +21,8 @@ from fastmcp import Context
 from fastmcp.exceptions import ToolError
 
 from massgen_mcp.core.errors import MassgenError, RunNotFinishedError, SessionNotFoundError
-from massgen_mcp.core.records import RunStatus, Severity, StatusRecord
+from massgen_mcp.core.outcomes import Severity
+from massgen_mcp.core.records import RunStatus, StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import RunOptions, RunSpec

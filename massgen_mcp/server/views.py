@@ -14,13 +14,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from massgen_mcp.core.outcomes import Agreement, ReviewOutcome
 from massgen_mcp.core.records import (
     PREVIEW_CHARS,
-    Agreement,
     FinishReason,
     Phase,
     ResultRecord,
-    ReviewOutcome,
     RunStatus,
     SessionSummary,
     StatusRecord,
@@ -239,8 +238,30 @@ def result_view(result: ResultRecord, record_dir: str, detail: Detail = "summary
         usage=UsageView.of(result.usage), errors=result.errors, elapsed_s=result.elapsed_s,
         record_dir=record_dir, report=report_uri(result.session_id),
         parent_session_id=result.parent_session_id, review=result.review,
-        agreement=result.agreement, notes=result.notes,
+        agreement=result.agreement if full else _short_agreement(result.agreement),
+        notes=result.notes,
     )
+
+
+def _short_agreement(agreement: Agreement | None) -> Agreement | None:
+    """The agreement with its reasons clipped as the summary clips vote reasons
+    (``detail="full"`` has them whole)."""
+    if agreement is None:
+        return None
+
+    def short(reason: str) -> str:
+        return clip(reason, SUMMARY_REASON_CHARS)[0]
+
+    runner_up = agreement.runner_up
+    if runner_up is not None:
+        runner_up = runner_up.model_copy(update={
+            "excerpt": short(runner_up.excerpt),
+            "voters": [v.model_copy(update={"reason": short(v.reason)})
+                       for v in runner_up.voters]})
+    return agreement.model_copy(update={
+        "runner_up": runner_up,
+        "dissent": [d.model_copy(update={"reason": short(d.reason)})
+                    for d in agreement.dissent]})
 
 
 def summary_votes(votes: list[VoteRecord]) -> list[VoteView]:

@@ -17,13 +17,13 @@ from typing import Protocol, TypedDict
 
 from massgen_mcp.consensus.replay import Prior, RunRequest
 from massgen_mcp.core.errors import Refusal, SessionStateError
+from massgen_mcp.core.outcomes import ReviewTarget
 from massgen_mcp.core.records import (
     ConfigFile,
     Draft,
     Event,
     RequestRecord,
     ResultRecord,
-    ReviewTarget,
     RunKind,
     StatusRecord,
 )

@@ -35,11 +35,11 @@ from massgen_mcp.core.errors import (
     SessionStateError,
     SteerRefusedError,
 )
+from massgen_mcp.core.outcomes import ReviewTarget
 from massgen_mcp.core.records import (
     ConfigFile,
     Event,
     ResultRecord,
-    ReviewTarget,
     RunKind,
     RunStatus,
     StatusRecord,

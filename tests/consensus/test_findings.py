@@ -9,12 +9,11 @@ from typing import Any
 import pytest
 
 from massgen_mcp.consensus.findings import ReviewProblem, outcome, parse_review, review_problem
+from massgen_mcp.core.outcomes import Severity, Verdict
 from massgen_mcp.core.records import (
     AgentPhase,
     AgentResult,
     AnswerRecord,
-    Severity,
-    Verdict,
     VoteRecord,
 )
 

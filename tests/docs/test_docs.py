@@ -220,7 +220,7 @@ def test_the_review_schema_in_the_docs_is_the_records() -> None:
     """docs/review-outcome.schema.json is what ``review --json`` prints under ``review``: a
     change to the record must change the documented schema with it (regenerate it with the
     snippet in docs/review.md)."""
-    from massgen_mcp.core.records import ReviewOutcome
+    from massgen_mcp.core.outcomes import ReviewOutcome
 
     documented = json.loads((ROOT / "docs" / "review-outcome.schema.json").read_text())
     assert {k: v for k, v in documented.items() if k not in ("$schema", "$id")} == (

@@ -10,22 +10,24 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.cli.main import main
+from massgen_mcp.core.outcomes import (
+    Dissent,
+    Finding,
+    ReviewOutcome,
+    ReviewTarget,
+    Severity,
+    Stance,
+    Verdict,
+)
 from massgen_mcp.core.records import (
     AgentPhase,
     AgentStatus,
-    Dissent,
-    Finding,
     Phase,
     RequestRecord,
     ResultRecord,
-    ReviewOutcome,
-    ReviewTarget,
     RunStatus,
     SessionRecord,
-    Severity,
-    Stance,
     StatusRecord,
-    Verdict,
 )
 from massgen_mcp.render.html import render_report
 from massgen_mcp.render.review_html import REVIEW_CSS, parse_diff, place

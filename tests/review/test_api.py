@@ -11,7 +11,8 @@ import pytest
 
 from massgen_mcp.api import areview, review
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.records import RunStatus, Severity, Verdict
+from massgen_mcp.core.outcomes import Severity, Verdict
+from massgen_mcp.core.records import RunStatus
 from tests.helpers import Scripted
 from tests.review.conftest import CANARY, git
 from tests.review.test_cli import reviewer, sent

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from massgen_mcp.core.records import ReviewTarget, RunStatus
+from massgen_mcp.core.outcomes import ReviewTarget
+from massgen_mcp.core.records import RunStatus
 from massgen_mcp.core.spec import RunOptions, RunSpec
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.team.context_files import Workspace
