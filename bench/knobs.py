@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from massgen_mcp.core.spec import build_team
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.testing import virtual_time
 from massgen_mcp.testing.scripted import (
     ChatRequest,

@@ -28,9 +28,9 @@ sys.path.insert(0, str(HERE.parent))
 from bench.knobs import bench_knobs, print_knobs  # noqa: E402
 from bench.review import bench_review, print_review  # noqa: E402
 from massgen_mcp.core.spec import build_team  # noqa: E402
+from massgen_mcp.executors.local import LocalExecutor  # noqa: E402
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm  # noqa: E402
-from massgen_mcp.sessions.local import LocalExecutor  # noqa: E402
-from massgen_mcp.sessions.store import SessionStore  # noqa: E402
+from massgen_mcp.records.store import SessionStore  # noqa: E402
 from massgen_mcp.testing import virtual_time  # noqa: E402
 from massgen_mcp.testing.scripted import (  # noqa: E402
     ChatRequest,

@@ -56,7 +56,8 @@ from massgen_mcp.core.spec import (
     TeamConfig,
     check_question,
 )
-from massgen_mcp.sessions.executor import (
+from massgen_mcp.executors.local import local_executor
+from massgen_mcp.executors.seam import (
     EventListener,
     Executor,
     ExecutorInfo,
@@ -65,11 +66,10 @@ from massgen_mcp.sessions.executor import (
     recorded_config,
     recorded_team,
 )
-from massgen_mcp.sessions.executor import StartedRun as StartedRun  # start()'s reply, for faces
-from massgen_mcp.sessions.ids import check_session_id
-from massgen_mcp.sessions.local import local_executor
-from massgen_mcp.sessions.store import LATEST, SessionStore
-from massgen_mcp.sessions.waiting import StatusCallback as StatusCallback  # for faces
+from massgen_mcp.executors.seam import StartedRun as StartedRun  # start()'s reply, for faces
+from massgen_mcp.executors.waiting import StatusCallback as StatusCallback  # for faces
+from massgen_mcp.records.ids import check_session_id
+from massgen_mcp.records.store import LATEST, SessionStore
 from massgen_mcp.team import consent
 from massgen_mcp.team.choose import choose_team, reread_config, with_overrides
 from massgen_mcp.team.context_files import Workspace

@@ -16,9 +16,9 @@ import pytest
 
 from massgen_mcp.core.records import ResultRecord
 from massgen_mcp.core.spec import TeamConfig, build_team
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.testing.scripted import ScriptedServer
 from tests.helpers import FAST
 

@@ -35,10 +35,10 @@ from mcp.types import (
 )
 
 from massgen_mcp.core.spec import TeamConfig, build_team
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.base import TeamProvider
 from massgen_mcp.providers.registry import ProviderRouter
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.testing.scripted import (
     ChatRequest,
     Policy,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from massgen_mcp.core.spec import TeamConfig
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.team.massgen_yaml import team_from_mapping
 from massgen_mcp.testing.scripted import ChatRequest
 from tests.helpers import FAST

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from massgen_mcp.core.spec import TeamConfig
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.team.massgen_yaml import team_from_mapping
 from tests.coding_clis import ANSWER_PROBE
 from tests.fixtures import escapees

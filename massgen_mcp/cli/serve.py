@@ -137,8 +137,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     with loading():  # what is loaded lives as long as we do: no collection walks it again
         from massgen_mcp.pool.worker import PoolWorker
         from massgen_mcp.providers.registry import shared_router
+        from massgen_mcp.records.store import SessionStore
         from massgen_mcp.server.transports import configure_logging
-        from massgen_mcp.sessions.store import SessionStore
 
         home = Path(args.home) if args.home else None
         configure_logging(home, log_file=None)

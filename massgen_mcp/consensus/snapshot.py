@@ -43,7 +43,7 @@ from massgen_mcp.render.review import as_markdown
 
 class Recorder(Protocol):
     """Where a run reports what happens; the session store's
-    :class:`~massgen_mcp.sessions.recorder.FileRecorder` writes it to disk.
+    :class:`~massgen_mcp.records.recorder.FileRecorder` writes it to disk.
 
     A method may raise :class:`~massgen_mcp.core.errors.RecordWriteError` once, when the store
     refuses a write; the run then ends ``failed`` (``record_write_failed``) and every later

@@ -1,7 +1,7 @@
 """Runs on a worker pool: Docket (Redis streams) queues them, any worker runs them.
 
 The embedded default runs every session in the server's own process
-(:class:`~massgen_mcp.sessions.local.LocalExecutor`). With ``--redis URL`` the processes split:
+(:class:`~massgen_mcp.executors.local.LocalExecutor`). With ``--redis URL`` the processes split:
 
 * front ends (``massgen-mcp serve --http --redis URL``) hold no run state. They write a new
   session's record (config, request, a ``queued`` status) to the shared ``MASSGEN_HOME`` and

@@ -1,7 +1,7 @@
 """The front end's executor: runs go onto Docket's queue, workers run them.
 
 :class:`PoolExecutor` has the same methods as the in-process
-:class:`~massgen_mcp.sessions.local.LocalExecutor`, so the service, the MCP tools and the
+:class:`~massgen_mcp.executors.local.LocalExecutor`, so the service, the MCP tools and the
 OpenAI endpoint cannot tell them apart. It keeps nothing about a run in memory: whichever
 front end is asked reads the status from Redis (falling back to status.json), wakes on the
 pool's live channel, and cancels and steers through Redis, so any front end serves any
@@ -45,13 +45,7 @@ from massgen_mcp.core.records import (
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import TeamConfig
-from massgen_mcp.pool import drafts, fencing, live, steering
-from massgen_mcp.pool.drafts import HeardDrafts
-from massgen_mcp.pool.live import PoolConfig
-from massgen_mcp.pool.payloads import guard_docket
-from massgen_mcp.pool.records import end_unstarted, mark_queued
-from massgen_mcp.providers import preflight
-from massgen_mcp.sessions.executor import (
+from massgen_mcp.executors.seam import (
     EventListener,
     ExecutorInfo,
     Listeners,
@@ -63,14 +57,20 @@ from massgen_mcp.sessions.executor import (
     new_request,
     recorded_team,
 )
-from massgen_mcp.sessions.ids import check_session_id, new_session_id
-from massgen_mcp.sessions.store import SessionStore
-from massgen_mcp.sessions.waiting import (
+from massgen_mcp.executors.waiting import (
     ChangeSignal,
     StatusCallback,
     wait_for_status,
     watch_status,
 )
+from massgen_mcp.pool import drafts, fencing, live, steering
+from massgen_mcp.pool.drafts import HeardDrafts
+from massgen_mcp.pool.live import PoolConfig
+from massgen_mcp.pool.payloads import guard_docket
+from massgen_mcp.pool.records import end_unstarted, mark_queued
+from massgen_mcp.providers import preflight
+from massgen_mcp.records.ids import check_session_id, new_session_id
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.tools.workspace import workspace_refusals
 
 if TYPE_CHECKING:

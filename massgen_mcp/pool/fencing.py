@@ -33,7 +33,7 @@ from pathlib import Path
 from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import open_own
-from massgen_mcp.sessions.recorder import GuardFactory, RecordRefused
+from massgen_mcp.records.recorder import GuardFactory, RecordRefused
 
 FENCE_FILE = "fence"
 _WIDTH = 20  # every token is written with this many digits, so a rewrite covers the last
@@ -41,7 +41,7 @@ _WIDTH = 20  # every token is written with this many digits, so a rewrite covers
 
 class RecordFenced(RecordRefused):
     """A record refused a write: a newer claim owns it (a cancellation, see
-    :class:`~massgen_mcp.sessions.recorder.RecordRefused`)."""
+    :class:`~massgen_mcp.records.recorder.RecordRefused`)."""
 
 
 def check(home: Path) -> None:

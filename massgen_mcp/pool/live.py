@@ -22,7 +22,7 @@ channel ``<name>:steer``     steering notes, and their ``steer-id``/``steer-repl
                              (:mod:`.steering`)
 
 Nothing here holds a key: statuses and events are masked before they are recorded
-(:class:`~massgen_mcp.sessions.recorder.FileRecorder`), and that masked copy is what is
+(:class:`~massgen_mcp.records.recorder.FileRecorder`), and that masked copy is what is
 published (it includes the question and answer previews, as status.json does). MCP tasks'
 own keys hold their call's arguments and, encrypted with FASTMCP_TASKS_ENCRYPTION_KEY, the
 caller's headers. Redis is not the record: every status is also in the session's status.json, so

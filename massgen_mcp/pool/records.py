@@ -1,6 +1,6 @@
 """The pool's states of a session record, written and read through the record store.
 
-A pool's run is recorded like any other (:mod:`massgen_mcp.sessions`), with three states only a
+A pool's run is recorded like any other (:mod:`massgen_mcp.records`), with three states only a
 pool has: *queued* for a worker (:func:`mark_queued`), *ended before any worker ran it*
 (cancelled while queued, or no worker can run it: :func:`end_unstarted`), and *unfinished and
 quiet*, the runs a sweep checks for a live claim (:func:`pool_unfinished`). Writes that another
@@ -16,12 +16,12 @@ from massgen_mcp.consensus.snapshot import queued_status
 from massgen_mcp.core.errors import SessionNotFoundError, SessionStateError
 from massgen_mcp.core.records import FinishReason, RunStatus, StatusRecord
 from massgen_mcp.core.spec import TeamConfig
+from massgen_mcp.executors.seam import recorded_request
 from massgen_mcp.pool import fencing
+from massgen_mcp.records.liveness import owned_by_pool
+from massgen_mcp.records.recorder import FileRecorder
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.render.html import render_report
-from massgen_mcp.sessions.executor import recorded_request
-from massgen_mcp.sessions.liveness import owned_by_pool
-from massgen_mcp.sessions.recorder import FileRecorder
-from massgen_mcp.sessions.store import SessionStore
 
 
 def _unowned(store: SessionStore, session_id: str, fence: int | None) -> FileRecorder:

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from massgen_mcp.consensus.steering import MAX_NOTE_CHARS
 from massgen_mcp.core.errors import MassgenError
 from massgen_mcp.pool.live import PoolConfig
-from massgen_mcp.sessions.ids import check_session_id
+from massgen_mcp.records.ids import check_session_id
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -48,17 +48,17 @@ from massgen_mcp.core import portable
 from massgen_mcp.core.errors import MassgenError, SessionStateError
 from massgen_mcp.core.records import Draft, FinishReason, RunStatus
 from massgen_mcp.core.spec import missing_credentials
+from massgen_mcp.executors.local import LiveRun, LocalExecutor
+from massgen_mcp.executors.seam import recorded_team
 from massgen_mcp.pool import drafts, fencing, live, steering
 from massgen_mcp.pool.live import LivePublisher, PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.pool.records import end_unstarted, pool_unfinished
 from massgen_mcp.pool.steering import SteerReply, SteerRequest
 from massgen_mcp.providers.base import TeamProvider
-from massgen_mcp.sessions.executor import recorded_team
-from massgen_mcp.sessions.ids import check_session_id
-from massgen_mcp.sessions.local import LiveRun, LocalExecutor
-from massgen_mcp.sessions.recorder import RecordRefused
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.records.ids import check_session_id
+from massgen_mcp.records.recorder import RecordRefused
+from massgen_mcp.records.store import SessionStore
 
 if TYPE_CHECKING:
     from docket import Docket

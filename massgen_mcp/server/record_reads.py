@@ -1,6 +1,6 @@
 """Reading a record off the event loop, in a lane of its own.
 
-A record's events are read back from the end and capped (sessions/store.py), but a planted
+A record's events are read back from the end and capped (records/store.py), but a planted
 log still takes up to a second to read; read on the event loop it froze every other call, so
 it is read in a thread. Not in the loop's default executor: that has cpu + 4 threads, and it is
 also where the loop resolves host names and where the other faces' blocking work goes, so a

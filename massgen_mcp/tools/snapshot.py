@@ -1,6 +1,6 @@
 """A read-only copy of the reviewed side's tracked files: the working folder of a review
 run's coding-CLI members (built once per run and removed with it by the run's owner,
-:func:`massgen_mcp.sessions.local.review_folder`), in place of the empty folder a CLI gets in
+:func:`massgen_mcp.executors.local.review_folder`), in place of the empty folder a CLI gets in
 any other run.
 
 :func:`build` copies the files git tracks (``git ls-files``: the working tree's content; with

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from massgen_mcp.consensus.drafts import Drafts
 from massgen_mcp.core.records import CallPurpose, EventType, StatusRecord
 from massgen_mcp.core.secrets import redact_excerpt, register_secret
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.service import ConsensusService
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.policies import ChatRequest, Reply, agree, answer
 from massgen_mcp.testing.scripted import ScriptedServer

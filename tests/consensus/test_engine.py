@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.testing.scripted import (
     ChatRequest,
     Policy,

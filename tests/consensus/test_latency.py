@@ -24,12 +24,12 @@ from massgen_mcp.consensus.state import Coordination
 from massgen_mcp.core.errors import Refusal
 from massgen_mcp.core.records import Decision, Event, EventType, RunStatus
 from massgen_mcp.core.spec import AgentSpec, TeamConfig, build_team
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.base import CallContext, Completion
 from massgen_mcp.providers.registry import ProviderRouter
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.render.html import render_report
 from massgen_mcp.render.text import coordination_table, describe_event
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import (
     ChatRequest,
     Latency,

@@ -19,9 +19,9 @@ import pytest
 from massgen_mcp.core.errors import Refusal
 from massgen_mcp.core.records import EventType, FinishReason, ResultRecord, RunStatus
 from massgen_mcp.core.spec import AgentSpec, TeamConfig, build_team
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.base import Completion
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.testing.scripted import (
     ChatRequest,
     Policy,
@@ -216,8 +216,8 @@ import asyncio, sys
 from pathlib import Path
 from massgen_mcp.core.spec import build_team
 from massgen_mcp.testing.scripted import ScriptedProvider
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.executors.local import LocalExecutor
+from massgen_mcp.records.store import SessionStore
 
 async def main():
     runner = LocalExecutor(SessionStore(Path({str(tmp_path)!r})), ScriptedProvider())

@@ -30,11 +30,11 @@ from massgen_mcp.consensus.steering import (
 )
 from massgen_mcp.core.errors import ConfigError, SteerRefusedError
 from massgen_mcp.core.records import Event, EventType, RunStatus, StatusRecord
+from massgen_mcp.executors import inbox
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.service import ConsensusService
-from massgen_mcp.sessions import inbox
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.policies import ChatRequest, Reply, agree, text
 from massgen_mcp.testing.scripted import ScriptedServer

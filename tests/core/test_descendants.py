@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.core import children
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, tool_calls
 from tests.coding_clis import ANSWER_PROBE_SH
 from tests.fixtures import escapees

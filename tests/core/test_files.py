@@ -154,7 +154,7 @@ def test_a_fence_planted_as_a_link_is_refused_not_written_through(tmp_path: Path
 
 @posix_only
 def test_a_run_lock_planted_as_a_link_or_fifo_is_not_taken(tmp_path: Path) -> None:
-    from massgen_mcp.sessions.liveness import LOCK_FILE, RunLock
+    from massgen_mcp.records.liveness import LOCK_FILE, RunLock
 
     victim = tmp_path / "bashrc"
     victim.write_text("mine\n")

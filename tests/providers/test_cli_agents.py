@@ -23,10 +23,10 @@ import pytest
 
 from massgen_mcp.core.records import EventType, RunStatus
 from massgen_mcp.core.spec import build_team
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.base import Completion
 from massgen_mcp.providers.registry import ProviderRouter
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, text
 from tests.coding_clis import (
     BIN,

@@ -11,10 +11,10 @@ import pytest
 
 import massgen_mcp
 from massgen_mcp.core.spec import build_team
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers import registry
 from massgen_mcp.providers.base import Bounded
 from massgen_mcp.service import ConsensusService
-from massgen_mcp.sessions.local import LocalExecutor
 from massgen_mcp.testing.scripted import agree
 from tests.helpers import FAST, Scripted
 

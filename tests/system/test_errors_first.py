@@ -20,16 +20,16 @@ from fastmcp.client.transports import FastMCPTransport
 from massgen_mcp.core.errors import ConfigError, ProviderError
 from massgen_mcp.core.records import RunStatus
 from massgen_mcp.core.spec import AgentSpec, RunOptions, RunSpec, build_team
+from massgen_mcp.executors.local import LocalExecutor, local_executor
 from massgen_mcp.pool.executor import PoolExecutor
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm, map_error
 from massgen_mcp.providers.model_names import LITELLM_PROVIDERS
 from massgen_mcp.providers.preflight import model_strings
 from massgen_mcp.providers.registry import ProviderRouter
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.server.app import create_server
 from massgen_mcp.service import ConsensusService
-from massgen_mcp.sessions.local import LocalExecutor, local_executor
-from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import agree
 from tests.helpers import FAST, Scripted, text_of, unused_port

@@ -19,10 +19,10 @@ import pytest
 from massgen_mcp.cli.main import main
 from massgen_mcp.cli.output import EXIT_INPUT, EXIT_USAGE
 from massgen_mcp.core.records import Event, EventType, FinishReason, RunStatus
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.render.text import describe_event
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import STOP_POLL_S, ChatRequest, Reply, agree
 from tests.helpers import Scripted, team_for
 

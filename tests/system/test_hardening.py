@@ -21,9 +21,9 @@ from fastmcp import Client
 from massgen_mcp.consensus import prompts
 from massgen_mcp.consensus.state import Answer, View
 from massgen_mcp.core.errors import ConfigError, SessionNotFoundError
+from massgen_mcp.records.ids import check_session_id
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.server.app import create_server
-from massgen_mcp.sessions.ids import check_session_id
-from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.massgen_yaml import load_config_file
 from massgen_mcp.testing.scripted import (
     ChatRequest,

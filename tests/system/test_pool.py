@@ -433,7 +433,7 @@ async def test_a_worker_that_stops_leaves_no_task_behind(pool: Pool, home: Path)
     nothing it started is still pending."""
     from massgen_mcp.pool.live import PoolConfig
     from massgen_mcp.pool.worker import PoolWorker
-    from massgen_mcp.sessions.store import SessionStore
+    from massgen_mcp.records.store import SessionStore
     from massgen_mcp.testing.scripted import ScriptedProvider
 
     before = asyncio.all_tasks()

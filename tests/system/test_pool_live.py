@@ -30,8 +30,8 @@ from massgen_mcp.core.records import CallPurpose, Draft, StatusRecord
 from massgen_mcp.pool import drafts
 from massgen_mcp.pool.executor import PoolExecutor
 from massgen_mcp.pool.live import PoolConfig
-from massgen_mcp.sessions.ids import new_session_id
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.records.ids import new_session_id
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, answer
 from tests.helpers import team_for
 from tests.pool_harness import REDIS, HangingVotes, Pool, follow, start

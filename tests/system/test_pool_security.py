@@ -676,7 +676,7 @@ async def test_a_task_s_session_from_redis_that_is_no_session_id_is_not_followed
     """``<pool>:task:<id>`` names the session a redelivered MCP task follows; one that
     names no session (``../../etc``) is dropped, and the task starts its run anew."""
     from massgen_mcp.pool.executor import PoolExecutor
-    from massgen_mcp.sessions.store import SessionStore
+    from massgen_mcp.records.store import SessionStore
 
     runner = await PoolExecutor(SessionStore(home), PoolConfig(pool.url)).open()
     try:

@@ -86,7 +86,7 @@ def test_event_tail_parses_bounded_bytes_not_only_bounded_count(
     file cap allows, ~2 min. The budget here (16 MiB parsed per read) is a stand-in for
     whatever byte cap the fix picks; parsing stops at it, so the test is fast either way."""
     from massgen_mcp.core.errors import SessionStateError
-    from massgen_mcp.sessions.store import SessionStore
+    from massgen_mcp.records.store import SessionStore
 
     sid = "01JAAAAAAAAAAAAAAAAAAAAAAA"
     folder = home / "sessions" / sid

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 from massgen_mcp.cli.main import main
 from massgen_mcp.cli.output import EXIT_DROPPED
 from massgen_mcp.core.records import EventType, RunStatus
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.server.app import create_server
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.testing.scripted import (
     ChatRequest,
     Policy,

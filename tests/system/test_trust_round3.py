@@ -28,8 +28,8 @@ from massgen_mcp.core.errors import ConfigError, UntrustedConfigError
 from massgen_mcp.core.records import RunStatus
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import RunSpec
+from massgen_mcp.executors import inbox
 from massgen_mcp.service import ConsensusService
-from massgen_mcp.sessions import inbox
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import ChatRequest, Policy, Reply, ScriptedServer, agree
 from massgen_mcp.tools.workspace import WorkspaceTools, is_denied
@@ -100,7 +100,7 @@ def test_a_hard_link_is_no_context_file_of_a_call(tmp_path: Path) -> None:
 
 def test_a_hard_linked_answer_is_not_read(tmp_path: Path, home: Path) -> None:
     from massgen_mcp.core.errors import SessionStateError
-    from massgen_mcp.sessions.store import SessionStore
+    from massgen_mcp.records.store import SessionStore
 
     store = SessionStore(home)
     sid = "01KAAAAAAAAAAAAAAAAAAAAAAA"
@@ -251,7 +251,7 @@ async def test_a_linked_answer_is_not_served_by_the_resources(scripted: Scripted
 
 
 def test_a_linked_answers_folder_is_not_followed(tmp_path: Path, home: Path) -> None:
-    from massgen_mcp.sessions.store import SessionStore
+    from massgen_mcp.records.store import SessionStore
 
     store = SessionStore(home)
     sid = "01KAAAAAAAAAAAAAAAAAAAAAAA"
@@ -311,7 +311,7 @@ async def test_bad_status_files_neither_stop_the_cli_nor_the_stdio_server(
 
 def test_a_planted_events_file_is_streamed_not_swallowed(tmp_path: Path, home: Path) -> None:
     from massgen_mcp.core.errors import SessionStateError
-    from massgen_mcp.sessions.store import SessionStore
+    from massgen_mcp.records.store import SessionStore
 
     store = SessionStore(home)
     sid = "01KAAAAAAAAAAAAAAAAAAAAAAA"
@@ -482,8 +482,8 @@ async def test_a_projects_dotenv_does_not_configure_fastmcp(tmp_path: Path, home
 def test_the_start_up_sweep_writes_the_final_status_the_disk_refused(home: Path) -> None:
     """Once there is space, the next server start writes what readers already showed."""
     from massgen_mcp.core.records import FinishReason, Phase, StatusRecord
-    from massgen_mcp.sessions.liveness import RunLock
-    from massgen_mcp.sessions.store import SessionStore
+    from massgen_mcp.records.liveness import RunLock
+    from massgen_mcp.records.store import SessionStore
 
     store = SessionStore(home)
     sid = "01KAAAAAAAAAAAAAAAAAAAAAAA"

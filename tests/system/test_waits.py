@@ -1,6 +1,6 @@
 """A wait never outlasts its run (issue 33).
 
-Every wait goes through :func:`massgen_mcp.sessions.waiting.wait_for_status`. A lost wake-up
+Every wait goes through :func:`massgen_mcp.executors.waiting.wait_for_status`. A lost wake-up
 shows as a call that sleeps to its timeout (30 s) while its run took milliseconds, so these
 tests bound the *maximum* call time far below the timeout: the bound is about correctness,
 not speed. Runs are back to back through real MCP clients, with a scripted provider that
@@ -20,7 +20,7 @@ from mcp import Client as SdkClient
 from mcp.client.stdio import StdioServerParameters
 
 from massgen_mcp.core.records import Phase, StatusRecord
-from massgen_mcp.sessions.waiting import ChangeSignal, wait_for_status
+from massgen_mcp.executors.waiting import ChangeSignal, wait_for_status
 from massgen_mcp.testing.scripted import ScriptedServer, agree
 from tests.helpers import Scripted
 from tests.servers import models_for, server_env

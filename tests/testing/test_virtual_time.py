@@ -12,8 +12,8 @@ from pathlib import Path
 
 from massgen_mcp.consensus.pace import late_at
 from massgen_mcp.core.spec import build_team
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.executors.local import LocalExecutor
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.testing import virtual_time
 from massgen_mcp.testing.scripted import Latency, ScriptedProvider, converge
 

@@ -15,15 +15,15 @@ from massgen_mcp.cli.main import main
 from massgen_mcp.core.errors import ErrorKind, SessionStateError
 from massgen_mcp.core.records import SCHEMA_VERSION, EventType, RunStatus
 from massgen_mcp.core.spec import AgentSpec, RunSpec
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.base import Completion
+from massgen_mcp.records import store as store_module
+from massgen_mcp.records.ids import new_session_id, session_time
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.render.html import render_report
 from massgen_mcp.render.text import describe_event
 from massgen_mcp.server.app import create_server
 from massgen_mcp.service import ConsensusService
-from massgen_mcp.sessions import store as store_module
-from massgen_mcp.sessions.ids import new_session_id, session_time
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedProvider, agree, answer
 from tests.helpers import Scripted, run_team, team_for

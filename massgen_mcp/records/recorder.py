@@ -4,7 +4,7 @@
 the home cannot take it); :class:`FileRecorder` then writes the events, the live status, the
 answers and the result, each masked (:func:`masked`) before anyone sees it, and, when its
 writer gave it a :class:`Guard`, only while the guard holds the record. Reading
-the records of every run, listing and pruning them is :mod:`massgen_mcp.sessions.store`'s:
+the records of every run, listing and pruning them is :mod:`massgen_mcp.records.store`'s:
 the writer of one run and the reader of all runs change for different reasons.
 """
 
@@ -32,7 +32,7 @@ from massgen_mcp.core.records import (
     VersionedRecord,
 )
 from massgen_mcp.core.secrets import redact, redact_data
-from massgen_mcp.sessions.liveness import RunLock
+from massgen_mcp.records.liveness import RunLock
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The records of all runs on disk, read: one human-readable folder per run, listed,
 read whole, marked interrupted and pruned. One run's folder is written by its
-:class:`~massgen_mcp.sessions.recorder.FileRecorder` (made by :meth:`SessionStore.create`).
+:class:`~massgen_mcp.records.recorder.FileRecorder` (made by :meth:`SessionStore.create`).
 
 ```
 <home>/sessions/<session_id>/
@@ -21,7 +21,7 @@ atomically (write a temp file, then rename), so a reader or a crash never sees h
 Every file is read as untrusted input (a cloned repository can ship a record): no link
 followed, a regular file only, a size cap per kind, redacted again; a file that fails is
 *corrupt*, logged once, and its session is skipped by lists, ``latest`` and the start-up sweep.
-Session ids are ULIDs (:mod:`massgen_mcp.sessions.ids`): safe as folder names, they cannot
+Session ids are ULIDs (:mod:`massgen_mcp.records.ids`): safe as folder names, they cannot
 traverse paths.
 
 Events are read in bounded time, not only bounded bytes: a planted ``events.jsonl`` of 250 MiB
@@ -82,9 +82,9 @@ from massgen_mcp.core.records import (
 )
 from massgen_mcp.core.secrets import redact, redact_data
 from massgen_mcp.core.spec import NO_ROLE
-from massgen_mcp.sessions.ids import ID_PREFIX, SESSION_ID, check_session_id, session_time
-from massgen_mcp.sessions.liveness import as_seen, ended, lock_state, owned_by_pool
-from massgen_mcp.sessions.recorder import (
+from massgen_mcp.records.ids import ID_PREFIX, SESSION_ID, check_session_id, session_time
+from massgen_mcp.records.liveness import as_seen, ended, lock_state, owned_by_pool
+from massgen_mcp.records.recorder import (
     EventHook,
     FileRecorder,
     GuardFactory,
@@ -256,7 +256,7 @@ class SessionStore:
     def read_status(self, session_id: str) -> StatusRecord:
         """The session's status as a reader should show it: a run left ``running`` by a
         process that is gone (killed, its terminal closed) is shown ended
-        (:func:`~massgen_mcp.sessions.liveness.as_seen`), whoever reads it."""
+        (:func:`~massgen_mcp.records.liveness.as_seen`), whoever reads it."""
         status = self._read_status(session_id)
         seen = as_seen(status, self.folder(session_id))
         if seen is not status:  # the run may have just ended: read its own last word
@@ -400,7 +400,7 @@ class SessionStore:
         """Mark runs left ``running`` by a process that is gone as ``interrupted`` (or
         ``failed``, when the disk refused their last status: it may take it now).
 
-        Gone means: nobody holds the run's lock (:mod:`~massgen_mcp.sessions.liveness`), or,
+        Gone means: nobody holds the run's lock (:mod:`~massgen_mcp.records.liveness`), or,
         for a record from before locks, its pid is not alive. The record stays intact:
         status.json gets the new status and events.jsonl an ``interrupted`` event, so list,
         status and resume all see it. A record that is not sane is skipped (one warning):

@@ -1,7 +1,7 @@
 """A review run's coding-CLI members work in a read-only snapshot of the reviewed code: the
 real Claude Code, Codex and Gemini CLI binaries, run through the service against the scripted
 server, which drives their own read tools (``Read``, ``read_file``) and sees what comes back.
-The snapshot is built once per run by the run's owner (sessions/local.py) and is gone when
+The snapshot is built once per run by the run's owner (executors/local.py) and is gone when
 the run ends or is cancelled; any other run's CLIs still work in an empty folder."""
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree
 from tests.helpers import Scripted, team_for
 

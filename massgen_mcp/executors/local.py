@@ -6,7 +6,7 @@ there is a cap on how many run at once, a run is forgotten as soon as it ends (i
 disk is the truth from then on, so a server that has run 10,000 sessions holds none of them in
 memory), and :meth:`LocalExecutor.aclose` cancels what is left and waits at most a deadline.
 
-It is one of two executors behind the :class:`~massgen_mcp.sessions.executor.Executor` seam:
+It is one of two executors behind the :class:`~massgen_mcp.executors.seam.Executor` seam:
 the service only uses its methods, so the pool's
 :class:`~massgen_mcp.pool.executor.PoolExecutor` (Docket on Redis, runs on ``massgen-mcp
 worker`` processes) takes over execution with nothing else changed.
@@ -45,11 +45,8 @@ from massgen_mcp.core.records import (
     StatusRecord,
 )
 from massgen_mcp.core.spec import TeamConfig
-from massgen_mcp.providers import preflight
-from massgen_mcp.providers.base import TeamProvider
-from massgen_mcp.render.html import render_report
-from massgen_mcp.sessions import inbox
-from massgen_mcp.sessions.executor import (
+from massgen_mcp.executors import inbox
+from massgen_mcp.executors.seam import (
     DraftsListener,
     EventListener,
     ExecutorInfo,
@@ -63,19 +60,22 @@ from massgen_mcp.sessions.executor import (
     new_request,
     recorded_request,
 )
-from massgen_mcp.sessions.ids import new_session_id
-from massgen_mcp.sessions.recorder import (
-    FileRecorder,
-    GuardFactory,
-    RecordRefused,
-)
-from massgen_mcp.sessions.store import SessionStore
-from massgen_mcp.sessions.waiting import (
+from massgen_mcp.executors.waiting import (
     ChangeSignal,
     StatusCallback,
     wait_for_status,
     watch_status,
 )
+from massgen_mcp.providers import preflight
+from massgen_mcp.providers.base import TeamProvider
+from massgen_mcp.records.ids import new_session_id
+from massgen_mcp.records.recorder import (
+    FileRecorder,
+    GuardFactory,
+    RecordRefused,
+)
+from massgen_mcp.records.store import SessionStore
+from massgen_mcp.render.html import render_report
 from massgen_mcp.tools import snapshot as snapshots
 from massgen_mcp.tools.git import GitFailed
 from massgen_mcp.tools.workspace import workspace_refusals

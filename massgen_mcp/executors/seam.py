@@ -2,7 +2,7 @@
 
 :class:`Executor` is the one interface the service (:mod:`massgen_mcp.service`) uses for runs:
 start, resume, follow, steer, cancel, and whether a run may start at all (``preflight``). Two
-executors implement it: :class:`~massgen_mcp.sessions.local.LocalExecutor` runs in this
+executors implement it: :class:`~massgen_mcp.executors.local.LocalExecutor` runs in this
 process, and :class:`~massgen_mcp.pool.executor.PoolExecutor` queues runs for ``massgen-mcp
 worker`` processes on Redis. What both need of a run's record (the request a new run records,
 the team and request a recorded run is run again with) is built here, once.
@@ -28,9 +28,9 @@ from massgen_mcp.core.records import (
     StatusRecord,
 )
 from massgen_mcp.core.spec import TeamConfig, build_team
-from massgen_mcp.sessions.recorder import EventHook, FileRecorder, StatusHook
-from massgen_mcp.sessions.store import SessionStore
-from massgen_mcp.sessions.waiting import StatusCallback
+from massgen_mcp.executors.waiting import StatusCallback
+from massgen_mcp.records.recorder import EventHook, FileRecorder, StatusHook
+from massgen_mcp.records.store import SessionStore
 
 EventListener = Callable[[str, Event], None]  # (session id, event)
 StatusListener = Callable[[StatusRecord], None]
@@ -130,7 +130,7 @@ class ExecutorInfo:
 
 
 class Executor(Protocol):
-    """Where runs execute: this process (:class:`~massgen_mcp.sessions.local.LocalExecutor`)
+    """Where runs execute: this process (:class:`~massgen_mcp.executors.local.LocalExecutor`)
     or a worker pool (:class:`~massgen_mcp.pool.executor.PoolExecutor`)."""
 
     store: SessionStore
