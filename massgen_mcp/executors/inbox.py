@@ -1,4 +1,5 @@
-"""Steering notes for a run that another process on this machine executes.
+"""Steering notes for a run that another process on this machine executes: the file
+:class:`~massgen_mcp.executors.notes.NoteChannel` (:class:`FileNotes`).
 
 In embedded mode a run lives in the process that started it: a host's MCP server, a
 ``massgen-mcp run`` in another terminal, an HTTP server. ``massgen-mcp steer`` (or any other
@@ -25,26 +26,36 @@ import json
 import os
 import secrets
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from massgen_mcp.consensus.steering import MAX_NOTE_CHARS
 from massgen_mcp.core.errors import SteerRefusedError
 from massgen_mcp.core.files import read_bytes_safely, replace_file
+from massgen_mcp.executors.notes import NoteReply
 
 INBOX = "inbox"
 POLL_S = 0.5  # how often a running process looks for notes
 REPLY_WAIT_S = 5.0  # how long a sender waits for the running process to take a note
 MAX_NOTE_BYTES = 4 * MAX_NOTE_CHARS + 4  # UTF-8: at most 4 bytes a character, and a margin
+MAX_REPLY_BYTES = 16_000
 
 
-@dataclass(frozen=True)
-class Reply:
-    """What the running process made of a note."""
+class FileNotes:
+    """The note channel of the run whose record is ``folder`` (:mod:`.notes`)."""
 
-    ok: bool
-    message: str  # why it was refused, when it was
-    cleared: int = 0  # votes it cleared, when taken
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    async def post(self, note: str) -> str | None:
+        return await asyncio.to_thread(post, self.folder, note)
+
+    async def reply(self, note_id: str, timeout_s: float) -> NoteReply | None:
+        return await reply_to(self.folder, note_id, timeout_s)
+
+    async def withdraw(self, note_id: str) -> bool:
+        return await asyncio.to_thread(withdraw, self.folder, note_id)
 
 
 def _inbox(folder: Path) -> Path:
@@ -73,15 +84,16 @@ def withdraw(folder: Path, name: str) -> bool:
     return True
 
 
-async def reply_to(folder: Path, name: str, timeout_s: float) -> Reply | None:
-    """The reply to note ``name``, or None if none came within ``timeout_s``."""
+async def reply_to(folder: Path, name: str, timeout_s: float) -> NoteReply | None:
+    """The reply to note ``name``, or None if none came within ``timeout_s``. Read as the
+    notes are (no link, a regular file, capped), and validated."""
     path = folder / INBOX / f"{name}.reply"
     deadline = time.monotonic() + timeout_s
     while True:
-        with contextlib.suppress(FileNotFoundError, ValueError, TypeError, KeyError):
-            data = json.loads(path.read_text(encoding="utf-8"))
+        with contextlib.suppress(OSError, ValidationError):
+            reply = NoteReply.model_validate_json(read_bytes_safely(path, MAX_REPLY_BYTES))
             path.unlink(missing_ok=True)
-            return Reply(bool(data["ok"]), str(data["message"]), int(data["cleared"]))
+            return reply
         if time.monotonic() >= deadline:
             return None
         await asyncio.sleep(0.05)
@@ -125,8 +137,7 @@ def _read_note(path: Path) -> str | None:
     return None
 
 
-def answer(folder: Path, name: str, reply: Reply) -> None:
+def answer(folder: Path, name: str, reply: NoteReply) -> None:
     """Tell the sender of note ``name`` what became of it."""
     with contextlib.suppress(OSError):  # the folder went away: nobody is left to tell
-        replace_file(folder / INBOX / f"{name}.reply", json.dumps(
-            {"ok": reply.ok, "message": reply.message, "cleared": reply.cleared}))
+        replace_file(folder / INBOX / f"{name}.reply", reply.model_dump_json())

@@ -45,6 +45,7 @@ from massgen_mcp.core.records import (
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import TeamConfig
+from massgen_mcp.executors import notes
 from massgen_mcp.executors.seam import (
     EventListener,
     ExecutorInfo,
@@ -387,7 +388,8 @@ class PoolExecutor:
                 "reaches a team at work, so send it once get_status shows the run under way "
                 "(or cancel the run and start it with the note in the question)")
         try:
-            reply = await steering.send(self.redis, self.config, session_id, note)
+            reply = await notes.deliver(
+                steering.RedisNotes(self.redis, self.config, session_id), note, steering.WAIT_S)
         except RedisError as exc:
             raise PoolUnavailableError(
                 f"the pool's Redis ({live.redact_url(self.config.url)}) did not take the "

@@ -18,7 +18,7 @@ from massgen_mcp.core.records import FinishReason, RunStatus, StatusRecord
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.executors.seam import recorded_request
 from massgen_mcp.pool import fencing
-from massgen_mcp.records.liveness import owned_by_pool
+from massgen_mcp.records.liveness import held_by_lease
 from massgen_mcp.records.recorder import FileRecorder
 from massgen_mcp.records.store import SessionStore
 from massgen_mcp.render.html import render_report
@@ -75,7 +75,7 @@ def pool_unfinished(store: SessionStore, quiet_for_s: float, now: float | None =
             status = store.read_status(sid)
         except (SessionNotFoundError, SessionStateError):
             continue
-        if (status.status is RunStatus.RUNNING and owned_by_pool(status)
+        if (status.status is RunStatus.RUNNING and held_by_lease(status)
                 and now - status.updated_at >= quiet_for_s):
             found.append(sid)
     return found

@@ -1,4 +1,6 @@
-"""Steering a pool run from any front end: a note's request and its reply, through Redis.
+"""Steering a pool run from any front end: the Redis
+:class:`~massgen_mcp.executors.notes.NoteChannel` (:class:`RedisNotes`), whose delivery loop
+(:func:`massgen_mcp.executors.notes.deliver`) and reply record are the file channel's own.
 
 The front end that is asked (any of them) publishes the note; the worker that holds the
 session's claim applies it with the engine's own checks and replies::
@@ -36,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from massgen_mcp.consensus.steering import MAX_NOTE_CHARS
 from massgen_mcp.core.errors import MassgenError
+from massgen_mcp.executors.notes import NoteReply
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.records.ids import check_session_id
 
@@ -47,7 +50,6 @@ log = logging.getLogger(__name__)
 WAIT_S = 5.0  # how long a front end waits for the worker's reply before withdrawing
 REPLY_TTL_S = 30  # an unread reply lapses
 SETTLED_TTL_S = 600  # a request's id is remembered this long (duplicates come soon or never)
-MAX_REPLY_CHARS = 1_000
 # A request with the longest note, every character of it escaped (six bytes each).
 MAX_REQUEST_CHARS = 6 * MAX_NOTE_CHARS + 256
 WITHDRAWN = "withdrawn"
@@ -61,16 +63,6 @@ class SteerRequest(BaseModel):
     sid: str
     id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
     note: Annotated[str, Field(min_length=1, max_length=MAX_NOTE_CHARS)]
-
-
-class SteerReply(BaseModel):
-    """What the worker made of a note: taken (``cleared`` votes), or refused and why."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    ok: bool
-    message: Annotated[str, Field(max_length=MAX_REPLY_CHARS)] = ""
-    cleared: Annotated[int, Field(ge=0)] = 0
 
 
 # Settle a request for this worker, if its claim on the session is still the newest (as in
@@ -94,32 +86,39 @@ def _reply_key(config: PoolConfig, request_id: str) -> str:
 
 # -- the front end ---------------------------------------------------------------------------
 
-async def send(redis: Redis, config: PoolConfig, session_id: str, note: str
-               ) -> SteerReply | None:
-    """Deliver ``note`` to the worker running ``session_id``: its reply, or None if no
-    worker took it (none runs the session, or none answered in time)."""
-    request = SteerRequest(sid=session_id, id=uuid.uuid4().hex, note=note)
-    heard = await redis.publish(config.steer_channel, request.model_dump_json())
-    reply = await _reply(redis, config, request.id, WAIT_S) if heard else None
-    if reply is None and not await redis.set(_settled_key(config, request.id), WITHDRAWN,
-                                             nx=True, ex=SETTLED_TTL_S):
-        reply = await _reply(redis, config, request.id, WAIT_S)  # taken: its reply is due
-    return reply
+class RedisNotes:
+    """The note channel of pool run ``session_id`` (:mod:`massgen_mcp.executors.notes`): a
+    note is published to every worker; the one holding the run's claim settles it."""
 
+    def __init__(self, redis: Redis, config: PoolConfig, session_id: str) -> None:
+        self.redis, self.config, self.session_id = redis, config, session_id
+        self._unheard: set[str] = set()  # published while no worker listened
 
-async def _reply(redis: Redis, config: PoolConfig, request_id: str, timeout_s: float
-                 ) -> SteerReply | None:
-    """The reply to ``request_id`` within ``timeout_s``; replies that are not a worker's are
-    skipped."""
-    key = _reply_key(config, request_id)
-    popped: Any = await redis.blpop([key], timeout=timeout_s)
-    while popped is not None:
-        try:
-            return SteerReply.model_validate_json(popped[1])
-        except ValidationError:
-            log.warning("dropped a steering reply that no worker sends (%.80s)", popped[1])
-        popped = await redis.blpop([key], timeout=timeout_s)
-    return None
+    async def post(self, note: str) -> str | None:
+        request = SteerRequest(sid=self.session_id, id=uuid.uuid4().hex, note=note)
+        if not await self.redis.publish(self.config.steer_channel,
+                                        request.model_dump_json()):
+            self._unheard.add(request.id)  # still withdrawn, so a late worker cannot take it
+        return request.id
+
+    async def reply(self, note_id: str, timeout_s: float) -> NoteReply | None:
+        """The reply within ``timeout_s``; replies that are not a worker's are skipped."""
+        if note_id in self._unheard:
+            return None
+        key = _reply_key(self.config, note_id)
+        popped: Any = await self.redis.blpop([key], timeout=timeout_s)
+        while popped is not None:
+            try:
+                return NoteReply.model_validate_json(popped[1])
+            except ValidationError:
+                log.warning("dropped a steering reply that no worker sends (%.80s)",
+                            popped[1])
+            popped = await self.redis.blpop([key], timeout=timeout_s)
+        return None
+
+    async def withdraw(self, note_id: str) -> bool:
+        return bool(await self.redis.set(_settled_key(self.config, note_id), WITHDRAWN,
+                                         nx=True, ex=SETTLED_TTL_S))
 
 
 # -- the worker ------------------------------------------------------------------------------
@@ -151,7 +150,7 @@ async def take(redis: Redis, config: PoolConfig, request: SteerRequest, holder: 
     return bool(await script)
 
 
-async def answer(redis: Redis, config: PoolConfig, request_id: str, reply: SteerReply) -> None:
+async def answer(redis: Redis, config: PoolConfig, request_id: str, reply: NoteReply) -> None:
     """Give the sender the reply (kept :data:`REPLY_TTL_S`, in case it stopped waiting)."""
     key = _reply_key(config, request_id)
     async with redis.pipeline(transaction=True) as pipe:

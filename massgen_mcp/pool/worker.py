@@ -48,13 +48,14 @@ from massgen_mcp.core import portable
 from massgen_mcp.core.errors import MassgenError, SessionStateError
 from massgen_mcp.core.records import Draft, FinishReason, RunStatus
 from massgen_mcp.core.spec import missing_credentials
-from massgen_mcp.executors.local import LiveRun, LocalExecutor
+from massgen_mcp.executors.host import LiveRun, RunHost
+from massgen_mcp.executors.notes import MAX_REPLY_CHARS, NoteReply
 from massgen_mcp.executors.seam import recorded_team
 from massgen_mcp.pool import drafts, fencing, live, steering
 from massgen_mcp.pool.live import LivePublisher, PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.pool.records import end_unstarted, pool_unfinished
-from massgen_mcp.pool.steering import SteerReply, SteerRequest
+from massgen_mcp.pool.steering import SteerRequest
 from massgen_mcp.providers.base import TeamProvider
 from massgen_mcp.records.ids import check_session_id
 from massgen_mcp.records.recorder import RecordRefused
@@ -89,7 +90,10 @@ class PoolWorker:
         self.store = store
         self.name = live.worker_name()
         self.concurrency = concurrency
-        self.local = LocalExecutor(store, provider, max_running=concurrency, worker=self.name)
+        # The worker owns its runs through a run host of its own: its name stamps every
+        # status, and its claims' fences guard each record (passed per run, to resume).
+        self.local = RunHost(store, provider, max_running=concurrency,
+                             stamp={"worker": self.name})
         self._handing_back: set[str] = set()  # runs to queue again when they have stopped
         self._stopping = False  # SIGTERM: deliveries still claiming are handed back too
         self._unheld: set[str] = set()  # runs the last sweep found unheld
@@ -280,20 +284,20 @@ class PoolWorker:
             return
         # A run being handed back (or fenced) may be stopped before its record takes the
         # note: the sender is told to send it again, to whichever worker runs it next.
-        moving = SteerReply(ok=False, message=(
+        moving = NoteReply(ok=False, message=(
             f"session {request.sid} is moving to another worker of the pool; send the note "
             "again in a few seconds"))
         if request.sid in self._handing_back or run.recorder.refused is not None:
             reply = moving
         else:
             try:
-                reply = SteerReply(ok=True, cleared=run.engine.steer(request.note))
+                reply = NoteReply(ok=True, cleared=run.engine.steer(request.note))
                 log.info("session %s: a note from a front end cleared %d vote(s)",
                          request.sid, reply.cleared)
             except RecordRefused:  # another worker took the run over meanwhile
                 reply = moving
             except MassgenError as exc:  # refused by the engine: not running, too many...
-                reply = SteerReply(ok=False, message=str(exc)[:steering.MAX_REPLY_CHARS])
+                reply = NoteReply(ok=False, message=str(exc)[:MAX_REPLY_CHARS])
         with contextlib.suppress(TimeoutError):  # the sender then reads the status the
             async with asyncio.timeout(5):  # note made (its notes, its cleared votes)
                 await self._publisher.flush()

@@ -112,8 +112,10 @@ def lock_state(folder: Path) -> tuple[bool | None, bytes]:
         return free, os.read(fd, _SLOT).strip()
 
 
-def owned_by_pool(status: StatusRecord) -> bool:
-    """Whether a worker pool runs this session (a worker's name, or queued for one)."""
+def held_by_lease(status: StatusRecord) -> bool:
+    """Whether the run's owner proves it is alive by a lease, not by this machine's lock: a
+    run queued for an owner that holds leases, or stamped with one's name. Its death is
+    judged by its lease lapsing (the owner's business), never by a lock here being free."""
     return status.worker is not None or status.phase is Phase.QUEUED
 
 
@@ -130,7 +132,7 @@ def ended(status: StatusRecord, last_word: bytes) -> StatusRecord:
 def as_seen(status: StatusRecord, folder: Path) -> StatusRecord:
     """``status`` as a reader should show it: ended (:func:`ended`) when it says ``running``
     but no process holds the run's lock; otherwise as it is."""
-    if status.status is not RunStatus.RUNNING or owned_by_pool(status):
+    if status.status is not RunStatus.RUNNING or held_by_lease(status):
         return status
     free, word = lock_state(folder)
     return ended(status, word) if free else status

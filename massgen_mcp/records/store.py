@@ -83,7 +83,7 @@ from massgen_mcp.core.records import (
 from massgen_mcp.core.secrets import redact, redact_data
 from massgen_mcp.core.spec import NO_ROLE
 from massgen_mcp.records.ids import ID_PREFIX, SESSION_ID, check_session_id, session_time
-from massgen_mcp.records.liveness import as_seen, ended, lock_state, owned_by_pool
+from massgen_mcp.records.liveness import as_seen, ended, held_by_lease, lock_state
 from massgen_mcp.records.recorder import (
     EventHook,
     FileRecorder,
@@ -422,7 +422,7 @@ class SessionStore:
             status = self._read_status(sid)
         except (SessionNotFoundError, SessionStateError):
             return False
-        if status.status is not RunStatus.RUNNING or owned_by_pool(status):
+        if status.status is not RunStatus.RUNNING or held_by_lease(status):
             return False  # a worker pool owns it: redelivery, not this server, continues it
         free, word = lock_state(self.folder(sid))
         pid = status.pid
