@@ -69,7 +69,7 @@ SMOKE = (
     "test_providers_other_than_openai_at_a_base_url_stream_through_litellm",
     # the embedded model answers
     "tests/providers/test_embedded.py::test_offline_consensus_with_no_keys",
-    "tests/system/test_pool.py::test_a_run_started_on_one_front_end_is_followed_on_another",
+    "tests/pool/test_pool.py::test_a_run_started_on_one_front_end_is_followed_on_another",
 )
 
 

@@ -36,7 +36,7 @@ Whoever can write to Redis can empty it, so this is not about keeping them out; 
 one stray or hostile message costing one log line, not a worker.
 
 It is installed by replacing ``cloudpickle.loads`` in the process, which is the one function
-Docket calls to unpickle (``tests/system/test_pool_security.py`` reads Docket's source to check that
+Docket calls to unpickle (``tests/pool/test_pool_security.py`` reads Docket's source to check that
 it still is), and by wrapping the two places that turn a stream message into an object, so
 that a refusal drops that message instead of stopping the worker's loop. Both depend on
 Docket's internals, so :func:`guard_docket` refuses any pydocket but the one it was checked
