@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 
 from massgen_mcp.core.errors import ErrorKind, ProviderError
-from massgen_mcp.core.model_map import cost_of
+from massgen_mcp.core.model_map import cost_of, model_map_read, read_model_map_soon
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec
@@ -159,7 +159,9 @@ async def _completion(agent: AgentSpec, messages: list[dict[str, Any]], text: st
     if not all(type(n) is int and 0 <= n <= MAX_CALL_TOKENS for n in (prompt, completion)):
         prompt = sum(len(str(m.get("content") or "")) for m in messages) // 4
         completion = pieces or (len(text or "") + sum(len(c.arguments) for c in calls)) // 4
-    cost = await asyncio.to_thread(cost_of, agent.model, prompt, completion)
+    # Once the price table is read, pricing is a dictionary lookup: no thread hop.
+    cost = (cost_of(agent.model, prompt, completion) if model_map_read()
+            else await asyncio.to_thread(cost_of, agent.model, prompt, completion))
     return Completion(content=text, tool_calls=calls, prompt_tokens=prompt,
                       completion_tokens=completion, cost_usd=cost, latency_s=latency_s)
 
@@ -277,6 +279,7 @@ async def chat(agent: AgentSpec, messages: list[dict[str, Any]],
     not be made or broke (the caller words those)."""
     url = f"{(agent.base_url or '').rstrip('/')}/chat/completions"
     started = time.perf_counter()
+    read_model_map_soon()  # the reply is priced: read the price table while the model works
     async with httpx.AsyncClient(verify=_tls(), timeout=timeout_s) as client, client.stream(
             "POST", url, json=request_body(agent, messages, tools, stream=on_text is not None),
             headers={"Authorization": f"Bearer {api_key}",
