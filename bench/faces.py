@@ -12,8 +12,9 @@ between its calls.
 Each sample is a fresh process (a host spawns its server, a script imports the package, the
 CLI runs once), whose first run pays every first-use cost; the servers and the API then run
 scenario A a second time in the same process ("warm"). ``MASSGEN_BENCH_SOURCE=<dir>``
-measures another checkout's ``massgen_mcp`` (the commit before a change). Runs tell their calls apart by model
-names of their own (``openai/a1``, ``openai/b1``, ...; the scripted policy ignores names).
+measures another checkout's ``massgen_mcp`` (the commit before a change). Runs tell their
+calls apart by model names of their own (``openai/a1``, ``openai/b1``, ...; the scripted
+policy ignores names).
 """
 
 from __future__ import annotations
