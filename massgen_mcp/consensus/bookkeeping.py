@@ -60,15 +60,56 @@ class RunBooks:
         self.drafts = Drafts()
         self._on_drafts = on_drafts
         self._drafts_due: asyncio.TimerHandle | None = None
+        self._held: list[Callable[[], None]] | None = None  # records held back, in order
+        self._status_due = False  # a status was published while records were held
 
     # -- recording ---------------------------------------------------------------------------
+    #
+    # A step's records are held back while the turns it starts are requested (see
+    # :meth:`_hold_records`): the loop applies a reply, starts the turns it makes due, and
+    # writes once they are on their way, so that no file write, mask or listener (the CLI's
+    # progress lines, a server's long polls) sits between a reply and the next requests.
+    # Held records keep their order and their content (each event is numbered and stamped
+    # when it happens); the status written at release is the state then, one revision.
 
     def _emit(self, event_type: EventType, /, **data: Any) -> None:
-        self.recorder.event(self._timeline.event(event_type, **data))
+        event = self._timeline.event(event_type, **data)
+        if self._held is not None:
+            self._held.append(lambda: self.recorder.event(event))
+        else:
+            self.recorder.event(event)
+
+    def _record_answer(self, label: str, content: str) -> None:
+        if self._held is not None:
+            self._held.append(lambda: self.recorder.answer(label, content))
+        else:
+            self.recorder.answer(label, content)
 
     def _publish_status(self) -> None:
+        if self._held is not None:
+            self._status_due = True  # written once, after what is held, as the state then
+            return
         self._revision += 1
         self.recorder.status(self.snapshot())
+
+    def _hold_records(self) -> None:
+        """Hold every record from now until :meth:`_release_records`: a reply has come that
+        the loop is about to apply, and the turns it starts go out first."""
+        if self._held is None:
+            self._held, self._status_due = [], False
+
+    def _release_records(self, *, status: bool = False) -> None:
+        """Write what is held, in order, then the status if one was due (``status``: in any
+        case). Called once the next turns are requested, and wherever the loop stops
+        (nothing stays held past a decision, a cancel or a crash); releasing nothing held
+        writes nothing. A write that fails raises here, as it would have where it was made,
+        and what follows it is not written (as it would not have been made)."""
+        held, self._held = self._held, None
+        for write in held or ():
+            write()
+        if status or (held is not None and self._status_due):
+            self._status_due = False
+            self._publish_status()
 
     def snapshot(self) -> StatusRecord:
         """The live state, as written to status.json and returned by get_status."""
@@ -123,6 +164,8 @@ class RunBooks:
         ``interrupted`` at once, so ``resume_session`` continues from the recorded answers;
         or, handed back to a pool, still running and queued for the next worker."""
         with contextlib.suppress(RecordWriteError):
+            self._release_records()
+        with contextlib.suppress(RecordWriteError):
             if why == "hand_back":
                 self.phase = Phase.QUEUED
                 self._emit(EventType.REQUEUED, reason="the worker running it stopped; the "
@@ -150,6 +193,7 @@ class RunBooks:
             return self._finish_unrecorded(exc)
 
     def _close_record(self, final: str | None, presenter: str | None) -> ResultRecord:
+        self._release_records()  # normally nothing is held by now
         # The status turns terminal only here, after the final answer exists, so a reader
         # that sees a terminal status in status.json always finds result.json too.
         self.status = self._outcome

@@ -58,9 +58,24 @@ from massgen_mcp.core.records import (
 )
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import AgentSpec
-from massgen_mcp.providers.base import CallContext, Completion, Provider, complete_with_retries
+from massgen_mcp.providers.base import (
+    CallContext,
+    Completion,
+    Provider,
+    TellsSent,
+    complete_with_retries,
+)
 
 log = logging.getLogger(__name__)
+
+# How long a step's records wait for the turns it started to be on their way (a call queued
+# for its endpoint's slot, a server slow to take the connection): past this they are written.
+REQUEST_WAIT_S = 0.05
+
+
+def _settle(future: asyncio.Future[None], *_: object) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 @dataclass(frozen=True)
@@ -91,6 +106,8 @@ class ConsensusRun(RunBooks):
         self._views: dict[str, View] = {}  # the view each turn in flight was started on
         self.evidence = Evidence(request, self.progress, self._emit, self._publish_status)
         self._calling: dict[str, CallPurpose] = {}  # agents with a model call in flight
+        # Per turn started: done once its first request has left (or the turn is over).
+        self._sent: dict[str, asyncio.Future[None]] = {}
         self.first_round = FirstRound(self.options.late_factor)  # the quorum's stopwatch
         self._coordinating = False  # between the first turn and the decision: notes land
         self._wake: asyncio.Future[None] | None = None  # a note woke the coordination loop
@@ -105,9 +122,13 @@ class ConsensusRun(RunBooks):
 
     async def _call(
         self, agent: AgentSpec, messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None, purpose: CallPurpose,
+        tools: list[dict[str, Any]] | None, purpose: CallPurpose, *, decides: bool = False,
     ) -> Completion:
+        """One model call, counted and recorded. ``decides``: a turn's call whose reply
+        may end the turn: its records are held from the reply on (:meth:`_hold_records`),
+        until the loop has applied it and requested the turns it makes due."""
         async def on_retry(attempt: int, error: ProviderError, delay: float) -> None:
+            self._request_sent(agent.id)  # the first attempt is over: nothing to wait for
             self._emit(EventType.RETRY, agent_id=agent.id, purpose=purpose, attempt=attempt,
                        delay_s=round(delay, 3), error=str(error), kind=error.kind,
                        status_code=error.status_code)
@@ -117,6 +138,9 @@ class ConsensusRun(RunBooks):
         self.drafts.begin(agent.id, purpose)
         on_text = (None if self._on_drafts is None
                    else partial(self._text_streamed, agent.id))
+        tells = isinstance(self.provider, TellsSent) and self.provider.tells_sent(agent)
+        if not tells:
+            self._request_sent(agent.id)  # as good as sent: the provider cannot say when
         try:
             completion = await complete_with_retries(
                 self.provider, agent, messages, tools=tools,
@@ -126,9 +150,14 @@ class ConsensusRun(RunBooks):
                 backoff_s=self.options.retry_backoff_s, on_retry=on_retry,
                 context=CallContext(self.request.session_id, self.request.log_path,
                                     on_text=on_text,
-                                    work_folder=self.work_folder if agent.cli else None),
+                                    work_folder=self.work_folder if agent.cli else None,
+                                    on_sent=partial(self._request_sent, agent.id)
+                                    if tells else None),
             )
+            if decides and self._coordinating:
+                self._hold_records()
         finally:
+            self._request_sent(agent.id)
             self._calling.pop(agent.id, None)
             pace = self.drafts.end(agent.id)
             if pace.first_token_s is not None:
@@ -165,7 +194,7 @@ class ConsensusRun(RunBooks):
         used = 0
         while True:
             try:
-                completion = await self._call(agent, messages, tools, purpose)
+                completion = await self._call(agent, messages, tools, purpose, decides=True)
             except ProviderError as exc:
                 return TurnOutcome(agent.id, view, Dropped(f"provider failed: {exc}"))
             check_budget(self.progress.total, self.options)  # not in the final presentation
@@ -173,6 +202,7 @@ class ConsensusRun(RunBooks):
             # Evidence calls are served only while the tools are offered; after the cap they
             # are invalid actions like any unknown tool (retried, then the agent is dropped).
             if offered and looked and len(looked) == len(completion.tool_calls):
+                self._release_records()  # the turn goes on: no step to wait for
                 messages, used = await self.evidence.use(agent, messages, completion, used,
                                                          offered)
                 if not self.evidence.left(used):
@@ -187,6 +217,7 @@ class ConsensusRun(RunBooks):
                                   reviews=self.request.review is not None)
             if not isinstance(action, Invalid):
                 return TurnOutcome(agent.id, view, action)
+            self._release_records()  # the turn goes on: no step to wait for
             self._emit(EventType.INVALID_ACTION, agent_id=agent.id, attempt=attempt,
                        reason=action.kind, problem=action.problem)
             if attempt == prompts.MAX_ATTEMPTS_PER_TURN:
@@ -196,12 +227,32 @@ class ConsensusRun(RunBooks):
                                               native_tools=native)
             attempt += 1
 
-    def _start_turns(self) -> None:
+    def _start_turns(self) -> list[asyncio.Future[None]]:
+        """Start every turn now due; returns, per turn started, what says its first
+        request has left."""
+        sent = []
         for aid, agent in self.agents.items():
             if aid not in self.in_flight and self.coord.needs_turn(aid):
                 view = self._views[aid] = self.coord.view_for(aid)
-                self.in_flight[aid] = asyncio.create_task(
+                future = self._sent[aid] = asyncio.get_running_loop().create_future()
+                sent.append(future)
+                task = self.in_flight[aid] = asyncio.create_task(
                     self._turn(agent, view), name=f"{self.request.session_id}:{aid}")
+                task.add_done_callback(partial(_settle, future))  # a turn over sent nothing
+        return sent
+
+    def _request_sent(self, aid: str) -> None:
+        future = self._sent.pop(aid, None)
+        if future is not None:
+            _settle(future)
+
+    async def _release_after_requests(self, sent: list[asyncio.Future[None]]) -> None:
+        """Write the records held since the last reply once the turns just started are on
+        their way (see :meth:`_hold_records`): the next requests never wait for the
+        bookkeeping of the reply that made them due. Bounded by :data:`REQUEST_WAIT_S`."""
+        if sent and self._held is not None:
+            await asyncio.wait(sent, timeout=REQUEST_WAIT_S)
+        self._release_records(status=True)
 
     def _apply(self, outcome: TurnOutcome) -> None:
         aid, result = outcome.agent_id, outcome.result
@@ -216,7 +267,7 @@ class ConsensusRun(RunBooks):
             # that matches one it could not see is independent agreement: keep it, and let
             # the vote settle it (discarding it would make the agent repeat itself forever).
             answer, invalidated = self.coord.add_answer(aid, result.content)
-            self.recorder.answer(answer.label, answer.content)
+            self._record_answer(answer.label, answer.content)
             self._emit(EventType.ANSWER, agent_id=aid, label=answer.label,
                        revision=answer.revision, chars=len(answer.content),
                        preview=answer.content[:PREVIEW_CHARS])
@@ -244,8 +295,7 @@ class ConsensusRun(RunBooks):
                 if self.coord.reviewing():
                     self.phase = Phase.VOTING
                 await self._restart_outdated()
-                self._start_turns()
-                self._publish_status()
+                await self._release_after_requests(self._start_turns())  # and the status
                 if not self.in_flight:  # cannot happen while the protocol invariants hold
                     raise RuntimeError("no agent can move but there is no consensus")
                 self._wake = asyncio.get_running_loop().create_future()
@@ -254,9 +304,11 @@ class ConsensusRun(RunBooks):
                                              return_when=asyncio.FIRST_COMPLETED)
                 if not done:
                     self._open_review_for_quorum()
+                self._hold_records()  # the replies' records wait for the turns they start
                 for aid in [a for a, t in self.in_flight.items() if t in done]:
                     task = self.in_flight.pop(aid)
                     self._apply(task.result())  # a BudgetExceeded propagates from here
+            self._release_records()  # decided, or no agent left: nothing more to start
         finally:
             self._coordinating = False  # no await since the decision: no note slipped in
             self._wake = None
@@ -290,6 +342,7 @@ class ConsensusRun(RunBooks):
                 "it as a follow-up once the run has finished (continue_session, or massgen-mcp "
                 "continue ID \"...\" at a terminal, or a new run)")
         self._notes.admit()
+        self._release_records()  # the note is recorded when it is taken, after what came first
         cleared = self.coord.steer(note)
         self._emit(EventType.STEERED, detail=note, chars=len(note), count=cleared)
         self._publish_status()
@@ -363,6 +416,7 @@ class ConsensusRun(RunBooks):
         if tasks:
             await asyncio.wait(tasks)  # a cancel of this wait is not passed on to them
         self.in_flight.clear()
+        self._release_records()  # a reply that came as they stopped: nothing follows it
 
     # -- the final answer --------------------------------------------------------------------
 
