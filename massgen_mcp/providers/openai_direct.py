@@ -292,6 +292,8 @@ async def chat(agent: AgentSpec, messages: list[dict[str, Any]],
             headers={"Authorization": f"Bearer {api_key}", "Accept-Encoding": "identity"},
             extensions={"trace": trace}) as response:
         _check_encoding(response)
+        if response.headers.get("content-type", "").lower().startswith("text/html"):
+            raise html_error(response.status_code)  # a web page, whatever its status
         if 300 <= response.status_code < 400:  # not followed: the key must not go elsewhere
             raise ProviderError.of(
                 ErrorKind.BAD_REQUEST, f"{url} answered {response.status_code}, a redirect to "
