@@ -53,6 +53,7 @@ MAX_LINE_CHARS = 1 << 20  # one event; a token is a few characters
 # protocol takes (MAX_ANSWER_CHARS, 100,000); a longer reply is refused there anyway.
 MAX_REPLY_CHARS = 1 << 20
 MAX_BODY_BYTES = 4 * MAX_REPLY_CHARS  # a whole reply's JSON: escapes take room
+INLINE_PARSE_BYTES = 64 * 1024  # a whole reply this small is parsed on the loop (~0.1 ms)
 MAX_TOOL_CALLS = 128  # per reply; the engine acts on one decision and a few evidence calls
 _ERROR_CHARS = 400
 _ERROR_BODY_BYTES = 64 << 10  # what is read of a refused request's body: its message
@@ -304,8 +305,10 @@ async def chat(agent: AgentSpec, messages: list[dict[str, Any]],
             raise http_error(response.status_code, body, response.headers)
         if on_text is None:
             whole = await _head(response, MAX_BODY_BYTES + 1)
-            # Off the loop every run shares: a hostile 4 MiB body takes a while to parse.
-            text, calls, usage = await asyncio.to_thread(_whole, whole)
+            # Off the loop every run shares: a hostile 4 MiB body takes a while to parse. A
+            # body of a few KiB (a vote, most answers) parses faster than a thread hop.
+            text, calls, usage = (_whole(whole) if len(whole) <= INLINE_PARSE_BYTES
+                                  else await asyncio.to_thread(_whole, whole))
             return await _completion(agent, messages, text, calls, usage, 0,
                                      time.perf_counter() - started)
         reply = await _streamed(response, on_text)
