@@ -60,55 +60,40 @@ class RunBooks:
         self.drafts = Drafts()
         self._on_drafts = on_drafts
         self._drafts_due: asyncio.TimerHandle | None = None
-        self._held: list[Callable[[], None]] | None = None  # records held back, in order
-        self._status_due = False  # a status was published while records were held
+        self._status_held = False  # a step's turns are being requested (see _hold_status)
+        self._status_due = False  # a status was published while it was held
 
     # -- recording ---------------------------------------------------------------------------
     #
-    # A step's records are held back while the turns it starts are requested (see
-    # :meth:`_hold_records`): the loop applies a reply, starts the turns it makes due, and
-    # writes once they are on their way, so that no file write, mask or listener (the CLI's
-    # progress lines, a server's long polls) sits between a reply and the next requests.
-    # Held records keep their order and their content (each event is numbered and stamped
-    # when it happens); the status written at release is the state then, one revision.
+    # Events and answers are written as they happen, before any request that follows from
+    # them: a run killed after its votes were asked resumes with the answers they judge
+    # recorded. The status (status.json, get_status, long polls, a pool's publisher) is a
+    # projection of them, rebuilt from them on resume, and the costliest write of a step
+    # (the whole state, masked): while a step's reply is applied and the turns it makes due
+    # are requested, it is held (:meth:`_hold_status`) and written once they are on their
+    # way, as the state then, in one revision.
 
     def _emit(self, event_type: EventType, /, **data: Any) -> None:
-        event = self._timeline.event(event_type, **data)
-        if self._held is not None:
-            self._held.append(lambda: self.recorder.event(event))
-        else:
-            self.recorder.event(event)
-
-    def _record_answer(self, label: str, content: str) -> None:
-        if self._held is not None:
-            self._held.append(lambda: self.recorder.answer(label, content))
-        else:
-            self.recorder.answer(label, content)
+        self.recorder.event(self._timeline.event(event_type, **data))
 
     def _publish_status(self) -> None:
-        if self._held is not None:
-            self._status_due = True  # written once, after what is held, as the state then
+        if self._status_held:
+            self._status_due = True
             return
         self._revision += 1
         self.recorder.status(self.snapshot())
 
-    def _hold_records(self) -> None:
-        """Hold every record from now until :meth:`_release_records`: a reply has come that
-        the loop is about to apply, and the turns it starts go out first."""
-        if self._held is None:
-            self._held, self._status_due = [], False
+    def _hold_status(self) -> None:
+        """Hold the status from now until :meth:`_release_status` (see above)."""
+        self._status_held = True
 
-    def _release_records(self, *, status: bool = False) -> None:
-        """Write what is held, in order, then the status if one was due (``status``: in any
-        case). Called once the next turns are requested, and wherever the loop stops
-        (nothing stays held past a decision, a cancel or a crash); releasing nothing held
-        writes nothing. A write that fails raises here, as it would have where it was made,
-        and what follows it is not written (as it would not have been made)."""
-        held, self._held = self._held, None
-        for write in held or ():
-            write()
-        if status or (held is not None and self._status_due):
-            self._status_due = False
+    def _release_status(self, *, publish: bool = False) -> None:
+        """Stop holding the status, and publish it if one was due while held (``publish``:
+        in any case). Called once the next turns are requested, and wherever the loop stops,
+        so that nothing stays held past a decision, a cancel or a crash."""
+        due = self._status_held and self._status_due
+        self._status_held = self._status_due = False
+        if publish or due:
             self._publish_status()
 
     def snapshot(self) -> StatusRecord:
@@ -163,8 +148,7 @@ class RunBooks:
         """The process is stopping: leave the record as a crash would (no result). Marked
         ``interrupted`` at once, so ``resume_session`` continues from the recorded answers;
         or, handed back to a pool, still running and queued for the next worker."""
-        with contextlib.suppress(RecordWriteError):
-            self._release_records()
+        self._status_held = False  # this status is the last: written now
         with contextlib.suppress(RecordWriteError):
             if why == "hand_back":
                 self.phase = Phase.QUEUED
@@ -193,7 +177,7 @@ class RunBooks:
             return self._finish_unrecorded(exc)
 
     def _close_record(self, final: str | None, presenter: str | None) -> ResultRecord:
-        self._release_records()  # normally nothing is held by now
+        self._status_held = False  # the closing status below is written at once
         # The status turns terminal only here, after the final answer exists, so a reader
         # that sees a terminal status in status.json always finds result.json too.
         self.status = self._outcome

@@ -68,8 +68,8 @@ from massgen_mcp.providers.base import (
 
 log = logging.getLogger(__name__)
 
-# How long a step's records wait for the turns it started to be on their way (a call queued
-# for its endpoint's slot, a server slow to take the connection): past this they are written.
+# How long a step's status waits for the turns it started to be on their way (a call queued
+# for its endpoint's slot, a server slow to take the connection): past this it is written.
 REQUEST_WAIT_S = 0.05
 
 
@@ -122,11 +122,10 @@ class ConsensusRun(RunBooks):
 
     async def _call(
         self, agent: AgentSpec, messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None, purpose: CallPurpose, *, decides: bool = False,
+        tools: list[dict[str, Any]] | None, purpose: CallPurpose,
     ) -> Completion:
-        """One model call, counted and recorded. ``decides``: a turn's call whose reply
-        may end the turn: its records are held from the reply on (:meth:`_hold_records`),
-        until the loop has applied it and requested the turns it makes due."""
+        """One model call, counted and recorded; it tells the loop when its request has left
+        (:meth:`_request_sent`), for the status a step holds until then."""
         async def on_retry(attempt: int, error: ProviderError, delay: float) -> None:
             self._request_sent(agent.id)  # the first attempt is over: nothing to wait for
             self._emit(EventType.RETRY, agent_id=agent.id, purpose=purpose, attempt=attempt,
@@ -154,8 +153,6 @@ class ConsensusRun(RunBooks):
                                     on_sent=partial(self._request_sent, agent.id)
                                     if tells else None),
             )
-            if decides and self._coordinating:
-                self._hold_records()
         finally:
             self._request_sent(agent.id)
             self._calling.pop(agent.id, None)
@@ -194,7 +191,7 @@ class ConsensusRun(RunBooks):
         used = 0
         while True:
             try:
-                completion = await self._call(agent, messages, tools, purpose, decides=True)
+                completion = await self._call(agent, messages, tools, purpose)
             except ProviderError as exc:
                 return TurnOutcome(agent.id, view, Dropped(f"provider failed: {exc}"))
             check_budget(self.progress.total, self.options)  # not in the final presentation
@@ -202,7 +199,6 @@ class ConsensusRun(RunBooks):
             # Evidence calls are served only while the tools are offered; after the cap they
             # are invalid actions like any unknown tool (retried, then the agent is dropped).
             if offered and looked and len(looked) == len(completion.tool_calls):
-                self._release_records()  # the turn goes on: no step to wait for
                 messages, used = await self.evidence.use(agent, messages, completion, used,
                                                          offered)
                 if not self.evidence.left(used):
@@ -217,7 +213,6 @@ class ConsensusRun(RunBooks):
                                   reviews=self.request.review is not None)
             if not isinstance(action, Invalid):
                 return TurnOutcome(agent.id, view, action)
-            self._release_records()  # the turn goes on: no step to wait for
             self._emit(EventType.INVALID_ACTION, agent_id=agent.id, attempt=attempt,
                        reason=action.kind, problem=action.problem)
             if attempt == prompts.MAX_ATTEMPTS_PER_TURN:
@@ -246,13 +241,13 @@ class ConsensusRun(RunBooks):
         if future is not None:
             _settle(future)
 
-    async def _release_after_requests(self, sent: list[asyncio.Future[None]]) -> None:
-        """Write the records held since the last reply once the turns just started are on
-        their way (see :meth:`_hold_records`): the next requests never wait for the
-        bookkeeping of the reply that made them due. Bounded by :data:`REQUEST_WAIT_S`."""
-        if sent and self._held is not None:
+    async def _publish_after_requests(self, sent: list[asyncio.Future[None]]) -> None:
+        """Publish the status held since the last reply (:meth:`_hold_status`) once the
+        turns just started are on their way: the next requests never wait for the status
+        write, its masking or its listeners. Bounded by :data:`REQUEST_WAIT_S`."""
+        if sent and self._status_held:
             await asyncio.wait(sent, timeout=REQUEST_WAIT_S)
-        self._release_records(status=True)
+        self._release_status(publish=True)
 
     def _apply(self, outcome: TurnOutcome) -> None:
         aid, result = outcome.agent_id, outcome.result
@@ -267,7 +262,7 @@ class ConsensusRun(RunBooks):
             # that matches one it could not see is independent agreement: keep it, and let
             # the vote settle it (discarding it would make the agent repeat itself forever).
             answer, invalidated = self.coord.add_answer(aid, result.content)
-            self._record_answer(answer.label, answer.content)
+            self.recorder.answer(answer.label, answer.content)
             self._emit(EventType.ANSWER, agent_id=aid, label=answer.label,
                        revision=answer.revision, chars=len(answer.content),
                        preview=answer.content[:PREVIEW_CHARS])
@@ -295,7 +290,7 @@ class ConsensusRun(RunBooks):
                 if self.coord.reviewing():
                     self.phase = Phase.VOTING
                 await self._restart_outdated()
-                await self._release_after_requests(self._start_turns())  # and the status
+                await self._publish_after_requests(self._start_turns())
                 if not self.in_flight:  # cannot happen while the protocol invariants hold
                     raise RuntimeError("no agent can move but there is no consensus")
                 self._wake = asyncio.get_running_loop().create_future()
@@ -304,11 +299,11 @@ class ConsensusRun(RunBooks):
                                              return_when=asyncio.FIRST_COMPLETED)
                 if not done:
                     self._open_review_for_quorum()
-                self._hold_records()  # the replies' records wait for the turns they start
+                self._hold_status()  # until the turns these replies make due are requested
                 for aid in [a for a, t in self.in_flight.items() if t in done]:
                     task = self.in_flight.pop(aid)
                     self._apply(task.result())  # a BudgetExceeded propagates from here
-            self._release_records()  # decided, or no agent left: nothing more to start
+            self._release_status()  # decided, or no agent left: nothing more to start
         finally:
             self._coordinating = False  # no await since the decision: no note slipped in
             self._wake = None
@@ -342,7 +337,6 @@ class ConsensusRun(RunBooks):
                 "it as a follow-up once the run has finished (continue_session, or massgen-mcp "
                 "continue ID \"...\" at a terminal, or a new run)")
         self._notes.admit()
-        self._release_records()  # the note is recorded when it is taken, after what came first
         cleared = self.coord.steer(note)
         self._emit(EventType.STEERED, detail=note, chars=len(note), count=cleared)
         self._publish_status()
@@ -416,7 +410,7 @@ class ConsensusRun(RunBooks):
         if tasks:
             await asyncio.wait(tasks)  # a cancel of this wait is not passed on to them
         self.in_flight.clear()
-        self._release_records()  # a reply that came as they stopped: nothing follows it
+        self._release_status()  # stopped mid-step: nothing more is requested
 
     # -- the final answer --------------------------------------------------------------------
 
