@@ -60,41 +60,15 @@ class RunBooks:
         self.drafts = Drafts()
         self._on_drafts = on_drafts
         self._drafts_due: asyncio.TimerHandle | None = None
-        self._status_held = False  # a step's turns are being requested (see _hold_status)
-        self._status_due = False  # a status was published while it was held
 
     # -- recording ---------------------------------------------------------------------------
-    #
-    # Events and answers are written as they happen, before any request that follows from
-    # them: a run killed after its votes were asked resumes with the answers they judge
-    # recorded. The status (status.json, get_status, long polls, a pool's publisher) is a
-    # projection of them, rebuilt from them on resume, and the costliest write of a step
-    # (the whole state, masked): while a step's reply is applied and the turns it makes due
-    # are requested, it is held (:meth:`_hold_status`) and written once they are on their
-    # way, as the state then, in one revision.
 
     def _emit(self, event_type: EventType, /, **data: Any) -> None:
         self.recorder.event(self._timeline.event(event_type, **data))
 
     def _publish_status(self) -> None:
-        if self._status_held:
-            self._status_due = True
-            return
         self._revision += 1
         self.recorder.status(self.snapshot())
-
-    def _hold_status(self) -> None:
-        """Hold the status from now until :meth:`_release_status` (see above)."""
-        self._status_held = True
-
-    def _release_status(self, *, publish: bool = False) -> None:
-        """Stop holding the status, and publish it if one was due while held (``publish``:
-        in any case). Called once the next turns are requested, and wherever the loop stops,
-        so that nothing stays held past a decision, a cancel or a crash."""
-        due = self._status_held and self._status_due
-        self._status_held = self._status_due = False
-        if publish or due:
-            self._publish_status()
 
     def snapshot(self) -> StatusRecord:
         """The live state, as written to status.json and returned by get_status."""
@@ -148,7 +122,6 @@ class RunBooks:
         """The process is stopping: leave the record as a crash would (no result). Marked
         ``interrupted`` at once, so ``resume_session`` continues from the recorded answers;
         or, handed back to a pool, still running and queued for the next worker."""
-        self._status_held = False  # this status is the last: written now
         with contextlib.suppress(RecordWriteError):
             if why == "hand_back":
                 self.phase = Phase.QUEUED
@@ -177,7 +150,6 @@ class RunBooks:
             return self._finish_unrecorded(exc)
 
     def _close_record(self, final: str | None, presenter: str | None) -> ResultRecord:
-        self._status_held = False  # the closing status below is written at once
         # The status turns terminal only here, after the final answer exists, so a reader
         # that sees a terminal status in status.json always finds result.json too.
         self.status = self._outcome

@@ -58,24 +58,9 @@ from massgen_mcp.core.records import (
 )
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import AgentSpec
-from massgen_mcp.providers.base import (
-    CallContext,
-    Completion,
-    Provider,
-    TellsSent,
-    complete_with_retries,
-)
+from massgen_mcp.providers.base import CallContext, Completion, Provider, complete_with_retries
 
 log = logging.getLogger(__name__)
-
-# How long a step's status waits for the turns it started to be on their way (a call queued
-# for its endpoint's slot, a server slow to take the connection): past this it is written.
-REQUEST_WAIT_S = 0.05
-
-
-def _settle(future: asyncio.Future[None], *_: object) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 @dataclass(frozen=True)
@@ -106,8 +91,6 @@ class ConsensusRun(RunBooks):
         self._views: dict[str, View] = {}  # the view each turn in flight was started on
         self.evidence = Evidence(request, self.progress, self._emit, self._publish_status)
         self._calling: dict[str, CallPurpose] = {}  # agents with a model call in flight
-        # Per turn started: done once its first request has left (or the turn is over).
-        self._sent: dict[str, asyncio.Future[None]] = {}
         self.first_round = FirstRound(self.options.late_factor)  # the quorum's stopwatch
         self._coordinating = False  # between the first turn and the decision: notes land
         self._wake: asyncio.Future[None] | None = None  # a note woke the coordination loop
@@ -124,10 +107,7 @@ class ConsensusRun(RunBooks):
         self, agent: AgentSpec, messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None, purpose: CallPurpose,
     ) -> Completion:
-        """One model call, counted and recorded; it tells the loop when its request has left
-        (:meth:`_request_sent`), for the status a step holds until then."""
         async def on_retry(attempt: int, error: ProviderError, delay: float) -> None:
-            self._request_sent(agent.id)  # the first attempt is over: nothing to wait for
             self._emit(EventType.RETRY, agent_id=agent.id, purpose=purpose, attempt=attempt,
                        delay_s=round(delay, 3), error=str(error), kind=error.kind,
                        status_code=error.status_code)
@@ -137,9 +117,6 @@ class ConsensusRun(RunBooks):
         self.drafts.begin(agent.id, purpose)
         on_text = (None if self._on_drafts is None
                    else partial(self._text_streamed, agent.id))
-        tells = isinstance(self.provider, TellsSent) and self.provider.tells_sent(agent)
-        if not tells:
-            self._request_sent(agent.id)  # as good as sent: the provider cannot say when
         try:
             completion = await complete_with_retries(
                 self.provider, agent, messages, tools=tools,
@@ -149,12 +126,9 @@ class ConsensusRun(RunBooks):
                 backoff_s=self.options.retry_backoff_s, on_retry=on_retry,
                 context=CallContext(self.request.session_id, self.request.log_path,
                                     on_text=on_text,
-                                    work_folder=self.work_folder if agent.cli else None,
-                                    on_sent=partial(self._request_sent, agent.id)
-                                    if tells else None),
+                                    work_folder=self.work_folder if agent.cli else None),
             )
         finally:
-            self._request_sent(agent.id)
             self._calling.pop(agent.id, None)
             pace = self.drafts.end(agent.id)
             if pace.first_token_s is not None:
@@ -222,32 +196,12 @@ class ConsensusRun(RunBooks):
                                               native_tools=native)
             attempt += 1
 
-    def _start_turns(self) -> list[asyncio.Future[None]]:
-        """Start every turn now due; returns, per turn started, what says its first
-        request has left."""
-        sent = []
+    def _start_turns(self) -> None:
         for aid, agent in self.agents.items():
             if aid not in self.in_flight and self.coord.needs_turn(aid):
                 view = self._views[aid] = self.coord.view_for(aid)
-                future = self._sent[aid] = asyncio.get_running_loop().create_future()
-                sent.append(future)
-                task = self.in_flight[aid] = asyncio.create_task(
+                self.in_flight[aid] = asyncio.create_task(
                     self._turn(agent, view), name=f"{self.request.session_id}:{aid}")
-                task.add_done_callback(partial(_settle, future))  # a turn over sent nothing
-        return sent
-
-    def _request_sent(self, aid: str) -> None:
-        future = self._sent.pop(aid, None)
-        if future is not None:
-            _settle(future)
-
-    async def _publish_after_requests(self, sent: list[asyncio.Future[None]]) -> None:
-        """Publish the status held since the last reply (:meth:`_hold_status`) once the
-        turns just started are on their way: the next requests never wait for the status
-        write, its masking or its listeners. Bounded by :data:`REQUEST_WAIT_S`."""
-        if sent and self._status_held:
-            await asyncio.wait(sent, timeout=REQUEST_WAIT_S)
-        self._release_status(publish=True)
 
     def _apply(self, outcome: TurnOutcome) -> None:
         aid, result = outcome.agent_id, outcome.result
@@ -290,7 +244,8 @@ class ConsensusRun(RunBooks):
                 if self.coord.reviewing():
                     self.phase = Phase.VOTING
                 await self._restart_outdated()
-                await self._publish_after_requests(self._start_turns())
+                self._start_turns()
+                self._publish_status()
                 if not self.in_flight:  # cannot happen while the protocol invariants hold
                     raise RuntimeError("no agent can move but there is no consensus")
                 self._wake = asyncio.get_running_loop().create_future()
@@ -299,11 +254,9 @@ class ConsensusRun(RunBooks):
                                              return_when=asyncio.FIRST_COMPLETED)
                 if not done:
                     self._open_review_for_quorum()
-                self._hold_status()  # until the turns these replies make due are requested
                 for aid in [a for a, t in self.in_flight.items() if t in done]:
                     task = self.in_flight.pop(aid)
                     self._apply(task.result())  # a BudgetExceeded propagates from here
-            self._release_status()  # decided, or no agent left: nothing more to start
         finally:
             self._coordinating = False  # no await since the decision: no note slipped in
             self._wake = None
@@ -410,7 +363,6 @@ class ConsensusRun(RunBooks):
         if tasks:
             await asyncio.wait(tasks)  # a cancel of this wait is not passed on to them
         self.in_flight.clear()
-        self._release_status()  # stopped mid-step: nothing more is requested
 
     # -- the final answer --------------------------------------------------------------------
 

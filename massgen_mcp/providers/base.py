@@ -85,10 +85,6 @@ class CallContext:
     log_path: Path | None = None
     on_text: TextListener | None = None
     work_folder: Path | None = None
-    # Called once the request is written to the server's connection, by a provider that
-    # :class:`TellsSent` for the agent (the engine writes a step's records once the turns it
-    # started are on their way).
-    on_sent: Callable[[], None] | None = None
 
 
 class Provider(Protocol):
@@ -124,16 +120,6 @@ class Bounded(Protocol):
 
     def slots(self, agent: AgentSpec) -> AbstractAsyncContextManager[Any]:
         """The gate every call for ``agent`` passes through: held for the whole call."""
-        ...
-
-
-@runtime_checkable
-class TellsSent(Protocol):
-    """A provider that can say when an agent's request has left (``CallContext.on_sent``).
-    For any other the request counts as sent when the call starts."""
-
-    def tells_sent(self, agent: AgentSpec) -> bool:
-        """Whether calls for ``agent`` call ``on_sent`` once the request is written."""
         ...
 
 

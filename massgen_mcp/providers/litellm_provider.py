@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -244,8 +243,7 @@ class LiteLLMProvider:
         listener = context.on_text if context is not None else None
         if goes_direct(agent):
             return await self._direct(agent, messages, tools, timeout_s, listener,
-                                      key or _PLACEHOLDER_KEY,
-                                      context.on_sent if context is not None else None)
+                                      key or _PLACEHOLDER_KEY)
         litellm = await litellm_module()
         kwargs: dict[str, Any] = {
             "model": agent.routed_model,
@@ -301,13 +299,12 @@ class LiteLLMProvider:
 
     async def _direct(self, agent: AgentSpec, messages: list[dict[str, Any]],
                       tools: list[dict[str, Any]] | None, timeout_s: float,
-                      listener: TextListener | None, key: str,
-                      on_sent: Callable[[], None] | None = None) -> Completion:
+                      listener: TextListener | None, key: str) -> Completion:
         """A call to an OpenAI-format server the user runs (:mod:`.openai_direct`), its
         failures worded as litellm's are."""
         try:
             completion = await chat(agent, messages, tools, api_key=key, timeout_s=timeout_s,
-                                    on_text=listener, on_sent=on_sent)
+                                    on_text=listener)
         except (asyncio.CancelledError, ProviderError):
             raise
         except Exception as exc:  # httpx's: the connection broke, or could not be made

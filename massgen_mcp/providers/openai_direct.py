@@ -27,7 +27,7 @@ import functools
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -274,24 +274,17 @@ async def _lines(response: httpx.Response) -> AsyncIterator[str]:
 
 async def chat(agent: AgentSpec, messages: list[dict[str, Any]],
                tools: list[dict[str, Any]] | None, *, api_key: str, timeout_s: float,
-               on_text: TextListener | None = None,
-               on_sent: Callable[[], None] | None = None) -> Completion:
+               on_text: TextListener | None = None) -> Completion:
     """One call to ``agent.base_url``, streamed to ``on_text`` when it is given, else whole
-    (cheaper to read); ``on_sent`` hears when the whole request is written to the
-    connection. Raises ProviderError, or httpx's errors for a connection that could not be
-    made or broke (the caller words those)."""
+    (cheaper to read); raises ProviderError, or httpx's errors for a connection that could
+    not be made or broke (the caller words those)."""
     url = f"{(agent.base_url or '').rstrip('/')}/chat/completions"
     started = time.perf_counter()
     read_model_map_soon()  # the reply is priced: read the price table while the model works
-
-    async def trace(name: str, info: dict[str, Any]) -> None:  # httpcore's trace extension
-        if on_sent is not None and name.endswith(".send_request_body.complete"):
-            on_sent()
-
     async with httpx.AsyncClient(verify=_tls(), timeout=timeout_s) as client, client.stream(
             "POST", url, json=request_body(agent, messages, tools, stream=on_text is not None),
-            headers={"Authorization": f"Bearer {api_key}", "Accept-Encoding": "identity"},
-            extensions={"trace": trace}) as response:
+            headers={"Authorization": f"Bearer {api_key}",
+                     "Accept-Encoding": "identity"}) as response:
         _check_encoding(response)
         if response.headers.get("content-type", "").lower().startswith("text/html"):
             raise html_error(response.status_code)  # a web page, whatever its status

@@ -84,12 +84,6 @@ class ProviderRouter:
         return await provider.complete(agent, messages, tools=tools, timeout_s=timeout_s,
                                        context=context)
 
-    def tells_sent(self, agent: AgentSpec) -> bool:
-        """Whether ``agent``'s calls say when the request has left (:class:`TellsSent`):
-        those that go straight to an OpenAI-format server (:mod:`.openai_direct`)."""
-        return (served_by(agent) == "remote" and isinstance(self.remote, LiteLLMProvider)
-                and goes_direct(agent))
-
     async def unreachable(self, team: TeamConfig, *, probe_base_urls: bool = True
                           ) -> list[str]:
         """One line per agent whose server takes no connection now, asked before a run
