@@ -25,6 +25,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from bench.faces import bench_faces, print_faces  # noqa: E402
 from bench.knobs import bench_knobs, print_knobs  # noqa: E402
 from bench.review import bench_review, print_review  # noqa: E402
 from massgen_mcp.core.spec import build_team  # noqa: E402
@@ -819,6 +820,7 @@ SECTIONS = {
     "install_size": (bench_install_size, print_install_size),
     "review": (bench_review, print_review),
     "knobs": (bench_knobs, print_knobs),
+    "faces": (bench_faces, print_faces),
 }
 
 

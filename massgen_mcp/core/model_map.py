@@ -22,6 +22,7 @@ import functools
 import importlib.util
 import json
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,37 @@ _ROUTES = {"bedrock_converse": "bedrock", "ai21": "ai21_chat"}
 _LABEL = re.compile(r"[a-z0-9_\-]+")  # not the odd entry that gives a sentence instead
 
 
-@functools.cache
+_reading = threading.Lock()  # one read of the map, however many threads ask at once
+_soon: list[threading.Thread] = []  # the read read_model_map_soon started, if it did
+
+
 def model_map() -> dict[str, Any] | None:
     """litellm's bundled model map (names, providers, prices), read once without importing
-    litellm; None when litellm or its map cannot be found or read."""
+    litellm; None when litellm or its map cannot be found or read.
+
+    Read once even when several threads ask first at the same time (a team's first replies
+    each price their call on a thread of its own): unlocked, each parsed the ~3 MB file
+    again, holding the interpreter lock ~30 ms apiece just as the next turns were due."""
+    with _reading:
+        return _read_model_map()
+
+
+def model_map_read() -> bool:
+    """Whether :func:`model_map` has been read (asking it now costs no file read)."""
+    return _read_model_map.cache_info().currsize > 0
+
+
+def read_model_map_soon() -> None:
+    """Start reading the map on a thread of its own unless it is read or being read: for a
+    caller that will price a call once its reply comes, so that the read overlaps the wait
+    for the model instead of coming after it."""
+    if not model_map_read() and not _soon:
+        _soon.append(threading.Thread(target=model_map, name="model-map", daemon=True))
+        _soon[0].start()
+
+
+@functools.cache
+def _read_model_map() -> dict[str, Any] | None:
     path = _model_map_path()
     if path is None:
         return None

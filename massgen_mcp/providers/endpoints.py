@@ -12,6 +12,12 @@ retried for seconds. Two checks, so that the user sees the URL and what to do at
   remembered per endpoint for :data:`PROBE_TTL_S`, so a healthy run pays one local connect
   (well under a millisecond) now and then. A pool's front end does not probe: the worker that
   will make the calls may see another network (``localhost`` is the worker's).
+  The probe is the connect alone, so that it costs a run no more than the connect: it asks
+  the server nothing. It used to POST an empty request and wait up to 2 s for the reply (a
+  web page there meant a wrong ``base_url``), and a server slow to refuse that request held
+  every first run back by that long. A web page where the model should be is now told by
+  the first call it answers (:func:`html_error`: one line, not retried), as it always was for
+  the runs not probed.
 * :func:`connect_failure` recognises, in a failed call, a connection that was never made; the
   provider reports it with :func:`unreachable_message` and, the first time an endpoint is
   called, does not retry it (:class:`~massgen_mcp.providers.litellm_provider.LiteLLMProvider`).
@@ -32,7 +38,6 @@ refused before the run either way: that is read from the text, not the network.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import socket
@@ -45,7 +50,6 @@ from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import AgentSpec
 
 PROBE_TIMEOUT_S = 5.0
-HTML_PROBE_S = 2.0  # a server slow to say what it is gets the benefit of the doubt
 NOT_OPENAI = "it answered with an HTML page"
 _HTML = re.compile(r"<!doctype html|<html[\s>]", re.IGNORECASE)
 PROBE_TTL_S = 300.0
@@ -94,8 +98,6 @@ def unreachable_message(agent: AgentSpec, url: str | None, why: str | None) -> s
         elsewhere = "fix base_url" if agent.base_url else "set OLLAMA_API_BASE to where it runs"
         return (f"cannot reach Ollama at {shown(url)}{because}; start it (ollama serve) and "
                 f"pull the model (ollama pull {model}), or {elsewhere} (agent {agent.id})")
-    if why == NOT_OPENAI:
-        return not_openai_message(url, [agent])
     todo = "fix base_url" if why and "TLS" in why else "start the server there, or fix base_url"
     return f"cannot reach {shown(url)}{because}; {todo} (agent {agent.id}, {agent.model})"
 
@@ -150,18 +152,8 @@ async def unreachable(agents: list[AgentSpec], *, probe_base_urls: bool = True) 
     found = dict(zip(to_probe, await asyncio.gather(*(_probe(url) for url in to_probe)),
                      strict=True))
     found.update({url: _malformed(url) for url in urls - to_probe})
-    lines = [unreachable_message(agent, url, why) for agent in agents
-             if (url := endpoint_of(agent)) and (why := found[url]) and why != NOT_OPENAI]
-    pages = {url: [a for a in agents if endpoint_of(a) == url]
-             for url, why in found.items() if why == NOT_OPENAI}
-    return lines + [not_openai_message(url, named) for url, named in pages.items()]
-
-
-def not_openai_message(url: str, agents: list[AgentSpec]) -> str:
-    """One line for an endpoint that answered with a web page, whichever agents use it."""
-    who = ", ".join(f"{a.id} ({a.model})" for a in agents)
-    return (f"{shown(url)} is not an OpenAI-compatible endpoint ({NOT_OPENAI}); fix base_url "
-            f"(such a server's URL usually ends in /v1; agents {who})")
+    return [unreachable_message(agent, url, why) for agent in agents
+            if (url := endpoint_of(agent)) and (why := found[url])]
 
 
 def _malformed(url: str) -> str | None:
@@ -195,46 +187,15 @@ async def _probe(url: str) -> str | None:
         tls.verify_mode = ssl.CERT_NONE
     try:
         async with asyncio.timeout(PROBE_TIMEOUT_S):
-            reader, writer = await asyncio.open_connection(
+            _, writer = await asyncio.open_connection(
                 host, port, ssl=tls, server_hostname=host if tls else None)
     except TimeoutError:
         return f"no connection within {PROBE_TIMEOUT_S:g} s"
     except OSError as exc:  # ssl.SSLError and socket.gaierror are OSErrors
         return _describe(exc) or "the connection could not be made"
-    try:
-        html = await _answers_html(reader, writer, parts.netloc.rsplit("@", 1)[-1],
-                                   parts.path.rstrip("/"))
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-    if html:  # a web server, or the wrong port: every call would fail the same way
-        return NOT_OPENAI
+    writer.close()  # the connect was the question: nothing is sent, nothing awaited
     _reached[key] = time.monotonic()
     return None
-
-
-async def _answers_html(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        host: str, path: str) -> bool:
-    """Whether the server answers where the calls will go (``POST <base_url>/chat/
-    completions``, with an empty object: no model runs, an OpenAI-compatible server refuses
-    it in JSON) with an HTML page, as a web server or a wrong port does. Its first 4 KiB
-    within :data:`HTML_PROBE_S`; anything else (JSON, plain text, silence) is not judged
-    here: the calls will say."""
-    request = (f"POST {path}/chat/completions HTTP/1.1\r\nHost: {host}\r\nAccept: "
-               "application/json\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
-               "Connection: close\r\n\r\n{}")
-    try:
-        async with asyncio.timeout(HTML_PROBE_S):
-            writer.write(request.encode("ascii", "replace"))
-            await writer.drain()
-            head = await reader.read(4096)
-    except (TimeoutError, OSError):
-        return False
-    text = head.decode("utf-8", "replace")
-    headers, _, body = text.partition("\r\n\r\n")
-    return bool(re.search(r"^content-type:\s*text/html", headers, re.IGNORECASE | re.MULTILINE)
-                or is_html(body))
 
 
 def is_html(text: str) -> bool:
@@ -244,8 +205,9 @@ def is_html(text: str) -> bool:
 
 
 def html_error(status: int | None) -> ProviderError:
-    """A call a web page answered (a web server, a wrong port): what no retry changes, in one
-    line, for the runs :func:`unreachable` did not probe (a pool worker's, a model's call)."""
+    """A call a web page answered (a web server, a wrong port, a ``base_url`` without its
+    ``/v1``): what no retry changes, in one line. The probe before a run only connects, so
+    this is how every run learns it."""
     return ProviderError(f"the endpoint is not an OpenAI-compatible endpoint ({NOT_OPENAI}); "
                          "fix base_url (such a server's URL usually ends in /v1)",
                          status_code=status, kind=ErrorKind.BAD_REQUEST)

@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 
 from massgen_mcp.core.errors import ErrorKind, ProviderError
-from massgen_mcp.core.model_map import cost_of
+from massgen_mcp.core.model_map import cost_of, model_map_read, read_model_map_soon
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import AgentSpec
@@ -53,6 +53,7 @@ MAX_LINE_CHARS = 1 << 20  # one event; a token is a few characters
 # protocol takes (MAX_ANSWER_CHARS, 100,000); a longer reply is refused there anyway.
 MAX_REPLY_CHARS = 1 << 20
 MAX_BODY_BYTES = 4 * MAX_REPLY_CHARS  # a whole reply's JSON: escapes take room
+INLINE_PARSE_BYTES = 64 * 1024  # a whole reply this small is parsed on the loop (~0.1 ms)
 MAX_TOOL_CALLS = 128  # per reply; the engine acts on one decision and a few evidence calls
 _ERROR_CHARS = 400
 _ERROR_BODY_BYTES = 64 << 10  # what is read of a refused request's body: its message
@@ -159,7 +160,9 @@ async def _completion(agent: AgentSpec, messages: list[dict[str, Any]], text: st
     if not all(type(n) is int and 0 <= n <= MAX_CALL_TOKENS for n in (prompt, completion)):
         prompt = sum(len(str(m.get("content") or "")) for m in messages) // 4
         completion = pieces or (len(text or "") + sum(len(c.arguments) for c in calls)) // 4
-    cost = await asyncio.to_thread(cost_of, agent.model, prompt, completion)
+    # Once the price table is read, pricing is a dictionary lookup: no thread hop.
+    cost = (cost_of(agent.model, prompt, completion) if model_map_read()
+            else await asyncio.to_thread(cost_of, agent.model, prompt, completion))
     return Completion(content=text, tool_calls=calls, prompt_tokens=prompt,
                       completion_tokens=completion, cost_usd=cost, latency_s=latency_s)
 
@@ -277,11 +280,14 @@ async def chat(agent: AgentSpec, messages: list[dict[str, Any]],
     not be made or broke (the caller words those)."""
     url = f"{(agent.base_url or '').rstrip('/')}/chat/completions"
     started = time.perf_counter()
+    read_model_map_soon()  # the reply is priced: read the price table while the model works
     async with httpx.AsyncClient(verify=_tls(), timeout=timeout_s) as client, client.stream(
             "POST", url, json=request_body(agent, messages, tools, stream=on_text is not None),
             headers={"Authorization": f"Bearer {api_key}",
                      "Accept-Encoding": "identity"}) as response:
         _check_encoding(response)
+        if response.headers.get("content-type", "").lower().startswith("text/html"):
+            raise html_error(response.status_code)  # a web page, whatever its status
         if 300 <= response.status_code < 400:  # not followed: the key must not go elsewhere
             raise ProviderError.of(
                 ErrorKind.BAD_REQUEST, f"{url} answered {response.status_code}, a redirect to "
@@ -292,8 +298,10 @@ async def chat(agent: AgentSpec, messages: list[dict[str, Any]],
             raise http_error(response.status_code, body, response.headers)
         if on_text is None:
             whole = await _head(response, MAX_BODY_BYTES + 1)
-            # Off the loop every run shares: a hostile 4 MiB body takes a while to parse.
-            text, calls, usage = await asyncio.to_thread(_whole, whole)
+            # Off the loop every run shares: a hostile 4 MiB body takes a while to parse. A
+            # body of a few KiB (a vote, most answers) parses faster than a thread hop.
+            text, calls, usage = (_whole(whole) if len(whole) <= INLINE_PARSE_BYTES
+                                  else await asyncio.to_thread(_whole, whole))
             return await _completion(agent, messages, text, calls, usage, 0,
                                      time.perf_counter() - started)
         reply = await _streamed(response, on_text)

@@ -301,7 +301,7 @@ class ScriptedServer:
                     self._send(404, b'{"error": {"message": "not found"}}', {})
                     return
                 if wire is None and not body.get("messages"):  # as an OpenAI server refuses
-                    # it (the endpoint probe's empty request); not a call: not recorded
+                    # an empty request (a health check's, a probe's); not a call: not recorded
                     self._send(400, b'{"error": {"message": "messages: required"}}', {})
                     return
                 req = server._record(body, {k.lower(): v for k, v in self.headers.items()},

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 from collections.abc import Callable
 
 import httpx
@@ -60,6 +61,29 @@ def test_the_price_is_litellms_without_litellm(prompt: int) -> None:
         assert cost_of(model, prompt, 700) == pytest.approx(prompt_usd + completion_usd), model
     assert cost_of("openai/gpt-4o-mini", 10, 10) == cost_of("gpt-4o-mini", 10, 10)
     assert cost_of("openai/my-own-model", 10, 10) is None
+
+
+def test_the_price_table_is_read_once_however_many_first_replies_ask_at_once() -> None:
+    """A team's first replies each price their call on a thread of their own, at the same
+    moment: one read of the ~3 MB table serves them all (each used to parse it again, ~30 ms
+    of the interpreter lock apiece, just as the next turns were due)."""
+    from massgen_mcp.core import model_map as prices
+
+    prices._read_model_map.cache_clear()
+    start = threading.Barrier(4)
+    got: list[object] = []
+
+    def price() -> None:
+        start.wait()
+        got.append(prices.model_map())
+
+    threads = [threading.Thread(target=price) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert got[0] is not None and all(table is got[0] for table in got)
+    assert prices.model_map_read()
 
 
 def test_a_run_on_servers_of_ones_own_never_imports_litellm() -> None:

@@ -6,13 +6,18 @@ carry a user, a password or a fragment, however the URL is written."""
 from __future__ import annotations
 
 import asyncio
+import select
+import socket
+import threading
 from collections.abc import AsyncIterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from fastmcp import Client
 from fastmcp.client.transports import FastMCPTransport
 
+from massgen_mcp.api.python import follow
 from massgen_mcp.core.errors import EndpointUnreachableError
 from massgen_mcp.core.records import RunStatus
 from massgen_mcp.core.spec import RunSpec
@@ -20,13 +25,14 @@ from massgen_mcp.providers.endpoints import shown
 from massgen_mcp.server.app import create_server
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.team.context_files import Workspace
-from massgen_mcp.testing.scripted import agree
+from massgen_mcp.testing.scripted import ScriptedServer, agree
 from tests.helpers import FAST, Scripted, text_of, unused_port
 
 McpClient = Client[FastMCPTransport]
 # What a failed connection to a base_url says when its reason is not to be told.
 GENERIC = "; start the server there, or fix base_url (agent agent_a, openai/a)"
 REASONS = ("refused", "resolve", "TLS", "within", "could not be made")
+NEVER_S = 20.0  # only ever the bound of a failing test's wait, never a pace
 
 
 @pytest.mark.parametrize(("url", "expected"), [
@@ -114,3 +120,50 @@ async def test_a_model_call_is_still_told_why_ollama_is_not_running(
     assert (f"cannot reach Ollama at http://127.0.0.1:{port} (connection refused: nothing is "
             "listening there)") in text_of(refused.content[0])
     assert not (home / "sessions").exists() or not list((home / "sessions").iterdir())
+
+
+class SlowToRefuse(ScriptedServer):
+    """An OpenAI-compatible server that holds any request without messages (what a probe
+    asking the server something would send) until the run's first model call has arrived,
+    then says whether that request's client was still waiting for it: a run whose calls
+    waited for such a probe would have given up on it first."""
+
+    def __init__(self) -> None:
+        self.first_call = threading.Event()
+        self.held: list[bool] = []  # per held request: its client still waited at the call
+        super().__init__(agree)
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        base = super()._handler_class()
+        server = self
+
+        class Handler(base):  # type: ignore[misc,valid-type]
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                if length > 2:  # a model call
+                    server.first_call.set()
+                    return super().do_POST()  # type: ignore[no-any-return]
+                self.rfile.read(length)
+                server.first_call.wait(NEVER_S)
+                readable, _, _ = select.select([self.connection], [], [], 0)
+                gone = bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
+                server.held.append(not gone)
+                self.close_connection = True
+
+        return Handler
+
+
+async def test_a_server_slow_to_answer_a_probe_does_not_hold_the_run_back(
+        home: Path, tmp_path: Path) -> None:
+    """The probe before a run is the connect alone: the run's first model call never waits
+    for a server to answer it (it waited up to 2 s for the reply to an empty request)."""
+    server = SlowToRefuse()
+    with server:
+        service = ConsensusService.local(home, Workspace(tmp_path, confined=False))
+        started = await service.start(RunSpec(question="q", models=[
+            f"openai/{m}@{server.base_url}" for m in "ab"], options=FAST))
+        result = await follow(service, started.session_id)
+        await service.aclose()
+    assert result.status == RunStatus.COMPLETED, result.errors
+    assert server.first_call.is_set()
+    assert all(server.held), "the run's calls waited until a probe's client gave up on it"
