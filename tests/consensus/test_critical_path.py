@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from massgen_mcp.core.records import StatusRecord
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
-from massgen_mcp.sessions.local import LocalExecutor
-from massgen_mcp.sessions.store import SessionStore
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.testing.scripted import ChatRequest, Reply, agree
 from tests.helpers import Scripted, read_record, team_for
 
