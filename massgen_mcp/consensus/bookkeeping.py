@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from massgen_mcp.consensus.drafts import Drafts
-from massgen_mcp.consensus.replay import RunRequest, progress_of
+from massgen_mcp.consensus.replay import progress_of
+from massgen_mcp.consensus.run import RunRequest
 from massgen_mcp.consensus.snapshot import Recorder, result_record, status_record, timeline_of
 from massgen_mcp.core.errors import RecordWriteError
 from massgen_mcp.core.records import (

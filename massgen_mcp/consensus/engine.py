@@ -41,7 +41,7 @@ from massgen_mcp.consensus.actions import (
 from massgen_mcp.consensus.bookkeeping import DraftsListener, RunBooks
 from massgen_mcp.consensus.evidence import Evidence, is_evidence
 from massgen_mcp.consensus.pace import FirstRound
-from massgen_mcp.consensus.replay import RunRequest
+from massgen_mcp.consensus.run import RunRequest
 from massgen_mcp.consensus.snapshot import Recorder
 from massgen_mcp.consensus.state import Answer, View
 from massgen_mcp.consensus.steering import NoteGate, clean_note

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from massgen_mcp.consensus.replay import Progress, RunRequest
+from massgen_mcp.consensus.run import Progress, RunRequest
 from massgen_mcp.core.edges import UnsafeJson, load_json
 from massgen_mcp.core.records import EventType, clip
 from massgen_mcp.core.secrets import redact

@@ -15,7 +15,8 @@ from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from massgen_mcp.consensus import findings
-from massgen_mcp.consensus.replay import Progress, RunRequest, progress_of
+from massgen_mcp.consensus.replay import progress_of
+from massgen_mcp.consensus.run import Progress, RunRequest
 from massgen_mcp.consensus.state import Coordination
 from massgen_mcp.core.errors import RecordWriteError
 from massgen_mcp.core.outcomes import ReviewTarget

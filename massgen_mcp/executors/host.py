@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 
 from massgen_mcp.consensus.engine import ConsensusRun
-from massgen_mcp.consensus.replay import RunRequest
+from massgen_mcp.consensus.run import RunRequest
 from massgen_mcp.core.errors import ConfigError, RecordWriteError, SessionStateError
 from massgen_mcp.core.outcomes import ReviewTarget
 from massgen_mcp.core.records import (

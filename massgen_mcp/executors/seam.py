@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypedDict
 
-from massgen_mcp.consensus.replay import Prior, RunRequest
+from massgen_mcp.consensus.run import Prior, RunRequest
 from massgen_mcp.core.errors import Refusal, SessionStateError
 from massgen_mcp.core.outcomes import ReviewTarget
 from massgen_mcp.core.records import (
@@ -205,7 +205,7 @@ def recorded_team(store: SessionStore, session_id: str,
 def recorded_request(store: SessionStore, session_id: str, team: TeamConfig) -> RunRequest:
     """What a recorded session asks, with the progress its events hold: from the start if
     it has none yet (a queued run), else from its recorded answers and votes (see
-    :class:`~massgen_mcp.consensus.replay.Prior`)."""
+    :class:`~massgen_mcp.consensus.run.Prior`)."""
     recorded = store.read_request(session_id)
     events = store.read_events(session_id)
     prior = (Prior.from_events(events, lambda label: store.read_answer(session_id, label))

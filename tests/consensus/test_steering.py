@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.consensus import prompts
-from massgen_mcp.consensus.replay import Prior, RunRequest, progress_of
+from massgen_mcp.consensus.replay import progress_of
+from massgen_mcp.consensus.run import Prior, RunRequest
 from massgen_mcp.consensus.state import Coordination
 from massgen_mcp.consensus.steering import (
     MAX_NOTE_CHARS,
