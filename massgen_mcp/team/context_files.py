@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
 from massgen_mcp.core.spec import MAX_CONTEXT_CHARS
 from massgen_mcp.tools.workspace import is_denied, is_hidden
 
@@ -61,6 +62,24 @@ class Workspace:
         return any(is_denied(PurePosixPath(p)) or is_hidden(PurePosixPath(p), VCS_DIRS)
                    for p in (name, found))
 
+    def _read(self, name: str, path: Path) -> bytes:
+        """The file's bytes, read as every untrusted file is (:func:`read_bytes_safely`: the
+        open file, not its name, decides; a FIFO never makes the read wait): a model's call
+        (confined) may not share a file with other names, as another name of it may be a
+        secret file; the user's own command may."""
+        try:
+            return read_bytes_safely(path, MAX_FILE_BYTES, follow_link=not self.confined)
+        except UnsafeFileError as exc:
+            if exc.reason == "too_big":
+                raise ConfigError(
+                    f"context_files: {name!r} is {exc.size} bytes; the limit is "
+                    f"{MAX_FILE_BYTES} per file (pass an excerpt as context instead)") from None
+            if exc.reason == "hard_links":
+                raise ConfigError(f"context_files: {name!r} has other names (hard links); a "
+                                  "model's call cannot share it (pass it yourself with "
+                                  "massgen-mcp run --context-file)") from None
+            raise ConfigError(f"context_files: {name!r} is not read: {exc}") from None
+
     def read_context_files(self, names: list[str]) -> str:
         """The files' contents wrapped as ``<file path="...">`` blocks, ready to use as
         context."""
@@ -76,17 +95,7 @@ class Workspace:
                                   "cannot share it (the secret-file deny-list of the "
                                   "workspace tools; pass it yourself with massgen-mcp run "
                                   "--context-file)")
-            info = path.stat()
-            if self.confined and info.st_nlink > 1:  # another name of it may be a secret file
-                raise ConfigError(f"context_files: {name!r} has other names (hard links); a "
-                                  "model's call cannot share it (pass it yourself with "
-                                  "massgen-mcp run --context-file)")
-            size = info.st_size
-            if size > MAX_FILE_BYTES:
-                raise ConfigError(
-                    f"context_files: {name!r} is {size} bytes; the limit is {MAX_FILE_BYTES} "
-                    "per file (pass an excerpt as context instead)")
-            data = path.read_bytes()
+            data = self._read(name, path)
             if b"\x00" in data:
                 raise ConfigError(f"context_files: {name!r} looks binary; only text files are "
                                   "read")

@@ -98,6 +98,21 @@ def test_a_hard_link_is_no_context_file_of_a_call(tmp_path: Path) -> None:
         Workspace(repo).read_context_files(["notes.txt"])
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
+def test_a_context_file_that_became_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """The name was a file when it was checked and is a FIFO when it is read (a race a
+    cloned repository's script can win): the read decides on the open file, so it refuses
+    at once instead of waiting for a writer forever."""
+    os.mkfifo(tmp_path / "notes.txt")
+    with pytest.raises(ConfigError, match=r"is not read: notes\.txt is not a regular file"):
+        Workspace(tmp_path)._read("notes.txt", tmp_path / "notes.txt")
+    own = tmp_path / "own.txt"  # the user's own command still shares a hard-linked file
+    own.write_text("shared")
+    os.link(own, tmp_path / "other-name.txt")
+    assert Workspace(tmp_path, confined=False).read_context_files(["own.txt"]).count(
+        "shared") == 1
+
+
 def test_a_hard_linked_answer_is_not_read(tmp_path: Path, home: Path) -> None:
     from massgen_mcp.core.errors import SessionStateError
     from massgen_mcp.records.store import SessionStore
