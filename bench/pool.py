@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -41,7 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 import psutil
@@ -88,10 +89,8 @@ def cpu_s(pid: int) -> float:
         proc = psutil.Process(pid)
         total = sum(proc.cpu_times()[:2])
         for child in proc.children(recursive=True):
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 total += sum(child.cpu_times()[:2])
-            except psutil.NoSuchProcess:
-                pass
         return total
     except psutil.NoSuchProcess:
         return 0.0
@@ -198,9 +197,11 @@ class Deployment:
             env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def close(self) -> None:
-        for proc in [*self.procs, *self.models]:
+        procs: list[subprocess.Popen[bytes] | subprocess.Popen[str]] = [*self.procs,
+                                                                          *self.models]
+        for proc in procs:
             proc.terminate()
-        for proc in [*self.procs, *self.models]:
+        for proc in procs:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -212,11 +213,11 @@ class Deployment:
 
 # -- the client process ------------------------------------------------------------------------
 
-async def start_runs(client: Client, model_url: str, n: int, tag: str) -> list[str]:
+async def start_runs(client: Client[Any], model_url: str, n: int, tag: str) -> list[str]:
     models = [f"openai/{m}@{model_url}" for m in "abc"]
     started = await asyncio.gather(*(client.call_tool(
         "run_consensus", {"question": f"{tag} q{i}", "models": models}) for i in range(n)))
-    return [str(r.structured_content["session_id"]) for r in started]
+    return [str((r.structured_content or {})["session_id"]) for r in started]
 
 
 async def wait_records(sids: list[str], home: Path) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -297,6 +298,19 @@ if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3]) end
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 """
+# The same for every message a batch holds for one run and claim, at once: one script call
+# (by its SHA1) where each message took one carrying the script's text. The fencing check is
+# the same, made once for the group, and the group is applied atomically: as if its messages
+# had been written one after the other before any newer claim, which one-by-one writes may
+# also do. The status stored is the group's last (each would have replaced the one before);
+# every message is published, in order.
+_PUBLISH_MANY = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') > tonumber(ARGV[1]) then return 0 end
+if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3]) end
+for i = 5, #ARGV do redis.call('PUBLISH', ARGV[4], ARGV[i]) end
+return 1
+"""
+_PUBLISH_MANY_SHA = hashlib.sha1(_PUBLISH_MANY.encode()).hexdigest()
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -448,10 +462,39 @@ class LivePublisher:
                     self._queue.task_done()
 
     async def _write(self, batch: list[tuple[str, str, str, int | None]]) -> None:
+        """Write ``batch`` in one pipeline (see :func:`_entries`), loading the group script
+        and sending those groups again if Redis does not know it (a restart, ``SCRIPT
+        FLUSH``)."""
+        from redis.exceptions import NoScriptError
+
+        entries = _entries(batch)
         async with self.redis.pipeline(transaction=False) as pipe:
-            for session_id, kind, body, fence in batch:
-                _put(pipe, self.config, session_id, kind, body, fence)
-            await pipe.execute()
+            for entry in entries:
+                self._put(pipe, entry)
+            results = await pipe.execute(raise_on_error=False)
+        # An unfenced message takes two commands at most (a status: SET, PUBLISH); a group one.
+        if any(isinstance(result, NoScriptError) for result in results):
+            await self.redis.script_load(_PUBLISH_MANY)
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for entry in entries:
+                    if isinstance(entry, _Group):
+                        self._put(pipe, entry)
+                results = [*(r for r in results if not isinstance(r, NoScriptError)),
+                           *await pipe.execute(raise_on_error=False)]
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+
+    def _put(self, pipe: Any, entry: _Group | tuple[str, str, str]) -> None:
+        if not isinstance(entry, _Group):
+            _put(pipe, self.config, *entry, None)
+            return
+        statuses = [body for kind, body in entry.messages if kind == "status"]
+        pipe.evalsha(_PUBLISH_MANY_SHA, 2, self.config.key("fence", entry.session_id),
+                     self.config.key("status", entry.session_id), str(entry.fence),
+                     statuses[-1] if statuses else "", str(STATUS_TTL_S),
+                     self.config.live_channel,
+                     *(_message(entry.session_id, kind, body) for kind, body in entry.messages))
 
 
 def _latest_drafts(batch: list[tuple[str, str, str, int | None]]
@@ -461,6 +504,36 @@ def _latest_drafts(batch: list[tuple[str, str, str, int | None]]
     last = {item[0]: i for i, item in enumerate(batch) if item[1] == "drafts"}
     return [item for i, item in enumerate(batch)
             if item[1] != "drafts" or last[item[0]] == i]
+
+
+@dataclass
+class _Group:
+    """One run's messages of a batch under one claim, written by one script call."""
+
+    session_id: str
+    fence: int
+    messages: list[tuple[str, str]]  # (kind, body), in the order they were queued
+
+
+def _entries(batch: list[tuple[str, str, str, int | None]]
+             ) -> list[_Group | tuple[str, str, str]]:
+    """``batch`` as pipeline entries: each unfenced message alone, and the fenced messages of
+    one run and claim together, as a :class:`_Group` at the place of its first. Each run's
+    messages keep the order they were queued in (an unfenced one ends its run's group, so a
+    fenced one after it starts another); across runs, order means nothing to a reader."""
+    entries: list[_Group | tuple[str, str, str]] = []
+    open_groups: dict[str, _Group] = {}
+    for session_id, kind, body, fence in batch:
+        group = open_groups.get(session_id)
+        if fence is None:
+            open_groups.pop(session_id, None)
+            entries.append((session_id, kind, body))
+        elif group is not None and group.fence == fence:
+            group.messages.append((kind, body))
+        else:
+            open_groups[session_id] = _Group(session_id, fence, [(kind, body)])
+            entries.append(open_groups[session_id])
+    return entries
 
 
 # -- following the pool ----------------------------------------------------------------------
