@@ -109,9 +109,8 @@ class Deployment:
     """Redis, the model server(s), the workers and the front ends, each its own process."""
 
     def __init__(self, folder: Path, workers: int, front_ends: int, *, latency_s: float,
-                 model_servers: int = 1, tasks: bool = False) -> None:
+                 model_servers: int = 1) -> None:
         self.folder = folder
-        self.tasks = tasks
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         subprocess.run(["redis-server", "--port", str(self.port), "--save", "",
@@ -192,8 +191,7 @@ class Deployment:
         return subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--as-client",
              self.fronts[index % len(self.fronts)],
-             self.model_urls[index % len(self.model_urls)], str(count), str(self.home),
-             "tasks" if self.tasks else "plain"],
+             self.model_urls[index % len(self.model_urls)], str(count), str(self.home)],
             env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def close(self) -> None:
@@ -232,18 +230,8 @@ async def wait_records(sids: list[str], home: Path) -> None:
             await asyncio.sleep(0.02)
 
 
-class PlainClient(Client):  # type: ignore[type-arg]
-    """An MCP client that does not ask for MCP tasks, as most hosts: run_consensus returns
-    the session id at once. (A fastmcp Client asks for a task on every call of a
-    task-capable tool, and its call_tool then polls tasks/get until the run ends, while the
-    front end follows the run for the task.)"""
-
-    _auto_internal_extensions = False
-
-
-async def client_main(front: str, model_url: str, count: int, home: Path, tasks: bool
-                      ) -> None:
-    async with (Client if tasks else PlainClient)(f"{front}/mcp") as client:
+async def client_main(front: str, model_url: str, count: int, home: Path) -> None:
+    async with Client(f"{front}/mcp") as client:
         await client.list_tools()
         print("ready", flush=True)
         command = await asyncio.to_thread(sys.stdin.readline)
@@ -300,10 +288,10 @@ def run_clients(pool: Deployment, sessions: int, clients: int
 
 
 def throughput(workers: int, front_ends: int, latency_s: float, sessions: int, clients: int,
-               model_servers: int, tasks: bool) -> float:
+               model_servers: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         pool = Deployment(Path(tmp), workers, front_ends, latency_s=latency_s,
-                          model_servers=model_servers, tasks=tasks)
+                          model_servers=model_servers)
         try:
             # Warm: litellm loaded and a run done in every worker, every front end used.
             run_clients(pool, 3 * max(workers, front_ends), front_ends)
@@ -355,8 +343,8 @@ def counts(text: str) -> list[int]:
 
 def main() -> None:
     if sys.argv[1:2] == ["--as-client"]:
-        front, model_url, count, home, mode = sys.argv[2:7]
-        asyncio.run(client_main(front, model_url, int(count), Path(home), mode == "tasks"))
+        front, model_url, count, home = sys.argv[2:6]
+        asyncio.run(client_main(front, model_url, int(count), Path(home)))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=100, help="runs per timed window")
@@ -367,9 +355,6 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=0,
                         help="client processes (default: one per front end)")
     parser.add_argument("--model-servers", type=int, default=1)
-    parser.add_argument("--tasks", action="store_true",
-                        help="clients ask for MCP tasks (a fastmcp Client's default): the "
-                             "front end then follows each run for its task")
     parser.add_argument("--status", type=int, default=200, metavar="N",
                         help="get_status latency with N in flight (0: skip)")
     args = parser.parse_args()
@@ -381,8 +366,7 @@ def main() -> None:
             rates = []
             for workers in args.workers:
                 rates.append(throughput(workers, front_ends, latency, args.sessions,
-                                        args.clients or front_ends, args.model_servers,
-                                        args.tasks))
+                                        args.clients or front_ends, args.model_servers))
             if len(rates) > 1:
                 print(f"{'':>8} scaling vs {args.workers[0]} worker(s): " + ", ".join(
                     f"{w}: {r / rates[0]:.2f}x" for w, r in zip(args.workers, rates,
