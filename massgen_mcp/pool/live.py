@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -299,7 +298,7 @@ redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 """
 # The same for every message a batch holds for one run and claim, at once: one script call
-# (by its SHA1) where each message took one carrying the script's text. The fencing check is
+# where each message took one (a run's step is an event and a status, often more). The check is
 # the same, made once for the group, and the group is applied atomically: as if its messages
 # had been written one after the other before any newer claim, which one-by-one writes may
 # also do. The status stored is the group's last (each would have replaced the one before);
@@ -310,7 +309,6 @@ if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3]) end
 for i = 5, #ARGV do redis.call('PUBLISH', ARGV[4], ARGV[i]) end
 return 1
 """
-_PUBLISH_MANY_SHA = hashlib.sha1(_PUBLISH_MANY.encode()).hexdigest()
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -462,35 +460,18 @@ class LivePublisher:
                     self._queue.task_done()
 
     async def _write(self, batch: list[tuple[str, str, str, int | None]]) -> None:
-        """Write ``batch`` in one pipeline (see :func:`_entries`), loading the group script
-        and sending those groups again if Redis does not know it (a restart, ``SCRIPT
-        FLUSH``)."""
-        from redis.exceptions import NoScriptError
-
-        entries = _entries(batch)
+        """Write ``batch`` in one pipeline (see :func:`_entries`)."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for entry in entries:
+            for entry in _entries(batch):
                 self._put(pipe, entry)
-            results = await pipe.execute(raise_on_error=False)
-        # An unfenced message takes two commands at most (a status: SET, PUBLISH); a group one.
-        if any(isinstance(result, NoScriptError) for result in results):
-            await self.redis.script_load(_PUBLISH_MANY)
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for entry in entries:
-                    if isinstance(entry, _Group):
-                        self._put(pipe, entry)
-                results = [*(r for r in results if not isinstance(r, NoScriptError)),
-                           *await pipe.execute(raise_on_error=False)]
-        for result in results:
-            if isinstance(result, Exception):
-                raise result
+            await pipe.execute()
 
     def _put(self, pipe: Any, entry: _Group | tuple[str, str, str]) -> None:
         if not isinstance(entry, _Group):
             _put(pipe, self.config, *entry, None)
             return
         statuses = [body for kind, body in entry.messages if kind == "status"]
-        pipe.evalsha(_PUBLISH_MANY_SHA, 2, self.config.key("fence", entry.session_id),
+        pipe.eval(_PUBLISH_MANY, 2, self.config.key("fence", entry.session_id),
                      self.config.key("status", entry.session_id), str(entry.fence),
                      statuses[-1] if statuses else "", str(STATUS_TTL_S),
                      self.config.live_channel,
