@@ -472,10 +472,10 @@ class LivePublisher:
             return
         statuses = [body for kind, body in entry.messages if kind == "status"]
         pipe.eval(_PUBLISH_MANY, 2, self.config.key("fence", entry.session_id),
-                     self.config.key("status", entry.session_id), str(entry.fence),
-                     statuses[-1] if statuses else "", str(STATUS_TTL_S),
-                     self.config.live_channel,
-                     *(_message(entry.session_id, kind, body) for kind, body in entry.messages))
+                  self.config.key("status", entry.session_id), str(entry.fence),
+                  statuses[-1] if statuses else "", str(STATUS_TTL_S),
+                  self.config.live_channel,
+                  *(_message(entry.session_id, kind, body) for kind, body in entry.messages))
 
 
 def _latest_drafts(batch: list[tuple[str, str, str, int | None]]
