@@ -297,6 +297,18 @@ if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3]) end
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 """
+# The same for every message a batch holds for one run and claim, at once: one script call
+# where each message took one (a run's step is an event and a status, often more). The check is
+# the same, made once for the group, and the group is applied atomically: as if its messages
+# had been written one after the other before any newer claim, which one-by-one writes may
+# also do. The status stored is the group's last (each would have replaced the one before);
+# every message is published, in order.
+_PUBLISH_MANY = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') > tonumber(ARGV[1]) then return 0 end
+if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3]) end
+for i = 5, #ARGV do redis.call('PUBLISH', ARGV[4], ARGV[i]) end
+return 1
+"""
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -448,10 +460,22 @@ class LivePublisher:
                     self._queue.task_done()
 
     async def _write(self, batch: list[tuple[str, str, str, int | None]]) -> None:
+        """Write ``batch`` in one pipeline (see :func:`_entries`)."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            for session_id, kind, body, fence in batch:
-                _put(pipe, self.config, session_id, kind, body, fence)
+            for entry in _entries(batch):
+                self._put(pipe, entry)
             await pipe.execute()
+
+    def _put(self, pipe: Any, entry: _Group | tuple[str, str, str]) -> None:
+        if not isinstance(entry, _Group):
+            _put(pipe, self.config, *entry, None)
+            return
+        statuses = [body for kind, body in entry.messages if kind == "status"]
+        pipe.eval(_PUBLISH_MANY, 2, self.config.key("fence", entry.session_id),
+                  self.config.key("status", entry.session_id), str(entry.fence),
+                  statuses[-1] if statuses else "", str(STATUS_TTL_S),
+                  self.config.live_channel,
+                  *(_message(entry.session_id, kind, body) for kind, body in entry.messages))
 
 
 def _latest_drafts(batch: list[tuple[str, str, str, int | None]]
@@ -461,6 +485,36 @@ def _latest_drafts(batch: list[tuple[str, str, str, int | None]]
     last = {item[0]: i for i, item in enumerate(batch) if item[1] == "drafts"}
     return [item for i, item in enumerate(batch)
             if item[1] != "drafts" or last[item[0]] == i]
+
+
+@dataclass
+class _Group:
+    """One run's messages of a batch under one claim, written by one script call."""
+
+    session_id: str
+    fence: int
+    messages: list[tuple[str, str]]  # (kind, body), in the order they were queued
+
+
+def _entries(batch: list[tuple[str, str, str, int | None]]
+             ) -> list[_Group | tuple[str, str, str]]:
+    """``batch`` as pipeline entries: each unfenced message alone, and the fenced messages of
+    one run and claim together, as a :class:`_Group` at the place of its first. Each run's
+    messages keep the order they were queued in (an unfenced one ends its run's group, so a
+    fenced one after it starts another); across runs, order means nothing to a reader."""
+    entries: list[_Group | tuple[str, str, str]] = []
+    open_groups: dict[str, _Group] = {}
+    for session_id, kind, body, fence in batch:
+        group = open_groups.get(session_id)
+        if fence is None:
+            open_groups.pop(session_id, None)
+            entries.append((session_id, kind, body))
+        elif group is not None and group.fence == fence:
+            group.messages.append((kind, body))
+        else:
+            open_groups[session_id] = _Group(session_id, fence, [(kind, body)])
+            entries.append(open_groups[session_id])
+    return entries
 
 
 # -- following the pool ----------------------------------------------------------------------

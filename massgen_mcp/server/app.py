@@ -44,6 +44,7 @@ from massgen_mcp.server import tools
 from massgen_mcp.server.handshake import INSTRUCTIONS
 from massgen_mcp.server.pages import add_health_route, add_live_pages
 from massgen_mcp.server.record_reads import read_off_loop
+from massgen_mcp.server.schemas import serve_input_schemas
 from massgen_mcp.server.session_view import VIEW_URI, view_html
 from massgen_mcp.server.texts import readable
 from massgen_mcp.server.views import Detail, Until
@@ -193,6 +194,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
         add_openai_routes(mcp, token, running_service, owned[0])
     _add_tools(mcp, task_config)
     _add_resources(mcp)
+    serve_input_schemas(mcp)
     return mcp
 
 
