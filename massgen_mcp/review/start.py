@@ -10,7 +10,7 @@ server's workspace (the client's root) is *confined*: its caller is a model, who
 arguments may come from whatever it read. Then the repository must be the workspace itself
 (a workspace inside a larger repository would have the team read the files around it), and
 ``paths`` are relative and stay inside it; a patch's own paths are checked by
-:func:`~massgen_mcp.review.changes.check_patch_paths` for every face.
+:func:`~massgen_mcp.review.patch.check_patch_paths` for every face.
 """
 
 from __future__ import annotations

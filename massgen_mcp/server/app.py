@@ -37,7 +37,7 @@ from massgen_mcp.core.spec import (
     RunSpec,
     format_validation_error,
 )
-from massgen_mcp.review.changes import MAX_DIFF_BYTES
+from massgen_mcp.review.diff import MAX_DIFF_BYTES
 from massgen_mcp.review.request import MAX_FOCUS_CHARS
 from massgen_mcp.review.start import ChangeToReview
 from massgen_mcp.server import tools
