@@ -23,6 +23,7 @@ from massgen_mcp._version import __version__
 from massgen_mcp.consensus.prompts import escape_earlier
 from massgen_mcp.consensus.steering import MAX_NOTE_CHARS as MAX_NOTE_CHARS  # for faces
 from massgen_mcp.consensus.steering import clean_note
+from massgen_mcp.core.agent import PROVIDER_KEY_ENV
 from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import (
     ConfigError,
@@ -33,6 +34,7 @@ from massgen_mcp.core.errors import (
     refusal_error,
     resume_hint,
 )
+from massgen_mcp.core.options import MAX_AGENTS, RunOptions
 from massgen_mcp.core.outcomes import ReviewTarget
 from massgen_mcp.core.records import (
     ConfigFile,
@@ -47,15 +49,7 @@ from massgen_mcp.core.records import (
     StatusRecord,
 )
 from massgen_mcp.core.secrets import redact
-from massgen_mcp.core.spec import (
-    MAX_AGENTS,
-    MAX_CONTEXT_CHARS,
-    PROVIDER_KEY_ENV,
-    RunOptions,
-    RunSpec,
-    TeamConfig,
-    check_question,
-)
+from massgen_mcp.core.spec import MAX_CONTEXT_CHARS, RunSpec, TeamConfig, check_question
 from massgen_mcp.executors.local import local_executor
 from massgen_mcp.executors.seam import (
     EventListener,

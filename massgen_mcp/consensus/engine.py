@@ -45,6 +45,7 @@ from massgen_mcp.consensus.replay import RunRequest
 from massgen_mcp.consensus.snapshot import Recorder
 from massgen_mcp.consensus.state import Answer, View
 from massgen_mcp.consensus.steering import NoteGate, clean_note
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ProviderError, RecordWriteError, SteerRefusedError
 from massgen_mcp.core.records import (
     PREVIEW_CHARS,
@@ -57,7 +58,6 @@ from massgen_mcp.core.records import (
     RunStatus,
 )
 from massgen_mcp.core.secrets import redact
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion, Provider, complete_with_retries
 
 log = logging.getLogger(__name__)

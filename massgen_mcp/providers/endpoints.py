@@ -40,9 +40,9 @@ import ssl
 import time
 from urllib.parse import urlsplit
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.secrets import redact
-from massgen_mcp.core.spec import AgentSpec
 
 PROBE_TIMEOUT_S = 5.0
 HTML_PROBE_S = 2.0  # a server slow to say what it is gets the benefit of the doubt

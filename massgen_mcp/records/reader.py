@@ -37,6 +37,7 @@ from massgen_mcp.core.files import (
     read_bytes_safely,
     read_text_safely,
 )
+from massgen_mcp.core.options import NO_ROLE
 from massgen_mcp.core.records import (
     Event,
     RequestRecord,
@@ -46,7 +47,6 @@ from massgen_mcp.core.records import (
     VersionedRecord,
 )
 from massgen_mcp.core.secrets import redact_data
-from massgen_mcp.core.spec import NO_ROLE
 from massgen_mcp.records.ids import check_session_id
 from massgen_mcp.records.liveness import as_seen
 

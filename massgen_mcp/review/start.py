@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import Severity
-from massgen_mcp.core.spec import RunOptions
 from massgen_mcp.review.changes import Changes, collect, repository
 from massgen_mcp.review.request import review_estimate, review_spec, tools_withheld
 from massgen_mcp.service import ConsensusService, StartedRun
