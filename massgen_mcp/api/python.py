@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import Severity
-from massgen_mcp.core.records import ResultRecord, StatusRecord
+from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.spec import RunSpec, format_validation_error
 from massgen_mcp.review.start import ChangeToReview, start_review
 from massgen_mcp.service import ConsensusService

@@ -32,7 +32,7 @@ from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.spec import RunSpec, format_validation_error
 
 if TYPE_CHECKING:
-    from massgen_mcp.core.records import StatusRecord
+    from massgen_mcp.core.run_state import StatusRecord
     from massgen_mcp.evaluation.records import QuestionRow
 
 BASELINES = ("members", "majority", "self-consistency", "ceiling")

@@ -54,9 +54,9 @@ from massgen_mcp.core.records import (
     EventType,
     FinishReason,
     Phase,
-    ResultRecord,
     RunStatus,
 )
+from massgen_mcp.core.run_state import ResultRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.providers.base import CallContext, Completion, Provider, complete_with_retries
 

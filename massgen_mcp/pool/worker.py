@@ -46,7 +46,8 @@ from redis.exceptions import RedisError
 
 from massgen_mcp.core import portable
 from massgen_mcp.core.errors import MassgenError, SessionStateError
-from massgen_mcp.core.records import Draft, FinishReason, RunStatus
+from massgen_mcp.core.records import FinishReason, RunStatus
+from massgen_mcp.core.run_state import Draft
 from massgen_mcp.executors.host import LiveRun, RunHost
 from massgen_mcp.executors.notes import MAX_REPLY_CHARS, NoteReply
 from massgen_mcp.executors.seam import recorded_team

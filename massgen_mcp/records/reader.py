@@ -38,14 +38,8 @@ from massgen_mcp.core.files import (
     read_text_safely,
 )
 from massgen_mcp.core.options import NO_ROLE
-from massgen_mcp.core.records import (
-    Event,
-    RequestRecord,
-    ResultRecord,
-    SessionRecord,
-    StatusRecord,
-    VersionedRecord,
-)
+from massgen_mcp.core.records import Event, RequestRecord, VersionedRecord
+from massgen_mcp.core.run_state import ResultRecord, SessionRecord, StatusRecord
 from massgen_mcp.core.secrets import redact_data
 from massgen_mcp.records.ids import check_session_id
 from massgen_mcp.records.liveness import as_seen

@@ -54,15 +54,8 @@ from massgen_mcp.core.files import (
     make_folders,
     replace_file,
 )
-from massgen_mcp.core.records import (
-    Event,
-    EventType,
-    Phase,
-    RequestRecord,
-    RunStatus,
-    SessionRecord,
-    SessionSummary,
-)
+from massgen_mcp.core.records import Event, EventType, Phase, RequestRecord, RunStatus
+from massgen_mcp.core.run_state import SessionRecord, SessionSummary
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.records.ids import ID_PREFIX, SESSION_ID, check_session_id, session_time
 from massgen_mcp.records.liveness import ended, held_by_lease, lock_state

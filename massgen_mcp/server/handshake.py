@@ -69,7 +69,8 @@ def request_id(value: object) -> str | int | None:
 # (a checkout being worked on) turns the early replies off instead of sending stale ones.
 SURFACE_SOURCES = ("server/app.py", "server/views.py", "server/session_view.py",
                    "core/spec.py", "core/options.py", "core/agent.py", "core/records.py",
-                   "service/__init__.py", "service/setup.py", "_version.py")
+                   "core/run_state.py", "service/__init__.py", "service/setup.py",
+                   "_version.py")
 
 
 def fingerprint() -> str:

@@ -23,7 +23,8 @@ from fastmcp.exceptions import ToolError
 from massgen_mcp.core.errors import MassgenError, RunNotFinishedError, SessionNotFoundError
 from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import Severity
-from massgen_mcp.core.records import RunStatus, StatusRecord
+from massgen_mcp.core.records import RunStatus
+from massgen_mcp.core.run_state import StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import RunSpec

@@ -31,15 +31,8 @@ from massgen_mcp.core.errors import (
 )
 from massgen_mcp.core.options import MAX_AGENTS, RunOptions
 from massgen_mcp.core.outcomes import ReviewTarget
-from massgen_mcp.core.records import (
-    ConfigFile,
-    EventType,
-    Phase,
-    ResultRecord,
-    RunKind,
-    RunStatus,
-    StatusRecord,
-)
+from massgen_mcp.core.records import ConfigFile, EventType, Phase, RunKind, RunStatus
+from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import MAX_CONTEXT_CHARS, RunSpec, TeamConfig, check_question
 from massgen_mcp.executors.local import local_executor

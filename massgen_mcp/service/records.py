@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 
 from massgen_mcp.core.errors import MassgenError, SessionNotFoundError
-from massgen_mcp.core.records import Event, RunKind, RunStatus, SessionRecord, SessionSummary
+from massgen_mcp.core.records import Event, RunKind, RunStatus
+from massgen_mcp.core.run_state import SessionRecord, SessionSummary
 from massgen_mcp.records.ids import check_session_id
 from massgen_mcp.records.store import LATEST, SessionStore
 
