@@ -713,7 +713,7 @@ def bench_streaming(quick: bool) -> dict[str, Any]:
     runs in this process: its share is in the CPU."""
     from massgen_mcp.consensus.prompts import workflow_tools
     from massgen_mcp.consensus.state import View
-    from massgen_mcp.core.spec import AgentSpec
+    from massgen_mcp.core.agent import AgentSpec
     from massgen_mcp.providers.base import CallContext
     from massgen_mcp.testing.scripted import text
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from massgen_mcp.core.records import ResultRecord
+from massgen_mcp.core.run_state import ResultRecord
 from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter

@@ -62,7 +62,7 @@ def stand_in_claude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder: Pat
 
 
 async def call_claude() -> str | None:
-    from massgen_mcp.core.spec import AgentSpec
+    from massgen_mcp.core.agent import AgentSpec
     from massgen_mcp.providers.cli.provider import CliProvider
 
     completion = await CliProvider().complete(

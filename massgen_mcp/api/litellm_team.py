@@ -25,7 +25,7 @@ from massgen_mcp.api.team_names import (
     team_config,
     usage_counts,
 )
-from massgen_mcp.core.records import ResultRecord
+from massgen_mcp.core.run_state import ResultRecord
 
 PROVIDER = "massgen"
 

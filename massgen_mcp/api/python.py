@@ -21,9 +21,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import Severity
-from massgen_mcp.core.records import ResultRecord, StatusRecord
-from massgen_mcp.core.spec import RunOptions, RunSpec, format_validation_error
+from massgen_mcp.core.run_state import ResultRecord, StatusRecord
+from massgen_mcp.core.spec import RunSpec, format_validation_error
 from massgen_mcp.review.start import ChangeToReview, start_review
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.team.context_files import Workspace

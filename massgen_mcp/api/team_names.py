@@ -15,7 +15,7 @@ from typing import Any
 
 from massgen_mcp.core.env import user_config_dir
 from massgen_mcp.core.errors import ConfigError, UnknownTeamError
-from massgen_mcp.core.records import ResultRecord
+from massgen_mcp.core.run_state import ResultRecord
 
 DEFAULT_TEAM = "massgen"
 _NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}")

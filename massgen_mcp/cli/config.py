@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from massgen_mcp.core.spec import ROLE_NAMES, missing_credentials
+    from massgen_mcp.core.options import ROLE_NAMES
     from massgen_mcp.providers.endpoints import unreachable
+    from massgen_mcp.providers.preflight import missing_credentials
     from massgen_mcp.team.consent import risks
     from massgen_mcp.team.massgen_yaml import read_config_file
     from massgen_mcp.team.presets import resolve_config_path

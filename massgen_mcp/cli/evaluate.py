@@ -28,10 +28,11 @@ from massgen_mcp.cli import flags
 from massgen_mcp.cli.live import fit
 from massgen_mcp.cli.output import EXIT_CANCELLED, EXIT_OK, err, say
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.spec import RunOptions, RunSpec, format_validation_error
+from massgen_mcp.core.options import RunOptions
+from massgen_mcp.core.spec import RunSpec, format_validation_error
 
 if TYPE_CHECKING:
-    from massgen_mcp.core.records import StatusRecord
+    from massgen_mcp.core.run_state import StatusRecord
     from massgen_mcp.evaluation.records import QuestionRow
 
 BASELINES = ("members", "majority", "self-consistency", "ceiling")

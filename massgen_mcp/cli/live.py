@@ -23,7 +23,8 @@ from collections.abc import AsyncIterator
 from typing import TextIO
 
 from massgen_mcp.core.edges import terminal_safe
-from massgen_mcp.core.records import AgentStatus, CallPurpose, Event, StatusRecord
+from massgen_mcp.core.records import CallPurpose, Event
+from massgen_mcp.core.run_state import AgentStatus, StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.render.text import describe_event
 

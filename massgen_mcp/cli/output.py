@@ -37,7 +37,8 @@ import sys
 from typing import NoReturn
 
 from massgen_mcp.core.outcomes import Verdict
-from massgen_mcp.core.records import ResultRecord, RunStatus
+from massgen_mcp.core.records import RunStatus
+from massgen_mcp.core.run_state import ResultRecord
 
 EXIT_OK, EXIT_INPUT, EXIT_EXECUTION, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3, 4
 EXIT_USAGE = 5  # the command line itself is wrong (argparse's own 2 would read as execution)

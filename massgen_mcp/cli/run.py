@@ -32,9 +32,11 @@ from massgen_mcp.cli.output import (
 )
 from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.records import Event, ResultRecord, RunStatus
+from massgen_mcp.core.options import RunOptions
+from massgen_mcp.core.records import Event, RunStatus
+from massgen_mcp.core.run_state import ResultRecord
 from massgen_mcp.core.secrets import redact
-from massgen_mcp.core.spec import RunOptions, RunSpec, check_question, format_validation_error
+from massgen_mcp.core.spec import RunSpec, check_question, format_validation_error
 
 if TYPE_CHECKING:
     from massgen_mcp.service import ConsensusService, StartedRun

@@ -14,7 +14,7 @@ from massgen_mcp.cli.output import EXIT_CANCELLED, EXIT_INPUT, EXIT_OK, err, say
 from massgen_mcp.core.errors import ConfigError, PoolUnavailableError
 
 if TYPE_CHECKING:
-    from massgen_mcp.service import SetupView
+    from massgen_mcp.service.setup import SetupView
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from massgen_mcp.core.records import Usage
-from massgen_mcp.core.spec import RunOptions
+from massgen_mcp.core.options import RunOptions
+from massgen_mcp.core.run_state import Usage
 from massgen_mcp.providers.base import MAX_CALL_TOKENS, Completion
 
 

@@ -19,14 +19,8 @@ from massgen_mcp.consensus.replay import progress_of
 from massgen_mcp.consensus.run import RunRequest
 from massgen_mcp.consensus.snapshot import Recorder, result_record, status_record, timeline_of
 from massgen_mcp.core.errors import RecordWriteError
-from massgen_mcp.core.records import (
-    EventType,
-    FinishReason,
-    Phase,
-    ResultRecord,
-    RunStatus,
-    StatusRecord,
-)
+from massgen_mcp.core.records import EventType, FinishReason, Phase, RunStatus
+from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 
 if TYPE_CHECKING:
     from massgen_mcp.consensus.evidence import Evidence

@@ -24,7 +24,8 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from massgen_mcp.core.records import CallPurpose, Draft
+from massgen_mcp.core.records import CallPurpose
+from massgen_mcp.core.run_state import Draft
 from massgen_mcp.core.secrets import redact_excerpt
 
 DRAFT_CHARS = 400  # what a draft shows: the last few hundred characters

@@ -45,6 +45,7 @@ from massgen_mcp.consensus.run import RunRequest
 from massgen_mcp.consensus.snapshot import Recorder
 from massgen_mcp.consensus.state import Answer, View
 from massgen_mcp.consensus.steering import NoteGate, clean_note
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ProviderError, RecordWriteError, SteerRefusedError
 from massgen_mcp.core.records import (
     PREVIEW_CHARS,
@@ -53,11 +54,10 @@ from massgen_mcp.core.records import (
     EventType,
     FinishReason,
     Phase,
-    ResultRecord,
     RunStatus,
 )
+from massgen_mcp.core.run_state import ResultRecord
 from massgen_mcp.core.secrets import redact
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion, Provider, complete_with_retries
 
 log = logging.getLogger(__name__)

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from massgen_mcp.consensus.run import Progress, RunRequest
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.edges import UnsafeJson, load_json
 from massgen_mcp.core.records import EventType, clip
 from massgen_mcp.core.secrets import redact
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import Completion, ToolCall
 from massgen_mcp.tools.mcp_servers import PREFIX as MCP_PREFIX
 from massgen_mcp.tools.mcp_servers import McpToolbox

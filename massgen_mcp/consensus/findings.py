@@ -46,12 +46,8 @@ from massgen_mcp.core.outcomes import (
     Verdict,
     dissent_of,
 )
-from massgen_mcp.core.records import (
-    AgentPhase,
-    AgentResult,
-    AnswerRecord,
-    VoteRecord,
-)
+from massgen_mcp.core.records import AgentPhase
+from massgen_mcp.core.run_state import AgentResult, AnswerRecord, VoteRecord
 
 MAX_FINDINGS = 50  # per review: a longer list is a dump, not a review
 MAX_REJECTS = 50

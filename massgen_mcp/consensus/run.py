@@ -12,13 +12,14 @@ from pathlib import Path
 
 from massgen_mcp.consensus.accounting import UsageMeter
 from massgen_mcp.consensus.state import Coordination
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.outcomes import ReviewTarget
 from massgen_mcp.core.records import (
     Event,
     EventType,
     RequestRecord,
 )
-from massgen_mcp.core.spec import AgentSpec, TeamConfig
+from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers.base import Completion
 
 

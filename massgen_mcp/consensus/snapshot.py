@@ -22,22 +22,24 @@ from massgen_mcp.core.errors import RecordWriteError
 from massgen_mcp.core.outcomes import ReviewTarget
 from massgen_mcp.core.records import (
     PREVIEW_CHARS,
+    Event,
+    EventType,
+    FinishReason,
+    Phase,
+    RunStatus,
+    clip,
+)
+from massgen_mcp.core.run_state import (
     AgentResult,
     AgentStatus,
     AnswerRecord,
     AnswerRef,
     Draft,
-    Event,
-    EventType,
-    FinishReason,
-    Phase,
     ResultRecord,
-    RunStatus,
     StatusRecord,
     VoteRecord,
     VoteRef,
     Winner,
-    clip,
 )
 from massgen_mcp.render.review import as_markdown
 

@@ -1,11 +1,11 @@
 """Which provider serves a model string, the one answer every check and every call uses.
 
 A model string names its provider (``openai/gpt-4o``), or is a bare name litellm looks up in
-its own model map (``gpt-4o``: OpenAI, ``claude-haiku-4-5``: Anthropic). The key check before a
-run (:func:`massgen_mcp.core.spec.missing_credentials`), the consent of who receives the data,
-the per-provider bound and the call itself all ask :func:`bare_provider` through
-:attr:`~massgen_mcp.core.spec.AgentSpec.provider`, so a bare name is checked exactly as its
-prefixed spelling is, and goes where it was checked.
+its own model map (``gpt-4o``: OpenAI, ``claude-haiku-4-5``: Anthropic). The key check
+before a run (:func:`massgen_mcp.providers.preflight.missing_credentials`), the consent of
+who receives the data, the per-provider bound and the call itself all ask
+:func:`bare_provider` through :attr:`~massgen_mcp.core.agent.AgentSpec.provider`, so a bare
+name is checked exactly as its prefixed spelling is, and goes where it was checked.
 
 One deliberate difference from litellm: a bare ``gemini-*`` goes to Gemini's API (a
 ``GEMINI_API_KEY``), as its prefixed spelling ``gemini/...`` does, not to Vertex AI, which

@@ -3,7 +3,7 @@
 one rule both use to name the dissent (:func:`dissent_of`).
 
 They live apart from :mod:`massgen_mcp.core.records` so that the run's own records stay
-one idea (what a run did); :class:`~massgen_mcp.core.records.ResultRecord` holds these.
+one idea (what a run did); :class:`~massgen_mcp.core.run_state.ResultRecord` holds these.
 """
 
 from __future__ import annotations

@@ -29,8 +29,10 @@ from pydantic import ValidationError
 from massgen_mcp.api.python import follow
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import replace_file
-from massgen_mcp.core.records import AgentPhase, RunKind, RunStatus, StatusRecord, clip
-from massgen_mcp.core.spec import MAX_AGENTS, RunSpec, validation_problems
+from massgen_mcp.core.options import MAX_AGENTS
+from massgen_mcp.core.records import AgentPhase, RunKind, RunStatus, clip
+from massgen_mcp.core.run_state import StatusRecord
+from massgen_mcp.core.spec import RunSpec, validation_problems
 from massgen_mcp.evaluation.answers import expected_answer, is_correct, normalise
 from massgen_mcp.evaluation.datasets import Item
 from massgen_mcp.evaluation.records import MAX_SAMPLES, BestMember, Method, QuestionRow

@@ -27,13 +27,8 @@ from massgen_mcp.consensus.engine import ConsensusRun
 from massgen_mcp.consensus.run import RunRequest
 from massgen_mcp.core.errors import ConfigError, RecordWriteError, SessionStateError
 from massgen_mcp.core.outcomes import ReviewTarget
-from massgen_mcp.core.records import (
-    ConfigFile,
-    Event,
-    ResultRecord,
-    RunKind,
-    StatusRecord,
-)
+from massgen_mcp.core.records import ConfigFile, Event, RunKind
+from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.executors.seam import (
     DraftsListener,

@@ -19,7 +19,8 @@ from pathlib import Path
 from massgen_mcp.consensus import snapshot
 from massgen_mcp.consensus.steering import not_running
 from massgen_mcp.core.errors import Refusal, SteerRefusedError
-from massgen_mcp.core.records import ResultRecord, RunStatus, StatusRecord
+from massgen_mcp.core.records import RunStatus
+from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.executors import inbox, notes
 from massgen_mcp.executors.host import LiveRun, RunHost

@@ -18,15 +18,8 @@ from typing import Protocol, TypedDict
 from massgen_mcp.consensus.run import Prior, RunRequest
 from massgen_mcp.core.errors import Refusal, SessionStateError
 from massgen_mcp.core.outcomes import ReviewTarget
-from massgen_mcp.core.records import (
-    ConfigFile,
-    Draft,
-    Event,
-    RequestRecord,
-    ResultRecord,
-    RunKind,
-    StatusRecord,
-)
+from massgen_mcp.core.records import ConfigFile, Event, RequestRecord, RunKind
+from massgen_mcp.core.run_state import Draft, ResultRecord, StatusRecord
 from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.executors.waiting import StatusCallback
 from massgen_mcp.records.recorder import EventHook, FileRecorder, StatusHook

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from massgen_mcp.core.records import StatusRecord
+from massgen_mcp.core.run_state import StatusRecord
 
 StatusCallback = Callable[[StatusRecord], Awaitable[None]]
 # The status now, and whether it can still change where the waiter looks (False: the run

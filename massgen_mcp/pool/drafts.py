@@ -28,8 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from massgen_mcp.consensus.drafts import DRAFT_CHARS
 from massgen_mcp.consensus.snapshot import with_drafts
 from massgen_mcp.core.errors import MassgenError
-from massgen_mcp.core.records import Draft, Phase, StatusRecord
-from massgen_mcp.core.spec import MAX_AGENTS
+from massgen_mcp.core.options import MAX_AGENTS
+from massgen_mcp.core.records import Phase
+from massgen_mcp.core.run_state import Draft, StatusRecord
 from massgen_mcp.records.ids import check_session_id
 
 log = logging.getLogger(__name__)

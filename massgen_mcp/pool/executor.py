@@ -32,16 +32,8 @@ from massgen_mcp.core.errors import (
     SteerRefusedError,
 )
 from massgen_mcp.core.outcomes import ReviewTarget
-from massgen_mcp.core.records import (
-    ConfigFile,
-    Event,
-    FinishReason,
-    Phase,
-    ResultRecord,
-    RunKind,
-    RunStatus,
-    StatusRecord,
-)
+from massgen_mcp.core.records import ConfigFile, Event, FinishReason, Phase, RunKind, RunStatus
+from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import TeamConfig

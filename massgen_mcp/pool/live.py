@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from massgen_mcp.core.errors import ConfigError, PoolUnavailableError
-from massgen_mcp.core.records import Event, StatusRecord
+from massgen_mcp.core.records import Event
+from massgen_mcp.core.run_state import StatusRecord
 from massgen_mcp.core.secrets import mask_url_credentials, register_secret
 
 if TYPE_CHECKING:

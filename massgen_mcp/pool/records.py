@@ -14,7 +14,8 @@ import time
 from massgen_mcp.consensus import snapshot
 from massgen_mcp.consensus.snapshot import queued_status
 from massgen_mcp.core.errors import SessionNotFoundError, SessionStateError
-from massgen_mcp.core.records import FinishReason, RunStatus, StatusRecord
+from massgen_mcp.core.records import FinishReason, RunStatus
+from massgen_mcp.core.run_state import StatusRecord
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.executors.seam import recorded_request
 from massgen_mcp.pool import fencing

@@ -46,8 +46,8 @@ from redis.exceptions import RedisError
 
 from massgen_mcp.core import portable
 from massgen_mcp.core.errors import MassgenError, SessionStateError
-from massgen_mcp.core.records import Draft, FinishReason, RunStatus
-from massgen_mcp.core.spec import missing_credentials
+from massgen_mcp.core.records import FinishReason, RunStatus
+from massgen_mcp.core.run_state import Draft
 from massgen_mcp.executors.host import LiveRun, RunHost
 from massgen_mcp.executors.notes import MAX_REPLY_CHARS, NoteReply
 from massgen_mcp.executors.seam import recorded_team
@@ -57,6 +57,7 @@ from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.pool.records import end_unstarted, pool_unfinished
 from massgen_mcp.pool.steering import SteerRequest
 from massgen_mcp.providers.base import TeamProvider
+from massgen_mcp.providers.preflight import missing_credentials
 from massgen_mcp.records.ids import check_session_id
 from massgen_mcp.records.recorder import RecordRefused
 from massgen_mcp.records.store import SessionStore

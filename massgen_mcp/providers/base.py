@@ -19,9 +19,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, ProviderError, Refusal
 from massgen_mcp.core.secrets import redactor
-from massgen_mcp.core.spec import AgentSpec, TeamConfig
+from massgen_mcp.core.spec import TeamConfig
 
 MAX_RETRY_AFTER_S = 60.0
 # What one call may claim to have used: a count beyond this (or negative, or not a whole

@@ -45,9 +45,9 @@ import ssl
 import time
 from urllib.parse import urlsplit
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.secrets import redact
-from massgen_mcp.core.spec import AgentSpec
 
 PROBE_TIMEOUT_S = 5.0
 NOT_OPENAI = "it answered with an HTML page"

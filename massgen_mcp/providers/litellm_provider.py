@@ -21,10 +21,10 @@ from typing import Any
 
 import httpx
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.loading import loading
 from massgen_mcp.core.secrets import RedactingFormatter, redact
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import (
     CallContext,
     Completion,

@@ -38,9 +38,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.repetition import loop_start, without_loop
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers import local_model
 from massgen_mcp.providers.base import CallContext, Completion, TextListener, ToolCall
 from massgen_mcp.providers.llamacpp_seats import Seats, cores, decode_threads

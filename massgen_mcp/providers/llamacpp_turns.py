@@ -21,8 +21,8 @@ import json
 import re
 from typing import Any
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.edges import UnsafeJson, find_json_object
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers import local_model
 
 MAX_TOKENS = 512  # a turn's cap for a model of the user's own or a pulled one

@@ -33,11 +33,11 @@ from typing import Any
 
 import httpx
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.model_map import cost_of, model_map_read, read_model_map_soon
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import (
     MAX_CALL_TOKENS,
     Completion,

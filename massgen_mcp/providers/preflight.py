@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
+from massgen_mcp.core.agent import PROVIDER_KEY_ENV
 from massgen_mcp.core.errors import Refusal
-from massgen_mcp.core.spec import TeamConfig, missing_credentials
+from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers.cli import catalog
 from massgen_mcp.providers.model_names import model_problem
 
@@ -91,3 +92,24 @@ async def fetch_bundled(team: TeamConfig, progress: Callable[[int, int], None]) 
 
     if local_model.bundled_missing():
         await asyncio.to_thread(local_model.fetch_bundled, progress)
+
+
+def missing_credentials(team: TeamConfig) -> list[str]:
+    """One message per agent whose provider needs a key that is not set."""
+    problems = []
+    for agent in team.agents:
+        if agent.base_url or agent.resolved_api_key():
+            continue
+        if agent.api_key_env:
+            problems.append(
+                f"agent {agent.id!r} ({agent.model}): environment variable "
+                f"{agent.api_key_env} (api_key_env) is not set"
+            )
+            continue
+        names = PROVIDER_KEY_ENV.get(agent.provider)
+        if names:
+            problems.append(
+                f"agent {agent.id!r} ({agent.model}): set {' or '.join(names)}, or use a "
+                "self-hosted endpoint (model@http://127.0.0.1:11434/v1, or base_url in a config)"
+            )
+    return problems

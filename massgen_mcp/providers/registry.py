@@ -20,9 +20,10 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Literal
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import Refusal
 from massgen_mcp.core.settings import SETTINGS
-from massgen_mcp.core.spec import AgentSpec, TeamConfig
+from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers import endpoints, preflight
 from massgen_mcp.providers.base import Bounded, CallContext, Completion, Provider
 from massgen_mcp.providers.cli.provider import CliProvider

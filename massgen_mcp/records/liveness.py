@@ -28,7 +28,8 @@ from pathlib import Path
 
 from massgen_mcp.core import portable
 from massgen_mcp.core.files import UnsafeFileError, open_own, open_safely
-from massgen_mcp.core.records import FinishReason, Phase, RunStatus, StatusRecord
+from massgen_mcp.core.records import FinishReason, Phase, RunStatus
+from massgen_mcp.core.run_state import StatusRecord
 
 log = logging.getLogger(__name__)
 

@@ -24,13 +24,8 @@ from typing import Any, Protocol, TypeVar
 
 from massgen_mcp.core.errors import RecordWriteError, describe_write_error
 from massgen_mcp.core.files import Folder, make_folders
-from massgen_mcp.core.records import (
-    Event,
-    RequestRecord,
-    ResultRecord,
-    StatusRecord,
-    VersionedRecord,
-)
+from massgen_mcp.core.records import Event, RequestRecord, VersionedRecord
+from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.secrets import redact, redact_data
 from massgen_mcp.records.liveness import RunLock
 

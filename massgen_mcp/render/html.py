@@ -19,7 +19,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from massgen_mcp.core.records import Event, EventType, ResultRecord, RunStatus, SessionRecord, clip
+from massgen_mcp.core.records import Event, EventType, RunStatus, clip
+from massgen_mcp.core.run_state import ResultRecord, SessionRecord
 from massgen_mcp.render.format import escape as _e
 from massgen_mcp.render.review_html import REVIEW_CSS, review_section
 from massgen_mcp.render.text import (
@@ -32,7 +33,7 @@ from massgen_mcp.render.text import (
 )
 
 if TYPE_CHECKING:
-    from massgen_mcp.core.records import SessionSummary
+    from massgen_mcp.core.run_state import SessionSummary
 
 _MARKS = {
     EventType.ANSWER: ("●", "answer"),

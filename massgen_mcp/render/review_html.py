@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from massgen_mcp.core.outcomes import Finding, ReviewOutcome
-from massgen_mcp.core.records import RequestRecord, SessionRecord
+from massgen_mcp.core.records import RequestRecord
+from massgen_mcp.core.run_state import SessionRecord
 from massgen_mcp.render.format import escape as _e
 from massgen_mcp.render.review import VERDICT_WORDS
 

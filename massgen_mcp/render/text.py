@@ -3,17 +3,8 @@
 
 from __future__ import annotations
 
-from massgen_mcp.core.records import (
-    Decision,
-    Event,
-    EventType,
-    FinishReason,
-    ResultRecord,
-    RunStatus,
-    StatusRecord,
-    Usage,
-    clip,
-)
+from massgen_mcp.core.records import Decision, Event, EventType, FinishReason, RunStatus, clip
+from massgen_mcp.core.run_state import ResultRecord, StatusRecord, Usage
 
 PROGRESS_CHARS = 80  # one progress line per event fits a terminal
 TABLE_STEPS = 200  # the coordination table's last columns: a run has tens; a planted log more

@@ -20,8 +20,9 @@ from __future__ import annotations
 from massgen_mcp.consensus.findings import FORMAT
 from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import ReviewTarget, Severity
-from massgen_mcp.core.spec import RunOptions, RunSpec
+from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.review.changes import CONTEXT_LINES, Changes
 from massgen_mcp.review.estimate import Estimate, estimate
 from massgen_mcp.team import consent

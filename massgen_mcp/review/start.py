@@ -10,7 +10,7 @@ server's workspace (the client's root) is *confined*: its caller is a model, who
 arguments may come from whatever it read. Then the repository must be the workspace itself
 (a workspace inside a larger repository would have the team read the files around it), and
 ``paths`` are relative and stay inside it; a patch's own paths are checked by
-:func:`~massgen_mcp.review.changes.check_patch_paths` for every face.
+:func:`~massgen_mcp.review.patch.check_patch_paths` for every face.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import Severity
-from massgen_mcp.core.spec import RunOptions
 from massgen_mcp.review.changes import Changes, collect, repository
 from massgen_mcp.review.request import review_estimate, review_spec, tools_withheld
 from massgen_mcp.service import ConsensusService, StartedRun

@@ -26,18 +26,17 @@ from pydantic import Field, ValidationError
 
 from massgen_mcp._version import __version__
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.options import MAX_AGENTS, RunOptions
 from massgen_mcp.core.outcomes import Severity
 from massgen_mcp.core.records import RunStatus
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import (
-    MAX_AGENTS,
     MAX_CONTEXT_CHARS,
     MAX_QUESTION_CHARS,
-    RunOptions,
     RunSpec,
     format_validation_error,
 )
-from massgen_mcp.review.changes import MAX_DIFF_BYTES
+from massgen_mcp.review.diff import MAX_DIFF_BYTES
 from massgen_mcp.review.request import MAX_FOCUS_CHARS
 from massgen_mcp.review.start import ChangeToReview
 from massgen_mcp.server import tools

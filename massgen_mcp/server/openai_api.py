@@ -40,7 +40,7 @@ from massgen_mcp.api.team_names import (
 from massgen_mcp.core.edges import UnsafeJson, load_json
 from massgen_mcp.core.errors import MassgenError, SessionStateError, UnknownTeamError
 from massgen_mcp.core.net import is_loopback
-from massgen_mcp.core.records import ResultRecord, StatusRecord
+from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import MAX_CONTEXT_CHARS, RunSpec, check_question
 from massgen_mcp.server.guard import bearer_of, token_matches

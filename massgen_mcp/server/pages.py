@@ -17,7 +17,8 @@ from fastmcp import FastMCP
 from starlette.responses import StreamingResponse
 
 from massgen_mcp.core.errors import MassgenError
-from massgen_mcp.core.records import RunStatus, StatusRecord
+from massgen_mcp.core.records import RunStatus
+from massgen_mcp.core.run_state import StatusRecord
 from massgen_mcp.core.secrets import redact_data
 from massgen_mcp.server import shutdown
 from massgen_mcp.server.guard import bearer_of, token_matches

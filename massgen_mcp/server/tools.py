@@ -21,11 +21,13 @@ from fastmcp import Context
 from fastmcp.exceptions import ToolError
 
 from massgen_mcp.core.errors import MassgenError, RunNotFinishedError, SessionNotFoundError
+from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import Severity
-from massgen_mcp.core.records import RunStatus, StatusRecord
+from massgen_mcp.core.records import RunStatus
+from massgen_mcp.core.run_state import StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
-from massgen_mcp.core.spec import RunOptions, RunSpec
+from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.review.start import ChangeToReview, start_review
 from massgen_mcp.server import shutdown
 from massgen_mcp.server.views import (

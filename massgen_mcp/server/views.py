@@ -15,18 +15,14 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from massgen_mcp.core.outcomes import Agreement, ReviewOutcome
-from massgen_mcp.core.records import (
-    PREVIEW_CHARS,
-    FinishReason,
-    Phase,
+from massgen_mcp.core.records import PREVIEW_CHARS, FinishReason, Phase, RunStatus, clip
+from massgen_mcp.core.run_state import (
     ResultRecord,
-    RunStatus,
     SessionSummary,
     StatusRecord,
     Usage,
     VoteRecord,
     Winner,
-    clip,
 )
 
 SUMMARY_ANSWER_CHARS = 600

@@ -22,8 +22,9 @@ from typing import Any
 
 from massgen_mcp.core.env import user_config_dir
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.options import MAX_AGENTS
 from massgen_mcp.core.records import ConfigFile
-from massgen_mcp.core.spec import MAX_AGENTS, RunSpec, TeamConfig, build_team
+from massgen_mcp.core.spec import RunSpec, TeamConfig, build_team
 from massgen_mcp.providers.model_names import model_problem
 from massgen_mcp.team import consent
 from massgen_mcp.team.context_files import Workspace

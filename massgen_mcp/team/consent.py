@@ -44,12 +44,13 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
+from massgen_mcp.core.agent import CLI_PROVIDERS, PROVIDER_KEY_ENV, AgentSpec
 from massgen_mcp.core.env import getenv, user_config_dir
 from massgen_mcp.core.errors import UntrustedConfigError
 from massgen_mcp.core.files import replace_file
 from massgen_mcp.core.net import is_loopback
 from massgen_mcp.core.records import RequestRecord
-from massgen_mcp.core.spec import CLI_PROVIDERS, PROVIDER_KEY_ENV, AgentSpec, TeamConfig
+from massgen_mcp.core.spec import TeamConfig
 
 # The API host of each provider whose key variable we know (litellm's defaults).
 PROVIDER_HOSTS: dict[str, tuple[str, ...]] = {

@@ -33,10 +33,11 @@ from typing import Any
 
 import yaml
 
+from massgen_mcp.core.agent import PROVIDER_KEY_ENV
 from massgen_mcp.core.env import getenv, user_config_dir
 from massgen_mcp.core.errors import MassgenError, UntrustedConfigError
 from massgen_mcp.core.settings import SETTINGS
-from massgen_mcp.core.spec import PROVIDER_KEY_ENV, TeamConfig, build_team
+from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.providers import local_model, model_hub
 from massgen_mcp.providers.cli.catalog import FoundCli, find_clis
 from massgen_mcp.providers.litellm_provider import warm_up

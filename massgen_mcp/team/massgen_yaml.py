@@ -18,19 +18,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from massgen_mcp.core.agent import WRITTEN, AgentSpec
 from massgen_mcp.core.env import VAR_REFERENCE, expand_vars
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.spec import (
-    MAX_AGENTS,
-    NO_ROLE,
-    WRITTEN,
-    AgentSpec,
-    RunOptions,
-    TeamConfig,
-    build_team,
-    check_role,
-    validation_problems,
-)
+from massgen_mcp.core.options import MAX_AGENTS, NO_ROLE, RunOptions, check_role
+from massgen_mcp.core.spec import TeamConfig, build_team, validation_problems
 from massgen_mcp.providers.model_names import bare_model_guess, model_problem
 from massgen_mcp.team import consent
 from massgen_mcp.team.expansion import Expanded, Expansion

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from massgen_mcp.core.agent import McpServerSpec
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.secrets import looks_secret, register_secret
-from massgen_mcp.core.spec import McpServerSpec
 
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_\-]{1,40}")
 

@@ -43,8 +43,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, ProviderError, Refusal
-from massgen_mcp.core.spec import AgentSpec, TeamConfig
+from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers import preflight
 from massgen_mcp.providers.base import CallContext, Completion, ToolCall
 from massgen_mcp.testing.policies import (

@@ -28,9 +28,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from massgen_mcp.core import children
+from massgen_mcp.core.agent import McpServerSpec
 from massgen_mcp.core.env import expand_vars
 from massgen_mcp.core.secrets import redact, register_secret
-from massgen_mcp.core.spec import McpServerSpec
 
 if TYPE_CHECKING:
     from fastmcp import Client

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.core.records import StatusRecord
+from massgen_mcp.core.run_state import StatusRecord
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.records.store import SessionStore

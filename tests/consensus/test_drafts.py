@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from massgen_mcp.consensus.drafts import Drafts
-from massgen_mcp.core.records import CallPurpose, EventType, StatusRecord
+from massgen_mcp.core.records import CallPurpose, EventType
+from massgen_mcp.core.run_state import StatusRecord
 from massgen_mcp.core.secrets import redact_excerpt, register_secret
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter

@@ -10,12 +10,8 @@ import pytest
 
 from massgen_mcp.consensus.findings import ReviewProblem, outcome, parse_review, review_problem
 from massgen_mcp.core.outcomes import Severity, Verdict
-from massgen_mcp.core.records import (
-    AgentPhase,
-    AgentResult,
-    AnswerRecord,
-    VoteRecord,
-)
+from massgen_mcp.core.records import AgentPhase
+from massgen_mcp.core.run_state import AgentResult, AnswerRecord, VoteRecord
 
 
 def finding(file: str = "a.py", line: int = 3, severity: str = "major", **more: Any

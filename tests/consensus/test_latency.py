@@ -21,9 +21,10 @@ import pytest
 
 from massgen_mcp.consensus.pace import late_at, quorum
 from massgen_mcp.consensus.state import Coordination
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import Refusal
 from massgen_mcp.core.records import Decision, Event, EventType, RunStatus
-from massgen_mcp.core.spec import AgentSpec, TeamConfig, build_team
+from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.base import CallContext, Completion
 from massgen_mcp.providers.registry import ProviderRouter

@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import Refusal
-from massgen_mcp.core.records import EventType, FinishReason, ResultRecord, RunStatus
-from massgen_mcp.core.spec import AgentSpec, TeamConfig, build_team
+from massgen_mcp.core.records import EventType, FinishReason, RunStatus
+from massgen_mcp.core.run_state import ResultRecord
+from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.base import Completion
 from massgen_mcp.records.store import SessionStore

@@ -22,8 +22,8 @@ from massgen_mcp.cli.main import main
 from massgen_mcp.consensus import prompts
 from massgen_mcp.core.env import user_config_dir
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.options import MAX_ROLE_CHARS, RunOptions
 from massgen_mcp.core.records import CallPurpose
-from massgen_mcp.core.spec import MAX_ROLE_CHARS, RunOptions
 from massgen_mcp.server.app import create_server
 from massgen_mcp.team.massgen_yaml import load_config_file
 from massgen_mcp.testing.scripted import ChatRequest, ScriptedServer, agree

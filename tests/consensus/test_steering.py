@@ -30,7 +30,8 @@ from massgen_mcp.consensus.steering import (
     NoteGate,
 )
 from massgen_mcp.core.errors import ConfigError, SteerRefusedError
-from massgen_mcp.core.records import Event, EventType, RunStatus, StatusRecord
+from massgen_mcp.core.records import Event, EventType, RunStatus
+from massgen_mcp.core.run_state import StatusRecord
 from massgen_mcp.executors import inbox
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter

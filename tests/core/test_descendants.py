@@ -107,8 +107,8 @@ async def test_a_killed_server_process_leaves_no_descendant_of_its_cli_call(
 
 async def test_the_cli_gets_its_environment_and_gives_its_status_as_without_a_reaper(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from massgen_mcp.core.agent import AgentSpec
     from massgen_mcp.core.errors import ProviderError
-    from massgen_mcp.core.spec import AgentSpec
     from massgen_mcp.providers.cli.catalog import CLIS
     from massgen_mcp.providers.cli.environment import child_env
 

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from massgen_mcp.cli.main import main
-from massgen_mcp.core.records import AgentPhase, AgentStatus, Phase, RunStatus, StatusRecord
+from massgen_mcp.core.records import AgentPhase, Phase, RunStatus
+from massgen_mcp.core.run_state import AgentStatus, StatusRecord
 from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.providers.llamacpp_provider import embedded_model_name
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer

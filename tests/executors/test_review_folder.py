@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
+from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import ReviewTarget
 from massgen_mcp.core.records import RunStatus
-from massgen_mcp.core.spec import RunOptions, RunSpec
+from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, answer

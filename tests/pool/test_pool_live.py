@@ -26,7 +26,8 @@ from redis import Redis
 from massgen_mcp.consensus.drafts import DRAFT_CHARS
 from massgen_mcp.consensus.steering import NOTES_PER_MINUTE
 from massgen_mcp.core.errors import SessionNotFoundError, SteerRefusedError
-from massgen_mcp.core.records import CallPurpose, Draft, StatusRecord
+from massgen_mcp.core.records import CallPurpose
+from massgen_mcp.core.run_state import Draft, StatusRecord
 from massgen_mcp.pool import drafts
 from massgen_mcp.pool.executor import PoolExecutor
 from massgen_mcp.pool.live import PoolConfig

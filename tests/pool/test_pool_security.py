@@ -171,7 +171,7 @@ def test_the_guard_is_checked_against_this_pydocket() -> None:
 
 
 def test_only_plain_data_and_our_records_load() -> None:
-    from massgen_mcp.core.spec import RunOptions
+    from massgen_mcp.core.options import RunOptions
 
     payloads.guard_docket()
     plain = ("s", 1, 2.5, None, [1], {"a": (1, 2)}, {3}, frozenset({4}), b"x",
@@ -303,8 +303,8 @@ async def test_no_child_gets_the_pool_s_redis_url_or_a_url_password(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A coding CLI and an MCP server (real child processes that write down their
     environment) on a worker whose Redis URL holds a password."""
+    from massgen_mcp.core.agent import AgentSpec, McpServerSpec
     from massgen_mcp.core.secrets import redact
-    from massgen_mcp.core.spec import AgentSpec, McpServerSpec
     from massgen_mcp.providers.base import CallContext
     from massgen_mcp.providers.cli.provider import CliProvider
     from massgen_mcp.tools.mcp_servers import McpToolbox

@@ -348,8 +348,8 @@ def test_each_cli_output_is_parsed_with_its_usage_and_errors_are_named() -> None
 
 def test_the_child_environment_keeps_the_login_and_drops_keys_and_nesting(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    from massgen_mcp.core.agent import AgentSpec
     from massgen_mcp.core.secrets import register_secret
-    from massgen_mcp.core.spec import AgentSpec
     from massgen_mcp.providers.cli.catalog import CLIS
     from massgen_mcp.providers.cli.environment import child_env
 
@@ -417,7 +417,7 @@ HARMLESS = {"PWD": "/work/project", "OLDPWD": "/work", "SSH_AUTH_SOCK": "/tmp/ss
 
 def test_the_child_environment_drops_credentials_by_name_and_by_shape(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from massgen_mcp.core.spec import AgentSpec
+    from massgen_mcp.core.agent import AgentSpec
     from massgen_mcp.providers.cli.catalog import CLIS
     from massgen_mcp.providers.cli.environment import child_env
 
@@ -442,7 +442,7 @@ def claude_result(text: str = '{"action": "new_answer", "content": "42"}') -> st
 
 
 async def call_stand_in(log: Path | None = None) -> Completion:
-    from massgen_mcp.core.spec import AgentSpec
+    from massgen_mcp.core.agent import AgentSpec
     from massgen_mcp.providers.base import CallContext
     from massgen_mcp.providers.cli.provider import CliProvider
 

@@ -27,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ProviderError
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import CallContext, Completion
 from massgen_mcp.providers.cli.base import CliVersion, estimate_tokens
 from massgen_mcp.providers.cli.catalog import CLIS

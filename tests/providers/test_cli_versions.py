@@ -290,7 +290,7 @@ def codex_stand_in(folder: Path, version: str, features: list[str], *,
 
 
 def codex_argv(found_version: str, features: list[str]) -> list[str]:
-    from massgen_mcp.core.spec import AgentSpec
+    from massgen_mcp.core.agent import AgentSpec
     from massgen_mcp.providers.cli.base import CliVersion
 
     found = CliVersion(found_version, frozenset(CODEX_OPTIONS.split()), frozenset(features))

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.model_map import cost_of
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import MAX_CALL_TOKENS, CallContext
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm
 from massgen_mcp.providers.model_names import model_map

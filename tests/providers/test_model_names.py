@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.model_map import VERTEX_ENV, bare_models
-from massgen_mcp.core.spec import AgentSpec, TeamConfig, missing_credentials
+from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers.litellm_provider import load_litellm
+from massgen_mcp.providers.preflight import missing_credentials
 
 
 @pytest.fixture

@@ -23,8 +23,9 @@ import pytest
 
 from massgen_mcp.consensus.prompts import workflow_tools
 from massgen_mcp.consensus.state import Answer, View
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ProviderError
-from massgen_mcp.core.spec import AgentSpec, build_team
+from massgen_mcp.core.spec import build_team
 from massgen_mcp.providers.base import CallContext, Completion
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider, embedded_model_name

@@ -12,9 +12,10 @@ import pytest
 from fastmcp import Client
 
 from massgen_mcp.cli.main import main
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, SessionStateError
 from massgen_mcp.core.records import SCHEMA_VERSION, EventType, RunStatus
-from massgen_mcp.core.spec import AgentSpec, RunSpec
+from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.base import Completion
 from massgen_mcp.records import store as store_module

@@ -19,16 +19,8 @@ from massgen_mcp.core.outcomes import (
     Stance,
     Verdict,
 )
-from massgen_mcp.core.records import (
-    AgentPhase,
-    AgentStatus,
-    Phase,
-    RequestRecord,
-    ResultRecord,
-    RunStatus,
-    SessionRecord,
-    StatusRecord,
-)
+from massgen_mcp.core.records import AgentPhase, Phase, RequestRecord, RunStatus
+from massgen_mcp.core.run_state import AgentStatus, ResultRecord, SessionRecord, StatusRecord
 from massgen_mcp.render.html import render_report
 from massgen_mcp.render.review_html import REVIEW_CSS, parse_diff, place
 from tests.helpers import Scripted

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.review.changes import collect, split_diff
+from massgen_mcp.review.changes import collect
+from massgen_mcp.review.diff import split_diff
 from tests.review.conftest import APP_AFTER, CANARY, git
 
 

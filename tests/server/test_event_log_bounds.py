@@ -16,7 +16,8 @@ from fastmcp import Client
 from massgen_mcp.cli.main import main
 from massgen_mcp.core.errors import SessionStateError
 from massgen_mcp.core.records import EventType, RunStatus
-from massgen_mcp.records.store import EVENTS_READ_MAX, SessionStore
+from massgen_mcp.records.reader import EVENTS_READ_MAX
+from massgen_mcp.records.store import SessionStore
 from massgen_mcp.server.app import create_server
 from massgen_mcp.server.views import report_uri
 from tests.helpers import text_of

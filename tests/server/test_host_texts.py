@@ -9,7 +9,8 @@ from pathlib import Path
 
 from fastmcp import Client
 
-from massgen_mcp.core.records import AgentStatus, Draft, Phase, RunStatus, StatusRecord
+from massgen_mcp.core.records import Phase, RunStatus
+from massgen_mcp.core.run_state import AgentStatus, Draft, StatusRecord
 from massgen_mcp.server.app import create_server
 from massgen_mcp.server.handshake import INSTRUCTIONS
 from massgen_mcp.server.views import progress_message, progress_steps

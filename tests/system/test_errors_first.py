@@ -17,9 +17,11 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import FastMCPTransport
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ConfigError, ProviderError
+from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.records import RunStatus
-from massgen_mcp.core.spec import AgentSpec, RunOptions, RunSpec, build_team
+from massgen_mcp.core.spec import RunSpec, build_team
 from massgen_mcp.executors.local import LocalExecutor, local_executor
 from massgen_mcp.pool.executor import PoolExecutor
 from massgen_mcp.pool.live import PoolConfig

@@ -30,7 +30,8 @@ from fastmcp import Client
 
 from massgen_mcp.cli.live import agent_line, fit
 from massgen_mcp.cli.main import main
-from massgen_mcp.core.records import AgentPhase, AgentStatus, CallPurpose, Draft
+from massgen_mcp.core.records import AgentPhase, CallPurpose
+from massgen_mcp.core.run_state import AgentStatus, Draft
 from massgen_mcp.core.spec import RunSpec
 from massgen_mcp.render.html import LIVE_CSP, render_report
 from massgen_mcp.server import pages, shutdown

@@ -145,7 +145,7 @@ HUGE_SERVER = Path(__file__).resolve().parents[1] / "fixtures" / "huge_reply_ser
 async def test_a_huge_mcp_tool_result_is_not_held_whole() -> None:
     """20 MB from a real stdio MCP server: what this process allocates while it arrives stays
     far below the reply's size (Python's own allocation tracking, not a clock)."""
-    from massgen_mcp.core.spec import McpServerSpec
+    from massgen_mcp.core.agent import McpServerSpec
     from massgen_mcp.tools.mcp_servers import McpToolbox
 
     size = 20 * 1024 * 1024

@@ -496,7 +496,8 @@ async def test_a_projects_dotenv_does_not_configure_fastmcp(tmp_path: Path, home
 
 def test_the_start_up_sweep_writes_the_final_status_the_disk_refused(home: Path) -> None:
     """Once there is space, the next server start writes what readers already showed."""
-    from massgen_mcp.core.records import FinishReason, Phase, StatusRecord
+    from massgen_mcp.core.records import FinishReason, Phase
+    from massgen_mcp.core.run_state import StatusRecord
     from massgen_mcp.records.liveness import RunLock
     from massgen_mcp.records.store import SessionStore
 

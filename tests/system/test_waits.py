@@ -19,7 +19,8 @@ from fastmcp import Client
 from mcp import Client as SdkClient
 from mcp.client.stdio import StdioServerParameters
 
-from massgen_mcp.core.records import Phase, StatusRecord
+from massgen_mcp.core.records import Phase
+from massgen_mcp.core.run_state import StatusRecord
 from massgen_mcp.executors.waiting import ChangeSignal, wait_for_status
 from massgen_mcp.testing.scripted import ScriptedServer, agree
 from tests.helpers import Scripted

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.spec import RunOptions, RunSpec, TeamConfig, build_team
+from massgen_mcp.core.options import RunOptions
+from massgen_mcp.core.spec import RunSpec, TeamConfig, build_team
 from massgen_mcp.team.choose import choose_team
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.team.massgen_yaml import load_config_file, team_from_mapping

@@ -12,8 +12,9 @@ import pytest
 from massgen_mcp.cli.main import main
 from massgen_mcp.core.env import getenv
 from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.secrets import redact
-from massgen_mcp.core.spec import RunOptions, RunSpec, TeamConfig
+from massgen_mcp.core.spec import RunSpec, TeamConfig
 from massgen_mcp.team import discover as discovery
 from massgen_mcp.team.choose import choose_team
 from massgen_mcp.team.context_files import Workspace

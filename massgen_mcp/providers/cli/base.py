@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.edges import UnsafeJson, load_json
 from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.secrets import redact
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import Completion, TextListener
 
 # What an answer may add up to across streamed pieces (a line is capped by the supervisor):

@@ -20,8 +20,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, ProviderError
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.base import Completion, TextListener
 from massgen_mcp.providers.cli.base import (
     Cli,

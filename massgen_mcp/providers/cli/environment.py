@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import re
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.env import POOL_URL_ENV
 from massgen_mcp.core.secrets import carries_credential, has_key_shape, looks_secret
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.providers.cli.base import Cli
 
 # The way to the network the user set for every program, password or not: the CLI needs it

@@ -18,9 +18,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.files import open_append
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.core.supervisor import MAX_STDERR_BYTES, run_child
 from massgen_mcp.providers.base import CallContext, Completion
 from massgen_mcp.providers.cli import versions

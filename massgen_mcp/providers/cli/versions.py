@@ -33,9 +33,9 @@ import tempfile
 from pathlib import Path
 
 from massgen_mcp.core import portable
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.files import MIB, open_safely, replace_file
-from massgen_mcp.core.spec import AgentSpec
 from massgen_mcp.core.supervisor import run_child
 from massgen_mcp.providers.cli.base import Cli, CliVersion
 from massgen_mcp.providers.cli.environment import child_env

@@ -6,56 +6,35 @@ protocol-neutral: it takes a :class:`~massgen_mcp.core.spec.RunSpec`, returns th
 subclasses.
 What a calling model is told (next steps, summaries, resource URIs) is written in
 :mod:`massgen_mcp.server`; what a person at a terminal sees, in :mod:`massgen_mcp.cli`.
+
+This module holds the runs: start, continue, sample, resume, follow, steer and cancel,
+through the executor. Reading and tidying the records is :mod:`massgen_mcp.service.records`
+(the base of :class:`ConsensusService`); the setup survey is :mod:`massgen_mcp.service.setup`.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import os
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
-
-from massgen_mcp._version import __version__
 from massgen_mcp.consensus.prompts import escape_earlier
 from massgen_mcp.consensus.steering import MAX_NOTE_CHARS as MAX_NOTE_CHARS  # for faces
 from massgen_mcp.consensus.steering import clean_note
 from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import (
     ConfigError,
-    MassgenError,
     RunNotFinishedError,
-    SessionNotFoundError,
     SessionStateError,
     refusal_error,
     resume_hint,
 )
+from massgen_mcp.core.options import MAX_AGENTS, RunOptions
 from massgen_mcp.core.outcomes import ReviewTarget
-from massgen_mcp.core.records import (
-    ConfigFile,
-    Event,
-    EventType,
-    Phase,
-    ResultRecord,
-    RunKind,
-    RunStatus,
-    SessionRecord,
-    SessionSummary,
-    StatusRecord,
-)
+from massgen_mcp.core.records import ConfigFile, EventType, Phase, RunKind, RunStatus
+from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.secrets import redact
-from massgen_mcp.core.spec import (
-    MAX_AGENTS,
-    MAX_CONTEXT_CHARS,
-    PROVIDER_KEY_ENV,
-    RunOptions,
-    RunSpec,
-    TeamConfig,
-    check_question,
-)
+from massgen_mcp.core.spec import MAX_CONTEXT_CHARS, RunSpec, TeamConfig, check_question
 from massgen_mcp.executors.local import local_executor
 from massgen_mcp.executors.seam import (
     EventListener,
@@ -69,7 +48,9 @@ from massgen_mcp.executors.seam import (
 from massgen_mcp.executors.seam import StartedRun as StartedRun  # start()'s reply, for faces
 from massgen_mcp.executors.waiting import StatusCallback as StatusCallback  # for faces
 from massgen_mcp.records.ids import check_session_id
-from massgen_mcp.records.store import LATEST, SessionStore
+from massgen_mcp.records.store import SessionStore
+from massgen_mcp.service.records import RecordReads
+from massgen_mcp.service.setup import SetupView, survey
 from massgen_mcp.team import consent
 from massgen_mcp.team.choose import choose_team, reread_config, with_overrides
 from massgen_mcp.team.context_files import Workspace
@@ -78,53 +59,8 @@ if TYPE_CHECKING:
     from massgen_mcp.pool.live import PoolConfig
 
 
-class LocalServerView(BaseModel):
-    url: str
-    models: list[str]
-
-
-class CliView(BaseModel):
-    model: str = Field(description="the model string that puts it on a team, e.g. cli/claude")
-    path: str
-    logged_in: bool = Field(description="judged from where its login lives; no network call")
-    version: str | None = Field(description="as the binary printed it; None if it did not")
-    refused: str | None = Field(
-        description="why this version cannot sit on a team (too old to run read-only), and "
-                    "the command that updates it; None when it can")
-
-
-class SetupView(BaseModel):
-    providers_with_keys: list[str] = Field(description="provider names only, never key values")
-    providers_without_keys: list[str]
-    coding_clis: list[CliView]
-    local_servers: list[LocalServerView]
-    embedded_model: str | None
-    default_team: list[str] = Field(description="models used when a run names none")
-    default_team_reason: str
-    storage: str
-    mode: str = Field(description="embedded (runs in this process) or pool (Redis workers)")
-    redis_url: str | None = Field(description="the pool's Redis, password masked")
-    workers: list[str] = Field(description="pool workers seen recently")
-    sessions_running: int
-    pool_problem: str | None = Field(None, description=(
-        "why the pool could not be surveyed (then workers and sessions_running are unknown, "
-        "not zero)"))
-    versions: dict[str, str]
-    how_to_add_more: str
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class ConsensusService:
-    """Runs and their records, for every front end."""
+class ConsensusService(RecordReads):
+    """Runs and their records, for every front end (the record reads: :class:`RecordReads`)."""
 
     def __init__(self, store: SessionStore, executor: Executor, workspace: Workspace) -> None:
         self.store = store
@@ -374,62 +310,6 @@ class ConsensusService:
                                       interrupted=state is RunStatus.INTERRUPTED)
         return result
 
-    def find_session(self, ref: str, *, include_eval: bool = False) -> str:
-        """The session id ``ref`` names for a person: ``latest``, an id, or a unique start
-        of one (:meth:`SessionStore.find`). ``latest`` is the newest run a person made:
-        eval's runs are skipped unless ``include_eval``; an id names any run."""
-        found = self.store.find(ref)
-        if include_eval or ref.strip().lower() != LATEST or not self.is_eval(found):
-            return found
-        # Older ids than the newest one find accepts are not from the future either.
-        newest = next((sid for sid in self.store.session_ids()
-                       if sid < found and not self.is_eval(sid)), None)
-        if newest is None:
-            raise SessionNotFoundError(
-                f"no sessions but eval's in {self.store.sessions_dir}; `massgen-mcp sessions "
-                "--all` lists those, and an id shows one")
-        return newest
-
-    def is_eval(self, session_id: str) -> bool:
-        """Whether ``massgen-mcp eval`` made the run (its request says so)."""
-        try:
-            return self.store.read_request(session_id).kind is RunKind.EVAL
-        except MassgenError:
-            return False
-
-    def record(self, session_id: str) -> SessionRecord:
-        """Everything recorded about a session: status, result, events, every answer."""
-        return self.store.read_record(check_session_id(session_id))
-
-    def write_report(self, session_id: str, html: str) -> Path:
-        """(Re)write the session's ``report.html`` with ``html`` (the face renders it from
-        :meth:`record`) and return its path."""
-        return self.store.write_report(check_session_id(session_id), html)
-
-    def events(self, session_id: str) -> list[Event]:
-        return self.store.read_events(check_session_id(session_id))
-
-    def answer(self, session_id: str, label: str) -> str:
-        return self.store.read_answer(check_session_id(session_id), label)
-
-    def list_sessions(self, status: RunStatus | None = None, limit: int = 20,
-                      cursor: str | None = None, *, include_eval: bool = False
-                      ) -> tuple[list[SessionSummary], str | None]:
-        """A page of sessions newest first, and the cursor of the next page (None: last).
-        Eval's runs (a run per question and sampling runs it stops itself) are left out
-        unless ``include_eval``: a person's list is the runs they made."""
-        found: list[SessionSummary] = []
-        while True:
-            page, cursor = self.store.list(status=status, limit=limit, cursor=cursor)
-            for summary in page:
-                if not include_eval and self.is_eval(summary.session_id):
-                    continue
-                if len(found) == limit:
-                    return found, found[-1].session_id
-                found.append(summary)
-            if cursor is None:
-                return found, None
-
     async def cancel(self, session_id: str) -> tuple[RunStatus, bool]:
         """Stop a run; returns its status afterwards and whether this call stopped it."""
         check_session_id(session_id)
@@ -443,71 +323,11 @@ class ConsensusService:
         return status.status, False
 
     async def check_setup(self) -> SetupView:
-        from massgen_mcp.team.discover import discover, how_to_add_more
-
-        found = await discover(survey=True)
-        info = await self.executor.describe()
-        versions = {"massgen-mcp": __version__, "python": sys.version.split()[0]}
-        for dist in ("fastmcp", "mcp", "litellm", "xllamacpp", "pydocket"):
-            try:
-                versions[dist] = importlib.metadata.version(dist)
-            except importlib.metadata.PackageNotFoundError:
-                continue
-        return SetupView(
-            providers_with_keys=found.providers_with_keys,
-            providers_without_keys=sorted(set(PROVIDER_KEY_ENV) - set(found.providers_with_keys)),
-            coding_clis=[CliView(model=f"cli/{c.name}", path=c.path, logged_in=c.logged_in,
-                                 version=c.version, refused=c.refused)
-                         for c in found.clis],
-            local_servers=[LocalServerView(url=s.url, models=list(s.models))
-                           for s in found.local_servers],
-            embedded_model=f"local/{found.embedded_model}" if found.embedded_model else None,
-            default_team=[a.model for a in found.team.agents] if found.team else [],
-            default_team_reason=found.reason,
-            storage=str(self.store.sessions_dir),
-            mode=info.mode, redis_url=info.redis_url, workers=list(info.workers),
-            sessions_running=await self.executor.count_running() if info.surveyed else 0,
-            pool_problem=None if info.surveyed else info.problem,
-            versions=versions,
-            how_to_add_more=how_to_add_more(found.clis, found.local_servers,
-                                            found.embedded_model),
-        )
-
-    # -- the records folder, for the CLI and eval ---------------------------------------------
-
-    @property
-    def home(self) -> Path:
-        """The home folder the records live under (``<home>/sessions``); eval writes beside."""
-        return self.store.home
-
-    @property
-    def records_dir(self) -> Path:
-        """The folder that holds one folder per session."""
-        return self.store.sessions_dir
-
-    def folder(self, session_id: str) -> Path:
-        """The folder of one session's record."""
-        return self.store.folder(check_session_id(session_id))
-
-    def prune_candidates(self, older_than_s: float) -> list[SessionSummary]:
-        """Finished sessions whose record is older than ``older_than_s`` seconds."""
-        return self.store.prune_candidates(older_than_s)
-
-    def delete(self, session_id: str) -> None:
-        """Delete a finished session's record."""
-        self.store.delete(check_session_id(session_id))
-
-    def mark_interrupted(self) -> list[str]:
-        """Mark runs whose process is gone as interrupted (at server start)."""
-        return self.store.mark_interrupted(
-            lambda pid: pid != os.getpid() and _pid_alive(pid))
+        """What this machine can run with, and where runs go (:func:`survey`)."""
+        return await survey(self.executor, self.store.sessions_dir)
 
     # Doors for the server face: what server/ needs of the store and the executor, so it never
     # reaches past the service.
-
-    def record_folder(self, session_id: str) -> Path:
-        """The folder a session's records are in (shown to callers as record_dir)."""
-        return self.store.folder(check_session_id(session_id))
 
     async def remember_task(self, task_id: str, session_id: str) -> None:
         """Note that MCP task ``task_id`` runs ``session_id`` (a redelivered task follows it)."""

@@ -1,0 +1,248 @@
+"""One agent of a team, as every front end describes it: its model string, checked once
+here, and what the model string says (its provider, a coding-agent CLI, the key it sends).
+
+The provider knowledge an agent needs to be checked and to find its own key sits here, on
+the ground floor, because :class:`AgentSpec` itself needs it: validating ``cli/<name>``
+needs :data:`CLI_NAMES`, and :meth:`AgentSpec.resolved_api_key` falls back on the provider's
+own variable (:data:`PROVIDER_KEY_ENV`). How a provider is called is ``providers/``'s.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from massgen_mcp.core.edges import has_control_characters
+from massgen_mcp.core.env import getenv
+from massgen_mcp.core.model_map import bare_provider
+from massgen_mcp.core.secrets import register_secret
+
+# Coding-agent CLIs that can sit on a team as cli/<name> or cli/<name>/<model>
+# (massgen_mcp.providers.cli runs them).
+CLI_NAMES = ("claude", "codex", "gemini")
+CLI_PROVIDERS = {"claude": "anthropic", "codex": "openai", "gemini": "gemini"}  # whose API
+# Agent settings a CLI agent cannot honour: it samples with its own settings and has no tools.
+_NOT_FOR_CLI = ("temperature", "top_p", "max_tokens", "tool_calling", "web_search",
+                "mcp_servers", "allowed_tools", "exclude_tools")
+
+_AGENT_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_MODEL = re.compile(r"[A-Za-z0-9_.:@\-/]{1,200}")
+
+# Which environment variable a provider reads its key from (litellm's own names). A model behind
+# an explicit base_url is a self-hosted endpoint and needs no key.
+PROVIDER_KEY_ENV: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+    "xai": ("XAI_API_KEY",),
+    "openrouter": ("OPENROUTER_API_KEY",),
+    "groq": ("GROQ_API_KEY",),
+    "deepseek": ("DEEPSEEK_API_KEY",),
+    "mistral": ("MISTRAL_API_KEY",),
+    "together_ai": ("TOGETHERAI_API_KEY", "TOGETHER_API_KEY"),
+    "fireworks_ai": ("FIREWORKS_AI_API_KEY", "FIREWORKS_API_KEY"),
+    "cerebras": ("CEREBRAS_API_KEY",),
+    "zai": ("ZAI_API_KEY",),
+    "moonshot": ("MOONSHOT_API_KEY",),
+    "nebius": ("NEBIUS_API_KEY",),
+    "azure": ("AZURE_API_KEY",),
+}
+
+
+def provider_key(provider: str) -> str | None:
+    """The first of the provider's own key variables that is set, else None."""
+    for name in PROVIDER_KEY_ENV.get(provider, ()):
+        value = getenv(name)
+        if value:
+            return value
+    return None
+
+
+class McpServerSpec(BaseModel):
+    """One MCP server an agent may use."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    type: Literal["stdio", "streamable-http", "http"] = "stdio"
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = {}
+
+    @field_validator("command", "cwd", "url")
+    @classmethod
+    def _check_text(cls, value: str | None) -> str | None:
+        if value is not None and (has_control_characters(value) or "\n" in value):
+            raise ValueError("contains a control character (ESC, BEL, a newline, ...); "
+                             "remove it")
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _check_args(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            if has_control_characters(arg):
+                raise ValueError("contains a control character (ESC, BEL, ...); remove it")
+        return value
+
+    def describe(self) -> str:
+        if self.type == "stdio":
+            return " ".join([self.command or "", *self.args]).strip()
+        return self.url or ""
+
+
+# The validation context key of fields whose value came from the environment (a config's
+# ``${VAR}``, massgen_mcp.team.massgen_yaml): ``{WRITTEN: {"model": "openai/${MODEL}"}}``. An
+# error quotes that text instead of the value, which may be anything of the user's, and
+# derives no hint from the value.
+WRITTEN = "written"
+
+
+def written(info: ValidationInfo, field: str) -> str | None:
+    """The text to quote for ``field`` instead of its value (see :data:`WRITTEN`), or None."""
+    context = info.context
+    texts = context.get(WRITTEN) if isinstance(context, dict) else None
+    text = texts.get(field) if isinstance(texts, dict) else None
+    return text if isinstance(text, str) else None
+
+
+class AgentSpec(BaseModel):
+    """One agent: a model (litellm model string), an optional persona and sampling settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    model: str
+    system_message: Annotated[str | None, Field(max_length=20_000)] = None
+    temperature: Annotated[float | None, Field(ge=0, le=2)] = None
+    top_p: Annotated[float | None, Field(gt=0, le=1)] = None
+    max_tokens: Annotated[int | None, Field(gt=0, le=200_000)] = None
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    api_key_env: str | None = None
+    tool_calling: bool | None = None
+    # The majority may not decide before this agent's first answer has joined the review
+    # (massgen_mcp.consensus.state): for the slow, strong member a fast majority would skip.
+    required: bool = False
+    # Ask the provider to search the web (MassGen's enable_web_search; litellm's provider-native
+    # web_search_options: OpenAI search models, Anthropic, Gemini, xAI, Perplexity, ...).
+    web_search: bool = False
+    # MCP servers whose tools this agent may call (massgen_mcp.tools.mcp_servers).
+    mcp_servers: list[McpServerSpec] = []
+    allowed_tools: list[str] | None = None
+    exclude_tools: list[str] | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        if not _AGENT_ID.fullmatch(value):
+            raise ValueError("use 1-64 letters, digits, '_', '-' or '.'")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _check_model(cls, value: str) -> str:
+        if not _MODEL.fullmatch(value):
+            raise ValueError(
+                "expected a litellm model string such as 'openai/gpt-4o-mini' or "
+                "'anthropic/claude-sonnet-4-5' (no spaces)"
+            )
+        return value  # whether a provider serves it: the run's preflight asks
+
+    @model_validator(mode="after")
+    def _check_cli(self, info: ValidationInfo) -> AgentSpec:
+        if not self.model.startswith("cli/"):
+            return self
+        name = self.model.split("/")[1]
+        shown = written(info, "model") or self.model
+        if (name not in CLI_NAMES or self.model.count("/") > 2 or self.model.endswith("/")
+                or self.model.split("/")[-1].startswith("-")):
+            raise ValueError(f"model {shown!r}: a coding-agent CLI is cli/<name> or "
+                             f"cli/<name>/<model>, with <name> one of {', '.join(CLI_NAMES)}")
+        for name in _NOT_FOR_CLI:
+            # A setting given with its default value asks for nothing: a team rebuilt from
+            # its own dump (run --timeout, with_overrides) passes temperature=None.
+            field = type(self).model_fields[name]
+            if (name in self.model_fields_set
+                    and getattr(self, name) != field.get_default(call_default_factory=True)):
+                raise ValueError(f"{name}: not available for a coding-agent CLI agent "
+                                 f"({shown}); remove it (the CLI runs read-only with "
+                                 "its own settings)")
+        return self
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        if value is not None and (not re.fullmatch(r"https?://\S+", value)
+                                  or has_control_characters(value)):
+            raise ValueError("expected an http(s) URL such as 'http://127.0.0.1:11434/v1' "
+                             "(no spaces or control characters)")
+        return value
+
+    @property
+    def cli(self) -> str | None:
+        """The coding-agent CLI this agent runs ('claude' for cli/claude/opus), else None."""
+        return self.model.split("/")[1] if self.model.startswith("cli/") else None
+
+    @property
+    def cli_model(self) -> str | None:
+        """The model a CLI agent asks its CLI for ('opus' for cli/claude/opus), else None."""
+        parts = self.model.split("/", 2)
+        return parts[2] if self.cli and len(parts) == 3 else None
+
+    @property
+    def provider(self) -> str:
+        """The provider that serves the model: its prefix ('openai' for 'openai/gpt-4o'), or
+        for a bare name the one litellm routes it to ('openai' for 'gpt-4o';
+        :func:`~massgen_mcp.core.model_map.bare_provider`); '' when none is known. The key
+        check, consent and the call all read this, so every spelling is checked alike."""
+        if "/" in self.model:
+            return self.model.split("/", 1)[0]
+        return bare_provider(self.model) or ""
+
+    @property
+    def routed_model(self) -> str:
+        """The model string a call sends to litellm: a bare name with its provider in front
+        (``gemini/gemini-2.5-flash``), so the call goes where the checks before the run
+        looked (litellm alone would send a bare gemini-* to Vertex AI)."""
+        provider = self.provider
+        if "/" in self.model or not provider:
+            return self.model
+        return f"{provider}/{self.model}"
+
+    def uses_native_tools(self) -> bool:
+        """Whether to offer the workflow actions as tools rather than the JSON fallback (a
+        CLI's final message is text, so CLI agents always decide in JSON)."""
+        if self.cli:
+            return False
+        return True if self.tool_calling is None else self.tool_calling
+
+    def resolved_api_key(self) -> str | None:
+        """The key this agent sends: its own ``api_key``, else ``api_key_env``, else (only
+        for the provider's own API, never a custom ``base_url``) the provider's variable.
+
+        The value is registered for redaction here, the one place a credential is resolved,
+        so it is masked on every way out whatever the variable was called."""
+        key = self._find_api_key()
+        register_secret(key)
+        return key
+
+    def _find_api_key(self) -> str | None:
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        if self.api_key_env:
+            return getenv(self.api_key_env)
+        return None if self.base_url else provider_key(self.provider)
