@@ -238,7 +238,8 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
     elif result.final_answer is not None:
         say(redact(result.final_answer))
     if not args.quiet and result.review is None:  # a review's output has its dissent
-        for extra in [*agreement_lines(result), *result.notes]:
+        winner = result.winner.label if result.winner else None
+        for extra in [*agreement_lines(result.agreement, winner), *result.notes]:
             err(redact(extra))
     line = redact(outcome_line(result))  # the last line: how it ended
     if result.status is not RunStatus.COMPLETED or result.dropped or result.budget_exceeded:

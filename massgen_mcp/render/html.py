@@ -328,7 +328,8 @@ def _outcome(record: SessionRecord) -> str:
             f"{_e(phrase.removeprefix(result.winner.label))}{_e(_how_decided(record))}"
             if result.winner and phrase else "No winner.")
     if result.review is None:  # a review's section says its own agreement and dissent
-        line += "".join(f"<br>{_e(extra)}" for extra in agreement_lines(result))
+        line += "".join(f"<br>{_e(extra)}" for extra in agreement_lines(
+            result.agreement, result.winner.label if result.winner else None))
     line += "".join(f"<br>{_e(note)}" for note in result.notes)
     problems = [p for p in [dropped_phrase(result)] if p] + other_errors(result)
     if problems:

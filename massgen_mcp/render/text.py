@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from massgen_mcp.core.outcomes import Agreement
 from massgen_mcp.core.records import Decision, Event, EventType, FinishReason, RunStatus, clip
 from massgen_mcp.core.run_state import ResultRecord, StatusRecord, Usage
 
@@ -86,15 +87,15 @@ def outcome_line(result: ResultRecord) -> str:
     return line
 
 
-def agreement_lines(result: ResultRecord) -> list[str]:
-    """The agreement and the dissent in a few lines (every face that shows a result):
-    "agreement: 2 of 3 live members back A1", the strongest losing answer with its voters'
-    reasons, each dissenter's reason, and who was late. Empty without a winner."""
-    agreement, winner = result.agreement, result.winner
+def agreement_lines(agreement: Agreement | None, winner: str | None) -> list[str]:
+    """The agreement and the dissent in a few lines, the same on every face that shows a
+    result (the CLI, the report, the MCP text): "agreement: 2 of 3 live members back A1",
+    the strongest losing answer with its votes, each dissenter's reason, and who was late.
+    ``winner``: the winning label. Empty without a winner."""
     if agreement is None or winner is None:
         return []
     lines = [f"agreement: {agreement.backing} of {agreement.members} live members back "
-             f"{winner.label}"]
+             f"{winner}"]
     up = agreement.runner_up
     if up is not None:
         lines.append(f"strongest losing answer: {up.label} by {up.agent_id} ({up.model}), "

@@ -18,7 +18,7 @@ from fastmcp.tools import ToolResult
 from pydantic import BaseModel
 
 from massgen_mcp.render.review import as_brief
-from massgen_mcp.render.text import status_words
+from massgen_mcp.render.text import agreement_lines, status_words
 from massgen_mcp.server.views import (
     CancelView,
     ResultView,
@@ -73,24 +73,6 @@ def tally_text(tally: dict[str, int]) -> str:
         or "no votes"
 
 
-def _agreement(result: ResultView) -> list[str]:
-    """The agreement and the dissent, one line each (the CLI's words:
-    :func:`massgen_mcp.render.text.agreement_lines` reads the record; this reads the view)."""
-    agreement, winner = result.agreement, result.winner
-    if agreement is None or winner is None:
-        return []
-    lines = [f"agreement: {agreement.backing} of {agreement.members} live members back "
-             f"{winner.label}"]
-    up = agreement.runner_up
-    if up is not None:
-        lines.append(f"strongest losing answer: {up.label} ({up.agent_id}, "
-                     f"{plural(up.votes, 'vote')}): {up.excerpt}")
-    lines += [f"dissent: {d.agent_id}"
-              f"{f' voted for {d.voted_for}' if d.voted_for else ' did not vote'}: {d.reason}"
-              for d in agreement.dissent]
-    return lines
-
-
 def result_text(result: ResultView) -> str:
     if result.review is not None:  # the verdict and agreed findings, not the whole review
         lines = [as_brief(result.review)]
@@ -107,7 +89,8 @@ def result_text(result: ResultView) -> str:
         if result.tie_broken:
             won += f"; a tie between {', '.join(result.tied)} was broken"
         lines.append(won + ".")
-        lines += [f"{line[0].upper()}{line[1:]}." for line in _agreement(result)]
+        lines += [f"{line[0].upper()}{line[1:]}." for line in agreement_lines(
+            result.agreement, result.winner.label)]
     lines += [f"Note: {note}." for note in result.notes]
     if result.dropped:
         lines.append("Dropped: " + "; ".join(f"{agent} ({why})"

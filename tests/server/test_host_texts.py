@@ -76,8 +76,9 @@ async def test_a_finished_run_reads_in_a_few_lines_and_keeps_the_full_record(
     agreement = result["agreement"]  # the dissent, in the text and the structured record
     assert agreement["members"] == 2 and agreement["dropped"] == ["agent_c"]
     assert f"Agreement: {agreement['backing']} of 2 live members back {winner['label']}." in text
-    for dissent in agreement["dissent"]:
-        assert f"Dissent: {dissent['agent_id']} voted for {dissent['voted_for']}" in text
+    for dissent in agreement["dissent"]:  # the CLI's and the report's words
+        assert (f"Dissent: {dissent['agent_id']} ({dissent['model']}), voted for "
+                f"{dissent['voted_for']}") in text
     assert handle["session_id"] in text and '"' not in lines[-1][:20]
     assert set(result) >= {"votes", "answers", "usage", "record_dir", "report"}
     assert progress and all(total == 7 for _, total in progress), progress
