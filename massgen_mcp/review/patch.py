@@ -76,20 +76,21 @@ def check_patch_paths(root: Path, sections: list[FileDiff]) -> None:
 
 def inside(root: Path, path: str, field_name: str) -> Path:
     """``root / path`` when ``path`` is relative, without ``..``, and resolves (links
-    followed) inside ``root``; else a ConfigError naming ``field_name``."""
+    followed) inside ``root``; else a ConfigError naming ``field_name``. The one rule for a
+    patch's paths and for the paths a model's call names (:mod:`.start`)."""
     if (PurePosixPath(path).is_absolute() or PureWindowsPath(path).is_absolute()
             or PureWindowsPath(path).drive or path.startswith("\\")):
-        raise ConfigError(f"{field_name}: {path!r} is an absolute path; a patch names files "
-                          "relative to the repository (a/..., b/...)")
+        raise ConfigError(f"{field_name}: {path!r} is an absolute path; name files relative "
+                          "to the repository (a patch's: a/..., b/...)")
     parts = PurePosixPath(path.replace("\\", "/")).parts
     if ".." in parts:
-        raise ConfigError(f"{field_name}: {path!r} leaves the repository ('..'); a patch "
-                          "may only change files inside it")
+        raise ConfigError(f"{field_name}: {path!r} leaves the repository ('..'); name "
+                          "files inside it")
     try:
         resolved = (root / path).resolve()
     except (OSError, RuntimeError):  # a link loop
         raise ConfigError(f"{field_name}: {path!r} is a link loop") from None
     if not resolved.is_relative_to(root):
         raise ConfigError(f"{field_name}: {path!r} leads outside the repository through a "
-                          "link; a patch may only change files inside it")
+                          "link; name files inside it")
     return resolved

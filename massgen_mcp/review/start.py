@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import Severity
 from massgen_mcp.review.changes import Changes, collect, repository
+from massgen_mcp.review.patch import inside
 from massgen_mcp.review.request import review_estimate, review_spec, tools_withheld
 from massgen_mcp.service import ConsensusService, StartedRun
 from massgen_mcp.team.context_files import Workspace
@@ -113,14 +114,4 @@ async def check_confined(root: Path, paths: Sequence[str]) -> None:
     for name in paths:
         if not name.strip() or "\x00" in name:
             raise ConfigError(f"paths: {name!r} is not a file path")
-        if (PurePosixPath(name).is_absolute() or PureWindowsPath(name).is_absolute()
-                or PureWindowsPath(name).drive or name.startswith("\\")):
-            raise ConfigError(f"paths: {name!r} is absolute; give paths relative to the "
-                              f"repository {top}")
-        try:
-            resolved = (top / name).resolve()
-        except (OSError, RuntimeError):  # a link loop
-            raise ConfigError(f"paths: {name!r} is a link loop") from None
-        if not resolved.is_relative_to(top):
-            raise ConfigError(f"paths: {name!r} is outside the repository {top}; name files "
-                              "inside it")
+        inside(top, name, "paths")  # the rule a patch's paths follow: relative, no '..', in

@@ -133,10 +133,12 @@ async def test_what_a_model_may_not_point_at_is_refused_naming_the_field(
          "patch: 'link/passwd' leads outside the repository through a link"),
         ({"patch": "--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n"},
          "patch: '/etc/passwd' is an absolute path"),
-        ({"paths": [str(repo / "src" / "app.py")]}, "is absolute; give paths relative to "
-                                                    "the repository"),
-        ({"paths": ["../outside/passwd"]}, "paths: '../outside/passwd' is outside the "
+        ({"paths": [str(repo / "src" / "app.py")]}, "is an absolute path; name files "
+                                                    "relative to the repository"),
+        ({"paths": ["../outside/passwd"]}, "paths: '../outside/passwd' leaves the "
                                            "repository"),
+        ({"paths": ["link/passwd"]}, "paths: 'link/passwd' leads outside the repository "
+                                     "through a link"),
         ({"staged": True, "base": "main"}, "base: give one of staged, base, commit, patch "
                                            "or paths, not staged and base"),
         ({"commit": "--output=x"}, "commit: '--output=x' is not a ref"),
