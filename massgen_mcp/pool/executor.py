@@ -56,7 +56,7 @@ from massgen_mcp.executors.waiting import (
     wait_for_status,
     watch_status,
 )
-from massgen_mcp.pool import drafts, fencing, live, steering
+from massgen_mcp.pool import channel, claims, drafts, fencing, live, steering
 from massgen_mcp.pool.drafts import HeardDrafts
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
@@ -111,7 +111,7 @@ class PoolExecutor:
         self._docket = await self._stack.enter_async_context(
             Docket(name=self.config.name, url=self.config.url))
         self._docket.register(live.run_session, names=[live.TASK_NAME])
-        self._feed = asyncio.create_task(live.subscribe(
+        self._feed = asyncio.create_task(channel.subscribe(
             self.config, self.config.live_channel, self._on_message, self._pulse_all),
             name="massgen-pool-feed")
         return self
@@ -193,7 +193,7 @@ class PoolExecutor:
             await self.redis.delete(self.config.key("cancel", session_id))
             queued = await asyncio.to_thread(mark_queued, self.store, session_id, team)
             await self._publish(queued)
-            await live.mark_queued(self.redis, self.config, session_id)
+            await claims.mark_queued(self.redis, self.config, session_id)
             await live.retrying(self.docket.add(live.TASK_NAME), session_id)
         except RedisError as exc:
             raise PoolUnavailableError(
@@ -205,7 +205,7 @@ class PoolExecutor:
         """What this front end wrote to a record, for every reader (Redis's copy would
         otherwise still say what the last worker left)."""
         if status is not None:
-            await live.put_status(self.redis, self.config, status, None)
+            await channel.put_status(self.redis, self.config, status, None)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -244,7 +244,7 @@ class PoolExecutor:
         """Runs a worker holds now (claims), across the pool."""
         count = 0
         async for key in self.redis.scan_iter(match=self.config.key("claim", "*"), count=500):
-            count += (await self.redis.get(key)) != live.CANCELLED
+            count += (await self.redis.get(key)) != claims.CANCELLED
         return count
 
     async def describe(self) -> ExecutorInfo:
@@ -317,10 +317,10 @@ class PoolExecutor:
                 del self._waiters[session_id], self._signals[session_id]
 
     def _on_message(self, data: str) -> None:
-        session_id = live.message_session(data)
+        session_id = channel.message_session(data)
         if session_id is None:
             return
-        kind = live.message_kind(data, session_id)
+        kind = channel.message_kind(data, session_id)
         if kind == "drafts":
             message = drafts.read(session_id, data)
             if message is None:
@@ -405,11 +405,11 @@ class PoolExecutor:
         if status.done:
             return False
         await self.redis.set(self.config.key("cancel", session_id), "1", ex=live.STATUS_TTL_S)
-        claimed = await live.claim(self.redis, self.config, session_id, live.CANCELLED)
+        claimed = await claims.claim(self.redis, self.config, session_id, claims.CANCELLED)
         if isinstance(claimed, int) and (await asyncio.to_thread(
                 self.store.read_status, session_id)).done:  # it ended just now; Redis had
-            await live.release(self.redis, self.config, session_id,  # not heard yet
-                               live.CANCELLED)
+            await claims.release(self.redis, self.config, session_id,  # not heard yet
+                               claims.CANCELLED)
             return False
         if isinstance(claimed, int):  # no worker has it: it never runs now
             # Fenced like a worker's claim: a worker paused past its lease must not write
@@ -417,13 +417,13 @@ class PoolExecutor:
             fence = await asyncio.to_thread(fencing.take, self.store.folder(session_id),
                                             claimed)
             if fence != claimed:
-                await live.raise_fence(self.redis, self.config, session_id, fence)
+                await claims.raise_fence(self.redis, self.config, session_id, fence)
             team = await asyncio.to_thread(recorded_team, self.store, session_id)
             ended = await asyncio.to_thread(
                 end_unstarted, self.store, session_id, team, RunStatus.CANCELLED,
                 FinishReason.CANCELLED, fence=fence)
             if ended is not None:
-                await live.put_status(self.redis, self.config, ended, fence)
+                await channel.put_status(self.redis, self.config, ended, fence)
             return True
         await self.redis.publish(self.config.cancel_channel, session_id)
         status = await self.wait(session_id, CANCEL_WAIT_S, until_done=True)

@@ -66,7 +66,7 @@ class SteerRequest(BaseModel):
 
 
 # Settle a request for this worker, if its claim on the session is still the newest (as in
-# live._RENEW: ours, or lapsed and about to be renewed by us) and nobody settled it before.
+# claims._RENEW: ours, or lapsed and about to be renewed by us) and nobody settled it before.
 _TAKE = """
 if tonumber(redis.call('GET', KEYS[2]) or '0') > tonumber(ARGV[2]) then return 0 end
 local holder = redis.call('GET', KEYS[1])

@@ -51,8 +51,9 @@ from massgen_mcp.core.run_state import Draft
 from massgen_mcp.executors.host import LiveRun, RunHost
 from massgen_mcp.executors.notes import MAX_REPLY_CHARS, NoteReply
 from massgen_mcp.executors.seam import recorded_team
-from massgen_mcp.pool import drafts, fencing, live, steering
-from massgen_mcp.pool.live import LivePublisher, PoolConfig
+from massgen_mcp.pool import channel, claims, drafts, fencing, live, steering
+from massgen_mcp.pool.channel import LivePublisher
+from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
 from massgen_mcp.pool.records import end_unstarted, pool_unfinished
 from massgen_mcp.pool.steering import SteerRequest
@@ -138,10 +139,10 @@ class PoolWorker:
             # Not on the first run's clock, when a run here would likely need it.
             asyncio.create_task(warm_up_litellm(), name="litellm-warm-up"),
             asyncio.create_task(publisher.run(), name="massgen-publisher"),
-            asyncio.create_task(live.subscribe(self.config, self.config.cancel_channel,
+            asyncio.create_task(channel.subscribe(self.config, self.config.cancel_channel,
                                                self._on_cancel, lambda: None),
                                 name="massgen-cancel-feed"),
-            asyncio.create_task(live.subscribe(self.config, self.config.steer_channel,
+            asyncio.create_task(channel.subscribe(self.config, self.config.steer_channel,
                                                self._on_steer, lambda: None),
                                 name="massgen-steer-feed"),
         ]
@@ -237,9 +238,9 @@ class PoolWorker:
         self._unheld = unheld
 
     async def _queue(self, session_id: str) -> None:
-        """Put the session on Docket's queue, marked queued (see :func:`live.mark_queued`)."""
+        """Put the session on Docket's queue, marked queued (see :func:`claims.mark_queued`)."""
         assert self._docket is not None
-        await live.mark_queued(self.redis, self.config, session_id)
+        await claims.mark_queued(self.redis, self.config, session_id)
         await live.retrying(self._docket.add(live.TASK_NAME), session_id)
 
     def _on_cancel(self, session_id: str) -> None:
@@ -352,14 +353,14 @@ class PoolWorker:
                 self._handing_back.discard(session_id)
                 await self._requeue(session_id)  # queued again before the claim goes
             with contextlib.suppress(Exception):
-                await live.release(self.redis, self.config, session_id, holder)
+                await claims.release(self.redis, self.config, session_id, holder)
 
     async def _fence(self, session_id: str, token: int) -> int:
         """Make our claim's fencing token the record's (see pool/fencing.py), and tell
         Redis when the record was ahead of it; the token every write of this run carries."""
         fence = await asyncio.to_thread(fencing.take, self.store.folder(session_id), token)
         if fence != token:
-            await live.raise_fence(self.redis, self.config, session_id, fence)
+            await claims.raise_fence(self.redis, self.config, session_id, fence)
         self._publisher.fences[session_id] = fence
         return fence
 
@@ -383,14 +384,14 @@ class PoolWorker:
         lapses or Redis answers again."""
         while not self._stopping:
             try:
-                other = await live.claim(self.redis, self.config, session_id, holder)
+                other = await claims.claim(self.redis, self.config, session_id, holder)
             except RedisError as exc:  # still away after the client's retries: wait
                 log.warning("session %s: cannot claim it yet (%s)", session_id, exc)
                 await asyncio.sleep(live.RECONNECT_S)
                 continue
             if isinstance(other, int):
                 return other
-            if other == live.CANCELLED:
+            if other == claims.CANCELLED:
                 return False
             status = await asyncio.to_thread(self.store.read_status, session_id)
             if status.done:
@@ -420,7 +421,7 @@ class PoolWorker:
             except RecordRefused:
                 return None  # another claim took it meanwhile (logged by the recorder)
             if ended is not None:
-                await live.put_status(self.redis, self.config, ended, fence)
+                await channel.put_status(self.redis, self.config, ended, fence)
             return None
         try:
             return await self.local.resume(session_id, team, guard=fencing.guard(fence))
@@ -464,7 +465,7 @@ class PoolWorker:
             await asyncio.sleep(self.config.lease_s / 4)
             try:
                 async with asyncio.timeout(self.config.lease_s / 4):  # a hung Redis too
-                    ours = await live.renew(self.redis, self.config, run.session_id, holder,
+                    ours = await claims.renew(self.redis, self.config, run.session_id, holder,
                                             fence)
                     cancelled = await self.redis.get(self.config.key("cancel",
                                                                      run.session_id))

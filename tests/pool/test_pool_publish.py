@@ -9,8 +9,9 @@ import os
 
 import pytest
 
-from massgen_mcp.pool import live
-from massgen_mcp.pool.live import LivePublisher, PoolConfig
+from massgen_mcp.pool import channel, live
+from massgen_mcp.pool.channel import LivePublisher
+from massgen_mcp.pool.live import PoolConfig
 from tests.pool_harness import REDIS, Pool
 
 pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
@@ -30,7 +31,7 @@ async def test_a_batch_is_fenced_per_run_and_keeps_each_run_s_order(pool: Pool) 
     def got(data: str) -> None:
         heard.append(json.loads(data))
 
-    feed = asyncio.create_task(live.subscribe(config, config.live_channel, got,
+    feed = asyncio.create_task(channel.subscribe(config, config.live_channel, got,
                                               subscribed.set))
     try:
         await subscribed.wait()
