@@ -22,7 +22,7 @@ from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import ReviewTarget, Severity
-from massgen_mcp.core.spec import RunSpec
+from massgen_mcp.core.spec import RunSpec, TeamConfig
 from massgen_mcp.review.changes import CONTEXT_LINES, Changes
 from massgen_mcp.review.estimate import Estimate, estimate
 from massgen_mcp.team import consent
@@ -118,19 +118,25 @@ def review_spec(changes: Changes, focus: str | None = None, *,
                    options=RunOptions(**{**given, "workspace_tools": tools}), review=target)
 
 
-async def tools_withheld(spec: RunSpec, workspace: Workspace) -> list[str]:
-    """Why a review's team must not get the workspace tools: one line per agent of a
-    *discovered* team (no ``models``, no ``config``: a project's ``.massgen/config.yaml``
-    may be the one found) that sits at a foreign endpoint and would read the repository
-    through them. That file would need the user's consent to turn the tools on itself
-    (:mod:`massgen_mcp.team.consent`); review turning them on must not go round it. A team
-    the user names (``--models``, ``--config``) is the user's choice, as ``run
-    --context-file`` is. Empty: the tools may be given."""
+async def chosen_team(spec: RunSpec, workspace: Workspace) -> TeamConfig:
+    """The team ``spec`` will get, as its own config or the discovered one chooses it, without
+    the review's own ``workspace_tools``: what :func:`tools_withheld` and
+    :func:`review_estimate` both judge, chosen once (a discovery may probe local servers)."""
+    others = {k: v for k, v in spec.overrides().items() if k != "workspace_tools"}
+    return (await choose_team(spec.model_copy(update={"options": RunOptions(**others)}),
+                              workspace)).team
+
+
+def tools_withheld(spec: RunSpec, found: TeamConfig) -> list[str]:
+    """Why a review's team (``found``: :func:`chosen_team`) must not get the workspace
+    tools: one line per agent of a *discovered* team (no ``models``, no ``config``: a
+    project's ``.massgen/config.yaml`` may be the one found) that sits at a foreign endpoint
+    and would read the repository through them. That file would need the user's consent to
+    turn the tools on itself (:mod:`massgen_mcp.team.consent`); review turning them on must
+    not go round it. A team the user names (``--models``, ``--config``) is the user's
+    choice, as ``run --context-file`` is. Empty: the tools may be given."""
     if spec.models or spec.config or not spec.overrides().get("workspace_tools"):
         return []
-    others = {k: v for k, v in spec.overrides().items() if k != "workspace_tools"}
-    found = (await choose_team(spec.model_copy(update={"options": RunOptions(**others)}),
-                               workspace)).team
     if found.options.workspace_tools:  # the file turns them on itself, under its consent
         return []
     given = found.model_copy(update={
@@ -138,15 +144,13 @@ async def tools_withheld(spec: RunSpec, workspace: Workspace) -> list[str]:
     return consent.exposures(given)
 
 
-async def review_estimate(spec: RunSpec, workspace: Workspace) -> Estimate:
-    """The floor of ``spec``'s cost (:mod:`.estimate`) for the team it will get; refused
-    before anything runs when the run's ``max_cost_usd`` is below it."""
-    team = (await choose_team(spec, workspace)).team
+def review_estimate(spec: RunSpec, team: TeamConfig) -> Estimate:
+    """The floor of ``spec``'s cost (:mod:`.estimate`) for its ``team``
+    (:func:`chosen_team`: the call's limits are already on its options); refused before
+    anything runs when the run's ``max_cost_usd`` is below it."""
     found = estimate([agent.model for agent in team.agents], spec.question,
                      spec.context or "")
     budget = team.options.max_cost_usd
-    if spec.options is not None and spec.options.max_cost_usd is not None:
-        budget = spec.options.max_cost_usd
     if budget is not None and found.cost_usd is not None and found.cost_usd > budget:
         raise ConfigError(f"max_cost_usd: ${budget:g} is below this review's floor, "
                           f"{found.words()}; raise it, or narrow the review (fewer files, "

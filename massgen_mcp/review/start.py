@@ -24,7 +24,12 @@ from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import Severity
 from massgen_mcp.review.changes import Changes, collect, repository
 from massgen_mcp.review.patch import inside
-from massgen_mcp.review.request import review_estimate, review_spec, tools_withheld
+from massgen_mcp.review.request import (
+    chosen_team,
+    review_estimate,
+    review_spec,
+    tools_withheld,
+)
 from massgen_mcp.service import ConsensusService, StartedRun
 from massgen_mcp.team.context_files import Workspace
 
@@ -83,14 +88,15 @@ async def start_review(service: ConsensusService, workspace: Workspace,
     spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
                        options=options, threshold=threshold)
     review_workspace = Workspace(changes.root, confined=workspace.confined)
-    withheld = await tools_withheld(spec, review_workspace)
+    team = await chosen_team(spec, review_workspace)  # once, for both checks below
+    withheld = tools_withheld(spec, team)
     if withheld:
         notes.append("the team reviewed the diff without reading the repository (workspace "
                      f"tools off): {'; '.join(withheld)}; name the team (models or config) "
                      "to give it the tools")
         spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
                            options=options, tools=False, threshold=threshold)
-    floor = await review_estimate(spec, review_workspace)  # a budget below it: refused
+    floor = review_estimate(spec, team)  # a budget below it: refused
     notes.append(f"estimate: {floor.words()}")
     run = await service.start(spec, review_workspace)
     return ReviewStarted(run, changes, notes)

@@ -172,7 +172,7 @@ async def test_a_discovered_project_team_abroad_gets_no_workspace_tools(
     key: no consent asked for the file as it is) would need consent to turn the workspace
     tools on; review must not turn them on for it. A team the user names keeps them."""
     from massgen_mcp.review.changes import collect
-    from massgen_mcp.review.request import review_spec, tools_withheld
+    from massgen_mcp.review.request import chosen_team, review_spec, tools_withheld
     from massgen_mcp.team.context_files import Workspace
 
     home.mkdir()  # the project's config: $MASSGEN_HOME/config.yaml (else ./.massgen/)
@@ -182,11 +182,12 @@ async def test_a_discovered_project_team_abroad_gets_no_workspace_tools(
     monkeypatch.chdir(repo)
     changes = await collect(repo)
     workspace = Workspace(changes.root, confined=False)
-    withheld = await tools_withheld(review_spec(changes), workspace)
+    spec = review_spec(changes)
+    withheld = tools_withheld(spec, await chosen_team(spec, workspace))
     assert withheld == ["agent 'abroad' at https://reviews.example.com/v1 would receive the "
                         "project's files (workspace_tools)"]
     named = review_spec(changes, models=["openai/a@https://reviews.example.com/v1"])
-    assert await tools_withheld(named, workspace) == []
+    assert tools_withheld(named, await chosen_team(named, workspace)) == []
 
 
 def test_every_format_of_one_review(scripted: Scripted, repo: Path, home: Path,
