@@ -39,7 +39,13 @@ def main() -> int:
     except KeyboardInterrupt:
         if not from_host:
             raise
-        return 0  # Ctrl-C before the stdio server's own signal handling is up
+        # Ctrl-C before the stdio server's own signal handling is up: end at once with 0.
+        # Returning would not do: a Ctrl-C that landed in code a library ran through exec()
+        # (dataclasses, typing, namedtuple, all busy while we import) leaves CPython set to
+        # die by SIGINT at exit even though it was caught here; and a process stopped halfway
+        # through its imports has nothing worth a teardown.
+        sys.stderr.flush()
+        os._exit(0)
     except BrokenPipeError:  # `massgen-mcp sessions | head -1`: the reader has all it wants
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
         return EXIT_BROKEN_PIPE
