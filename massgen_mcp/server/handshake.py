@@ -67,11 +67,10 @@ def request_id(value: object) -> str | int | None:
 # The sources of what the snapshot holds (besides INSTRUCTIONS): tool, resource and prompt
 # names, descriptions and argument schemas. An edit to one of them without a fresh snapshot
 # (a checkout being worked on) turns the early replies off instead of sending stale ones.
-SURFACE_SOURCES = ("server/app.py", "server/views.py", "server/session_view.py",
-                   "core/spec.py", "core/options.py", "core/agent.py", "core/records.py",
-                   "core/run_state.py", "core/outcomes.py", "service/__init__.py",
-                   "service/setup.py",
-                   "_version.py")
+SURFACE_SOURCES = ("server/app.py", "server/tools.py", "server/views.py",
+                   "server/session_view.py", "core/spec.py", "core/options.py",
+                   "core/agent.py", "core/records.py", "core/run_state.py", "core/outcomes.py",
+                   "service/__init__.py", "service/setup.py", "_version.py")
 
 
 def fingerprint() -> str:

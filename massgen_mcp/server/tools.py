@@ -1,35 +1,51 @@
-"""What each MCP tool does, as plain async functions over a :class:`ConsensusService`.
+"""The MCP tools, each written once: the signature is the input schema hosts see, the docstring
+the description, the body what the tool does over the server's :class:`ConsensusService`.
 
-server/app.py only registers these with FastMCP (names, schemas, descriptions); the work is
-here, where it can be read and tested without the protocol. Runs go on in the background;
-hosts cut tool calls after ~60 s, so no tool blocks longer than its ``wait_s`` (capped at
-``MASSGEN_MCP_MAX_WAIT_S``, default 50 s). Every host turn costs the user time and tokens, so a
-wait returns when the run ends (not at each step, unless asked), and sends progress
-notifications while it waits: Claude Code resets its idle timer only on those.
+:func:`tool` records a function for server/app.py to register, as the MCP SDK's
+``Tool.from_function`` takes a tool from a function; what every tool shares is
+:func:`host_function`'s, once: the host's ``ctx`` in place of ``service``, our errors as
+:func:`tool_errors` words them, the view as :func:`~massgen_mcp.server.texts.readable` text.
+Starting a run and waiting on it is server/launch.py's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
-import warnings
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar, get_type_hints
 
 from fastmcp import Context
+from fastmcp.apps import AppConfig
 from fastmcp.exceptions import ToolError
+from fastmcp.tools import ToolResult
+from mcp.types import ToolAnnotations
+from pydantic import Field, ValidationError
 
-from massgen_mcp.core.errors import MassgenError, RunNotFinishedError, SessionNotFoundError
-from massgen_mcp.core.options import RunOptions
+from massgen_mcp.core.errors import (
+    ConfigError,
+    MassgenError,
+    RunNotFinishedError,
+    SessionNotFoundError,
+)
+from massgen_mcp.core.options import MAX_AGENTS, RunOptions
 from massgen_mcp.core.outcomes import Severity
 from massgen_mcp.core.records import RunStatus
-from massgen_mcp.core.run_state import StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
-from massgen_mcp.core.spec import RunSpec
+from massgen_mcp.core.spec import (
+    MAX_CONTEXT_CHARS,
+    MAX_QUESTION_CHARS,
+    RunSpec,
+    format_validation_error,
+)
+from massgen_mcp.review.diff import MAX_DIFF_BYTES
+from massgen_mcp.review.request import MAX_FOCUS_CHARS
 from massgen_mcp.review.start import ChangeToReview, start_review
-from massgen_mcp.server import shutdown
+from massgen_mcp.server.launch import client_root, launch, max_wait_s, wait_and_wrap, wait_reporting
+from massgen_mcp.server.session_view import VIEW_URI
+from massgen_mcp.server.texts import readable
 from massgen_mcp.server.views import (
     POLL_WAIT_S,
     CancelView,
@@ -43,41 +59,93 @@ from massgen_mcp.server.views import (
     Until,
     cancel_view,
     not_finished_hint,
-    progress_message,
-    progress_steps,
     result_view,
     session_page,
     status_view,
     steer_view,
 )
-from massgen_mcp.service import ConsensusService, StartedRun, StatusCallback
-from massgen_mcp.team.context_files import Workspace
+from massgen_mcp.service import MAX_NOTE_CHARS, ConsensusService, StartedRun
+from massgen_mcp.service.setup import SetupView
 
-log = logging.getLogger(__name__)
+MAX_REF_CHARS = 256  # a branch, tag or commit name
+MAX_PATHS = 200  # files or folders one review names
+ToolFn = TypeVar("ToolFn", bound=Callable[..., Any])
 
-ROOTS_TIMEOUT_S = 5.0  # asking the client for its roots, once per run_consensus
-# A front end that stops: an MCP task notices within STOP_POLL_S and steps aside after
-# TASK_HANDOFF_S, longer than uvicorn's 5 s graceful shutdown so the tasks' worker is
-# draining by then (a task that steps aside then stays queued for another front end).
-STOP_POLL_S = 1.0
-TASK_HANDOFF_S = 8.0
-# A wait on a run that shows no change (a CLI agent thinking for minutes) still sends progress
-# this often: well inside Claude Code's idle limit (300 s over HTTP) once an operator raises
-# MASSGEN_MCP_MAX_WAIT_S, and a sign of life on the host's tool row meanwhile.
-QUIET_PROGRESS_S = 20.0
-# While agents write (their drafts stream), progress says so this often ("agent_b is
-# writing… 412 tokens"): the host's tool row shows the run moving between its steps.
-DRAFT_PROGRESS_S = 5.0
-STARTED = (f"started; call get_status with wait_s={POLL_WAIT_S} until done (it returns when "
-           "the run ends), then get_result")
+READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                       open_world_hint=False)
+START = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                        open_world_hint=True)
 
-# How a tool starts its run (run_consensus: the spec; review_changes: collect the change
-# first); called once, not again when an MCP task is delivered a second time.
-Start = Callable[[], Awaitable[StartedRun]]
+SessionId = Annotated[str, Field(description="id returned by run_consensus", max_length=64)]
+# The schema states the server's cap (MASSGEN_MCP_MAX_WAIT_S, 50 s unless the operator changed
+# it); a larger value is not refused, only capped, so a model that asks for 60 loses no turn.
+MAX_WAIT_S = SETTINGS.mcp_max_wait_s.read()
+WaitS = Annotated[float, Field(ge=0, json_schema_extra={"maximum": MAX_WAIT_S}, description=(
+    f"seconds to wait (at most {MAX_WAIT_S:g}) for the run's end, sending progress; 0: "
+    "return at once"))]
+# The team, as every tool that starts a run takes it.
+Models = Annotated[list[str] | None, Field(
+    min_length=1, max_length=MAX_AGENTS,
+    description="litellm model strings, one agent each, e.g. "
+                "['openai/gpt-4o-mini', 'anthropic/claude-haiku-4-5']; cli/claude, "
+                "cli/codex, cli/gemini run the user's logged-in coding CLI")]
+ConfigName = Annotated[str | None, Field(
+    description="instead of models: a MassGen YAML config path or @preset")]
+BaseUrl = Annotated[str | None, Field(
+    description="OpenAI-compatible endpoint for agents without their own")]
 
 
-def max_wait_s() -> float:
-    return SETTINGS.mcp_max_wait_s.read()
+@dataclass(frozen=True)
+class Registered:
+    """A tool as server/app.py registers it: its function and its FastMCP options."""
+
+    fn: Callable[..., Any]
+    annotations: ToolAnnotations
+    task: bool = False  # an MCP task may run it, when the server has tasks on
+    app: AppConfig | None = None
+
+
+TOOLS: list[Registered] = []  # in the order of tools/list
+
+
+def tool(annotations: ToolAnnotations, *, task: bool = False, app: AppConfig | None = None
+         ) -> Callable[[ToolFn], ToolFn]:
+    """Record the decorated function as a tool; the function itself stays as written."""
+
+    def register(fn: ToolFn) -> ToolFn:
+        TOOLS.append(Registered(fn, annotations, task, app))
+        return fn
+
+    return register
+
+
+def host_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as FastMCP calls it: a ``ctx`` in place of its ``service`` (both, if ``fn``
+    takes ``ctx`` too), the rest of its signature as written (FastMCP derives the input
+    schema from it and hides ``ctx``), run inside :func:`tool_errors` and made
+    :func:`readable`. The signature is given with its annotations resolved: FastMCP and
+    pydantic read it, not ``fn``'s module."""
+    hints = get_type_hints(fn, include_extras=True)
+    signature = inspect.signature(fn)
+    takes_ctx = "ctx" in signature.parameters
+    parameters = [
+        parameter.replace(name="ctx", annotation=Context) if parameter.name == "service"
+        else parameter.replace(annotation=hints[parameter.name])
+        for parameter in signature.parameters.values()
+        if not (parameter.name == "service" and takes_ctx)]
+
+    async def call(ctx: Context, **arguments: Any) -> ToolResult:
+        with tool_errors():
+            view = fn(service_of(ctx), ctx=ctx, **arguments) if takes_ctx \
+                else fn(service_of(ctx), **arguments)
+            return readable(await view if inspect.isawaitable(view) else view)
+
+    call.__name__ = call.__qualname__ = fn.__name__
+    call.__doc__, call.__module__ = fn.__doc__, fn.__module__
+    call.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=parameters, return_annotation=ToolResult)
+    call.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": ToolResult}
+    return call
 
 
 @contextlib.contextmanager
@@ -100,179 +168,100 @@ def service_of(ctx: Context) -> ConsensusService:
     return service
 
 
-async def client_root(ctx: Context) -> Workspace | None:
-    """The client's first ``file://`` root as the run's workspace, asked afresh on every call
-    (so a changed root list is never stale); None when the client has no roots.
-
-    Roots are deprecated as of the 2026-07-28 spec (SEP-2577) but hosts still send them; a
-    client that cannot answer costs nothing here: the server's own folder is used.
-    """
-    from urllib.parse import urlparse
-    from urllib.request import url2pathname
-
-    from mcp.types import ClientCapabilities, RootsCapability
-
+def run_options(given: dict[str, Any]) -> RunOptions:
+    """review_changes's ``options``, checked as run_consensus's are: its schema leaves the
+    fields to run_consensus's (tools/list is in every host conversation, and the options'
+    schema is a quarter of it), so a wrong one is refused here, naming it."""
     try:
-        session = ctx.session
-        if not session.check_client_capability(ClientCapabilities(roots=RootsCapability())):
-            return None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the deprecation notice, once per call
-            async with asyncio.timeout(ROOTS_TIMEOUT_S):
-                listed = await session.list_roots()
-    except Exception:  # no back-channel, a timeout, a client error: use the server's folder
-        log.debug("roots/list failed", exc_info=True)
-        return None
-    for root in listed.roots:
-        uri = urlparse(str(root.uri))
-        path = Path(url2pathname(uri.path))
-        if uri.scheme == "file" and path.is_dir():
-            return Workspace(path)
-    return None
+        return RunOptions.model_validate(given)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, "options.")) from None
 
 
-def progress_reporter(ctx: Context) -> StatusCallback:
-    """Send each status seen while a tool waits as a progress notification (hosts such as
-    Claude Code reset their idle timer only on these), with the run's steps done out of its
-    total (:func:`progress_steps`), so a host's bar measures. Progress must grow with every
-    notification: a keep-alive without news, or votes cleared by a new answer, moves it a
-    tenth of the way left instead (the total is reached only when the run is done)."""
-    sent: float | None = None
+@tool(START, task=True)
+async def run_consensus(
+    service: ConsensusService,
+    question: Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS,
+                                   description="the question for the team")],
+    ctx: Context,
+    models: Models = None,
+    config: ConfigName = None,
+    base_url: BaseUrl = None,
+    context: Annotated[str | None, Field(max_length=MAX_CONTEXT_CHARS,
+                                         description="background text for every agent")
+                       ] = None,
+    context_files: Annotated[list[str] | None, Field(
+        max_length=20, description="text files (relative to the server's working "
+                                   "directory) shared with every agent")] = None,
+    options: Annotated[RunOptions | None, Field(
+        description="limits such as timeout_s, max_cost_usd, max_answers_per_agent")
+                       ] = None,
+    wait_s: WaitS = 0,
+) -> RunHandle:
+    """Ask a team of models to answer a question and agree on one answer. Call it with
+    wait_s=50: this one call returns the final answer, the winner and the vote tally when
+    the run ends within the wait, as most do. Only if it returns still running, call
+    get_status(session_id, wait_s=50) until done, then get_result."""
+    spec = RunSpec(question=question, models=models, config=config, base_url=base_url,
+                   context=context, context_files=context_files or [], options=options)
 
-    async def report(status: StatusRecord) -> None:
-        nonlocal sent
-        done, total = progress_steps(status)
-        if status.done and sent is not None and sent >= total:
-            return  # the end, already sent
-        sent = float(done) if sent is None or done > sent else sent + (total - sent) / 10
-        await ctx.report_progress(sent, total, progress_message(status))
-
-    return report
-
-
-async def wait_reporting(service: ConsensusService, ctx: Context, session_id: str,
-                         wait_s: float, *, until_done: bool,
-                         after_revision: int | None = None) -> StatusRecord:
-    """:meth:`ConsensusService.wait`, sending a progress notification when it starts (where
-    the run is), on every change, every :data:`DRAFT_PROGRESS_S` while an agent's draft
-    streams, and after every :data:`QUIET_PROGRESS_S` without one. It
-    ends with its run (done, cancelled, interrupted) or at ``wait_s``; a client that goes
-    away (``notifications/cancelled``, a closed session or stream) cancels this call, and the
-    wait with it."""
-    reporter = progress_reporter(ctx)
-    loop = asyncio.get_running_loop()
-    last_sent = loop.time()
-
-    async def report(status: StatusRecord) -> None:
-        nonlocal last_sent
-        last_sent = loop.time()
-        await reporter(status)
-
-    await report(await service.status(session_id))  # an unknown id fails here, at once
-    waiting = asyncio.create_task(service.wait(session_id, wait_s, until_done=until_done,
-                                               after_revision=after_revision, on_change=report))
-    next_look = loop.time() + DRAFT_PROGRESS_S  # when to look for drafts next
-    try:
-        while True:
-            until = min(last_sent + QUIET_PROGRESS_S, next_look)
-            await asyncio.wait({waiting}, timeout=max(0.0, until - loop.time()))
-            if waiting.done():
-                ended = waiting.result()
-                if ended.done:
-                    await reporter(ended)  # the host's bar reaches its total
-                return ended
-            next_look = loop.time() + DRAFT_PROGRESS_S
-            status = await service.status(session_id)
-            if (any(a.draft is not None for a in status.agents.values())
-                    or loop.time() >= last_sent + QUIET_PROGRESS_S):
-                await report(status)
-    finally:
-        waiting.cancel()
-
-
-async def run_as_task(service: ConsensusService, ctx: Context, task_id: str, start: Start
-                      ) -> RunHandle:
-    """Follow the run ``start`` starts to its end, for an MCP task. A task delivered again (its
-    front end died or stopped) follows the session it started the first time instead of
-    starting another.
-
-    When this front end stops, the task steps aside after :data:`TASK_HANDOFF_S` (by then the
-    tasks' worker is draining, so the task stays queued for another front end) and the
-    session goes on: only ``tasks/cancel`` cancels it."""
-    session_id = await service.recall_task(task_id)
-    if session_id is None:
-        session_id = (await start()).session_id
-        await service.remember_task(task_id, session_id)
-    waiting = asyncio.create_task(service.wait(session_id, None, until_done=True,
-                                               on_change=progress_reporter(ctx)))
-    try:
-        while not waiting.done() and not shutdown.stopping.is_set():
-            await asyncio.wait({waiting}, timeout=STOP_POLL_S)
-        if not waiting.done():
-            await asyncio.wait({waiting}, timeout=TASK_HANDOFF_S)
-        if not waiting.done():
-            raise asyncio.CancelledError  # not a cancel of the run: see above
-        status = waiting.result()
-    except asyncio.CancelledError:
-        waiting.cancel()
-        if not shutdown.stopping.is_set():  # tasks/cancel: the task's session stops with it
-            await asyncio.shield(service.cancel(session_id))
-        raise
-    record_dir = str(service.record_folder(session_id))
-    return RunHandle(session_id=session_id, status=status.status, record_dir=record_dir,
-                     message="finished; the result is included",
-                     result=result_view(await service.result(session_id), record_dir))
-
-
-async def wait_and_wrap(service: ConsensusService, ctx: Context, started: StartedRun,
-                        wait_s: float, message: str,
-                        finished: str = "finished; the result is included") -> RunHandle:
-    """The handle of a run just started; with ``wait_s``, wait that long for it to finish
-    (sending progress) and include the result if it did (then ``finished`` is the message)."""
-    status = await service.status(started.session_id)
-    wait = min(wait_s, max_wait_s())
-    if wait > 0:
-        status = await wait_reporting(service, ctx, started.session_id, wait, until_done=True)
-    handle = RunHandle(session_id=started.session_id, status=status.status,
-                       record_dir=str(started.record_dir), message=message)
-    if status.done:
-        handle.result = result_view(await service.result(started.session_id),
-                                    str(started.record_dir))
-        handle.message = finished
-    return handle
-
-
-async def launch(service: ConsensusService, ctx: Context, start: Start, wait_s: float
-                 ) -> RunHandle:
-    """Start a run and wait up to ``wait_s`` for it; an MCP task instead follows it to the
-    end (its result is the run's result)."""
-    task_id = ctx.task_id
-    if task_id is not None:
-        return await run_as_task(service, ctx, task_id, start)
-    return await wait_and_wrap(service, ctx, await start(), wait_s, STARTED)
-
-
-async def run_consensus(service: ConsensusService, ctx: Context, spec: RunSpec, wait_s: float
-                        ) -> RunHandle:
     async def start() -> StartedRun:
         return await service.start(spec, await client_root(ctx))
 
     return await launch(service, ctx, start, wait_s)
 
 
-async def review_changes(service: ConsensusService, ctx: Context, change: ChangeToReview, *,
-                         focus: str | None, threshold: Severity, models: list[str] | None,
-                         config: str | None, base_url: str | None,
-                         options: RunOptions | None, wait_s: float) -> ReviewHandle:
-    """Review ``change`` in the client's repository (its root, else the server's folder),
-    confined as every model's call is: see :mod:`massgen_mcp.review.start`."""
+@tool(START, task=True)
+async def review_changes(
+    service: ConsensusService,
+    ctx: Context,
+    staged: Annotated[bool, Field(description="review what is staged")] = False,
+    base: Annotated[str | None, Field(
+        max_length=MAX_REF_CHARS,
+        description="review the branch's commits since its merge base with this ref "
+                    "(e.g. main)")] = None,
+    commit: Annotated[str | None, Field(max_length=MAX_REF_CHARS,
+                                        description="review one commit")] = None,
+    patch: Annotated[str | None, Field(
+        max_length=MAX_DIFF_BYTES,
+        description="review a unified diff given as text, e.g. a pull request's (gh pr "
+                    "diff); its paths are the repository's")] = None,
+    # None, not []: a task's runner (Docket) hashes the signature, defaults included.
+    paths: Annotated[list[str] | None, Field(
+        max_length=MAX_PATHS, description="review these files or folders (relative to "
+                                          "the repository) as they are")] = None,
+    focus: Annotated[str | None, Field(
+        max_length=MAX_FOCUS_CHARS,
+        description="what to look at most, e.g. 'security'")] = None,
+    fail_on: Annotated[Severity, Field(description=(
+        "the least severity of an agreed finding that makes the verdict "
+        "changes_requested (an agreed blocker always blocks)"))] = Severity.MAJOR,
+    models: Models = None,
+    config: ConfigName = None,
+    base_url: BaseUrl = None,
+    options: Annotated[dict[str, Any] | None, Field(
+        description="limits, as run_consensus's options (timeout_s, max_cost_usd, ...)")
+                       ] = None,
+    wait_s: WaitS = 0,
+) -> ReviewHandle:
+    """A second opinion on a code change before it merges: a team of models reviews the
+    changes in the user's repository and agrees on findings (file:line, severity, fix)
+    and a verdict. By default the working tree against HEAD; or staged, base (a
+    branch), commit, patch (a PR's diff) or paths. For a question, not a change, use
+    run_consensus. Call it with wait_s=50; if it returns still running, get_status with
+    wait_s=50 until done, then get_result."""
+    limits = None if options is None else run_options(options)
+    change = ChangeToReview(staged=staged, base=base, commit=commit, patch=patch,
+                            paths=paths or ())
     notes: list[str] = []
 
     async def start() -> StartedRun:
+        # The client's repository (its root, else the server's folder), confined as every
+        # model's call is: see massgen_mcp.review.start.
         workspace = await client_root(ctx) or service.workspace
         begun = await start_review(service, workspace, change, focus=focus, models=models,
-                                   config=config, base_url=base_url, options=options,
-                                   threshold=threshold)
+                                   config=config, base_url=base_url, options=limits,
+                                   threshold=fail_on)
         notes.extend(begun.notes)
         return begun.run
 
@@ -280,10 +269,19 @@ async def review_changes(service: ConsensusService, ctx: Context, change: Change
     return ReviewHandle(**dict(handle), notes=notes)
 
 
-async def get_status(service: ConsensusService, ctx: Context, session_id: str, wait_s: float,
-                     until: Until, after_revision: int | None) -> StatusView:
-    """The status now, or after waiting up to ``wait_s`` for the run to end (``until="done"``)
-    or to change (``until="change"``, since ``after_revision`` if given)."""
+@tool(READ)
+async def get_status(
+    service: ConsensusService, session_id: SessionId, ctx: Context, wait_s: WaitS = 0,
+    until: Annotated[Until, Field(description=(
+        "with wait_s: 'done' returns when the run ends; 'change' at its next change "
+        "(live views)"))] = "done",
+    after_revision: Annotated[int | None, Field(ge=0, description=(
+        "with until='change': the revision you last saw; returns at once if the run has "
+        "changed since"))] = None,
+) -> StatusView:
+    """For a run still going after run_consensus's wait: phase, each agent's state,
+    votes so far, usage. With wait_s=50 it returns when the run ends (sending progress),
+    so one call per 50 s is enough; then get_result."""
     wait = min(wait_s, max_wait_s())
     status = (await wait_reporting(service, ctx, session_id, wait, until_done=until == "done",
                                    after_revision=after_revision)
@@ -291,28 +289,62 @@ async def get_status(service: ConsensusService, ctx: Context, session_id: str, w
     return status_view(status)
 
 
-async def get_result(service: ConsensusService, session_id: str, detail: Detail) -> ResultView:
+@tool(READ, app=AppConfig(resource_uri=VIEW_URI))
+async def get_result(
+    service: ConsensusService, session_id: SessionId,
+    detail: Annotated[Detail, Field(
+        description="summary clips answers and vote reasons; full returns everything")
+                      ] = "summary",
+) -> ResultView:
+    """The outcome of a finished run: final answer, winner, votes with reasons, each
+    agent's last answer, usage and cost."""
     return result_view(await service.result(session_id),
                        str(service.record_folder(session_id)), detail)
 
 
-def list_sessions(service: ConsensusService, status: RunStatus | None, limit: int,
-                  cursor: str | None) -> SessionPage:
+@tool(READ)
+def list_sessions(
+    service: ConsensusService,
+    status: Annotated[RunStatus | None, Field(description="filter")] = None,
+    limit: Annotated[int, Field(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Field(description="next_cursor of the previous page",
+                                        max_length=64)] = None,
+) -> SessionPage:
+    """Past and running sessions, newest first."""
     return session_page(*service.list_sessions(status, limit, cursor))
 
 
-async def cancel_session(service: ConsensusService, session_id: str) -> CancelView:
+@tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                      open_world_hint=False))
+async def cancel_session(service: ConsensusService, session_id: SessionId) -> CancelView:
+    """Stop a running session; what was recorded so far is kept."""
     status, stopped = await service.cancel(session_id)
     return cancel_view(session_id, status, stopped)
 
 
-async def steer_session(service: ConsensusService, session_id: str, message: str
-                        ) -> SteerView:
+@tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                      open_world_hint=False))
+async def steer_session(
+    service: ConsensusService,
+    session_id: SessionId,
+    # No min_length: an empty note gets clean_note's sentence, not pydantic's.
+    message: Annotated[str, Field(max_length=MAX_NOTE_CHARS)],
+) -> SteerView:
+    """Send a running team the user's note (e.g. a constraint they forgot); every agent
+    sees it next turn and earlier votes no longer count. At most 3 a minute."""
     return steer_view(session_id, await service.steer(session_id, message))
 
 
-async def continue_session(service: ConsensusService, ctx: Context, session_id: str,
-                           follow_up: str, wait_s: float) -> RunHandle:
+@tool(START)
+async def continue_session(
+    service: ConsensusService,
+    session_id: SessionId,
+    follow_up: Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS)],
+    ctx: Context,
+    wait_s: WaitS = 0,
+) -> RunHandle:
+    """Ask the same team a follow-up; the earlier question and final answer are context.
+    Returns a NEW session_id: poll that one with get_status, not the earlier one."""
     started = await service.continue_session(session_id, follow_up)
     new = f"a NEW session {started.session_id} (the earlier one, {session_id}, is unchanged)"
     return await wait_and_wrap(
@@ -322,12 +354,23 @@ async def continue_session(service: ConsensusService, ctx: Context, session_id: 
         f"follow-up finished as {new}; the result is included")
 
 
-async def resume_session(service: ConsensusService, ctx: Context, session_id: str,
-                         wait_s: float) -> RunHandle:
+@tool(START)
+async def resume_session(service: ConsensusService, session_id: SessionId, ctx: Context,
+                         wait_s: WaitS = 0) -> RunHandle:
+    """Continue an interrupted run (the server stopped mid-run) from its recorded
+    answers."""
     started = await service.resume_session(session_id)
     return await wait_and_wrap(
         service, ctx, started, wait_s,
         f"resumed; call get_status with wait_s={POLL_WAIT_S} until done, then get_result")
+
+
+@tool(READ)
+async def check_setup(service: ConsensusService) -> SetupView:
+    """What this server can use: providers with keys (names only), coding-agent CLIs and
+    whether each is logged in, local servers, the embedded model, the default team and
+    why, where records are stored."""
+    return await service.check_setup()
 
 
 def events_jsonl(service: ConsensusService, session_id: str) -> str:

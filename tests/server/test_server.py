@@ -90,10 +90,10 @@ async def test_wait_returns_the_result_and_reports_progress(tmp_path: Path,
 
 async def test_progress_says_who_is_writing_while_drafts_stream(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from massgen_mcp.server import tools
+    from massgen_mcp.server import launch
     from massgen_mcp.testing.policies import answer
 
-    monkeypatch.setattr(tools, "DRAFT_PROGRESS_S", 0.1)
+    monkeypatch.setattr(launch, "DRAFT_PROGRESS_S", 0.1)
     long = "Forty-two, " * 60
 
     def policy(req: ChatRequest) -> Reply:

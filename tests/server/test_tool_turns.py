@@ -27,7 +27,7 @@ from mcp import Client as SdkClient
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.dispatcher import ProgressFnT
 
-from massgen_mcp.server import tools
+from massgen_mcp.server import launch
 from massgen_mcp.server.app import create_server
 from massgen_mcp.server.views import SUMMARY_REASON_CHARS, SUMMARY_REASONS
 from massgen_mcp.service import ConsensusService
@@ -149,7 +149,7 @@ async def test_a_quiet_wait_still_sends_progress(scripted: Scripted, tmp_path: P
     """While nothing changes (c thinks for minutes), progress still comes: hosts such as
     Claude Code reset their idle timer only on it. The interval is shortened so the test
     sees several in a moment; the run is released after three alike in a row."""
-    monkeypatch.setattr(tools, "QUIET_PROGRESS_S", 0.05)
+    monkeypatch.setattr(launch, "QUIET_PROGRESS_S", 0.05)
     gates = Gates()
     server = scripted(gates.policy)
 
