@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import stat
 import tempfile
@@ -81,12 +82,23 @@ def _refused(relative: str) -> str | None:
     return None
 
 
+def _new_folder() -> Path:
+    """A new private folder ``massgen-review-<hex>``, as :func:`tempfile.mkdtemp` makes one
+    but named with letters and digits only: a member quotes the name back in Markdown, where
+    mkdtemp's ``_`` starts an emphasis and the name comes back without it."""
+    while True:
+        folder = Path(tempfile.gettempdir()) / f"massgen-review-{secrets.token_hex(6)}"
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+            return folder
+
+
 async def build(root: Path, commit: str | None = None) -> Snapshot:
     """Copy the tracked files of the repository at ``root`` (with ``commit``: of that
     commit) into a new read-only temporary folder; the caller removes it
     (:func:`remove`, or use :func:`snapshot`)."""
     git = Git(root, await filter_overrides(root))
-    folder = Path(tempfile.mkdtemp(prefix="massgen-review-"))
+    folder = _new_folder()
     try:
         if commit is None:
             left_out, files, size = await _copy_worktree(git, root, folder)

@@ -29,7 +29,7 @@ from tests.helpers import FAST, Scripted
 from tests.review.conftest import APP_AFTER, CANARY
 from tests.review.conftest import repo as repo  # the fixture: a repository with changes
 
-SNAPSHOT = re.compile(r"massgen-review-[A-Za-z0-9_]+")
+SNAPSHOT = re.compile(r"massgen-review-[0-9a-f]+")
 EMPTY = re.compile(r"massgen-cli-[A-Za-z0-9_]+/work")
 # What the fixture's working tree holds in src/app.py and no prompt of ours carries: it
 # reaches the server only through a CLI's read tool.
