@@ -7,6 +7,7 @@ import pytest
 from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.model_map import VERTEX_ENV, bare_models
 from massgen_mcp.core.spec import TeamConfig
+from massgen_mcp.providers.kinds import api_key
 from massgen_mcp.providers.litellm_provider import load_litellm
 from massgen_mcp.providers.preflight import missing_credentials
 
@@ -62,4 +63,4 @@ def test_a_bare_name_sends_its_providers_key(monkeypatch: pytest.MonkeyPatch) ->
     bare = AgentSpec(id="a", model="claude-haiku-4-5")
     prefixed = AgentSpec(id="a", model="anthropic/claude-haiku-4-5")
     assert bare.provider == "anthropic"
-    assert bare.resolved_api_key() == prefixed.resolved_api_key() == "sk-ant-api03-" + "k" * 30
+    assert api_key(bare) == api_key(prefixed) == "sk-ant-api03-" + "k" * 30
