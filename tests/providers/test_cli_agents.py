@@ -287,6 +287,14 @@ async def test_a_cli_name_none_runs_is_refused_by_preflight_on_any_path() -> Non
         assert [r.text for r in refusals] == [
             "agents[0].model: model 'cli/cursor': a coding-agent CLI is cli/<name> or "
             "cli/<name>/<model>, with <name> one of claude, codex, gemini"]
+    # And a run that never asked (a worker reading the record) loses the agent, by name.
+    from massgen_mcp.core.errors import ErrorKind, ProviderError
+    from massgen_mcp.providers.cli.provider import CliProvider
+
+    with pytest.raises(ProviderError, match="cli/cursor: no such coding-agent CLI") as info:
+        await CliProvider().complete(team.agents[0], [{"role": "user", "content": "hi"}],
+                                     tools=None, timeout_s=5)
+    assert info.value.kind is ErrorKind.UNAVAILABLE
 
 
 def test_sampling_settings_on_a_cli_agent_are_refused_by_name() -> None:
