@@ -66,15 +66,17 @@ class ProviderRouter:
         return {"cli": self.cli, "local": self.local, "remote": self.remote}
 
     def slots(self, agent: AgentSpec) -> AbstractAsyncContextManager[Any]:
-        """The semaphore shared by every call to the same provider endpoint; for the embedded
-        model, then a seat at this machine's cores too (``LlamaCppProvider.slots``), so
-        processes that run it queue for the cores outside their calls' timeouts."""
+        """The semaphore shared by every call to the same provider endpoint; then the
+        provider's own gate, if it bounds its calls (:class:`~.base.Bounded`: the embedded
+        model's seat at this machine's cores, ``LlamaCppProvider.slots``), so processes that
+        run it queue for the cores outside their calls' timeouts."""
         key = (agent.provider or agent.model, agent.base_url or "")
         slots = self._slots.setdefault(asyncio.get_running_loop(), {})
         if key not in slots:
             slots[key] = asyncio.Semaphore(self.max_parallel)
-        if served_by(agent) == "local" and isinstance(self.local, Bounded):
-            return _both(slots[key], self.local.slots(agent))
+        provider = self.providers()[served_by(agent)]
+        if isinstance(provider, Bounded):
+            return _both(slots[key], provider.slots(agent))
         return slots[key]
 
     async def complete(
