@@ -22,7 +22,7 @@ import hypothesis.internal.conjecture.optimiser  # noqa: F401
 import pytest
 
 import massgen_mcp
-from massgen_mcp.core.agent import PROVIDER_KEY_ENV
+from massgen_mcp.providers.kinds import PROVIDER_KEY_ENV
 from massgen_mcp.providers.litellm_provider import load_litellm
 from massgen_mcp.team import discover
 from massgen_mcp.testing.scripted import Policy, ScriptedServer, agree

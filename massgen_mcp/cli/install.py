@@ -32,9 +32,9 @@ from typing import Any
 
 from massgen_mcp.cli.config_merge import SERVER_NAME, Change, merge_json, merge_toml
 from massgen_mcp.cli.host_files import MAX_CONFIG_BYTES, Scope, read_config, refuse_linked_folders
-from massgen_mcp.core.agent import PROVIDER_KEY_ENV
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import replace_file
+from massgen_mcp.providers.kinds import PROVIDER_KEY_ENV
 
 
 @dataclass(frozen=True)

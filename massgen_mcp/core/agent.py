@@ -1,10 +1,12 @@
 """One agent of a team, as every front end describes it: its model string, checked once
-here, and what the model string says (its provider, a coding-agent CLI, the key it sends).
+here for its shape, and what the model string says (its provider, a coding-agent CLI).
 
-The provider knowledge an agent needs to be checked and to find its own key sits here, on
-the ground floor, because :class:`AgentSpec` itself needs it: validating ``cli/<name>``
-needs :data:`CLI_NAMES`, and :meth:`AgentSpec.resolved_api_key` falls back on the provider's
-own variable (:data:`PROVIDER_KEY_ENV`). How a provider is called is ``providers/``'s.
+Which providers and CLIs exist, and which variable holds a provider's key, is not the ground
+floor's: it is one row per kind in :mod:`massgen_mcp.providers.kinds`, which checks a model
+string's names as it loads (:func:`massgen_mcp.providers.model_names.model_problem`) and in
+every run's preflight, and finds an agent's key (:func:`massgen_mcp.providers.kinds.api_key`).
+What stays here is what must hold for every agent whatever path built it (a record read back,
+a pool's payload): the shape of ``cli/<name>/<model>``, which becomes a command line.
 """
 
 from __future__ import annotations
@@ -27,45 +29,12 @@ from massgen_mcp.core.env import getenv
 from massgen_mcp.core.model_map import bare_provider
 from massgen_mcp.core.secrets import register_secret
 
-# Coding-agent CLIs that can sit on a team as cli/<name> or cli/<name>/<model>
-# (massgen_mcp.providers.cli runs them).
-CLI_NAMES = ("claude", "codex", "gemini")
-CLI_PROVIDERS = {"claude": "anthropic", "codex": "openai", "gemini": "gemini"}  # whose API
 # Agent settings a CLI agent cannot honour: it samples with its own settings and has no tools.
 _NOT_FOR_CLI = ("temperature", "top_p", "max_tokens", "tool_calling", "web_search",
                 "mcp_servers", "allowed_tools", "exclude_tools")
 
 _AGENT_ID = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _MODEL = re.compile(r"[A-Za-z0-9_.:@\-/]{1,200}")
-
-# Which environment variable a provider reads its key from (litellm's own names). A model behind
-# an explicit base_url is a self-hosted endpoint and needs no key.
-PROVIDER_KEY_ENV: dict[str, tuple[str, ...]] = {
-    "openai": ("OPENAI_API_KEY",),
-    "anthropic": ("ANTHROPIC_API_KEY",),
-    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-    "xai": ("XAI_API_KEY",),
-    "openrouter": ("OPENROUTER_API_KEY",),
-    "groq": ("GROQ_API_KEY",),
-    "deepseek": ("DEEPSEEK_API_KEY",),
-    "mistral": ("MISTRAL_API_KEY",),
-    "together_ai": ("TOGETHERAI_API_KEY", "TOGETHER_API_KEY"),
-    "fireworks_ai": ("FIREWORKS_AI_API_KEY", "FIREWORKS_API_KEY"),
-    "cerebras": ("CEREBRAS_API_KEY",),
-    "zai": ("ZAI_API_KEY",),
-    "moonshot": ("MOONSHOT_API_KEY",),
-    "nebius": ("NEBIUS_API_KEY",),
-    "azure": ("AZURE_API_KEY",),
-}
-
-
-def provider_key(provider: str) -> str | None:
-    """The first of the provider's own key variables that is set, else None."""
-    for name in PROVIDER_KEY_ENV.get(provider, ()):
-        value = getenv(name)
-        if value:
-            return value
-    return None
 
 
 class McpServerSpec(BaseModel):
@@ -166,12 +135,13 @@ class AgentSpec(BaseModel):
     def _check_cli(self, info: ValidationInfo) -> AgentSpec:
         if not self.model.startswith("cli/"):
             return self
-        name = self.model.split("/")[1]
         shown = written(info, "model") or self.model
-        if (name not in CLI_NAMES or self.model.count("/") > 2 or self.model.endswith("/")
-                or self.model.split("/")[-1].startswith("-")):
+        # Both parts go on the CLI's command line: neither may be empty or read as an option
+        # (cli/codex/--dangerously-bypass-approvals-and-sandbox). Which names exist is the
+        # cli/ kind's check (massgen_mcp.providers.kinds.cli_problem).
+        if any(part == "" or part.startswith("-") for part in self.model.split("/", 2)[1:]):
             raise ValueError(f"model {shown!r}: a coding-agent CLI is cli/<name> or "
-                             f"cli/<name>/<model>, with <name> one of {', '.join(CLI_NAMES)}")
+                             "cli/<name>/<model>, neither part empty nor starting with '-'")
         for name in _NOT_FOR_CLI:
             # A setting given with its default value asks for nothing: a team rebuilt from
             # its own dump (run --timeout, with_overrides) passes temperature=None.
@@ -230,19 +200,16 @@ class AgentSpec(BaseModel):
             return False
         return True if self.tool_calling is None else self.tool_calling
 
-    def resolved_api_key(self) -> str | None:
-        """The key this agent sends: its own ``api_key``, else ``api_key_env``, else (only
-        for the provider's own API, never a custom ``base_url``) the provider's variable.
+    def own_api_key(self) -> str | None:
+        """The key this agent's own config gives: ``api_key``, else the variable
+        ``api_key_env`` names (None when it is not set); None when it gives neither (then
+        the provider's own variable may hold one: :func:`massgen_mcp.providers.kinds.api_key`).
 
-        The value is registered for redaction here, the one place a credential is resolved,
-        so it is masked on every way out whatever the variable was called."""
-        key = self._find_api_key()
+        The value is registered for redaction here, where it is resolved, so it is masked on
+        every way out whatever the variable was called."""
+        if self.api_key is not None:
+            key: str | None = self.api_key.get_secret_value()
+        else:
+            key = getenv(self.api_key_env) if self.api_key_env else None
         register_secret(key)
         return key
-
-    def _find_api_key(self) -> str | None:
-        if self.api_key is not None:
-            return self.api_key.get_secret_value()
-        if self.api_key_env:
-            return getenv(self.api_key_env)
-        return None if self.base_url else provider_key(self.provider)

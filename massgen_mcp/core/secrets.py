@@ -2,10 +2,12 @@
 
 Redaction is by *value*: whatever name a key was read under (``OPENAI_API_KEY``, an
 ``api_key_env: LLM_CRED``, a ``${VAR}`` in a config, an inline ``api_key``), the value itself is
-registered the moment a run resolves it (:meth:`~massgen_mcp.core.agent.AgentSpec.resolved_api_key`)
-and masked wherever it appears, together with the encodings a provider or a library may echo it
-in (URL-quoted, JSON-escaped, base64). Environment variables whose names look like credentials
-are masked too, and so is anything shaped like a well-known key format.
+registered the moment a run resolves it (the agent's own key:
+:meth:`~massgen_mcp.core.agent.AgentSpec.own_api_key`; its provider's variable:
+:func:`massgen_mcp.providers.kinds.api_key`) and masked wherever it appears, together with the
+encodings a provider or a library may echo it in (URL-quoted, JSON-escaped, base64).
+Environment variables whose names look like credentials are masked too, and so is anything
+shaped like a well-known key format.
 
 Every way out calls :func:`redact`: model output as it enters the engine (so an echoed key never
 reaches a peer from another provider), the record files, the live status, events handed to the

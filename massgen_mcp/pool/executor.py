@@ -141,12 +141,11 @@ class PoolExecutor:
 
     async def preflight(self, team: TeamConfig, *, workspace: Path, probe_base_urls: bool
                         ) -> list[Refusal]:
-        """What holds on any machine (context_paths, model strings, keys) and the
-        coding-agent CLIs' versions here, as before preflight had one owner. No probe of
-        servers or offline models: a worker may see another network and has a cache of its
-        own, and reports what it lacks at its first call."""
-        return [*workspace_refusals(team, workspace), *preflight.anywhere(team),
-                *await preflight.cli_versions(team)]
+        """What holds on any machine (context_paths, model strings, keys, and each kind's
+        checks marked ``anywhere``: the coding-agent CLIs' versions here, as before preflight
+        had one owner). No probe of servers or offline models: a worker may see another
+        network and has a cache of its own, and reports what it lacks at its first call."""
+        return [*workspace_refusals(team, workspace), *await preflight.anywhere(team)]
 
     async def prepare(self, team: TeamConfig, progress: Progress) -> None:
         """Nothing: each worker fetches the bundled model itself, on its first run."""

@@ -40,6 +40,7 @@ from massgen_mcp.providers.endpoints import (
     is_html,
     unreachable_message,
 )
+from massgen_mcp.providers.kinds import api_key
 from massgen_mcp.providers.openai_direct import chat, goes_direct
 
 _lock = threading.Lock()
@@ -239,7 +240,7 @@ class LiteLLMProvider:
         timeout_s: float,
         context: CallContext | None = None,
     ) -> Completion:
-        key = agent.resolved_api_key()
+        key = api_key(agent)
         listener = context.on_text if context is not None else None
         if goes_direct(agent):
             return await self._direct(agent, messages, tools, timeout_s, listener,

@@ -18,6 +18,7 @@ import difflib
 import sys
 
 from massgen_mcp.core.model_map import bare_models, model_map
+from massgen_mcp.providers.kinds import OWN_PREFIXES, kind_problem
 
 __all__ = ["bare_model_guess", "model_map", "model_problem"]
 
@@ -53,8 +54,6 @@ LITELLM_PROVIDERS = frozenset({
     "vercel_ai_gateway", "vertex_ai", "vertex_ai_beta", "vllm", "volcengine", "voyage",
     "wandb", "watsonx", "watsonx_text", "xai", "xiaomi_mimo", "xinference", "zai", "zerogpu",
 })
-# Ours, not litellm's: the embedded model and the coding-agent CLIs (massgen_mcp.providers).
-OWN_PREFIXES = frozenset({"local", "cli"})
 # Names people write for a provider that litellm spells otherwise (MassGen's backend types,
 # company names): difflib would not find most of these.
 _ALIASES = {
@@ -83,7 +82,9 @@ def model_problem(model: str, written: str | None = None) -> str | None:
     since a guess would repeat it."""
     prefix, slash, rest = model.partition("/")
     if slash:
-        if prefix in LITELLM_PROVIDERS or prefix in OWN_PREFIXES or prefix in _registered():
+        if prefix in OWN_PREFIXES:  # ours, not litellm's: the row says what the rest must be
+            return kind_problem(model, written)
+        if prefix in LITELLM_PROVIDERS or prefix in _registered():
             return None
         if written is not None:
             return (f"{written!r} does not start with a known provider (provider/model); "

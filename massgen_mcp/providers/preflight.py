@@ -1,5 +1,6 @@
-"""Why a team cannot start, asked before its run writes anything: one place per kind of
-model, so a new kind adds its check here and nowhere else.
+"""Why a team cannot start, asked before its run writes anything: what every model string
+needs (a provider that serves it, a key), then each kind's own checks (a row's ``checks`` in
+:mod:`massgen_mcp.providers.kinds`, so a new kind adds its check there and nowhere else).
 
 Each function returns :class:`~massgen_mcp.core.errors.Refusal` paragraphs in the order the
 checks have always run. An executor's preflight puts them together: a run in this process asks
@@ -13,19 +14,32 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from massgen_mcp.core.agent import PROVIDER_KEY_ENV
 from massgen_mcp.core.errors import Refusal
 from massgen_mcp.core.spec import TeamConfig
-from massgen_mcp.providers.cli import catalog
+from massgen_mcp.providers.kinds import KINDS, PROVIDER_KEY_ENV, api_key
 from massgen_mcp.providers.model_names import model_problem
 
 BUNDLED_MODEL = "local/smollm2"
 
 
-def anywhere(team: TeamConfig) -> list[Refusal]:
-    """What no machine would run: model strings no provider serves, keys that are not set.
-    No network, no process."""
-    return [*model_strings(team), *keys(team)]
+async def anywhere(team: TeamConfig) -> list[Refusal]:
+    """What no machine would run: model strings no provider serves, keys that are not set,
+    and each kind's checks that hold anywhere (a coding-agent CLI too old to run read-only)."""
+    return [*model_strings(team), *keys(team), *await _kinds(team, (), anywhere_only=True)]
+
+
+async def here(team: TeamConfig, unreachable: Sequence[str] = ()) -> list[Refusal]:
+    """Everything, for a run in this process, in the checks' order: model strings, keys,
+    then each kind's checks (CLIs, the servers found ``unreachable``, offline models)."""
+    return [*model_strings(team), *keys(team),
+            *await _kinds(team, unreachable, anywhere_only=False)]
+
+
+async def _kinds(team: TeamConfig, unreachable: Sequence[str], *, anywhere_only: bool
+                 ) -> list[Refusal]:
+    return [refusal for kind in KINDS for check in kind.checks
+            if check.anywhere or not anywhere_only
+            for refusal in await check.ask(team, unreachable)]
 
 
 def model_strings(team: TeamConfig) -> list[Refusal]:
@@ -43,46 +57,6 @@ def keys(team: TeamConfig) -> list[Refusal]:
     return [Refusal("missing API keys:\n" + "\n".join(missing))] if missing else []
 
 
-async def cli_versions(team: TeamConfig) -> list[Refusal]:
-    """Coding-agent CLIs installed in a version that cannot run read-only (each asked for
-    its version once; :mod:`massgen_mcp.providers.cli.versions`)."""
-    refused = await catalog.refusals(team)
-    return [Refusal("coding-agent CLIs that cannot run read-only:\n" + "\n".join(refused))
-            ] if refused else []
-
-
-def clis_here(team: TeamConfig) -> list[Refusal]:
-    """A team of coding-agent CLIs none of which this machine has installed and logged in
-    (@cli_team on a machine without them)."""
-    missing = catalog.unusable(team)
-    return [Refusal("no agent of this team can run here; every one is a coding-agent CLI "
-                    "that is missing or not logged in:\n" + "\n".join(missing)
-                    + "\n(massgen-mcp doctor shows the CLIs found)")] if missing else []
-
-
-def servers(unreachable: Sequence[str]) -> list[Refusal]:
-    """Servers that take no connection (:mod:`massgen_mcp.providers.endpoints`)."""
-    return [Refusal("\n".join(unreachable), unreachable=True)] if unreachable else []
-
-
-def offline_models(team: TeamConfig) -> list[Refusal]:
-    """Offline models (``local/NAME``) that do not exist, or were never pulled (a run never
-    downloads one but the bundled model)."""
-    if not any(a.model.startswith("local/") for a in team.agents):
-        return []
-    from massgen_mcp.providers import local_model  # only for a team on this machine
-
-    problems = local_model.team_problems(a.model for a in team.agents)
-    return [Refusal("\n".join(problems))] if problems else []
-
-
-async def here(team: TeamConfig, unreachable: Sequence[str] = ()) -> list[Refusal]:
-    """Everything, for a run in this process, in the checks' order: model strings, keys,
-    CLIs, the servers found ``unreachable``, offline models."""
-    return [*anywhere(team), *clis_here(team), *await cli_versions(team),
-            *servers(unreachable), *offline_models(team)]
-
-
 async def fetch_bundled(team: TeamConfig, progress: Callable[[int, int], None]) -> None:
     """The bundled offline model's first fetch, with ``progress``, when the team has it and
     it is not here yet: before the record exists, so a failed fetch refuses the run."""
@@ -98,7 +72,7 @@ def missing_credentials(team: TeamConfig) -> list[str]:
     """One message per agent whose provider needs a key that is not set."""
     problems = []
     for agent in team.agents:
-        if agent.base_url or agent.resolved_api_key():
+        if agent.base_url or api_key(agent):
             continue
         if agent.api_key_env:
             problems.append(

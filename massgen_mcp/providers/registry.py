@@ -18,7 +18,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Literal
+from typing import Any
 
 from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import Refusal
@@ -27,17 +27,17 @@ from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers import endpoints, preflight
 from massgen_mcp.providers.base import Bounded, CallContext, Completion, Provider
 from massgen_mcp.providers.cli.provider import CliProvider
+from massgen_mcp.providers.kinds import Route, kind_of
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider
 from massgen_mcp.providers.openai_direct import goes_direct
 
 
-def served_by(agent: AgentSpec) -> Literal["cli", "local", "remote"]:
+def served_by(agent: AgentSpec) -> Route:
     """Which of the router's providers serves ``agent``: its coding CLI, the embedded model,
-    or the remote one (litellm, which calls an OpenAI-format server at a base_url directly)."""
-    if agent.cli:
-        return "cli"
-    return "local" if agent.model.startswith("local/") else "remote"
+    or the remote one (litellm, which calls an OpenAI-format server at a base_url directly);
+    its row's (:mod:`massgen_mcp.providers.kinds`)."""
+    return kind_of(agent).route
 
 
 def through_litellm(agent: AgentSpec) -> bool:
@@ -60,16 +60,23 @@ class ProviderRouter:
             asyncio.AbstractEventLoop, dict[tuple[str, str], asyncio.Semaphore]] = (
             weakref.WeakKeyDictionary())
 
+    def providers(self) -> dict[Route, Provider]:
+        """The provider that serves each route (a row's ``route``,
+        :mod:`massgen_mcp.providers.kinds`)."""
+        return {"cli": self.cli, "local": self.local, "remote": self.remote}
+
     def slots(self, agent: AgentSpec) -> AbstractAsyncContextManager[Any]:
-        """The semaphore shared by every call to the same provider endpoint; for the embedded
-        model, then a seat at this machine's cores too (``LlamaCppProvider.slots``), so
-        processes that run it queue for the cores outside their calls' timeouts."""
+        """The semaphore shared by every call to the same provider endpoint; then the
+        provider's own gate, if it bounds its calls (:class:`~.base.Bounded`: the embedded
+        model's seat at this machine's cores, ``LlamaCppProvider.slots``), so processes that
+        run it queue for the cores outside their calls' timeouts."""
         key = (agent.provider or agent.model, agent.base_url or "")
         slots = self._slots.setdefault(asyncio.get_running_loop(), {})
         if key not in slots:
             slots[key] = asyncio.Semaphore(self.max_parallel)
-        if served_by(agent) == "local" and isinstance(self.local, Bounded):
-            return _both(slots[key], self.local.slots(agent))
+        provider = self.providers()[served_by(agent)]
+        if isinstance(provider, Bounded):
+            return _both(slots[key], provider.slots(agent))
         return slots[key]
 
     async def complete(
@@ -81,7 +88,7 @@ class ProviderRouter:
         timeout_s: float,
         context: CallContext | None = None,
     ) -> Completion:
-        provider = {"cli": self.cli, "local": self.local, "remote": self.remote}[served_by(agent)]
+        provider = self.providers()[served_by(agent)]
         return await provider.complete(agent, messages, tools=tools, timeout_s=timeout_s,
                                        context=context)
 
@@ -105,7 +112,7 @@ class ProviderRouter:
 
     def close(self) -> None:
         """Free what the providers hold (the embedded model's memory and threads)."""
-        for provider in (self.remote, self.local, self.cli):
+        for provider in self.providers().values():
             close = getattr(provider, "close", None)
             if close is not None:
                 close()

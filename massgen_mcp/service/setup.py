@@ -16,7 +16,6 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from massgen_mcp._version import __version__
-from massgen_mcp.core.agent import PROVIDER_KEY_ENV
 from massgen_mcp.executors.seam import Executor
 
 
@@ -57,7 +56,7 @@ class SetupView(BaseModel):
 
 async def survey(executor: Executor, storage: Path) -> SetupView:
     """The setup as ``executor`` and this machine see it; ``storage``: the records folder."""
-    from massgen_mcp.team.discover import discover, how_to_add_more
+    from massgen_mcp.team.discover import discover, how_to_add_more, providers_without_keys
 
     found = await discover(survey=True)
     info = await executor.describe()
@@ -69,7 +68,7 @@ async def survey(executor: Executor, storage: Path) -> SetupView:
             continue
     return SetupView(
         providers_with_keys=found.providers_with_keys,
-        providers_without_keys=sorted(set(PROVIDER_KEY_ENV) - set(found.providers_with_keys)),
+        providers_without_keys=providers_without_keys(found.providers_with_keys),
         coding_clis=[CliView(model=f"cli/{c.name}", path=c.path, logged_in=c.logged_in,
                              version=c.version, refused=c.refused)
                      for c in found.clis],

@@ -44,35 +44,14 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from massgen_mcp.core.agent import CLI_PROVIDERS, PROVIDER_KEY_ENV, AgentSpec
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.env import getenv, user_config_dir
 from massgen_mcp.core.errors import UntrustedConfigError
 from massgen_mcp.core.files import replace_file
 from massgen_mcp.core.net import is_loopback
 from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.core.spec import TeamConfig
-
-# The API host of each provider whose key variable we know (litellm's defaults).
-PROVIDER_HOSTS: dict[str, tuple[str, ...]] = {
-    "openai": ("api.openai.com",),
-    "anthropic": ("api.anthropic.com",),
-    "gemini": ("generativelanguage.googleapis.com",),
-    "xai": ("api.x.ai",),
-    "openrouter": ("openrouter.ai",),
-    "groq": ("api.groq.com",),
-    "deepseek": ("api.deepseek.com",),
-    "mistral": ("api.mistral.ai",),
-    "together_ai": ("api.together.xyz",),
-    "fireworks_ai": ("api.fireworks.ai",),
-    "cerebras": ("api.cerebras.ai",),
-    "zai": ("api.z.ai",),
-    "moonshot": ("api.moonshot.ai", "api.moonshot.cn"),
-    "nebius": ("api.studio.nebius.ai", "api.studio.nebius.com"),
-}
-
-
-
-
+from massgen_mcp.providers.kinds import PROVIDER_KEY_ENV, api_hosts, own_provider
 
 
 def _host(url: str) -> str:
@@ -90,8 +69,8 @@ def key_destinations(team: TeamConfig) -> list[str]:
         if not agent.api_key_env:
             continue
         # A CLI agent's key goes to its CLI's vendor (Claude Code: Anthropic's API).
-        own = CLI_PROVIDERS[agent.cli] if agent.cli else agent.provider
-        own_hosts = PROVIDER_HOSTS.get(own, ())
+        own = own_provider(agent)
+        own_hosts = api_hosts(own)
         host = _host(agent.base_url) if agent.base_url else (own_hosts[0] if own_hosts else "")
         if agent.base_url and is_loopback(host):
             continue
@@ -110,9 +89,8 @@ def foreign_endpoint(agent: AgentSpec) -> str | None:
     machine."""
     if not agent.base_url:
         return None
-    own = CLI_PROVIDERS[agent.cli] if agent.cli else agent.provider
     host = _host(agent.base_url)
-    if is_loopback(host) or host in PROVIDER_HOSTS.get(own, ()):
+    if is_loopback(host) or host in api_hosts(own_provider(agent)):
         return None
     return agent.base_url
 

@@ -33,13 +33,13 @@ from typing import Any
 
 import yaml
 
-from massgen_mcp.core.agent import PROVIDER_KEY_ENV
-from massgen_mcp.core.env import getenv, user_config_dir
+from massgen_mcp.core.env import user_config_dir
 from massgen_mcp.core.errors import MassgenError, UntrustedConfigError
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.providers import local_model, model_hub
 from massgen_mcp.providers.cli.catalog import FoundCli, find_clis
+from massgen_mcp.providers.kinds import PROVIDER_KEY_ENV, provider_key
 from massgen_mcp.providers.litellm_provider import warm_up
 from massgen_mcp.providers.registry import through_litellm
 from massgen_mcp.team.massgen_yaml import load_config_file
@@ -87,7 +87,13 @@ def default_models() -> dict[str, list[str]]:
 
 def providers_with_keys() -> list[str]:
     """Providers whose key is set, in the preference order of the defaults file."""
-    return [p for p in default_models() if any(getenv(n) for n in PROVIDER_KEY_ENV.get(p, ()))]
+    return [p for p in default_models() if provider_key(p)]
+
+
+def providers_without_keys(with_keys: Sequence[str]) -> list[str]:
+    """The providers that read a key (:mod:`massgen_mcp.providers.kinds`) other than
+    ``with_keys``, sorted: what ``check_setup`` offers to add."""
+    return sorted(set(PROVIDER_KEY_ENV) - set(with_keys))
 
 
 def litellm_soon() -> bool:

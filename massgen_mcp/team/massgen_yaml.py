@@ -23,6 +23,7 @@ from massgen_mcp.core.env import VAR_REFERENCE, expand_vars
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.options import MAX_AGENTS, NO_ROLE, RunOptions, check_role
 from massgen_mcp.core.spec import TeamConfig, build_team, validation_problems
+from massgen_mcp.providers.kinds import kind_problem
 from massgen_mcp.providers.model_names import bare_model_guess, model_problem
 from massgen_mcp.team import consent
 from massgen_mcp.team.expansion import Expanded, Expansion
@@ -336,16 +337,21 @@ def _agent_role(raw: dict[str, Any], index: int) -> str:
 
 def _agent_problems(agent: dict[str, Any], written: str | None) -> list[tuple[str, str]]:
     """The agent's problems as (field, why), in its fields' order: a model string no
-    provider serves comes in the model's place, after the id. ``written``: the file's text of
-    a model that came from the environment, quoted instead of the value."""
+    provider serves comes in the model's place, after the id; one its kind does not serve
+    (``cli/cursor``, :mod:`massgen_mcp.providers.kinds`) alone, for the agent. ``written``:
+    the file's text of a model that came from the environment, quoted instead of the value."""
     try:
         AgentSpec.model_validate(agent, context=None if written is None else {
             WRITTEN: {"model": written}})
         found = []
     except ValidationError as exc:
         found = validation_problems(exc)
-    typo = None if any(path == "model" for path, _ in found) else model_problem(
-        agent["model"], written)
+    if any(path == "model" for path, _ in found):
+        return found
+    own = kind_problem(agent["model"], written)
+    if own:  # named for the agent, as AgentSpec's check of the shape is: it quotes the model
+        return found or [("", own)]
+    typo = model_problem(agent["model"], written)
     if typo:
         found.insert(sum(path == "id" for path, _ in found), ("model", typo))
     return found

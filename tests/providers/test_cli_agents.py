@@ -268,10 +268,33 @@ def test_massgen_mcp_run_with_no_keys_uses_the_logged_in_cli(
     ("cli/claude/", "cli/<name>/<model>"),
 ])
 def test_a_bad_cli_model_string_names_the_fix(model: str, message: str) -> None:
+    """As a config file loads (the shape is AgentSpec's, the names the cli/ row's)."""
     from massgen_mcp.core.errors import ConfigError
+    from massgen_mcp.team.massgen_yaml import team_from_mapping
 
     with pytest.raises(ConfigError, match=re.escape(message)):
-        build_team({"agents": [{"id": "a", "model": model}]})
+        team_from_mapping({"agents": [{"id": "a", "backend": {"model": model}}]})
+
+
+async def test_a_cli_name_none_runs_is_refused_by_preflight_on_any_path() -> None:
+    """A team that reached the door without a loader (a record read back) is refused before
+    its run, by name, not by a KeyError of the CLI catalog: the ground floor checks only the
+    shape of cli/<name>."""
+    from massgen_mcp.providers import preflight
+
+    team = build_team({"agents": [{"id": "a", "model": "cli/cursor"}]})
+    for refusals in (await preflight.here(team), await preflight.anywhere(team)):
+        assert [r.text for r in refusals] == [
+            "agents[0].model: model 'cli/cursor': a coding-agent CLI is cli/<name> or "
+            "cli/<name>/<model>, with <name> one of claude, codex, gemini"]
+    # And a run that never asked (a worker reading the record) loses the agent, by name.
+    from massgen_mcp.core.errors import ErrorKind, ProviderError
+    from massgen_mcp.providers.cli.provider import CliProvider
+
+    with pytest.raises(ProviderError, match="cli/cursor: no such coding-agent CLI") as info:
+        await CliProvider().complete(team.agents[0], [{"role": "user", "content": "hi"}],
+                                     tools=None, timeout_s=5)
+    assert info.value.kind is ErrorKind.UNAVAILABLE
 
 
 def test_sampling_settings_on_a_cli_agent_are_refused_by_name() -> None:

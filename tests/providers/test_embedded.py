@@ -17,11 +17,11 @@ import massgen_mcp
 from massgen_mcp.cli.main import main
 from massgen_mcp.consensus.prompts import workflow_tools
 from massgen_mcp.consensus.state import Answer, View
-from massgen_mcp.core.agent import PROVIDER_KEY_ENV
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.repetition import loop_start
 from massgen_mcp.core.spec import build_team
 from massgen_mcp.providers import local_model
+from massgen_mcp.providers.kinds import PROVIDER_KEY_ENV
 from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider, embedded_model_name
 from massgen_mcp.providers.llamacpp_seats import Seats, decode_threads
 from massgen_mcp.providers.llamacpp_turns import (

@@ -7,6 +7,7 @@ import pytest
 from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.model_map import VERTEX_ENV, bare_models
 from massgen_mcp.core.spec import TeamConfig
+from massgen_mcp.providers.kinds import api_key
 from massgen_mcp.providers.litellm_provider import load_litellm
 from massgen_mcp.providers.preflight import missing_credentials
 
@@ -62,4 +63,26 @@ def test_a_bare_name_sends_its_providers_key(monkeypatch: pytest.MonkeyPatch) ->
     bare = AgentSpec(id="a", model="claude-haiku-4-5")
     prefixed = AgentSpec(id="a", model="anthropic/claude-haiku-4-5")
     assert bare.provider == "anthropic"
-    assert bare.resolved_api_key() == prefixed.resolved_api_key() == "sk-ant-api03-" + "k" * 30
+    assert api_key(bare) == api_key(prefixed) == "sk-ant-api03-" + "k" * 30
+
+
+def test_every_kind_is_one_row_whose_prefix_a_model_string_can_start_with() -> None:
+    """A row for a prefix litellm does not route, or a second row for one prefix, would
+    leave a kind that no model string reaches or that one row hides: each row's prefix is
+    litellm's (then the router's remote provider serves it) or a route of our own."""
+    from massgen_mcp.providers.kinds import KINDS, LITELLM, OWN_PREFIXES, kind_of
+    from massgen_mcp.providers.model_names import LITELLM_PROVIDERS, model_problem
+
+    prefixes = [kind.prefix for kind in KINDS if kind is not LITELLM]
+    assert len(prefixes) == len(set(prefixes))
+    for kind in KINDS:
+        if kind is LITELLM:
+            continue
+        assert (kind.prefix in LITELLM_PROVIDERS) == (kind.route == "remote"), kind.prefix
+        assert (kind.prefix in OWN_PREFIXES) == (kind.route != "remote"), kind.prefix
+        assert kind_of(AgentSpec(id="a", model=f"{kind.prefix}/m")) is kind
+    assert kind_of(AgentSpec(id="a", model="ollama_chat/qwen")) is LITELLM
+    assert model_problem("cli/claude/opus") is None
+    assert model_problem("cli/cursor") == (
+        "model 'cli/cursor': a coding-agent CLI is cli/<name> or cli/<name>/<model>, with "
+        "<name> one of claude, codex, gemini")

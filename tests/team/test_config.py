@@ -10,6 +10,7 @@ import pytest
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.spec import RunSpec, TeamConfig, build_team
+from massgen_mcp.providers.kinds import api_key
 from massgen_mcp.team.choose import choose_team
 from massgen_mcp.team.context_files import Workspace
 from massgen_mcp.team.massgen_yaml import load_config_file, team_from_mapping
@@ -103,7 +104,7 @@ def test_env_expansion_and_secret_redaction(monkeypatch: pytest.MonkeyPatch) -> 
         "type": "vllm", "model": "qwen", "api_key": "${LOCAL_KEY}"}}]})
     agent = team.agents[0]
     assert agent.model == "hosted_vllm/qwen" and agent.base_url == "http://127.0.0.1:8000/v1"
-    assert agent.resolved_api_key() == "sk-local-abcdef-123456"
+    assert api_key(agent) == "sk-local-abcdef-123456"
     assert "sk-local" not in str(team.redacted())
 
 

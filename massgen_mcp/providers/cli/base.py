@@ -72,6 +72,9 @@ class Cli:
     # names one, to the CLI (used only when the agent's config gives either)
     api_env: Callable[[str, str | None], dict[str, str]]
     system_flag: bool  # True: the system prompt goes in a flag, else at the top of the prompt
+    # The provider whose API a key of the agent's own reaches through this CLI (consent judges
+    # where such a key goes: massgen_mcp.team.consent).
+    provider: str
     # Prepares a private home in the call's folder where the CLI would otherwise run the user's
     # hooks or keep transcripts; returns the variables that point the CLI at it.
     private_home: Callable[[Path], dict[str, str]] | None = None

@@ -64,9 +64,9 @@ def unusable(team: TeamConfig) -> list[str] | None:
     drops the others with the same words. Never a token read, never a network call."""
     lines = []
     for agent in team.agents:
-        if not agent.cli:
+        cli = CLIS.get(agent.cli or "")
+        if cli is None:  # not a CLI agent, or a name none runs (preflight names it)
             return None
-        cli = CLIS[agent.cli]
         if find_executable(cli) is None:
             lines.append(f"agent {agent.id!r} ({agent.model}): the {cli.executable!r} command "
                          f"is not installed (on PATH or MASSGEN_{cli.name.upper()}_PATH); "
@@ -88,9 +88,10 @@ async def refusals(team: TeamConfig) -> list[str]:
     installed is the run's to report, as a dropped agent)."""
     lines = []
     for agent in team.agents:
-        path = find_executable(CLIS[agent.cli]) if agent.cli else None
-        if agent.cli and path:
-            _, refused = await versions.check(CLIS[agent.cli], path)
+        cli = CLIS.get(agent.cli or "")  # a name none runs: preflight names it
+        path = find_executable(cli) if cli else None
+        if cli and path:
+            _, refused = await versions.check(cli, path)
             if refused:
                 lines.append(f"agent {agent.id!r} ({agent.model}): {refused}")
     return lines

@@ -163,4 +163,4 @@ CLI = Cli("claude", "claude_code", "claude", "Anthropic", "Claude Code",
           help_args=("--help",),
           own_login_vars=("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY"),
           command=_claude_command, reader=_ClaudeReader, login_state=_claude_logged_in,
-          api_env=_claude_api_env, system_flag=True)
+          api_env=_claude_api_env, system_flag=True, provider="anthropic")

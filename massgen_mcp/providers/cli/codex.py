@@ -116,4 +116,4 @@ CLI = Cli("codex", "codex", "codex", "OpenAI", "Codex", "@openai/codex", oldest=
           help_args=("exec", "--help"), features_args=("features", "list"),
           own_login_vars=("OPENAI_API_KEY", "CODEX_API_KEY"),
           command=_codex_command, reader=_CodexReader, login_state=_codex_logged_in,
-          api_env=_codex_api_env, system_flag=False)
+          api_env=_codex_api_env, system_flag=False, provider="openai")

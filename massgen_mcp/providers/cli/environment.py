@@ -65,7 +65,7 @@ def child_env(cli: Cli, agent: AgentSpec) -> dict[str, str]:
     """The environment a CLI child gets: ours without nesting markers and credentials, but
     the CLI's own login (its login token, its own vendor's API key, as in the user's shell);
     when the agent's config names a key or an endpoint, that key and endpoint instead."""
-    key = agent.resolved_api_key()  # only an explicit api_key/api_key_env for cli/ models
+    key = agent.own_api_key()  # a CLI's own login is its provider's variable, kept below
     own_login = () if key or agent.base_url else cli.own_login_vars
     # By name and by value (:func:`is_credential`): another agent's api_key_env may be called
     # anything, and a URL with a password (the pool's Redis among them) is a credential

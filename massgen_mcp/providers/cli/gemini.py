@@ -155,7 +155,8 @@ CLI = Cli("gemini", "gemini_cli", "gemini", "Google", "Gemini CLI", "@google/gem
                  "--extensions", "--prompt"),
           help_args=("--help",), own_login_vars=("GEMINI_API_KEY",),
           command=_gemini_command, reader=_GeminiReader, login_state=_gemini_logged_in,
-          api_env=_gemini_api_env, system_flag=False, private_home=_gemini_home,
+          api_env=_gemini_api_env, system_flag=False, provider="gemini",
+          private_home=_gemini_home,
           # Otherwise each call starts node twice: Gemini CLI relaunches itself with a heap
           # limit of half the machine's memory, ~1-3 s of CPU a call that a one-shot
           # read-only turn does not need (the relaunch is all the variable turns off).

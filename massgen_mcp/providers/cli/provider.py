@@ -59,7 +59,10 @@ class CliProvider:
         timeout_s: float,
         context: CallContext | None = None,
     ) -> Completion:
-        cli = CLIS[agent.cli or ""]
+        cli = CLIS.get(agent.cli or "")
+        if cli is None:  # a record read back skips the loaders' and preflight's check of it
+            raise ProviderError(f"{agent.model}: no such coding-agent CLI; use one of "
+                                f"{', '.join(CLIS)}", kind=ErrorKind.UNAVAILABLE)
         executable = find_executable(cli)
         if executable is None:
             raise ProviderError(
