@@ -29,21 +29,29 @@ anyone who can write to Redis can publish a request or push a reply.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import uuid
+from collections.abc import Container
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from redis.exceptions import RedisError
 
 from massgen_mcp.consensus.steering import MAX_NOTE_CHARS
 from massgen_mcp.core.errors import MassgenError
-from massgen_mcp.executors.notes import NoteReply
+from massgen_mcp.executors.notes import MAX_REPLY_CHARS, NoteReply
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.records.ids import check_session_id
+from massgen_mcp.records.recorder import RecordRefused
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
+
+    from massgen_mcp.executors.host import LiveRun
+    from massgen_mcp.pool.channel import LivePublisher
 
 log = logging.getLogger(__name__)
 
@@ -157,3 +165,40 @@ async def answer(redis: Redis, config: PoolConfig, request_id: str, reply: NoteR
         pipe.rpush(key, reply.model_dump_json())
         pipe.expire(key, REPLY_TTL_S)
         await pipe.execute()
+
+
+async def apply(redis: Redis, config: PoolConfig, run: LiveRun, request: SteerRequest, *,
+                holder: str, fence: int, worker: str, handing_back: Container[str],
+                publisher: LivePublisher) -> None:
+    """What the worker running ``request``'s session does with it: take it (once, while its
+    claim ``holder`` with fencing token ``fence`` is the newest), apply it with the engine's
+    own checks, reply. ``handing_back``: the sessions this worker is handing back."""
+    try:
+        if not await take(redis, config, request, holder, fence, worker):
+            return  # a duplicate, withdrawn by its sender, or no longer ours
+    except RedisError as exc:  # the sender hears nothing, and says so
+        log.warning("session %s: cannot take a note (%s)", request.sid, exc)
+        return
+    # A run being handed back (or fenced) may be stopped before its record takes the note:
+    # the sender is told to send it again, to whichever worker runs it next.
+    moving = NoteReply(ok=False, message=(
+        f"session {request.sid} is moving to another worker of the pool; send the note "
+        "again in a few seconds"))
+    if request.sid in handing_back or run.recorder.refused is not None:
+        reply = moving
+    else:
+        try:
+            reply = NoteReply(ok=True, cleared=run.engine.steer(request.note))
+            log.info("session %s: a note from a front end cleared %d vote(s)", request.sid,
+                     reply.cleared)
+        except RecordRefused:  # another worker took the run over meanwhile
+            reply = moving
+        except MassgenError as exc:  # refused by the engine: not running, too many...
+            reply = NoteReply(ok=False, message=str(exc)[:MAX_REPLY_CHARS])
+    with contextlib.suppress(TimeoutError):  # the sender then reads the status the note
+        async with asyncio.timeout(5):  # made (its notes, its cleared votes)
+            await publisher.flush()
+    try:
+        await answer(redis, config, request.id, reply)
+    except RedisError as exc:
+        log.warning("session %s: cannot reply to a note (%s)", request.sid, exc)

@@ -14,7 +14,7 @@ One Docket task, :meth:`PoolWorker.run_session`, whatever the session's state:
 A cancel arrives on the pool's cancel channel (or, if that message was missed, as a flag read
 at the next lease renewal) and stops the run like a local cancel. A steering note arrives on
 the steer channel and is applied once, by the worker whose claim is the newest
-(:mod:`.steering`); the runs' live drafts go out on the live channel, never into a key
+(:func:`.steering.apply`); the runs' live drafts go out on the live channel, never into a key
 (:mod:`.drafts`). SIGTERM or SIGINT hands every run back: each is recorded ``requeued``
 (still running, phase ``queued``), queued again and released at once, so another worker
 continues it without waiting for a redelivery.
@@ -28,7 +28,7 @@ A worker that cannot notice (frozen past its lease) is stopped by its record ins
 claim carries a fencing token, and a write under an older token than the newest is refused
 (:mod:`massgen_mcp.pool.fencing`), which cancels the run before it calls a model again.
 A run whose queue entry was lost (Redis restarted without persistence) is found by a periodic
-sweep of the records (:meth:`PoolWorker._sweep`) and queued again.
+sweep of the records (:mod:`.sweep`) and queued again.
 """
 
 from __future__ import annotations
@@ -49,14 +49,13 @@ from massgen_mcp.core.errors import MassgenError, SessionStateError
 from massgen_mcp.core.records import FinishReason, RunStatus
 from massgen_mcp.core.run_state import Draft
 from massgen_mcp.executors.host import LiveRun, RunHost
-from massgen_mcp.executors.notes import MAX_REPLY_CHARS, NoteReply
 from massgen_mcp.executors.seam import recorded_team
 from massgen_mcp.pool import channel, claims, drafts, fencing, live, steering
 from massgen_mcp.pool.channel import LivePublisher
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.pool.payloads import guard_docket
-from massgen_mcp.pool.records import end_unstarted, pool_unfinished
-from massgen_mcp.pool.steering import SteerRequest
+from massgen_mcp.pool.records import end_unstarted
+from massgen_mcp.pool.sweep import Sweep
 from massgen_mcp.providers.base import TeamProvider
 from massgen_mcp.providers.preflight import missing_credentials
 from massgen_mcp.records.ids import check_session_id
@@ -74,12 +73,6 @@ CUT_DEADLINE_S = 5.0  # then how long cut runs may take to stop before the worke
 # A run stops writing once its claim has gone unrenewed for this share of the lease, so it
 # has stopped before the lease lapses and another worker may take the run.
 FENCE_SHARE = 0.75
-# The sweep (see :meth:`PoolWorker._sweep`), in redelivery timeouts: how often one worker of
-# the pool runs it, how long a record must have been quiet to be a candidate, and how long
-# a run it queued again is left to its new queue entry before it may be queued once more.
-SWEEP_EVERY = 1.0
-SWEEP_QUIET = 2.0
-SWEEP_AGAIN = 10.0
 
 
 class PoolWorker:
@@ -98,7 +91,8 @@ class PoolWorker:
                              stamp={"worker": self.name})
         self._handing_back: set[str] = set()  # runs to queue again when they have stopped
         self._stopping = False  # SIGTERM: deliveries still claiming are handed back too
-        self._unheld: set[str] = set()  # runs the last sweep found unheld
+        self._sweep = Sweep(config, store, self.name, lambda sid: sid in self.local.runs,
+                            self._queue)
         self._claims: dict[str, tuple[str, int]] = {}  # session -> (holder, fencing token)
         self._steering: set[asyncio.Task[None]] = set()  # notes being applied
         self._redis: Redis | None = None
@@ -150,7 +144,7 @@ class PoolWorker:
             async with Docket(name=self.config.name, url=self.config.url) as docket:
                 self._docket = docket
                 docket.register(self.run_session, names=[live.TASK_NAME])
-                background.append(asyncio.create_task(self._sweep_forever(),
+                background.append(asyncio.create_task(self._sweep.forever(self._redis),
                                                       name="massgen-sweep"))
                 async with Worker(
                         docket, name=self.name, concurrency=self.concurrency,
@@ -198,45 +192,6 @@ class PoolWorker:
         with contextlib.suppress(asyncio.CancelledError):
             await taking
 
-    async def _sweep_forever(self) -> None:
-        every = self.config.redelivery_timeout_s * SWEEP_EVERY
-        while True:
-            await asyncio.sleep(every)
-            try:
-                await self._sweep()
-            except Exception as exc:  # redis or disk trouble: the next sweep tries again
-                log.warning("sweep for unheld runs failed (%s); trying again in %g s", exc,
-                            every)
-
-    async def _sweep(self) -> None:
-        """Queue again every run whose record says it is running or queued but that no
-        worker holds: its queue entry was lost (Redis restarted without persistence, a
-        queueing that failed half-way, a delivery acked by a worker that was fenced). One
-        worker of the pool sweeps each period; a run it queued again is not queued again
-        until :data:`SWEEP_AGAIN` has passed (a second delivery is harmless, the claim
-        decides, but it costs a slot)."""
-        timeout = self.config.redelivery_timeout_s
-        if not await self.redis.set(self.config.sweep_key, self.name, nx=True,
-                                    px=int(timeout * SWEEP_EVERY * 1000)):
-            return  # another worker sweeps this period
-        quiet = await asyncio.to_thread(pool_unfinished, self.store, timeout * SWEEP_QUIET)
-        unheld = set()
-        for session_id in quiet:
-            if session_id in self.local.runs or await self.redis.exists(
-                    self.config.key("claim", session_id), self.config.key("queued", session_id)):
-                continue
-            unheld.add(session_id)
-            # Unheld at two sweeps in a row: a holder that was only slow to renew (a busy
-            # event loop) has taken its lapsed claim again by then.
-            if session_id not in self._unheld or not await self.redis.set(
-                    self.config.key("swept", session_id), "1", nx=True,
-                    ex=int(timeout * SWEEP_AGAIN)):
-                continue
-            log.warning("session %s: its record says it is running or queued but no worker "
-                        "holds it and it is not queued; queueing it again", session_id)
-            await self._queue(session_id)
-        self._unheld = unheld
-
     async def _queue(self, session_id: str) -> None:
         """Put the session on Docket's queue, marked queued (see :func:`claims.mark_queued`)."""
         assert self._docket is not None
@@ -269,44 +224,14 @@ class PoolWorker:
         claim = self._claims.get(request.sid)
         if run is None or run.done or claim is None:
             return  # another worker's run, or nobody's: the sender hears nothing, and says so
-        task = asyncio.create_task(self._steer(run, request, *claim),
-                                   name=f"steer:{request.sid}")
+        holder, fence = claim
+        task = asyncio.create_task(
+            steering.apply(self.redis, self.config, run, request, holder=holder, fence=fence,
+                           worker=self.name, handing_back=self._handing_back,
+                           publisher=self._publisher),
+            name=f"steer:{request.sid}")
         self._steering.add(task)
         task.add_done_callback(self._steering.discard)
-
-    async def _steer(self, run: LiveRun, request: SteerRequest, holder: str,
-                     fence: int) -> None:
-        """Take the note (once, while our claim is the newest), apply it, reply."""
-        try:
-            if not await steering.take(self.redis, self.config, request, holder, fence,
-                                       self.name):
-                return  # a duplicate, withdrawn by its sender, or no longer ours
-        except RedisError as exc:  # the sender hears nothing, and says so
-            log.warning("session %s: cannot take a note (%s)", request.sid, exc)
-            return
-        # A run being handed back (or fenced) may be stopped before its record takes the
-        # note: the sender is told to send it again, to whichever worker runs it next.
-        moving = NoteReply(ok=False, message=(
-            f"session {request.sid} is moving to another worker of the pool; send the note "
-            "again in a few seconds"))
-        if request.sid in self._handing_back or run.recorder.refused is not None:
-            reply = moving
-        else:
-            try:
-                reply = NoteReply(ok=True, cleared=run.engine.steer(request.note))
-                log.info("session %s: a note from a front end cleared %d vote(s)",
-                         request.sid, reply.cleared)
-            except RecordRefused:  # another worker took the run over meanwhile
-                reply = moving
-            except MassgenError as exc:  # refused by the engine: not running, too many...
-                reply = NoteReply(ok=False, message=str(exc)[:MAX_REPLY_CHARS])
-        with contextlib.suppress(TimeoutError):  # the sender then reads the status the
-            async with asyncio.timeout(5):  # note made (its notes, its cleared votes)
-                await self._publisher.flush()
-        try:
-            await steering.answer(self.redis, self.config, request.id, reply)
-        except RedisError as exc:
-            log.warning("session %s: cannot reply to a note (%s)", request.sid, exc)
 
     # -- the task --------------------------------------------------------------------------------
 

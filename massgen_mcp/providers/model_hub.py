@@ -9,16 +9,18 @@ A pull is always the user's own act (``massgen-mcp models pull NAME``), never a 
 of a run: a run started from an MCP host has no terminal to show a 1 GB download on, and would
 time out long before it ended. The download:
 
-* resumes: bytes go to ``<file>.part`` in the cache, and a later pull asks the hub for the
-  rest with an HTTP ``Range`` header (a dropped connection is also resumed at once, a few
-  times, within one pull);
-* is checked before use: the whole file's SHA-256 must match the pin, else the part is
-  deleted and nothing is installed; ``<file>.sha256`` then records which file matched, and
-  only a plain file with that record counts as pulled (a file of the right size is not
-  enough);
-* is atomic: the checked file is renamed into place, so a reader sees all of it or nothing;
-* writes through no link: the part and the lock are opened with ``O_NOFOLLOW`` and must be
-  plain files of this user's, and a rename replaces a link at the file's name;
+* goes through :func:`massgen_mcp.core.pinned.fetch_pinned`, as the embedded model's does:
+  a private part file opened through no link, never more than the pinned size, the whole
+  file's size and SHA-256 checked before it is renamed into place (else the part is deleted
+  and nothing is installed), so a reader sees all of it or nothing, and a link at the file's
+  name is replaced, never written through;
+* resumes: the part is ``<file>.part`` in the cache, kept when a pull is interrupted, and a
+  later pull asks the hub for the rest with an HTTP ``Range`` header (a dropped connection
+  is also resumed at once, a few times, within one pull);
+* is recorded: ``<file>.sha256`` records which file matched, and only a plain file with
+  that record counts as pulled (a file of the right size is not enough);
+* writes through no link: the lock too is opened with ``O_NOFOLLOW`` and must be a plain
+  file of this user's;
 * is safe in two processes at once: an exclusive lock on ``.<file>.lock`` (``flock``, or
   ``msvcrt.locking`` on Windows: :mod:`massgen_mcp.core.portable`) makes the second wait for
   the first, then find the file there.
@@ -47,6 +49,7 @@ import yaml
 from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError, ModelDownloadError
 from massgen_mcp.core.files import UnsafeFileError, open_own, read_bytes_safely, replace_file
+from massgen_mcp.core.pinned import PinnedPart, PinRefused, fetch_pinned, part_path
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.providers.endpoints import shown
 
@@ -212,31 +215,37 @@ def pull(model: HubModel, folder: Path, *, on_progress: Progress | None = None,
         if found is not None:
             mark_checked(model, target, found)
             return target
-        part = folder / f"{model.file}.part"
         url = model.url(SETTINGS.hf_endpoint.read())
         timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
-        with os.fdopen(_open_own(part), "r+b") as out, \
-                httpx.Client(timeout=timeout, follow_redirects=True) as client:
-            try:
-                for attempt in range(1, ATTEMPTS + 1):
-                    before = _size(out)
-                    try:
-                        _fetch_rest(client, url, model, out, part, on_progress)
-                        break
-                    except (httpx.TransportError, httpx.DecodingError) as exc:
-                        if attempt == ATTEMPTS or _size(out) == before:
-                            raise _interrupted(model, url, _size(out), exc) from None
-                    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # redirects; a bad URL
-                        raise _interrupted(model, url, _size(out), exc) from None
-            except BaseException:
-                if not _size(out):  # nothing to resume from: leave no empty part behind
-                    part.unlink(missing_ok=True)
-                raise
-            _check(model, out, part, url)
-            found = os.fstat(out.fileno())
-        os.replace(part, target)  # rename(2) replaces a link at target, never writes through it
+        try:
+            with httpx.Client(timeout=timeout, follow_redirects=True) as client:
+                found = fetch_pinned(
+                    target, size=model.size, sha256=model.sha256, resumable=True,
+                    fill=lambda part: _download(client, url, model, part, on_progress))
+        except UnsafeFileError:
+            raise _not_plain(part_path(target)) from None
+        except PinRefused as exc:
+            raise _refused(model, url, exc) from None
         mark_checked(model, target, found)
         return target
+
+
+def _download(client: Any, url: str, model: HubModel, part: PinnedPart,
+              on_progress: Progress | None) -> None:
+    """Fill ``part`` from ``url``, resuming a dropped connection at once while each brings
+    bytes (up to :data:`ATTEMPTS` connections)."""
+    import httpx
+
+    for attempt in range(1, ATTEMPTS + 1):
+        before = part.have
+        try:
+            _fetch_rest(client, url, model, part, on_progress)
+            return
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            if attempt == ATTEMPTS or part.have == before:
+                raise _interrupted(model, url, part.have, exc) from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:  # redirects; a bad URL
+            raise _interrupted(model, url, part.have, exc) from None
 
 
 def _interrupted(model: HubModel, url: str, have: int, exc: Exception) -> ModelDownloadError:
@@ -252,14 +261,11 @@ def _interrupted(model: HubModel, url: str, have: int, exc: Exception) -> ModelD
         f"{model.size:,} bytes ({type(exc).__name__}); run the same command again to resume")
 
 
-def _fetch_rest(client: Any, url: str, model: HubModel, out: BinaryIO, part: Path,
+def _fetch_rest(client: Any, url: str, model: HubModel, part: PinnedPart,
                 on_progress: Progress | None) -> None:
-    """Append what the part file ``out`` lacks, asking for it with a Range header; whatever
-    arrived is on disk when this returns or raises (a later attempt resumes from it)."""
-    have = _size(out)
-    if have > model.size:  # not this file: start again
-        out.truncate(0)
-        have = 0
+    """Append what ``part`` lacks, asking for it with a Range header; whatever arrived is on
+    disk when this returns or raises (a later attempt resumes from it)."""
+    have = part.have
     if have == model.size:
         return
     headers = {"Range": f"bytes={have}-"} if have else {}
@@ -267,42 +273,32 @@ def _fetch_rest(client: Any, url: str, model: HubModel, out: BinaryIO, part: Pat
         if response.status_code == 206:
             if not response.headers.get("content-range", "").startswith(f"bytes {have}-"):
                 raise ModelDownloadError(f"{model.name}: {shown(url)} answered a resumed "
-                                         f"download with the wrong part; delete {part} and "
-                                         "pull again")
+                                         f"download with the wrong part; delete {part.path} "
+                                         "and pull again")
         elif response.status_code == 200:
             have = 0  # the server ignored the Range header: it sends the whole file
         else:
             raise ModelDownloadError(
                 f"{model.name}: {shown(url)} answered HTTP {response.status_code}; check the "
                 f"network (or {SETTINGS.hf_endpoint.env}, if you set it) and pull again")
-        out.seek(have)
-        out.truncate()
-        try:
-            for chunk in response.iter_bytes():  # as they come: a cut keeps every byte
-                have += len(chunk)
-                if have > model.size:
-                    part.unlink()
-                    raise ModelDownloadError(
-                        f"{model.name}: {shown(url)} sent more than the pinned "
-                        f"{model.size:,} bytes; refused and deleted")
-                out.write(chunk)
-                if on_progress is not None:
-                    on_progress(have, model.size)
-        finally:
-            out.flush()
-        os.fsync(out.fileno())
+        part.restart(have)
+        for chunk in response.iter_bytes():  # as they come: a cut keeps every byte
+            have = part.write(chunk)
+            if on_progress is not None:
+                on_progress(have, model.size)
+        part.sync()
 
 
-def _check(model: HubModel, out: BinaryIO, part: Path, url: str) -> None:
-    """Refuse (and delete) a part file whose size or SHA-256 is not the pinned one."""
-    got = _sha256(out)
-    if _size(out) != model.size or got != model.sha256:
-        part.unlink()
-        raise ModelDownloadError(
-            f"{model.name}: the file from {shown(url)} does not match its pinned SHA-256 "
-            f"(got {got[:16]}..., expected {model.sha256[:16]}...); it was deleted and "
-            "nothing was installed. Pull again; if it happens again, the server is not "
-            "serving the pinned file")
+def _refused(model: HubModel, url: str, exc: PinRefused) -> ModelDownloadError:
+    """The error of a file that is not the pinned one (the part is deleted by then)."""
+    if exc.reason == "too_big":
+        return ModelDownloadError(f"{model.name}: {shown(url)} sent more than the pinned "
+                                  f"{model.size:,} bytes; refused and deleted")
+    return ModelDownloadError(
+        f"{model.name}: the file from {shown(url)} does not match its pinned SHA-256 "
+        f"(got {(exc.got or '')[:16]}..., expected {model.sha256[:16]}...); it was deleted "
+        "and nothing was installed. Pull again; if it happens again, the server is not "
+        "serving the pinned file")
 
 
 def _checked_in_place(model: HubModel, path: Path) -> os.stat_result | None:
@@ -355,20 +351,20 @@ def _sha256(handle: BinaryIO) -> str:
     return digest.hexdigest()
 
 
-def _size(handle: BinaryIO) -> int:
-    return os.fstat(handle.fileno()).st_size
-
-
-def _open_own(path: Path) -> int:
-    """A read-write descriptor of the cache file ``path`` (the part, the lock), created if
-    missing, only if it is a plain file of this user's with no other name
-    (:func:`open_own`): a link planted as ``<file>.part`` or the lock, to ``~/.bashrc``
-    say, would otherwise have a download written, then renamed, through it."""
+def _open_lock(path: Path) -> int:
+    """A read-write descriptor of the lock file ``path``, created if missing, only if it is a
+    plain file of this user's with no other name (:func:`open_own`): a link planted as the
+    lock, to ``~/.bashrc`` say, would otherwise be created or locked through."""
     try:
         return open_own(path, mode=0o600, mine=True)
     except UnsafeFileError:
-        raise ModelDownloadError(f"{path} is not a plain file of this user's (it is a link, "
-                                 "or another kind of file); delete it and pull again") from None
+        raise _not_plain(path) from None
+
+
+def _not_plain(path: Path) -> ModelDownloadError:
+    """A cache file (the part, the lock) that is a link or another kind of file."""
+    return ModelDownloadError(f"{path} is not a plain file of this user's (it is a link, or "
+                              "another kind of file); delete it and pull again")
 
 
 @contextlib.contextmanager
@@ -376,7 +372,7 @@ def _exclusive(lock: Path, on_wait: Callable[[], None] | None) -> Iterator[None]
     """Hold an exclusive lock on ``lock``; if another process holds it, say so once and
     wait. The lock file stays: removing it would let a third process lock a new file while
     the second still holds the old one."""
-    fd = _open_own(lock)
+    fd = _open_lock(lock)
     try:
         if not portable.lock(fd, wait=False):
             if on_wait is not None:
