@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -288,3 +289,33 @@ def test_each_call_carries_the_diff_once(scripted: Scripted, repo: Path,
     counts = [sum(str(m.get("content") or "").count(line) for m in r.messages)
               for r in server.requests]
     assert len(counts) >= 6 and set(counts) == {1}, counts
+
+
+async def test_files_a_models_call_names_are_not_sent_to_a_team_abroad(
+        repo: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's call (MCP ``review_changes``) that names ``paths`` chose the files, as with
+    ``context_files``: a team with an agent at a foreign endpoint (here the discovered
+    project team, whose inline key needs no consent) must not receive them, untracked notes
+    included. Refused before any run; the user can still name them on the command line
+    (red team, round 5: the run started with the files in its context)."""
+    from massgen_mcp.core.errors import UntrustedConfigError
+    from massgen_mcp.review.start import ChangeToReview, start_review
+    from massgen_mcp.service import ConsensusService
+    from massgen_mcp.team.context_files import Workspace
+
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        "agents:\n  - id: abroad\n    backend: {type: openai, model: gpt-4o-mini, "
+        "base_url: 'http://192.0.2.10/v1', api_key: sk-inline-0000}\n")  # TEST-NET-1
+    (repo / "notes.txt").write_text("the staging password is hunter2\n")  # untracked
+    monkeypatch.chdir(repo)
+    workspace = Workspace(repo.resolve(), confined=True)
+    service = ConsensusService.local(home, workspace, drafts=False)
+    try:
+        with pytest.raises(UntrustedConfigError, match="^" + re.escape(
+                "paths: agent 'abroad' at http://192.0.2.10/v1 would receive the files a "
+                "call names")):
+            await start_review(service, workspace, ChangeToReview(paths=["notes.txt"]))
+    finally:
+        await service.aclose()
+    assert not (home / "sessions").exists() or not any((home / "sessions").iterdir())
