@@ -125,6 +125,19 @@ def md_inline(text: str) -> str:
     return _MENTION.sub("@\u200b", _MD_SPECIAL.sub(r"\\\1", text))
 
 
+def code_span(text: str) -> str:
+    """``text`` (one line) as a Markdown code span, shown as it is: backslash escapes are not
+    escapes inside one (``md_inline`` would show ``my\\_module.py``), and nothing in it is
+    HTML, a link or a mention; the fence is longer than any run of backticks in it, so none
+    closes it, and a space pads a text that starts or ends with a backtick (the span drops
+    one on each side)."""
+    text = " ".join(text.split())
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def _fenced(text: str) -> list[str]:
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
@@ -145,7 +158,7 @@ def as_markdown(review: ReviewOutcome, models: Mapping[str, str], *,
     if not review.findings:
         lines += ["", "No finding was backed by a majority of the team."]
     for f in review.findings:
-        lines += ["", f"### {f.id} `{md_inline(_where(f))}` — {f.severity}, "
+        lines += ["", f"### {f.id} {code_span(_where(f))} — {f.severity}, "
                   f"{md_inline(f.category)}", "", md_inline(f.claim)]
         if f.evidence:
             lines += ["", *_fenced(f.evidence)]
@@ -158,7 +171,7 @@ def as_markdown(review: ReviewOutcome, models: Mapping[str, str], *,
     if review.rejected:
         lines += ["", "### Rejected by the team", ""]
         for f in review.rejected:
-            lines.append(f"- `{md_inline(_where(f))}` {f.severity}: {md_inline(f.claim)} "
+            lines.append(f"- {code_span(_where(f))} {f.severity}: {md_inline(f.claim)} "
                          f"— {md_inline(f.reason or '')}")
     if review.dissent or review.dropped:
         lines += ["", "### Dissent", ""]

@@ -319,3 +319,25 @@ async def test_files_a_models_call_names_are_not_sent_to_a_team_abroad(
     finally:
         await service.aclose()
     assert not (home / "sessions").exists() or not any((home / "sessions").iterdir())
+
+
+def test_a_findings_place_is_a_code_span_that_shows_the_path_as_it_is() -> None:
+    """Backslash escapes are not escapes inside a Markdown code span: ``md_inline``'s
+    ``my\\_module.py`` showed its backslash on GitHub, and a backtick in a path a model wrote
+    closed the span early, so the rest of the line fell out of it. The place is a code span
+    whose fence is longer than any run of backticks in it (red team, round 5)."""
+    from massgen_mcp.core.outcomes import Finding, ReviewOutcome, Severity, Verdict
+    from massgen_mcp.render.review import as_markdown
+
+    def finding(file: str, ident: str) -> Finding:
+        return Finding(id=ident, file=file, line=3, end_line=3, severity=Severity.MAJOR,
+                       category="correctness", claim="wrong", raised_by="a")
+
+    outcome = ReviewOutcome(
+        verdict=Verdict.CHANGES_REQUESTED, threshold=Severity.MAJOR, agreement=1, members=1,
+        findings=[finding("src/my_module.py", "F1"), finding("a`<b>@x``y.py", "F2")],
+        rejected=[finding("`x`", "R1")])
+    md = as_markdown(outcome, {})
+    assert "### F1 `src/my_module.py:3` — major, correctness" in md
+    assert "### F2 ```a`<b>@x``y.py:3``` — major, correctness" in md
+    assert "- `` `x`:3 `` major: wrong" in md
