@@ -20,9 +20,10 @@ helper. Every git command here therefore runs:
   (:func:`program`: Windows looks a bare ``git`` up in the current folder first);
 * with ``--no-pager``, and the diff commands with ``--no-ext-diff --no-textconv``;
 * in an environment without the caller's ``GIT_*`` variables (a ``GIT_DIR`` or
-  ``GIT_EXTERNAL_DIFF`` of a hook that called us), with ``GIT_CONFIG_NOSYSTEM=1`` (the
-  machine's config is not read), ``GIT_NO_LAZY_FETCH=1``, ``GIT_TERMINAL_PROMPT=0`` and
-  ``GIT_OPTIONAL_LOCKS=0`` (a read never rewrites the index);
+  ``GIT_EXTERNAL_DIFF`` of a hook that called us) or credentials (:func:`environment`),
+  with ``GIT_CONFIG_NOSYSTEM=1`` (the machine's config is not read),
+  ``GIT_NO_LAZY_FETCH=1``, ``GIT_TERMINAL_PROMPT=0`` and ``GIT_OPTIONAL_LOCKS=0`` (a read
+  never rewrites the index);
 * as a child with an owner, a timeout and a clean kill: spawned and ended through
   :func:`massgen_mcp.core.supervisor.run_child` (the coding CLIs' supervisor, on
   :mod:`massgen_mcp.core.children`), its output capped while it is read, so a 50 MB diff is
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from massgen_mcp.core.errors import ConfigError, ProviderError
+from massgen_mcp.core.secrets import carries_credential, has_key_shape, looks_secret
 from massgen_mcp.core.supervisor import OutputTooLarge, run_child
 
 GIT_TIMEOUT_S = 30.0  # one git command on a large repository: far below this
@@ -79,8 +81,14 @@ class OutputOverCap(Exception):
 
 
 def environment() -> dict[str, str]:
-    """The caller's environment without its ``GIT_*`` variables, plus :data:`ENV`."""
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("GIT_")}
+    """The caller's environment without its ``GIT_*`` variables and without credentials,
+    plus :data:`ENV`. Git here reads and never fetches, so it needs no key, token or
+    password; should a repository's config ever run a program despite :data:`HARDENING`,
+    that program finds none (by name, ``*KEY*``, ``*TOKEN*``..., and by value: a registered
+    key, a URL with a password, a known token shape)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.upper().startswith("GIT_") and not looks_secret(k)
+           and not carries_credential(v) and not has_key_shape(v)}
     env.update(ENV)
     return env
 

@@ -134,3 +134,23 @@ async def test_a_git_planted_in_the_repository_is_never_run(
         await collect(repo)
     assert "inside" in str(caught.value) and "\n" not in str(caught.value)
     assert not (repo / "PLANTED-RAN").exists()
+
+
+def test_git_gets_no_credential_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Git runs in a repository nobody vetted, and reads no key: the hardening keeps its
+    config from running a program, and should one slip through (a git version's new
+    setting), it finds no API key, token or password in its environment: the credentials a
+    coding CLI child loses, by name and by shape (red team, round 5: git got them all)."""
+    from massgen_mcp.tools.git import environment
+
+    planted = {"OPENAI_API_KEY": "sk-test-CANARY0123456789abcdef",
+               "LLM_CRED": "whatever-it-is-0123", "SOME_VAR": "ghp_" + "A1b2C3d4" * 5,
+               "DATABASE_URL": "postgres://app:hunter2-pw@db/x"}
+    for name, value in planted.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("EDITOR_THEME", "dark")
+    env = environment()
+    assert not set(planted) & set(env)
+    assert not any(value in " ".join(env.values()) for value in planted.values())
+    assert env["EDITOR_THEME"] == "dark" and env["PATH"] == os.environ["PATH"]
+    assert env["GIT_CONFIG_NOSYSTEM"] == "1"
