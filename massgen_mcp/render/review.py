@@ -116,13 +116,17 @@ def as_brief(review: ReviewOutcome) -> str:
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~])")
 _MENTION = re.compile(r"@(?=\w)")
+# GFM's extended autolinks: a scheme's "://" or a "www." makes a link of plain text.
+_AUTOLINK = re.compile(r"\b(?:https?|ftp)(?=://)|\bwww(?=\.)", re.IGNORECASE)
 
 
 def md_inline(text: str) -> str:
-    """Model text as inert Markdown: no HTML, link, image, emphasis or table breaks, and no
+    """Model text as inert Markdown: no HTML, link (a bare URL or ``www.`` included: a
+    zero-width space after its scheme or ``www``), image, emphasis or table breaks, and no
     @mention that would notify someone on GitHub."""
     text = " ".join(text.split())
-    return _MENTION.sub("@\u200b", _MD_SPECIAL.sub(r"\\\1", text))
+    text = _AUTOLINK.sub(lambda m: m.group() + "\u200b", _MD_SPECIAL.sub(r"\\\1", text))
+    return _MENTION.sub("@\u200b", text)
 
 
 def code_span(text: str) -> str:

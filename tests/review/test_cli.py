@@ -341,3 +341,18 @@ def test_a_findings_place_is_a_code_span_that_shows_the_path_as_it_is() -> None:
     assert "### F1 `src/my_module.py:3` — major, correctness" in md
     assert "### F2 ```a`<b>@x``y.py:3``` — major, correctness" in md
     assert "- `` `x`:3 `` major: wrong" in md
+
+
+def test_a_models_url_is_no_link_in_the_pull_request_comment() -> None:
+    """GitHub turns a bare ``https://...`` or ``www.`` in a comment into a link (GFM's
+    extended autolinks) whatever is escaped around it: a finding's text, a model's, must
+    not put a clickable link in the PR (the docstring's promise; red team, round 5)."""
+    from massgen_mcp.render.review import md_inline
+
+    shown = md_inline("see https://evil.example/x, HTTP://EVIL.example, ftp://f.example "
+                      "and www.evil.example, mail bob@evil.example")
+    for linked in ("https://", "HTTP://", "ftp://", "www.", "@evil"):
+        assert linked not in shown, linked
+    assert shown.replace("\u200b", "") == (
+        "see https://evil.example/x, HTTP://EVIL.example, ftp://f.example and "
+        "www.evil.example, mail bob@evil.example")
