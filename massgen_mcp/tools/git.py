@@ -13,9 +13,11 @@ helper. Every git command here therefore runs:
   ``core.fsmonitor=false``, ``core.hooksPath=/dev/null``, ``diff.external=``,
   ``core.pager=cat``, ``protocol.allow=never`` (no transport at all, so no lazy fetch),
   ``safe.bareRepository=explicit`` (a bare repository planted inside the tree is not
-  entered), colour off, and for every ``filter.<driver>`` the repository's config defines,
-  empty ``clean``/``smudge``/``process`` commands (:func:`filter_overrides`; through
-  ``--config-env`` for a driver named with ``=``, which ``-c`` splits at);
+  entered), ``core.attributesFile=`` (a file the config names for git to read, such as
+  ``/dev/zero``, read until memory runs out), colour off, and for every
+  ``filter.<driver>`` the repository's config defines, empty ``clean``/``smudge``/
+  ``process`` commands (:func:`filter_overrides`; through ``--config-env`` for a driver
+  named with ``=``, which ``-c`` splits at);
 * by git's absolute path on ``PATH``, never one inside the folder under review
   (:func:`program`: Windows looks a bare ``git`` up in the current folder first);
 * with ``--no-pager``, and the diff commands with ``--no-ext-diff --no-textconv``;
@@ -58,6 +60,9 @@ HARDENING = (
     "-c", "safe.bareRepository=explicit",
     "-c", "color.ui=false",
     "-c", "core.quotePath=true",
+    # A file the repository's config names for git to read: /dev/zero (read whole, or as
+    # one endless line) took gigabytes a second. diff.orderFile is diff's -O (DIFF_OPTIONS).
+    "-c", "core.attributesFile=",
 )
 # The values of filter overrides given by "--config-env" (git 2.31+; an older git refuses
 # the option rather than ignoring it), for driver names holding "=".
