@@ -28,7 +28,6 @@ person's patch is :mod:`massgen_mcp.review.patch`.
 
 from __future__ import annotations
 
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -50,6 +49,7 @@ from massgen_mcp.tools.git import (
     Git,
     GitFailed,
     OutputOverCap,
+    check_git_files,
     filter_overrides,
     plain_parts,
     through_link,
@@ -102,6 +102,7 @@ async def repository(cwd: Path) -> Path:
     later git command and the members' workspace tools would run there. So ``cwd`` must be
     inside the top, and git, asked from the top itself, must find the same repository."""
     query = ("rev-parse", "--absolute-git-dir", "--show-toplevel")
+    check_git_files(cwd)
     try:
         out = await Git(cwd).run(*query)
     except GitFailed as exc:
@@ -162,7 +163,6 @@ async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
         return _patch(root, *read_patch(patch, cwd, stdin))
     if paths:
         return await whole_files(git, root, cwd, paths)
-    await check_info_attributes(git)
     head = await resolve(git, "HEAD", "HEAD", missing_ok=True)
     reviewed: str | None = None
     if staged:
@@ -209,35 +209,6 @@ def _patch(root: Path, data: bytes, described: str) -> Changes:
     sections = split_diff(data, described)
     check_patch_paths(root, sections)
     return finish(root, described, sections)
-
-
-MAX_INFO_ATTRIBUTES_BYTES = 1_000_000
-
-
-async def check_info_attributes(git: Git) -> None:
-    """Refuse a repository whose ``info/attributes`` (which ``git diff`` reads, and no
-    setting turns off) is not a small regular file: a link to ``/dev/zero`` is one endless
-    line, read until memory runs out; a FIFO holds git to its timeout. A file of a
-    repository nobody vetted (an archive's ``.git``), not of a clone."""
-    out = await git.run("rev-parse", "--git-path", "info/attributes")
-    path = Path(out.decode("utf-8", "surrogateescape").strip())
-    path = path if path.is_absolute() else git.cwd / path
-    try:
-        info = path.lstat()
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        info = None
-        why = f"cannot be read ({exc.strerror})"
-    if info is not None:
-        if not stat.S_ISREG(info.st_mode):
-            why = "is not a regular file (a link, a FIFO, a device)"
-        elif info.st_size > MAX_INFO_ATTRIBUTES_BYTES:
-            why = f"is {info.st_size:,} bytes"
-        else:
-            return
-    raise ConfigError(f"repository: {path} {why}; git diff would read it; remove it, or "
-                      "review another way (a patch, named files)")
 
 
 async def resolve(git: Git, ref: str, field_name: str, *, missing_ok: bool = False

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -177,6 +178,65 @@ async def filter_overrides(cwd: Path) -> tuple[str, ...]:
             else:
                 options += ["-c", f"{driver}.{key}={value}"]
     return tuple(options)
+
+
+# Files of a repository's git folder that git reads whole (or as lines as long as they are)
+# before any setting could stop it, in every command: ``/dev/zero`` linked there is read until
+# memory runs out (gigabytes a second), a FIFO holds git to its timeout. Found by trying
+# each: other files fail fast, or are read with limits (config, HEAD, refs).
+GIT_DIR_FILES = ("commondir", "objects/info/alternates", "info/attributes", "info/grafts",
+                 "shallow")
+MAX_GIT_DIR_FILE_BYTES = 4_000_000
+
+
+def check_git_files(start: Path) -> None:
+    """Refuse, in one line, the repository ``start`` is in when one of its
+    :data:`GIT_DIR_FILES` (in its git folder, and in the common folder ``commondir`` names)
+    is not a small regular file. The git folder is found as git finds it (the first
+    ``.git`` folder, or ``.git`` file's ``gitdir:``, from ``start`` up), by reading names
+    only: git itself reads ``commondir`` before anything else. A repository nobody vetted
+    (an archive's ``.git``, a shared folder) can hold such files; a clone cannot."""
+    folder = start.absolute()
+    for place in (folder, *folder.parents):
+        dot_git = place / ".git"
+        if dot_git.is_dir():
+            git_dir = dot_git
+            break
+        if dot_git.is_file():
+            pointer = _small_file(dot_git).decode("utf-8", "replace").strip()
+            if not pointer.startswith("gitdir:"):
+                return  # git refuses it itself
+            git_dir = place / pointer.removeprefix("gitdir:").strip()
+            break
+    else:
+        return  # not in a repository: git says so itself
+    folders = [git_dir]
+    if (git_dir / "commondir").exists() or (git_dir / "commondir").is_symlink():
+        common = _small_file(git_dir / "commondir").decode("utf-8", "replace").strip()
+        folders.append(git_dir / common)
+    for where in folders:
+        for name in GIT_DIR_FILES:
+            _small_file(where / name)
+
+
+def _small_file(path: Path) -> bytes:
+    """The bytes of ``path`` when it is missing (b"") or a regular file (not a link) of at
+    most :data:`MAX_GIT_DIR_FILE_BYTES`; else a ConfigError."""
+    try:
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode):
+            why = "is not a regular file (a link, a FIFO, a device)"
+        elif info.st_size > MAX_GIT_DIR_FILE_BYTES:
+            why = f"is {info.st_size:,} bytes"
+        else:
+            with path.open("rb") as handle:
+                return handle.read(MAX_GIT_DIR_FILE_BYTES)
+    except FileNotFoundError:
+        return b""
+    except OSError as exc:
+        why = f"cannot be read ({exc.strerror})"
+    raise ConfigError(f"repository: {path} {why}; git would read it whole (a link to "
+                      "/dev/zero, a FIFO); remove it, or review another way (a patch)")
 
 
 def plain_parts(relative: str) -> tuple[str, ...] | None:

@@ -42,6 +42,7 @@ from massgen_mcp.tools.git import (
     Git,
     GitFailed,
     OutputOverCap,
+    check_git_files,
     filter_overrides,
     plain_parts,
     through_link,
@@ -92,6 +93,7 @@ async def build(root: Path, commit: str | None = None) -> Snapshot:
     """Copy the tracked files of the repository at ``root`` (with ``commit``: of that
     commit) into a new read-only temporary folder; the caller removes it
     (:func:`remove`, or use :func:`snapshot`)."""
+    check_git_files(root)  # a resumed run's repository is read again
     git = Git(root, await filter_overrides(root))
     folder = Path(tempfile.mkdtemp(prefix="massgen-review-"))
     try:

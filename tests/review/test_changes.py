@@ -159,21 +159,26 @@ def test_git_gets_no_credential_from_the_environment(monkeypatch: pytest.MonkeyP
 @pytest.mark.skipif(os.name == "nt", reason="a FIFO")
 async def test_files_a_cloned_repositorys_config_names_for_git_to_read_are_not_read(
         repo: Path, tmp_path: Path) -> None:
-    """``diff.orderFile`` and ``core.attributesFile`` in ``.git/config``, and the file
-    ``.git/info/attributes``, are files ``git diff`` reads whole (or line by line, a line
-    as long as it is): ``/dev/zero`` there took git's memory until it failed ("Out of
-    memory, realloc failed": gigabytes a second), a FIFO held it to the 30 s timeout. The
-    config's two are overridden (``-O/dev/null``, ``core.attributesFile=``), and an info
-    file that is not a small regular file is refused in one line (red team, round 5)."""
+    """``diff.orderFile`` and ``core.attributesFile`` in ``.git/config``, and the git
+    folder's ``info/attributes``, ``objects/info/alternates`` and ``commondir``, are files
+    git reads whole (or line by line, a line as long as it is): ``/dev/zero`` there took
+    git's memory until it failed ("Out of memory, realloc failed": gigabytes a second), a
+    FIFO held it to the 30 s timeout. The config's two are overridden (``-O/dev/null``,
+    ``core.attributesFile=``); a git folder's file that is not a small regular file is
+    refused in one line before git runs (red team, round 5)."""
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     git(repo, "config", "diff.orderFile", str(fifo))
     git(repo, "config", "core.attributesFile", str(fifo))
     changes = await collect(repo)
     assert changes.files == ("src/app.py", "src/db.py")
-    (repo / ".git" / "info").mkdir(exist_ok=True)
-    (repo / ".git" / "info" / "attributes").symlink_to("/dev/zero")
-    with pytest.raises(ConfigError) as caught:
-        await collect(repo)
-    assert str(caught.value).startswith("repository: ") and "info/attributes" in str(
-        caught.value) and "\n" not in str(caught.value)
+    for name in ("info/attributes", "objects/info/alternates", "commondir"):
+        planted = repo / ".git" / name
+        planted.parent.mkdir(exist_ok=True)
+        planted.symlink_to("/dev/zero")
+        with pytest.raises(ConfigError) as caught:
+            await collect(repo)  # git read commondir and alternates whole: rev-parse too
+        said = str(caught.value)
+        assert said.startswith(f"repository: {planted} is not a regular file") and (
+            "\n" not in said)
+        planted.unlink()
