@@ -183,9 +183,9 @@ async def filter_overrides(cwd: Path) -> tuple[str, ...]:
 # Files of a repository's git folder that git reads whole (or as lines as long as they are)
 # before any setting could stop it, in every command: ``/dev/zero`` linked there is read until
 # memory runs out (gigabytes a second), a FIFO holds git to its timeout. Found by trying
-# each: other files fail fast, or are read with limits (config, HEAD, refs).
-GIT_DIR_FILES = ("commondir", "objects/info/alternates", "info/attributes", "info/grafts",
-                 "shallow")
+# each with git 2.39 (info/grafts, shallow, packed-refs, info/exclude, index and config
+# failed fast or were not read).
+GIT_DIR_FILES = ("commondir", "objects/info/alternates", "info/attributes")
 MAX_GIT_DIR_FILE_BYTES = 4_000_000
 
 
