@@ -20,7 +20,8 @@ helper. Every git command here therefore runs:
   named with ``=``, which ``-c`` splits at);
 * by git's absolute path on ``PATH``, never one inside the folder under review
   (:func:`program`: Windows looks a bare ``git`` up in the current folder first);
-* with ``--no-pager``, and the diff commands with ``--no-ext-diff --no-textconv``;
+* with ``--no-pager`` and ``--literal-pathspecs``, and the diff commands with
+  ``--no-ext-diff --no-textconv``;
 * in an environment without the caller's ``GIT_*`` variables (a ``GIT_DIR`` or
   ``GIT_EXTERNAL_DIFF`` of a hook that called us) or credentials (:func:`environment`),
   with ``GIT_CONFIG_NOSYSTEM=1`` (the machine's config is not read),
@@ -53,6 +54,7 @@ MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # a listing (ls-files, ls-tree) of a very la
 
 HARDENING = (
     "--no-pager",
+    "--literal-pathspecs",  # a path is a path: a folder named "*" or ":(top)" is that folder
     "-c", "core.fsmonitor=false",
     "-c", "core.hooksPath=/dev/null",
     "-c", "diff.external=",

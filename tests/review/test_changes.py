@@ -182,3 +182,15 @@ async def test_files_a_cloned_repositorys_config_names_for_git_to_read_are_not_r
         assert said.startswith(f"repository: {planted} is not a regular file") and (
             "\n" not in said)
         planted.unlink()
+
+
+async def test_a_folder_named_like_a_pathspec_is_that_folder(repo: Path) -> None:
+    """Git reads a path after ``--`` as a pathspec: a folder named ``*`` (or ``:(top)``)
+    listed every tracked file instead of its own. Paths are literal (red team, round 5)."""
+    for name in ("*", ":(exclude)x"):
+        (repo / name).mkdir()
+        (repo / name / "in.py").write_text("x = 1\n")
+    git(repo, "add", "--", "*/in.py", ":(literal):(exclude)x/in.py")
+    for name in ("*", ":(exclude)x"):
+        changes = await collect(repo, paths=[name])
+        assert changes.files == (f"{name}/in.py",), name
