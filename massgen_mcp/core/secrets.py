@@ -37,8 +37,11 @@ _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CRED)", re.IGNORECASE)
 # (``xoxb- xoxp- xoxa- xoxr- xoxs- xoxo-``), AWS access key ids (``AKIA``, ``ASIA``, ...),
 # Hugging Face (``hf_``) and npm (``npm_``). The one list: a child process's environment is
 # filtered by it too (:func:`has_key_shape`).
+# A token starts a word, or follows an escape of JSON text (``\\n``, ``\\t``...): model output
+# is redacted as its tool call's JSON arguments, where a token at the start of a line comes
+# after the letter of ``\\n``, which ``\\b`` alone takes for part of the word.
 _KEY_SHAPES = re.compile(
-    r"\b(?:(?:sk|pk|rk|gsk|xai)[-_][A-Za-z0-9_\-]{12,}"
+    r"(?:\b|(?<=\\[nrtbf]))(?:(?:sk|pk|rk|gsk|xai)[-_][A-Za-z0-9_\-]{12,}"
     r"|AIza[A-Za-z0-9_\-]{20,}"  # Google's: AIzaSy... (no separator after the prefix)
     r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
     r"|glpat-[A-Za-z0-9_\-]{16,}"

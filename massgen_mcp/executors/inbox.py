@@ -110,17 +110,31 @@ def take(folder: Path) -> list[tuple[str, str | None]]:
                        if e.name.endswith(".note") and not e.name.startswith("."))
     except FileNotFoundError:
         return []
-    taken = []
+    taken: list[tuple[str, str | None]] = []
     for name in names:
         claimed = inbox / f"{name}.taken"
         try:
             os.rename(inbox / f"{name}.note", claimed)
         except FileNotFoundError:  # withdrawn meanwhile
             continue
+        except OSError:  # its claim name is a planted folder: refused, and dropped if it can be
+            _drop(inbox / f"{name}.note")
+            taken.append((name, None))
+            continue
         taken.append((name, _read_note(claimed)))
         with contextlib.suppress(OSError):  # a planted folder stays: it is never read again
             claimed.unlink(missing_ok=True)
     return taken
+
+
+def _drop(path: Path) -> None:
+    """Remove a note that cannot be claimed (a file, or an empty folder), so it is not
+    refused again at every look."""
+    with contextlib.suppress(OSError):
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink()
 
 
 def _read_note(path: Path) -> str | None:

@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import Container
 from typing import TYPE_CHECKING, Annotated, Any
@@ -61,6 +62,9 @@ SETTLED_TTL_S = 600  # a request's id is remembered this long (duplicates come s
 # A request with the longest note, every character of it escaped (six bytes each).
 MAX_REQUEST_CHARS = 6 * MAX_NOTE_CHARS + 256
 WITHDRAWN = "withdrawn"
+# A worker's reply: {"ok", "message" (at most MAX_REPLY_CHARS), "cleared"}, every character
+# escaped; a longer one is not read.
+MAX_REPLY_BYTES = 6 * MAX_REPLY_CHARS + 256
 
 
 class SteerRequest(BaseModel):
@@ -110,18 +114,30 @@ class RedisNotes:
         return request.id
 
     async def reply(self, note_id: str, timeout_s: float) -> NoteReply | None:
-        """The reply within ``timeout_s``; replies that are not a worker's are skipped."""
+        """The reply within ``timeout_s``; replies that are not a worker's are skipped,
+        within the same ``timeout_s`` (a writer that keeps pushing forged ones must not hold
+        the sender past it) and logged once."""
         if note_id in self._unheard:
             return None
         key = _reply_key(self.config, note_id)
-        popped: Any = await self.redis.blpop([key], timeout=timeout_s)
-        while popped is not None:
+        deadline = time.monotonic() + timeout_s
+        forged = 0
+        while (left := deadline - time.monotonic()) > 0:
+            # BLPOP's timeout 0 waits for ever: never ask for less than a millisecond.
+            popped: Any = await self.redis.blpop([key], timeout=max(left, 0.001))
+            if popped is None:
+                break
+            data = popped[1]
             try:
-                return NoteReply.model_validate_json(popped[1])
+                if len(data) <= MAX_REPLY_BYTES:
+                    return NoteReply.model_validate_json(data)
             except ValidationError:
-                log.warning("dropped a steering reply that no worker sends (%.80s)",
-                            popped[1])
-            popped = await self.redis.blpop([key], timeout=timeout_s)
+                pass
+            if not forged:
+                log.warning("dropped a steering reply that no worker sends (%.80r)", data)
+            forged += 1
+        if forged > 1:
+            log.warning("dropped %d steering replies that no worker sends", forged)
         return None
 
     async def withdraw(self, note_id: str) -> bool:

@@ -116,13 +116,30 @@ def as_brief(review: ReviewOutcome) -> str:
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~])")
 _MENTION = re.compile(r"@(?=\w)")
+# GFM's extended autolinks: a scheme's "://" or a "www." makes a link of plain text.
+_AUTOLINK = re.compile(r"\b(?:https?|ftp)(?=://)|\bwww(?=\.)", re.IGNORECASE)
 
 
 def md_inline(text: str) -> str:
-    """Model text as inert Markdown: no HTML, link, image, emphasis or table breaks, and no
+    """Model text as inert Markdown: no HTML, link (a bare URL or ``www.`` included: a
+    zero-width space after its scheme or ``www``), image, emphasis or table breaks, and no
     @mention that would notify someone on GitHub."""
     text = " ".join(text.split())
-    return _MENTION.sub("@\u200b", _MD_SPECIAL.sub(r"\\\1", text))
+    text = _AUTOLINK.sub(lambda m: m.group() + "\u200b", _MD_SPECIAL.sub(r"\\\1", text))
+    return _MENTION.sub("@\u200b", text)
+
+
+def code_span(text: str) -> str:
+    """``text`` (one line) as a Markdown code span, shown as it is: backslash escapes are not
+    escapes inside one (``md_inline`` would show ``my\\_module.py``), and nothing in it is
+    HTML, a link or a mention; the fence is longer than any run of backticks in it, so none
+    closes it, and a space pads a text that starts or ends with a backtick (the span drops
+    one on each side)."""
+    text = " ".join(text.split())
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _fenced(text: str) -> list[str]:
@@ -145,7 +162,7 @@ def as_markdown(review: ReviewOutcome, models: Mapping[str, str], *,
     if not review.findings:
         lines += ["", "No finding was backed by a majority of the team."]
     for f in review.findings:
-        lines += ["", f"### {f.id} `{md_inline(_where(f))}` — {f.severity}, "
+        lines += ["", f"### {f.id} {code_span(_where(f))} — {f.severity}, "
                   f"{md_inline(f.category)}", "", md_inline(f.claim)]
         if f.evidence:
             lines += ["", *_fenced(f.evidence)]
@@ -158,7 +175,7 @@ def as_markdown(review: ReviewOutcome, models: Mapping[str, str], *,
     if review.rejected:
         lines += ["", "### Rejected by the team", ""]
         for f in review.rejected:
-            lines.append(f"- `{md_inline(_where(f))}` {f.severity}: {md_inline(f.claim)} "
+            lines.append(f"- {code_span(_where(f))} {f.severity}: {md_inline(f.claim)} "
                          f"— {md_inline(f.reason or '')}")
     if review.dissent or review.dropped:
         lines += ["", "### Dissent", ""]

@@ -49,6 +49,7 @@ from massgen_mcp.tools.git import (
     Git,
     GitFailed,
     OutputOverCap,
+    check_git_files,
     filter_overrides,
     plain_parts,
     through_link,
@@ -59,6 +60,9 @@ CONTEXT_LINES = 5  # lines of context around each change (git's default is 3)
 DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-color", f"--unified={CONTEXT_LINES}",
                 "--src-prefix=a/", "--dst-prefix=b/", "--no-relative", "-M",
                 "--ignore-submodules=all",  # no child git in a submodule, with its config
+                # The order file the repository's config names (diff.orderFile) is not read:
+                # /dev/zero there is read whole, until memory runs out.
+                "-O/dev/null",
                 # Every file as text: the change's own .gitattributes ("-diff", "binary")
                 # must not hide a text file as "Binary files differ"; a section with NUL
                 # bytes is what is binary (mark_binary).
@@ -98,6 +102,7 @@ async def repository(cwd: Path) -> Path:
     later git command and the members' workspace tools would run there. So ``cwd`` must be
     inside the top, and git, asked from the top itself, must find the same repository."""
     query = ("rev-parse", "--absolute-git-dir", "--show-toplevel")
+    check_git_files(cwd)
     try:
         out = await Git(cwd).run(*query)
     except GitFailed as exc:

@@ -13,16 +13,20 @@ helper. Every git command here therefore runs:
   ``core.fsmonitor=false``, ``core.hooksPath=/dev/null``, ``diff.external=``,
   ``core.pager=cat``, ``protocol.allow=never`` (no transport at all, so no lazy fetch),
   ``safe.bareRepository=explicit`` (a bare repository planted inside the tree is not
-  entered), colour off, and for every ``filter.<driver>`` the repository's config defines,
-  empty ``clean``/``smudge``/``process`` commands (:func:`filter_overrides`; through
-  ``--config-env`` for a driver named with ``=``, which ``-c`` splits at);
+  entered), ``core.attributesFile=`` (a file the config names for git to read, such as
+  ``/dev/zero``, read until memory runs out), colour off, and for every
+  ``filter.<driver>`` the repository's config defines, empty ``clean``/``smudge``/
+  ``process`` commands (:func:`filter_overrides`; through ``--config-env`` for a driver
+  named with ``=``, which ``-c`` splits at);
 * by git's absolute path on ``PATH``, never one inside the folder under review
   (:func:`program`: Windows looks a bare ``git`` up in the current folder first);
-* with ``--no-pager``, and the diff commands with ``--no-ext-diff --no-textconv``;
+* with ``--no-pager`` and ``--literal-pathspecs``, and the diff commands with
+  ``--no-ext-diff --no-textconv``;
 * in an environment without the caller's ``GIT_*`` variables (a ``GIT_DIR`` or
-  ``GIT_EXTERNAL_DIFF`` of a hook that called us), with ``GIT_CONFIG_NOSYSTEM=1`` (the
-  machine's config is not read), ``GIT_NO_LAZY_FETCH=1``, ``GIT_TERMINAL_PROMPT=0`` and
-  ``GIT_OPTIONAL_LOCKS=0`` (a read never rewrites the index);
+  ``GIT_EXTERNAL_DIFF`` of a hook that called us) or credentials (:func:`environment`),
+  with ``GIT_CONFIG_NOSYSTEM=1`` (the machine's config is not read),
+  ``GIT_NO_LAZY_FETCH=1``, ``GIT_TERMINAL_PROMPT=0`` and ``GIT_OPTIONAL_LOCKS=0`` (a read
+  never rewrites the index);
 * as a child with an owner, a timeout and a clean kill: spawned and ended through
   :func:`massgen_mcp.core.supervisor.run_child` (the coding CLIs' supervisor, on
   :mod:`massgen_mcp.core.children`), its output capped while it is read, so a 50 MB diff is
@@ -37,10 +41,12 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from massgen_mcp.core.errors import ConfigError, ProviderError
+from massgen_mcp.core.secrets import carries_credential, has_key_shape, looks_secret
 from massgen_mcp.core.supervisor import OutputTooLarge, run_child
 
 GIT_TIMEOUT_S = 30.0  # one git command on a large repository: far below this
@@ -48,6 +54,7 @@ MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # a listing (ls-files, ls-tree) of a very la
 
 HARDENING = (
     "--no-pager",
+    "--literal-pathspecs",  # a path is a path: a folder named "*" or ":(top)" is that folder
     "-c", "core.fsmonitor=false",
     "-c", "core.hooksPath=/dev/null",
     "-c", "diff.external=",
@@ -56,6 +63,9 @@ HARDENING = (
     "-c", "safe.bareRepository=explicit",
     "-c", "color.ui=false",
     "-c", "core.quotePath=true",
+    # A file the repository's config names for git to read: /dev/zero (read whole, or as
+    # one endless line) took gigabytes a second. diff.orderFile is diff's -O (DIFF_OPTIONS).
+    "-c", "core.attributesFile=",
 )
 # The values of filter overrides given by "--config-env" (git 2.31+; an older git refuses
 # the option rather than ignoring it), for driver names holding "=".
@@ -79,8 +89,14 @@ class OutputOverCap(Exception):
 
 
 def environment() -> dict[str, str]:
-    """The caller's environment without its ``GIT_*`` variables, plus :data:`ENV`."""
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("GIT_")}
+    """The caller's environment without its ``GIT_*`` variables and without credentials,
+    plus :data:`ENV`. Git here reads and never fetches, so it needs no key, token or
+    password; should a repository's config ever run a program despite :data:`HARDENING`,
+    that program finds none (by name, ``*KEY*``, ``*TOKEN*``..., and by value: a registered
+    key, a URL with a password, a known token shape)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.upper().startswith("GIT_") and not looks_secret(k)
+           and not carries_credential(v) and not has_key_shape(v)}
     env.update(ENV)
     return env
 
@@ -164,6 +180,65 @@ async def filter_overrides(cwd: Path) -> tuple[str, ...]:
             else:
                 options += ["-c", f"{driver}.{key}={value}"]
     return tuple(options)
+
+
+# Files of a repository's git folder that git reads whole (or as lines as long as they are)
+# before any setting could stop it, in every command: ``/dev/zero`` linked there is read until
+# memory runs out (gigabytes a second), a FIFO holds git to its timeout. Found by trying
+# each with git 2.39 (info/grafts, shallow, packed-refs, info/exclude, index and config
+# failed fast or were not read).
+GIT_DIR_FILES = ("commondir", "objects/info/alternates", "info/attributes")
+MAX_GIT_DIR_FILE_BYTES = 4_000_000
+
+
+def check_git_files(start: Path) -> None:
+    """Refuse, in one line, the repository ``start`` is in when one of its
+    :data:`GIT_DIR_FILES` (in its git folder, and in the common folder ``commondir`` names)
+    is not a small regular file. The git folder is found as git finds it (the first
+    ``.git`` folder, or ``.git`` file's ``gitdir:``, from ``start`` up), by reading names
+    only: git itself reads ``commondir`` before anything else. A repository nobody vetted
+    (an archive's ``.git``, a shared folder) can hold such files; a clone cannot."""
+    folder = start.absolute()
+    for place in (folder, *folder.parents):
+        dot_git = place / ".git"
+        if dot_git.is_dir():
+            git_dir = dot_git
+            break
+        if dot_git.is_file():
+            pointer = _small_file(dot_git).decode("utf-8", "replace").strip()
+            if not pointer.startswith("gitdir:"):
+                return  # git refuses it itself
+            git_dir = place / pointer.removeprefix("gitdir:").strip()
+            break
+    else:
+        return  # not in a repository: git says so itself
+    folders = [git_dir]
+    if (git_dir / "commondir").exists() or (git_dir / "commondir").is_symlink():
+        common = _small_file(git_dir / "commondir").decode("utf-8", "replace").strip()
+        folders.append(git_dir / common)
+    for where in folders:
+        for name in GIT_DIR_FILES:
+            _small_file(where / name)
+
+
+def _small_file(path: Path) -> bytes:
+    """The bytes of ``path`` when it is missing (b"") or a regular file (not a link) of at
+    most :data:`MAX_GIT_DIR_FILE_BYTES`; else a ConfigError."""
+    try:
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode):
+            why = "is not a regular file (a link, a FIFO, a device)"
+        elif info.st_size > MAX_GIT_DIR_FILE_BYTES:
+            why = f"is {info.st_size:,} bytes"
+        else:
+            with path.open("rb") as handle:
+                return handle.read(MAX_GIT_DIR_FILE_BYTES)
+    except FileNotFoundError:
+        return b""
+    except OSError as exc:
+        why = f"cannot be read ({exc.strerror})"
+    raise ConfigError(f"repository: {path} {why}; git would read it whole (a link to "
+                      "/dev/zero, a FIFO); remove it, or review another way (a patch)")
 
 
 def plain_parts(relative: str) -> tuple[str, ...] | None:

@@ -16,7 +16,9 @@ out, and why:
 * links (a tracked link, or a working-tree file reached through one): not followed, not
   copied; submodules; files that are not regular (a FIFO) or have other names (hard links);
 * files over :data:`MAX_FILE_BYTES`, and whatever would take the copy past
-  :data:`MAX_TOTAL_BYTES`.
+  :data:`MAX_TOTAL_BYTES`;
+* with ``commit``, a name a crafted tree holds twice (or as a file and a folder) after its
+  first, and a blob a partial clone lacks (never fetched: git runs without transport).
 
 Files are made read-only (0444) and folders 0555: a member's tools cannot change the copy
 (its own sandbox is the other guard). :func:`snapshot` is the context manager that builds one
@@ -41,6 +43,7 @@ from massgen_mcp.tools.git import (
     Git,
     GitFailed,
     OutputOverCap,
+    check_git_files,
     filter_overrides,
     plain_parts,
     through_link,
@@ -53,6 +56,11 @@ MAX_FILE_BYTES = 1_000_000  # a source file; larger ones are data, left out
 MAX_TOTAL_BYTES = 50_000_000
 MAX_FILES = 100_000
 UNSAFE_NAME = "a name git would not check out (an empty, '.' or '..' part)"
+# A crafted tree object may name a path twice, or as a file and as a folder: the first is
+# copied (a conflicted merge's index lists a path once per stage too: its one working-tree
+# file is copied once).
+LISTED_TWICE = "named twice in the commit's tree (a crafted tree object)"
+MISSING = "not in the repository (a partial clone's missing object)"
 # A coding CLI's project settings: what a CLI working in the copy could load from it (hooks,
 # MCP servers, a tool-discovery command, a model endpoint), each a way for the reviewed code
 # to run a program or send the member's prompts elsewhere. The CLIs' flags already skip most
@@ -97,6 +105,7 @@ async def build(root: Path, commit: str | None = None) -> Snapshot:
     """Copy the tracked files of the repository at ``root`` (with ``commit``: of that
     commit) into a new read-only temporary folder; the caller removes it
     (:func:`remove`, or use :func:`snapshot`)."""
+    check_git_files(root)  # a resumed run's repository is read again
     git = Git(root, await filter_overrides(root))
     folder = _new_folder()
     try:
@@ -116,11 +125,15 @@ async def _copy_worktree(git: Git, root: Path, folder: Path
     out = await git.run("ls-files", "-z", "--cached", "--full-name", "-s")
     left_out: list[tuple[str, str]] = []
     files = total = 0
+    seen: set[str] = set()
     for entry in out.rstrip(b"\n").split(b"\0"):
         if not entry:
             continue
         info, _, name = entry.partition(b"\t")
         relative = name.decode("utf-8", "surrogateescape")
+        if relative in seen:  # stages 1, 2 and 3 of a conflicted merge: one file
+            continue
+        seen.add(relative)
         mode = info.split(b" ", 1)[0]
         why = _refused(relative) or {b"120000": "a link", b"160000": "a submodule"}.get(mode)
         source = root / relative
@@ -156,6 +169,8 @@ async def _copy_commit(git: Git, commit: str, folder: Path
     wanted: list[tuple[str, str]] = []  # (object id, path)
     left_out: list[tuple[str, str]] = []
     total = 0
+    placed: set[str] = set()  # the files wanted so far
+    folders: set[str] = set()  # and the folders above them
     for entry in out.rstrip(b"\n").split(b"\0"):
         if not entry:
             continue
@@ -163,8 +178,18 @@ async def _copy_commit(git: Git, commit: str, folder: Path
         mode, kind, oid, size = info.decode().split()
         relative = name.decode("utf-8", "surrogateescape")
         why = _refused(relative) or {"120000": "a link", "160000": "a submodule"}.get(mode)
-        if why is None and plain_parts(relative) is None:
+        parts = plain_parts(relative)
+        if why is None and parts is None:
             why = UNSAFE_NAME
+        if why is None and not size.isdigit():  # ls-tree's "BAD": the blob is not here
+            why = MISSING
+        if why is None and parts is not None:
+            above = {"/".join(parts[:i]) for i in range(1, len(parts))}
+            if relative in placed or relative in folders or not above.isdisjoint(placed):
+                why = LISTED_TWICE
+            else:
+                placed.add(relative)
+                folders |= above
         if why is None and kind == "blob" and int(size) > MAX_FILE_BYTES:
             why = f"over {MAX_FILE_BYTES:,} bytes"
         if why is None and total + int(size) > MAX_TOTAL_BYTES:
@@ -186,7 +211,11 @@ async def _copy_commit(git: Git, commit: str, folder: Path
     at = 0
     for _, relative in wanted:  # "<oid> blob <size>\n<content>\n", in the order asked
         end = blobs.index(b"\n", at)
-        length = int(blobs[at:end].split()[2])
+        header = blobs[at:end].split()
+        if len(header) != 3 or not header[2].isdigit():  # "<oid> missing": gone since
+            raise ConfigError(f"--commit: {relative!r} could not be read from the "
+                              f"repository ({blobs[at:end][:100].decode(errors='replace')})")
+        length = int(header[2])
         _write(folder, relative, blobs[end + 1:end + 1 + length])
         at = end + 1 + length + 1
     return left_out, len(wanted), total

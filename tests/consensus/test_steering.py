@@ -349,3 +349,18 @@ def test_a_planted_folder_or_fifo_in_the_inbox_is_skipped_not_fatal(tmp_path: Pa
     os.mkfifo(inbox_dir / "2.note")
     name = inbox.post(tmp_path, "a real note")
     assert dict(inbox.take(tmp_path)) == {"1": None, "2": None, name: "a real note"}
+
+
+def test_a_planted_taken_name_does_not_stop_the_inbox(tmp_path: Path) -> None:
+    """A note whose claim name (``<name>.taken``) is already a folder, full or empty, cannot
+    be claimed by a rename: it is refused like an unreadable note and the notes after it are
+    still taken (the rename's IsADirectoryError ended the run's inbox follower, so no note
+    reached the run again) (red team, round 5)."""
+    inbox_dir = tmp_path / "inbox"
+    (inbox_dir / "1.taken" / "x").mkdir(parents=True)
+    (inbox_dir / "1.note").write_text('{"note": "planted"}')
+    (inbox_dir / "2.note").mkdir()
+    (inbox_dir / "2.taken" / "x").mkdir(parents=True)
+    name = inbox.post(tmp_path, "a real note")
+    assert dict(inbox.take(tmp_path)) == {"1": None, "2": None, name: "a real note"}
+    assert dict(inbox.take(tmp_path)) == {}  # the planted ones are not taken again

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 
 import pytest
@@ -59,4 +60,27 @@ async def test_a_batch_is_fenced_per_run_and_keeps_each_run_s_order(pool: Pool) 
     finally:
         feed.cancel()
         await asyncio.gather(feed, return_exceptions=True)
+        await redis.aclose()
+
+
+async def test_a_flood_of_forged_steering_replies_ends_the_wait_on_time(
+        pool: Pool, caplog: pytest.LogCaptureFixture) -> None:
+    """Anyone who can write to Redis can push to a note's reply list (its id is in the
+    published request). A front end waiting for the reply skips what no worker sends, within
+    the wait it was given, and says so once: each forged reply restarted the wait and logged
+    a warning, so a writer that kept pushing held ``steer`` for ever (with the warnings
+    captured here, 1 GB in ten minutes) (red team, round 5)."""
+    from massgen_mcp.pool.steering import RedisNotes, _reply_key
+
+    config = PoolConfig(pool.url)
+    redis = live.connect(config)
+    notes = RedisNotes(redis, config, "01M8K2QF3RTNKPFS19EKDDWT3X")
+    note_id = "0" * 32
+    try:
+        await redis.rpush(_reply_key(config, note_id), *(["not a reply"] * 20_000),
+                          "x" * 100_000)
+        with caplog.at_level(logging.WARNING, logger="massgen_mcp.pool.steering"):
+            assert await notes.reply(note_id, timeout_s=0.5) is None
+        assert 1 <= len(caplog.records) <= 2
+    finally:
         await redis.aclose()

@@ -134,3 +134,63 @@ async def test_a_git_planted_in_the_repository_is_never_run(
         await collect(repo)
     assert "inside" in str(caught.value) and "\n" not in str(caught.value)
     assert not (repo / "PLANTED-RAN").exists()
+
+
+def test_git_gets_no_credential_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Git runs in a repository nobody vetted, and reads no key: the hardening keeps its
+    config from running a program, and should one slip through (a git version's new
+    setting), it finds no API key, token or password in its environment: the credentials a
+    coding CLI child loses, by name and by shape (red team, round 5: git got them all)."""
+    from massgen_mcp.tools.git import environment
+
+    planted = {"OPENAI_API_KEY": "sk-test-CANARY0123456789abcdef",
+               "LLM_CRED": "whatever-it-is-0123", "SOME_VAR": "ghp_" + "A1b2C3d4" * 5,
+               "DATABASE_URL": "postgres://app:hunter2-pw@db/x"}
+    for name, value in planted.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("EDITOR_THEME", "dark")
+    env = environment()
+    assert not set(planted) & set(env)
+    assert not any(value in " ".join(env.values()) for value in planted.values())
+    assert env["EDITOR_THEME"] == "dark" and env["PATH"] == os.environ["PATH"]
+    assert env["GIT_CONFIG_NOSYSTEM"] == "1"
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a FIFO")
+async def test_files_a_cloned_repositorys_config_names_for_git_to_read_are_not_read(
+        repo: Path, tmp_path: Path) -> None:
+    """``diff.orderFile`` and ``core.attributesFile`` in ``.git/config``, and the git
+    folder's ``info/attributes``, ``objects/info/alternates`` and ``commondir``, are files
+    git reads whole (or line by line, a line as long as it is): ``/dev/zero`` there took
+    git's memory until it failed ("Out of memory, realloc failed": gigabytes a second), a
+    FIFO held it to the 30 s timeout. The config's two are overridden (``-O/dev/null``,
+    ``core.attributesFile=``); a git folder's file that is not a small regular file is
+    refused in one line before git runs (red team, round 5)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    git(repo, "config", "diff.orderFile", str(fifo))
+    git(repo, "config", "core.attributesFile", str(fifo))
+    changes = await collect(repo)
+    assert changes.files == ("src/app.py", "src/db.py")
+    for name in ("info/attributes", "objects/info/alternates", "commondir"):
+        planted = repo / ".git" / name
+        planted.parent.mkdir(exist_ok=True)
+        planted.symlink_to("/dev/zero")
+        with pytest.raises(ConfigError) as caught:
+            await collect(repo)  # git read commondir and alternates whole: rev-parse too
+        said = str(caught.value)
+        assert said.startswith(f"repository: {planted} is not a regular file") and (
+            "\n" not in said)
+        planted.unlink()
+
+
+async def test_a_folder_named_like_a_pathspec_is_that_folder(repo: Path) -> None:
+    """Git reads a path after ``--`` as a pathspec: a folder named ``*`` (or ``:(top)``)
+    listed every tracked file instead of its own. Paths are literal (red team, round 5)."""
+    for name in ("*", ":(exclude)x"):
+        (repo / name).mkdir()
+        (repo / name / "in.py").write_text("x = 1\n")
+    git(repo, "add", "--", "*/in.py", ":(literal):(exclude)x/in.py")
+    for name in ("*", ":(exclude)x"):
+        changes = await collect(repo, paths=[name])
+        assert changes.files == (f"{name}/in.py",), name

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -288,3 +289,70 @@ def test_each_call_carries_the_diff_once(scripted: Scripted, repo: Path,
     counts = [sum(str(m.get("content") or "").count(line) for m in r.messages)
               for r in server.requests]
     assert len(counts) >= 6 and set(counts) == {1}, counts
+
+
+async def test_files_a_models_call_names_are_not_sent_to_a_team_abroad(
+        repo: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's call (MCP ``review_changes``) that names ``paths`` chose the files, as with
+    ``context_files``: a team with an agent at a foreign endpoint (here the discovered
+    project team, whose inline key needs no consent) must not receive them, untracked notes
+    included. Refused before any run; the user can still name them on the command line
+    (red team, round 5: the run started with the files in its context)."""
+    from massgen_mcp.core.errors import UntrustedConfigError
+    from massgen_mcp.review.start import ChangeToReview, start_review
+    from massgen_mcp.service import ConsensusService
+    from massgen_mcp.team.context_files import Workspace
+
+    home.mkdir()
+    (home / "config.yaml").write_text(
+        "agents:\n  - id: abroad\n    backend: {type: openai, model: gpt-4o-mini, "
+        "base_url: 'http://192.0.2.10/v1', api_key: sk-inline-0000}\n")  # TEST-NET-1
+    (repo / "notes.txt").write_text("the staging password is hunter2\n")  # untracked
+    monkeypatch.chdir(repo)
+    workspace = Workspace(repo.resolve(), confined=True)
+    service = ConsensusService.local(home, workspace, drafts=False)
+    try:
+        with pytest.raises(UntrustedConfigError, match="^" + re.escape(
+                "paths: agent 'abroad' at http://192.0.2.10/v1 would receive the files a "
+                "call names")):
+            await start_review(service, workspace, ChangeToReview(paths=["notes.txt"]))
+    finally:
+        await service.aclose()
+    assert not (home / "sessions").exists() or not any((home / "sessions").iterdir())
+
+
+def test_a_findings_place_is_a_code_span_that_shows_the_path_as_it_is() -> None:
+    """Backslash escapes are not escapes inside a Markdown code span: ``md_inline``'s
+    ``my\\_module.py`` showed its backslash on GitHub, and a backtick in a path a model wrote
+    closed the span early, so the rest of the line fell out of it. The place is a code span
+    whose fence is longer than any run of backticks in it (red team, round 5)."""
+    from massgen_mcp.core.outcomes import Finding, ReviewOutcome, Severity, Verdict
+    from massgen_mcp.render.review import as_markdown
+
+    def finding(file: str, ident: str) -> Finding:
+        return Finding(id=ident, file=file, line=3, end_line=3, severity=Severity.MAJOR,
+                       category="correctness", claim="wrong", raised_by="a")
+
+    outcome = ReviewOutcome(
+        verdict=Verdict.CHANGES_REQUESTED, threshold=Severity.MAJOR, agreement=1, members=1,
+        findings=[finding("src/my_module.py", "F1"), finding("a`<b>@x``y.py", "F2")],
+        rejected=[finding("`x`", "R1")])
+    md = as_markdown(outcome, {})
+    assert "### F1 `src/my_module.py:3` — major, correctness" in md
+    assert "### F2 ```a`<b>@x``y.py:3``` — major, correctness" in md
+    assert "- `` `x`:3 `` major: wrong" in md
+
+
+def test_a_models_url_is_no_link_in_the_pull_request_comment() -> None:
+    """GitHub turns a bare ``https://...`` or ``www.`` in a comment into a link (GFM's
+    extended autolinks) whatever is escaped around it: a finding's text, a model's, must
+    not put a clickable link in the PR (the docstring's promise; red team, round 5)."""
+    from massgen_mcp.render.review import md_inline
+
+    shown = md_inline("see https://evil.example/x, HTTP://EVIL.example, ftp://f.example "
+                      "and www.evil.example, mail bob@evil.example")
+    for linked in ("https://", "HTTP://", "ftp://", "www.", "@evil"):
+        assert linked not in shown, linked
+    assert shown.replace("\u200b", "") == (
+        "see https://evil.example/x, HTTP://EVIL.example, ftp://f.example and "
+        "www.evil.example, mail bob@evil.example")

@@ -186,6 +186,18 @@ def test_well_known_token_shapes_are_masked(token: str) -> None:
         assert token not in redact(text), text
 
 
+@pytest.mark.parametrize("token", TOKENS)
+def test_a_token_after_an_escaped_newline_or_tab_is_masked(token: str) -> None:
+    """Model output is redacted as it arrives, as the JSON of its tool call's arguments, where
+    a token at the start of a line follows the two characters ``\\n``: the shapes' ``\\b``
+    saw a letter (``n``) before it and left it whole, so a review's evidence quoting a token
+    on its own line reached the peers and every record (red team, round 5)."""
+    for text in (json.dumps({"content": f"line\n{token}"}), json.dumps(f"a\t{token}\r\n"),
+                 json.dumps(json.dumps(f"x\n{token}"))):
+        assert token not in redact(text), text
+    assert redact(json.dumps("x\nsk_not_a_key")) == json.dumps("x\nsk_not_a_key")
+
+
 @pytest.mark.parametrize(("url", "shown"), [
     (f"https://{GH_TOKEN}@github.com/o/r.git", "https://***@github.com/o/r.git"),
     ("https://0123456789abcdef0123456789abcdef@gitlab.example.com/x",

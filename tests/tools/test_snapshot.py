@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,50 @@ async def test_no_coding_clis_project_settings_in_the_copy(repo: Path, commit: b
     assert {name: why for name, why in built.left_out if name in planted} == dict.fromkeys(
         planted, "a coding CLI's project settings")
     assert "src/app.py" in files
+
+
+async def test_a_working_tree_in_the_middle_of_a_merge_is_copied_once(repo: Path) -> None:
+    """A conflicted merge lists a path once per stage (1, 2, 3) in the index: the copy holds
+    the working tree's file once, not a crash on the second stage (red team, round 5)."""
+    git(repo, "add", "src")
+    git(repo, "commit", "-qm", "defects")
+    git(repo, "checkout", "-qb", "other", "HEAD~1")
+    (repo / "src" / "app.py").write_text("def total(items):\n    return sum(items)\n")
+    git(repo, "commit", "-qam", "other")
+    git(repo, "checkout", "-q", "main")
+    with pytest.raises(subprocess.CalledProcessError):  # the conflict
+        git(repo, "merge", "-q", "other")
+    assert git(repo, "ls-files", "-s", "src/app.py").count(b"\n") == 3
+    async with snapshot(repo) as built:
+        files = every_file(built.path)
+    assert files["src/app.py"] == (repo / "src" / "app.py").read_bytes()
+    assert not dict(built.left_out).get("src/app.py")
+
+
+def crafted_commit(repo: Path, entries: list[tuple[str, str, str]]) -> str:
+    """A commit whose top tree holds ``entries`` (mode, object id, name) as given: a tree
+    ``git mktree --missing`` writes without checking names twice or objects present."""
+    listing = "".join(f"{mode} {'tree' if mode == '040000' else 'blob'} {oid}\t{name}\n"
+                      for mode, oid, name in entries)
+    tree = git(repo, "mktree", "--missing", input=listing.encode()).decode().strip()
+    return git(repo, "commit-tree", tree, "-m", "crafted").decode().strip()
+
+
+async def test_a_crafted_commit_s_clashing_or_missing_entries_are_left_out(repo: Path) -> None:
+    """A tree object can name one path twice, a file and a folder under one name, or a blob
+    that is not in the repository (a partial clone): each is left out with why, and the
+    rest is copied (it was a FileExistsError, or int('BAD'), and no snapshot at all)."""
+    blob = git(repo, "hash-object", "-w", "--stdin", input=b"kept\n").decode().strip()
+    other = git(repo, "hash-object", "-w", "--stdin", input=b"second\n").decode().strip()
+    inner = git(repo, "mktree", input=f"100644 blob {other}\tb\n".encode()).decode().strip()
+    commit = crafted_commit(repo, [
+        ("100644", blob, "a"), ("040000", inner, "a"),  # a file and a folder named "a"
+        ("100644", blob, "kept.txt"), ("100644", other, "twice"), ("100644", blob, "twice"),
+        ("100644", "1" * 40, "missing.txt")])
+    async with snapshot(repo, commit) as built:
+        files = every_file(built.path)
+    assert files["kept.txt"] == b"kept\n"
+    assert files["a"] == b"kept\n" and files["twice"] == b"second\n"  # the first of each
+    assert dict(built.left_out) == {
+        "a/b": snapshots.LISTED_TWICE, "twice": snapshots.LISTED_TWICE,
+        "missing.txt": "not in the repository (a partial clone's missing object)"}
