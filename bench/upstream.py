@@ -32,6 +32,7 @@ import asyncio
 import json
 import os
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -106,17 +107,17 @@ def _vote_ids(req: ChatRequest) -> list[str]:
 def _measure(srv: ScriptedServer) -> dict[str, Any]:
     done = [t.ended for t in srv.timings if t.ended is not None]
     if not done:
-        return {"ratio": None, "calls": len(srv.timings), "prompt_tokens": 0}
+        return {"ratio": None, "span_s": None, "calls": len(srv.timings), "prompt_tokens": 0}
     span = max(done) - min(t.started for t in srv.timings)
-    return {"ratio": span / B_MEDIAN_S, "calls": len(srv.timings),
+    return {"ratio": span / B_MEDIAN_S, "span_s": round(span, 3), "calls": len(srv.timings),
             "prompt_tokens": srv.prompttokens()}
 
 
-def ours(votes: str, seed: int, home: Path) -> dict[str, Any]:
+def ours(votes: str, seed: int | None, home: Path) -> dict[str, Any]:
     """One run of ours, in process over HTTP, at default settings, through the router real
-    runs use."""
+    runs use (``seed`` None: no latency)."""
     policy = converge if votes == "converge" else agree
-    with ScriptedServer(policy, latency=latency(seed)) as srv:
+    with ScriptedServer(policy, latency=None if seed is None else latency(seed)) as srv:
         async def go() -> Any:
             agents = [{"id": f"agent{i}", "model": f"openai/m{i}", "base_url": srv.base_url}
                       for i in range(B_AGENTS)]
@@ -151,14 +152,16 @@ def upstream_env(home: Path) -> dict[str, str]:
     return env
 
 
-def upstream(massgen: str, votes: str, seed: int) -> dict[str, Any]:
+def upstream(massgen: str, votes: str, seed: int | None) -> dict[str, Any]:
     """One upstream run: a fresh ``massgen --automation`` process, killed with its whole
-    process group if it outlives the timeout."""
+    process group if it outlives the timeout (``seed`` None: no latency). ``cpu_s``: the
+    process's CPU, its imports (~9 s of it on a quiet machine) included."""
     with tempfile.TemporaryDirectory() as tmp, \
-            ScriptedServer(massgen_policy(votes), latency=latency(seed)) as srv:
+            ScriptedServer(massgen_policy(votes),
+                           latency=None if seed is None else latency(seed)) as srv:
         config = Path(tmp) / "scenario_b.yaml"
         config.write_text(upstream_config(srv.base_url))
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _children_cpu()
         proc = subprocess.Popen(
             [massgen, "--automation", "--no-session-registry", "--config", str(config),
              QUESTION], cwd=tmp, env=upstream_env(Path(tmp)), stdin=subprocess.DEVNULL,
@@ -172,7 +175,13 @@ def upstream(massgen: str, votes: str, seed: int) -> dict[str, Any]:
             proc.communicate()
             status = "timeout"
         wall = time.perf_counter() - started
-        return {**_measure(srv), "status": status, "process_s": round(wall, 2)}
+        return {**_measure(srv), "status": status, "process_s": round(wall, 2),
+                "cpu_s": round(_children_cpu() - cpu, 2)}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -188,7 +197,9 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "tokens_range": [min(r["prompt_tokens"] for r in runs),
                          max(r["prompt_tokens"] for r in runs)],
         "ratios": [None if r["ratio"] is None else round(r["ratio"], 3) for r in runs],
-        **({"process_s": statistics.median(r["process_s"] for r in runs)}
+        "span_s": statistics.median(r["span_s"] for r in runs if r["span_s"] is not None),
+        **({"process_s": statistics.median(r["process_s"] for r in runs),
+            "cpu_s": statistics.median(r["cpu_s"] for r in runs)}
            if "process_s" in runs[0] else {}),
     }
 
@@ -215,6 +226,13 @@ def bench_scenario_b(quick: bool) -> dict[str, Any]:
                           + (f"{run['ratio']:.2f}x" if run["ratio"] else "no response")
                           + f", {run['calls']} calls, {run['prompt_tokens']} tokens, "
                           f"{run['status']}", flush=True)
+        # The same with no latency at all: each system's own time between the calls (its
+        # CPU and bookkeeping on this machine), to read the spans above against.
+        for _ in range(3):
+            for system in systems:
+                run = (ours("converge", None, Path(tmp)) if system == "ours"
+                       else upstream(massgen, "converge", None))
+                runs.setdefault(f"{system}/no latency", []).append(run)
     out: dict[str, Any] = {"seeds": seeds, **{k: _summary(v) for k, v in runs.items()}}
     if not massgen:
         out["upstream"] = (f"skipped: set {UPSTREAM_ENV} to upstream MassGen's massgen "
@@ -238,12 +256,18 @@ def print_scenario_b(data: dict[str, Any]) -> None:
     print(f"{'system':>9} {'votes':>9} {'median':>7} {'range':>13} {'calls':>6} "
           f"{'prompt tok':>10} {'done':>5}")
     for key, row in data.items():
-        if isinstance(row, dict) and "median" in row:
+        if isinstance(row, dict) and "median" in row and not key.endswith("no latency"):
             system, votes = key.split("/")
             span = (f"{row['min']:.2f}-{row['max']:.2f}" if row["median"] is not None
                     else "-")
             median = f"{row['median']:.2f}x" if row["median"] is not None else "-"
             print(f"{system:>9} {votes:>9} {median:>7} {span:>13} {row['calls']:>6} "
                   f"{row['prompt_tokens']:>10} {row['completed']:>2}/{row['runs']}")
+    idle = {k.split("/")[0]: v for k, v in data.items() if k.endswith("/no latency")}
+    if idle:
+        print("  no latency (each system's own time between calls; converge votes): "
+              + "; ".join(f"{k} {v['span_s']:.2f} s, {v['calls']} calls" for k, v in idle.items())
+              + (f"; upstream's process {idle['upstream']['process_s']:.1f} s wall, "
+                 f"{idle['upstream']['cpu_s']:.1f} s CPU" if "upstream" in idle else ""))
     if "upstream" in data:
         print(f"  upstream MassGen {data['upstream']}")
