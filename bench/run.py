@@ -190,7 +190,7 @@ def bench_latency(quick: bool) -> dict[str, Any]:
 def print_latency(data: dict[str, Any]) -> None:
     print(f"\nScenario B: {B_AGENTS} agents, lognormal latency (median {B_MEDIAN_S * 1000:.0f} ms, "
           f"shape {B_SIGMA}), one {B_SLOW:g}x slower; wall span / one median call "
-          "(upstream MassGen 0.1.97: 6.2x, 16 calls, 78k prompt tokens)")
+          "(upstream MassGen beside it, in the same run: --only scenario_b)")
     print(f"{'votes':>9} {'decide':>9} {'median':>7} {'p90':>6} {'calls':>6} {'max':>4} "
           f"{'cut':>4} {'prompt tok':>10} {'faster (same seeds)':>20}")
     for row in data.values():

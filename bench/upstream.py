@@ -252,17 +252,21 @@ def print_scenario_b(data: dict[str, Any]) -> None:
     print(f"\nScenario B beside upstream MassGen, same run: {B_AGENTS} agents, lognormal "
           f"latency (median {B_MEDIAN_S * 1000:.0f} ms, shape {B_SIGMA}), one {B_SLOW:g}x "
           f"slower; seeds {data['seeds'][0]}-{data['seeds'][-1]}, alternating; "
-          "span / one median call")
+          "span / one median call; vs ours: the median over seeds of the two spans' ratio")
     print(f"{'system':>9} {'votes':>9} {'median':>7} {'range':>13} {'calls':>6} "
-          f"{'prompt tok':>10} {'done':>5}")
+          f"{'prompt tok':>10} {'done':>5} {'vs ours':>8}")
     for key, row in data.items():
         if isinstance(row, dict) and "median" in row and not key.endswith("no latency"):
             system, votes = key.split("/")
             span = (f"{row['min']:.2f}-{row['max']:.2f}" if row["median"] is not None
                     else "-")
             median = f"{row['median']:.2f}x" if row["median"] is not None else "-"
+            ours_row = data.get(f"ours/{votes}", {})
+            pairs = [a / b for a, b in zip(row["ratios"], ours_row.get("ratios", []), strict=True)
+                     if a and b] if system != "ours" else []
+            paired = f"{statistics.median(pairs):.2f}x" if pairs else ""
             print(f"{system:>9} {votes:>9} {median:>7} {span:>13} {row['calls']:>6} "
-                  f"{row['prompt_tokens']:>10} {row['completed']:>2}/{row['runs']}")
+                  f"{row['prompt_tokens']:>10} {row['completed']:>2}/{row['runs']} {paired:>8}")
     idle = {k.split("/")[0]: v for k, v in data.items() if k.endswith("/no latency")}
     if idle:
         print("  no latency (each system's own time between calls; converge votes): "
