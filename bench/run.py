@@ -28,6 +28,7 @@ sys.path.insert(0, str(HERE.parent))
 from bench.faces import bench_faces, print_faces  # noqa: E402
 from bench.knobs import bench_knobs, print_knobs  # noqa: E402
 from bench.review import bench_review, print_review  # noqa: E402
+from bench.upstream import bench_scenario_b, print_scenario_b  # noqa: E402
 from massgen_mcp.core.spec import build_team  # noqa: E402
 from massgen_mcp.executors.local import LocalExecutor  # noqa: E402
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm  # noqa: E402
@@ -189,7 +190,7 @@ def bench_latency(quick: bool) -> dict[str, Any]:
 def print_latency(data: dict[str, Any]) -> None:
     print(f"\nScenario B: {B_AGENTS} agents, lognormal latency (median {B_MEDIAN_S * 1000:.0f} ms, "
           f"shape {B_SIGMA}), one {B_SLOW:g}x slower; wall span / one median call "
-          "(upstream MassGen 0.1.97: 6.2x, 16 calls, 78k prompt tokens)")
+          "(upstream MassGen beside it, in the same run: --only scenario_b)")
     print(f"{'votes':>9} {'decide':>9} {'median':>7} {'p90':>6} {'calls':>6} {'max':>4} "
           f"{'cut':>4} {'prompt tok':>10} {'faster (same seeds)':>20}")
     for row in data.values():
@@ -808,6 +809,7 @@ SECTIONS = {
     "redaction": (bench_redaction, print_redaction),
     "latency": (bench_latency, print_latency),
     "latency_floor": (bench_latency_floor, print_latency_floor),
+    "scenario_b": (bench_scenario_b, print_scenario_b),
     "cold_start": (bench_cold_start, print_cold_start),
     "initialize": (bench_initialize, print_initialize),
     "host_start": (bench_host_start, print_host_start),

@@ -158,8 +158,8 @@ def agree(req: ChatRequest) -> Reply:
 
 def converge(req: ChatRequest) -> Reply:
     """Like :func:`agree`, but every agent votes for the same answer (the first by label),
-    as when models agree, and as MassGen's one display order makes "the first answer shown"
-    do (our views are rotated, so under :func:`agree` the first shown differs per agent)."""
+    as when models agree (our views are rotated, the viewer's own answer last, so under
+    :func:`agree` the first shown differs per agent; MassGen 0.1.97 rotates its views too)."""
     if req.vote_labels and not (req.is_final or req.is_check):
         return vote(sorted(req.vote_labels)[0], "it answers the question")
     return agree(req)
