@@ -108,7 +108,7 @@ def take(folder: Path) -> list[tuple[str, str | None]]:
     try:
         names = sorted(e.name[:-5] for e in os.scandir(inbox)
                        if e.name.endswith(".note") and not e.name.startswith("."))
-    except FileNotFoundError:
+    except OSError:  # none yet; or not a folder we may list (a planted file): no note
         return []
     taken: list[tuple[str, str | None]] = []
     for name in names:

@@ -13,6 +13,7 @@ worker`` processes) implements the same seam, so the service uses either unchang
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from massgen_mcp.providers.base import TeamProvider
 from massgen_mcp.records.recorder import FileRecorder
 from massgen_mcp.records.store import SessionStore
 from massgen_mcp.tools.workspace import workspace_refusals
+
+log = logging.getLogger(__name__)
 
 
 class LocalExecutor(RunHost):
@@ -143,9 +146,17 @@ class LocalExecutor(RunHost):
 
     async def _follow_inbox(self, run: LiveRun) -> None:
         """Hand the notes other processes leave for ``run`` to its engine, and reply."""
+        said = False
         while True:
             await asyncio.sleep(inbox.POLL_S)
-            for name, text in await asyncio.to_thread(inbox.take, run.recorder.folder):
+            try:
+                waiting = await asyncio.to_thread(inbox.take, run.recorder.folder)
+            except OSError as exc:  # whatever the disk says, the run goes on taking notes
+                if not said:  # once a run, not at every look
+                    log.warning("%s: its inbox cannot be read: %s", run.session_id, exc)
+                    said = True
+                continue
+            for name, text in waiting:
                 reply = notes.applied(run.engine.steer, text)
                 await asyncio.to_thread(inbox.answer, run.recorder.folder, name, reply)
 

@@ -364,3 +364,10 @@ def test_a_planted_taken_name_does_not_stop_the_inbox(tmp_path: Path) -> None:
     name = inbox.post(tmp_path, "a real note")
     assert dict(inbox.take(tmp_path)) == {"1": None, "2": None, name: "a real note"}
     assert dict(inbox.take(tmp_path)) == {}  # the planted ones are not taken again
+
+
+def test_an_inbox_that_is_no_folder_gives_no_note_and_no_error(tmp_path: Path) -> None:
+    """A file planted where the inbox goes cannot be listed (NotADirectoryError): that is no
+    note, not an error that ends the run's inbox follower (red team, round 5)."""
+    (tmp_path / "inbox").write_text('{"note": "planted"}')
+    assert inbox.take(tmp_path) == []
