@@ -43,6 +43,7 @@ from redis.exceptions import RedisError
 
 from massgen_mcp.consensus.steering import MAX_NOTE_CHARS
 from massgen_mcp.core.errors import MassgenError
+from massgen_mcp.executors import notes
 from massgen_mcp.executors.notes import MAX_REPLY_CHARS, NoteReply
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.records.ids import check_session_id
@@ -203,14 +204,13 @@ async def apply(redis: Redis, config: PoolConfig, run: LiveRun, request: SteerRe
     if request.sid in handing_back or run.recorder.refused is not None:
         reply = moving
     else:
-        try:
-            reply = NoteReply(ok=True, cleared=run.engine.steer(request.note))
-            log.info("session %s: a note from a front end cleared %d vote(s)", request.sid,
-                     reply.cleared)
+        try:  # the holder's rule, as for the file channel (the engine's refusals as replies)
+            reply = notes.applied(run.engine.steer, request.note)
         except RecordRefused:  # another worker took the run over meanwhile
             reply = moving
-        except MassgenError as exc:  # refused by the engine: not running, too many...
-            reply = NoteReply(ok=False, message=str(exc)[:MAX_REPLY_CHARS])
+        if reply.ok:
+            log.info("session %s: a note from a front end cleared %d vote(s)", request.sid,
+                     reply.cleared)
     with contextlib.suppress(TimeoutError):  # the sender then reads the status the note
         async with asyncio.timeout(5):  # made (its notes, its cleared votes)
             await publisher.flush()
