@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -99,6 +100,10 @@ async def reply_to(folder: Path, name: str, timeout_s: float) -> NoteReply | Non
         await asyncio.sleep(0.05)
 
 
+# What a rename onto a planted ``<name>.taken`` folder (or of a ``.note`` folder) fails with.
+PLANTED = frozenset({errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY, errno.EEXIST})
+
+
 def take(folder: Path) -> list[tuple[str, str | None]]:
     """Claim every note waiting for this run, oldest first: (name, text), the text None when
     the file is not a readable note (a link, too long, not JSON)."""
@@ -117,9 +122,11 @@ def take(folder: Path) -> list[tuple[str, str | None]]:
             os.rename(inbox / f"{name}.note", claimed)
         except FileNotFoundError:  # withdrawn meanwhile
             continue
-        except OSError:  # its claim name is a planted folder: refused, and dropped if it can be
-            _drop(inbox / f"{name}.note")
-            taken.append((name, None))
+        except OSError as exc:
+            if exc.errno not in PLANTED:  # held a moment (Windows: a scanner has it open)
+                continue  # so taken at the next look
+            _drop(inbox / f"{name}.note")  # its claim name is a planted folder: refused,
+            taken.append((name, None))  # and dropped if it can be
             continue
         taken.append((name, _read_note(claimed)))
         with contextlib.suppress(OSError):  # a planted folder stays: it is never read again
