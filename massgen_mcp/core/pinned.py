@@ -90,11 +90,16 @@ class PinnedPart:
         os.fsync(self._out.fileno())
 
     def sha256(self) -> str:
-        self._out.seek(0)
-        digest = hashlib.sha256()
-        while chunk := self._out.read(CHUNK_BYTES):
-            digest.update(chunk)
-        return digest.hexdigest()
+        return sha256_of(self._out)
+
+
+def sha256_of(handle: BinaryIO) -> str:
+    """The SHA-256 of everything in ``handle``, read from its start a chunk at a time."""
+    handle.seek(0)
+    digest = hashlib.sha256()
+    while chunk := handle.read(CHUNK_BYTES):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def part_path(target: Path) -> Path:

