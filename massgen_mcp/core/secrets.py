@@ -255,3 +255,33 @@ class RedactingFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         return redact(super().format(record))
 
+
+# Names that hold a credential beyond looks_secret's (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*,
+# *CRED*): REDISCLI_AUTH, DB_PASS, SMTP_PASSWD, GPG_PASSPHRASE, SENTRY_DSN, *_COOKIE,
+# *_SESSION, *_CONNECTION_STRING (Azure's holds AccountKey=...), *_PRIVATE.
+_CREDENTIAL_NAME = re.compile(
+    r"(?:^|_)(?:PASS|PASSWD|PASSPHRASE|PASSCODE|PW|AUTH|AUTHORIZATION|DSN|COOKIE|SESSION|"
+    r"CONNECTION_STRING|CONN_STR|PRIVATE|SIGNATURE|OTP)(?:_|$)", re.IGNORECASE)
+# ... kept all the same: a path to the SSH agent's socket (git over SSH), not a credential.
+_NOT_CREDENTIALS = frozenset({"SSH_AUTH_SOCK"})
+# Values shaped like a credential, whatever their name, beyond the token shapes redaction
+# knows (core.secrets.has_key_shape): a JWT, a PEM private key, a basic/bearer header, a URL
+# carrying a bare token as its user (https://TOKEN@host). A URL with a password is
+# carries_credential's.
+_CREDENTIAL_VALUE = re.compile(
+    r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
+    r"|^(?:Basic|Bearer)\s+\S{12,}"
+    r"|://[^\s/?#@:]{16,}@")
+
+
+def is_credential(name: str, value: str) -> bool:
+    """Whether the variable ``name=value`` must not reach a child (a coding CLI, git): by
+    its name (as :func:`looks_secret` and more) or by its value (a registered key, a URL
+    with a password, a known token shape), so a credential under an unexpected name stays
+    behind too."""
+    if name in _NOT_CREDENTIALS:
+        return False
+    return (looks_secret(name) or _CREDENTIAL_NAME.search(name) is not None
+            or carries_credential(value) or has_key_shape(value)
+            or _CREDENTIAL_VALUE.search(value) is not None)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from massgen_mcp.core.errors import ConfigError, ProviderError
-from massgen_mcp.core.secrets import carries_credential, has_key_shape, looks_secret
+from massgen_mcp.core.secrets import is_credential
 from massgen_mcp.core.supervisor import OutputTooLarge, run_child
 
 GIT_TIMEOUT_S = 30.0  # one git command on a large repository: far below this
@@ -93,10 +93,10 @@ def environment() -> dict[str, str]:
     plus :data:`ENV`. Git here reads and never fetches, so it needs no key, token or
     password; should a repository's config ever run a program despite :data:`HARDENING`,
     that program finds none (by name, ``*KEY*``, ``*TOKEN*``..., and by value: a registered
-    key, a URL with a password, a known token shape)."""
+    key, a URL with a password, a known token shape: :func:`is_credential`, as for a coding
+    CLI's child)."""
     env = {k: v for k, v in os.environ.items()
-           if not k.upper().startswith("GIT_") and not looks_secret(k)
-           and not carries_credential(v) and not has_key_shape(v)}
+           if not k.upper().startswith("GIT_") and not is_credential(k, v)}
     env.update(ENV)
     return env
 

@@ -145,7 +145,10 @@ def test_git_gets_no_credential_from_the_environment(monkeypatch: pytest.MonkeyP
 
     planted = {"OPENAI_API_KEY": "sk-test-CANARY0123456789abcdef",
                "LLM_CRED": "whatever-it-is-0123", "SOME_VAR": "ghp_" + "A1b2C3d4" * 5,
-               "DATABASE_URL": "postgres://app:hunter2-pw@db/x"}
+               "DATABASE_URL": "postgres://app:hunter2-pw@db/x",
+               # what a coding CLI's child loses beyond those (providers/cli/environment)
+               "REDISCLI_AUTH": "plain-words", "DEPLOY_HOOK": "Bearer abcdef0123456789xyz",
+               "SESSION_JWT_X": "eyJhbGciOi.eyJzdWIiOiIx.c2lnbmF0dXJl"}
     for name, value in planted.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("EDITOR_THEME", "dark")

@@ -4,11 +4,10 @@ for the version probe (:mod:`.versions`), so a probe sees no key the CLI itself 
 from __future__ import annotations
 
 import os
-import re
 
 from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.env import POOL_URL_ENV
-from massgen_mcp.core.secrets import carries_credential, has_key_shape, looks_secret
+from massgen_mcp.core.secrets import is_credential
 from massgen_mcp.providers.cli.base import Cli
 
 # The way to the network the user set for every program, password or not: the CLI needs it
@@ -30,36 +29,6 @@ NESTING_VARS = frozenset({
 })
 
 PLACEHOLDER_KEY = "no-key-needed"
-
-# Names that hold a credential beyond looks_secret's (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*,
-# *CRED*): REDISCLI_AUTH, DB_PASS, SMTP_PASSWD, GPG_PASSPHRASE, SENTRY_DSN, *_COOKIE,
-# *_SESSION, *_CONNECTION_STRING (Azure's holds AccountKey=...), *_PRIVATE.
-_CREDENTIAL_NAME = re.compile(
-    r"(?:^|_)(?:PASS|PASSWD|PASSPHRASE|PASSCODE|PW|AUTH|AUTHORIZATION|DSN|COOKIE|SESSION|"
-    r"CONNECTION_STRING|CONN_STR|PRIVATE|SIGNATURE|OTP)(?:_|$)", re.IGNORECASE)
-# ... kept all the same: a path to the SSH agent's socket (git over SSH), not a credential.
-_NOT_CREDENTIALS = frozenset({"SSH_AUTH_SOCK"})
-# Values shaped like a credential, whatever their name, beyond the token shapes redaction
-# knows (core.secrets.has_key_shape): a JWT, a PEM private key, a basic/bearer header, a URL
-# carrying a bare token as its user (https://TOKEN@host). A URL with a password is
-# carries_credential's.
-_CREDENTIAL_VALUE = re.compile(
-    r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----"
-    r"|^(?:Basic|Bearer)\s+\S{12,}"
-    r"|://[^\s/?#@:]{16,}@")
-
-
-def is_credential(name: str, value: str) -> bool:
-    """Whether the variable ``name=value`` must not reach a child: by its name (as
-    :func:`looks_secret` and more) or by its value (a registered key, a URL with a password,
-    a known token shape), so a credential under an unexpected name stays behind too."""
-    if name in _NOT_CREDENTIALS:
-        return False
-    return (looks_secret(name) or _CREDENTIAL_NAME.search(name) is not None
-            or carries_credential(value) or has_key_shape(value)
-            or _CREDENTIAL_VALUE.search(value) is not None)
-
 
 def child_env(cli: Cli, agent: AgentSpec) -> dict[str, str]:
     """The environment a CLI child gets: ours without nesting markers and credentials, but
