@@ -27,7 +27,8 @@ and imports no POSIX-only module (fcntl, resource, termios, pwd, grp) itself.
   back to ``signal.signal`` (Ctrl-C, Ctrl-Break) handing the callback to the loop.
   ``SIGKILL`` does not exist there either: :data:`KILL` is what kills a process outright
   (``os.kill`` on Windows is ``TerminateProcess`` whatever the number), and :data:`STOP`
-  (``SIGSTOP``) is None there.
+  (``SIGSTOP``) is None there. For the same reason :func:`pid_alive` never asks with
+  ``os.kill(pid, 0)`` there: that would end the very process it asks about.
 
 Child processes and what they start are :mod:`massgen_mcp.core.children`'s, which uses
 these; docs/platforms.md says what each platform gives and lacks.
@@ -61,6 +62,26 @@ else:
 
 _WINDOWS_LOCK_AT = 0x7FFF_FFF0  # the byte locked on Windows: past any data, within 32 bits
 _REPLACE_RETRY_S = 2.0
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (a record's writer, say; a record may be planted, so
+    its pid is anyone's). POSIX: signal 0, which checks and delivers nothing. Windows:
+    psutil, which opens the process to read its state; ``os.kill`` there is
+    ``TerminateProcess`` whatever the signal number."""
+    if pid <= 0:  # 0 and -1 name groups of processes, not one
+        return False
+    if sys.platform == "win32":
+        import psutil
+
+        return bool(psutil.pid_exists(pid))
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's: it exists
+        return True
+    return True
 
 
 def open_nofollow(path: str | Path, flags: int, mode: int = 0o666, *,

@@ -12,21 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from massgen_mcp.core import portable
 from massgen_mcp.core.errors import MassgenError, SessionNotFoundError
 from massgen_mcp.core.records import Event, RunKind, RunStatus
 from massgen_mcp.core.run_state import SessionRecord, SessionSummary
 from massgen_mcp.records.ids import check_session_id
 from massgen_mcp.records.store import LATEST, SessionStore
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class RecordReads:
@@ -117,7 +108,7 @@ class RecordReads:
     def mark_interrupted(self) -> list[str]:
         """Mark runs whose process is gone as interrupted (at server start)."""
         return self.store.mark_interrupted(
-            lambda pid: pid != os.getpid() and _pid_alive(pid))
+            lambda pid: pid != os.getpid() and portable.pid_alive(pid))
 
     def record_folder(self, session_id: str) -> Path:
         """The folder a session's records are in (shown to callers as record_dir)."""

@@ -289,3 +289,32 @@ def test_a_pool_whose_home_cannot_be_fenced_refuses_to_start_in_one_line(
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"the pool cannot fence its records on {sys.platform}" in done.stderr
     assert "run without --redis" in done.stderr
+
+
+def test_asking_whether_a_records_pid_is_alive_never_signals_it_on_windows(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Windows ``os.kill(pid, 0)`` is TerminateProcess: the start-up sweep of records left
+    ``running`` asked so of each record's pid, and a record is a project file (a cloned
+    repository can plant one naming any pid). There the question goes to psutil; 0 and -1,
+    which name groups of processes, are no process."""
+    import psutil  # loaded before the platform is changed below
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                               stdin=subprocess.PIPE)
+    try:
+        def no_signal(pid: int, signum: int) -> None:
+            raise AssertionError(f"os.kill({pid}, {signum}) on Windows ends that process")
+
+        with monkeypatch.context() as windows:
+            windows.setattr(sys, "platform", "win32")
+            windows.setattr(os, "kill", no_signal)
+            # psutil's Windows build opens the process; its Linux build here signals it
+            windows.setattr(psutil, "pid_exists", lambda pid: pid == sleeper.pid)
+            assert portable.pid_alive(sleeper.pid) and not portable.pid_alive(sleeper.pid + 1)
+            assert not portable.pid_alive(0) and not portable.pid_alive(-1)
+        assert sleeper.poll() is None  # asked about, still running
+        assert portable.pid_alive(sleeper.pid) and not portable.pid_alive(-1)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert not portable.pid_alive(sleeper.pid)
