@@ -16,7 +16,9 @@ for both:
   *resumable* download interrupted with bytes on disk: its part keeps a fixed name
   (``<file>.part``) that the next call resumes from. The caller of a resumable download holds
   a lock for that name (two writers would interleave); a plain one writes to a part of its
-  own (a new name no one can guess), so two processes fetching at once cannot meet.
+  own (a new name no one can guess), so two processes fetching at once cannot meet. A
+  process killed outright (SIGKILL, a power cut) cleans nothing up: the next plain download
+  of the same file removes the parts whose writer is gone (:func:`_sweep_parts`).
 """
 
 from __future__ import annotations
@@ -102,6 +104,22 @@ def sha256_of(handle: BinaryIO) -> str:
     return digest.hexdigest()
 
 
+def _sweep_parts(target: Path) -> None:
+    """Remove the plain parts of ``target`` (``.<name>.<pid>.<hex>.part``) whose writing
+    process is gone: a model's part is ~94 MB that nothing else would ever remove. A part
+    whose pid lives (another download, or a reused pid) is left alone."""
+    prefix, suffix = f".{target.name}.", ".part"
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(target.parent):
+            pid, dot, token = entry.name[len(prefix):-len(suffix)].partition(".")
+            if (entry.name.startswith(prefix) and entry.name.endswith(suffix) and dot
+                    and pid.isdigit() and len(token) == 16
+                    and entry.is_file(follow_symlinks=False)
+                    and not portable.pid_alive(int(pid))):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
 def part_path(target: Path) -> Path:
     """The part file a resumable download of ``target`` resumes from."""
     return target.with_name(f"{target.name}.part")
@@ -123,6 +141,7 @@ def fetch_pinned(target: Path, *, size: int, sha256: str,
         path = part_path(target)
         fd = open_own(path, mode=0o600, mine=True)
     else:
+        _sweep_parts(target)
         path = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(8)}.part")
         fd = portable.open_nofollow(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     keep = False

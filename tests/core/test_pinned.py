@@ -9,6 +9,7 @@ import hashlib
 import http.server
 import os
 import stat
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -171,3 +172,19 @@ def test_a_link_at_the_target_is_replaced_not_followed(served: Served, tmp_path:
     fetch(target, served.url)
     assert not target.is_symlink() and target.read_bytes() == BLOB
     assert victim.read_text() == "keep me\n"
+
+
+def test_a_part_whose_writer_was_killed_outright_is_removed_by_the_next_download(
+        served: Served, tmp_path: Path) -> None:
+    """A process killed outright leaves its plain part (~94 MB for the embedded model); the
+    next plain download of the file removes it. A part whose process still runs (another
+    download going on) is left alone, as is anything not named as a part is."""
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    dead = tmp_path / f".model.gguf.{finished.pid}.{'a' * 16}.part"
+    live = tmp_path / f".model.gguf.{os.getpid()}.{'b' * 16}.part"
+    other = tmp_path / ".model.gguf.notes.part"
+    for path in (dead, live, other):
+        path.write_bytes(b"half a model")
+    fetch(tmp_path / "model.gguf", served.url)
+    assert sorted(os.listdir(tmp_path)) == sorted(["model.gguf", live.name, other.name])
