@@ -39,8 +39,10 @@ It is installed by replacing ``cloudpickle.loads`` in the process, which is the 
 Docket calls to unpickle (``tests/pool/test_pool_security.py`` reads Docket's source to check that
 it still is), and by wrapping the two places that turn a stream message into an object, so
 that a refusal drops that message instead of stopping the worker's loop. Both depend on
-Docket's internals, so :func:`guard_docket` refuses any pydocket but the one it was checked
-against (:data:`TESTED_PYDOCKET`).
+Docket's internals, so :func:`guard_docket` refuses any pydocket outside the releases it was
+read against (:data:`PYDOCKET`). ``pyproject.toml`` declares that same range in the ``pool``
+and ``test`` extras, so a resolver never installs a pydocket this guard would refuse: a new
+release shows up as a resolver's choice, not as a worker that will not start.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ import functools
 import io
 import logging
 import pickle
+import re
 import sys
 import uuid
 from importlib import metadata
@@ -64,7 +67,9 @@ from massgen_mcp.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-TESTED_PYDOCKET = "0.27.0"
+# The pydocket releases whose unpickling sites and ``from_message`` methods this guard was read
+# against (0.27.0, 0.27.2 and 0.28.0 have the same ones), as pyproject.toml's extras declare it.
+PYDOCKET = ">=0.27.0,<0.29"
 # Where a payload's models, enums and exceptions may come from.
 OWN_MODULES = ("massgen_mcp", "mcp", "mcp_types", "fastmcp", "fastmcp_tasks")
 REFUSED_TASK = "massgen.refused-payload"  # what a dropped stream message becomes
@@ -144,14 +149,28 @@ def loads(data: bytes | bytearray | memoryview, /, **_: Any) -> Any:
         raise
 
 
+def _release(version: str) -> tuple[int, ...]:
+    """``0.28.0`` as ``(0, 28, 0)``."""
+    return tuple(int(part) for part in version.split("."))
+
+
+def supported(version: str) -> bool:
+    """Whether ``version`` of pydocket is a final release inside :data:`PYDOCKET`
+    (``>=LOW,<HIGH``); a pre-release or a local build was read by nobody."""
+    if not re.fullmatch(r"\d+(\.\d+)*", version):
+        return False
+    low, high = (bound.lstrip(">=<") for bound in PYDOCKET.split(","))
+    return _release(low) <= _release(version) < _release(high)
+
+
 def check_version() -> None:
     """Refuse a pydocket this guard was not checked against (see module)."""
     found = metadata.version("pydocket")
-    if found != TESTED_PYDOCKET:
+    if not supported(found):
         raise ConfigError(
             f"pydocket {found} is installed, but the pool's guard against code in Redis "
-            f"payloads was checked against pydocket {TESTED_PYDOCKET} only; install that "
-            f"version (pip install 'pydocket=={TESTED_PYDOCKET}')")
+            f"payloads was checked against pydocket{PYDOCKET} only; install one of those "
+            f"(pip install 'pydocket{PYDOCKET}')")
 
 
 async def _refused(*args: Any, **kwargs: Any) -> None:

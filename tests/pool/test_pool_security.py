@@ -156,7 +156,7 @@ def test_the_guard_is_checked_against_this_pydocket() -> None:
     pydocket must be checked again (guard_docket refuses any other version)."""
     from importlib import metadata
 
-    assert metadata.version("pydocket") == payloads.TESTED_PYDOCKET
+    assert payloads.supported(metadata.version("pydocket"))
     root = Path(docket.__file__).parent
     sites = {}
     for source in sorted(root.rglob("*.py")):
@@ -168,6 +168,21 @@ def test_the_guard_is_checked_against_this_pydocket() -> None:
             sites[str(source.relative_to(root))] = (
                 found, len(re.findall(r"\bcloudpickle\.loads\(", text)))
     assert sites == {"execution.py": (4, 4), "strikelist.py": (1, 1), "docket.py": (2, 2)}
+
+
+def test_the_pydocket_range_checked_at_start_is_the_one_declared() -> None:
+    """What the guard accepts at run time and what the resolver is told are one range: with
+    pydocket 0.28.0 on the index and only 0.27.0 accepted, every pool test failed and no worker
+    started, instead of the resolver choosing a pydocket the guard knows."""
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    extras = project["project"]["optional-dependencies"]
+    for extra in ("pool", "test"):
+        assert f"pydocket{payloads.PYDOCKET}" in extras[extra], extra
+    assert [payloads.supported(v) for v in ("0.26.2", "0.27.0", "0.27.2", "0.28.0")] == [
+        False, True, True, True]
+    assert not any(payloads.supported(v) for v in ("0.29.0", "1.0", "0.28.1rc1", "0.28.0+local"))
 
 
 def test_only_plain_data_and_our_records_load() -> None:
