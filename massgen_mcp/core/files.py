@@ -109,6 +109,51 @@ def make_folders(path: Path) -> None:
             folder.mkdir(mode=0o755)
 
 
+def private_folder(path: Path) -> Path:
+    """``path``, a folder only this user may enter, made ``0o700`` if missing: the per-user
+    folder inside a shared one (``/tmp``) that private copies go under. Its name can be
+    guessed, so another local user may have made it first, to read what goes in: what is
+    there is refused (:class:`UnsafeFileError`, one line naming why and the fix) when it is
+    a link, not a folder, another user's, or open to group or others; so is a folder above
+    it that is another user's (but root's), or that others may write and is not sticky:
+    they could rename ours away and put theirs in its place. Once checked, no one else can
+    swap it: in a sticky folder only its owner renames or removes an entry.
+
+    POSIX only beyond the link: Windows has no uid or mode bits to compare (see
+    :func:`check_state_folder`); there the folder belongs in the user's own temp folder,
+    private by its ACL."""
+    made = False
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+        made = True
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or portable.is_junction(path):
+        raise UnsafeFileError(f"{path} is a link; remove it", reason="link")
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeFileError(f"{path} is not a folder; remove it", reason="not_regular")
+    if sys.platform == "win32":
+        return path
+    if made:  # a umask may have taken the owner's bits too
+        os.chmod(path, stat.S_IRWXU)
+        info = os.lstat(path)
+    if info.st_uid != os.getuid():
+        raise UnsafeFileError(f"{path} belongs to another user (uid {info.st_uid}), who may "
+                              f"read what is put in it; have it removed", reason="not_mine")
+    if info.st_mode & 0o077:
+        raise UnsafeFileError(f"group or others may enter {path} (mode "
+                              f"{info.st_mode & 0o777:o}); run: chmod 700 {path}",
+                              reason="not_mine")
+    above = os.stat(path.parent)
+    if above.st_uid not in (os.getuid(), 0):
+        raise UnsafeFileError(f"another user may replace {path}: {path.parent} is theirs "
+                              f"(uid {above.st_uid})", reason="not_mine")
+    if above.st_mode & 0o022 and not above.st_mode & stat.S_ISVTX:
+        raise UnsafeFileError(f"others may replace {path}: they may write {path.parent}, "
+                              f"which is not sticky (mode {above.st_mode & 0o7777:o})",
+                              reason="not_mine")
+    return path
+
+
 def _refusal(folder: Path, why: str) -> str:
     return (f"records are not written into {folder}: {why}; use a folder of your own (or set "
             f"{HOME_ENV} to one)")

@@ -29,6 +29,9 @@ and imports no POSIX-only module (fcntl, resource, termios, pwd, grp) itself.
   (``os.kill`` on Windows is ``TerminateProcess`` whatever the number), and :data:`STOP`
   (``SIGSTOP``) is None there. For the same reason :func:`pid_alive` never asks with
   ``os.kill(pid, 0)`` there: that would end the very process it asks about.
+  :func:`still_running` also compares a process's start (:func:`process_started`: Linux's
+  ``/proc``, psutil elsewhere), so that a pid the system gave to a later process is not
+  taken for the one that was recorded.
 
 Child processes and what they start are :mod:`massgen_mcp.core.children`'s, which uses
 these; docs/platforms.md says what each platform gives and lacks.
@@ -82,6 +85,41 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:  # someone else's: it exists
         return True
     return True
+
+
+def process_started(pid: int) -> int | None:
+    """When process ``pid`` started, as a number that tells it apart from a later process the
+    system gave the same pid (compared for equality only, on this machine): on Linux its
+    start in clock ticks since boot (``/proc/<pid>/stat``); elsewhere psutil's create time
+    in hundredths of a second. None when there is no such process or it cannot be read."""
+    if pid <= 0:
+        return None
+    if sys.platform == "linux":
+        try:
+            stat_line = Path(f"/proc/{pid}/stat").read_bytes()
+        except OSError:
+            return None
+        # "pid (name) state ppid ...": the name may hold spaces and ")"; the start is the
+        # 22nd field, the 20th after the name.
+        fields = stat_line[stat_line.rfind(b")") + 2:].split()
+        return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+    import psutil
+
+    try:
+        return round(psutil.Process(pid).create_time() * 100)
+    except (psutil.Error, OSError):
+        return None
+
+
+def still_running(pid: int, started: int | None) -> bool:
+    """Whether the process ``pid`` that started at ``started`` (:func:`process_started`'s
+    number; None: not known) still runs: :func:`pid_alive`, and, where its start can be read
+    now, the same start: a pid the system has since given to another process is not it. A
+    start that cannot be read counts as the same (the process is left alone)."""
+    if not pid_alive(pid):
+        return False
+    now = None if started is None else process_started(pid)
+    return now is None or now == started
 
 
 def open_nofollow(path: str | Path, flags: int, mode: int = 0o666, *,

@@ -20,25 +20,39 @@ out, and why:
 * with ``commit``, a name a crafted tree holds twice (or as a file and a folder) after its
   first, and a blob a partial clone lacks (never fetched: git runs without transport).
 
-Files are made read-only (0444) and folders 0555: a member's tools cannot change the copy
-(its own sandbox is the other guard). :func:`snapshot` is the context manager that builds one
-and removes it, read-only bits and all. Git runs hardened (:mod:`massgen_mcp.tools.git`).
+Files are made read-only and owner-only (0400) and folders 0500: a member's tools cannot
+change the copy (its own sandbox is the other guard), and no other local user can read it (a
+private repository's source). :func:`snapshot` is the context manager that builds one and
+removes it, read-only bits and all. Git runs hardened (:mod:`massgen_mcp.tools.git`).
+
+Where copies go: ``<temp>/massgen-mcp-<uid>/<pid>-<start>/massgen-review-<hex>``. The first
+folder is this user's alone (:func:`~massgen_mcp.core.files.private_folder`: 0700, refused
+when another user, or a link, got there first); the second names the process that built the
+copy (its pid, and its start so that a pid used again is not taken for it); both go with the
+last copy in them. A builder killed outright (``kill -9``, a power cut) removes nothing, so
+every build first removes the builders' folders whose process is gone (:func:`sweep`), and
+leaves the live ones alone. On
+Windows the first folder is ``%TEMP%\\massgen-mcp``, private by the ACL of the user's own temp
+folder (the mode bits are only the read-only attribute there).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import stat
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from massgen_mcp.core import portable
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
+from massgen_mcp.core.files import UnsafeFileError, private_folder, read_bytes_safely
 from massgen_mcp.tools.git import (
     Git,
     GitFailed,
@@ -67,6 +81,9 @@ MISSING = "not in the repository (a partial clone's missing object)"
 # (a trusted folder's .gemini/settings.json is the exception); the copy holds none anyway.
 CLI_SETTINGS_DIRS = (".claude", ".codex", ".gemini", ".agents")
 CLI_SETTINGS_FILES = (".mcp.json",)
+# A builder's folder in the private one: its pid, and its start where it could be read
+# (portable.process_started).
+_BUILDER = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
 
 @dataclass(frozen=True)
@@ -90,15 +107,61 @@ def _refused(relative: str) -> str | None:
     return None
 
 
+def private_parent() -> Path:
+    """This user's folder for snapshots in the temporary folder (see the module), made or
+    checked; a :class:`ConfigError` naming the fix when what is there is not private."""
+    if sys.platform == "win32":
+        name, variable = "massgen-mcp", "TEMP"
+    else:
+        name, variable = f"massgen-mcp-{os.getuid()}", "TMPDIR"
+    folder = Path(tempfile.gettempdir()) / name
+    try:
+        return private_folder(folder)
+    except UnsafeFileError as exc:
+        raise ConfigError(f"the review's snapshot is not made there: {exc} (or set "
+                          f"{variable} to a folder of your own)") from None
+    except OSError as exc:
+        raise ConfigError(f"the review's snapshot cannot be made in {folder}: "
+                          f"{exc.strerror or exc}") from None
+
+
+def sweep(parent: Path) -> None:
+    """Remove the copies in ``parent`` whose builder is gone (its pid ended, or is another
+    process's now): a copy holds a repository's source, and nothing else would ever remove
+    one whose builder was killed outright. A live builder's copies are left alone."""
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        found = _BUILDER.fullmatch(entry.name)
+        if found is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        started = None if found[2] is None else int(found[2])
+        if not portable.still_running(int(found[1]), started):
+            with contextlib.suppress(OSError):  # another build's sweep got there first
+                _remove_tree(Path(entry.path))
+
+
 def _new_folder() -> Path:
-    """A new private folder ``massgen-review-<hex>``, as :func:`tempfile.mkdtemp` makes one
-    but named with letters and digits only: a member quotes the name back in Markdown, where
+    """A new private folder ``massgen-review-<hex>`` in this process's folder under
+    :func:`private_parent` (orphans swept first), as :func:`tempfile.mkdtemp` makes one but
+    named with letters and digits only: a member quotes the name back in Markdown, where
     mkdtemp's ``_`` starts an emphasis and the name comes back without it."""
+    pid = os.getpid()
+    started = portable.process_started(pid)
     while True:
-        folder = Path(tempfile.gettempdir()) / f"massgen-review-{secrets.token_hex(6)}"
-        with contextlib.suppress(FileExistsError):
-            folder.mkdir(mode=0o700)
-            return folder
+        parent = private_parent()
+        sweep(parent)
+        builder = parent / (str(pid) if started is None else f"{pid}-{started}")
+        # FileNotFoundError: removed meanwhile with another copy, the last in it
+        with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(FileExistsError):
+                builder.mkdir(mode=0o700)
+            folder = builder / f"massgen-review-{secrets.token_hex(6)}"
+            with contextlib.suppress(FileExistsError):
+                folder.mkdir(mode=0o700)
+                return folder
 
 
 async def build(root: Path, commit: str | None = None) -> Snapshot:
@@ -234,7 +297,7 @@ def _write(folder: Path, relative: str, data: bytes) -> None:
         parent = parent / part
         if parent.is_symlink():
             raise ConfigError(f"snapshot: {relative!r} is reached through a link")
-        parent.mkdir(exist_ok=True)
+        parent.mkdir(mode=0o700, exist_ok=True)
     target = parent / parts[-1]
     if not Path(os.path.realpath(target.parent)).is_relative_to(os.path.realpath(folder)):
         raise ConfigError(f"snapshot: {relative!r} lands outside the snapshot's folder")
@@ -245,24 +308,39 @@ def _write(folder: Path, relative: str, data: bytes) -> None:
 
 
 def _make_read_only(folder: Path) -> None:
+    """Owner-only and read-only, whatever the umask made: files 0400, folders 0500."""
     for current, dirs, names in os.walk(folder, topdown=False):
         for name in names:
-            os.chmod(os.path.join(current, name), 0o444)
+            os.chmod(os.path.join(current, name), stat.S_IRUSR)
         for name in dirs:
-            os.chmod(os.path.join(current, name), 0o555)
-    os.chmod(folder, 0o555)
+            os.chmod(os.path.join(current, name), stat.S_IRUSR | stat.S_IXUSR)
+    os.chmod(folder, stat.S_IRUSR | stat.S_IXUSR)
 
 
 def remove(folder: Path) -> None:
-    """Delete a snapshot, its read-only bits taken off first (Windows will not delete a
-    read-only file; POSIX will not delete inside a read-only folder)."""
+    """Delete a snapshot (see :func:`_remove_tree`), then its builder's folder and the
+    private one above when they hold nothing else: nothing is left in the temporary folder
+    while no review runs."""
+    _remove_tree(folder)
+    if _BUILDER.fullmatch(folder.parent.name):
+        with contextlib.suppress(OSError):  # another copy is in it
+            folder.parent.rmdir()
+            folder.parent.parent.rmdir()
+
+
+def _remove_tree(folder: Path) -> None:
+    """Delete ``folder``, its read-only bits taken off first (Windows will not delete a
+    read-only file; POSIX will not delete inside a read-only folder); a link in it is
+    removed, never followed (``os.chmod`` would change what it points to)."""
     with contextlib.suppress(FileNotFoundError):
         os.chmod(folder, stat.S_IRWXU)
         for current, dirs, names in os.walk(folder):
             for name in dirs:
-                os.chmod(os.path.join(current, name), stat.S_IRWXU)
+                if not os.path.islink(path := os.path.join(current, name)):
+                    os.chmod(path, stat.S_IRWXU)
             for name in names:
-                os.chmod(os.path.join(current, name), stat.S_IRUSR | stat.S_IWUSR)
+                if not os.path.islink(path := os.path.join(current, name)):
+                    os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
         shutil.rmtree(folder)
 
 

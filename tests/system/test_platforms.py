@@ -318,3 +318,28 @@ def test_asking_whether_a_records_pid_is_alive_never_signals_it_on_windows(
         sleeper.kill()
         sleeper.wait()
     assert not portable.pid_alive(sleeper.pid)
+
+
+# "darwin" on Linux only: on Windows pid_alive would then ask with os.kill, TerminateProcess
+@pytest.mark.parametrize("platform", [sys.platform, *(["darwin"] if sys.platform == "linux"
+                                                     else [])])
+def test_a_process_is_told_apart_from_a_later_one_with_its_pid(
+        platform: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot's builder is named by its pid and start (tools/snapshot.py): the start is
+    read the same way each time, and a pid whose start differs, or that has ended, is not
+    the process recorded. ``darwin`` runs the psutil path that macOS and Windows take."""
+    monkeypatch.setattr(sys, "platform", platform)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                               stdin=subprocess.PIPE)
+    try:
+        started = portable.process_started(sleeper.pid)
+        assert started is not None and started == portable.process_started(sleeper.pid)
+        assert portable.still_running(sleeper.pid, started)
+        assert portable.still_running(sleeper.pid, None)
+        assert not portable.still_running(sleeper.pid, started + 1)  # its pid, used again
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert portable.process_started(sleeper.pid) is None
+    assert not portable.still_running(sleeper.pid, started)
+    assert portable.process_started(0) is None and portable.process_started(-1) is None
