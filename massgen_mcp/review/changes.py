@@ -15,9 +15,10 @@ Everything is refused with one line that names the input and the fix, and nothin
 the repository is read: not a git repository, an unknown ref, a diff that is not UTF-8 text
 or holds NUL bytes, a diff over :data:`MAX_DIFF_BYTES` (refused, never cut), a patch whose
 paths leave the repository (``..``, absolute, through a link) or name files that do not
-exist, and an empty diff ("nothing to review"). Files on the secret-file deny-list
-(:data:`massgen_mcp.tools.workspace.DENY_NAMES`: ``.env``, keys, credentials) and anything
-under ``.git/`` never go to a model: their sections are dropped and named in
+exist, and an empty diff ("nothing to review"). Files a model may not see
+(:func:`massgen_mcp.tools.workspace.withheld`: the secret-file deny-list, ``.env``, keys,
+credentials; anything under ``.git/`` or ``.massgen/``; and, by content, a section holding a
+private key) never go to a model: their sections are dropped and named in
 :attr:`Changes.left_out`; so are binary files (those holding NUL bytes: git diffs every file
 as text, so a change's ``.gitattributes`` cannot call a text file binary).
 
@@ -54,7 +55,7 @@ from massgen_mcp.tools.git import (
     plain_parts,
     through_link,
 )
-from massgen_mcp.tools.workspace import is_denied, is_hidden
+from massgen_mcp.tools.workspace import withheld, withheld_content
 
 CONTEXT_LINES = 5  # lines of context around each change (git's default is 3)
 DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-color", f"--unified={CONTEXT_LINES}",
@@ -236,18 +237,18 @@ async def empty_tree(git: Git) -> str:
 
 
 def finish(root: Path, described: str, sections: list[FileDiff]) -> Changes:
-    """The :class:`Changes` of ``sections``: denied, ``.git/`` and binary files dropped and
-    named; the rest joined; an empty result refused."""
+    """The :class:`Changes` of ``sections``: the files a model may not see
+    (:func:`~massgen_mcp.tools.workspace.withheld`: by either path of the section;
+    :func:`~massgen_mcp.tools.workspace.withheld_content`: by what its lines hold) and binary
+    files dropped and named; the rest joined; an empty result refused."""
     kept: list[FileDiff] = []
     left_out: list[str] = []
     for section in sections:
-        paths = section.paths
-        if any(is_hidden(PurePosixPath(p), (".git",)) for p in paths):
-            left_out.append(f"{section.path}: inside .git/ (the repository's internals; "
-                            "never sent)")
-        elif any(is_denied(PurePosixPath(p)) for p in paths):
-            left_out.append(f"{section.path}: on the secret-file deny-list (its changes are "
-                            "never sent to a model)")
+        why = next((w for p in section.paths if (w := withheld(PurePosixPath(p)))), None)
+        if why is None and not section.binary and not section.skipped:
+            why = withheld_content(b"".join(section.lines))
+        if why is not None:
+            left_out.append(f"{section.path}: {why} (its changes are never sent to a model)")
         elif section.binary:
             left_out.append(f"{section.path}: binary (a diff shows no lines of it)")
         elif section.skipped:
@@ -295,7 +296,7 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> 
     for relative in dict.fromkeys(found):
         section = FileDiff(old=None, new=relative, git_header=True)
         sections.append(section)
-        if is_denied(PurePosixPath(relative)) or is_hidden(PurePosixPath(relative), (".git",)):
+        if withheld(PurePosixPath(relative)):
             continue  # never read
         if plain_parts(relative) is None or through_link(root, relative):
             section.skipped = "reached through a link (not followed)"

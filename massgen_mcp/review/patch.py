@@ -17,7 +17,7 @@ from typing import BinaryIO
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
 from massgen_mcp.review.diff import MAX_DIFF_BYTES, NARROW, FileDiff, check_diff_text
-from massgen_mcp.tools.workspace import is_denied, is_hidden
+from massgen_mcp.tools.workspace import withheld
 
 
 def given_patch(text: str) -> tuple[bytes, str]:
@@ -66,7 +66,7 @@ def check_patch_paths(root: Path, sections: list[FileDiff]) -> None:
     for section in sections:
         for path in section.paths:
             where = inside(root, path, "patch")
-            if is_hidden(PurePosixPath(path), (".git",)) or is_denied(PurePosixPath(path)):
+            if withheld(PurePosixPath(path)):
                 continue  # dropped by finish, named in its note
             if path == section.old and not where.is_file():  # the side it changes
                 raise ConfigError(f"patch: it changes {path!r}, which does not exist in "

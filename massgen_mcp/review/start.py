@@ -19,8 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from massgen_mcp.core.agent import AgentSpec
-from massgen_mcp.core.errors import ConfigError, UntrustedConfigError
+from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import Severity
 from massgen_mcp.review.changes import Changes, collect, repository
@@ -91,8 +90,8 @@ async def start_review(service: ConsensusService, workspace: Workspace,
                        options=options, threshold=threshold)
     review_workspace = Workspace(changes.root, confined=workspace.confined)
     team = await chosen_team(spec, review_workspace)  # once, for the checks below
-    if workspace.confined and change.paths:
-        check_paths_stay_home(team.agents)
+    if workspace.confined:  # the call picked the files: never to an agent abroad
+        consent.check_call(team, team, {}, None, {"paths": change.paths})
     withheld = tools_withheld(spec, team)
     if withheld:
         notes.append("the team reviewed the diff without reading the repository (workspace "
@@ -104,22 +103,6 @@ async def start_review(service: ConsensusService, workspace: Workspace,
     notes.append(f"estimate: {floor.words()}")
     run = await service.start(spec, review_workspace)
     return ReviewStarted(run, changes, notes)
-
-
-def check_paths_stay_home(agents: Sequence[AgentSpec]) -> None:
-    """Refuse a model's call that names ``paths`` for a team with an agent at a foreign
-    endpoint (neither on this machine nor its provider's API): the call chose the files
-    (any file in the repository, tracked or not), as it chooses ``context_files``, which
-    :func:`massgen_mcp.team.consent.check_call` refuses for such a team whatever the
-    consent: no file's consent covers files a call picks."""
-    abroad = [f"agent {agent.id!r} at {url}" for agent in agents
-              if (url := consent.foreign_endpoint(agent))]
-    if abroad:
-        raise UntrustedConfigError(
-            f"paths: {', '.join(abroad)} would receive the files a call names. A model's "
-            "call cannot send files it picks to an endpoint that is neither on this machine "
-            "nor the provider's own API: review them yourself (massgen-mcp review PATH), or "
-            "review the change (no paths)")
 
 
 async def check_confined(root: Path, paths: Sequence[str]) -> None:

@@ -313,12 +313,47 @@ async def test_files_a_models_call_names_are_not_sent_to_a_team_abroad(
     service = ConsensusService.local(home, workspace, drafts=False)
     try:
         with pytest.raises(UntrustedConfigError, match="^" + re.escape(
-                "paths: agent 'abroad' at http://192.0.2.10/v1 would receive the files a "
-                "call names")):
+                "paths: agent 'abroad' at http://192.0.2.10/v1 would receive the project's "
+                "files (paths). A model's call cannot send files it picks")):
             await start_review(service, workspace, ChangeToReview(paths=["notes.txt"]))
     finally:
         await service.aclose()
     assert not (home / "sessions").exists() or not any((home / "sessions").iterdir())
+
+
+@pytest.mark.parametrize("field", ["paths", "context_files"])
+async def test_files_a_call_picks_are_refused_abroad_by_one_rule_in_one_sentence(
+        repo: Path, home: Path, field: str) -> None:
+    """``context_files`` of ``run_consensus`` and ``paths`` of ``review_changes`` are one
+    rule (``consent.check_call``'s files a call picks) with one sentence, which names the
+    field and says what the user can do: the call chose the files, so trusting the team's
+    config does not lift it (the old ``context_files`` words said to trust the file)."""
+    from massgen_mcp.core.errors import UntrustedConfigError
+    from massgen_mcp.core.spec import RunSpec
+    from massgen_mcp.review.start import ChangeToReview, start_review
+    from massgen_mcp.service import ConsensusService
+    from massgen_mcp.team.context_files import Workspace
+
+    (repo / "notes.txt").write_text("the staging password is hunter2\n")
+    workspace = Workspace(repo.resolve(), confined=True)
+    service = ConsensusService.local(home, workspace, drafts=False)
+    abroad = ["openai/a@http://192.0.2.10/v1"]  # TEST-NET-1
+    try:
+        with pytest.raises(UntrustedConfigError) as refused:
+            if field == "paths":
+                await start_review(service, workspace, ChangeToReview(paths=["notes.txt"]),
+                                   models=abroad)
+            else:
+                await service.start(RunSpec(question="q", models=abroad,
+                                            context_files=["notes.txt"]))
+    finally:
+        await service.aclose()
+    assert str(refused.value) == (
+        f"{field}: agent 'agent_a' at http://192.0.2.10/v1 would receive the project's files "
+        f"({field}). A model's call cannot send files it picks to an endpoint that is "
+        "neither on this machine nor the provider's own API, whatever consent the team's "
+        "config has: name them yourself (massgen-mcp run --context-file FILE, massgen-mcp "
+        "review PATH), or leave them out of the call")
 
 
 def test_a_findings_place_is_a_code_span_that_shows_the_path_as_it_is() -> None:
