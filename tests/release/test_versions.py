@@ -26,6 +26,10 @@ def test_every_release_file_says_the_same_version() -> None:
         return json.loads((ROOT / name).read_text(encoding="utf-8"))
 
     assert read(".claude-plugin/plugin.json")["version"] == __version__
+    assert read("manifest.json")["version"] == __version__
+    server = read("server.json")
+    assert [server["version"], *(p["version"] for p in server["packages"])] == [
+        __version__] * (1 + len(server["packages"]))
     assert read(".claude-plugin/marketplace.json")["metadata"]["version"] == __version__
 
 
