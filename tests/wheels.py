@@ -29,9 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def build_wheel(out: Path) -> Path:
     """``python -m build --wheel`` of this checkout into ``out`` (no isolation: hatchling is in
     the [test] extra, so nothing is fetched)."""
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation",
-                    "--outdir", str(out), str(ROOT)],
-                   check=True, capture_output=True, text=True, timeout=300)
+    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation",
+                            "--outdir", str(out), str(ROOT)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, ("python -m build failed (build and hatchling come with the "
+                                   "[test] extra): " + built.stderr[-2000:])
     (wheel,) = out.glob("massgen_mcp-*.whl")
     return wheel
 
