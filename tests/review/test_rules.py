@@ -200,7 +200,7 @@ def test_a_rules_file_reached_through_a_link_is_not_read(
     assert "its folder is a link" in refused(capsys, server)
 
 
-def test_guidance_through_a_link_or_untracked_is_not_sent(
+def test_guidance_through_a_link_untracked_or_holding_a_key_is_not_sent(
         scripted: Scripted, repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     server = scripted(reviewers)
@@ -209,14 +209,19 @@ def test_guidance_through_a_link_or_untracked_is_not_sent(
     with_rules(repo, "review: {}\n")
     (repo / "CLAUDE.md").symlink_to(secret)
     (repo / "CONTRIBUTING.md").write_text("UNTRACKED-MARKER\n")
-    git(repo, "add", "CLAUDE.md")
+    (repo / "AGENTS.md").write_text("Deploy with this key:\n-----BEGIN OPENSSH PRIVATE KEY-----\n"
+                                    "KEY-MARKER\n-----END OPENSSH PRIVATE KEY-----\n")
+    git(repo, "add", "CLAUDE.md", "AGENTS.md")
     git(repo, "commit", "-qm", "a linked guidance file")
     monkeypatch.chdir(repo)
     code, _, err = review_cli(capsys, *team(server))
     assert code == 0, err
     everything = sent(server)
     assert "LINKED-MARKER" not in everything and "UNTRACKED-MARKER" not in everything
+    assert "KEY-MARKER" not in everything
     assert "guidance: left out CLAUDE.md: not read (CLAUDE.md is a link)" in err
+    assert ("guidance: left out AGENTS.md: on the secret-file deny-list: it holds a private "
+            "key") in err
 
 
 def test_explain_config_says_what_applies_and_where_it_came_from(
