@@ -65,7 +65,10 @@ MAX_PATTERNS = 200
 MAX_PATTERN_CHARS = 500
 MAX_INSTRUCTIONS = 50
 MAX_INSTRUCTION_CHARS = 2_000
-MAX_INSTRUCTIONS_TOTAL = 8_000  # what the question keeps for them (its limit: 50,000)
+MAX_INSTRUCTIONS_TOTAL = 8_000  # the texts, in the file
+# The question's part for them, with the files each matched: beside the listings (2 x
+# 16,000), the focus (2,000) and the instructions (about 2,200), under the question's 50,000.
+MAX_INSTRUCTIONS_SHOWN = 12_000
 MAX_FOCUS_CHARS = 2_000  # as --focus (review/request.py)
 # The guidance files, in the order they are read; only tracked ones (committed guidance,
 # not a person's untracked notes).
@@ -156,7 +159,7 @@ def _where(loc: Sequence[int | str]) -> str:
         elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part):
             path += f".{part}"
         else:  # an instruction's glob
-            path += f"[{part!r}]"
+            path += f"[{part!r}]" if len(part) <= 80 else f"[{part[:77]!r}...]"
     return path
 
 
@@ -217,8 +220,12 @@ def _check_meaning(rules: ReviewRules) -> list[str]:
             problems.append(str(exc))
     total = 0
     for glob, text in rules.instructions.items():
-        where = f"{BLOCK}.instructions[{glob!r}]"
         total += len(text)
+        if len(glob) > MAX_PATTERN_CHARS:
+            problems.append(f"{BLOCK}.instructions: a pattern of {len(glob):,} characters; "
+                            f"the limit is {MAX_PATTERN_CHARS}")
+            continue
+        where = f"{BLOCK}.instructions[{glob!r}]"
         try:
             check_pattern(glob, where)
         except ConfigError as exc:
@@ -309,15 +316,20 @@ def load_rules(top: Path) -> LoadedRules:
 def instructions_for(loaded: LoadedRules, files: Sequence[str]) -> str:
     """The question's part for the instructions whose pattern matches one of ``files`` (the
     files sent), each with the files it matched; "" when none does."""
-    lines = []
-    for glob, text in loaded.rules.instructions.items():
-        matcher = PathRules([glob])
-        matched = [f for f in files if matcher.matches(f)]
-        if not matched:
-            continue
-        shown = ", ".join(matched[:5]) + (f" and {len(matched) - 5} more"
-                                          if len(matched) > 5 else "")
-        lines.append(f"- for {glob} ({shown}): {text.strip()}")
+    lines: list[str] = []
+    size = 0
+    applies = [(glob, text, matched) for glob, text in loaded.rules.instructions.items()
+               if (matched := [f for f in files if PathRules([glob]).matches(f)])]
+    for n, (glob, text, matched) in enumerate(applies):
+        shown = ", ".join(f if len(f) <= 80 else f[:77] + "..." for f in matched[:3])
+        more = f" and {len(matched) - 3} more" if len(matched) > 3 else ""
+        line = f"- for {glob} ({shown}{more}): {text.strip()}"
+        if size + len(line) > MAX_INSTRUCTIONS_SHOWN:  # the question's limit: 50,000
+            lines.append(f"- ... and {len(applies) - n} more instructions, not shown (too "
+                         "long together)")
+            break
+        lines.append(line)
+        size += len(line) + 1
     if not lines:
         return ""
     return (f"\n\nThe repository's own review instructions ({loaded.file}, {BLOCK}."

@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.cli.main import main
+from massgen_mcp.core.spec import MAX_QUESTION_CHARS
+from massgen_mcp.review.changes import Changes
 from massgen_mcp.review.ignore import PathRules
+from massgen_mcp.review.request import review_question
+from massgen_mcp.review.rules import MAX_INSTRUCTIONS_SHOWN, instructions_for, rules_from_mapping
 from massgen_mcp.team.discover import configured_team
 from massgen_mcp.testing.scripted import ScriptedServer
 from tests.helpers import Scripted
@@ -299,3 +303,17 @@ def test_ignore_patterns_match_as_gits_own_check_ignore_does(tmp_path: Path) -> 
         by_git = {p for p in out.split("\0") if p}
         rules = PathRules(lines)
         assert {p for p in PATHS if rules.match(p)} == by_git, lines
+
+
+def test_the_largest_rules_and_listings_still_fit_the_question(tmp_path: Path) -> None:
+    """50 instructions of their largest total, each matching long paths, beside the longest
+    focus and file listings: the question stays under its limit, and says what it left out."""
+    files = tuple(f"d{i}/{'y' * 290}/{j}.py" for i in range(50) for j in range(5))
+    loaded = rules_from_mapping({"review": {"instructions": {
+        f"d{i}/**": "x" * 160 for i in range(50)}}}, ".massgen/config.yaml")
+    part = instructions_for(loaded, files)
+    assert len(part) <= MAX_INSTRUCTIONS_SHOWN + 100
+    assert part.endswith("more instructions, not shown (too long together)")
+    changes = Changes(tmp_path, "the working tree against HEAD", "diff", files,
+                      tuple(f"{f}: binary" for f in files))
+    assert len(review_question(changes, "f" * 2_000) + part) < MAX_QUESTION_CHARS
