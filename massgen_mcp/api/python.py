@@ -85,7 +85,7 @@ def run(question: str, **kwargs: Any) -> ResultRecord:
 
 async def areview(*, staged: bool = False, base: str | None = None, commit: str | None = None,
                   patch: str | None = None, paths: list[str] | None = None,
-                  focus: str | None = None, fail_on: Severity | str = Severity.MAJOR,
+                  focus: str | None = None, fail_on: Severity | str | None = None,
                   models: list[str] | None = None, config: str | None = None,
                   options: RunOptions | dict[str, Any] | None = None,
                   base_url: str | None = None, repo: str | Path | None = None,
@@ -99,7 +99,8 @@ async def areview(*, staged: bool = False, base: str | None = None, commit: str 
     ``staged``, ``base`` (the branch's commits since its merge base with that ref),
     ``commit``, ``patch`` (a unified diff as text, e.g. ``gh pr diff``'s) or ``paths``
     (files or folders as they are, relative to ``repo``). ``fail_on``: the least severity
-    of an agreed finding that makes the verdict ``changes_requested``. The team,
+    of an agreed finding that makes the verdict ``changes_requested`` (default: the
+    repository's ``review.fail_on``, else ``major``). The team,
     ``options`` and ``home`` are :func:`arun`'s. Bad input raises :class:`ConfigError`
     naming the field."""
     try:
@@ -107,8 +108,8 @@ async def areview(*, staged: bool = False, base: str | None = None, commit: str 
             options = RunOptions.model_validate(options)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, "options.")) from None
-    try:
-        threshold = Severity(fail_on)
+    try:  # None: the repository's review.fail_on, else major
+        threshold = Severity(fail_on) if fail_on is not None else None
     except ValueError:
         raise ConfigError(f"fail_on: {fail_on!r} is not a severity; give blocker, major, "
                           "minor or nit") from None

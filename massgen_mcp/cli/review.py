@@ -66,6 +66,10 @@ def add_parser(sub: Any) -> None:
                         choices=("blocker", "major", "minor", "nit"),
                         help="for CI: exit 8 when an agreed finding is this severe or worse "
                              "(the verdict's threshold; default threshold: major, exit 0)")
+    review.add_argument("--explain-config", action="store_true",
+                        help="print the review rules that apply here (the repository's "
+                             ".massgen/config.yaml review: block, the command line, the "
+                             "defaults) and where each came from, then exit without reviewing")
     flags.team_arguments(review)
     flags.protocol_arguments(review)
     flags.role_arguments(review)
@@ -88,8 +92,11 @@ def cmd_review(args: argparse.Namespace) -> int:
     from massgen_mcp.review.start import ChangeToReview, start_review
     from massgen_mcp.team.context_files import Workspace
 
+    if args.explain_config:
+        return explain_config(args)
     patch, paths = patch_or_paths(args.targets)
-    threshold = Severity(args.fail_on) if args.fail_on else Severity.MAJOR
+    # None: the repository's review.fail_on, else major (review/rules.py).
+    threshold = Severity(args.fail_on) if args.fail_on else None
     if args.format == "json":
         args.json = True
     options = options_from(args)
@@ -108,9 +115,32 @@ def cmd_review(args: argparse.Namespace) -> int:
                                      focus=args.focus, models=models, config=config,
                                      base_url=args.base_url, options=options,
                                      threshold=threshold)
+        if args.fail_on is None and started.fail_on is not None:
+            args.fail_on = str(started.fail_on)  # the repository's default: exits as --fail-on
         for note in started.notes:
             if not (args.quiet and note.startswith("estimate: ")):
                 err(note)
         return started.run
 
     return follow_to_the_end(args, start)
+
+
+def explain_config(args: argparse.Namespace) -> int:
+    """``review --explain-config``: the rules that apply in this repository and where each
+    came from, on stdout; nothing is reviewed, no model is called, nothing is recorded."""
+    import asyncio
+
+    from massgen_mcp.cli.output import say
+    from massgen_mcp.review.changes import repository
+    from massgen_mcp.review.rules import Guidance, explain, load_rules, read_guidance
+
+    async def gather() -> list[str]:
+        top = await repository(Path.cwd())
+        loaded = await asyncio.to_thread(load_rules, top)
+        guidance = await read_guidance(top) if loaded.rules.guidance else Guidance()
+        return explain(loaded, top, guidance=guidance, flags={
+            "fail_on": args.fail_on, "focus": args.focus, "models": args.models,
+            "config": args.config})
+
+    say("\n".join(asyncio.run(gather())))
+    return 0

@@ -29,7 +29,7 @@ person's patch is :mod:`massgen_mcp.review.patch`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -57,6 +57,8 @@ from massgen_mcp.tools.git import (
 )
 from massgen_mcp.tools.workspace import withheld, withheld_content
 
+# Why the repository's review rules leave the file at a path out, or None (review/rules.py).
+Ignore = Callable[[str], str | None]
 CONTEXT_LINES = 5  # lines of context around each change (git's default is 3)
 DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-color", f"--unified={CONTEXT_LINES}",
                 "--src-prefix=a/", "--dst-prefix=b/", "--no-relative", "-M",
@@ -133,12 +135,14 @@ async def repository(cwd: Path) -> Path:
 async def collect(cwd: Path, *, staged: bool = False, base: str | None = None,
                   commit: str | None = None, patch: str | None = None,
                   paths: Sequence[str] = (), stdin: BinaryIO | None = None,
-                  patch_text: str | None = None) -> Changes:
+                  patch_text: str | None = None, ignore: Ignore | None = None) -> Changes:
     """What to review, as the arguments name it (at most one of them; none: the working
     tree's changes against HEAD). ``patch`` is a file path or ``-`` (read from ``stdin``,
     default ``sys.stdin``); ``patch_text`` is a patch itself (the MCP tool's and the Python
     API's ``patch``: a caller that is a model or a program holds the diff, not a file);
-    ``paths`` are files or folders, relative to ``cwd``."""
+    ``paths`` are files or folders, relative to ``cwd``. ``ignore``: why the repository's
+    review rules leave a file out (:mod:`massgen_mcp.review.rules`), applied after the
+    files a model may not see are dropped."""
     given = [name for name, value in (("--staged", staged), ("--base", base),
                                       ("--commit", commit),
                                       ("patch", patch or patch_text is not None),
@@ -149,8 +153,8 @@ async def collect(cwd: Path, *, staged: bool = False, base: str | None = None,
     root = await repository(cwd)
     try:
         if patch_text is not None:
-            return _patch(root, *given_patch(patch_text))
-        return await _collect(root, cwd, staged, base, commit, patch, paths, stdin)
+            return _patch(root, *given_patch(patch_text), ignore)
+        return await _collect(root, cwd, staged, base, commit, patch, paths, stdin, ignore)
     except GitFailed as exc:  # a FIFO at a tracked path, a blobless clone's missing blob...
         raise ConfigError(f"git: {git_said(exc)}; fix that in the repository (or review "
                           "another way: a patch, named files)") from None
@@ -158,12 +162,12 @@ async def collect(cwd: Path, *, staged: bool = False, base: str | None = None,
 
 async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
                    commit: str | None, patch: str | None, paths: Sequence[str],
-                   stdin: BinaryIO | None) -> Changes:
+                   stdin: BinaryIO | None, ignore: Ignore | None = None) -> Changes:
     git = Git(root, await filter_overrides(root))
     if patch is not None:
-        return _patch(root, *read_patch(patch, cwd, stdin))
+        return _patch(root, *read_patch(patch, cwd, stdin), ignore)
     if paths:
-        return await whole_files(git, root, cwd, paths)
+        return await whole_files(git, root, cwd, paths, ignore)
     head = await resolve(git, "HEAD", "HEAD", missing_ok=True)
     reviewed: str | None = None
     if staged:
@@ -201,15 +205,15 @@ async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
     sections = mark_binary(split_diff(data, described))
     check_diff_text(b"".join(b"".join(s.lines) for s in sections if not s.binary),
                     f"diff of {described}")
-    changes = finish(root, described, sections)
+    changes = finish(root, described, sections, ignore)
     return Changes(changes.root, changes.described, changes.diff, changes.files,
                    changes.left_out, commit=reviewed)
 
 
-def _patch(root: Path, data: bytes, described: str) -> Changes:
+def _patch(root: Path, data: bytes, described: str, ignore: Ignore | None = None) -> Changes:
     sections = split_diff(data, described)
     check_patch_paths(root, sections)
-    return finish(root, described, sections)
+    return finish(root, described, sections, ignore)
 
 
 async def resolve(git: Git, ref: str, field_name: str, *, missing_ok: bool = False
@@ -236,18 +240,25 @@ async def empty_tree(git: Git) -> str:
     return (await git.run("hash-object", "-t", "tree", "--stdin")).decode().strip()
 
 
-def finish(root: Path, described: str, sections: list[FileDiff]) -> Changes:
+def finish(root: Path, described: str, sections: list[FileDiff],
+           ignore: Ignore | None = None) -> Changes:
     """The :class:`Changes` of ``sections``: the files a model may not see
     (:func:`~massgen_mcp.tools.workspace.withheld`: by either path of the section;
-    :func:`~massgen_mcp.tools.workspace.withheld_content`: by what its lines hold) and binary
-    files dropped and named; the rest joined; an empty result refused."""
+    :func:`~massgen_mcp.tools.workspace.withheld_content`: by what its lines hold), the files
+    the repository's rules ``ignore`` and binary files dropped and named; the rest joined; an
+    empty result refused (one that the rules emptied, in words of its own: not an approval)."""
     kept: list[FileDiff] = []
     left_out: list[str] = []
+    ignored = 0
     for section in sections:
         why = next((w for p in section.paths if (w := withheld(PurePosixPath(p)))), None)
         if why is None and not section.binary and not section.skipped:
             why = withheld_content(b"".join(section.lines))
-        if why is not None:
+        rule = ignore(section.path) if why is None and ignore is not None else None
+        if rule is not None:
+            ignored += 1
+            left_out.append(f"{section.path}: {rule}")
+        elif why is not None:
             left_out.append(f"{section.path}: {why} (its changes are never sent to a model)")
         elif section.binary:
             left_out.append(f"{section.path}: binary (a diff shows no lines of it)")
@@ -257,6 +268,11 @@ def finish(root: Path, described: str, sections: list[FileDiff]) -> Changes:
             kept.append(section)
     files = tuple(dict.fromkeys(s.path for s in kept if s.paths))
     diff = b"".join(b"".join(s.lines) for s in kept).decode("utf-8")
+    if not files and ignored:
+        raise ConfigError(f"review: nothing was reviewed, and this is not an approval: the "
+                          f"repository's review rules ignore every file {described} changes "
+                          f"that could be sent ({ignored} ignored); change review.ignore in "
+                          ".massgen/config.yaml (review --explain-config shows the rules)")
     if not files:
         why = f" ({'; '.join(left_out)})" if left_out else ""
         raise ConfigError(f"diff: nothing to review: {described} changes no file that can "
@@ -267,7 +283,8 @@ def finish(root: Path, described: str, sections: list[FileDiff]) -> Changes:
     return Changes(root, described, diff, files, tuple(left_out))
 
 
-async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> Changes:
+async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str],
+                      ignore: Ignore | None = None) -> Changes:
     """The files ``names`` give (a folder: its tracked files), each as an added file, so
     that its lines are numbered as a diff's are."""
     found: list[str] = []
@@ -296,7 +313,7 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> 
     for relative in dict.fromkeys(found):
         section = FileDiff(old=None, new=relative, git_header=True)
         sections.append(section)
-        if withheld(PurePosixPath(relative)):
+        if withheld(PurePosixPath(relative)) or (ignore is not None and ignore(relative)):
             continue  # never read
         if plain_parts(relative) is None or through_link(root, relative):
             section.skipped = "reached through a link (not followed)"
@@ -322,4 +339,4 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> 
         header = (f"diff --git a/{relative} b/{relative}\nnew file\n--- /dev/null\n"
                   f"+++ b/{relative}\n@@ -0,0 +1,{len(body)} @@\n")
         section.lines = [(header + "".join(f"+{line}\n" for line in body)).encode()]
-    return finish(root, f"the files {', '.join(names)}", sections)
+    return finish(root, f"the files {', '.join(names)}", sections, ignore)

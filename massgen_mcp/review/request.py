@@ -104,17 +104,20 @@ def review_question(changes: Changes, focus: str | None = None) -> str:
 def review_spec(changes: Changes, focus: str | None = None, *,
                 models: list[str] | None = None, config: str | None = None,
                 base_url: str | None = None, options: RunOptions | None = None,
-                tools: bool = True, threshold: Severity = Severity.MAJOR) -> RunSpec:
+                tools: bool = True, threshold: Severity = Severity.MAJOR,
+                rules: str = "", guidance: str = "") -> RunSpec:
     """The :class:`RunSpec` of a review: the team and limits as ``run`` takes them
     (``options``: only the fields set count), with the workspace tools on unless ``tools``
     is False (:func:`tools_withheld`); ``threshold``: the least severity of an agreed
-    finding that requests changes."""
+    finding that requests changes. ``rules``: the repository's instructions for the files
+    sent, added to the question; ``guidance``: its guidance files, put before the diff in
+    the context (both from :mod:`massgen_mcp.review.rules`)."""
     given = options.model_dump(exclude_unset=True) if options is not None else {}
     target = ReviewTarget(root=str(changes.root), commit=changes.commit,
                           described=changes.described, files=list(changes.files),
                           threshold=threshold)
-    return RunSpec(question=review_question(changes, focus), models=models, config=config,
-                   base_url=base_url, context=changes.diff,
+    return RunSpec(question=review_question(changes, focus) + rules, models=models,
+                   config=config, base_url=base_url, context=guidance + changes.diff,
                    options=RunOptions(**{**given, "workspace_tools": tools}), review=target)
 
 

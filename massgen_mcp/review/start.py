@@ -15,6 +15,7 @@ arguments may come from whatever it read. Then the repository must be the worksp
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,14 @@ from massgen_mcp.review.request import (
     review_estimate,
     review_spec,
     tools_withheld,
+)
+from massgen_mcp.review.rules import (
+    GUIDANCE_QUESTION,
+    Guidance,
+    check_budget,
+    instructions_for,
+    load_rules,
+    read_guidance,
 )
 from massgen_mcp.service import ConsensusService, StartedRun
 from massgen_mcp.team import consent
@@ -56,16 +65,24 @@ class ReviewStarted:
     run: StartedRun
     changes: Changes
     notes: list[str] = field(default_factory=list)
+    # The repository's default threshold (review.fail_on) when the caller gave none: the
+    # command line then exits as with --fail-on.
+    fail_on: Severity | None = None
 
 
 async def start_review(service: ConsensusService, workspace: Workspace,
                        change: ChangeToReview, *, focus: str | None = None,
                        models: list[str] | None = None, config: str | None = None,
                        base_url: str | None = None, options: RunOptions | None = None,
-                       threshold: Severity = Severity.MAJOR) -> ReviewStarted:
+                       threshold: Severity | None = None) -> ReviewStarted:
     """Collect ``change`` in the repository at ``workspace``'s root, and start its review
     through ``service`` with the team and limits as ``run_consensus`` takes them.
-    ``threshold``: the least severity of an agreed finding that requests changes."""
+    ``threshold``: the least severity of an agreed finding that requests changes (None: the
+    repository's ``review.fail_on``, else major).
+
+    The repository's own rules (:mod:`massgen_mcp.review.rules`) apply where the caller
+    leaves a choice open (focus, threshold, team) and narrow what is sent (ignore, budget);
+    its guidance files join the context only where the workspace tools may go too."""
     given = [name for name, value in (("staged", change.staged), ("base", change.base),
                                       ("commit", change.commit),
                                       ("patch", change.patch is not None
@@ -77,32 +94,58 @@ async def start_review(service: ConsensusService, workspace: Workspace,
     if workspace.confined:
         await check_confined(workspace.root, change.paths)
     try:
+        loaded = await asyncio.to_thread(load_rules, await repository(workspace.root))
         changes = await collect(workspace.root, staged=change.staged, base=change.base,
                                 commit=change.commit, patch_text=change.patch,
-                                patch=change.patch_file, paths=list(change.paths))
+                                patch=change.patch_file, paths=list(change.paths),
+                                ignore=loaded.ignored())
     except ConfigError as exc:
         if not workspace.confined and change.patch is None:
             raise  # the command line's own words ("--base: ...")
         # The caller here named the fields without dashes.
         raise ConfigError(str(exc).removeprefix("--")) from None
+    check_budget(loaded, changes.diff, changes.files)
+    rules = loaded.rules
     notes = [f"left out {note}" for note in changes.left_out]
+    focus = focus if focus is not None else rules.focus
+    default_fail_on = Severity(rules.fail_on) if threshold is None and rules.fail_on else None
+    threshold = threshold or default_fail_on or Severity.MAJOR
+    from_rules = not models and not config and rules.team is not None
+    if from_rules:  # a discovered team, as far as consent goes (tools_withheld below)
+        config = rules.team if isinstance(rules.team, str) else None
+        models = list(rules.team) if isinstance(rules.team, list) else None
+        notes.append(f"team: {', '.join(models or [str(config)])} "
+                     f"({loaded.source('team')})")
+    instructions = instructions_for(loaded, changes.files)
+    guidance = await read_guidance(changes.root) if rules.guidance else Guidance()
+    notes += [f"guidance: left out {note}" for note in guidance.left_out]
     spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
-                       options=options, threshold=threshold)
+                       options=options, threshold=threshold,
+                       rules=instructions + (GUIDANCE_QUESTION if guidance.text else ""),
+                       guidance=guidance.text)
     review_workspace = Workspace(changes.root, confined=workspace.confined)
-    team = await chosen_team(spec, review_workspace)  # once, for the checks below
+    try:
+        team = await chosen_team(spec, review_workspace)  # once, for the checks below
+    except ConfigError as exc:
+        if not from_rules:
+            raise
+        raise ConfigError(f"{loaded.source('team')}: {exc}") from None
     if workspace.confined:  # the call picked the files: never to an agent abroad
         consent.check_call(team, team, {}, None, {"paths": change.paths})
-    withheld = tools_withheld(spec, team)
+    judged = spec.model_copy(update={"models": None, "config": None}) if from_rules else spec
+    withheld = tools_withheld(judged, team)
     if withheld:
         notes.append("the team reviewed the diff without reading the repository (workspace "
-                     f"tools off): {'; '.join(withheld)}; name the team (models or config) "
-                     "to give it the tools")
+                     f"tools off{', no guidance files' if guidance.text else ''}): "
+                     f"{'; '.join(withheld)}; name the team (models or config) to give it "
+                     "the tools")
         spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
-                           options=options, tools=False, threshold=threshold)
+                           options=options, tools=False, threshold=threshold,
+                           rules=instructions)
     floor = review_estimate(spec, team)  # a budget below it: refused
     notes.append(f"estimate: {floor.words()}")
     run = await service.start(spec, review_workspace)
-    return ReviewStarted(run, changes, notes)
+    return ReviewStarted(run, changes, notes, default_fail_on)
 
 
 async def check_confined(root: Path, paths: Sequence[str]) -> None:

@@ -199,3 +199,29 @@ async def test_review_changes_as_an_mcp_task(scripted: Scripted, repo: Path) -> 
                                   "are never sent to a model)")
     assert handle["notes"][1].startswith("estimate: at least 6 calls")  # said before it ran
     assert CANARY not in sent(server)
+
+
+async def test_review_changes_follows_the_repositorys_own_rules(
+        scripted: Scripted, repo: Path, tmp_path: Path, home: Path) -> None:
+    """The MCP face applies the repository's review: block as the command line does: an
+    ignored file's changes, and its instruction, reach no model; the instruction for a file
+    sent and the guidance file do; '!.env' reopens nothing."""
+    server = scripted(reviewer)
+    (repo / ".massgen").mkdir()
+    (repo / ".massgen" / "config.yaml").write_text(
+        "review:\n  ignore: ['src/app.py', '!.env']\n  instructions:\n"
+        "    'src/db.py': 'INSTRUCTION-DB: parameters only'\n"
+        "    'src/app.py': 'INSTRUCTION-APP: never sent'\n")
+    (repo / "AGENTS.md").write_text("GUIDANCE-MARKER: queries live in src/db.py\n")
+    git(repo, "add", ".massgen/config.yaml", "AGENTS.md")
+    git(repo, "commit", "-qm", "rules")
+    async with host(home, tmp_path / "elsewhere", repo) as client:
+        reply = await client.call_tool("review_changes", {"models": team(server),
+                                                          "wait_s": 50})
+        assert not reply.is_error, text(reply)
+    everything = sent(server)
+    assert "INSTRUCTION-DB" in everything and "GUIDANCE-MARKER" in everything
+    assert "range(len(items) + 1)" not in everything  # src/app.py's change: ignored
+    assert "INSTRUCTION-APP" not in everything and CANARY not in everything
+    assert ("Note: left out src/app.py: ignored by the repository's review rules "
+            "(.massgen/config.yaml review.ignore: 'src/app.py').") in text(reply).splitlines()
