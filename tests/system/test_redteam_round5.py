@@ -3,14 +3,22 @@ could not reach, each attacked with the input an attacker controls and held here
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.settings import MAKE_SECRET, secret_weakness
+from massgen_mcp.review.changes import collect
+from massgen_mcp.tools.snapshot import snapshot
+from tests.review.conftest import git
+from tests.review.conftest import repo as repo  # the fixture: a repository with changes
 from tests.servers import TOKEN, free_port, server_env
+
+posix_only = pytest.mark.skipif(sys.platform == "win32", reason="shell-script plants")
 
 WEAK_TOKEN = "abc"
 STRONG = "Vq3x-9LmZr_T8wKc2YhP0dNf"  # 24 characters of the url-safe alphabet
@@ -72,3 +80,106 @@ def test_generated_secrets_pass_and_patterns_do_not() -> None:
     assert secret_weakness(TOKEN) is None and secret_weakness(STRONG) is None
     for weak in ("abc", "x" * 64, "ab" * 20, "0" * 15 + "1", "2024202420242024"):
         assert secret_weakness(weak) is not None, weak
+
+
+# -- git-config plants: the review's git runs no program a repository's config names -------
+
+def _planted(tmp_path: Path, name: str) -> tuple[Path, str]:
+    """A program that leaves ``ran/<name>`` when it runs and passes its input through."""
+    ran = tmp_path / "ran"
+    ran.mkdir(exist_ok=True)
+    script = tmp_path / f"{name}.sh"
+    script.write_text(f'#!/bin/sh\ntouch "{ran}/{name}"\ncat\n')
+    script.chmod(0o755)
+    return ran, str(script)
+
+
+async def _review_every_way(repo: Path, cwd: Path | None = None) -> None:
+    """The working tree, one commit, a base and both snapshots: every git call a review
+    makes (a refusal in one line counts as holding too)."""
+    for given in ({}, {"commit": "HEAD"}, {"base": "HEAD~1"}):
+        try:
+            await collect(cwd or repo, **given)  # type: ignore[arg-type]
+        except ConfigError as exc:
+            assert "\n" not in str(exc)
+    for commit in (None, "HEAD"):
+        async with snapshot(repo, commit):
+            pass
+
+
+def _commit_attributes(repo: Path, text: str) -> None:
+    (repo / ".gitattributes").write_text(text)
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-qm", "attributes")
+    os.utime(repo / "src" / "app.py", (1, 1))  # stat data changed: git diff cleans it
+
+
+@posix_only
+async def test_worktree_config_and_conditional_includes_run_nothing(repo: Path,
+                                                                    tmp_path: Path) -> None:
+    """Config a plain ``git diff`` obeys, from the two places beside ``.git/config``: the
+    worktree's own (``extensions.worktreeConfig``) and an ``includeIf`` (plain git ran
+    every one of these programs)."""
+    names = ("wtclean", "wtfsmonitor", "wttextconv", "incprocess")
+    scripts = {name: _planted(tmp_path, name)[1] for name in names}
+    _commit_attributes(repo, "*.py filter=wt diff=wtd\n*.md filter=inc\n")
+    git(repo, "config", "extensions.worktreeConfig", "true")
+    git(repo, "config", "--worktree", "filter.wt.clean", scripts["wtclean"])
+    git(repo, "config", "--worktree", "core.fsmonitor", scripts["wtfsmonitor"])
+    git(repo, "config", "--worktree", "diff.wtd.textconv", scripts["wttextconv"])
+    included = tmp_path / "included.cfg"
+    included.write_text(f'[filter "inc"]\n\tprocess = {scripts["incprocess"]}\n')
+    git(repo, "config", "includeIf.onbranch:main.path", str(included))
+    (repo / "README.md").write_text("# shop, changed\n")
+    git(repo, "commit", "-qam", "second")
+    (repo / "src" / "app.py").write_text("changed again\n")
+    for mark in (tmp_path / "ran").iterdir():  # what the test's own git commit ran
+        mark.unlink()
+    await _review_every_way(repo)
+    assert not list((tmp_path / "ran").iterdir())
+
+
+@posix_only
+async def test_a_linked_worktrees_own_config_runs_nothing(repo: Path, tmp_path: Path) -> None:
+    ran, script = _planted(tmp_path, "linkedclean")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "base")
+    linked = tmp_path / "linked"
+    git(repo, "worktree", "add", "-q", str(linked), "-b", "side")
+    _commit_attributes(linked, "*.py filter=lw diff=lw\n")
+    git(linked, "config", "extensions.worktreeConfig", "true")
+    git(linked, "config", "--worktree", "filter.lw.clean", script)
+    git(linked, "config", "--worktree", "diff.lw.textconv", script)
+    (linked / "src" / "app.py").write_text("changed in the linked worktree\n")
+    await _review_every_way(linked)
+    assert not (ran / "linkedclean").exists()
+
+
+@posix_only
+async def test_a_submodules_config_runs_nothing_even_asked_to_diff_it(
+        repo: Path, tmp_path: Path) -> None:
+    """``diff.submodule=diff`` and ``submodule.recurse`` in the repository's config ask git
+    to run a diff inside the submodule, whose config names a filter process, a textconv, a
+    diff command and an fsmonitor (plain git ran three of them)."""
+    ran = tmp_path / "ran"
+    source = tmp_path / "vendor-source"
+    source.mkdir()
+    git(source, "init", "-q", "-b", "main")
+    (source / ".gitattributes").write_text("*.txt filter=sf diff=sd\n")
+    (source / "s.txt").write_text("s\n")
+    git(source, "add", ".")
+    git(source, "commit", "-qm", "s")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(source),
+        "vendor")
+    git(repo, "commit", "-qam", "a submodule")
+    vendor = repo / "vendor"
+    for key, name in (("filter.sf.process", "subprocess"), ("diff.sd.textconv", "subconv"),
+                      ("diff.sd.command", "subcommand"), ("core.fsmonitor", "subfsmonitor")):
+        git(vendor, "config", key, _planted(tmp_path, name)[1])
+    git(repo, "config", "diff.submodule", "diff")
+    git(repo, "config", "submodule.recurse", "true")
+    (vendor / "s.txt").write_text("changed\n")
+    os.utime(vendor / "s.txt", (1, 1))
+    await _review_every_way(repo)
+    assert not list(ran.iterdir())
+
