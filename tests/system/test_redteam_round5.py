@@ -13,6 +13,7 @@ import pytest
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.settings import MAKE_SECRET, secret_weakness
 from massgen_mcp.review.changes import collect
+from massgen_mcp.review.diff import split_diff
 from massgen_mcp.tools.snapshot import snapshot
 from tests.review.conftest import git
 from tests.review.conftest import repo as repo  # the fixture: a repository with changes
@@ -183,3 +184,47 @@ async def test_a_submodules_config_runs_nothing_even_asked_to_diff_it(
     await _review_every_way(repo)
     assert not list(ran.iterdir())
 
+
+# -- huge and binary files, and names with newlines or terminal escapes --------------------
+
+ODD_NAMES = ("src/new\nline.py", "src/\x1b]0;PWNED\x07title.py", "src/\x1b[2J\x1b[Hclear.py",
+             "src/\u202eyp.txt", "src/tab\there.py", 'src/quo"te.py', "src/back\\slash.py")
+
+
+@posix_only
+async def test_odd_file_names_stay_one_quoted_header_line_every_way(repo: Path) -> None:
+    """A named file (``paths``) had its header written with the raw name: a newline in it
+    made a line of its own in the diff the model reads, an escape sequence went raw. Now it
+    is quoted as git quotes it, and the sections read back to the same names."""
+    for name in ODD_NAMES:
+        (repo / name).write_text("print(1)\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "odd names")
+    for name in ODD_NAMES:
+        (repo / name).write_text("print(2)\n")
+    for given in ({}, {"commit": "HEAD"}, {"paths": ["src"]}):
+        changes = await collect(repo, **given)
+        assert set(ODD_NAMES) <= set(changes.files), given
+        assert not any(c in changes.diff for c in "\x1b\x07\u202e"), given
+        for line in changes.diff.splitlines():
+            assert line[:1] in ("+", "-", " ", "@", "d", "n", "i"), (given, line)
+        read_back = split_diff(changes.diff.encode(), "the diff")
+        assert {s.path for s in read_back} == set(changes.files), given
+
+
+async def test_a_huge_change_is_refused_in_one_line_and_binary_is_left_out(
+        repo: Path) -> None:
+    """A 9 MB text change: refused, never cut, in one line, with git stopped at the cap; a
+    binary file beside a text change is left out and named."""
+    (repo / "src" / "huge.txt").write_text("a line of a generated file\n" * 350_000)
+    git(repo, "add", "-N", "src/huge.txt")
+    with pytest.raises(ConfigError) as caught:
+        await collect(repo)
+    assert "more than" in str(caught.value) and "\n" not in str(caught.value)
+    git(repo, "rm", "-q", "--cached", "src/huge.txt")
+    (repo / "src" / "huge.txt").unlink()
+    (repo / "src" / "blob.bin").write_bytes(bytes(range(256)) * 4000)
+    git(repo, "add", "-N", "src/blob.bin")
+    changes = await collect(repo)
+    assert "src/blob.bin" not in changes.files
+    assert any(note.startswith("src/blob.bin: binary") for note in changes.left_out)
