@@ -3,9 +3,11 @@ could not reach, each attacked with the input an attacker controls and held here
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,9 @@ from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.settings import MAKE_SECRET, secret_weakness
 from massgen_mcp.review.changes import collect
 from massgen_mcp.review.diff import split_diff
+from massgen_mcp.testing.scripted import ChatRequest, Reply, converge, raw, tool_calls
 from massgen_mcp.tools.snapshot import snapshot
+from tests.helpers import Scripted
 from tests.review.conftest import git
 from tests.review.conftest import repo as repo  # the fixture: a repository with changes
 from tests.servers import TOKEN, free_port, server_env
@@ -228,3 +232,37 @@ async def test_a_huge_change_is_refused_in_one_line_and_binary_is_left_out(
     changes = await collect(repo)
     assert "src/blob.bin" not in changes.files
     assert any(note.startswith("src/blob.bin: binary") for note in changes.left_out)
+
+
+# -- depth: auto with members whose every reply is malformed JSON -------------------------
+
+MALFORMED: dict[str, Callable[[ChatRequest], Reply]] = {
+    "a body that is not JSON": lambda req: raw('{"choices": [ {"message": '),
+    "tool arguments that are not JSON": lambda req: tool_calls(
+        ("new_answer", '{"content": "x'), ("vote", "{oops")),
+    "JSON nested 100,000 deep": lambda req: tool_calls(("new_answer", "[" * 100_000)),
+}
+
+
+@pytest.mark.parametrize("malformed", list(MALFORMED))
+@pytest.mark.parametrize("bad", ["ab", "abc"])
+def test_depth_auto_ends_when_members_answer_malformed_json_every_time(
+        scripted: Scripted, home: Path, malformed: str, bad: str) -> None:
+    """The opening pair (or the whole team) replies malformed JSON at every turn: each such
+    member is retried a bounded number of times and dropped, the reserve is called in, and
+    the run ends with a final status: completed by the rest, or failed when none is left."""
+    def policy(req: ChatRequest) -> Reply:
+        return MALFORMED[malformed](req) if req.model in bad else converge(req)
+
+    server = scripted(policy)
+    models = ",".join(f"openai/{m}@{server.base_url}" for m in "abc")
+    done = subprocess.run([sys.executable, "-m", "massgen_mcp", "run", "What is 6*7?",
+                           "--models", models, "--depth", "auto", "--json", "--quiet"],
+                          capture_output=True, text=True, env=server_env(home), timeout=300)
+    result = json.loads(done.stdout)
+    if bad == "abc":
+        assert (result["status"], result["finish_reason"]) == ("failed", "all_agents_failed")
+    else:
+        assert result["status"] == "completed" and done.returncode == 7  # agents dropped
+    calls = server.calls_by_model()
+    assert all(calls[m] <= 4 for m in bad), calls  # one call and at most three retries
