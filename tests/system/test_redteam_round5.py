@@ -266,3 +266,54 @@ def test_depth_auto_ends_when_members_answer_malformed_json_every_time(
         assert result["status"] == "completed" and done.returncode == 7  # agents dropped
     calls = server.calls_by_model()
     assert all(calls[m] <= 4 for m in bad), calls  # one call and at most three retries
+
+
+# -- terminal escapes on stderr -----------------------------------------------------------
+
+PWNED = "\x1b]0;PWNED\x07\x1b[2J"
+
+
+def test_an_mcp_servers_stderr_reaches_ours_escaped_and_redacted(
+        scripted: Scripted, home: Path, tmp_path: Path) -> None:
+    """A stdio MCP server inherited our stderr: what it printed (a page it fetched, a key its
+    env holds) reached the terminal raw, escape sequences obeyed and keys unmasked. Its lines
+    now pass through a relay that shows control characters as escapes and redacts."""
+    key = "sk-proj-" + "Q7" * 20
+    server_script = tmp_path / "noisy_server.py"
+    server_script.write_text(
+        "import os, sys\n"
+        f"sys.stderr.write({PWNED!r} + ' fetched; key ' + os.environ['NOISY_KEY'] + '\\n')\n"
+        "sys.stderr.write('x' * 100000 + '\\n')\n"  # a line over the relay's cap
+        "sys.stderr.flush()\n")
+    server = scripted(converge)
+    config = tmp_path / "team.yaml"
+    config.write_text(json.dumps({"agents": [
+        {"id": m, "backend": {"type": "chatcompletion", "model": m, "base_url": server.base_url,
+                              "mcp_servers": {"noisy": {
+                                  "type": "stdio", "command": sys.executable,
+                                  "args": [str(server_script)],
+                                  "env": {"NOISY_KEY": "${NOISY_KEY}"}}}}}
+        for m in "ab"]}))
+    done = subprocess.run([sys.executable, "-m", "massgen_mcp", "run", "What is 6*7?",
+                           "--config", str(config)], capture_output=True, text=True,
+                          env=server_env(home, NOISY_KEY=key), timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "\\x1b]0;PWNED\\x07\\x1b[2J fetched; key " in done.stderr
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+    assert key not in done.stderr
+    assert max(len(line) for line in done.stderr.splitlines()) < 10_000
+
+
+def test_a_log_line_quoting_hostile_text_is_terminal_safe() -> None:
+    """Every log handler's formatter (stderr, server.log) escapes control characters as it
+    redacts: a log line may quote a file name, a model's or a server's words."""
+    import logging
+
+    from massgen_mcp.core.secrets import RedactingFormatter
+
+    record = logging.LogRecord("massgen_mcp.x", logging.WARNING, __file__, 1,
+                               "MCP server %s did not start: %s", ("h", PWNED + "refused"),
+                               None)
+    line = RedactingFormatter("%(levelname)s %(name)s: %(message)s").format(record)
+    assert line == "WARNING massgen_mcp.x: MCP server h did not start: " \
+                   "\\x1b]0;PWNED\\x07\\x1b[2Jrefused"
