@@ -317,3 +317,55 @@ def test_a_log_line_quoting_hostile_text_is_terminal_safe() -> None:
     line = RedactingFormatter("%(levelname)s %(name)s: %(message)s").format(record)
     assert line == "WARNING massgen_mcp.x: MCP server h did not start: " \
                    "\\x1b]0;PWNED\\x07\\x1b[2Jrefused"
+
+
+# -- files still written by path ------------------------------------------------------------
+
+@posix_only
+def test_links_planted_at_a_resumed_runs_lock_report_and_inbox_redirect_no_write(
+        scripted: Scripted, home: Path, tmp_path: Path) -> None:
+    """A session folder someone else wrote (a cloned repository's ``.massgen``) with links at
+    ``running.lock``, ``report.html``, ``final.md`` and the ``inbox`` folder: resuming it and
+    writing its report leave the links' targets as they were."""
+    server = scripted(converge)
+    models = ",".join(f"openai/{m}@{server.base_url}" for m in "ab")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "massgen_mcp", *args], capture_output=True,
+                              text=True, env=server_env(home), timeout=120)
+
+    ran = cli("run", "What is 6*7?", "--models", models, "--json", "--quiet")
+    session_id = json.loads(ran.stdout)["session_id"]
+    folder = home / "sessions" / session_id
+    status = json.loads((folder / "status.json").read_text())
+    (folder / "status.json").write_text(json.dumps({**status, "status": "interrupted"}))
+    (folder / "result.json").unlink()
+    target, target_folder = tmp_path / "bashrc", tmp_path / "elsewhere"
+    target.write_text("untouched\n")
+    target_folder.mkdir()
+    for name in ("running.lock", "report.html", "final.md"):
+        (folder / name).unlink(missing_ok=True)
+        (folder / name).symlink_to(target)
+    (folder / "inbox").symlink_to(target_folder, target_is_directory=True)
+    resumed = cli("resume", session_id)
+    assert resumed.returncode == 0, resumed.stderr
+    assert cli("show", session_id, "--html").returncode == 0
+    assert target.read_text() == "untouched\n" and not list(target_folder.iterdir())
+
+
+@posix_only
+def test_a_reply_is_never_written_through_an_inbox_swapped_for_a_link(tmp_path: Path) -> None:
+    """The running process answers a note it took from a real inbox; swapped for a link
+    meanwhile (by whoever writes the session folder), the reply went where the link led."""
+    from massgen_mcp.core.errors import SteerRefusedError
+    from massgen_mcp.executors import inbox
+    from massgen_mcp.executors.notes import NoteReply
+
+    folder, elsewhere = tmp_path / "session", tmp_path / "elsewhere"
+    folder.mkdir()
+    elsewhere.mkdir()
+    (folder / inbox.INBOX).symlink_to(elsewhere, target_is_directory=True)
+    inbox.answer(folder, "note-1", NoteReply(ok=True))
+    with pytest.raises(SteerRefusedError):  # a link there when it looks: refused
+        inbox.post(folder, "a note")
+    assert not list(elsewhere.iterdir())
