@@ -369,3 +369,43 @@ def test_a_reply_is_never_written_through_an_inbox_swapped_for_a_link(tmp_path: 
     with pytest.raises(SteerRefusedError):  # a link there when it looks: refused
         inbox.post(folder, "a note")
     assert not list(elsewhere.iterdir())
+
+
+# -- the sweep signalling by pid ------------------------------------------------------------
+
+NEXT_PID = Path("/proc/sys/kernel/ns_last_pid")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and pidfds")
+def test_a_swept_process_whose_pid_is_used_again_is_not_the_one_killed() -> None:
+    """The sweep stops each marked process it finds and kills it at the end. Killed by
+    something else meanwhile, its pid was free, and the process that got it was killed in its
+    place: the sweep signalled a number. It signals a pidfd now, taken before the process was
+    read. The pid is handed on by setting the next pid (root only)."""
+    import secrets
+
+    from massgen_mcp.core import children
+
+    if not os.access(NEXT_PID, os.W_OK):
+        pytest.skip("setting the next pid needs root")
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    marker = secrets.token_hex(8)
+    marked = subprocess.Popen(sleeper, env={**os.environ, children.MARKER_ENV: marker})
+    seen: set[tuple[int, float]] = set()
+    stopped: dict[int, Callable[[], None]] = {}
+    children._proc_scan(marker, seen, stopped)  # the sweep's scan: it stops what it finds
+    assert list(stopped) == [marked.pid]
+    marked.kill()  # something else ends it, and its pid is free
+    marked.wait()
+    for _ in range(50):  # another process may take the pid first: try again
+        NEXT_PID.write_text(str(marked.pid - 1))
+        other = subprocess.Popen(sleeper)
+        if other.pid == marked.pid:
+            break
+        other.kill()
+        other.wait()
+    else:
+        pytest.skip("the pid went to another process every time")
+    stopped[marked.pid]()  # the sweep's kill, at its end
+    other.terminate()
+    assert other.wait() == -15  # ended by our SIGTERM, not by the sweep's SIGKILL
