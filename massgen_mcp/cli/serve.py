@@ -71,6 +71,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                  ": start one with massgen-mcp worker --redis URL"))
     else:
         say("runs:          in this process (embedded; --redis URL for a worker pool)")
+    say("HTTP token:    " + setup.http_token)
     say("versions:      " + ", ".join(f"{k} {v}" for k, v in setup.versions.items()))
     say("add more:      " + setup.how_to_add_more)
     return code

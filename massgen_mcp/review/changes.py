@@ -42,6 +42,7 @@ from massgen_mcp.review.diff import (
     FileDiff,
     check_diff_text,
     mark_binary,
+    quote,
     split_diff,
 )
 from massgen_mcp.review.patch import check_patch_paths, given_patch, read_patch
@@ -336,7 +337,10 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str],
         body = text.split("\n")  # lines as git counts them (not str.splitlines's \f, \x1c...)
         if body[-1] == "":
             body.pop()
-        header = (f"diff --git a/{relative} b/{relative}\nnew file\n--- /dev/null\n"
-                  f"+++ b/{relative}\n@@ -0,0 +1,{len(body)} @@\n")
+        # Quoted as git quotes a name: a newline or an escape sequence in it stays plain text
+        # in one header line, not a line of its own the model reads as the diff's.
+        old, new = quote(f"a/{relative}"), quote(f"b/{relative}")
+        header = (f"diff --git {old} {new}\nnew file\n--- /dev/null\n+++ {new}\n"
+                  f"@@ -0,0 +1,{len(body)} @@\n")
         section.lines = [(header + "".join(f"+{line}\n" for line in body)).encode()]
     return finish(root, f"the files {', '.join(names)}", sections, ignore)

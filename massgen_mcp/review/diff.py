@@ -25,6 +25,7 @@ NARROW = ("narrow it: name fewer files (massgen-mcp review PATH ...), review one
 _HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _QUOTED_ESCAPES = {"a": "\a", "b": "\b", "t": "\t", "n": "\n", "v": "\v", "f": "\f",
                    "r": "\r", '"': '"', "\\": "\\"}
+_ESCAPE_OF = {char: "\\" + name for name, char in _QUOTED_ESCAPES.items()}
 
 
 @dataclass
@@ -197,6 +198,19 @@ def strip_prefix(path: str) -> str | None:
     if path == "/dev/null":
         return None
     return path[2:] if path.startswith(("a/", "b/")) else path
+
+
+def quote(path: str) -> str:
+    """``path`` as git writes it in a diff header (``core.quotePath``): in double quotes,
+    C-style, when it holds a control character, a quote, a backslash or a byte past ASCII;
+    as it is otherwise. A name with a newline or an escape sequence then stays one plain
+    line, which :func:`unquote` reads back."""
+    data = path.encode("utf-8", "surrogateescape")
+    if not any(b < 0x20 or b >= 0x7F or b in b'"\\' for b in data):
+        return path
+    out = [_ESCAPE_OF.get(chr(b)) or (f"\\{b:03o}" if b < 0x20 or b >= 0x7F else chr(b))
+           for b in data]
+    return '"' + "".join(out) + '"'
 
 
 def unquote(text: str) -> str:
