@@ -10,9 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Protocol
+from typing import Annotated, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+from massgen_mcp.core.edges import without_controls
+
+ModelText = Annotated[str, AfterValidator(without_controls)]
+"""Text a model wrote (a claim, a vote's reason, a summary), kept in a record that every output
+renders: a terminal, ``--json`` read by ``jq -r``, a pull request, SARIF, the HTML report. It
+holds no control or bidirectional character (:func:`~massgen_mcp.core.edges.without_controls`),
+whoever built the record and whichever file it was read back from: one rule at the record,
+so no output has to remember it."""
 
 
 class Record(BaseModel):
@@ -60,7 +69,7 @@ class Stance(Record):
     """A member's stand on a finding, with its reason in one line."""
 
     agent_id: str
-    reason: str
+    reason: ModelText
 
 
 class Finding(Record):
@@ -74,15 +83,15 @@ class Finding(Record):
     line: int  # on the new side, 1-based
     end_line: int
     severity: Severity
-    category: str
-    claim: str
-    evidence: str = ""  # the lines that show it, quoted
-    fix: str = ""
+    category: ModelText
+    claim: ModelText
+    evidence: ModelText = ""  # the lines that show it, quoted
+    fix: ModelText = ""
     raised_by: str  # agent id
     confirmed_by: list[str] = []  # agent ids, raiser excluded
     disputed_by: list[Stance] = []
     sources: list[str] = []  # the findings in members' reviews it gathers, e.g. ["B1.2"]
-    reason: str | None = None  # a rejected finding: why the majority did not back it
+    reason: ModelText | None = None  # a rejected finding: why the majority did not back it
 
 
 class Dissent(Record):
@@ -91,7 +100,7 @@ class Dissent(Record):
     agent_id: str
     model: str
     voted_for: str | None = None  # the answer label it voted for; None: no standing vote
-    reason: str
+    reason: ModelText
 
 
 class RunnerUp(Record):
@@ -101,7 +110,7 @@ class RunnerUp(Record):
     label: str
     agent_id: str
     model: str
-    excerpt: str
+    excerpt: ModelText
     votes: int
     voters: list[Stance] = []
 
@@ -170,7 +179,7 @@ class ReviewOutcome(Record):
     threshold: Severity
     agreement: int  # live members whose standing vote backs the winning review
     members: int  # live members
-    summary: str = ""  # the winning review's summary line
+    summary: ModelText = ""  # the winning review's summary line
     findings: list[Finding] = []
     rejected: list[Finding] = []
     dissent: list[Dissent] = []

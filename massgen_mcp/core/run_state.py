@@ -18,6 +18,7 @@ from pydantic import Field, computed_field
 from massgen_mcp.core.outcomes import (
     EXCERPT_CHARS,
     Agreement,
+    ModelText,
     ReviewOutcome,
     RunnerUp,
     Stance,
@@ -60,7 +61,7 @@ class VoteRef(Record):
     """An agent's standing vote in the live status."""
 
     answer: str
-    reason: str
+    reason: ModelText
 
 
 class Draft(Record):
@@ -144,7 +145,7 @@ class Winner(Record):
 class VoteRecord(Record):
     voter: str
     answer: str
-    reason: str
+    reason: ModelText
 
 
 class AnswerRecord(Record):
