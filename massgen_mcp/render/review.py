@@ -115,7 +115,11 @@ def as_brief(review: ReviewOutcome) -> str:
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~])")
-_MENTION = re.compile(r"@(?=\w)")
+# What GitHub links in a comment's rendered text whatever escapes it: a mention (``@user``) and
+# an issue reference (``#12``, ``GH-12``, ``owner/repo#12``; ``\#12`` renders as ``#12``). A
+# zero-width space after the ``@``, ``#`` or ``GH-`` leaves the text as it reads and links
+# nothing.
+_REFERENCE = re.compile(r"@(?=\w)|#(?=\d)|\bGH-(?=\d)", re.IGNORECASE)
 # GFM's extended autolinks: a scheme's "://" or a "www." makes a link of plain text.
 _AUTOLINK = re.compile(r"\b(?:https?|ftp)(?=://)|\bwww(?=\.)", re.IGNORECASE)
 
@@ -123,10 +127,11 @@ _AUTOLINK = re.compile(r"\b(?:https?|ftp)(?=://)|\bwww(?=\.)", re.IGNORECASE)
 def md_inline(text: str) -> str:
     """Model text as inert Markdown: no HTML, link (a bare URL or ``www.`` included: a
     zero-width space after its scheme or ``www``), image, emphasis or table breaks, and no
-    @mention that would notify someone on GitHub."""
+    @mention that would notify someone or issue reference that would link another issue on
+    GitHub (a zero-width space after its ``@``, ``#`` or ``GH-``)."""
     text = " ".join(text.split())
     text = _AUTOLINK.sub(lambda m: m.group() + "\u200b", _MD_SPECIAL.sub(r"\\\1", text))
-    return _MENTION.sub("@\u200b", text)
+    return _REFERENCE.sub(lambda m: m.group() + "\u200b", text)
 
 
 def code_span(text: str) -> str:

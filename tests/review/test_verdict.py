@@ -74,3 +74,23 @@ def test_a_vote_reason_reaches_no_output_with_its_control_characters(
         assert "validated names" in shown and not has_control_characters(shown), shape
         assert "\\x1b" not in shown and "\\u202e" not in shown, shape  # not even escaped
 
+
+def test_issue_references_in_a_models_text_link_nothing_in_the_pull_request_comment() -> None:
+    """GitHub links ``#1``, ``GH-12`` and ``owner/repo#2`` in a comment's rendered text, and
+    ``\\#1`` renders as ``#1``: a finding's text, a model's, must not cross-reference another
+    issue or repository, as it may not mention anyone (red team, round 5, R6)."""
+    from massgen_mcp.core.outcomes import Finding, ReviewOutcome, Severity, Stance, Verdict
+    from massgen_mcp.render.review import as_markdown
+
+    said = "breaks #1, see GH-12 and owner/repo#2 (gh-7, cc @alice)"
+    finding = Finding(id="F1", file="a.py", line=3, end_line=3, severity=Severity.MAJOR,
+                      category="correctness", claim=said, fix=said, raised_by="a",
+                      disputed_by=[Stance(agent_id="b", reason=said)])
+    md = as_markdown(ReviewOutcome(verdict=Verdict.CHANGES_REQUESTED, threshold=Severity.MAJOR,
+                                   agreement=1, members=2, summary=said, findings=[finding]),
+                     {})
+    assert md.count("breaks") == 4
+    unescaped = md.replace("\\", "")
+    for linked in ("#1", "GH-12", "#2", "gh-7", "@alice"):
+        assert linked not in unescaped, linked
+    assert unescaped.replace("\u200b", "").count(said) == 4  # it reads as the model wrote it
