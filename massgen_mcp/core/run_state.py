@@ -247,7 +247,7 @@ class ResultRecord(VersionedRecord):
                         for v in counted if v.answer == best.label])
         return Agreement(
             backing=sum(1 for v in counted if v.answer == winner), members=len(live),
-            runner_up=runner_up, dissent=dissent_of(live, counted, winner, models),
+            runner_up=runner_up, dissent=dissent_of(live, counted, {winner}, models),
             dropped=[aid for aid, agent in self.agents.items()
                      if agent.dropped_reason is not None],
             late=[aid for aid in live if self.agents[aid].answers == 0])
