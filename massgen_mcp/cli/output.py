@@ -23,6 +23,8 @@ the same table, :data:`EXIT_CODES_HELP`):
 7    completed, but agents were dropped: the answer came from fewer agents than the team had
 8    ``review --fail-on SEVERITY``: the team requests changes (an agreed finding at or above
      SEVERITY, or a blocker)
+9    a review is inconclusive: the team never voted, every member was dropped, or no member
+     wrote a usable review; there is no verdict to gate on
 141  the reader of stdout went away (``massgen-mcp sessions | head -1``): a closed pipe, as
      for any Unix tool (:mod:`massgen_mcp.__main__`)
 ===  ====================================================================================
@@ -37,7 +39,7 @@ import sys
 from typing import NoReturn
 
 from massgen_mcp.core.outcomes import Verdict
-from massgen_mcp.core.records import RunStatus
+from massgen_mcp.core.records import FinishReason, RunStatus
 from massgen_mcp.core.run_state import ResultRecord
 
 EXIT_OK, EXIT_INPUT, EXIT_EXECUTION, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3, 4
@@ -48,6 +50,9 @@ EXIT_LISTEN = 6  # serve --http cannot listen: the port is busy or the host is n
 EXIT_DROPPED = 7
 # review --fail-on: the review completed and the team's verdict is not "approve" (CI fails).
 EXIT_CHANGES_REQUESTED = 8
+# A review with no verdict (never voted, every member dropped, nothing usable): neither an
+# approve nor changes requested, and not the run's own error, so CI can tell it apart.
+EXIT_INCONCLUSIVE = 9
 EXIT_CODES_HELP = """exit codes:
   0  ok: the team agreed on an answer
   1  config or input error (model string, file, session id, a server that cannot be
@@ -60,6 +65,8 @@ EXIT_CODES_HELP = """exit codes:
   6  serve --http cannot listen (port busy, or not this machine's address)
   7  completed, but agents were dropped (the answer came from fewer agents)
   8  review --fail-on: the team requests changes (or a blocker blocks the change)
+  9  review: inconclusive (the team never voted, every member was dropped, or no
+     member wrote a usable review): no verdict
 141  the reader of stdout went away (massgen-mcp sessions | head -1)"""
 EXIT_BY_STATUS = {
     RunStatus.COMPLETED: EXIT_OK,
@@ -74,7 +81,13 @@ def exit_code(result: ResultRecord, *, fail_on_changes: bool = False) -> int:
     """The exit code of a finished run: by its status, except that a completed run which
     lost agents on the way says so (:data:`EXIT_DROPPED`), and a completed review whose
     verdict is not "approve" says that first when ``fail_on_changes`` (``--fail-on``): CI
-    must fail on the verdict whoever was dropped."""
+    must fail on the verdict whoever was dropped. A review without a verdict is
+    :data:`EXIT_INCONCLUSIVE` however its run ended, unless the user stopped it or its
+    record could not be written."""
+    if (result.review is not None and result.review.verdict is Verdict.INCONCLUSIVE
+            and result.status not in (RunStatus.CANCELLED, RunStatus.INTERRUPTED)
+            and result.finish_reason is not FinishReason.RECORD_WRITE_FAILED):
+        return EXIT_INCONCLUSIVE
     if (fail_on_changes and result.status is RunStatus.COMPLETED and result.review is not None
             and result.review.verdict is not Verdict.APPROVE):
         return EXIT_CHANGES_REQUESTED

@@ -18,7 +18,7 @@ from massgen_mcp.cli import flags
 from massgen_mcp.cli.output import EXIT_CODES_HELP, err
 from massgen_mcp.cli.run import add_limit_flags, follow_to_the_end, options_from
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.outcomes import Severity
+from massgen_mcp.core.outcomes import COUNTED_TIERS, Severity, Tier, named
 
 if TYPE_CHECKING:
     from massgen_mcp.service import ConsensusService, StartedRun
@@ -62,10 +62,15 @@ def add_parser(sub: Any) -> None:
                         default="text",
                         help="text: findings grouped by file (default); markdown: for a pull "
                              "request; sarif: SARIF 2.1.0 for code scanning; json: as --json")
+    # Names checked by cmd_review, not argparse's choices: a typo gets one line, not usage.
     review.add_argument("--fail-on", metavar="SEVERITY",
-                        choices=("blocker", "major", "minor", "nit"),
-                        help="for CI: exit 8 when an agreed finding is this severe or worse "
-                             "(the verdict's threshold; default threshold: major, exit 0)")
+                        help="for CI: exit 8 when a counted finding is this severe or worse "
+                             "(blocker, major, minor or nit: the verdict's threshold; default "
+                             "threshold: the repository's review.fail_on, else major, exit 0)")
+    review.add_argument("--fail-on-tier", metavar="TIER",
+                        help="the findings the verdict (and --fail-on) counts: agreed (a "
+                             "majority backs them; the default) or unconfirmed (those fewer "
+                             "back and no majority disputes, too)")
     review.add_argument("--explain-config", action="store_true",
                         help="print the review rules that apply here (the repository's "
                              ".massgen/config.yaml review: block, the command line, the "
@@ -96,7 +101,10 @@ def cmd_review(args: argparse.Namespace) -> int:
         return explain_config(args)
     patch, paths = patch_or_paths(args.targets)
     # None: the repository's review.fail_on, else major (review/rules.py).
-    threshold = Severity(args.fail_on) if args.fail_on else None
+    threshold = (named(Severity, args.fail_on, "--fail-on") if args.fail_on is not None
+                 else None)
+    tier = (named(Tier, args.fail_on_tier, "--fail-on-tier", COUNTED_TIERS)
+            if args.fail_on_tier is not None else Tier.AGREED)
     if args.format == "json":
         args.json = True
     options = options_from(args)
@@ -114,7 +122,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         started = await start_review(service, Workspace(Path.cwd(), confined=False), change,
                                      focus=args.focus, models=models, config=config,
                                      base_url=args.base_url, options=options,
-                                     threshold=threshold)
+                                     threshold=threshold, tier=tier)
         if args.fail_on is None and started.fail_on is not None:
             args.fail_on = str(started.fail_on)  # the repository's default: exits as --fail-on
         for note in started.notes:

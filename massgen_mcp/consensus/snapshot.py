@@ -176,11 +176,17 @@ def _notes(coord: Coordination) -> list[str]:
 def with_review(result: ResultRecord, target: ReviewTarget | None) -> ResultRecord:
     """A review run's result with its :class:`ReviewOutcome`, settled from the members'
     recorded reviews and votes, and the final answer written from it (a review's text is
-    never a presenter's prose). Other runs, and a review without a winner, as they are."""
-    if target is None or result.winner is None:
+    never a presenter's prose). A review that ended without a verdict (no winner, no vote)
+    is inconclusive, with why and how the run ended. Other runs as they are."""
+    if target is None:
         return result
     review = findings.outcome(result.answers, result.votes, result.agents,
-                              threshold=target.threshold, winner_label=result.winner.label)
+                              threshold=target.threshold, tier=target.tier,
+                              winner_label=result.winner.label if result.winner else None)
+    if review.inconclusive and result.status is not RunStatus.COMPLETED:
+        ended = str(result.finish_reason or result.status).replace("_", " ")
+        review = review.model_copy(
+            update={"inconclusive": f"{review.inconclusive} (the run ended: {ended})"})
     models = {aid: agent.model for aid, agent in result.agents.items()}
     return result.model_copy(update={
         "review": review,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.options import RunOptions
-from massgen_mcp.core.outcomes import Severity
+from massgen_mcp.core.outcomes import Severity, Tier
 from massgen_mcp.review.changes import Changes, collect, repository
 from massgen_mcp.review.patch import inside
 from massgen_mcp.review.request import (
@@ -74,11 +74,13 @@ async def start_review(service: ConsensusService, workspace: Workspace,
                        change: ChangeToReview, *, focus: str | None = None,
                        models: list[str] | None = None, config: str | None = None,
                        base_url: str | None = None, options: RunOptions | None = None,
-                       threshold: Severity | None = None) -> ReviewStarted:
+                       threshold: Severity | None = None,
+                       tier: Tier = Tier.AGREED) -> ReviewStarted:
     """Collect ``change`` in the repository at ``workspace``'s root, and start its review
     through ``service`` with the team and limits as ``run_consensus`` takes them.
-    ``threshold``: the least severity of an agreed finding that requests changes (None: the
-    repository's ``review.fail_on``, else major).
+    ``threshold``: the least severity of a counted finding that requests changes (None: the
+    repository's ``review.fail_on``, else major); ``tier``: the least tier counted (agreed,
+    or unconfirmed too).
 
     The repository's own rules (:mod:`massgen_mcp.review.rules`) apply where the caller
     leaves a choice open (focus, threshold, team) and narrow what is sent (ignore, budget);
@@ -120,7 +122,7 @@ async def start_review(service: ConsensusService, workspace: Workspace,
     guidance = await read_guidance(changes.root) if rules.guidance else Guidance()
     notes += [f"guidance: left out {note}" for note in guidance.left_out]
     spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
-                       options=options, threshold=threshold,
+                       options=options, threshold=threshold, tier=tier,
                        rules=instructions + (GUIDANCE_QUESTION if guidance.text else ""),
                        guidance=guidance.text)
     review_workspace = Workspace(changes.root, confined=workspace.confined)
@@ -140,7 +142,7 @@ async def start_review(service: ConsensusService, workspace: Workspace,
                      f"{'; '.join(withheld)}; name the team (models or config) to give it "
                      "the tools")
         spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
-                           options=options, tools=False, threshold=threshold,
+                           options=options, tools=False, threshold=threshold, tier=tier,
                            rules=instructions)
     floor = review_estimate(spec, team)  # a budget below it: refused
     notes.append(f"estimate: {floor.words()}")

@@ -225,7 +225,8 @@ def _add_resources(mcp: FastMCP) -> None:
                 "text> for a pull request's diff; paths=[...] for files as they are."
                 f"{asked} If it returns still running, call get_status with wait_s=50 until "
                 "it is done, then get_result. Report the verdict and each agreed finding "
-                "(file:line, severity, claim, fix), and say who dissented and why.")
+                "(file:line, severity, claim, fix), then the unconfirmed ones as such (fewer "
+                "members back them), and say who dissented and why.")
 
     @mcp.prompt
     def consensus(question: str) -> str:

@@ -73,7 +73,10 @@ def test_a_review_of_the_working_tree_end_to_end(
     assert agreed["src/db.py", "blocker"]["raised_by"] == "agent_a"
     assert agreed["src/db.py", "blocker"]["confirmed_by"] == ["agent_b"]
     assert agreed["src/app.py", "major"]["confirmed_by"] == ["agent_b", "agent_c"]
-    assert [(f["file"], f["severity"]) for f in review["rejected"]] == [("src/app.py", "nit")]
+    # b's nit: b then voted for a's review, which lacks it; nobody disputes it.
+    assert [(f["file"], f["severity"], f["tier"]) for f in review["unconfirmed"]] == [
+        ("src/app.py", "nit", "unconfirmed")]
+    assert review["rejected"] == [] and review["tier"] == "agreed"
     assert [d["agent_id"] for d in review["dissent"]] == ["agent_c"]
     assert "SQL injection" in result["final_answer"]  # the final text is the agreed review
     assert "left out .env: on the secret-file deny-list" in err
@@ -202,10 +205,15 @@ def test_every_format_of_one_review(scripted: Scripted, repo: Path, home: Path,
     monkeypatch.chdir(repo)
     code, out, err = review_cli(capsys, *team(server), "--quiet")
     assert code == 0, err
-    assert out.startswith("Verdict: blocked: 2 findings agreed, 2 of 3 members")
+    assert out.startswith("Verdict: blocked: 2 agreed findings (1 blocker, 1 major), "
+                          "1 unconfirmed, 0 rejected; 2 of 3 members backed the winning "
+                          "review ")
+    assert "\nthe winning review's own summary by agent_a (openai/a): 2 problems\n" in out
     app, db = out.index("\nsrc/app.py\n"), out.index("\nsrc/db.py\n")
     assert out.index(OFF_BY_ONE) > app and out.index(INJECTION) > db  # grouped by file
-    assert "Rejected by the team:" in out and "total has no docstring" in out
+    unconfirmed = out.split("Unconfirmed (fewer than a majority back them", 1)[1]
+    assert "total has no docstring" in unconfirmed
+    assert "backed by 0 of 3: raised by agent_b (openai/b) (no longer backs it)" in unconfirmed
     assert "Dissent:" in out and "\n  agent_c (openai/c) (" in out
     session = out  # the same run, rendered again from its record below
 
@@ -222,8 +230,12 @@ def test_every_format_of_one_review(scripted: Scripted, repo: Path, home: Path,
                          "sarif-schema-2.1.0.json").read_text())
     jsonschema.Draft4Validator(schema).validate(log)
     results = log["runs"][0]["results"]
-    assert [(r["level"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"])
-            for r in results] == [("error", "src/db.py"), ("error", "src/app.py")]
+    assert [(r["level"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+             r["properties"]["tier"]) for r in results] == [
+        ("error", "src/db.py", "agreed"), ("error", "src/app.py", "agreed"),
+        ("note", "src/app.py", "unconfirmed")]
+    assert results[2]["properties"]["backers"] == 0
+    assert results[2]["properties"]["support"].startswith("backed by 0 of 3: raised by")
     assert log["runs"][0]["properties"]["verdict"] == "blocked"
     assert session and CANARY not in sent(server)
 
@@ -241,7 +253,7 @@ def test_fail_on_gives_ci_its_exit_code(scripted: Scripted, repo: Path,
     (repo / "README.md").write_text("# shop\n\nA small shop.\n")  # nothing to find
     code, out, err = review_cli(capsys, *team(server), "--quiet", "--fail-on", "nit")
     assert code == 0, err
-    assert out.startswith("Verdict: approve: 0 findings agreed")
+    assert out.startswith("Verdict: approve: 0 agreed findings")
 
 
 def test_a_member_that_answers_prose_is_told_to_send_its_review(
@@ -375,7 +387,7 @@ def test_a_findings_place_is_a_code_span_that_shows_the_path_as_it_is() -> None:
     md = as_markdown(outcome, {})
     assert "### F1 `src/my_module.py:3` — major, correctness" in md
     assert "### F2 ```a`<b>@x``y.py:3``` — major, correctness" in md
-    assert "- `` `x`:3 `` major: wrong" in md
+    assert "#### R1 `` `x`:3 `` — major, correctness" in md
 
 
 def test_a_models_url_is_no_link_in_the_pull_request_comment() -> None:

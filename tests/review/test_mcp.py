@@ -23,8 +23,10 @@ from tests.review.test_cli import reviewer, sent, tool_results
 from tests.servers import server_env
 
 PROJECT = Path(__file__).parents[2]
-INJECTION = "- F1 src/db.py:2 [blocker] SQL injection: the name is formatted into the query"
-OFF_BY_ONE = "- F2 src/app.py:3-4 [major] off-by-one"
+INJECTION = ("- F1 src/db.py:2 [blocker, agreed, 2 of 3] SQL injection: the name is "
+             "formatted into the query")
+OFF_BY_ONE = "- F2 src/app.py:3-4 [major, agreed, 3 of 3] off-by-one"
+NIT = "- U1 src/app.py:1 [nit, unconfirmed, 0 of 3] total has no docstring"
 
 
 def stdio_server(home: Path, cwd: Path) -> StdioServerParameters:
@@ -68,14 +70,16 @@ async def test_review_changes_returns_the_verdict_and_agreed_findings(
         assert handle is not None and handle["status"] == "completed"
         session_id = handle["session_id"]
         lines = said.splitlines()
-        assert lines[0] == ("Verdict: blocked: 2 findings agreed, 2 of 3 members backed the "
-                            "review (1 rejected)")
+        assert lines[0].startswith(
+            "Verdict: blocked: 2 agreed findings (1 blocker, 1 major), 1 unconfirmed, "
+            "0 rejected; 2 of 3 members backed the winning review ")
         assert lines[1] == INJECTION and lines[2].startswith(OFF_BY_ONE)
-        assert lines[3].startswith("Dissent: agent_c: the off-by-one is real")
+        assert lines[3] == NIT
+        assert lines[4].startswith("Dissent: agent_c: the off-by-one is real")
         assert f"Session {session_id}: completed" in said
         assert ("Note: left out .env: on the secret-file deny-list (its changes are never "
                 "sent to a model).") in lines
-        assert len(lines) <= 8, said  # a few lines: the review itself is structuredContent
+        assert len(lines) <= 9, said  # a few lines: the review itself is structuredContent
         review = handle["result"]["review"]
         assert review["verdict"] == "blocked" and review["threshold"] == "major"
         assert [(f["file"], f["severity"]) for f in review["findings"]] == [
