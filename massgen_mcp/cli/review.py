@@ -58,10 +58,11 @@ def add_parser(sub: Any) -> None:
     what.add_argument("--commit", metavar="SHA", help="review one commit")
     review.add_argument("--focus", metavar="TEXT",
                         help="what to look at most, e.g. 'security' or 'error handling'")
-    review.add_argument("--format", choices=("text", "markdown", "sarif", "json"),
+    review.add_argument("--format", choices=("text", "markdown", "sarif", "json", "github"),
                         default="text",
                         help="text: findings grouped by file (default); markdown: for a pull "
-                             "request; sarif: SARIF 2.1.0 for code scanning; json: as --json")
+                             "request; sarif: SARIF 2.1.0 for code scanning; json: as --json; "
+                             "github: GitHub Actions annotations on the diff")
     review.add_argument("--fail-on", metavar="SEVERITY",
                         choices=("blocker", "major", "minor", "nit"),
                         help="for CI: exit 8 when an agreed finding is this severe or worse "

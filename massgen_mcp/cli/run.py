@@ -253,13 +253,17 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
 
 def review_output(result: ResultRecord, shape: str) -> str:
     """A review's outcome as ``--format`` asks: text (grouped by file), markdown (for a
-    pull request) or sarif (SARIF 2.1.0)."""
+    pull request), sarif (SARIF 2.1.0) or github (workflow-command annotations)."""
     from massgen_mcp.render.review import as_markdown, as_sarif, as_text
 
     assert result.review is not None
     models = {aid: agent.model for aid, agent in result.agents.items()}
     if shape == "markdown":  # the final answer is this, with what was reviewed
         return result.final_answer or as_markdown(result.review, models)
+    if shape == "github":
+        from massgen_mcp.render.github import as_annotations
+
+        return as_annotations(result.review)
     if shape == "sarif":
         return json.dumps(as_sarif(result.review, models, session_id=result.session_id),
                           ensure_ascii=False, indent=2)
