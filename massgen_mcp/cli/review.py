@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from massgen_mcp.cli import flags
+from massgen_mcp.cli import flags, post
 from massgen_mcp.cli.output import EXIT_CODES_HELP, err
 from massgen_mcp.cli.run import add_limit_flags, follow_to_the_end, options_from
 from massgen_mcp.core.errors import ConfigError
@@ -67,6 +67,7 @@ def add_parser(sub: Any) -> None:
                         choices=("blocker", "major", "minor", "nit"),
                         help="for CI: exit 8 when an agreed finding is this severe or worse "
                              "(the verdict's threshold; default threshold: major, exit 0)")
+    post.add_flags(review)
     flags.team_arguments(review)
     flags.protocol_arguments(review)
     flags.role_arguments(review)
@@ -114,4 +115,4 @@ def cmd_review(args: argparse.Namespace) -> int:
                 err(note)
         return started.run
 
-    return follow_to_the_end(args, start)
+    return follow_to_the_end(args, start, after=post.after_review(args))

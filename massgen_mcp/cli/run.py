@@ -208,10 +208,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return follow_to_the_end(args, lambda service: service.start(spec))
 
 
-def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
+def follow_to_the_end(args: argparse.Namespace, start: Starter, *,
+                      after: Callable[[ResultRecord], None] | None = None) -> int:
     """Run what ``start`` starts to its end, then print as ``run`` does: the answer (or
     ``--json``) on stdout, the outcome on stderr, and the exit code of how it ended. The one
-    ending of ``run``, ``continue`` and ``resume``."""
+    ending of ``run``, ``continue`` and ``resume``. ``after`` gets the result once it is
+    printed (a review posted to GitHub); it does not change the exit code."""
     from massgen_mcp.render.text import agreement_lines, other_errors, outcome_line
 
     started_ids: list[str] = []
@@ -248,6 +250,8 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
             err(f"  {redact(problem)}")
     elif not args.quiet:
         err(line)
+    if after is not None:
+        after(result)
     return exit_code(result, fail_on_changes=getattr(args, "fail_on", None) is not None)
 
 
