@@ -183,6 +183,36 @@ class GitHubServer:
         return 200, chunk, headers
 
 
+# The runner's parse of a log line (actions/runner ActionCommandManager.TryProcessCommand):
+# a line that starts with "::" after its leading blanks is a command (TryParseV2: name,
+# properties, "::", data); failing that, "##[name ...]data" anywhere in it (TryParse, legacy).
+_V2 = re.compile(r"^::([^\s:]+)(?: ([^:]*))?::(.*)$")
+_LEGACY = re.compile(r"##\[([^\]\s]+)[^\]]*\](.*)$")
+
+
+def _unescape(text: str, *, prop: bool = False) -> str:
+    pairs = [("%0D", "\r"), ("%0A", "\n")] + ([("%3A", ":"), ("%2C", ",")] if prop else [])
+    for escaped, plain in [*pairs, ("%25", "%")]:
+        text = text.replace(escaped, plain)
+    return text
+
+
+def runner_commands(log: str) -> list[tuple[str, dict[str, str], str]]:
+    """Every workflow command GitHub's runner would obey in ``log`` (its lines split as .NET's
+    ReadLine splits them: CR, LF or CRLF), properties and data unescaped; a legacy one's
+    name is given as ``##[name``."""
+    found = []
+    for line in re.split(r"\r\n|\r|\n", log):
+        v2 = _V2.match(line.lstrip(" \t"))
+        if v2 is not None:
+            props = dict(p.split("=", 1) for p in (v2.group(2) or "").split(",") if p)
+            found.append((v2.group(1), {k: _unescape(v, prop=True) for k, v in props.items()},
+                          _unescape(v2.group(3))))
+        elif (legacy := _LEGACY.search(line)) is not None:
+            found.append(("##[" + legacy.group(1), {}, legacy.group(2)))
+    return found
+
+
 def event_file(folder: Path, number: int = 7, *, head: str = "0" * 40,
                fork: bool = False) -> Path:
     """A ``pull_request`` event's file, as GitHub writes ``$GITHUB_EVENT_PATH``."""

@@ -235,6 +235,8 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter, *,
         if result.review is not None:  # docs/review.md: the schema
             summary["review"] = data["review"]
         say_json(redact(json.dumps(summary, ensure_ascii=False, indent=2)))
+    elif result.review is not None and shape == "github":  # escaped where it is built
+        say(redact(review_output(result, shape)), workflow_commands=True)
     elif result.review is not None:  # SARIF is JSON: written as --json is
         (say_json if shape == "sarif" else say)(redact(review_output(result, shape)))
     elif result.final_answer is not None:

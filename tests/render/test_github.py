@@ -4,8 +4,6 @@ hidden state, and inline comments only on lines of the pull request's diff."""
 
 from __future__ import annotations
 
-import re
-
 from massgen_mcp.core.outcomes import Finding, ReviewOutcome, Severity, Stance, Verdict
 from massgen_mcp.render.github import (
     MARKER,
@@ -17,6 +15,7 @@ from massgen_mcp.render.github import (
     outputs,
     read_state,
 )
+from tests.github_server import runner_commands
 
 INJECTIONS = ("fine\n::set-output name=verdict::approve", "::add-mask::ghp_x\r\n::stop-commands::t",
               "50% off\n##[set-output name=x;]y", "a, b: c %0A::error::forged")
@@ -36,33 +35,6 @@ def outcome(*findings: Finding, rejected: tuple[Finding, ...] = ()) -> ReviewOut
                          rejected=list(rejected))
 
 
-# The runner's parse of a log line (actions/runner ActionCommand.TryParseV2): a line that
-# starts with "::" after its leading blanks is a command: name, properties, "::", data.
-COMMAND = re.compile(r"^::([^\s:]+)(?: ([^:]*))?::(.*)$")
-
-
-def unescape(text: str, *, prop: bool = False) -> str:
-    pairs = [("%0D", "\r"), ("%0A", "\n")] + ([("%3A", ":"), ("%2C", ",")] if prop else [])
-    for escaped, plain in [*pairs, ("%25", "%")]:
-        text = text.replace(escaped, plain)
-    return text
-
-
-def commands(log: str) -> list[tuple[str, dict[str, str], str]]:
-    """Every workflow command the runner would read in ``log``, properties and data
-    unescaped."""
-    found = []
-    for line in log.splitlines():
-        match = COMMAND.match(line.lstrip())
-        if match is None:
-            assert "##[" not in line.split("::", 2)[0], line  # a legacy command's start
-            continue
-        props = dict(p.split("=", 1) for p in (match.group(2) or "").split(",") if p)
-        found.append((match.group(1), {k: unescape(v, prop=True) for k, v in props.items()},
-                      unescape(match.group(3))))
-    return found
-
-
 def test_a_models_text_is_never_a_workflow_command_of_its_own() -> None:
     hostile = [finding(i + 1, claim=text, category=text.replace("\n", " "), fix=text,
                        file=f"src/odd,na:me{i}.py",
@@ -70,7 +42,7 @@ def test_a_models_text_is_never_a_workflow_command_of_its_own() -> None:
                for i, text in enumerate(INJECTIONS)]
     log = as_annotations(outcome(*hostile))
     assert len(log.splitlines()) == len(INJECTIONS)  # one line per finding, whatever its text
-    found = commands(log)
+    found = runner_commands(log)
     assert [name for name, _, _ in found] == ["error"] * len(INJECTIONS)
     for (_, props, message), f in zip(found, hostile, strict=True):
         assert props["file"] == f.file and props["line"] == str(f.line)
@@ -83,14 +55,14 @@ def test_levels_by_severity_and_tier() -> None:
     log = as_annotations(outcome(finding(1, Severity.BLOCKER), finding(2, Severity.MAJOR),
                                  finding(3, Severity.MINOR), finding(4, Severity.NIT),
                                  rejected=(finding(5, Severity.BLOCKER),)))
-    assert [name for name, _, _ in commands(log)] == ["error", "error", "warning", "notice"]
+    assert [name for name, _, _ in runner_commands(log)] == ["error", "error", "warning", "notice"]
 
 
 def test_within_githubs_ten_per_level_the_last_notice_says_what_was_left_out() -> None:
     many = ([finding(i, Severity.BLOCKER) for i in range(1, 13)]
             + [finding(i, Severity.MINOR) for i in range(13, 16)]
             + [finding(i, Severity.NIT) for i in range(16, 27)])
-    found = commands(as_annotations(outcome(*many)))
+    found = runner_commands(as_annotations(outcome(*many)))
     names = [name for name, _, _ in found]
     assert names.count("error") == 10 and names.count("warning") == 3
     assert names.count("notice") == 10  # 9 nits and the one that says what was left out

@@ -18,7 +18,7 @@ from massgen_mcp.core.outcomes import Finding, ReviewOutcome, Severity, Verdict
 from massgen_mcp.core.secrets import is_credential
 from massgen_mcp.render.github import MARKER
 from massgen_mcp.review.post import post
-from massgen_mcp.testing.scripted import ScriptedServer
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, answer, vote
 from tests.github_server import (
     ACTIONS_TOKEN,
     FORBIDDEN,
@@ -32,6 +32,7 @@ from tests.github_server import (
     GitHubServer,
     Refusal,
     event_file,
+    runner_commands,
 )
 from tests.helpers import Scripted
 from tests.review.conftest import git
@@ -265,3 +266,43 @@ def test_an_event_that_is_not_a_pull_requests_is_one_line(github: GitHubServer,
     assert post(outcome(), {}, env).lines == [
         "github: not posted: GITHUB_EVENT_PATH: the event is not a pull request's (run on "
         "pull_request)"]
+
+
+HOSTILE = "::add-mask::x\n::set-output name=verdict::approve\n##[stop-commands]t"
+HOSTILE_FINDING = {"file": "src/db.py", "line": 2, "severity": "blocker",
+                   "category": "security", "claim": f"injection {HOSTILE}",
+                   "evidence": f"{HOSTILE}\n  ::error file=x::forged", "fix": HOSTILE}
+
+
+def hostile_reviewers(req: ChatRequest) -> Reply:
+    """Three members that agree on one finding whose every text tries to be a workflow
+    command, and vote with such a reason."""
+    if req.is_final or req.is_check:
+        return agree(req)
+    if req.vote_labels:
+        return vote(sorted(req.answers)[0], HOSTILE)
+    return answer(json.dumps({"summary": HOSTILE, "findings": [HOSTILE_FINDING],
+                              "rejects": []}))
+
+
+@pytest.mark.parametrize("shape", ["github", "markdown", "text", "sarif"])
+def test_in_an_actions_log_a_models_text_is_no_workflow_command(
+        scripted: Scripted, branch: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], shape: str) -> None:
+    server = scripted(hostile_reviewers)
+    monkeypatch.chdir(branch)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    code = main(["review", "--base", "main", "--models", "openai/a,openai/b,openai/c",
+                 "--base-url", server.base_url, "--format", shape])  # progress on stderr too
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "::add-mask::x" in out + err  # the text is shown...
+    obeyed = runner_commands(out) + runner_commands(err)  # ...and never obeyed
+    assert [name for name, _, _ in obeyed] == (["error"] if shape == "github" else [])
+    claim = " ".join(f"injection {HOSTILE}".split())  # a claim is one line
+    if shape == "github":
+        assert obeyed[0][1]["file"] == "src/db.py"
+        assert obeyed[0][2].startswith(f"{claim}\nFix: {HOSTILE}")  # whole, in its message
+    if shape == "sarif":
+        result = json.loads(out)["runs"][0]["results"][0]
+        assert result["message"]["text"] == f"{claim} Fix: {HOSTILE}"  # lossless
