@@ -11,14 +11,11 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
-
-import pytest
 
 REPOSITORY = "octo/shop"
 ACTIONS_TOKEN = "ghs_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # writes as github-actions[bot]
@@ -226,9 +223,3 @@ def event_file(folder: Path, number: int = 7, *, head: str = "0" * 40,
     path.write_text(json.dumps(event), encoding="utf-8")
     return path
 
-
-@pytest.fixture
-def github() -> Iterator[GitHubServer]:
-    server = GitHubServer().start()
-    yield server
-    server.stop()

@@ -67,11 +67,11 @@ def add_parser(sub: Any) -> None:
                         choices=("blocker", "major", "minor", "nit"),
                         help="for CI: exit 8 when an agreed finding is this severe or worse "
                              "(the verdict's threshold; default threshold: major, exit 0)")
-    post.add_flags(review)
     flags.team_arguments(review)
     flags.protocol_arguments(review)
     flags.role_arguments(review)
     add_limit_flags(review)
+    post.add_flags(review)
     review.set_defaults(func=cmd_review)
 
 
