@@ -167,13 +167,18 @@ def post(review: ReviewOutcome, models: Mapping[str, str], env: Mapping[str, str
                 if exc.cannot_write:
                     fork = " (a pull request from a fork: its token is read-only)" if (
                         pr.fork) else ""
-                    said.lines.append(f"github: not posted: the token cannot write to "
+                    said.lines.append(f"github: {_failed(said)}: the token cannot write to "
                                       f"{repository}{fork}; {exc}")
                     return _with_outputs(said, review, env)
                 raise
     except GitHubError as exc:
-        said.lines.append(f"github: not posted: {exc}")
+        said.lines.append(f"github: {_failed(said)}: {exc}")
     return _with_outputs(said, review, env)
+
+
+def _failed(said: Posted) -> str:
+    """How a failure begins: nothing posted, or the comment posted and the rest not."""
+    return "not posted" if said.comment_url is None else "the comment is posted, the rest not"
 
 
 def _run_url(env: Mapping[str, str]) -> str | None:

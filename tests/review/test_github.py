@@ -234,7 +234,7 @@ def env_for(github: GitHubServer, tmp_path: Path, token: str = ACTIONS_TOKEN
 @pytest.mark.parametrize(("where", "refusal", "says"), [
     (r"GET .*/issues/7/comments", NOT_FOUND,
      "listing the comments of #7: not found, or not visible to the token (404: Not Found)"),
-    (r"POST .*/pulls/7/reviews", UNPROCESSABLE,
+    (r"POST .*/pulls/7/reviews", UNPROCESSABLE,  # after the comment: said so
      "posting a review on #7: GitHub refused it (422: Unprocessable Entity (Line could not "
      "be resolved))"),
     (r"POST .*/issues/7/comments", RATE_LIMITED,
@@ -248,8 +248,10 @@ def test_githubs_refusals_are_one_line(github: GitHubServer, tmp_path: Path, whe
     github.files[7] = [{"filename": "src/db.py", "patch": "@@ -1,3 +1,3 @@\n a\n-b\n+c\n d"}]
     github.refuse[where] = refusal
     posted = post(outcome(), {}, env_for(github, tmp_path), inline=True)
-    assert posted.lines[-1] == f"github: not posted: {says}"
-    assert sum(line.startswith("github: not posted") for line in posted.lines) == 1
+    failed = ("the comment is posted, the rest not" if where.startswith("POST .*/pulls")
+              else "not posted")
+    assert posted.lines[-1] == f"github: {failed}: {says}"
+    assert sum(says in line for line in posted.lines) == 1
 
 
 def test_a_persons_token_finds_its_own_comment_by_get_user(github: GitHubServer,
