@@ -109,21 +109,35 @@ def end_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-def say(text: str = "", *, err: bool = False, end: str = "\n") -> None:
-    """Write one line for a person, made terminal-safe
-    (:func:`~massgen_mcp.core.edges.terminal_safe`). ``--json`` output goes through
-    :func:`say_json`."""
-    from massgen_mcp.core.edges import terminal_safe
+def in_workflow_log() -> bool:
+    """Whether what the CLI writes is read by GitHub Actions' runner, which obeys workflow
+    commands in any line of the step's log (``GITHUB_ACTIONS=true``)."""
+    return os.environ.get("GITHUB_ACTIONS") == "true"
 
-    print(terminal_safe(text), end=end, file=sys.stderr if err else sys.stdout, flush=err)
+
+def say(text: str = "", *, err: bool = False, end: str = "\n",
+        workflow_commands: bool = False) -> None:
+    """Write one line for a person, made terminal-safe
+    (:func:`~massgen_mcp.core.edges.terminal_safe`) and, in a GitHub Actions log, no
+    workflow command (:func:`~massgen_mcp.core.edges.workflow_inert`) unless it is
+    ``workflow_commands`` that massgen-mcp built and escaped itself (review's annotations).
+    ``--json`` output goes through :func:`say_json`."""
+    from massgen_mcp.core.edges import terminal_safe, workflow_inert
+
+    text = terminal_safe(text)
+    if in_workflow_log() and not workflow_commands:
+        text = workflow_inert(text)
+    print(text, end=end, file=sys.stderr if err else sys.stdout, flush=err)
 
 
 def say_json(text: str) -> None:
     """Write JSON text, its control characters as ``\\uXXXX`` escapes: the same JSON for a
-    program, nothing for a terminal to obey."""
-    from massgen_mcp.core.edges import json_terminal_safe
+    program, nothing for a terminal to obey, nor, in a GitHub Actions log, a workflow
+    command."""
+    from massgen_mcp.core.edges import json_terminal_safe, workflow_inert_json
 
-    print(json_terminal_safe(text))
+    text = json_terminal_safe(text)
+    print(workflow_inert_json(text) if in_workflow_log() else text)
 
 
 def err(message: str) -> None:

@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from massgen_mcp.cli import flags
+from massgen_mcp.cli import flags, post
 from massgen_mcp.cli.output import EXIT_CODES_HELP, err
 from massgen_mcp.cli.run import add_limit_flags, follow_to_the_end, options_from
 from massgen_mcp.core.errors import ConfigError
@@ -58,10 +58,11 @@ def add_parser(sub: Any) -> None:
     what.add_argument("--commit", metavar="SHA", help="review one commit")
     review.add_argument("--focus", metavar="TEXT",
                         help="what to look at most, e.g. 'security' or 'error handling'")
-    review.add_argument("--format", choices=("text", "markdown", "sarif", "json"),
+    review.add_argument("--format", choices=("text", "markdown", "sarif", "json", "github"),
                         default="text",
                         help="text: findings grouped by file (default); markdown: for a pull "
-                             "request; sarif: SARIF 2.1.0 for code scanning; json: as --json")
+                             "request; sarif: SARIF 2.1.0 for code scanning; json: as --json; "
+                             "github: GitHub Actions annotations on the diff")
     # Names checked by cmd_review, not argparse's choices: a typo gets one line, not usage.
     review.add_argument("--fail-on", metavar="SEVERITY",
                         help="for CI: exit 8 when a counted finding is this severe or worse "
@@ -79,6 +80,7 @@ def add_parser(sub: Any) -> None:
     flags.protocol_arguments(review)
     flags.role_arguments(review)
     add_limit_flags(review)
+    post.add_flags(review)
     review.set_defaults(func=cmd_review)
 
 
@@ -130,7 +132,7 @@ def cmd_review(args: argparse.Namespace) -> int:
                 err(note)
         return started.run
 
-    return follow_to_the_end(args, start)
+    return follow_to_the_end(args, start, after=post.after_review(args))
 
 
 def explain_config(args: argparse.Namespace) -> int:

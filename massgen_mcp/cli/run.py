@@ -208,10 +208,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return follow_to_the_end(args, lambda service: service.start(spec))
 
 
-def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
+def follow_to_the_end(args: argparse.Namespace, start: Starter, *,
+                      after: Callable[[ResultRecord], None] | None = None) -> int:
     """Run what ``start`` starts to its end, then print as ``run`` does: the answer (or
     ``--json``) on stdout, the outcome on stderr, and the exit code of how it ended. The one
-    ending of ``run``, ``continue`` and ``resume``."""
+    ending of ``run``, ``continue`` and ``resume``. ``after`` gets the result once it is
+    printed (a review posted to GitHub); it does not change the exit code."""
     from massgen_mcp.render.text import agreement_lines, other_errors, outcome_line
 
     started_ids: list[str] = []
@@ -233,6 +235,8 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
         if result.review is not None:  # docs/review.md: the schema
             summary["review"] = data["review"]
         say_json(redact(json.dumps(summary, ensure_ascii=False, indent=2)))
+    elif result.review is not None and shape == "github":  # escaped where it is built
+        say(redact(review_output(result, shape)), workflow_commands=True)
     elif result.review is not None:  # SARIF is JSON: written as --json is
         (say_json if shape == "sarif" else say)(redact(review_output(result, shape)))
     elif result.final_answer is not None:
@@ -248,18 +252,24 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
             err(f"  {redact(problem)}")
     elif not args.quiet:
         err(line)
+    if after is not None:
+        after(result)
     return exit_code(result, fail_on_changes=getattr(args, "fail_on", None) is not None)
 
 
 def review_output(result: ResultRecord, shape: str) -> str:
     """A review's outcome as ``--format`` asks: text (grouped by file), markdown (for a
-    pull request) or sarif (SARIF 2.1.0)."""
+    pull request), sarif (SARIF 2.1.0) or github (workflow-command annotations)."""
     from massgen_mcp.render.review import as_markdown, as_sarif, as_text
 
     assert result.review is not None
     models = {aid: agent.model for aid, agent in result.agents.items()}
     if shape == "markdown":  # the final answer is this, with what was reviewed
         return result.final_answer or as_markdown(result.review, models)
+    if shape == "github":
+        from massgen_mcp.render.github import as_annotations
+
+        return as_annotations(result.review)
     if shape == "sarif":
         return json.dumps(as_sarif(result.review, models, session_id=result.session_id),
                           ensure_ascii=False, indent=2)
