@@ -139,27 +139,29 @@ def test_two_runs_one_comment_updated_a_forged_one_left_alone(
     annotations = out.splitlines()
     assert annotations[0].startswith("::error file=src/db.py,line=2,endLine=2,title=F1 blocker")
     assert annotations[1].startswith("::error file=src/app.py,line=3,endLine=4,title=F2 major")
-    assert len(annotations) == 2
+    # b's nit, which nobody else raised and no majority disputed, is unconfirmed: a notice
+    assert annotations[2].startswith("::notice file=src/app.py,line=1,endLine=1,title=U1 nit")
+    assert len(annotations) == 3
     assert github_lines(err) == [
         "massgen-mcp: github: 1 comment(s) with the review's marker written by someone other "
         "than github-actions[bot] left alone",
         "massgen-mcp: github: commented the review on #7",
-        "massgen-mcp: github: posted a review with 2 inline comment(s) on #7"]
+        "massgen-mcp: github: posted a review with 3 inline comment(s) on #7"]
     ours = github.comments[7][-1]
     assert ours["user"]["login"] == "github-actions[bot]" and ours["body"].startswith(MARKER)
     assert "SQL injection" in ours["body"] and "massgen-mcp:state" in ours["body"]
     assert github.comments[7][-2] == forged and forged["body"] == FORGED  # untouched
     outputs = outputs_of(files["output"])
-    assert outputs == {"verdict": "blocked", "agreed": "2", "unconfirmed": "0", "rejected": "1",
+    assert outputs == {"verdict": "blocked", "agreed": "2", "unconfirmed": "1", "rejected": "0",
                        "blocker": "1", "major": "1", "minor": "0", "nit": "0",
                        "comment_url": ours["html_url"]}
     assert "## Team review" in files["summary"].read_text()
     sarif = json.loads((tmp_path / "review.sarif").read_text())
-    assert len(sarif["runs"][0]["results"]) == 2
+    assert [r["level"] for r in sarif["runs"][0]["results"]] == ["error", "error", "note"]
     [inline] = github.reviews[7]
     assert inline["event"] == "COMMENT" and inline["commit_id"] == "0" * 40
     assert {(c["path"], c.get("start_line"), c["line"]) for c in inline["comments"]} == {
-        ("src/db.py", None, 2), ("src/app.py", 3, 4)}
+        ("src/db.py", None, 2), ("src/app.py", 3, 4), ("src/app.py", None, 1)}
 
     code, out, err = review(capsys, server, *argv[:4])  # the next push
     assert code == 0, err
@@ -350,10 +352,10 @@ def test_the_actions_review_step_posts_and_fails_by_fail_on(
     done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=branch, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 8, done.stderr  # blocked: the step fails by fail-on
-    assert [name for name, _, _ in runner_commands(done.stdout)] == ["error", "error"]
+    assert [name for name, _, _ in runner_commands(done.stdout)] == ["error", "error", "notice"]
     assert "github: commented the review on #7" in done.stderr
-    assert "posted a review with 2 inline comment(s)" in done.stderr
+    assert "posted a review with 3 inline comment(s)" in done.stderr
     assert outputs_of(files["output"])["verdict"] == "blocked"
-    assert len(json.loads(sarif.read_text())["runs"][0]["results"]) == 2
+    assert len(json.loads(sarif.read_text())["runs"][0]["results"]) == 3  # a note: unconfirmed
     assert "focus on: security" in json.dumps([r.body for r in server.requests])
     assert ACTIONS_TOKEN not in done.stdout + done.stderr
