@@ -11,6 +11,7 @@ API members' read-only workspace tools open the files around the change.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from massgen_mcp.cli.output import EXIT_CODES_HELP, err
 from massgen_mcp.cli.run import add_limit_flags, follow_to_the_end, options_from
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.outcomes import Severity
+from massgen_mcp.core.settings import SETTINGS
 
 if TYPE_CHECKING:
     from massgen_mcp.service import ConsensusService, StartedRun
@@ -113,4 +115,20 @@ def cmd_review(args: argparse.Namespace) -> int:
                 err(note)
         return started.run
 
-    return follow_to_the_end(args, start)
+    root = records_home(args)
+    return follow_to_the_end(args, start, root=root)
+
+
+def records_home(args: argparse.Namespace) -> Path:
+    """The repository's top folder, whose ``.massgen/`` gets the review's records unless
+    ``--home`` or ``$MASSGEN_HOME`` names another place (``args.home`` is set to it): one
+    place from any subfolder, never the folder the review ran from. A folder that is not
+    in a repository is refused here, in the words of :func:`repository`."""
+    import asyncio
+
+    from massgen_mcp.review.changes import RECORDS, repository
+
+    root = asyncio.run(repository(Path.cwd()))
+    if args.home is None and SETTINGS.home.read() is None and os.access(root, os.W_OK):
+        args.home = str(root / RECORDS)
+    return root

@@ -126,14 +126,14 @@ STOPS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr
 Starter = Callable[["ConsensusService"], Awaitable["StartedRun"]]
 
 
-async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[str]
-                  ) -> tuple[ResultRecord, Path]:
+async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[str],
+                  root: Path | None = None) -> tuple[ResultRecord, Path]:
     """Start the run (``start``: a new one, a follow-up or a resumption; its id goes into
     ``started_ids`` at once), follow it to its end and return its result. SIGTERM, SIGHUP and
     Ctrl-C cancel the run: it ends ``cancelled`` and is reported like any other ending
     (``--json`` included); a second Ctrl-C stops at once."""
     live = None if args.quiet else LiveLines.on_terminal(sys.stderr)
-    service = flags.service(args, drafts=live is not None)
+    service = flags.service(args, drafts=live is not None, root=root)
     if not args.quiet:
         service.add_event_listener(progress if live is None else live.event)
     loop = asyncio.get_running_loop()
@@ -208,15 +208,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     return follow_to_the_end(args, lambda service: service.start(spec))
 
 
-def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
+def follow_to_the_end(args: argparse.Namespace, start: Starter, *,
+                      root: Path | None = None) -> int:
     """Run what ``start`` starts to its end, then print as ``run`` does: the answer (or
     ``--json``) on stdout, the outcome on stderr, and the exit code of how it ended. The one
-    ending of ``run``, ``continue`` and ``resume``."""
+    ending of ``run``, ``continue`` and ``resume``. ``root``: the project's folder, when it
+    is not the working directory (:func:`flags.service`)."""
     from massgen_mcp.render.text import agreement_lines, other_errors, outcome_line
 
     started_ids: list[str] = []
     try:
-        result, folder = asyncio.run(run_one(args, start, started_ids))
+        result, folder = asyncio.run(run_one(args, start, started_ids, root))
     except KeyboardInterrupt:  # Ctrl-C before the run had started, or pressed twice
         session_id = started_ids[0] if started_ids else None
         if args.json:  # a script still learns which record to look at

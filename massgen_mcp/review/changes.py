@@ -18,8 +18,9 @@ paths leave the repository (``..``, absolute, through a link) or name files that
 exist, and an empty diff ("nothing to review"). Files on the secret-file deny-list
 (:data:`massgen_mcp.tools.workspace.DENY_NAMES`: ``.env``, keys, credentials) and anything
 under ``.git/`` never go to a model: their sections are dropped and named in
-:attr:`Changes.left_out`; so are binary files (those holding NUL bytes: git diffs every file
-as text, so a change's ``.gitattributes`` cannot call a text file binary).
+:attr:`Changes.left_out`; so are massgen-mcp's own records (:func:`is_records`) and binary
+files (those holding NUL bytes: git diffs every file as text, so a change's
+``.gitattributes`` cannot call a text file binary).
 
 Git runs hardened (:mod:`massgen_mcp.tools.git`): the repository's config executes nothing.
 The diff parser and its limits are :mod:`massgen_mcp.review.diff`; reading and checking a
@@ -56,6 +57,8 @@ from massgen_mcp.tools.git import (
 )
 from massgen_mcp.tools.workspace import is_denied, is_hidden
 
+RECORDS = ".massgen"  # the records folder's name (the project's config sits in it too)
+PROJECT_CONFIG = "config.yaml"
 CONTEXT_LINES = 5  # lines of context around each change (git's default is 3)
 DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-color", f"--unified={CONTEXT_LINES}",
                 "--src-prefix=a/", "--dst-prefix=b/", "--no-relative", "-M",
@@ -235,14 +238,27 @@ async def empty_tree(git: Git) -> str:
     return (await git.run("hash-object", "-t", "tree", "--stdin")).decode().strip()
 
 
+def is_records(path: str) -> bool:
+    """Whether ``path`` (relative, '/'-separated) is inside a :data:`RECORDS` folder and
+    not the project's config there: what massgen-mcp writes (records committed before the
+    folder ignored itself, say) is never part of what a review reviews, nor of its size."""
+    parts = PurePosixPath(path).parts
+    if RECORDS not in parts[:-1]:
+        return False
+    return not (parts[-1] == PROJECT_CONFIG and parts[-2] == RECORDS)
+
+
 def finish(root: Path, described: str, sections: list[FileDiff]) -> Changes:
-    """The :class:`Changes` of ``sections``: denied, ``.git/`` and binary files dropped and
-    named; the rest joined; an empty result refused."""
+    """The :class:`Changes` of ``sections``: records (:func:`is_records`), denied, ``.git/``
+    and binary files dropped and named; the rest joined; an empty result refused."""
     kept: list[FileDiff] = []
     left_out: list[str] = []
+    records = 0
     for section in sections:
         paths = section.paths
-        if any(is_hidden(PurePosixPath(p), (".git",)) for p in paths):
+        if any(is_records(p) for p in paths):
+            records += 1
+        elif any(is_hidden(PurePosixPath(p), (".git",)) for p in paths):
             left_out.append(f"{section.path}: inside .git/ (the repository's internals; "
                             "never sent)")
         elif any(is_denied(PurePosixPath(p)) for p in paths):
@@ -254,6 +270,9 @@ def finish(root: Path, described: str, sections: list[FileDiff]) -> Changes:
             left_out.append(f"{section.path}: {section.skipped}")
         else:
             kept.append(section)
+    if records:
+        left_out.append(f"{RECORDS}/: {records} file(s) of massgen-mcp's own records (what "
+                        "a run or review writes is never reviewed)")
     files = tuple(dict.fromkeys(s.path for s in kept if s.paths))
     diff = b"".join(b"".join(s.lines) for s in kept).decode("utf-8")
     if not files:

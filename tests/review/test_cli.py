@@ -356,3 +356,59 @@ def test_a_models_url_is_no_link_in_the_pull_request_comment() -> None:
     assert shown.replace("\u200b", "") == (
         "see https://evil.example/x, HTTP://EVIL.example, ftp://f.example and "
         "www.evil.example, mail bob@evil.example")
+
+
+def test_a_review_from_a_subfolder_leaves_the_repository_clean(
+        scripted: Scripted, repo: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The records go to the repository's top ``.massgen/`` (not the subfolder's), which
+    ignores itself for git: ``git status`` is as before, ``git add -A`` takes none of them,
+    and the next review reviews the next change, not the records (a 517 KB refusal once)."""
+    server = scripted(reviewer)
+    monkeypatch.delenv("MASSGEN_HOME")  # the default place
+    (repo / ".massgen").mkdir()
+    (repo / ".massgen" / "config.yaml").write_text("agents: []\n")  # a project's config
+    before = git(repo, "status", "--porcelain", "--untracked-files=all")
+    monkeypatch.chdir(repo / "src")
+    code, _, err = review_cli(capsys, *team(server), "--quiet")
+    assert code == 0, err
+    assert not (repo / "src" / ".massgen").exists()
+    [record] = (repo / ".massgen" / "sessions").iterdir()
+    assert (record / "result.json").is_file()
+    after = git(repo, "status", "--porcelain", "--untracked-files=all")
+    assert after == before  # the project's config.yaml still shows: it is committable
+    assert b"?? .massgen/config.yaml" in after
+    git(repo, "add", "-A")
+    assert git(repo, "diff", "--cached", "--name-only", "--", ".massgen").decode() == (
+        ".massgen/config.yaml\n")
+    git(repo, "commit", "-qm", "the change")
+    (repo / "README.md").write_text("# shop\n\nA small shop.\n")
+    code, out, err = review_cli(capsys, *team(server), "--quiet", "--json")
+    assert code == 0, err
+    assert json.loads(out)["review"] is not None
+    assert len(list((repo / ".massgen" / "sessions").iterdir())) == 2
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == b" M README.md\n"
+
+
+def test_records_committed_before_are_never_reviewed(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records that reached a commit (before their folder ignored itself) change with every
+    run: they are left out of the diff and of its size, named once; the config is kept."""
+    import asyncio
+
+    from massgen_mcp.review.changes import collect
+
+    record = repo / "src" / ".massgen" / "sessions" / "01J" / "events.jsonl"
+    record.parent.mkdir(parents=True)
+    record.write_text("{}\n")
+    (repo / ".massgen").mkdir()
+    (repo / ".massgen" / "config.yaml").write_text("agents: []\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "records by mistake")
+    record.write_text("{}\n" * 200_000)  # 600 KB: over the review's limit on its own
+    (repo / ".massgen" / "config.yaml").write_text("agents: [a]\n")
+    (repo / "src" / "app.py").write_text("x = 1\n")
+    changes = asyncio.run(collect(repo))
+    assert changes.files == (".massgen/config.yaml", "src/app.py")
+    assert changes.left_out == (".massgen/: 1 file(s) of massgen-mcp's own records (what a "
+                                "run or review writes is never reviewed)",)
