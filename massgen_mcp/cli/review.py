@@ -19,7 +19,7 @@ from massgen_mcp.cli import flags
 from massgen_mcp.cli.output import EXIT_CODES_HELP, err
 from massgen_mcp.cli.run import add_limit_flags, follow_to_the_end, options_from
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.outcomes import Severity
+from massgen_mcp.core.outcomes import ReviewOutput, Severity
 from massgen_mcp.core.settings import SETTINGS
 
 if TYPE_CHECKING:
@@ -94,6 +94,8 @@ def cmd_review(args: argparse.Namespace) -> int:
     threshold = Severity(args.fail_on) if args.fail_on else Severity.MAJOR
     if args.format == "json":
         args.json = True
+    output = ReviewOutput(format="json" if args.json else args.format,
+                          fail_on=Severity(args.fail_on) if args.fail_on else None)
     options = options_from(args)
     models = args.models.split(",") if args.models else None
     # The run's workspace is the repository's top folder; a config file named from a
@@ -109,7 +111,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         started = await start_review(service, Workspace(Path.cwd(), confined=False), change,
                                      focus=args.focus, models=models, config=config,
                                      base_url=args.base_url, options=options,
-                                     threshold=threshold)
+                                     threshold=threshold, output=output)
         for note in started.notes:
             if not (args.quiet and note.startswith("estimate: ")):
                 err(note)

@@ -61,6 +61,25 @@ from massgen_mcp.providers.base import CallContext, Completion, Provider, comple
 log = logging.getLogger(__name__)
 
 
+REJECTED_REPLY_CHARS = 2_000  # of a rejected reply, kept in its invalid_action event
+PROBLEM_CHARS = 300  # of the last problem, in a dropped agent's reason
+
+
+def rejected_reply(completion: Completion) -> str:
+    """What a reply the turn rejected said (its text, else its tool calls), cut at
+    :data:`REJECTED_REPLY_CHARS`: recorded, so that why a member was dropped can be read
+    afterwards (``show``, the report), not only the kind of its mistake."""
+    said = completion.content or "\n".join(
+        f"{call.name}({call.arguments or ''})" for call in completion.tool_calls)
+    return said[:REJECTED_REPLY_CHARS]
+
+
+def clip_problem(problem: str) -> str:
+    """The corrective retry's problem, without its advice to the model, for a drop reason."""
+    first = problem.split(" Send your whole review again")[0].strip()
+    return first if len(first) <= PROBLEM_CHARS else first[:PROBLEM_CHARS - 3] + "..."
+
+
 @dataclass(frozen=True)
 class Dropped:
     reason: str
@@ -186,10 +205,12 @@ class ConsensusRun(FinalAnswer):
             if not isinstance(action, Invalid):
                 return TurnOutcome(agent.id, view, action)
             self._emit(EventType.INVALID_ACTION, agent_id=agent.id, attempt=attempt,
-                       reason=action.kind, problem=action.problem)
+                       reason=action.kind, problem=action.problem,
+                       detail=rejected_reply(completion))
             if attempt == prompts.MAX_ATTEMPTS_PER_TURN:
                 return TurnOutcome(agent.id, view, Dropped(
-                    f"{attempt} invalid actions in one turn (last: {action.kind})"))
+                    f"{attempt} invalid actions in one turn (last: {action.kind}: "
+                    f"{clip_problem(action.problem)})"))
             messages = prompts.retry_messages(messages, completion, action.problem, view,
                                               native_tools=native)
             attempt += 1

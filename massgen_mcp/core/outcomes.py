@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Protocol
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -43,6 +43,15 @@ class Verdict(StrEnum):
     BLOCKED = "blocked"  # an agreed blocker
 
 
+class ReviewOutput(Record):
+    """How the command line that started a review shows its outcome: stdout's format and
+    the ``--fail-on`` that gates the exit code (None: exit 0 whatever the verdict).
+    Recorded with the review, so that ``resume`` of a stopped one ends as it would have."""
+
+    format: Literal["text", "markdown", "sarif", "json"] = "text"
+    fail_on: Severity | None = None
+
+
 class ReviewTarget(Record):
     """What a review run reviews, set by the review faces (never by ``run_consensus``):
     its answers must be reviews (:mod:`massgen_mcp.consensus.findings`) and its result
@@ -54,6 +63,7 @@ class ReviewTarget(Record):
     files: list[str] = []  # the changed files, in diff order
     # The least severity of an agreed finding that requests changes (a blocker blocks).
     threshold: Severity = Severity.MAJOR
+    output: ReviewOutput = ReviewOutput()  # the command line's; resume shows it so again
 
 
 class Stance(Record):

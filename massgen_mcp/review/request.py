@@ -21,7 +21,7 @@ from massgen_mcp.consensus.findings import FORMAT
 from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.options import RunOptions
-from massgen_mcp.core.outcomes import ReviewTarget, Severity
+from massgen_mcp.core.outcomes import ReviewOutput, ReviewTarget, Severity
 from massgen_mcp.core.spec import RunSpec, TeamConfig
 from massgen_mcp.review.changes import CONTEXT_LINES, Changes
 from massgen_mcp.review.estimate import Estimate, estimate
@@ -104,15 +104,17 @@ def review_question(changes: Changes, focus: str | None = None) -> str:
 def review_spec(changes: Changes, focus: str | None = None, *,
                 models: list[str] | None = None, config: str | None = None,
                 base_url: str | None = None, options: RunOptions | None = None,
-                tools: bool = True, threshold: Severity = Severity.MAJOR) -> RunSpec:
+                tools: bool = True, threshold: Severity = Severity.MAJOR,
+                output: ReviewOutput | None = None) -> RunSpec:
     """The :class:`RunSpec` of a review: the team and limits as ``run`` takes them
     (``options``: only the fields set count), with the workspace tools on unless ``tools``
     is False (:func:`tools_withheld`); ``threshold``: the least severity of an agreed
-    finding that requests changes."""
+    finding that requests changes; ``output``: how the command line shows the outcome
+    (recorded, for ``resume``)."""
     given = options.model_dump(exclude_unset=True) if options is not None else {}
     target = ReviewTarget(root=str(changes.root), commit=changes.commit,
                           described=changes.described, files=list(changes.files),
-                          threshold=threshold)
+                          threshold=threshold, output=output or ReviewOutput())
     return RunSpec(question=review_question(changes, focus), models=models, config=config,
                    base_url=base_url, context=changes.diff,
                    options=RunOptions(**{**given, "workspace_tools": tools}), review=target)

@@ -22,7 +22,7 @@ from pathlib import Path
 from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ConfigError, UntrustedConfigError
 from massgen_mcp.core.options import RunOptions
-from massgen_mcp.core.outcomes import Severity
+from massgen_mcp.core.outcomes import ReviewOutput, Severity
 from massgen_mcp.review.changes import Changes, collect, repository
 from massgen_mcp.review.patch import inside
 from massgen_mcp.review.request import (
@@ -63,10 +63,12 @@ async def start_review(service: ConsensusService, workspace: Workspace,
                        change: ChangeToReview, *, focus: str | None = None,
                        models: list[str] | None = None, config: str | None = None,
                        base_url: str | None = None, options: RunOptions | None = None,
-                       threshold: Severity = Severity.MAJOR) -> ReviewStarted:
+                       threshold: Severity = Severity.MAJOR,
+                       output: ReviewOutput | None = None) -> ReviewStarted:
     """Collect ``change`` in the repository at ``workspace``'s root, and start its review
     through ``service`` with the team and limits as ``run_consensus`` takes them.
-    ``threshold``: the least severity of an agreed finding that requests changes."""
+    ``threshold``: the least severity of an agreed finding that requests changes;
+    ``output``: the command line's format and ``--fail-on``, recorded for ``resume``."""
     given = [name for name, value in (("staged", change.staged), ("base", change.base),
                                       ("commit", change.commit),
                                       ("patch", change.patch is not None
@@ -88,7 +90,7 @@ async def start_review(service: ConsensusService, workspace: Workspace,
         raise ConfigError(str(exc).removeprefix("--")) from None
     notes = [f"left out {note}" for note in changes.left_out]
     spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
-                       options=options, threshold=threshold)
+                       options=options, threshold=threshold, output=output)
     review_workspace = Workspace(changes.root, confined=workspace.confined)
     team = await chosen_team(spec, review_workspace)  # once, for the checks below
     if workspace.confined and change.paths:
@@ -99,7 +101,8 @@ async def start_review(service: ConsensusService, workspace: Workspace,
                      f"tools off): {'; '.join(withheld)}; name the team (models or config) "
                      "to give it the tools")
         spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
-                           options=options, tools=False, threshold=threshold)
+                           options=options, tools=False, threshold=threshold,
+                           output=output)
     floor = review_estimate(spec, team)  # a budget below it: refused
     notes.append(f"estimate: {floor.words()}")
     run = await service.start(spec, review_workspace)

@@ -7,8 +7,10 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -412,3 +414,80 @@ def test_records_committed_before_are_never_reviewed(
     assert changes.files == (".massgen/config.yaml", "src/app.py")
     assert changes.left_out == (".massgen/: 1 file(s) of massgen-mcp's own records (what a "
                                 "run or review writes is never reviewed)",)
+
+
+def test_ctrl_c_then_resume_keeps_the_reviews_format_and_fail_on(
+        scripted: Scripted, repo: Path, home: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C stops a review as a server stop leaves a run (``interrupted``: resumable, with
+    the command that goes on), not cancelled; ``resume`` then ends it as the review would
+    have: SARIF on stdout and exit 8 on a blocked verdict, without being told again."""
+    gate, arrived = threading.Event(), threading.Semaphore(0)
+
+    def held(req: ChatRequest) -> Reply:
+        if not gate.is_set():  # every first call stays open until the review is stopped
+            arrived.release()
+            gate.wait(60)
+            return Reply("text", delay_s=0)
+        return reviewers(req)
+
+    server = scripted(held)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "massgen_mcp", "review", *team(server), "--format", "sarif",
+         "--fail-on", "major"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=repo / "src", env=server_env(home, PYTHONPATH=os.getcwd()))
+    try:
+        for _ in range(3):
+            assert arrived.acquire(timeout=60)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        gate.set()
+        proc.kill()
+    assert proc.returncode == 4, err
+    [folder] = (home / "sessions").iterdir()
+    session = folder.name
+    assert json.loads((folder / "status.json").read_text())["status"] == "interrupted"
+    assert f"goes on from its recorded reviews and votes with: massgen-mcp resume {session}" \
+        in err
+    assert "Traceback" not in err and out == ""
+
+    code = main(["resume", session])  # no --format, no --fail-on: the recorded ones
+    out, err = capsys.readouterr()
+    assert code == 8, err
+    log = json.loads(out)
+    assert log["version"] == "2.1.0" and log["runs"][0]["properties"]["verdict"] == "blocked"
+    code = main(["resume", session])
+    assert code == 1
+    assert ("is completed; only interrupted runs can be resumed; it has ended and has its "
+            f"result: massgen-mcp show {session}") in capsys.readouterr().err
+
+
+def test_a_dropped_members_rejected_replies_and_reason_are_kept(
+        scripted: Scripted, repo: Path, home: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A member whose every review is unusable is dropped; its rejected replies are in the
+    record, and ``show`` and the report say why it was dropped, not only "bad_review"."""
+    critical = json.dumps({"summary": "bad", "rejects": [], "findings": [{
+        "file": "src/app.py", "line": 3, "end_line": 3, "severity": "critical",
+        "category": "correctness", "claim": "off by one"}]})
+
+    def c_says_critical(req: ChatRequest) -> Reply:
+        if req.model == "c" and not req.vote_labels and not req.is_final:
+            return answer(critical)
+        return reviewers(req)
+
+    server = scripted(c_says_critical)
+    monkeypatch.chdir(repo)
+    code, _, err = review_cli(capsys, *team(server), "--quiet")
+    assert code == 7, err  # completed, a member dropped
+    why = "'severity' must be one of blocker, major, minor, nit"
+    assert f"3 invalid actions in one turn (last: bad_review: {why}.)" in err
+    [folder] = (home / "sessions").iterdir()
+    events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+    rejected = [e for e in events if e["type"] == "invalid_action"]
+    assert [e["agent_id"] for e in rejected] == ["agent_c"] * 3
+    assert all("critical" in e["detail"] and "off by one" in e["detail"] for e in rejected)
+    assert main(["show", folder.name]) == 0
+    assert why in capsys.readouterr().out
+    assert why.replace("'", "&#x27;") in (folder / "report.html").read_text()
