@@ -320,7 +320,11 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter, *,
         summary = {key: data[key] for key in JSON_SUMMARY_KEYS}
         summary["cost"] = result.usage.cost_usd
         summary["session_dir"] = str(folder)
-        if result.review is not None:  # docs/review.md: the schema
+        # Who backs the answer and the dissent's reasons: what stderr and the record say.
+        agreement = result.agreement
+        summary["agreement"] = (agreement.model_dump(mode="json") if agreement is not None
+                                else None)
+        if review is not None:  # docs/review.md: the schema; null when no outcome was made
             summary["review"] = data["review"]
         say_json(redact(json.dumps(summary, ensure_ascii=False, indent=2)))
     elif result.review is not None:  # SARIF is JSON: written as --json is

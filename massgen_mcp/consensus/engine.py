@@ -409,8 +409,11 @@ class ConsensusRun(FinalAnswer):
                     self._emit(EventType.RESUMED,
                                labels=[a.label for a in self.coord.current_answers()])
                 else:
+                    roles = {aid: role for aid in self.agents
+                             if (role := self.request.team.role_of(aid)) is not None}
                     self._emit(EventType.STARTED, question=self.request.question,
                                agents={a.id: a.model for a in self.agents.values()},
+                               **({"roles": roles} if roles else {}),
                                parent_session_id=self.request.parent_session_id)
                 async with asyncio.timeout(self.options.timeout_s):
                     if self.evidence.mcp is not None:  # servers start within the time limit

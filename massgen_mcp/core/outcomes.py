@@ -65,6 +65,12 @@ class ReviewTarget(Record):
     threshold: Severity = Severity.MAJOR
     output: ReviewOutput = ReviewOutput()  # the command line's; resume shows it so again
 
+    def title(self) -> str:
+        """What ``sessions`` and ``show`` call the review, instead of its long prompt:
+        ``review: the working tree against HEAD, 3 files``."""
+        count = len(self.files)
+        return f"review: {self.described}, {count} file{'' if count == 1 else 's'}"
+
 
 class Stance(Record):
     """A member's stand on a finding, with its reason in one line."""

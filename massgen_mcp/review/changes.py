@@ -38,10 +38,10 @@ from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
 from massgen_mcp.review.diff import (
     MAX_DIFF_BYTES,
-    NARROW,
     FileDiff,
     check_diff_text,
     mark_binary,
+    narrow,
     split_diff,
 )
 from massgen_mcp.review.patch import check_patch_paths, given_patch, read_patch
@@ -168,6 +168,8 @@ async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
         return await whole_files(git, root, cwd, paths)
     head = await resolve(git, "HEAD", "HEAD", missing_ok=True)
     reviewed: str | None = None
+    kind = "staged" if staged else "base" if base is not None else (
+        "commit" if commit is not None else "worktree")
     if staged:
         described = "the staged changes"
         args = ["diff", "--cached", *DIFF_OPTIONS, head or await empty_tree(git)]
@@ -199,11 +201,14 @@ async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
         data = await git.run(*args, "--", cap=MAX_OUTPUT_BYTES)
     except OutputOverCap:
         raise ConfigError(f"diff: {described} is more than {MAX_OUTPUT_BYTES:,} bytes, "
-                          f"more than a review sends; {NARROW}") from None
+                          f"more than a review sends; {narrow(kind)}") from None
+    if staged and not data.strip():
+        raise ConfigError("--staged: nothing is staged; stage what to review (git add PATH), "
+                          "or review the working tree's changes (no option)")
     sections = mark_binary(split_diff(data, described))
     check_diff_text(b"".join(b"".join(s.lines) for s in sections if not s.binary),
                     f"diff of {described}")
-    changes = finish(root, described, sections)
+    changes = finish(root, described, sections, kind)
     return Changes(changes.root, changes.described, changes.diff, changes.files,
                    changes.left_out, commit=reviewed)
 
@@ -211,7 +216,7 @@ async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
 def _patch(root: Path, data: bytes, described: str) -> Changes:
     sections = split_diff(data, described)
     check_patch_paths(root, sections)
-    return finish(root, described, sections)
+    return finish(root, described, sections, "patch")
 
 
 async def resolve(git: Git, ref: str, field_name: str, *, missing_ok: bool = False
@@ -248,9 +253,10 @@ def is_records(path: str) -> bool:
     return not (parts[-1] == PROJECT_CONFIG and parts[-2] == RECORDS)
 
 
-def finish(root: Path, described: str, sections: list[FileDiff]) -> Changes:
+def finish(root: Path, described: str, sections: list[FileDiff], kind: str) -> Changes:
     """The :class:`Changes` of ``sections``: records (:func:`is_records`), denied, ``.git/``
-    and binary files dropped and named; the rest joined; an empty result refused."""
+    and binary files dropped and named; the rest joined; an empty result refused, and one
+    too large with the ways to narrow a review of ``kind`` (:func:`narrow`)."""
     kept: list[FileDiff] = []
     left_out: list[str] = []
     records = 0
@@ -281,7 +287,7 @@ def finish(root: Path, described: str, sections: list[FileDiff]) -> Changes:
                           f"be sent{why}")
     if len(diff.encode()) > MAX_DIFF_BYTES:
         raise ConfigError(f"diff: {described} is {len(diff.encode()):,} bytes; the limit is "
-                          f"{MAX_DIFF_BYTES:,}; {NARROW}")
+                          f"{MAX_DIFF_BYTES:,}; {narrow(kind)}")
     return Changes(root, described, diff, files, tuple(left_out))
 
 
@@ -324,7 +330,8 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> 
         except UnsafeFileError as exc:
             if exc.reason == "too_big":
                 raise ConfigError(f"paths: {relative!r} is more than {MAX_DIFF_BYTES:,} "
-                                  f"bytes, more than a review sends; {NARROW}") from None
+                                  f"bytes, more than a review sends; {narrow('paths')}"
+                                  ) from None
             section.skipped = f"not read ({str(exc).removeprefix(Path(relative).name + ' ')})"
             continue
         except FileNotFoundError:
@@ -340,4 +347,4 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> 
         header = (f"diff --git a/{relative} b/{relative}\nnew file\n--- /dev/null\n"
                   f"+++ b/{relative}\n@@ -0,0 +1,{len(body)} @@\n")
         section.lines = [(header + "".join(f"+{line}\n" for line in body)).encode()]
-    return finish(root, f"the files {', '.join(names)}", sections)
+    return finish(root, f"the files {', '.join(names)}", sections, "paths")

@@ -36,6 +36,7 @@ MAX_LISTED_FILES = 200
 MAX_LISTING_CHARS = 16_000
 MAX_ENTRY_CHARS = 300
 
+REVIEW_OPENING = "Review a code change as a careful senior reviewer:"  # every review's question
 INSTRUCTIONS = """\
 Review a code change as a careful senior reviewer: {described}, {count} file(s) of the \
 repository.

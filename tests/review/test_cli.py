@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.cli.main import main
-from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, answer
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, answer, error
 from massgen_mcp.testing.scripted import tool_calls as calls
 from tests.helpers import Scripted
 from tests.review.conftest import CANARY, DB_AFTER, git
@@ -491,3 +491,30 @@ def test_a_dropped_members_rejected_replies_and_reason_are_kept(
     assert main(["show", folder.name]) == 0
     assert why in capsys.readouterr().out
     assert why.replace("'", "&#x27;") in (folder / "report.html").read_text()
+
+
+def test_roles_titles_and_a_failed_reviews_json(
+        scripted: Scripted, repo: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The members' roles are in the progress; ``sessions`` and ``show`` title a review by
+    what it reviews, not its long prompt; a review whose members all fail prints the same
+    ``--json`` keys as one that ends (``review`` included, with ``agreement``)."""
+    server = scripted(reviewer)
+    monkeypatch.chdir(repo)
+    code, _, err = review_cli(capsys, *team(server), "--roles", "for,against")
+    assert code == 0, err
+    assert "started with agent_a=openai/a (for), agent_b=openai/b (against), " \
+           "agent_c=openai/c\n" in err
+    assert main(["sessions"]) == 0
+    listed = capsys.readouterr().out.splitlines()[1]
+    assert listed.endswith("review: the working tree against HEAD, 2 files")
+    assert main(["show", "latest"]) == 0
+    shown = capsys.readouterr().out
+    assert "\nreview   the working tree against HEAD, 2 files\n" in shown
+    assert "Review a code change" not in shown
+
+    failing = scripted(lambda req: error(400, "model does not exist"))
+    code, out, err = review_cli(capsys, *team(failing), "--json")
+    assert code == 2, err
+    failed = json.loads(out)
+    assert failed["status"] == "failed" and "review" in failed and "agreement" in failed
