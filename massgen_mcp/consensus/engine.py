@@ -68,10 +68,12 @@ PROBLEM_CHARS = 300  # of the last problem, in a dropped agent's reason
 def rejected_reply(completion: Completion) -> str:
     """What a reply the turn rejected said (its text, else its tool calls), cut at
     :data:`REJECTED_REPLY_CHARS`: recorded, so that why a member was dropped can be read
-    afterwards (``show``, the report), not only the kind of its mistake."""
+    afterwards (``show``, the report), not only the kind of its mistake. What cannot be
+    written as UTF-8 (a lone surrogate) becomes ``?``: the reply was refused, its record
+    must not be."""
     said = completion.content or "\n".join(
         f"{call.name}({call.arguments or ''})" for call in completion.tool_calls)
-    return said[:REJECTED_REPLY_CHARS]
+    return said[:REJECTED_REPLY_CHARS].encode("utf-8", "replace").decode("utf-8")
 
 
 def clip_problem(problem: str) -> str:
