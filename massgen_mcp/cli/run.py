@@ -125,7 +125,7 @@ HEARTBEAT_S = 10.0  # without a terminal, a line on stderr at least this often
 
 class Heartbeat:
     """The progress lines on stderr without a terminal (a CI log, a pipe): one per event
-    worth a person's attention (:func:`progress`), and, when nothing was said for
+    worth a person's attention (:func:`describe_event`), and, when nothing was said for
     :data:`HEARTBEAT_S`, one that says where the run stands and whom it waits on, so a
     slow member never looks like a hung command. Timed on the event loop's clock."""
 
@@ -212,7 +212,7 @@ async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[st
             bar.end()
         session_id = started.session_id
         started_ids.append(session_id)
-        review = service.store.read_request(session_id).review
+        review = service.review_target(session_id)
         for note in started.notes:
             err(note)
         if not args.quiet:
