@@ -60,7 +60,8 @@ EXIT_CODES_HELP = """exit codes:
   2  the run failed: every agent failed, or the record could not be written (models
      pull: the download failed)
   3  the run timed out (the best answer so far is still printed)
-  4  cancelled (Ctrl-C, SIGTERM, SIGHUP, or cancelled elsewhere; serve --http: Ctrl-C)
+  4  cancelled (Ctrl-C, SIGTERM, SIGHUP, or cancelled elsewhere; serve --http: Ctrl-C);
+     a review so stopped is interrupted instead: massgen-mcp resume ID goes on
   5  wrong command line (unknown flag, missing argument)
   6  serve --http cannot listen (port busy, or not this machine's address)
   7  completed, but agents were dropped (the answer came from fewer agents)

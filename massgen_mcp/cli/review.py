@@ -11,6 +11,7 @@ API members' read-only workspace tools open the files around the change.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,8 @@ from massgen_mcp.cli import flags, post
 from massgen_mcp.cli.output import EXIT_CODES_HELP, err
 from massgen_mcp.cli.run import add_limit_flags, follow_to_the_end, options_from
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.outcomes import COUNTED_TIERS, Severity, Tier, named
+from massgen_mcp.core.outcomes import COUNTED_TIERS, ReviewOutput, Severity, Tier, named
+from massgen_mcp.core.settings import SETTINGS
 
 if TYPE_CHECKING:
     from massgen_mcp.service import ConsensusService, StartedRun
@@ -109,6 +111,8 @@ def cmd_review(args: argparse.Namespace) -> int:
             if args.fail_on_tier is not None else Tier.AGREED)
     if args.format == "json":
         args.json = True
+    output = ReviewOutput(format="json" if args.json else args.format,
+                          fail_on=threshold)
     options = options_from(args)
     models = args.models.split(",") if args.models else None
     # The run's workspace is the repository's top folder; a config file named from a
@@ -124,7 +128,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         started = await start_review(service, Workspace(Path.cwd(), confined=False), change,
                                      focus=args.focus, models=models, config=config,
                                      base_url=args.base_url, options=options,
-                                     threshold=threshold, tier=tier)
+                                     threshold=threshold, tier=tier, output=output)
         if args.fail_on is None and started.fail_on is not None:
             args.fail_on = str(started.fail_on)  # the repository's default: exits as --fail-on
         for note in started.notes:
@@ -132,7 +136,8 @@ def cmd_review(args: argparse.Namespace) -> int:
                 err(note)
         return started.run
 
-    return follow_to_the_end(args, start, after=post.after_review(args))
+    root = records_home(args)
+    return follow_to_the_end(args, start, after=post.after_review(args), root=root)
 
 
 def explain_config(args: argparse.Namespace) -> int:
@@ -154,3 +159,18 @@ def explain_config(args: argparse.Namespace) -> int:
 
     say("\n".join(asyncio.run(gather())))
     return 0
+
+
+def records_home(args: argparse.Namespace) -> Path:
+    """The repository's top folder, whose ``.massgen/`` gets the review's records unless
+    ``--home`` or ``$MASSGEN_HOME`` names another place (``args.home`` is set to it): one
+    place from any subfolder, never the folder the review ran from. A folder that is not
+    in a repository is refused here, in the words of :func:`repository`."""
+    import asyncio
+
+    from massgen_mcp.review.changes import RECORDS, repository
+
+    root = asyncio.run(repository(Path.cwd()))
+    if args.home is None and SETTINGS.home.read() is None and os.access(root, os.W_OK):
+        args.home = str(root / RECORDS)
+    return root

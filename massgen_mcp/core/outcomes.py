@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from enum import StrEnum
-from typing import Annotated, Protocol, TypeVar
+from typing import Annotated, Literal, Protocol, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
@@ -93,6 +93,15 @@ def named(kind: type[Named], value: object, field: str,
     return found
 
 
+class ReviewOutput(Record):
+    """How the command line that started a review shows its outcome: stdout's format and
+    the ``--fail-on`` that gates the exit code (None: exit 0 whatever the verdict).
+    Recorded with the review, so that ``resume`` of a stopped one ends as it would have."""
+
+    format: Literal["text", "markdown", "sarif", "json", "github"] = "text"
+    fail_on: Severity | None = None
+
+
 class ReviewTarget(Record):
     """What a review run reviews, set by the review faces (never by ``run_consensus``):
     its answers must be reviews (:mod:`massgen_mcp.consensus.findings`) and its result
@@ -106,6 +115,13 @@ class ReviewTarget(Record):
     threshold: Severity = Severity.MAJOR
     # The least tier the verdict counts: agreed findings only, or unconfirmed ones too.
     tier: Tier = Tier.AGREED
+    output: ReviewOutput = ReviewOutput()  # the command line's; resume shows it so again
+
+    def title(self) -> str:
+        """What ``sessions`` and ``show`` call the review, instead of its long prompt:
+        ``review: the working tree against HEAD, 3 files``."""
+        count = len(self.files)
+        return f"review: {self.described}, {count} file{'' if count == 1 else 's'}"
 
 
 class Stance(Record):

@@ -154,7 +154,9 @@ def describe_event(event: Event) -> str | None:
     kind, who = event.type, event.agent_id or ""
     t = f"[{event.t or 0:6.2f}s]"
     if kind is EventType.STARTED:
-        agents = ", ".join(f"{a}={m}" for a, m in (event.agents or {}).items())
+        roles = event.roles or {}
+        agents = ", ".join(f"{a}={m}" + (f" ({_short(roles[a], 60)})" if a in roles else "")
+                           for a, m in (event.agents or {}).items())
         return f"{t} started with {agents}"
     if kind is EventType.ANSWER:
         return f"{t} {who} answered {event.label}: {_short(event.preview)}"

@@ -19,8 +19,9 @@ exist, and an empty diff ("nothing to review"). Files a model may not see
 (:func:`massgen_mcp.tools.workspace.withheld`: the secret-file deny-list, ``.env``, keys,
 credentials; anything under ``.git/`` or ``.massgen/``; and, by content, a section holding a
 private key) never go to a model: their sections are dropped and named in
-:attr:`Changes.left_out`; so are binary files (those holding NUL bytes: git diffs every file
-as text, so a change's ``.gitattributes`` cannot call a text file binary).
+:attr:`Changes.left_out`; so are massgen-mcp's own records (:func:`is_records`, counted, not
+named one by one) and binary files (those holding NUL bytes: git diffs every file as text, so
+a change's ``.gitattributes`` cannot call a text file binary).
 
 Git runs hardened (:mod:`massgen_mcp.tools.git`): the repository's config executes nothing.
 The diff parser and its limits are :mod:`massgen_mcp.review.diff`; reading and checking a
@@ -38,10 +39,10 @@ from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
 from massgen_mcp.review.diff import (
     MAX_DIFF_BYTES,
-    NARROW,
     FileDiff,
     check_diff_text,
     mark_binary,
+    narrow,
     quote,
     split_diff,
 )
@@ -60,6 +61,8 @@ from massgen_mcp.tools.workspace import withheld, withheld_content
 
 # Why the repository's review rules leave the file at a path out, or None (review/rules.py).
 Ignore = Callable[[str], str | None]
+RECORDS = ".massgen"  # the records folder's name (the project's config sits in it too)
+PROJECT_CONFIG = "config.yaml"
 CONTEXT_LINES = 5  # lines of context around each change (git's default is 3)
 DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-color", f"--unified={CONTEXT_LINES}",
                 "--src-prefix=a/", "--dst-prefix=b/", "--no-relative", "-M",
@@ -171,6 +174,8 @@ async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
         return await whole_files(git, root, cwd, paths, ignore)
     head = await resolve(git, "HEAD", "HEAD", missing_ok=True)
     reviewed: str | None = None
+    kind = "staged" if staged else "base" if base is not None else (
+        "commit" if commit is not None else "worktree")
     if staged:
         described = "the staged changes"
         args = ["diff", "--cached", *DIFF_OPTIONS, head or await empty_tree(git)]
@@ -202,11 +207,14 @@ async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
         data = await git.run(*args, "--", cap=MAX_OUTPUT_BYTES)
     except OutputOverCap:
         raise ConfigError(f"diff: {described} is more than {MAX_OUTPUT_BYTES:,} bytes, "
-                          f"more than a review sends; {NARROW}") from None
+                          f"more than a review sends; {narrow(kind)}") from None
+    if staged and not data.strip():
+        raise ConfigError("--staged: nothing is staged; stage what to review (git add PATH), "
+                          "or review the working tree's changes (no option)")
     sections = mark_binary(split_diff(data, described))
     check_diff_text(b"".join(b"".join(s.lines) for s in sections if not s.binary),
                     f"diff of {described}")
-    changes = finish(root, described, sections, ignore)
+    changes = finish(root, described, sections, kind, ignore)
     return Changes(changes.root, changes.described, changes.diff, changes.files,
                    changes.left_out, commit=reviewed)
 
@@ -214,7 +222,7 @@ async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
 def _patch(root: Path, data: bytes, described: str, ignore: Ignore | None = None) -> Changes:
     sections = split_diff(data, described)
     check_patch_paths(root, sections)
-    return finish(root, described, sections, ignore)
+    return finish(root, described, sections, "patch", ignore)
 
 
 async def resolve(git: Git, ref: str, field_name: str, *, missing_ok: bool = False
@@ -241,17 +249,35 @@ async def empty_tree(git: Git) -> str:
     return (await git.run("hash-object", "-t", "tree", "--stdin")).decode().strip()
 
 
-def finish(root: Path, described: str, sections: list[FileDiff],
+def is_records(path: str) -> bool:
+    """Whether ``path`` (relative, '/'-separated) is inside a :data:`RECORDS` folder and
+    not the project's config there: what massgen-mcp writes (records committed before the
+    folder ignored itself, say) is never part of what a review reviews, nor of its size.
+    (The config itself is withheld too, by :func:`~massgen_mcp.tools.workspace.withheld`: it
+    may hold a key; it is named as left out rather than counted with the records.)"""
+    parts = PurePosixPath(path).parts
+    if RECORDS not in parts[:-1]:
+        return False
+    return not (parts[-1] == PROJECT_CONFIG and parts[-2] == RECORDS)
+
+
+def finish(root: Path, described: str, sections: list[FileDiff], kind: str,
            ignore: Ignore | None = None) -> Changes:
-    """The :class:`Changes` of ``sections``: the files a model may not see
+    """The :class:`Changes` of ``sections``: massgen-mcp's records (:func:`is_records`)
+    counted and dropped; the files a model may not see
     (:func:`~massgen_mcp.tools.workspace.withheld`: by either path of the section;
     :func:`~massgen_mcp.tools.workspace.withheld_content`: by what its lines hold), the files
     the repository's rules ``ignore`` and binary files dropped and named; the rest joined; an
-    empty result refused (one that the rules emptied, in words of its own: not an approval)."""
+    empty result refused (one that the rules emptied, in words of its own: not an approval),
+    and one too large with the ways to narrow a review of ``kind`` (:func:`narrow`)."""
     kept: list[FileDiff] = []
     left_out: list[str] = []
     ignored = 0
+    records = 0
     for section in sections:
+        if any(is_records(p) for p in section.paths):
+            records += 1
+            continue
         why = next((w for p in section.paths if (w := withheld(PurePosixPath(p)))), None)
         if why is None and not section.binary and not section.skipped:
             why = withheld_content(b"".join(section.lines))
@@ -267,6 +293,9 @@ def finish(root: Path, described: str, sections: list[FileDiff],
             left_out.append(f"{section.path}: {section.skipped}")
         else:
             kept.append(section)
+    if records:
+        left_out.append(f"{RECORDS}/: {records} file(s) of massgen-mcp's own records (what "
+                        "a run or review writes is never reviewed)")
     files = tuple(dict.fromkeys(s.path for s in kept if s.paths))
     diff = b"".join(b"".join(s.lines) for s in kept).decode("utf-8")
     if not files and ignored:
@@ -280,7 +309,7 @@ def finish(root: Path, described: str, sections: list[FileDiff],
                           f"be sent{why}")
     if len(diff.encode()) > MAX_DIFF_BYTES:
         raise ConfigError(f"diff: {described} is {len(diff.encode()):,} bytes; the limit is "
-                          f"{MAX_DIFF_BYTES:,}; {NARROW}")
+                          f"{MAX_DIFF_BYTES:,}; {narrow(kind)}")
     return Changes(root, described, diff, files, tuple(left_out))
 
 
@@ -324,7 +353,8 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str],
         except UnsafeFileError as exc:
             if exc.reason == "too_big":
                 raise ConfigError(f"paths: {relative!r} is more than {MAX_DIFF_BYTES:,} "
-                                  f"bytes, more than a review sends; {NARROW}") from None
+                                  f"bytes, more than a review sends; {narrow('paths')}"
+                                  ) from None
             section.skipped = f"not read ({str(exc).removeprefix(Path(relative).name + ' ')})"
             continue
         except FileNotFoundError:
@@ -343,4 +373,4 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str],
         header = (f"diff --git {old} {new}\nnew file\n--- /dev/null\n+++ {new}\n"
                   f"@@ -0,0 +1,{len(body)} @@\n")
         section.lines = [(header + "".join(f"+{line}\n" for line in body)).encode()]
-    return finish(root, f"the files {', '.join(names)}", sections, ignore)
+    return finish(root, f"the files {', '.join(names)}", sections, "paths", ignore)

@@ -20,8 +20,24 @@ from massgen_mcp.core.spec import MAX_CONTEXT_CHARS
 # MAX_CONTEXT_CHARS; the rest is room for the notes around it. Larger is refused, with how
 # to narrow it (issue 55: never silently truncated).
 MAX_DIFF_BYTES = MAX_CONTEXT_CHARS - 20_000
-NARROW = ("narrow it: name fewer files (massgen-mcp review PATH ...), review one commit "
-          "(--commit SHA), or split the patch")
+# How to make each kind of review smaller, in the options that fit the one asked for (a
+# --commit review was once told to review one commit).
+_WAYS = {
+    "worktree": "review fewer files as they are (massgen-mcp review PATH ...), or stage a "
+                "part and review --staged",
+    "staged": "stage fewer files (git restore --staged PATH) and review --staged again",
+    "base": "review one commit at a time (--commit SHA), or give a nearer --base",
+    "commit": "review its files a few at a time as they are (massgen-mcp review PATH ...), "
+              "or split the commit",
+    "patch": "split the patch into smaller ones (a few files each)",
+    "paths": "name fewer files",
+}
+
+
+def narrow(kind: str) -> str:
+    """How to narrow a review of ``kind`` (worktree, staged, base, commit, patch, paths)
+    that is too large: only ways that fit it."""
+    return f"narrow it: {_WAYS[kind]}"
 _HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _QUOTED_ESCAPES = {"a": "\a", "b": "\b", "t": "\t", "n": "\n", "v": "\v", "f": "\f",
                    "r": "\r", '"': '"', "\\": "\\"}

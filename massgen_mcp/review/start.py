@@ -22,7 +22,7 @@ from pathlib import Path
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.options import RunOptions
-from massgen_mcp.core.outcomes import Severity, Tier
+from massgen_mcp.core.outcomes import ReviewOutput, Severity, Tier
 from massgen_mcp.review.changes import Changes, collect, repository
 from massgen_mcp.review.patch import inside
 from massgen_mcp.review.request import (
@@ -75,12 +75,14 @@ async def start_review(service: ConsensusService, workspace: Workspace,
                        models: list[str] | None = None, config: str | None = None,
                        base_url: str | None = None, options: RunOptions | None = None,
                        threshold: Severity | None = None,
-                       tier: Tier = Tier.AGREED) -> ReviewStarted:
+                       tier: Tier = Tier.AGREED,
+                       output: ReviewOutput | None = None) -> ReviewStarted:
     """Collect ``change`` in the repository at ``workspace``'s root, and start its review
     through ``service`` with the team and limits as ``run_consensus`` takes them.
     ``threshold``: the least severity of a counted finding that requests changes (None: the
     repository's ``review.fail_on``, else major); ``tier``: the least tier counted (agreed,
-    or unconfirmed too).
+    or unconfirmed too); ``output``: the command line's format and ``--fail-on``, recorded
+    for ``resume``.
 
     The repository's own rules (:mod:`massgen_mcp.review.rules`) apply where the caller
     leaves a choice open (focus, threshold, team) and narrow what is sent (ignore, budget);
@@ -124,7 +126,7 @@ async def start_review(service: ConsensusService, workspace: Workspace,
     spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
                        options=options, threshold=threshold, tier=tier,
                        rules=instructions + (GUIDANCE_QUESTION if guidance.text else ""),
-                       guidance=guidance.text)
+                       guidance=guidance.text, output=output)
     review_workspace = Workspace(changes.root, confined=workspace.confined)
     try:
         team = await chosen_team(spec, review_workspace)  # once, for the checks below
@@ -143,7 +145,7 @@ async def start_review(service: ConsensusService, workspace: Workspace,
                      "the tools")
         spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
                            options=options, tools=False, threshold=threshold, tier=tier,
-                           rules=instructions)
+                           rules=instructions, output=output)
     floor = review_estimate(spec, team)  # a budget below it: refused
     notes.append(f"estimate: {floor.words()}")
     run = await service.start(spec, review_workspace)

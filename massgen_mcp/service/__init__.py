@@ -59,6 +59,19 @@ if TYPE_CHECKING:
     from massgen_mcp.pool.live import PoolConfig
 
 
+def not_resumable_hint(session_id: str, status: RunStatus) -> str:
+    """The way on from a run ``resume`` refuses: a running one is followed, a finished
+    one read, and one cancelled on purpose asked again (its recorded answers stay)."""
+    if status is RunStatus.RUNNING:
+        return "it is still running: wait for it (get_status, or massgen-mcp show " \
+               f"{session_id})"
+    if status is RunStatus.CANCELLED:
+        return ("it was cancelled on purpose (cancel_session, or Ctrl-C on a run): start it "
+                "again (a review: the same massgen-mcp review command), or ask its team a "
+                f"follow-up (massgen-mcp continue {session_id} ...)")
+    return f"it has ended and has its result: massgen-mcp show {session_id}"
+
+
 class ConsensusService(RecordReads):
     """Runs and their records, for every front end (the record reads: :class:`RecordReads`)."""
 
@@ -239,7 +252,8 @@ class ConsensusService(RecordReads):
         lost = status.status is RunStatus.RUNNING and status.phase is Phase.QUEUED
         if status.status is not RunStatus.INTERRUPTED and not lost:
             raise SessionStateError(f"session {session_id} is {status.status}; only "
-                                    "interrupted runs can be resumed")
+                                    "interrupted runs can be resumed; "
+                                    + not_resumable_hint(session_id, status.status))
         team, _ = await self._recorded_team(session_id, config)
         return await self.executor.resume(session_id, team)
 

@@ -76,7 +76,8 @@ async def test_invalid_replies_get_corrective_retries_then_drop() -> None:
         ("agent_a", 1)]
     assert [e.attempt for e in invalid if e.agent_id == "agent_c"] == [1, 2, 3]
     assert result.agents["agent_c"].dropped_reason == (
-        "3 invalid actions in one turn (last: no_action)")
+        "3 invalid actions in one turn (last: no_action: you did not call a tool.)")
+    assert [e.detail for e in invalid if e.agent_id == "agent_c"] == ["never a tool call"] * 3
     assert result.status is RunStatus.COMPLETED
     retried = next(r for r in provider.requests if r.model == "a" and r.is_retry)
     assert retried.messages[-1]["content"].startswith("Invalid action: you did not call a tool.")

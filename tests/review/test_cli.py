@@ -7,14 +7,16 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from massgen_mcp.cli.main import main
-from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, answer
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, answer, error
 from massgen_mcp.testing.scripted import tool_calls as calls
 from tests.helpers import Scripted
 from tests.review.conftest import CANARY, DB_AFTER, git
@@ -403,3 +405,163 @@ def test_a_models_url_is_no_link_in_the_pull_request_comment() -> None:
     assert shown.replace("\u200b", "") == (
         "see https://evil.example/x, HTTP://EVIL.example, ftp://f.example and "
         "www.evil.example, mail bob@evil.example")
+
+
+def test_a_review_from_a_subfolder_leaves_the_repository_clean(
+        scripted: Scripted, repo: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The records go to the repository's top ``.massgen/`` (not the subfolder's), which
+    ignores itself for git: ``git status`` is as before, ``git add -A`` takes none of them,
+    and the next review reviews the next change, not the records (a 517 KB refusal once)."""
+    server = scripted(reviewer)
+    monkeypatch.delenv("MASSGEN_HOME")  # the default place
+    (repo / ".massgen").mkdir()
+    (repo / ".massgen" / "config.yaml").write_text("agents: []\n")  # a project's config
+    before = git(repo, "status", "--porcelain", "--untracked-files=all")
+    monkeypatch.chdir(repo / "src")
+    code, _, err = review_cli(capsys, *team(server), "--quiet")
+    assert code == 0, err
+    assert not (repo / "src" / ".massgen").exists()
+    [record] = (repo / ".massgen" / "sessions").iterdir()
+    assert (record / "result.json").is_file()
+    after = git(repo, "status", "--porcelain", "--untracked-files=all")
+    assert after == before  # the project's config.yaml still shows: it is committable
+    assert b"?? .massgen/config.yaml" in after
+    git(repo, "add", "-A")
+    assert git(repo, "diff", "--cached", "--name-only", "--", ".massgen").decode() == (
+        ".massgen/config.yaml\n")
+    git(repo, "commit", "-qm", "the change")
+    (repo / "README.md").write_text("# shop\n\nA small shop.\n")
+    code, out, err = review_cli(capsys, *team(server), "--quiet", "--json")
+    assert code == 0, err
+    assert json.loads(out)["review"] is not None
+    assert len(list((repo / ".massgen" / "sessions").iterdir())) == 2
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == b" M README.md\n"
+
+
+def test_records_committed_before_are_never_reviewed(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records that reached a commit (before their folder ignored itself) change with every
+    run: they are left out of the diff and of its size, named once; the config is kept."""
+    import asyncio
+
+    from massgen_mcp.review.changes import collect
+
+    record = repo / "src" / ".massgen" / "sessions" / "01J" / "events.jsonl"
+    record.parent.mkdir(parents=True)
+    record.write_text("{}\n")
+    (repo / ".massgen").mkdir()
+    (repo / ".massgen" / "config.yaml").write_text("agents: []\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "records by mistake")
+    record.write_text("{}\n" * 200_000)  # 600 KB: over the review's limit on its own
+    (repo / ".massgen" / "config.yaml").write_text("agents: [a]\n")
+    (repo / "src" / "app.py").write_text("x = 1\n")
+    changes = asyncio.run(collect(repo))
+    assert changes.files == (".massgen/config.yaml", "src/app.py")
+    assert changes.left_out == (".massgen/: 1 file(s) of massgen-mcp's own records (what a "
+                                "run or review writes is never reviewed)",)
+
+
+def test_ctrl_c_then_resume_keeps_the_reviews_format_and_fail_on(
+        scripted: Scripted, repo: Path, home: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C stops a review as a server stop leaves a run (``interrupted``: resumable, with
+    the command that goes on), not cancelled; ``resume`` then ends it as the review would
+    have: SARIF on stdout and exit 8 on a blocked verdict, without being told again."""
+    gate, arrived = threading.Event(), threading.Semaphore(0)
+
+    def held(req: ChatRequest) -> Reply:
+        if not gate.is_set():  # every first call stays open until the review is stopped
+            arrived.release()
+            gate.wait(60)
+            return Reply("text", delay_s=0)
+        return reviewers(req)
+
+    server = scripted(held)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "massgen_mcp", "review", *team(server), "--format", "sarif",
+         "--fail-on", "major"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=repo / "src", env=server_env(home, PYTHONPATH=os.getcwd()))
+    try:
+        for _ in range(3):
+            assert arrived.acquire(timeout=60)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        gate.set()
+        proc.kill()
+    assert proc.returncode == 4, err
+    [folder] = (home / "sessions").iterdir()
+    session = folder.name
+    assert json.loads((folder / "status.json").read_text())["status"] == "interrupted"
+    assert f"goes on from its recorded reviews and votes with: massgen-mcp resume {session}" \
+        in err
+    assert "Traceback" not in err and out == ""
+
+    code = main(["resume", session])  # no --format, no --fail-on: the recorded ones
+    out, err = capsys.readouterr()
+    assert code == 8, err
+    log = json.loads(out)
+    assert log["version"] == "2.1.0" and log["runs"][0]["properties"]["verdict"] == "blocked"
+    code = main(["resume", session])
+    assert code == 1
+    assert ("is completed; only interrupted runs can be resumed; it has ended and has its "
+            f"result: massgen-mcp show {session}") in capsys.readouterr().err
+
+
+def test_a_dropped_members_rejected_replies_and_reason_are_kept(
+        scripted: Scripted, repo: Path, home: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A member whose every review is unusable is dropped; its rejected replies are in the
+    record, and ``show`` and the report say why it was dropped, not only "bad_review"."""
+    critical = json.dumps({"summary": "bad", "rejects": [], "findings": [{
+        "file": "src/app.py", "line": 3, "end_line": 3, "severity": "critical",
+        "category": "correctness", "claim": "off by one"}]})
+
+    def c_says_critical(req: ChatRequest) -> Reply:
+        if req.model == "c" and not req.vote_labels and not req.is_final:
+            return answer(critical)
+        return reviewers(req)
+
+    server = scripted(c_says_critical)
+    monkeypatch.chdir(repo)
+    code, _, err = review_cli(capsys, *team(server), "--quiet")
+    assert code == 7, err  # completed, a member dropped
+    why = "'severity' must be one of blocker, major, minor, nit"
+    assert f"3 invalid actions in one turn (last: bad_review: {why}.)" in err
+    [folder] = (home / "sessions").iterdir()
+    events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+    rejected = [e for e in events if e["type"] == "invalid_action"]
+    assert [e["agent_id"] for e in rejected] == ["agent_c"] * 3
+    assert all("critical" in e["detail"] and "off by one" in e["detail"] for e in rejected)
+    assert main(["show", folder.name]) == 0
+    assert why in capsys.readouterr().out
+    assert why.replace("'", "&#x27;") in (folder / "report.html").read_text()
+
+
+def test_roles_titles_and_a_failed_reviews_json(
+        scripted: Scripted, repo: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The members' roles are in the progress; ``sessions`` and ``show`` title a review by
+    what it reviews, not its long prompt; a review whose members all fail prints the same
+    ``--json`` keys as one that ends (``review`` included, with ``agreement``)."""
+    server = scripted(reviewer)
+    monkeypatch.chdir(repo)
+    code, _, err = review_cli(capsys, *team(server), "--roles", "for,against")
+    assert code == 0, err
+    assert "started with agent_a=openai/a (for), agent_b=openai/b (against), " \
+           "agent_c=openai/c\n" in err
+    assert main(["sessions"]) == 0
+    listed = capsys.readouterr().out.splitlines()[1]
+    assert listed.endswith("review: the working tree against HEAD, 2 files")
+    assert main(["show", "latest"]) == 0
+    shown = capsys.readouterr().out
+    assert "\nreview   the working tree against HEAD, 2 files\n" in shown
+    assert "Review a code change" not in shown
+
+    failing = scripted(lambda req: error(400, "model does not exist"))
+    code, out, err = review_cli(capsys, *team(failing), "--json")
+    assert code == 2, err
+    failed = json.loads(out)
+    assert failed["status"] == "failed" and "review" in failed and "agreement" in failed
