@@ -442,7 +442,9 @@ def test_a_review_from_a_subfolder_leaves_the_repository_clean(
 def test_records_committed_before_are_never_reviewed(
         repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Records that reached a commit (before their folder ignored itself) change with every
-    run: they are left out of the diff and of its size, named once; the config is kept."""
+    run: they are left out of the diff and of its size, named once; the config stays
+    committable, but is withheld from the models like every file under ``.massgen/`` (it may
+    hold a key: trust round 5's R2), and named."""
     import asyncio
 
     from massgen_mcp.review.changes import collect
@@ -458,9 +460,12 @@ def test_records_committed_before_are_never_reviewed(
     (repo / ".massgen" / "config.yaml").write_text("agents: [a]\n")
     (repo / "src" / "app.py").write_text("x = 1\n")
     changes = asyncio.run(collect(repo))
-    assert changes.files == (".massgen/config.yaml", "src/app.py")
-    assert changes.left_out == (".massgen/: 1 file(s) of massgen-mcp's own records (what a "
-                                "run or review writes is never reviewed)",)
+    assert changes.files == ("src/app.py",)
+    assert changes.left_out == (
+        ".massgen/config.yaml: version-control internals or massgen's records (its changes "
+        "are never sent to a model)",
+        ".massgen/: 1 file(s) of massgen-mcp's own records (what a run or review writes is "
+        "never reviewed)")
 
 
 def test_ctrl_c_then_resume_keeps_the_reviews_format_and_fail_on(
@@ -562,6 +567,7 @@ def test_roles_titles_and_a_failed_reviews_json(
 
     failing = scripted(lambda req: error(400, "model does not exist"))
     code, out, err = review_cli(capsys, *team(failing), "--json")
-    assert code == 2, err
+    assert code == 9, err  # inconclusive: every member dropped
     failed = json.loads(out)
-    assert failed["status"] == "failed" and "review" in failed and "agreement" in failed
+    assert failed["status"] == "failed" and "agreement" in failed
+    assert failed["review"]["verdict"] == "inconclusive"
