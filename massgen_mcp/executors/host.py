@@ -26,8 +26,7 @@ from pathlib import Path
 from massgen_mcp.consensus.engine import ConsensusRun
 from massgen_mcp.consensus.run import RunRequest
 from massgen_mcp.core.errors import ConfigError, RecordWriteError, SessionStateError
-from massgen_mcp.core.outcomes import ReviewTarget
-from massgen_mcp.core.records import ConfigFile, Event, RunKind
+from massgen_mcp.core.records import Event, RequestRecord
 from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.executors.seam import (
@@ -38,8 +37,6 @@ from massgen_mcp.executors.seam import (
     StartedRun,
     StatusListener,
     Unsubscribe,
-    create_record,
-    new_request,
     recorded_request,
 )
 from massgen_mcp.executors.waiting import ChangeSignal
@@ -144,26 +141,18 @@ class RunHost:
                 "or cancel one")
 
 
-    async def start(
-        self, question: str, team: TeamConfig, *, context: str | None = None,
-        parent_session_id: str | None = None, workspace: Path | None = None,
-        notes: list[str] | None = None, kind: RunKind = RunKind.RUN,
-        config_file: ConfigFile | None = None, review: ReviewTarget | None = None,
-    ) -> LiveRun:
-        """Create the record and start the run in the background; returns at once.
-        ``workspace`` is the root the evidence tools read, when the team's options turn
-        them on; ``kind`` marks eval's runs (kept out of ``sessions`` and ``latest``)."""
+    async def start(self, request: RequestRecord, team: TeamConfig) -> LiveRun:
+        """Create the record of ``request`` and start the run in the background; returns at
+        once. The request's ``workspace`` is the root the evidence tools read, when the team's
+        options turn them on; its ``kind`` marks eval's runs (kept out of ``sessions`` and
+        ``latest``)."""
         self._check_capacity()
         session_id = new_session_id()
         changes, ticks = ChangeSignal(), ChangeSignal()
-        record = new_request(question, team, context=context,
-                             parent_session_id=parent_session_id, workspace=workspace,
-                             notes=notes, kind=kind, config_file=config_file,
-                             review=review)
-        recorder = create_record(self.store, session_id, team, record,
-                                 self._hooks(session_id, changes, ticks))
-        return self._launch(RunRequest.from_record(session_id, record, team), recorder,
-                            (changes, ticks), fresh=True, notes=notes or [])
+        recorder = self.store.create(session_id, config=team.redacted(), request=request,
+                                     **self._hooks(session_id, changes, ticks))
+        return self._launch(RunRequest.from_record(session_id, request, team), recorder,
+                            (changes, ticks), fresh=True, notes=request.notes)
 
     async def resume(self, session_id: str, team: TeamConfig, *,
                      guard: GuardFactory | None = None) -> LiveRun:
