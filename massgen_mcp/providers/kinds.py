@@ -10,7 +10,8 @@ A row (:class:`Kind`) says what a model string's prefix means here:
 * ``problem``: what the rest of the string must be, said as ``models`` or a config file
   loads and in every run's preflight (:func:`~massgen_mcp.providers.model_names.model_problem`);
 * ``checks``: why a team with it cannot start, asked before its run writes anything
-  (:mod:`~massgen_mcp.providers.preflight` asks every row's, in the rows' order).
+  (:mod:`~massgen_mcp.providers.preflight` asks every row's, in the rows' order, for a run
+  and for ``massgen-mcp validate``).
 
 The ground floor (:mod:`massgen_mcp.core.agent`) knows none of this: an
 :class:`~massgen_mcp.core.agent.AgentSpec` checks only the shape of a model string, and its
@@ -19,6 +20,7 @@ own key; which names and keys exist is this table's, one floor up.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -39,10 +41,17 @@ Route = Literal["cli", "local", "remote"]
 class Check:
     """One check before a run: ``ask(team, unreachable)`` gives its refusals (``unreachable``:
     the servers the router found taking no connection). ``anywhere``: it holds on any machine,
-    so a pool's front end asks it too (the rest are for the machine that runs the team)."""
+    so a pool's front end asks it too (the rest are for the machine that runs the team).
+
+    ``massgen-mcp validate`` asks every check too (:func:`~massgen_mcp.providers.preflight.
+    of_file`): ``per_agent`` gives what it says of a config file's team instead of ``ask``'s
+    refusals, one line per agent; ``fixable``: whether the environment fixes what it finds
+    (a warning), else the file is wrong (an error)."""
 
     ask: Callable[[TeamConfig, Sequence[str]], Awaitable[list[Refusal]]]
     anywhere: bool = False
+    per_agent: Callable[[TeamConfig], Awaitable[list[str]]] | None = None
+    fixable: bool = True
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,15 @@ async def _cli_versions(team: TeamConfig, unreachable: Sequence[str]) -> list[Re
             ] if refused else []
 
 
+async def _clis_not_ready(team: TeamConfig) -> list[str]:
+    return await asyncio.to_thread(catalog.not_ready, team)  # may start each CLI once
+
+
+async def _clis_refused(team: TeamConfig) -> list[str]:
+    return [f"agent {agent.id!r} ({agent.model}): refused: {why}"
+            for agent, why in await catalog.refused(team)]
+
+
 # -- litellm's providers, and servers a model names ------------------------------------------------
 
 async def _servers(team: TeamConfig, unreachable: Sequence[str]) -> list[Refusal]:
@@ -107,13 +125,23 @@ async def _offline_models(team: TeamConfig, unreachable: Sequence[str]) -> list[
     return [Refusal("\n".join(problems))] if problems else []
 
 
+async def _unknown_offline_models(team: TeamConfig) -> list[str]:
+    """Offline models that do not exist (one not pulled yet is the run's to say: a config
+    file is looked at, not this machine's cache)."""
+    from massgen_mcp.providers import local_model
+
+    return local_model.team_problems((a.model for a in team.agents), pulled=False)
+
+
 # The rows, in the order their checks run (the order they always ran in: an error takes the
 # class of its first refusal, massgen_mcp.core.errors.refusal_error). LITELLM is every other
 # string: litellm's providers without a row of their own, and bare names it cannot place.
 CLI = Kind("cli", route="cli", problem=cli_problem,
-           checks=(Check(_clis_here), Check(_cli_versions, anywhere=True)))
+           checks=(Check(_clis_here, per_agent=_clis_not_ready),
+                   Check(_cli_versions, anywhere=True, per_agent=_clis_refused)))
 LITELLM = Kind("", checks=(Check(_servers),))
-LOCAL = Kind("local", route="local", checks=(Check(_offline_models),))
+LOCAL = Kind("local", route="local",
+             checks=(Check(_offline_models, per_agent=_unknown_offline_models, fixable=False),))
 KINDS: tuple[Kind, ...] = (
     CLI, LITELLM, LOCAL,
     Kind("openai", keys=("OPENAI_API_KEY",), hosts=("api.openai.com",)),
