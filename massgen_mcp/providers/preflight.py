@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from massgen_mcp.core.errors import Refusal
 from massgen_mcp.core.spec import TeamConfig
-from massgen_mcp.providers.kinds import KINDS, PROVIDER_KEY_ENV, api_key
+from massgen_mcp.providers.kinds import KINDS, PROVIDER_KEY_ENV, api_key, provider_of
 from massgen_mcp.providers.model_names import model_problem
 
 BUNDLED_MODEL = "local/smollm2"
@@ -109,7 +109,7 @@ def missing_credentials(team: TeamConfig) -> list[str]:
                 f"{agent.api_key_env} (api_key_env) is not set"
             )
             continue
-        names = PROVIDER_KEY_ENV.get(agent.provider)
+        names = PROVIDER_KEY_ENV.get(provider_of(agent))
         if names:
             problems.append(
                 f"agent {agent.id!r} ({agent.model}): set {' or '.join(names)}, or use a "
