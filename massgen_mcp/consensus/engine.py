@@ -40,7 +40,7 @@ from massgen_mcp.consensus.evidence import Evidence, is_evidence
 from massgen_mcp.consensus.final import FinalAnswer
 from massgen_mcp.consensus.pace import FirstRound
 from massgen_mcp.consensus.run import RunRequest
-from massgen_mcp.consensus.snapshot import Recorder
+from massgen_mcp.consensus.snapshot import Recorder, ReviewText
 from massgen_mcp.consensus.state import View
 from massgen_mcp.consensus.steering import NoteGate, clean_note
 from massgen_mcp.core.agent import AgentSpec
@@ -98,11 +98,13 @@ class ConsensusRun(FinalAnswer):
     """One run of the protocol; create it, then ``await run()`` once.
 
     ``on_drafts`` hears (at most every :data:`~.bookkeeping.DRAFT_INTERVAL_S`) that the live
-    drafts changed; without it providers are not asked to stream."""
+    drafts changed; without it providers are not asked to stream. ``review_text`` writes a
+    review's final answer from its outcome (the run's owner hands it the faces' words)."""
 
     def __init__(self, request: RunRequest, provider: Provider, recorder: Recorder, *,
-                 on_drafts: DraftsListener | None = None) -> None:
-        super().__init__(request, recorder, on_drafts=on_drafts)
+                 on_drafts: DraftsListener | None = None,
+                 review_text: ReviewText | None = None) -> None:
+        super().__init__(request, recorder, on_drafts=on_drafts, review_text=review_text)
         self.agents: dict[str, AgentSpec] = request.agents
         self.provider = provider
         self.coord = self.progress.coord

@@ -9,6 +9,7 @@ import asyncio
 import itertools
 
 from massgen_mcp.cli.run import HEARTBEAT_S, Heartbeat
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.records.store import SessionStore
 from massgen_mcp.testing import virtual_time
@@ -25,7 +26,7 @@ def test_a_line_at_least_every_10_s_while_members_are_slow() -> None:
         runner = LocalExecutor(SessionStore(), provider, drafts=False)
         heart = Heartbeat(lambda line: said.append((loop.time(), line)))
         runner.add_event_listener(heart.event)
-        run = await runner.start("What is 6*7?", team_for(provider, call_timeout_s=120.0))
+        run = await runner.start(RequestRecord(question="What is 6*7?"), team_for(provider, call_timeout_s=120.0))
         beat = loop.create_task(heart.beat(lambda: runner.status(run.session_id)))
         started = loop.time()
         await run.task
