@@ -26,7 +26,8 @@ def test_a_line_at_least_every_10_s_while_members_are_slow() -> None:
         runner = LocalExecutor(SessionStore(), provider, drafts=False)
         heart = Heartbeat(lambda line: said.append((loop.time(), line)))
         runner.add_event_listener(heart.event)
-        run = await runner.start(RequestRecord(question="What is 6*7?"), team_for(provider, call_timeout_s=120.0))
+        team = team_for(provider, call_timeout_s=120.0)
+        run = await runner.start(RequestRecord(question="What is 6*7?"), team)
         beat = loop.create_task(heart.beat(lambda: runner.status(run.session_id)))
         started = loop.time()
         await run.task
