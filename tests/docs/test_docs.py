@@ -226,3 +226,49 @@ def test_the_review_schema_in_the_docs_is_the_records() -> None:
     documented = json.loads((ROOT / "docs" / "review-outcome.schema.json").read_text())
     assert {k: v for k, v in documented.items() if k not in ("$schema", "$id")} == (
         ReviewOutcome.model_json_schema())
+
+
+PACKAGE = ROOT / "massgen_mcp"
+ROOMS = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+
+
+def modules() -> set[str]:
+    """Every module of the package but the ``__init__.py`` files, as ``room/name.py``."""
+    return {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+            if p.name != "__init__.py" and "__pycache__" not in p.parts}
+
+
+def module_map() -> set[str]:
+    """The modules development.md's map names: each ``name.py`` under the room whose line it
+    is on (``cli/base.py`` under providers/ is ``providers/cli/base.py``)."""
+    text = (ROOT / "docs" / "development.md").read_text()
+    block = text[text.index("```\nmassgen_mcp/\n"):]
+    block = block[:block.index("\n```", 4)]
+    named: set[str] = set()
+    room = ""
+    for line in block.splitlines()[1:]:
+        opening = re.match(r"  (\w+)/ ", line)
+        if opening:
+            room = opening[1] + "/"
+        elif re.match(r"  \S", line):
+            room = ""  # a loose file's line
+        named |= {room + found for found in re.findall(r"\b[\w/]+\.py\b", line)
+                  if found != "__init__.py"}
+    return named
+
+
+def test_the_module_map_names_every_module_and_only_modules_that_exist() -> None:
+    """The map in development.md is where a newcomer finds a module: one missing from it is
+    unfindable, one it names that is gone sends them looking for nothing."""
+    named, there = module_map(), modules()
+    assert sorted(there - named) == [], "modules the map leaves out"
+    assert sorted(named - there) == [], "modules the map names that do not exist"
+
+
+def test_architecture_names_only_modules_that_exist() -> None:
+    """Every ``room/module.py`` that architecture.md names is a module of the package."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    rooms = "|".join(ROOMS)
+    named = set(re.findall(rf"`((?:{rooms})/[\w/]+\.py)", text))
+    assert named, "architecture.md names no module"
+    assert sorted(n for n in named if not (PACKAGE / n).is_file()) == []
