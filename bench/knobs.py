@@ -64,8 +64,8 @@ async def _floor_run(seed: int, home: Path, **options: Any) -> float:
     provider = ScriptedProvider(converge, latency=latency)
     agents = [{"id": f"agent{i}", "model": f"openai/m{i}"} for i in range(B_AGENTS)]
     runner = LocalExecutor(SessionStore(home), provider, drafts=False)
-    run = await runner.start(RequestRecord(question="What is 6*7?"), build_team({"agents": agents,
-                                                          "options": options}))
+    team = build_team({"agents": agents, "options": options})
+    run = await runner.start(RequestRecord(question="What is 6*7?"), team)
     result = await run.task
     assert result.status == "completed", result.errors
     ended = [t.ended for t in provider.timings if t.ended is not None]

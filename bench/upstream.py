@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.core.spec import build_team
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.litellm_provider import load_litellm
@@ -61,6 +62,7 @@ from massgen_mcp.testing.scripted import (
 UPSTREAM_ENV = "MASSGEN_UPSTREAM"
 B_MEDIAN_S, B_SIGMA, B_AGENTS, B_SLOW = 0.5, 0.5, 5, 3.0
 QUESTION = "What is 6*7?"
+ASKED = RequestRecord(question=QUESTION)
 UPSTREAM_TIMEOUT_S = 300.0  # a run that takes longer is recorded as a timeout, not waited on
 # MassGen's answers in its user message: "<agent2.1> text <end of agent2.1>"
 _SHOWN = re.compile(r"<(agent\d+)\.\d+>")
@@ -122,7 +124,7 @@ def ours(votes: str, seed: int | None, home: Path) -> dict[str, Any]:
             agents = [{"id": f"agent{i}", "model": f"openai/m{i}", "base_url": srv.base_url}
                       for i in range(B_AGENTS)]
             runner = LocalExecutor(SessionStore(home), ProviderRouter(), drafts=False)
-            run = await runner.start(QUESTION, build_team({"agents": agents}))
+            run = await runner.start(ASKED, build_team({"agents": agents}))
             return await run.task
         result = asyncio.run(go())
         return {**_measure(srv), "status": str(result.status.value)}
@@ -245,7 +247,7 @@ async def _warm(srv: ScriptedServer, home: Path) -> None:
     agents = [{"id": f"agent{i}", "model": f"openai/m{i}", "base_url": srv.base_url}
               for i in range(3)]
     runner = LocalExecutor(SessionStore(home), ProviderRouter(), drafts=False)
-    await (await runner.start(QUESTION, build_team({"agents": agents}))).task
+    await (await runner.start(ASKED, build_team({"agents": agents}))).task
 
 
 def print_scenario_b(data: dict[str, Any]) -> None:
