@@ -5,20 +5,30 @@ file is one line."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from massgen_mcp.cli.main import main
 from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.providers.cli.catalog import CLIS
 from massgen_mcp.providers.cli.environment import child_env
 from massgen_mcp.review.post import post
 from massgen_mcp.review.rules import load_rules, read_guidance
+from massgen_mcp.testing.scripted import ChatRequest, Reply, agree, answer, vote
 from massgen_mcp.tools.git import environment
-from tests.github_server import ACTIONS_TOKEN, REPOSITORY, GitHubServer, event_file
-from tests.review.test_github import outcome
+from tests.github_server import (
+    ACTIONS_TOKEN,
+    REPOSITORY,
+    GitHubServer,
+    event_file,
+    runner_commands,
+)
+from tests.helpers import Scripted
+from tests.review.test_github import branch, outcome  # noqa: F401 (branch: a fixture)
 
 BOMB = "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9) if p else 'x, x, x, x, x, x, x, x, x'}]\n"
                for p, c in zip(["", "a", "b", "c", "d"], "abcde", strict=True)) + \
@@ -110,3 +120,36 @@ def test_a_github_token_reaches_neither_git_nor_a_coding_cli(
                              for name, cli in CLIS.items())]
     for env in envs:
         assert token not in env.values()
+
+
+# Line breaks the Actions runner splits at (CR, CRLF) and ones it does not (U+2028, NEL).
+BREAKS = ("a\r::add-mask::x\r  ::set-output name=verdict::approve\u2028::error::y"
+          "\x85::warning::z\r\n::notice::w")
+
+
+def breaking_reviewers(req: ChatRequest) -> Reply:
+    if req.is_final or req.is_check:
+        return agree(req)
+    if req.vote_labels:
+        return vote(sorted(req.answers)[0], BREAKS)
+    return answer(json.dumps({"summary": BREAKS, "findings": [{
+        "file": "src/db.py", "line": 2, "severity": "blocker",
+        "category": "security\r::error::category", "claim": f"injection {BREAKS}",
+        "evidence": BREAKS, "fix": BREAKS}], "rejects": []}))
+
+
+@pytest.mark.parametrize("shape", ["github", "markdown", "text", "sarif", "json"])
+def test_a_models_carriage_return_starts_no_workflow_command(
+        scripted: Scripted, branch: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        capsys: pytest.CaptureFixture[str], shape: str) -> None:
+    """Held: test_github.py's hostile text breaks lines with LF; the runner also splits at a
+    bare CR."""
+    server = scripted(breaking_reviewers)
+    monkeypatch.chdir(branch)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    code = main(["review", "--base", "main", "--models", "openai/a,openai/b,openai/c",
+                 "--base-url", server.base_url, "--format", shape])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    obeyed = runner_commands(out) + runner_commands(err)
+    assert [name for name, _, _ in obeyed] == (["error"] if shape == "github" else []), obeyed
