@@ -28,6 +28,7 @@ from tests.github_server import (
     runner_commands,
 )
 from tests.helpers import Scripted
+from tests.review.reviewers import reviewers
 from tests.review.test_github import branch, outcome  # noqa: F401 (branch: a fixture)
 
 BOMB = "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9) if p else 'x, x, x, x, x, x, x, x, x'}]\n"
@@ -153,3 +154,27 @@ def test_a_models_carriage_return_starts_no_workflow_command(
     assert code == 0, err
     obeyed = runner_commands(out) + runner_commands(err)
     assert [name for name, _, _ in obeyed] == (["error"] if shape == "github" else []), obeyed
+
+
+@pytest.mark.xfail(strict=True, reason="open (issue 65 item 3): the review rules are read from "
+                   "the working tree, which in a pull request's job is the pull request's "
+                   "own head; rules from --base's commit are not implemented")
+def test_a_pull_requests_own_rules_do_not_hide_its_changes_from_its_review(
+        scripted: Scripted, branch: Path, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The pull request's author writes the head's ``.massgen/config.yaml``: an ``ignore`` of
+    the file it changes leaves that file out of its own review (and the rules file's change
+    is never sent either), so "only narrows" is a way round the review in CI."""
+    server = scripted(reviewers)
+    (branch / ".massgen").mkdir(exist_ok=True)
+    (branch / ".massgen" / "config.yaml").write_text("review:\n  ignore: ['src/db.py']\n")
+    subprocess.run(["git", "-C", str(branch), "add", ".massgen/config.yaml"], check=True,
+                   timeout=60)
+    subprocess.run(["git", "-C", str(branch), "commit", "-qm", "rules"], check=True,
+                   timeout=60)
+    monkeypatch.chdir(branch)
+    code = main(["review", "--base", "main", "--models", "openai/a,openai/b,openai/c",
+                 "--base-url", server.base_url, "--quiet"])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    assert "WHERE name = '{name}'" in json.dumps([r.body for r in server.requests])
