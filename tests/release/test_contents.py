@@ -21,7 +21,7 @@ from tests.release.test_bundle import MCPB, needs_mcpb
 ROOT = Path(__file__).resolve().parents[2]
 KEY_SHAPED = re.compile(rb"sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}"
                         rb"|-----BEGIN [A-Z ]*PRIVATE KEY-----")
-PLANTED_KEY = "sk-planted-0123456789abcdef"
+PLANTED_KEY = "sk-planted-" + "0123456789abcdef"  # split: this file is in the sdist
 STRAYS = {".env": f"OPENAI_API_KEY={PLANTED_KEY}\n",
           ".env.local": f"ANTHROPIC_API_KEY={PLANTED_KEY}\n",
           "massgen_mcp/.env": f"OPENAI_API_KEY={PLANTED_KEY}\n",
