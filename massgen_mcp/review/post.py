@@ -71,7 +71,7 @@ def pull_request_of(event_path: str | None) -> PullRequest:
                           f"({type(exc).__name__})") from None
     pr = event.get("pull_request") if isinstance(event, dict) else None
     number = pr.get("number") if isinstance(pr, dict) else None
-    if not isinstance(pr, dict) or not isinstance(number, int):
+    if not isinstance(pr, dict) or type(number) is not int or number < 1:  # not True, not -1
         raise GitHubError("GITHUB_EVENT_PATH: the event is not a pull request's (run on "
                           "pull_request)")
 

@@ -403,7 +403,8 @@ async def read_guidance(top: Path) -> Guidance:
         if why is not None:
             found.left_out.append(f"{name}: {why}")
             continue
-        quoted = "\n".join(f"| {line}" for line in text.rstrip("\n").split("\n"))
+        # Every line break a reader may take as one (CR, U+2028, ...) starts a quoted line.
+        quoted = "\n".join(f"| {line}" for line in text.rstrip("\n").splitlines())
         note = (f"\n| [cut here: the first {len(data):,} bytes of the file; guidance files "
                 f"are capped at {MAX_GUIDANCE_CHARS:,} characters together]" if cut else "")
         blocks.append(f'<guidance path="{name}">\n{quoted}{note}\n</guidance>')
