@@ -24,6 +24,8 @@ from massgen_mcp.core.errors import ConfigError, UntrustedConfigError
 from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import Severity
 from massgen_mcp.review.changes import Changes, collect, repository
+from massgen_mcp.review.diff import NARROW
+from massgen_mcp.review.fit import diff_room, refuse_embedded
 from massgen_mcp.review.patch import inside
 from massgen_mcp.review.request import (
     chosen_team,
@@ -91,6 +93,12 @@ async def start_review(service: ConsensusService, workspace: Workspace,
                        options=options, threshold=threshold)
     review_workspace = Workspace(changes.root, confined=workspace.confined)
     team = await chosen_team(spec, review_workspace)  # once, for the checks below
+    refuse_embedded(team.agents)
+    room = diff_room(team.agents, spec.question)
+    if room is not None and len(changes.diff) > room:
+        raise ConfigError(f"diff: {changes.described} is {len(changes.diff):,} characters, "
+                          f"more than this team's smallest context window holds with the "
+                          f"review ({room:,}); {NARROW}, or choose models with larger windows")
     if workspace.confined and change.paths:
         check_paths_stay_home(team.agents)
     withheld = tools_withheld(spec, team)
