@@ -30,6 +30,7 @@ sys.path.insert(0, str(HERE.parent))
 from bench.faces import bench_faces, print_faces  # noqa: E402
 from bench.knobs import bench_knobs, print_knobs  # noqa: E402
 from bench.review import bench_review, print_review  # noqa: E402
+from bench.review_parts import bench_review_parts, print_review_parts  # noqa: E402
 from bench.upstream import bench_scenario_b, print_scenario_b  # noqa: E402
 from massgen_mcp.core.spec import build_team  # noqa: E402
 from massgen_mcp.executors.local import LocalExecutor  # noqa: E402
@@ -823,6 +824,7 @@ SECTIONS = {
     "streaming": (bench_streaming, print_streaming),
     "install_size": (bench_install_size, print_install_size),
     "review": (bench_review, print_review),
+    "review_parts": (bench_review_parts, print_review_parts),
     "knobs": (bench_knobs, print_knobs),
     "faces": (bench_faces, print_faces),
 }

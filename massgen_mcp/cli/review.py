@@ -21,6 +21,7 @@ from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.outcomes import Severity
 
 if TYPE_CHECKING:
+    from massgen_mcp.core.run_state import ResultRecord
     from massgen_mcp.service import ConsensusService, StartedRun
 
 PATCH_SUFFIXES = (".patch", ".diff")
@@ -85,7 +86,12 @@ def patch_or_paths(targets: list[str]) -> tuple[str | None, list[str]]:
 
 
 def cmd_review(args: argparse.Namespace) -> int:
-    from massgen_mcp.review.start import ChangeToReview, start_review
+    from massgen_mcp.review.start import (
+        ChangeToReview,
+        ReviewStarted,
+        finish_review,
+        start_review,
+    )
     from massgen_mcp.team.context_files import Workspace
 
     patch, paths = patch_or_paths(args.targets)
@@ -101,6 +107,8 @@ def cmd_review(args: argparse.Namespace) -> int:
     change = ChangeToReview(staged=args.staged, base=args.base, commit=args.commit,
                             paths=paths, patch_file=patch)
 
+    begun: list[ReviewStarted] = []
+
     async def start(service: ConsensusService) -> StartedRun:
         # The user's own repository, read by the user's own command: not confined (as
         # run's --context-file).
@@ -108,9 +116,13 @@ def cmd_review(args: argparse.Namespace) -> int:
                                      focus=args.focus, models=models, config=config,
                                      base_url=args.base_url, options=options,
                                      threshold=threshold)
+        begun.append(started)
         for note in started.notes:
             if not (args.quiet and note.startswith("estimate: ")):
                 err(note)
         return started.run
 
-    return follow_to_the_end(args, start)
+    async def finish(service: ConsensusService, run: StartedRun) -> ResultRecord:
+        return await finish_review(service, begun[0])  # a review in parts: all of them
+
+    return follow_to_the_end(args, start, finish)

@@ -124,10 +124,13 @@ class DetachedExecutor(ThreadPoolExecutor):
 # its default, it would kill the process with the run's status still ``running``).
 STOPS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 Starter = Callable[["ConsensusService"], Awaitable["StartedRun"]]
+# How a started run's result is awaited when it is more than the one run (a review in parts);
+# None: wait for the run and read its result.
+Finisher = Callable[["ConsensusService", "StartedRun"], Awaitable["ResultRecord"]]
 
 
-async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[str]
-                  ) -> tuple[ResultRecord, Path]:
+async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[str],
+                  finish: Finisher | None = None) -> tuple[ResultRecord, Path]:
     """Start the run (``start``: a new one, a follow-up or a resumption; its id goes into
     ``started_ids`` at once), follow it to its end and return its result. SIGTERM, SIGHUP and
     Ctrl-C cancel the run: it ends ``cancelled`` and is reported like any other ending
@@ -165,6 +168,8 @@ async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[st
         for signum in STOPS:
             portable.on_signal(loop, signum, cancel)
         portable.on_signal(loop, signal.SIGINT, interrupt)
+        if finish is not None:
+            return await finish(service, started), started.record_dir
         await service.wait(started.session_id, None, until_done=True)
         return await service.result(started.session_id), started.record_dir
     finally:
@@ -208,7 +213,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     return follow_to_the_end(args, lambda service: service.start(spec))
 
 
-def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
+def follow_to_the_end(args: argparse.Namespace, start: Starter,
+                      finish: Finisher | None = None) -> int:
     """Run what ``start`` starts to its end, then print as ``run`` does: the answer (or
     ``--json``) on stdout, the outcome on stderr, and the exit code of how it ended. The one
     ending of ``run``, ``continue`` and ``resume``."""
@@ -216,7 +222,7 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter) -> int:
 
     started_ids: list[str] = []
     try:
-        result, folder = asyncio.run(run_one(args, start, started_ids))
+        result, folder = asyncio.run(run_one(args, start, started_ids, finish))
     except KeyboardInterrupt:  # Ctrl-C before the run had started, or pressed twice
         session_id = started_ids[0] if started_ids else None
         if args.json:  # a script still learns which record to look at

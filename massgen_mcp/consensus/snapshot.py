@@ -157,7 +157,7 @@ def result_record(request: RunRequest, progress: Progress, timeline: Timeline, *
         usage=progress.total.record(), errors=errors, started_at=timeline.started_at,
         finished_at=time.time(), elapsed_s=timeline.elapsed(), notes=_notes(coord),
     )
-    return with_review(result, request.review)
+    return with_review(result, request.review, request.context or "")
 
 
 def _notes(coord: Coordination) -> list[str]:
@@ -173,7 +173,8 @@ def _notes(coord: Coordination) -> list[str]:
             "not called"]
 
 
-def with_review(result: ResultRecord, target: ReviewTarget | None) -> ResultRecord:
+def with_review(result: ResultRecord, target: ReviewTarget | None, diff: str = ""
+                ) -> ResultRecord:
     """A review run's result with its :class:`ReviewOutcome`, settled from the members'
     recorded reviews and votes, and the final answer written from it (a review's text is
     never a presenter's prose). Other runs, and a review without a winner, as they are."""
@@ -181,6 +182,7 @@ def with_review(result: ResultRecord, target: ReviewTarget | None) -> ResultReco
         return result
     review = findings.outcome(result.answers, result.votes, result.agents,
                               threshold=target.threshold, winner_label=result.winner.label)
+    review = findings.with_coverage(review, target, diff)
     models = {aid: agent.model for aid, agent in result.agents.items()}
     return result.model_copy(update={
         "review": review,

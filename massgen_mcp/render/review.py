@@ -68,6 +68,8 @@ def as_text(review: ReviewOutcome, models: Mapping[str, str]) -> str:
     lines = [f"Verdict: {headline(review)}"]
     if review.summary:
         lines.append(f"Summary: {review.summary}")
+    if review.coverage is not None:
+        lines.append(f"Coverage: {review.coverage.words().removeprefix('coverage: ')}")
     by_file: dict[str, list[Finding]] = {}
     for finding in review.findings:
         by_file.setdefault(finding.file, []).append(finding)
@@ -80,6 +82,8 @@ def as_text(review: ReviewOutcome, models: Mapping[str, str]) -> str:
             lines.append(f"    {_backing(f, review, models)}")
             for stance in f.disputed_by:
                 lines.append(f"    disputed by {_who(stance.agent_id, models)}: {stance.reason}")
+            if f.outside:
+                lines.append(f"    outside the change: {f.outside}")
     if review.rejected:
         lines += ["", "Rejected by the team:"]
         for f in review.rejected:
@@ -111,6 +115,8 @@ def as_brief(review: ReviewOutcome) -> str:
                      "(structuredContent.review.findings)")
     for d in review.dissent:
         lines.append(f"Dissent: {d.agent_id}: {d.reason}")
+    if review.coverage is not None:
+        lines.append(f"Coverage: {review.coverage.words().removeprefix('coverage: ')}")
     return "\n".join(lines)
 
 
@@ -159,6 +165,8 @@ def as_markdown(review: ReviewOutcome, models: Mapping[str, str], *,
              f" {review.agreement} of {review.members} members backed the winning review)"]
     if review.summary:
         lines += ["", md_inline(review.summary)]
+    if review.coverage is not None:
+        lines += ["", f"_{md_inline(review.coverage.words().capitalize())}_"]
     if not review.findings:
         lines += ["", "No finding was backed by a majority of the team."]
     for f in review.findings:
@@ -169,6 +177,8 @@ def as_markdown(review: ReviewOutcome, models: Mapping[str, str], *,
         if f.fix:
             lines += ["", f"**Fix:** {md_inline(f.fix)}"]
         lines += ["", f"_{md_inline(_backing(f, review, models))}_"]
+        if f.outside:
+            lines.append(f"- outside the change: {md_inline(f.outside)}")
         for stance in f.disputed_by:
             lines.append(f"- disputed by {md_inline(_who(stance.agent_id, models))}: "
                          f"{md_inline(stance.reason)}")
@@ -212,6 +222,8 @@ def as_sarif(review: ReviewOutcome, models: Mapping[str, str], *,
                            "confirmedBy": [_who(a, models) for a in f.confirmed_by],
                            "disputedBy": [{"member": _who(s.agent_id, models),
                                            "reason": s.reason} for s in f.disputed_by]}}
+        if f.outside:
+            result["properties"]["outside"] = f.outside
         if f.evidence:
             region = result["locations"][0]["physicalLocation"]["region"]
             region["snippet"] = {"text": f.evidence}
@@ -225,6 +237,9 @@ def as_sarif(review: ReviewOutcome, models: Mapping[str, str], *,
                        "agreement": review.agreement, "members": review.members,
                        "dissent": [{"member": _who(d.agent_id, models), "reason": d.reason}
                                    for d in review.dissent]}}
+    if review.coverage is not None:
+        run["properties"]["coverage"] = {**review.coverage.model_dump(mode="json"),
+                                         "percent": round(review.coverage.percent, 1)}
     if session_id:
         run["automationDetails"] = {"id": f"massgen-mcp/review/{session_id}"}
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}

@@ -15,6 +15,7 @@ arguments may come from whatever it read. Then the repository must be the worksp
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +24,11 @@ from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ConfigError, UntrustedConfigError
 from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import Severity
+from massgen_mcp.core.run_state import ResultRecord
 from massgen_mcp.review.changes import Changes, collect, repository
-from massgen_mcp.review.diff import NARROW
+from massgen_mcp.review.diff import MAX_DIFF_BYTES, NARROW
 from massgen_mcp.review.fit import diff_room, refuse_embedded
+from massgen_mcp.review.parts import Part, merged_result, split
 from massgen_mcp.review.patch import inside
 from massgen_mcp.review.request import (
     chosen_team,
@@ -59,16 +62,24 @@ class ReviewStarted:
     run: StartedRun
     changes: Changes
     notes: list[str] = field(default_factory=list)
+    threshold: Severity = Severity.MAJOR
+    # A diff over what one run sends: each part and its run (``run`` is the first's), and
+    # what no part holds; :func:`finish_review` merges them.
+    parts: list[tuple[Part, StartedRun]] = field(default_factory=list)
+    left_out: tuple[str, ...] = ()
 
 
 async def start_review(service: ConsensusService, workspace: Workspace,
                        change: ChangeToReview, *, focus: str | None = None,
                        models: list[str] | None = None, config: str | None = None,
                        base_url: str | None = None, options: RunOptions | None = None,
-                       threshold: Severity = Severity.MAJOR) -> ReviewStarted:
+                       threshold: Severity = Severity.MAJOR,
+                       split_ok: bool = True) -> ReviewStarted:
     """Collect ``change`` in the repository at ``workspace``'s root, and start its review
     through ``service`` with the team and limits as ``run_consensus`` takes them.
-    ``threshold``: the least severity of an agreed finding that requests changes."""
+    ``threshold``: the least severity of an agreed finding that requests changes;
+    ``split_ok``: a diff over what one run sends may be reviewed in parts (a face that
+    follows one session, the MCP tool, refuses it instead, in one line)."""
     given = [name for name, value in (("staged", change.staged), ("base", change.base),
                                       ("commit", change.commit),
                                       ("patch", change.patch is not None
@@ -94,11 +105,9 @@ async def start_review(service: ConsensusService, workspace: Workspace,
     review_workspace = Workspace(changes.root, confined=workspace.confined)
     team = await chosen_team(spec, review_workspace)  # once, for the checks below
     refuse_embedded(team.agents)
-    room = diff_room(team.agents, spec.question)
-    if room is not None and len(changes.diff) > room:
-        raise ConfigError(f"diff: {changes.described} is {len(changes.diff):,} characters, "
-                          f"more than this team's smallest context window holds with the "
-                          f"review ({room:,}); {NARROW}, or choose models with larger windows")
+    # What one run can send: the run's context limit, or less where a member's context
+    # window is known to hold less (each call must fit every member).
+    room = min(MAX_DIFF_BYTES, diff_room(team.agents, spec.question) or MAX_DIFF_BYTES)
     if workspace.confined and change.paths:
         check_paths_stay_home(team.agents)
     withheld = tools_withheld(spec, team)
@@ -108,10 +117,63 @@ async def start_review(service: ConsensusService, workspace: Workspace,
                      "to give it the tools")
         spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
                            options=options, tools=False, threshold=threshold)
-    floor = review_estimate(spec, team)  # a budget below it: refused
+    if len(changes.diff.encode()) <= room:
+        floor = review_estimate([spec], team)  # a budget below it: refused
+        notes.append(f"estimate: {floor.words()}")
+        run = await service.start(spec, review_workspace)
+        return ReviewStarted(run, changes, notes, threshold=threshold)
+    if not split_ok:
+        raise ConfigError(f"diff: {changes.described} is {len(changes.diff.encode()):,} "
+                          f"bytes, more than one review run holds ({room:,} for this team); "
+                          f"{NARROW}, or run massgen-mcp review in a terminal, which reviews "
+                          "it in parts")
+    pieces = split(changes.diff, room)
+    if not pieces.parts:
+        raise ConfigError(f"diff: every hunk of {changes.described} is more than one review "
+                          f"run holds ({room:,} bytes for this team); {NARROW}, or choose "
+                          "models with larger context windows")
+    specs = [review_spec(changes, focus, models=models, config=config, base_url=base_url,
+                         options=options, tools=not withheld, threshold=threshold,
+                         part=(k, len(pieces.parts), part))
+             for k, part in enumerate(pieces.parts, 1)]
+    floor = review_estimate(specs, team)
+    notes += [f"left out {note}" for note in pieces.left_out]
+    notes.append(f"the diff is {len(changes.diff.encode()):,} bytes, more than one review run "
+                 f"holds ({room:,} for this team): reviewed in {len(specs)} parts by file, "
+                 "at once")
     notes.append(f"estimate: {floor.words()}")
-    run = await service.start(spec, review_workspace)
-    return ReviewStarted(run, changes, notes)
+    runs: list[StartedRun] = []
+    try:
+        for part_spec in specs:
+            runs.append(await service.start(part_spec, review_workspace))
+    except BaseException:
+        for started in runs:  # nothing half-started: the parts begun so far are stopped
+            await service.cancel(started.session_id)
+        raise
+    return ReviewStarted(runs[0], changes, notes, threshold=threshold,
+                         parts=list(zip(pieces.parts, runs, strict=True)),
+                         left_out=(*changes.left_out, *pieces.left_out))
+
+
+async def finish_review(service: ConsensusService, begun: ReviewStarted) -> ResultRecord:
+    """Wait for ``begun``'s run, or all its parts' runs, to end, and return its result
+    (a review in parts: merged, :func:`massgen_mcp.review.parts.merged_result`)."""
+    if not begun.parts:
+        await service.wait(begun.run.session_id, None, until_done=True)
+        return await service.result(begun.run.session_id)
+
+    async def one(run: StartedRun) -> ResultRecord:
+        await service.wait(run.session_id, None, until_done=True)
+        return await service.result(run.session_id)
+
+    try:
+        results = await asyncio.gather(*(one(run) for _, run in begun.parts))
+    except asyncio.CancelledError:
+        await asyncio.gather(*(service.cancel(run.session_id) for _, run in begun.parts),
+                             return_exceptions=True)
+        raise
+    return merged_result([part for part, _ in begun.parts], results, begun.left_out,
+                         begun.threshold, begun.changes.described)
 
 
 def check_paths_stay_home(agents: Sequence[AgentSpec]) -> None:
