@@ -350,6 +350,8 @@ def review_section(record: SessionRecord) -> str:
            f"an agreed {_e(review.threshold)} or worse requests changes"
            + (f" · reviewed: {_e(target.described)}" if target and target.described else "")
            + "</span>"
+           + (f'<br><span class="muted" id="coverage">{_e(review.coverage.words())}</span>'
+              if review.coverage is not None else "")
            + (f"<p>{_e(review.summary)}</p>" if review.summary else "") + "</div>"]
     if review.findings:
         items = "".join(

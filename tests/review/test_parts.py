@@ -147,6 +147,11 @@ def test_the_coverage_is_in_every_output(scripted: Scripted, repo: Path,
     assert main(["review", *team, "--format", "sarif"]) == 0
     sarif = json.loads(capsys.readouterr().out)
     assert sarif["runs"][0]["properties"]["coverage"]["percent"] == 100.0
+    assert main(["review", *team, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["review"]["coverage"]["files"] == ["src/app.py", "src/db.py"]
+    report = (Path(result["session_dir"]) / "report.html").read_text()
+    assert '<span class="muted" id="coverage">coverage: 2 files, 4 of 4' in report
 
 
 def test_parts_that_all_fail_give_no_verdict(scripted: Scripted, repo: Path,
