@@ -26,7 +26,7 @@ from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.model_map import model_map
 from massgen_mcp.providers.llamacpp_provider import CONTEXT_TOKENS
-from massgen_mcp.review.estimate import CHARS_PER_TOKEN, REPLY_TOKENS, call_chars
+from massgen_mcp.review.estimate import REPLY_TOKENS, call_chars
 
 WHAT_WORKS = ("review with models that can: API models with their keys (--models "
               "openai/gpt-4o-mini,anthropic/claude-haiku-4-5,gemini/gemini-2.5-flash), a "
@@ -75,16 +75,20 @@ def diff_room(agents: Sequence[AgentSpec], question: str) -> int | None:
         window = context_window(agent)
         if window is None:
             continue
-        bare = call_chars(len(agents), question, "")
-        held = (window - REPLY_TOKENS) * CHARS_PER_TOKEN - bare
+        bare = call_chars(len(agents), question, "") + QUESTION_SLACK_CHARS
+        held = (window - REPLY_TOKENS) * WINDOW_CHARS_PER_TOKEN - bare
         if held < MIN_PART_CHARS:
             raise ConfigError(
                 f"models: {agent.id} ({agent.model}) reads {window:,} tokens in a call, and "
                 f"this review's instructions and replies alone take "
-                f"~{bare // CHARS_PER_TOKEN + REPLY_TOKENS:,}; choose a model with a larger "
-                "context window, or a smaller team")
+                f"~{bare // WINDOW_CHARS_PER_TOKEN + REPLY_TOKENS:,}; choose a model with a "
+                "larger context window, or a smaller team")
         room = held if room is None else min(room, held)
     return room
 
 
 MIN_PART_CHARS = 2_000  # less than this: a part would hold a hunk or two
+# Code and diffs tokenize denser than prose (punctuation, indentation): a window is filled
+# at 3 characters a token, not the 4 the cost estimate reckons, so a part surely fits.
+WINDOW_CHARS_PER_TOKEN = 3
+QUESTION_SLACK_CHARS = 500  # a part's question names its part (the room is reckoned once)
