@@ -12,8 +12,9 @@ the engine to hold several contexts and several rounds of votes in one record.
 at most ``room`` characters. A test file goes with the file it tests (``tests/test_app.py``
 with ``src/app.py``: :func:`subject`), so a member sees a change and its tests together;
 a group over ``room`` is packed file by file, and only a file that alone is over ``room``
-is cut between its hunks (its header repeated in each piece). A single hunk over ``room``
-is left out, and named in the coverage with why.
+is cut between its hunks (its header repeated in each piece), and a hunk over ``room``
+(a new file's only one) into smaller hunks with their own counts. Only a line that alone is
+over ``room`` (a minified file's) leaves its hunk out, named in the coverage with why.
 
 **Merged under the same rules.** Each part's findings were settled by its own run: a
 strict majority of that run's live members. The merged review lists every part's agreed
@@ -39,6 +40,8 @@ from massgen_mcp.review.diff import FileDiff, split_diff
 
 MAX_PARTS = 50  # more would be hundreds of calls: what is past it is left out, and named
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+_HUNK_BYTES = re.compile(rb"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+HEADER_ROOM = 48  # a cut hunk's own "@@ -a,b +c,d @@" line
 
 
 @dataclass(frozen=True)
@@ -134,21 +137,52 @@ def _pieces(section: FileDiff, room: int) -> tuple[list[bytes], list[str]]:
     pieces: list[bytes] = []
     left_out: list[str] = []
     current = b""
-    for hunk in hunks:
-        text = b"".join(hunk)
-        if len(header) + len(text) > room:
-            start = _HUNK.match(hunk[0].decode("utf-8", "replace"))
+    for whole in hunks:
+        cut = ([whole] if len(header) + len(b"".join(whole)) <= room
+               else _cut_hunk(whole, room - len(header)))
+        if cut is None:
+            start = _HUNK.match(whole[0].decode("utf-8", "replace"))
             where = f" at line {start[1]}" if start else ""
-            left_out.append(f"{section.path}: a hunk{where} of {len(text):,} bytes is more "
-                            f"than one review run holds ({room:,})")
+            left_out.append(f"{section.path}: a line of the hunk{where} is more than one "
+                            f"review run holds ({room:,} bytes)")
             continue
-        if current and len(current) + len(text) > room:
-            pieces.append(current)
-            current = b""
-        current = (current or header) + text
+        for hunk in cut:
+            text = b"".join(hunk)
+            if current and len(current) + len(text) > room:
+                pieces.append(current)
+                current = b""
+            current = (current or header) + text
     if current:
         pieces.append(current)
     return pieces, left_out
+
+
+def _cut_hunk(hunk: list[bytes], room: int) -> list[list[bytes]] | None:
+    """A hunk over ``room`` as several smaller hunks, each with its own header and counts
+    (a new file's one hunk, a long rewrite); None when a line alone is over ``room`` (a
+    minified file's) or the hunk has no header to count from."""
+    head = _HUNK_BYTES.match(hunk[0])
+    if head is None:
+        return None
+    old, new = int(head[1]), int(head[2])
+    cut: list[list[bytes]] = []
+    lines: list[bytes] = []
+    size = olds = news = 0
+    for line in hunk[1:]:
+        if len(line) + HEADER_ROOM > room:
+            return None
+        if lines and size + len(line) + HEADER_ROOM > room:
+            cut.append([f"@@ -{old},{olds} +{new},{news} @@\n".encode(), *lines])
+            old, new = old + olds, new + news
+            lines, size, olds, news = [], 0, 0, 0
+        lines.append(line)
+        size += len(line)
+        kind = line[:1]
+        olds += kind != b"+" and kind != b"\\"
+        news += kind != b"-" and kind != b"\\"
+    if lines:
+        cut.append([f"@@ -{old},{olds} +{new},{news} @@\n".encode(), *lines])
+    return cut
 
 
 def split(diff: str, room: int) -> Split:

@@ -70,7 +70,9 @@ def test_a_file_and_its_tests_go_together_and_only_a_huge_file_is_cut() -> None:
         f"@@ -{k * 100 + 1},3 +{k * 100 + 1},4 @@\n x\n+y\n x\n x\n" for k in range(40))
     huge_hunk = ("diff --git a/one.py b/one.py\n--- /dev/null\n+++ b/one.py\n"
                  "@@ -0,0 +1,300 @@\n" + "+y\n" * 300)
-    found = split(diff + big + huge_hunk, room=300)
+    minified = ("diff --git a/min.js b/min.js\n--- /dev/null\n+++ b/min.js\n"
+                "@@ -0,0 +1 @@\n+" + "x" * 400 + "\n")
+    found = split(diff + big + huge_hunk + minified, room=300)
     files = [part.files for part in found.parts]
     # test_a.py comes first in the diff but waits for a.py, and goes beside it.
     assert any(f == ("src/a.py", "tests/test_a.py") for f in files), files
@@ -78,9 +80,14 @@ def test_a_file_and_its_tests_go_together_and_only_a_huge_file_is_cut() -> None:
     assert sum(1 for f in files if f == ("big.py",)) > 1  # cut between its hunks
     assert all(p.diff.startswith("diff --git a/big.py") for p in found.parts
                if p.files == ("big.py",))  # each piece has the file's header
-    assert found.left_out == ("one.py: a hunk at line 1 of 918 bytes is more than one "
-                              "review run holds (300)",)
-    assert sum(p.lines for p in found.parts) == 10 + 30 + 20 + 40
+    # A new file's one hunk is cut into hunks of its own, with counts that add up.
+    ones = [hunk_ranges(p.diff)["one.py"] for p in found.parts if p.files == ("one.py",)]
+    covered = [line for ranges in ones for start, end in ranges
+               for line in range(start, end + 1)]
+    assert len(ones) > 1 and covered == list(range(1, 301))
+    assert found.left_out == ("min.js: a line of the hunk at line 1 is more than one review "
+                              "run holds (300 bytes)",)
+    assert sum(p.lines for p in found.parts) == 10 + 30 + 20 + 40 + 300
 
 
 def test_a_finding_repeated_500_times_counts_once() -> None:
