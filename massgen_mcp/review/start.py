@@ -16,14 +16,16 @@ arguments may come from whatever it read. Then the repository must be the worksp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from massgen_mcp.core.agent import AgentSpec
-from massgen_mcp.core.errors import ConfigError, UntrustedConfigError
+from massgen_mcp.core.errors import ConfigError, SessionStateError, UntrustedConfigError
 from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import Severity
+from massgen_mcp.core.records import RunStatus
 from massgen_mcp.core.run_state import ResultRecord
 from massgen_mcp.review.changes import Changes, collect, repository
 from massgen_mcp.review.diff import MAX_DIFF_BYTES, NARROW
@@ -157,14 +159,25 @@ async def start_review(service: ConsensusService, workspace: Workspace,
 
 async def finish_review(service: ConsensusService, begun: ReviewStarted) -> ResultRecord:
     """Wait for ``begun``'s run, or all its parts' runs, to end, and return its result
-    (a review in parts: merged, :func:`massgen_mcp.review.parts.merged_result`)."""
+    (a review in parts: merged, :func:`massgen_mcp.review.parts.merged_result`). A part
+    cancelled (the CLI's Ctrl-C cancels the first) cancels the others: the review stops."""
     if not begun.parts:
         await service.wait(begun.run.session_id, None, until_done=True)
         return await service.result(begun.run.session_id)
 
+    stopping: list[bool] = []  # the others are being cancelled: once (a task cancelled
+    # twice is cut off while it closes its record)
+
     async def one(run: StartedRun) -> ResultRecord:
         await service.wait(run.session_id, None, until_done=True)
-        return await service.result(run.session_id)
+        result = await service.result(run.session_id)
+        if result.status is RunStatus.CANCELLED and not stopping:  # Ctrl-C on one part
+            stopping.append(True)
+            for _, other in begun.parts:
+                if other is not run:
+                    with contextlib.suppress(SessionStateError):  # another process runs it
+                        await service.cancel(other.session_id)
+        return result
 
     try:
         results = await asyncio.gather(*(one(run) for _, run in begun.parts))

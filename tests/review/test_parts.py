@@ -190,3 +190,31 @@ async def test_the_mcp_tool_refuses_a_diff_that_needs_parts_in_one_line(
     assert reply.is_error and "more than one review run holds" in text(reply), text(reply)
     assert "massgen-mcp review in a terminal, which reviews it in parts" in text(reply)
     assert not (home / "sessions").exists() or not any((home / "sessions").iterdir())
+
+
+async def test_cancelling_one_part_stops_the_whole_review(scripted: Scripted, repo: Path,
+                                                         home: Path) -> None:
+    """The command line's Ctrl-C cancels the run it follows, the first part: every other
+    part stops with it, and the review ends cancelled, with no verdict."""
+    from massgen_mcp.core.records import RunStatus
+    from massgen_mcp.review.start import ChangeToReview, finish_review, start_review
+    from massgen_mcp.service import ConsensusService
+    from massgen_mcp.team.context_files import Workspace
+
+    server = scripted(part_reviewer, latency_s=30.0)  # no part ends on its own in the test
+    large_change(repo)
+    service = ConsensusService.local(home, Workspace(repo, confined=False), drafts=False)
+    try:
+        begun = await start_review(service, Workspace(repo, confined=False), ChangeToReview(),
+                                   models=["openai/a", "openai/b", "openai/c"],
+                                   base_url=server.base_url)
+        assert len(begun.parts) > 1
+        for _, run in begun.parts:  # each part under way (its first change of status)
+            await service.wait(run.session_id, None, until_done=False, after_revision=0)
+        await service.cancel(begun.run.session_id)
+        result = await finish_review(service, begun)
+    finally:
+        await service.aclose()
+    assert result.status is RunStatus.CANCELLED and result.review is None
+    for _, run in begun.parts:
+        assert (await service.result(run.session_id)).status is RunStatus.CANCELLED
