@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.core.spec import build_team
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm
@@ -49,7 +50,7 @@ async def _http_run(server: ScriptedServer, n: int, home: Path, **options: Any
                     ) -> dict[str, Any]:
     runner = LocalExecutor(SessionStore(home), LiteLLMProvider(), drafts=False)
     before = len(server.requests)
-    run = await runner.start("What is 6*7?", _team(server, n, **options))
+    run = await runner.start(RequestRecord(question="What is 6*7?"), _team(server, n, **options))
     result = await run.task
     requests = server.requests[before:]
     return {"calls": len(requests),
@@ -63,7 +64,7 @@ async def _floor_run(seed: int, home: Path, **options: Any) -> float:
     provider = ScriptedProvider(converge, latency=latency)
     agents = [{"id": f"agent{i}", "model": f"openai/m{i}"} for i in range(B_AGENTS)]
     runner = LocalExecutor(SessionStore(home), provider, drafts=False)
-    run = await runner.start("What is 6*7?", build_team({"agents": agents,
+    run = await runner.start(RequestRecord(question="What is 6*7?"), build_team({"agents": agents,
                                                           "options": options}))
     result = await run.task
     assert result.status == "completed", result.errors

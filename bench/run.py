@@ -32,6 +32,7 @@ from bench.knobs import bench_knobs, print_knobs  # noqa: E402
 from bench.review import bench_review, print_review  # noqa: E402
 from bench.review_parts import bench_review_parts, print_review_parts  # noqa: E402
 from bench.upstream import bench_scenario_b, print_scenario_b  # noqa: E402
+from massgen_mcp.core.records import RequestRecord  # noqa: E402
 from massgen_mcp.core.spec import build_team  # noqa: E402
 from massgen_mcp.executors.local import LocalExecutor  # noqa: E402
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm  # noqa: E402
@@ -76,7 +77,7 @@ async def one_run(server: ScriptedServer, n: int, home: Path, *, drafts: bool = 
     runner = LocalExecutor(SessionStore(home), LiteLLMProvider(), drafts=drafts)
     before_requests = len(server.requests)
     started = time.perf_counter()
-    run = await runner.start("What is 6*7?", team(server, n, **options))
+    run = await runner.start(RequestRecord(question="What is 6*7?"), team(server, n, **options))
     result = await run.task
     wall = time.perf_counter() - started
     requests = server.requests[before_requests:]
@@ -161,7 +162,7 @@ def _latency_run(policy: Callable[[ChatRequest], Reply], seed: int, home: Path,
 
 async def _run_once(srv: ScriptedServer, home: Path, **options: Any) -> Any:
     runner = LocalExecutor(SessionStore(home), LiteLLMProvider(), drafts=False)
-    run = await runner.start("What is 6*7?", team(srv, B_AGENTS, **options))
+    run = await runner.start(RequestRecord(question="What is 6*7?"), team(srv, B_AGENTS, **options))
     return await run.task
 
 
@@ -223,7 +224,7 @@ async def _floor_run(policy: Callable[[ChatRequest], Reply], seed: int, home: Pa
     agents = [{"id": f"agent{i}", "model": f"openai/m{i}"} for i in range(B_AGENTS)]
     store = SessionStore(home)
     runner = LocalExecutor(store, provider, drafts=False)
-    run = await runner.start("What is 6*7?", build_team({"agents": agents,
+    run = await runner.start(RequestRecord(question="What is 6*7?"), build_team({"agents": agents,
                                                           "options": options}))
     result = await run.task
     ended = [t.ended for t in provider.timings if t.ended is not None]
@@ -687,7 +688,7 @@ def bench_embedded(quick: bool) -> dict[str, Any]:
     async def offline_run(home: Path) -> tuple[float, str]:
         runner = LocalExecutor(SessionStore(home), ProviderRouter(local=provider))
         started = time.perf_counter()
-        run = await runner.start("What is the capital of France?", team)
+        run = await runner.start(RequestRecord(question="What is the capital of France?"), team)
         result = await run.task
         return time.perf_counter() - started, result.status.value
 

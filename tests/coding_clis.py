@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.core.run_state import ResultRecord
 from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.executors.local import LocalExecutor
@@ -122,7 +123,7 @@ async def run(team: TeamConfig, question: str = "What is 6*7?"
               ) -> tuple[ResultRecord, Path, SessionStore]:
     store = SessionStore()
     runner = LocalExecutor(store, ProviderRouter())
-    live = await runner.start(question, team)
+    live = await runner.start(RequestRecord(question=question), team)
     result = await live.task
     return result, store.folder(live.session_id), store
 

@@ -32,7 +32,8 @@ from tests.helpers import Scripted, unused_port
 # every test (no test module imports another) and their asserts are rewritten. A harness comes
 # after the ones it imports, or pytest cannot rewrite those.
 pytest_plugins = ["tests.servers", "tests.openai_api", "tests.pool_harness", "tests.coding_clis",
-                  "tests.sleepers", "tests.mcp_servers", "tests.npm_clients", "tests.scheduling"]
+                  "tests.sleepers", "tests.mcp_servers", "tests.npm_clients", "tests.scheduling",
+                  "tests.wheels"]
 
 for _name in dir(anyio):  # every lazy name of anyio, now (see the comment on the imports)
     getattr(anyio, _name)

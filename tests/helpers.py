@@ -34,6 +34,7 @@ from mcp.types import (
     TextResourceContents,
 )
 
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.base import TeamProvider
@@ -146,7 +147,7 @@ async def run_team(team: TeamConfig, question: str = "What is 6*7?", context: st
     runner = LocalExecutor(store, provider or ProviderRouter(), drafts=drafts)
     if listener is not None:
         runner.add_event_listener(lambda sid, event: listener(sid, event.as_dict()))
-    run = await runner.start(question, team, context=context)
+    run = await runner.start(RequestRecord(question=question, context=context), team)
     result = await run.task
     return Outcome(result.model_dump(mode="json"), store.folder(run.session_id), store)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
@@ -30,7 +31,7 @@ async def run(the_team: TeamConfig, question: str = "q") -> tuple[dict[str, Any]
               Any]]]:
     store = SessionStore()
     runner = LocalExecutor(store, ProviderRouter())
-    live = await runner.start(question, the_team)
+    live = await runner.start(RequestRecord(question=question), the_team)
     result = await live.task
     return (result.model_dump(mode="json"),
             [e.as_dict() for e in store.read_events(live.session_id)])

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
@@ -90,7 +91,7 @@ def team(server_url: str, folder: Path, *flags: str, **backend: Any) -> TeamConf
 
 async def run(the_team: TeamConfig) -> dict[str, Any]:
     runner = LocalExecutor(SessionStore(), ProviderRouter())
-    live = await runner.start("q", the_team)
+    live = await runner.start(RequestRecord(question="q"), the_team)
     return (await live.task).model_dump(mode="json")
 
 

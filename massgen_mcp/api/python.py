@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.options import RunOptions
-from massgen_mcp.core.outcomes import Severity
+from massgen_mcp.core.outcomes import COUNTED_TIERS, Severity, Tier, named
 from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.spec import RunSpec, format_validation_error
 from massgen_mcp.review.start import ChangeToReview, finish_review, start_review
@@ -85,21 +85,24 @@ def run(question: str, **kwargs: Any) -> ResultRecord:
 
 async def areview(*, staged: bool = False, base: str | None = None, commit: str | None = None,
                   patch: str | None = None, paths: list[str] | None = None,
-                  focus: str | None = None, fail_on: Severity | str = Severity.MAJOR,
+                  focus: str | None = None, fail_on: Severity | str | None = None,
+                  fail_on_tier: Tier | str = Tier.AGREED,
                   models: list[str] | None = None, config: str | None = None,
                   options: RunOptions | dict[str, Any] | None = None,
                   base_url: str | None = None, repo: str | Path | None = None,
                   home: str | Path | None = None) -> ResultRecord:
     """The team reviews a change in the git repository at ``repo`` (default: the one the
-    working folder is in) and returns the run's result, whose ``review`` holds the agreed
-    findings, the verdict, the agreement and the dissent (None when the run failed:
-    ``status`` says how it ended).
+    working folder is in) and returns the run's result, whose ``review`` holds the findings
+    in their tiers, the verdict, the agreement and the dissent (a run that failed or timed
+    out before any vote: ``inconclusive``, with why; ``status`` says how it ended).
 
     What to review, at most one: nothing (the working tree's changes against HEAD),
     ``staged``, ``base`` (the branch's commits since its merge base with that ref),
     ``commit``, ``patch`` (a unified diff as text, e.g. ``gh pr diff``'s) or ``paths``
     (files or folders as they are, relative to ``repo``). ``fail_on``: the least severity
-    of an agreed finding that makes the verdict ``changes_requested``. The team,
+    of a counted finding that makes the verdict ``changes_requested`` (default: the
+    repository's ``review.fail_on``, else ``major``); ``fail_on_tier``: the least tier
+    counted (``agreed``, or ``unconfirmed`` to count those too). The team,
     ``options`` and ``home`` are :func:`arun`'s. Bad input raises :class:`ConfigError`
     naming the field."""
     try:
@@ -107,11 +110,9 @@ async def areview(*, staged: bool = False, base: str | None = None, commit: str 
             options = RunOptions.model_validate(options)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, "options.")) from None
-    try:
-        threshold = Severity(fail_on)
-    except ValueError:
-        raise ConfigError(f"fail_on: {fail_on!r} is not a severity; give blocker, major, "
-                          "minor or nit") from None
+    # None: the repository's review.fail_on, else major
+    threshold = named(Severity, fail_on, "fail_on") if fail_on is not None else None
+    tier = named(Tier, fail_on_tier, "fail_on_tier", COUNTED_TIERS)
     folder = Path(repo).expanduser().absolute() if repo is not None else Path.cwd()
     # The caller's own repository, as on the command line: not confined; the workspace
     # tools are rooted at its top. A config file is the one the caller names from here.
@@ -124,7 +125,7 @@ async def areview(*, staged: bool = False, base: str | None = None, commit: str 
                                 paths=paths or ())
         begun = await start_review(service, service.workspace, change, focus=focus,
                                    models=models, config=config, base_url=base_url,
-                                   options=options, threshold=threshold)
+                                   options=options, threshold=threshold, tier=tier)
         if begun.parts:  # a review in parts: every part's run, merged
             return await finish_review(service, begun)
         return await follow(service, begun.run.session_id)

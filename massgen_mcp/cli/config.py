@@ -21,8 +21,7 @@ if TYPE_CHECKING:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from massgen_mcp.core.options import ROLE_NAMES
-    from massgen_mcp.providers.endpoints import unreachable
-    from massgen_mcp.providers.preflight import missing_credentials
+    from massgen_mcp.providers.preflight import of_file
     from massgen_mcp.team.consent import risks
     from massgen_mcp.team.massgen_yaml import read_config_file
     from massgen_mcp.team.presets import resolve_config_path
@@ -60,13 +59,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for line in risks(team, loaded.expanded):
         say(f"  needs consent: {line} (as a project config, or named in a model's call, "
               "it runs only after 'massgen-mcp trust')")
-    for problem in missing_credentials(team) + cli_problems(team) + asyncio.run(
-            unreachable(team.agents)):  # what a run would refuse before it starts
+    found = asyncio.run(of_file(team))  # every provider row's checks, as a run asks them
+    for problem in found.warnings:  # what a run would refuse before it starts
         say(f"  warning: {problem}")
-    unknown = local_problems(team)  # what no environment fixes: the run would not start
-    for problem in unknown:
+    for problem in found.errors:  # what no environment fixes: the run would not start
         err(f"{args.file}: {problem}")
-    if unknown:
+    if found.errors:
         return EXIT_INPUT
     if team.mcp_servers() and args.servers:
         if not trusted(loaded):
@@ -78,14 +76,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     elif team.mcp_servers():
         say("  (validate --servers starts its MCP servers and checks what they offer)")
     return EXIT_OK
-
-
-def local_problems(team: TeamConfig) -> list[str]:
-    """Offline models (local/NAME) that do not exist, as a run would refuse them (one not
-    pulled yet is what the run says: validate looks at the file, not the cache)."""
-    from massgen_mcp.providers import local_model
-
-    return local_model.team_problems((a.model for a in team.agents), pulled=False)
 
 
 def trusted(loaded: LoadedConfig) -> bool:
@@ -126,28 +116,6 @@ def cli_version(name: str) -> str:
 
     cli = look_for(name)
     return f" {cli.version}" if cli and cli.version else ""
-
-
-def cli_problems(team: TeamConfig) -> list[str]:
-    """One line per CLI agent whose CLI is missing, refused (its version cannot run
-    read-only), or not logged in while no key is given."""
-    from massgen_mcp.providers.cli.catalog import CLIS, look_for
-
-    problems = []
-    for agent in team.agents:
-        if not agent.cli:
-            continue
-        cli = look_for(agent.cli)
-        if cli is None:
-            problems.append(f"agent {agent.id!r} ({agent.model}): the {agent.cli!r} command is "
-                            f"not on PATH; install it and log in, or set "
-                            f"MASSGEN_{agent.cli.upper()}_PATH")
-        elif cli.refused:
-            problems.append(f"agent {agent.id!r} ({agent.model}): refused: {cli.refused}")
-        elif not cli.logged_in and not (agent.api_key or agent.api_key_env or agent.base_url):
-            problems.append(f"agent {agent.id!r} ({agent.model}): {CLIS[agent.cli].executable} "
-                            "does not look logged in; run it once and log in")
-    return problems
 
 
 def cmd_trust(args: argparse.Namespace) -> int:

@@ -28,13 +28,16 @@ def home(args: argparse.Namespace) -> Path | None:
     return Path(args.home) if args.home else None
 
 
-def service(args: argparse.Namespace, *, drafts: bool = False) -> ConsensusService:
+def service(args: argparse.Namespace, *, drafts: bool = False,
+            root: Path | None = None) -> ConsensusService:
     """The service, running in this process, reading the user's files unconfined;
-    ``drafts`` for a command that shows the agents' live drafts (models then stream)."""
+    ``drafts`` for a command that shows the agents' live drafts (models then stream);
+    ``root``: the project's folder when it is not the working directory (a review's
+    repository, whose records are in it)."""
     from massgen_mcp.service import ConsensusService
     from massgen_mcp.team.context_files import Workspace
 
-    return ConsensusService.local(home(args), Workspace(Path.cwd(), confined=False),
+    return ConsensusService.local(home(args), Workspace(root or Path.cwd(), confined=False),
                                   drafts=drafts)
 
 

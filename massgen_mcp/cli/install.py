@@ -106,10 +106,31 @@ def key_variables() -> list[str]:
     return sorted({n for names in PROVIDER_KEY_ENV.values() for n in names})
 
 
-def server_command(use_uvx: bool) -> tuple[str, list[str]]:
+# What --uvx's entry needs, said with it: uvx installs the release on PyPI, and before the
+# first one there is none, so the entry would start nothing and no host says why.
+UVX_NOTE = ("'uvx massgen-mcp' starts the release of massgen-mcp published on PyPI; before its "
+            "first release there it starts nothing: install with --uvx-from PATH (a "
+            "massgen-mcp checkout or a wheel built from one) instead.")
+
+
+def uvx_source(path: str) -> Path:
+    """``--uvx-from``'s PATH, absolute (a host starts the server in another folder): a
+    massgen-mcp checkout (a folder with pyproject.toml) or a built wheel."""
+    source = Path(path).expanduser().resolve()
+    if (source / "pyproject.toml").is_file() or (
+            source.is_file() and source.name.startswith("massgen_mcp-")
+            and source.suffix == ".whl"):
+        return source
+    raise ConfigError(f"--uvx-from {path}: not a massgen-mcp checkout (a folder with "
+                      "pyproject.toml) or a wheel built from one (massgen_mcp-*.whl)")
+
+
+def server_command(use_uvx: bool, uvx_from: str | None = None) -> tuple[str, list[str]]:
     """How the host should start us: the installed script (absolute path, since hosts do not
-    inherit your virtualenv's PATH; ``massgen-mcp.exe`` in ``Scripts`` on Windows) or
-    ``uvx massgen-mcp``."""
+    inherit your virtualenv's PATH; ``massgen-mcp.exe`` in ``Scripts`` on Windows),
+    ``uvx --from PATH massgen-mcp`` or ``uvx massgen-mcp``."""
+    if uvx_from is not None:
+        return "uvx", ["--from", str(uvx_source(uvx_from)), "massgen-mcp"]
     if use_uvx:
         return "uvx", ["massgen-mcp"]
     beside_python = Path(sys.executable).parent / (
@@ -181,8 +202,9 @@ def toml_section(command: str, args: list[str], approve_tools: bool = False) -> 
 
 
 def install(host_id: str, *, scope: Scope = "project", project: Path | None = None,
-            home: Path | None = None, use_uvx: bool = False, dry_run: bool = False,
-            approve_tools: bool = False, platform: str = sys.platform) -> InstallResult:
+            home: Path | None = None, use_uvx: bool = False, uvx_from: str | None = None,
+            dry_run: bool = False, approve_tools: bool = False,
+            platform: str = sys.platform) -> InstallResult:
     """Add (or update) the massgen server in a host's config file (where ``platform``'s
     host keeps it); ``approve_tools`` lets the host's model call every tool without asking
     (Codex, Gemini CLI)."""
@@ -194,7 +216,7 @@ def install(host_id: str, *, scope: Scope = "project", project: Path | None = No
                               host_id, "approve the tools in the host when it asks"))
     host = HOSTS[host_id]
     path = config_path(host_id, scope, project or Path.cwd(), home or Path.home(), platform)
-    command, args = server_command(use_uvx)
+    command, args = server_command(use_uvx, uvx_from)
     entry = json_entry(host_id, command, args, approve_tools)
     snippet = (toml_section(command, args, approve_tools) if host.key == "toml"
                else json.dumps({host.key: {SERVER_NAME: entry}}, indent=2))
@@ -206,6 +228,8 @@ def install(host_id: str, *, scope: Scope = "project", project: Path | None = No
     note = host.note
     if scope == "project" and host_id in _TRUSTED_PROJECTS_ONLY:
         note += " " + _TRUSTED_PROJECTS_ONLY[host_id].format(folder=(project or Path.cwd()))
+    if use_uvx and uvx_from is None:
+        note += " " + UVX_NOTE
     if approve_tools:
         note += " " + _APPROVED[host_id]
     elif host_id in _HEADLESS:

@@ -168,7 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument("--print", action="store_true",
                          help="print the entry and the file it belongs in; change nothing")
     install.add_argument("--uvx", action="store_true",
-                         help="start the server with 'uvx massgen-mcp' instead of this install")
+                         help="start the server with 'uvx massgen-mcp' instead of this install "
+                              "(the release on PyPI: none before massgen-mcp's first one; then "
+                              "use --uvx-from)")
+    install.add_argument("--uvx-from", metavar="PATH",
+                         help="start the server with 'uvx --from PATH massgen-mcp': PATH is a "
+                              "massgen-mcp checkout or a wheel built from one")
     install.add_argument("--approve-tools", action="store_true",
                          help="let the host's model call every massgen tool without asking, "
                               "headless runs included (codex: default_tools_approval_mode = "

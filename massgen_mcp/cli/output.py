@@ -23,6 +23,8 @@ the same table, :data:`EXIT_CODES_HELP`):
 7    completed, but agents were dropped: the answer came from fewer agents than the team had
 8    ``review --fail-on SEVERITY``: the team requests changes (an agreed finding at or above
      SEVERITY, or a blocker)
+9    a review is inconclusive: the team never voted, every member was dropped, or no member
+     wrote a usable review; there is no verdict to gate on
 141  the reader of stdout went away (``massgen-mcp sessions | head -1``): a closed pipe, as
      for any Unix tool (:mod:`massgen_mcp.__main__`)
 ===  ====================================================================================
@@ -37,7 +39,7 @@ import sys
 from typing import NoReturn
 
 from massgen_mcp.core.outcomes import Verdict
-from massgen_mcp.core.records import RunStatus
+from massgen_mcp.core.records import FinishReason, RunStatus
 from massgen_mcp.core.run_state import ResultRecord
 
 EXIT_OK, EXIT_INPUT, EXIT_EXECUTION, EXIT_TIMEOUT, EXIT_CANCELLED = 0, 1, 2, 3, 4
@@ -48,6 +50,9 @@ EXIT_LISTEN = 6  # serve --http cannot listen: the port is busy or the host is n
 EXIT_DROPPED = 7
 # review --fail-on: the review completed and the team's verdict is not "approve" (CI fails).
 EXIT_CHANGES_REQUESTED = 8
+# A review with no verdict (never voted, every member dropped, nothing usable): neither an
+# approve nor changes requested, and not the run's own error, so CI can tell it apart.
+EXIT_INCONCLUSIVE = 9
 EXIT_CODES_HELP = """exit codes:
   0  ok: the team agreed on an answer
   1  config or input error (model string, file, session id, a server that cannot be
@@ -55,11 +60,14 @@ EXIT_CODES_HELP = """exit codes:
   2  the run failed: every agent failed, or the record could not be written (models
      pull: the download failed)
   3  the run timed out (the best answer so far is still printed)
-  4  cancelled (Ctrl-C, SIGTERM, SIGHUP, or cancelled elsewhere; serve --http: Ctrl-C)
+  4  cancelled (Ctrl-C, SIGTERM, SIGHUP, or cancelled elsewhere; serve --http: Ctrl-C);
+     a review so stopped is interrupted instead: massgen-mcp resume ID goes on
   5  wrong command line (unknown flag, missing argument)
   6  serve --http cannot listen (port busy, or not this machine's address)
   7  completed, but agents were dropped (the answer came from fewer agents)
   8  review --fail-on: the team requests changes (or a blocker blocks the change)
+  9  review: inconclusive (the team never voted, every member was dropped, or no
+     member wrote a usable review): no verdict
 141  the reader of stdout went away (massgen-mcp sessions | head -1)"""
 EXIT_BY_STATUS = {
     RunStatus.COMPLETED: EXIT_OK,
@@ -74,7 +82,13 @@ def exit_code(result: ResultRecord, *, fail_on_changes: bool = False) -> int:
     """The exit code of a finished run: by its status, except that a completed run which
     lost agents on the way says so (:data:`EXIT_DROPPED`), and a completed review whose
     verdict is not "approve" says that first when ``fail_on_changes`` (``--fail-on``): CI
-    must fail on the verdict whoever was dropped."""
+    must fail on the verdict whoever was dropped. A review without a verdict is
+    :data:`EXIT_INCONCLUSIVE` however its run ended, unless the user stopped it or its
+    record could not be written."""
+    if (result.review is not None and result.review.verdict is Verdict.INCONCLUSIVE
+            and result.status not in (RunStatus.CANCELLED, RunStatus.INTERRUPTED)
+            and result.finish_reason is not FinishReason.RECORD_WRITE_FAILED):
+        return EXIT_INCONCLUSIVE
     if (fail_on_changes and result.status is RunStatus.COMPLETED and result.review is not None
             and result.review.verdict is not Verdict.APPROVE):
         return EXIT_CHANGES_REQUESTED
@@ -96,21 +110,35 @@ def end_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-def say(text: str = "", *, err: bool = False, end: str = "\n") -> None:
-    """Write one line for a person, made terminal-safe
-    (:func:`~massgen_mcp.core.edges.terminal_safe`). ``--json`` output goes through
-    :func:`say_json`."""
-    from massgen_mcp.core.edges import terminal_safe
+def in_workflow_log() -> bool:
+    """Whether what the CLI writes is read by GitHub Actions' runner, which obeys workflow
+    commands in any line of the step's log (``GITHUB_ACTIONS=true``)."""
+    return os.environ.get("GITHUB_ACTIONS") == "true"
 
-    print(terminal_safe(text), end=end, file=sys.stderr if err else sys.stdout, flush=err)
+
+def say(text: str = "", *, err: bool = False, end: str = "\n",
+        workflow_commands: bool = False) -> None:
+    """Write one line for a person, made terminal-safe
+    (:func:`~massgen_mcp.core.edges.terminal_safe`) and, in a GitHub Actions log, no
+    workflow command (:func:`~massgen_mcp.core.edges.workflow_inert`) unless it is
+    ``workflow_commands`` that massgen-mcp built and escaped itself (review's annotations).
+    ``--json`` output goes through :func:`say_json`."""
+    from massgen_mcp.core.edges import terminal_safe, workflow_inert
+
+    text = terminal_safe(text)
+    if in_workflow_log() and not workflow_commands:
+        text = workflow_inert(text)
+    print(text, end=end, file=sys.stderr if err else sys.stdout, flush=err)
 
 
 def say_json(text: str) -> None:
     """Write JSON text, its control characters as ``\\uXXXX`` escapes: the same JSON for a
-    program, nothing for a terminal to obey."""
-    from massgen_mcp.core.edges import json_terminal_safe
+    program, nothing for a terminal to obey, nor, in a GitHub Actions log, a workflow
+    command."""
+    from massgen_mcp.core.edges import json_terminal_safe, workflow_inert_json
 
-    print(json_terminal_safe(text))
+    text = json_terminal_safe(text)
+    print(workflow_inert_json(text) if in_workflow_log() else text)
 
 
 def err(message: str) -> None:

@@ -9,11 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from massgen_mcp.cli import flags
 from massgen_mcp.cli.output import EXIT_OK, err, say, say_json
 from massgen_mcp.core.errors import ConfigError, resume_hint
 from massgen_mcp.core.records import EventType, RunStatus, clip
+
+if TYPE_CHECKING:
+    from massgen_mcp.service.records import RecordReads
 
 QUESTION_CHARS = 60  # of the question, in a sessions line
 
@@ -30,6 +34,18 @@ def when(timestamp: float | None) -> str:
     if (today - at.date()).days == 1:
         return at.strftime("yesterday %H:%M")
     return at.strftime("%b %d %H:%M" if at.year == today.year else "%Y-%m-%d %H:%M")
+
+
+def review_title(service: RecordReads, session_id: str, question: str) -> str | None:
+    """A review's title (``review: the working tree against HEAD, 3 files``), which says
+    what its 30-line prompt does not at a glance; None for any other run. Only a question
+    that opens as a review's does is looked up (its request read)."""
+    from massgen_mcp.review.request import REVIEW_OPENING
+
+    if not question.startswith(REVIEW_OPENING):
+        return None
+    target = service.review_target(session_id)
+    return target.title() if target is not None else None
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -54,7 +70,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     for s in sessions:
         # An eval's sampling run is cancelled by eval once its drafts are in: marked, it is
         # not read as a run a person cancelled.
-        question = ("[eval] " if s.session_id in evals else "") + " ".join(s.question.split())
+        question = (("[eval] " if s.session_id in evals else "")
+                    + (review_title(service, s.session_id, s.question)
+                       or " ".join(s.question.split())))
         parent = f"  (follow-up of {s.parent_session_id})" if s.parent_session_id else ""
         say(f"{s.session_id}  {when(s.started_at):<15}  {s.status:<11}  {s.winner or '-':<6}"
             f"  {clip(question, QUESTION_CHARS)[0]}{parent}")
@@ -98,7 +116,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     parent = (f", follow-up of {status.parent_session_id}" if status.parent_session_id
               else "")
     say(f"session  {session_id}  (started {when(status.started_at)}{parent})")
-    say(f"question {status.question}")
+    title = review_title(service, session_id, status.question)
+    say(f"review   {title.removeprefix('review: ')}" if title else
+        f"question {status.question}")
     say(f"record   {service.folder(session_id)}")
     say("outcome  " + (outcome_line(result) if result else status_words(status)))
     if status.status is RunStatus.INTERRUPTED:

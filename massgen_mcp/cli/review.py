@@ -11,14 +11,16 @@ API members' read-only workspace tools open the files around the change.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from massgen_mcp.cli import flags
+from massgen_mcp.cli import flags, post
 from massgen_mcp.cli.output import EXIT_CODES_HELP, err
 from massgen_mcp.cli.run import add_limit_flags, follow_to_the_end, options_from
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.outcomes import Severity
+from massgen_mcp.core.outcomes import COUNTED_TIERS, ReviewOutput, Severity, Tier, named
+from massgen_mcp.core.settings import SETTINGS
 
 if TYPE_CHECKING:
     from massgen_mcp.core.run_state import ResultRecord
@@ -59,18 +61,29 @@ def add_parser(sub: Any) -> None:
     what.add_argument("--commit", metavar="SHA", help="review one commit")
     review.add_argument("--focus", metavar="TEXT",
                         help="what to look at most, e.g. 'security' or 'error handling'")
-    review.add_argument("--format", choices=("text", "markdown", "sarif", "json"),
+    review.add_argument("--format", choices=("text", "markdown", "sarif", "json", "github"),
                         default="text",
                         help="text: findings grouped by file (default); markdown: for a pull "
-                             "request; sarif: SARIF 2.1.0 for code scanning; json: as --json")
+                             "request; sarif: SARIF 2.1.0 for code scanning; json: as --json; "
+                             "github: GitHub Actions annotations on the diff")
+    # Names checked by cmd_review, not argparse's choices: a typo gets one line, not usage.
     review.add_argument("--fail-on", metavar="SEVERITY",
-                        choices=("blocker", "major", "minor", "nit"),
-                        help="for CI: exit 8 when an agreed finding is this severe or worse "
-                             "(the verdict's threshold; default threshold: major, exit 0)")
+                        help="for CI: exit 8 when a counted finding is this severe or worse "
+                             "(blocker, major, minor or nit: the verdict's threshold; default "
+                             "threshold: the repository's review.fail_on, else major, exit 0)")
+    review.add_argument("--fail-on-tier", metavar="TIER",
+                        help="the findings the verdict (and --fail-on) counts: agreed (a "
+                             "majority backs them; the default) or unconfirmed (those fewer "
+                             "back and no majority disputes, too)")
+    review.add_argument("--explain-config", action="store_true",
+                        help="print the review rules that apply here (the repository's "
+                             ".massgen/config.yaml review: block, the command line, the "
+                             "defaults) and where each came from, then exit without reviewing")
     flags.team_arguments(review)
     flags.protocol_arguments(review)
     flags.role_arguments(review)
     add_limit_flags(review)
+    post.add_flags(review)
     review.set_defaults(func=cmd_review)
 
 
@@ -94,10 +107,18 @@ def cmd_review(args: argparse.Namespace) -> int:
     )
     from massgen_mcp.team.context_files import Workspace
 
+    if args.explain_config:
+        return explain_config(args)
     patch, paths = patch_or_paths(args.targets)
-    threshold = Severity(args.fail_on) if args.fail_on else Severity.MAJOR
+    # None: the repository's review.fail_on, else major (review/rules.py).
+    threshold = (named(Severity, args.fail_on, "--fail-on") if args.fail_on is not None
+                 else None)
+    tier = (named(Tier, args.fail_on_tier, "--fail-on-tier", COUNTED_TIERS)
+            if args.fail_on_tier is not None else Tier.AGREED)
     if args.format == "json":
         args.json = True
+    output = ReviewOutput(format="json" if args.json else args.format,
+                          fail_on=threshold)
     options = options_from(args)
     models = args.models.split(",") if args.models else None
     # The run's workspace is the repository's top folder; a config file named from a
@@ -115,8 +136,10 @@ def cmd_review(args: argparse.Namespace) -> int:
         started = await start_review(service, Workspace(Path.cwd(), confined=False), change,
                                      focus=args.focus, models=models, config=config,
                                      base_url=args.base_url, options=options,
-                                     threshold=threshold)
+                                     threshold=threshold, tier=tier, output=output)
         begun.append(started)
+        if args.fail_on is None and started.fail_on is not None:
+            args.fail_on = str(started.fail_on)  # the repository's default: exits as --fail-on
         for note in started.notes:
             if not (args.quiet and note.startswith("estimate: ")):
                 err(note)
@@ -125,4 +148,42 @@ def cmd_review(args: argparse.Namespace) -> int:
     async def finish(service: ConsensusService, run: StartedRun) -> ResultRecord:
         return await finish_review(service, begun[0])  # a review in parts: all of them
 
-    return follow_to_the_end(args, start, finish)
+    root = records_home(args)
+    return follow_to_the_end(args, start, finish=finish, after=post.after_review(args),
+                             root=root)
+
+
+def explain_config(args: argparse.Namespace) -> int:
+    """``review --explain-config``: the rules that apply in this repository and where each
+    came from, on stdout; nothing is reviewed, no model is called, nothing is recorded."""
+    import asyncio
+
+    from massgen_mcp.cli.output import say
+    from massgen_mcp.review.changes import repository
+    from massgen_mcp.review.rules import Guidance, explain, load_rules, read_guidance
+
+    async def gather() -> list[str]:
+        top = await repository(Path.cwd())
+        loaded = await asyncio.to_thread(load_rules, top)
+        guidance = await read_guidance(top) if loaded.rules.guidance else Guidance()
+        return explain(loaded, top, guidance=guidance, flags={
+            "fail_on": args.fail_on, "focus": args.focus, "models": args.models,
+            "config": args.config})
+
+    say("\n".join(asyncio.run(gather())))
+    return 0
+
+
+def records_home(args: argparse.Namespace) -> Path:
+    """The repository's top folder, whose ``.massgen/`` gets the review's records unless
+    ``--home`` or ``$MASSGEN_HOME`` names another place (``args.home`` is set to it): one
+    place from any subfolder, never the folder the review ran from. A folder that is not
+    in a repository is refused here, in the words of :func:`repository`."""
+    import asyncio
+
+    from massgen_mcp.review.changes import RECORDS, repository
+
+    root = asyncio.run(repository(Path.cwd()))
+    if args.home is None and SETTINGS.home.read() is None and os.access(root, os.W_OK):
+        args.home = str(root / RECORDS)
+    return root

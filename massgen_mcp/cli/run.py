@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,10 +33,11 @@ from massgen_mcp.cli.output import (
     say_json,
 )
 from massgen_mcp.core import portable
-from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.errors import ConfigError, RunNotFinishedError
 from massgen_mcp.core.options import RunOptions
-from massgen_mcp.core.records import Event, RunStatus
-from massgen_mcp.core.run_state import ResultRecord
+from massgen_mcp.core.outcomes import ReviewTarget
+from massgen_mcp.core.records import AgentPhase, Event, RunStatus
+from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import RunSpec, check_question, format_validation_error
 
@@ -97,15 +100,6 @@ def add_limit_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
-def progress(_session_id: str, event: Event) -> None:
-    """One stderr line per event worth a person's attention."""
-    from massgen_mcp.render.text import describe_event
-
-    line = describe_event(event)  # events reach listeners masked; redact again, cheaply
-    if line:
-        say(redact(line), err=True)
-
-
 class DetachedExecutor(ThreadPoolExecutor):
     """The run's threads, which the end of ``asyncio.run`` does not wait for.
 
@@ -129,20 +123,90 @@ Starter = Callable[["ConsensusService"], Awaitable["StartedRun"]]
 Finisher = Callable[["ConsensusService", "StartedRun"], Awaitable["ResultRecord"]]
 
 
+HEARTBEAT_S = 10.0  # without a terminal, a line on stderr at least this often
+
+
+class Heartbeat:
+    """The progress lines on stderr without a terminal (a CI log, a pipe): one per event
+    worth a person's attention (:func:`describe_event`), and, when nothing was said for
+    :data:`HEARTBEAT_S`, one that says where the run stands and whom it waits on, so a
+    slow member never looks like a hung command. Timed on the event loop's clock."""
+
+    def __init__(self, write: Callable[[str], None], interval_s: float = HEARTBEAT_S) -> None:
+        self.write = write
+        self.interval_s = interval_s
+        self.started = self.last = asyncio.get_running_loop().time()
+
+    def say(self, line: str) -> None:
+        self.write(line)
+        self.last = asyncio.get_running_loop().time()
+
+    def event(self, _session_id: str, event: Event) -> None:
+        from massgen_mcp.render.text import describe_event
+
+        line = describe_event(event)  # events reach listeners masked; redact again, cheaply
+        if line:
+            self.say(redact(line))
+
+    async def beat(self, status: Callable[[], Awaitable[StatusRecord]]) -> None:
+        """Say where the run stands whenever :attr:`interval_s` passed in silence; until
+        cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(0.0, self.last + self.interval_s - loop.time()))
+            if loop.time() - self.last >= self.interval_s:
+                self.say(waiting_line(await status(), loop.time() - self.started))
+
+
+def waiting_line(status: StatusRecord, elapsed_s: float) -> str:
+    """``[ 20.00s] still running, answering: waiting on agent_b, agent_c``."""
+    from massgen_mcp.render.text import status_words
+
+    working = [aid for aid, agent in status.agents.items()
+               if agent.phase is AgentPhase.WORKING]
+    return (f"[{elapsed_s:6.2f}s] still {status_words(status)}: waiting on "
+            f"{', '.join(working) or 'the team'}")
+
+
+class Interrupted(Exception):
+    """A run stopped by a signal and recorded ``interrupted`` (a review: resumable)."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(session_id)
+        self.session_id = session_id
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A run followed to its end: its result, its folder, and, for a review, what it
+    reviews and how its command line shows it (recorded: a resumed review shows it so)."""
+
+    result: ResultRecord
+    folder: Path
+    review: ReviewTarget | None
+
+
 async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[str],
-                  finish: Finisher | None = None) -> tuple[ResultRecord, Path]:
+                  finish: Finisher | None = None, root: Path | None = None) -> Ended:
     """Start the run (``start``: a new one, a follow-up or a resumption; its id goes into
     ``started_ids`` at once), follow it to its end and return its result. SIGTERM, SIGHUP and
-    Ctrl-C cancel the run: it ends ``cancelled`` and is reported like any other ending
-    (``--json`` included); a second Ctrl-C stops at once."""
+    Ctrl-C cancel a run: it ends ``cancelled`` and is reported like any other ending
+    (``--json`` included); a second Ctrl-C stops at once. A review is stopped instead, as a
+    server stop leaves a run (``interrupted``, :class:`Interrupted`): ``resume`` goes on
+    from its recorded reviews and votes, where a cancelled review had no way back; a review
+    in parts (``finish``: all of them, merged) is cancelled, as one resume holds one part."""
     live = None if args.quiet else LiveLines.on_terminal(sys.stderr)
-    service = flags.service(args, drafts=live is not None)
-    if not args.quiet:
-        service.add_event_listener(progress if live is None else live.event)
+    service = flags.service(args, drafts=live is not None, root=root)
+    heart = None if args.quiet or live is not None else Heartbeat(
+        lambda line: say(line, err=True))
+    if heart is not None:
+        service.add_event_listener(heart.event)
+    elif live is not None:
+        service.add_event_listener(live.event)
     loop = asyncio.get_running_loop()
     loop.set_default_executor(DetachedExecutor())
     cancels: list[asyncio.Task[Any]] = []  # owned: awaited before the service closes
-    following: asyncio.Task[None] | None = None  # the live lines, on a terminal
+    following: asyncio.Task[None] | None = None  # the live lines or the heartbeat
     bar = FetchBar(quiet=args.quiet)
     service.fetch_progress = bar.show  # the first run's model fetch: a bar before the run
     try:
@@ -150,16 +214,22 @@ async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[st
             started = await start(service)
         finally:
             bar.end()
-        started_ids.append(started.session_id)
+        session_id = started.session_id
+        started_ids.append(session_id)
+        review = service.review_target(session_id)
         for note in started.notes:
             err(note)
         if not args.quiet:
-            say(f"session {started.session_id} · record in {started.record_dir}", err=True)
+            say(f"session {session_id} · record in {started.record_dir}", err=True)
         if live is not None:
-            following = loop.create_task(live.follow(service.watch(started.session_id)))
+            following = loop.create_task(live.follow(service.watch(session_id)))
+        elif heart is not None:
+            following = loop.create_task(heart.beat(lambda: service.status(session_id)))
 
         def cancel() -> None:
-            cancels.append(loop.create_task(service.cancel(started.session_id)))
+            cancels.append(loop.create_task(
+                service.cancel(session_id) if review is None or review.parts
+                else service.aclose(interrupt=True)))
 
         def interrupt() -> None:
             portable.off_signal(loop, signal.SIGINT)  # the next Ctrl-C: KeyboardInterrupt
@@ -168,10 +238,13 @@ async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[st
         for signum in STOPS:
             portable.on_signal(loop, signum, cancel)
         portable.on_signal(loop, signal.SIGINT, interrupt)
-        if finish is not None:
-            return await finish(service, started), started.record_dir
-        await service.wait(started.session_id, None, until_done=True)
-        return await service.result(started.session_id), started.record_dir
+        try:
+            result = await (finish or _to_its_end)(service, started)
+        except RunNotFinishedError as exc:
+            if not exc.interrupted:
+                raise
+            raise Interrupted(session_id) from None
+        return Ended(result, started.record_dir, review)
     finally:
         for signum in (*STOPS, signal.SIGINT):
             portable.off_signal(loop, signum)
@@ -182,6 +255,12 @@ async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[st
             live.clear()
         await asyncio.gather(*cancels, return_exceptions=True)  # a finished run: nothing to do
         await service.aclose()  # Ctrl-C: the run is cancelled and its record closed
+
+
+async def _to_its_end(service: ConsensusService, started: StartedRun) -> ResultRecord:
+    """The one run's result, once it ended (a :data:`Finisher`'s default)."""
+    await service.wait(started.session_id, None, until_done=True)
+    return await service.result(started.session_id)
 
 
 class FetchBar:
@@ -213,16 +292,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     return follow_to_the_end(args, lambda service: service.start(spec))
 
 
-def follow_to_the_end(args: argparse.Namespace, start: Starter,
-                      finish: Finisher | None = None) -> int:
+def follow_to_the_end(args: argparse.Namespace, start: Starter, *,
+                      finish: Finisher | None = None,
+                      after: Callable[[ResultRecord], None] | None = None,
+                      root: Path | None = None) -> int:
     """Run what ``start`` starts to its end, then print as ``run`` does: the answer (or
     ``--json``) on stdout, the outcome on stderr, and the exit code of how it ended. The one
-    ending of ``run``, ``continue`` and ``resume``."""
+    ending of ``run``, ``continue`` and ``resume``. ``after`` gets the result once it is
+    printed (a review posted to GitHub); it does not change the exit code. ``finish``: how
+    the result is awaited when it is more than the one run (a review in parts). ``root``: the
+    project's folder, when it is not the working directory (:func:`flags.service`)."""
     from massgen_mcp.render.text import agreement_lines, other_errors, outcome_line
 
     started_ids: list[str] = []
     try:
-        result, folder = asyncio.run(run_one(args, start, started_ids, finish))
+        ended = asyncio.run(run_one(args, start, started_ids, finish, root))
     except KeyboardInterrupt:  # Ctrl-C before the run had started, or pressed twice
         session_id = started_ids[0] if started_ids else None
         if args.json:  # a script still learns which record to look at
@@ -230,19 +314,21 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter,
                                 indent=2))
         err("interrupted" + (f"; session {session_id} cancelled" if session_id else ""))
         return EXIT_CANCELLED
-    shape = "json" if args.json else getattr(args, "format", None) or "text"
-    if shape == "json":
-        data = result.model_dump(mode="json")
-        summary = {key: data[key] for key in JSON_SUMMARY_KEYS}
-        summary["cost"] = result.usage.cost_usd
-        summary["session_dir"] = str(folder)
-        if result.review is not None:  # docs/review.md: the schema
-            summary["review"] = data["review"]
-        say_json(redact(json.dumps(summary, ensure_ascii=False, indent=2)))
-    elif result.review is not None:  # SARIF is JSON: written as --json is
-        (say_json if shape == "sarif" else say)(redact(review_output(result, shape)))
-    elif result.final_answer is not None:
-        say(redact(result.final_answer))
+    except Interrupted as stop:
+        if args.json:
+            say_json(json.dumps({"session_id": stop.session_id,
+                                 "status": str(RunStatus.INTERRUPTED)}, indent=2))
+        err(f"interrupted; session {stop.session_id} stopped where it was, and goes on from "
+            f"its recorded reviews and votes with: {resume_command(args, stop.session_id)} "
+            "(its --format and --fail-on are kept)")
+        return EXIT_CANCELLED
+    result, folder, review = ended.result, ended.folder, ended.review
+    output = review.output if review is not None else None
+    shape = ("json" if args.json else getattr(args, "format", None)
+             or (output.format if output is not None else "text"))
+    fail_on = (getattr(args, "fail_on", None) is not None
+               or (output is not None and output.fail_on is not None))
+    say_result(result, folder, shape, is_review=review is not None)
     if not args.quiet and result.review is None:  # a review's output has its dissent
         winner = result.winner.label if result.winner else None
         for extra in [*agreement_lines(result.agreement, winner), *result.notes]:
@@ -254,18 +340,57 @@ def follow_to_the_end(args: argparse.Namespace, start: Starter,
             err(f"  {redact(problem)}")
     elif not args.quiet:
         err(line)
-    return exit_code(result, fail_on_changes=getattr(args, "fail_on", None) is not None)
+    if after is not None:
+        after(result)
+    return exit_code(result, fail_on_changes=fail_on)
+
+
+def say_result(result: ResultRecord, folder: Path, shape: str, *, is_review: bool) -> None:
+    """A finished run on stdout, in ``shape``: ``json`` (the summary, a review's outcome
+    with it), a review's own formats, or the final answer."""
+    if shape == "json":
+        data = result.model_dump(mode="json")
+        summary = {key: data[key] for key in JSON_SUMMARY_KEYS}
+        summary["cost"] = result.usage.cost_usd
+        summary["session_dir"] = str(folder)
+        # Who backs the answer and the dissent's reasons: what stderr and the record say.
+        agreement = result.agreement
+        summary["agreement"] = (agreement.model_dump(mode="json") if agreement is not None
+                                else None)
+        if is_review:  # docs/review.md: the schema; null when no outcome was made
+            summary["review"] = data["review"]
+        say_json(redact(json.dumps(summary, ensure_ascii=False, indent=2)))
+    elif result.review is not None and shape == "github":  # escaped where it is built
+        say(redact(review_output(result, shape)), workflow_commands=True)
+    elif result.review is not None:  # SARIF is JSON: written as --json is
+        (say_json if shape == "sarif" else say)(redact(review_output(result, shape)))
+    elif result.final_answer is not None:
+        say(redact(result.final_answer))
+
+
+def resume_command(args: argparse.Namespace, session_id: str) -> str:
+    """``massgen-mcp resume ID``, with the ``--home`` it needs from this folder."""
+    from massgen_mcp.core.files import default_home
+
+    home = flags.home(args)
+    if home is None or home.resolve() == default_home().resolve():
+        return f"massgen-mcp resume {session_id}"
+    return f"massgen-mcp --home {shlex.quote(str(home))} resume {session_id}"
 
 
 def review_output(result: ResultRecord, shape: str) -> str:
     """A review's outcome as ``--format`` asks: text (grouped by file), markdown (for a
-    pull request) or sarif (SARIF 2.1.0)."""
+    pull request), sarif (SARIF 2.1.0) or github (workflow-command annotations)."""
     from massgen_mcp.render.review import as_markdown, as_sarif, as_text
 
     assert result.review is not None
     models = {aid: agent.model for aid, agent in result.agents.items()}
     if shape == "markdown":  # the final answer is this, with what was reviewed
         return result.final_answer or as_markdown(result.review, models)
+    if shape == "github":
+        from massgen_mcp.render.github import as_annotations
+
+        return as_annotations(result.review)
     if shape == "sarif":
         return json.dumps(as_sarif(result.review, models, session_id=result.session_id),
                           ensure_ascii=False, indent=2)

@@ -71,17 +71,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                  ": start one with massgen-mcp worker --redis URL"))
     else:
         say("runs:          in this process (embedded; --redis URL for a worker pool)")
+    say("HTTP token:    " + setup.http_token)
     say("versions:      " + ", ".join(f"{k} {v}" for k, v in setup.versions.items()))
     say("add more:      " + setup.how_to_add_more)
     return code
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from massgen_mcp.cli.install import install
+    from massgen_mcp.cli.install import UVX_NOTE, install
 
-    result = install(args.host, scope=args.scope, use_uvx=args.uvx, dry_run=args.print,
-                     approve_tools=args.approve_tools)
+    result = install(args.host, scope=args.scope, use_uvx=args.uvx, uvx_from=args.uvx_from,
+                     dry_run=args.print, approve_tools=args.approve_tools)
     if args.print:
+        if args.uvx and args.uvx_from is None:
+            err(UVX_NOTE)  # stdout stays the entry alone
         say(f"# {result.path}")
         say(result.snippet, end="" if result.snippet.endswith("\n") else "\n")
         return EXIT_OK

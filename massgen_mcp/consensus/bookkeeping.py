@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 from massgen_mcp.consensus.drafts import Drafts
 from massgen_mcp.consensus.replay import progress_of
 from massgen_mcp.consensus.run import RunRequest
-from massgen_mcp.consensus.snapshot import Recorder, result_record, status_record, timeline_of
+from massgen_mcp.consensus.snapshot import (
+    Recorder,
+    ReviewText,
+    result_record,
+    status_record,
+    timeline_of,
+)
 from massgen_mcp.core.errors import RecordWriteError
 from massgen_mcp.core.records import EventType, FinishReason, Phase, RunStatus
 from massgen_mcp.core.run_state import ResultRecord, StatusRecord
@@ -39,8 +45,9 @@ class RunBooks:
     evidence: Evidence
 
     def __init__(self, request: RunRequest, recorder: Recorder, *,
-                 on_drafts: DraftsListener | None) -> None:
+                 on_drafts: DraftsListener | None, review_text: ReviewText | None) -> None:
         self.request = request
+        self.review_text = review_text
         self.options = request.team.options
         self.recorder = recorder
         self.progress = progress_of(request)  # a continued run's recorded steps replayed
@@ -153,7 +160,8 @@ class RunBooks:
             self._emit(EventType.FINAL, presenter=presenter, chars=len(final))
         result = result_record(self.request, self.progress, self._timeline,
                                status=self.status, finish_reason=self.finish_reason,
-                               final=final, presenter=presenter, errors=self.errors)
+                               final=final, presenter=presenter, errors=self.errors,
+                               review_text=self.review_text)
         self._emit(EventType.FINISHED, status=self.status, finish_reason=self.finish_reason)
         self.recorder.finish(result)
         # The result is recorded: the run's outcome stands even if this last status write is

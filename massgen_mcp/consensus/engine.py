@@ -40,7 +40,7 @@ from massgen_mcp.consensus.evidence import Evidence, is_evidence
 from massgen_mcp.consensus.final import FinalAnswer
 from massgen_mcp.consensus.pace import FirstRound
 from massgen_mcp.consensus.run import RunRequest
-from massgen_mcp.consensus.snapshot import Recorder
+from massgen_mcp.consensus.snapshot import Recorder, ReviewText
 from massgen_mcp.consensus.state import View
 from massgen_mcp.consensus.steering import NoteGate, clean_note
 from massgen_mcp.core.agent import AgentSpec
@@ -61,6 +61,27 @@ from massgen_mcp.providers.base import CallContext, Completion, Provider, comple
 log = logging.getLogger(__name__)
 
 
+REJECTED_REPLY_CHARS = 2_000  # of a rejected reply, kept in its invalid_action event
+PROBLEM_CHARS = 300  # of the last problem, in a dropped agent's reason
+
+
+def rejected_reply(completion: Completion) -> str:
+    """What a reply the turn rejected said (its text, else its tool calls), cut at
+    :data:`REJECTED_REPLY_CHARS`: recorded, so that why a member was dropped can be read
+    afterwards (``show``, the report), not only the kind of its mistake. What cannot be
+    written as UTF-8 (a lone surrogate) becomes ``?``: the reply was refused, its record
+    must not be."""
+    said = completion.content or "\n".join(
+        f"{call.name}({call.arguments or ''})" for call in completion.tool_calls)
+    return said[:REJECTED_REPLY_CHARS].encode("utf-8", "replace").decode("utf-8")
+
+
+def clip_problem(problem: str) -> str:
+    """The corrective retry's problem, without its advice to the model, for a drop reason."""
+    first = problem.split(" Send your whole review again")[0].strip()
+    return first if len(first) <= PROBLEM_CHARS else first[:PROBLEM_CHARS - 3] + "..."
+
+
 @dataclass(frozen=True)
 class Dropped:
     reason: str
@@ -77,11 +98,13 @@ class ConsensusRun(FinalAnswer):
     """One run of the protocol; create it, then ``await run()`` once.
 
     ``on_drafts`` hears (at most every :data:`~.bookkeeping.DRAFT_INTERVAL_S`) that the live
-    drafts changed; without it providers are not asked to stream."""
+    drafts changed; without it providers are not asked to stream. ``review_text`` writes a
+    review's final answer from its outcome (the run's owner hands it the faces' words)."""
 
     def __init__(self, request: RunRequest, provider: Provider, recorder: Recorder, *,
-                 on_drafts: DraftsListener | None = None) -> None:
-        super().__init__(request, recorder, on_drafts=on_drafts)
+                 on_drafts: DraftsListener | None = None,
+                 review_text: ReviewText | None = None) -> None:
+        super().__init__(request, recorder, on_drafts=on_drafts, review_text=review_text)
         self.agents: dict[str, AgentSpec] = request.agents
         self.provider = provider
         self.coord = self.progress.coord
@@ -186,10 +209,12 @@ class ConsensusRun(FinalAnswer):
             if not isinstance(action, Invalid):
                 return TurnOutcome(agent.id, view, action)
             self._emit(EventType.INVALID_ACTION, agent_id=agent.id, attempt=attempt,
-                       reason=action.kind, problem=action.problem)
+                       reason=action.kind, problem=action.problem,
+                       detail=rejected_reply(completion))
             if attempt == prompts.MAX_ATTEMPTS_PER_TURN:
                 return TurnOutcome(agent.id, view, Dropped(
-                    f"{attempt} invalid actions in one turn (last: {action.kind})"))
+                    f"{attempt} invalid actions in one turn (last: {action.kind}: "
+                    f"{clip_problem(action.problem)})"))
             messages = prompts.retry_messages(messages, completion, action.problem, view,
                                               native_tools=native)
             attempt += 1
@@ -388,8 +413,11 @@ class ConsensusRun(FinalAnswer):
                     self._emit(EventType.RESUMED,
                                labels=[a.label for a in self.coord.current_answers()])
                 else:
+                    roles = {aid: role for aid in self.agents
+                             if (role := self.request.team.role_of(aid)) is not None}
                     self._emit(EventType.STARTED, question=self.request.question,
                                agents={a.id: a.model for a in self.agents.values()},
+                               **({"roles": roles} if roles else {}),
                                parent_session_id=self.request.parent_session_id)
                 async with asyncio.timeout(self.options.timeout_s):
                     if self.evidence.mcp is not None:  # servers start within the time limit

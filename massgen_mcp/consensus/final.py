@@ -18,7 +18,7 @@ from massgen_mcp.consensus.accounting import check_budget
 from massgen_mcp.consensus.actions import MAX_ANSWER_CHARS, parse_check, presented_action
 from massgen_mcp.consensus.bookkeeping import DraftsListener, RunBooks
 from massgen_mcp.consensus.run import RunRequest
-from massgen_mcp.consensus.snapshot import Recorder
+from massgen_mcp.consensus.snapshot import Recorder, ReviewText
 from massgen_mcp.consensus.state import Answer
 from massgen_mcp.core.errors import ProviderError
 from massgen_mcp.core.records import CallPurpose, EventType, Phase
@@ -43,8 +43,8 @@ class FinalAnswer(RunBooks):
                         ) -> Completion: ...
 
     def __init__(self, request: RunRequest, recorder: Recorder, *,
-                 on_drafts: DraftsListener | None) -> None:
-        super().__init__(request, recorder, on_drafts=on_drafts)
+                 on_drafts: DraftsListener | None, review_text: ReviewText | None) -> None:
+        super().__init__(request, recorder, on_drafts=on_drafts, review_text=review_text)
         # final: speculative: (label, the presentation of that answer, in flight).
         self._speculation: tuple[str, asyncio.Task[tuple[str | None, str | None]]] | None = None
 

@@ -21,9 +21,13 @@ members' own actions, never from a presenter's prose:
 ``same_as`` link, or two members' findings on the same file, overlapping lines and category),
 and keeps those a **strict majority of the live members** backs: a member backs a finding
 when its standing vote is for a review that holds it or, without a standing vote (its turn
-was cut short by the decision), when its own current review does. The rest
-are listed as rejected, with the reason of a member that rejected it (or the count). The
-verdict follows from the agreed findings' severities and the run's threshold.
+was cut short by the decision), when its own current review does. Of the rest,
+those a strict majority disputes are *rejected* (with their reasons), and the others are
+*unconfirmed*: one model alone finds many real defects, so a finding fewer back is not thereby
+wrong. The verdict follows from the counted findings' severities (the agreed ones, or the
+unconfirmed ones too) and the run's threshold; a record with no live member, no usable
+review or no vote gives none (*inconclusive*). Reviews with the same findings after merging
+are one position: their backers count together.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from massgen_mcp.core.outcomes import (
     ReviewTarget,
     Severity,
     Stance,
+    Tier,
     Verdict,
     dissent_of,
 )
@@ -290,11 +295,15 @@ def _severity(found: list[Severity]) -> Severity:
 
 def outcome(answers: Sequence[AnswerRecord], votes: Sequence[VoteRecord],
             agents: dict[str, AgentResult], *, threshold: Severity,
-            winner_label: str | None) -> ReviewOutcome:
+            winner_label: str | None, tier: Tier = Tier.AGREED) -> ReviewOutcome:
     """What the team agreed, from the current reviews (``answers``), the standing votes and
-    who is still live (``agents``' ``dropped_reason``)."""
+    who is still live (``agents``' ``dropped_reason``): each finding in its tier, the
+    positions (equal reviews are one), the winning one with its backing and dissent, and the
+    verdict from the findings of ``tier`` or stronger; inconclusive when there is nothing to
+    judge by."""
     live = [aid for aid, agent in agents.items()
             if agent.dropped_reason is None and agent.status is not AgentPhase.RESERVE]
+    team_order = list(agents)
     reviews = _parsed(answers)
     letters = {answer.label[0]: answer.agent_id for answer in answers}
     nodes: dict[str, _Node] = {}
@@ -316,29 +325,147 @@ def outcome(answers: Sequence[AnswerRecord], votes: Sequence[VoteRecord],
     for node in ordered:
         members.setdefault(groups.root(node.id), []).append(node)
     standing = {vote.voter: vote for vote in votes if vote.voter in live}
-    agreed: list[Finding] = []
-    rejected: list[Finding] = []
-    for group in members.values():
-        finding, backed = _settle(group, reviews, standing, live, letters, list(agents))
-        (agreed if backed else rejected).append(finding)
-    agreed = _numbered(agreed, "F")
-    rejected = _numbered(rejected, "R")
+    settled = [_settle(group, reviews, standing, live, letters, team_order)
+               for group in members.values()]
+    found = {t: _numbered([f for f in settled if f.tier is t], prefix)
+             for t, prefix in ((Tier.AGREED, "F"), (Tier.UNCONFIRMED, "U"),
+                               (Tier.REJECTED, "R"))}
+    stand = _Positions(reviews, groups, standing, live, team_order)
+    why = _inconclusive(live, reviews, standing)
+    # Without a verdict there is no winning review either: a best answer the votes never
+    # backed would read as the team's.
+    won = _NO_WINNER if why else stand.winning(winner_label)
+    author = reviews[won.label][0].agent_id if won.label in reviews else None
+    counted = [f for t in Tier if t.rank >= tier.rank for f in found[t]]
+    # The winner's author and members without a vote whose own review is the winning one
+    # back it; without a winning review there is nothing to dissent from.
+    backing = {aid for aid in live if aid == author or (
+        won.position is not None and aid not in standing and stand.own(aid) == won.position)}
+    dissent = [] if why else dissent_of(
+        live, list(standing.values()), won.labels,
+        {aid: agent.model for aid, agent in agents.items()},
+        {a.agent_id: r.summary for a, r in reviews.values() if r.summary}, backing=backing)
     return ReviewOutcome(
-        verdict=verdict(agreed, threshold), threshold=threshold,
-        agreement=sum(1 for v in standing.values() if v.answer == winner_label),
-        members=len(live),
-        summary=reviews[winner_label][1].summary if winner_label in reviews else "",
-        findings=agreed, rejected=rejected,
-        dissent=dissent_of(live, list(standing.values()), winner_label,
-                           {aid: agent.model for aid, agent in agents.items()},
-                           {a.agent_id: r.summary for a, r in reviews.values() if r.summary}),
+        verdict=Verdict.INCONCLUSIVE if why else verdict(counted, threshold),
+        threshold=threshold, tier=tier, inconclusive=why, agreement=won.backing,
+        members=len(live), winner=won.label,
+        equal=[label for label in won.labels if label != won.label],
+        tied=won.tied, tie_break=won.tie_break,
+        summary=reviews[won.label][1].summary if won.label in reviews else "",
+        winner_by=author,
+        findings=found[Tier.AGREED], unconfirmed=found[Tier.UNCONFIRMED],
+        rejected=found[Tier.REJECTED],
+        dissent=dissent,
         dropped=[aid for aid, agent in agents.items() if agent.dropped_reason is not None])
+
+
+def _inconclusive(live: list[str], reviews: dict[str, tuple[AnswerRecord, Review]],
+                  standing: dict[str, VoteRecord]) -> str | None:
+    """Why the team's record gives no verdict, or None: with no live member, no usable
+    review or no vote, an approve would say what nobody said."""
+    if not live:
+        return "every member was dropped"
+    if not any(answer.agent_id in live for answer, _ in reviews.values()):
+        return "no member wrote a usable review"
+    if not standing:
+        return "the team never voted"
+    return None
+
+
+@dataclass(frozen=True)
+class _Won:
+    """The winning position: its labels (the winning review first), its backing, and the tie
+    it won, if any."""
+
+    label: str | None
+    labels: list[str]
+    position: frozenset[str] | None
+    backing: int
+    tied: list[str]
+    tie_break: str | None
+
+
+_NO_WINNER = _Won(label=None, labels=[], position=None, backing=0, tied=[], tie_break=None)
+
+
+class _Positions:
+    """Where each live member stands: a position is a review's set of findings (after
+    merging), so equal reviews (two empty ones included) are one position. A member stands
+    where its standing vote is, or, without one (its turn was cut short by the decision),
+    on its own current review."""
+
+    def __init__(self, reviews: dict[str, tuple[AnswerRecord, Review]], groups: _Groups,
+                 standing: dict[str, VoteRecord], live: list[str],
+                 team_order: list[str]) -> None:
+        self.of_label = {label: frozenset(groups.root(f"{label}.{place}")
+                                          for place in range(1, len(review.findings) + 1))
+                         for label, (_, review) in reviews.items()}
+        self.own_label = {answer.agent_id: label for label, (answer, _) in reviews.items()}
+        self.author = {label: answer.agent_id for label, (answer, _) in reviews.items()}
+        self.order = {aid: i for i, aid in enumerate(team_order)}
+        self.votes = {aid: vote.answer for aid, vote in standing.items()}
+        self.held: dict[str, frozenset[str]] = {}
+        for aid in live:
+            label = self.votes.get(aid) or self.own_label.get(aid)
+            position = self.position(label)
+            if position is not None:
+                self.held[aid] = position
+
+    def position(self, label: str | None) -> frozenset[str] | None:
+        if label is None:
+            return None
+        # A vote for a review that does not parse stands alone (a planted record's).
+        return self.of_label.get(label, frozenset({f"?{label}"}))
+
+    def own(self, aid: str) -> frozenset[str] | None:
+        return self.position(self.own_label.get(aid))
+
+    def labels(self, position: frozenset[str]) -> list[str]:
+        """The reviews in ``position``, their authors in the team's order."""
+        return sorted((label for label, p in self.of_label.items() if p == position),
+                      key=lambda label: (self.order.get(self.author[label], len(self.order)),
+                                         label))
+
+    def winning(self, winner_label: str | None) -> _Won:
+        """The position most live members hold. The run's winner keeps it when its position
+        is among the most held; otherwise (equal reviews counted together outnumber it) the
+        most held, ties to the position of the member listed first in the team."""
+        count: dict[frozenset[str], int] = {}
+        for held in self.held.values():
+            count[held] = count.get(held, 0) + 1
+        mine = self.position(winner_label)
+        best = max(count.values(), default=0)
+        top = sorted((p for p, n in count.items() if n == best), key=self._first)
+        position: frozenset[str] | None = mine if mine in top or not top else top[0]
+        labels = self.labels(position) if position is not None else []
+        if winner_label is not None and position == mine:
+            labels = [winner_label, *(label for label in labels if label != winner_label)]
+        label = labels[0] if labels else winner_label
+        tied, tie_break = [], None
+        if len(top) > 1 and position is not None:
+            ranked = [position, *(p for p in top if p != position)]  # the winner's first
+            tied = ["=".join(self.labels(p)) or "?" for p in ranked]
+            single = {p: max((sum(1 for v in self.votes.values() if v == lbl)
+                              for lbl in self.labels(p)), default=0) for p in top}
+            outvoted = all(single[position] > single[p] for p in top if p != position)
+            tie_break = ("the most votes for a single review" if outvoted else
+                         "the team's order: the member listed first wins a tie")
+        return _Won(label=label, labels=labels or ([label] if label else []),
+                    position=position,
+                    backing=count.get(position, 0) if position is not None else 0,
+                    tied=tied, tie_break=tie_break)
+
+    def _first(self, position: frozenset[str]) -> int:
+        return min((self.order.get(aid, len(self.order))
+                    for aid, p in self.held.items() if p == position), default=len(self.order))
 
 
 def _settle(group: list[_Node], reviews: dict[str, tuple[AnswerRecord, Review]],
             standing: dict[str, VoteRecord], live: list[str],
-            letters: dict[str, str], team_order: list[str]) -> tuple[Finding, bool]:
-    """One finding from the nodes that state it, and whether a strict majority backs it."""
+            letters: dict[str, str], team_order: list[str]) -> Finding:
+    """One finding from the nodes that state it, in its tier: agreed when a strict majority
+    of the live members backs it, rejected when a strict majority disputes it, else
+    unconfirmed."""
     labels = {node.label: node for node in group}
     stated: dict[str, Severity] = {}  # backer -> the severity it signed
     for node in group:  # a member without a standing vote backs its own review
@@ -370,19 +497,17 @@ def _settle(group: list[_Node], reviews: dict[str, tuple[AnswerRecord, Review]],
     raiser = letters[origins[0][0]] if origins else group[0].agent_id
     lead = next((n for n in group if n.agent_id == raiser), group[0])
     claimed = lead.claimed
-    backed = len(stated) * 2 > len(live)
-    finding = Finding(
-        id="", file=claimed.file, line=claimed.line, end_line=claimed.end_line,
+    backers = [aid for aid in live if aid in stated]
+    tier = (Tier.AGREED if len(backers) * 2 > len(live) else
+            Tier.REJECTED if len(disputed) * 2 > len(live) else Tier.UNCONFIRMED)
+    return Finding(
+        id="", tier=tier, file=claimed.file, line=claimed.line, end_line=claimed.end_line,
         severity=_severity(list(stated.values())) if stated else claimed.severity,
         category=claimed.category, claim=claimed.claim, evidence=claimed.evidence,
         fix=claimed.fix, raised_by=raiser,
-        confirmed_by=[aid for aid in live if aid in stated and aid != raiser],
+        confirmed_by=[aid for aid in backers if aid != raiser], backers=backers,
         disputed_by=disputed, sources=[node.id for node in group],
-        reason=None if backed else (
-            disputed[0].reason if disputed else
-            f"backed by {len(stated)} of {len(live)} live members; a majority did not raise "
-            "or confirm it"))
-    return finding, backed
+        reason=disputed[0].reason if tier is Tier.REJECTED else None)
 
 
 def _numbered(found: list[Finding], prefix: str) -> list[Finding]:
@@ -390,12 +515,13 @@ def _numbered(found: list[Finding], prefix: str) -> list[Finding]:
     return [f.model_copy(update={"id": f"{prefix}{i}"}) for i, f in enumerate(found, 1)]
 
 
-def verdict(agreed: Sequence[Finding], threshold: Severity) -> Verdict:
-    """Blocked by an agreed blocker; changes requested by an agreed finding at or above
-    ``threshold``; else approve."""
-    if any(f.severity is Severity.BLOCKER for f in agreed):
+def verdict(counted: Sequence[Finding], threshold: Severity) -> Verdict:
+    """Blocked by a counted blocker; changes requested by a counted finding at or above
+    ``threshold``; else approve. Counted: the findings of the tier the review counts
+    (agreed, or unconfirmed ones too)."""
+    if any(f.severity is Severity.BLOCKER for f in counted):
         return Verdict.BLOCKED
-    if any(f.severity.rank >= threshold.rank for f in agreed):
+    if any(f.severity.rank >= threshold.rank for f in counted):
         return Verdict.CHANGES_REQUESTED
     return Verdict.APPROVE
 
@@ -464,5 +590,6 @@ def with_coverage(review: ReviewOutcome, target: ReviewTarget, diff: str) -> Rev
                         total_lines=target.lines, left_out=list(target.left_out))
     return review.model_copy(update={
         "findings": [mark(f) for f in review.findings],
+        "unconfirmed": [mark(f) for f in review.unconfirmed],
         "rejected": [mark(f) for f in review.rejected], "coverage": coverage})
 

@@ -25,10 +25,10 @@ from massgen_mcp.consensus.run import (
     RunRequest,
 )
 from massgen_mcp.consensus.state import Coordination
-from massgen_mcp.core.model_map import cost_of
 from massgen_mcp.core.records import CallPurpose, EventType
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers.base import Completion
+from massgen_mcp.providers.model_map import cost_of
 
 
 def opening_pair(team: TeamConfig) -> list[str]:

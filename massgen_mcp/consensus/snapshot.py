@@ -19,7 +19,7 @@ from massgen_mcp.consensus.replay import progress_of
 from massgen_mcp.consensus.run import Progress, RunRequest
 from massgen_mcp.consensus.state import Coordination
 from massgen_mcp.core.errors import RecordWriteError
-from massgen_mcp.core.outcomes import ReviewTarget
+from massgen_mcp.core.outcomes import ReviewOutcome, ReviewTarget
 from massgen_mcp.core.records import (
     PREVIEW_CHARS,
     Event,
@@ -41,7 +41,6 @@ from massgen_mcp.core.run_state import (
     VoteRef,
     Winner,
 )
-from massgen_mcp.render.review import as_markdown
 
 
 class Recorder(Protocol):
@@ -125,11 +124,20 @@ def with_drafts(status: StatusRecord, drafts: Mapping[str, Draft], revision: int
     return status.model_copy(update={"agents": agents, "drafts_revision": revision})
 
 
+class ReviewText(Protocol):
+    """Writes a review's final answer from its outcome: the faces' words (the pull request
+    comment's Markdown), handed to the run by its owner, so the protocol renders no text."""
+
+    def __call__(self, review: ReviewOutcome, models: Mapping[str, str], *,
+                 described: str = "") -> str: ...
+
+
 def result_record(request: RunRequest, progress: Progress, timeline: Timeline, *,
                   status: RunStatus, finish_reason: FinishReason | None, final: str | None,
-                  presenter: str | None, errors: list[str]) -> ResultRecord:
+                  presenter: str | None, errors: list[str],
+                  review_text: ReviewText | None = None) -> ResultRecord:
     """The finished run, as written to result.json: the winner is named only with a final
-    answer."""
+    answer; a review's final answer is ``review_text``'s (:func:`with_review`)."""
     coord, agents = progress.coord, request.agents
     winner, tie = coord.winner() if final is not None else (None, False)
     result = ResultRecord(
@@ -157,7 +165,7 @@ def result_record(request: RunRequest, progress: Progress, timeline: Timeline, *
         usage=progress.total.record(), errors=errors, started_at=timeline.started_at,
         finished_at=time.time(), elapsed_s=timeline.elapsed(), notes=_notes(coord),
     )
-    return with_review(result, request.review, request.context or "")
+    return with_review(result, request.review, review_text, request.context or "")
 
 
 def _notes(coord: Coordination) -> list[str]:
@@ -173,20 +181,28 @@ def _notes(coord: Coordination) -> list[str]:
             "not called"]
 
 
-def with_review(result: ResultRecord, target: ReviewTarget | None, diff: str = ""
-                ) -> ResultRecord:
+def with_review(result: ResultRecord, target: ReviewTarget | None,
+                text: ReviewText | None, diff: str = "") -> ResultRecord:
     """A review run's result with its :class:`ReviewOutcome`, settled from the members'
-    recorded reviews and votes, and the final answer written from it (a review's text is
-    never a presenter's prose). Other runs, and a review without a winner, as they are."""
-    if target is None or result.winner is None:
+    recorded reviews and votes, and the final answer ``text`` writes from it (a review's
+    text is never a presenter's prose). A review that ended without a verdict (no winner, no
+    vote) is inconclusive, with why and how the run ended. ``diff``: what the run was sent,
+    for the coverage and the findings off the change. Other runs as they are."""
+    if target is None:
         return result
     review = findings.outcome(result.answers, result.votes, result.agents,
-                              threshold=target.threshold, winner_label=result.winner.label)
+                              threshold=target.threshold, tier=target.tier,
+                              winner_label=result.winner.label if result.winner else None)
     review = findings.with_coverage(review, target, diff)
+    if review.inconclusive and result.status is not RunStatus.COMPLETED:
+        ended = str(result.finish_reason or result.status).replace("_", " ")
+        review = review.model_copy(
+            update={"inconclusive": f"{review.inconclusive} (the run ended: {ended})"})
+    if text is None:
+        return result.model_copy(update={"review": review})
     models = {aid: agent.model for aid, agent in result.agents.items()}
     return result.model_copy(update={
-        "review": review,
-        "final_answer": as_markdown(review, models, described=target.described)})
+        "review": review, "final_answer": text(review, models, described=target.described)})
 
 
 def queued_status(request: RunRequest) -> StatusRecord:

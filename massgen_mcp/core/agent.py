@@ -1,10 +1,12 @@
 """One agent of a team, as every front end describes it: its model string, checked once
-here for its shape, and what the model string says (its provider, a coding-agent CLI).
+here for its shape, and what the model string says of a coding-agent CLI.
 
-Which providers and CLIs exist, and which variable holds a provider's key, is not the ground
-floor's: it is one row per kind in :mod:`massgen_mcp.providers.kinds`, which checks a model
-string's names as it loads (:func:`massgen_mcp.providers.model_names.model_problem`) and in
-every run's preflight, and finds an agent's key (:func:`massgen_mcp.providers.kinds.api_key`).
+Which providers and CLIs exist, which provider serves a model string
+(:func:`massgen_mcp.providers.kinds.provider_of`), and which variable holds a provider's key,
+is not the ground floor's: it is one row per kind in :mod:`massgen_mcp.providers.kinds`,
+which checks a model string's names as it loads
+(:func:`massgen_mcp.providers.model_names.model_problem`) and in every run's preflight, and
+finds an agent's key (:func:`massgen_mcp.providers.kinds.api_key`).
 What stays here is what must hold for every agent whatever path built it (a record read back,
 a pool's payload): the shape of ``cli/<name>/<model>``, which becomes a command line.
 """
@@ -26,7 +28,6 @@ from pydantic import (
 
 from massgen_mcp.core.edges import has_control_characters
 from massgen_mcp.core.env import getenv
-from massgen_mcp.core.model_map import bare_provider
 from massgen_mcp.core.secrets import register_secret
 
 # Agent settings a CLI agent cannot honour: it samples with its own settings and has no tools.
@@ -172,26 +173,6 @@ class AgentSpec(BaseModel):
         """The model a CLI agent asks its CLI for ('opus' for cli/claude/opus), else None."""
         parts = self.model.split("/", 2)
         return parts[2] if self.cli and len(parts) == 3 else None
-
-    @property
-    def provider(self) -> str:
-        """The provider that serves the model: its prefix ('openai' for 'openai/gpt-4o'), or
-        for a bare name the one litellm routes it to ('openai' for 'gpt-4o';
-        :func:`~massgen_mcp.core.model_map.bare_provider`); '' when none is known. The key
-        check, consent and the call all read this, so every spelling is checked alike."""
-        if "/" in self.model:
-            return self.model.split("/", 1)[0]
-        return bare_provider(self.model) or ""
-
-    @property
-    def routed_model(self) -> str:
-        """The model string a call sends to litellm: a bare name with its provider in front
-        (``gemini/gemini-2.5-flash``), so the call goes where the checks before the run
-        looked (litellm alone would send a bare gemini-* to Vertex AI)."""
-        provider = self.provider
-        if "/" in self.model or not provider:
-            return self.model
-        return f"{provider}/{self.model}"
 
     def uses_native_tools(self) -> bool:
         """Whether to offer the workflow actions as tools rather than the JSON fallback (a

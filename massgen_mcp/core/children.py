@@ -40,6 +40,7 @@ import functools
 import os
 import secrets
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -188,38 +189,39 @@ def _proc_scan(marker: str, seen: set[tuple[int, float]],
                stopped: dict[int, Callable[[], None]]) -> bool:
     """One scan of ``/proc`` for :func:`sweep`, newest pid first (a daemon's next pid is
     higher): stop each new process that carries ``marker`` into ``stopped``. True when the
-    scan settles it (see :func:`sweep`)."""
+    scan settles it (see :func:`sweep`). Each process is pinned (a pidfd) before its
+    environment is read, and stopped and killed through that descriptor: a pid can be freed
+    and given to another process between a look at ``/proc`` and a signal."""
     entry = f"{MARKER_ENV}={marker}".encode()
     with os.scandir("/proc") as entries:  # the inode: a new one for a pid used again
         listed = sorted(((int(item.name), item.inode()) for item in entries
                          if item.name.isdigit()), reverse=True)
     settled = True
-    for key in listed:
-        pid = key[0]
-        if key in seen or pid == os.getpid():
-            continue
-        seen.add(key)
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except PermissionError:  # another user's: not one we could signal either
-            continue
-        except OSError:  # gone since it was listed: what it forked is newer than this scan
-            settled = False
-            continue
-        if not environ:  # a zombie (or no environment at all): read what is newer too
-            settled = False
-        elif entry in environ.split(b"\0"):
-            if portable.STOP is not None:  # always, where /proc is
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, portable.STOP)
-            stopped[pid] = functools.partial(_kill_pid, pid)
-            settled = False
+    if sys.platform == "linux":  # sweep scans /proc there only (pidfds: Linux 5.3+)
+        from massgen_mcp.core.reaper import kill_pinned, pin, send
+
+        for key in listed:
+            pid = key[0]
+            if key in seen or pid == os.getpid():
+                continue
+            seen.add(key)
+            pinned = pin(pid)  # first: the process read is then the one signalled
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+            except PermissionError:  # another user's: not one we could signal either
+                environ = None
+            except OSError:  # gone since it was listed: what it forked is newer than this
+                environ, settled = None, False
+            if environ is not None and not environ:  # a zombie (or no environment): read on
+                settled = False
+            elif environ and entry in environ.split(b"\0"):
+                send(pid, pinned, signal.SIGSTOP)
+                stopped[pid] = functools.partial(kill_pinned, pid, pinned)
+                settled = False
+                continue  # the descriptor is closed when the process is killed
+            if pinned is not None:
+                os.close(pinned)
     return settled
-
-
-def _kill_pid(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, portable.KILL)
 
 
 def _psutil_scan(marker: str, seen: set[tuple[int, float]],

@@ -168,6 +168,28 @@ def json_terminal_safe(text: str) -> str:
     return _CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+# GitHub's runner reads a workflow command in every log line: one that starts with "::" once
+# its leading blanks are gone, and the legacy "##[name]" anywhere in a line (actions/runner,
+# ActionCommandManager.TryProcessCommand: TryParseV2, then TryParse).
+_COMMAND_LINE = re.compile(r"^(?=[ \t]*::)", re.MULTILINE)
+_LEGACY_COMMAND = "##["
+_ZWSP = "\u200b"  # not blank to the runner (.NET's char.IsWhiteSpace), unseen by a reader
+
+
+def workflow_inert(text: str) -> str:
+    """``text`` (one or more lines) as a GitHub Actions log shows it and never obeys it: a
+    line that would start a workflow command (``::add-mask::``, ``::set-output``) gets a
+    zero-width space first, and a legacy ``##[`` one inside. Lines only massgen-mcp writes
+    whole (review ``--format github``'s annotations) are the commands it means."""
+    return _COMMAND_LINE.sub(_ZWSP, text).replace(_LEGACY_COMMAND, "##" + _ZWSP + "[")
+
+
+def workflow_inert_json(text: str) -> str:
+    """JSON text whose strings hold no legacy ``##[`` command, losslessly (``[`` as the
+    escape ``\\u005b``, which only a string can hold; a JSON line never starts with ``::``)."""
+    return text.replace(_LEGACY_COMMAND, "##\\u005b")
+
+
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

@@ -93,6 +93,24 @@ def check_state_folder(home: Path) -> None:
                                   reason="not_mine")
 
 
+# The records folder's own .gitignore, as pytest's, mypy's and ruff's caches have: a
+# project's `git add -A` must not commit its runs (a review of the next change then read
+# them as part of it). The project's own config beside them stays committable.
+RECORDS_GITIGNORE = ("# massgen-mcp's records of runs and reviews: not part of the project.\n"
+                     "# The project's config.yaml here stays committable.\n"
+                     "*\n!config.yaml\n")
+
+
+def ignore_for_git(home: Path) -> None:
+    """Write :data:`RECORDS_GITIGNORE` into the records folder ``home`` unless a
+    ``.gitignore`` (a project's own, or a link: never written through) is there already."""
+    target = home / ".gitignore"
+    if os.path.lexists(target):
+        return
+    with contextlib.suppress(OSError):  # a read-only home: the records are what matter
+        replace_file(target, RECORDS_GITIGNORE)
+
+
 def make_folders(path: Path) -> None:
     """``path`` and the folders above it that are missing, each made ``0o755`` (less what the
     umask removes): never writable by group or others, as :func:`check_state_folder` asks

@@ -119,16 +119,57 @@ def _reap(child: int) -> tuple[int | None, bool]:
             status = code
 
 
+def pin(pid: int) -> int | None:
+    """A descriptor of the process ``pid`` names now (a pidfd, Linux 5.3+), or None (an
+    older kernel, no descriptor left, the process gone): a signal sent through it reaches
+    that very process or none, even once the pid is used again. Taken *before* checking what
+    the process is (its parent, its environment), so that the check is of the process the
+    descriptor holds: a pid alone can be freed and given to another process between a look
+    at ``/proc`` and the signal."""
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def send(pid: int, pinned: int | None, signum: int) -> None:
+    """``signum`` to the process :func:`pin` gave ``pinned`` for (to ``pid`` where there is
+    none); one that is gone, or not ours to signal, is no error."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if pinned is None:
+            os.kill(pid, signum)
+        else:
+            signal.pidfd_send_signal(pinned, signum)
+
+
+def kill_pinned(pid: int, pinned: int | None) -> None:
+    """SIGKILL the process :func:`pin` gave ``pinned`` for, and let the descriptor go: a
+    process the sweep stopped that something else killed meanwhile frees its pid, and the
+    process given that pid is not ours to kill."""
+    send(pid, pinned, signal.SIGKILL)
+    if pinned is not None:
+        os.close(pinned)
+
+
 def kill_descendants(within_s: float) -> None:
     """SIGKILL every descendant and reap it, until there is none. Nothing escapes between
     two rounds: an orphan is re-parented to us, and a process forked meanwhile is found by
-    the next walk. One we may not signal (another user's, setuid) or stuck in the kernel is
-    given up on after ``within_s``."""
+    the next walk. Each is pinned (:func:`pin`) and its parent read again before it is
+    signalled: a descendant that a descendant reaped since the walk frees its pid, and a
+    process that got it is killed only if it is below us too. One we may not signal
+    (another user's, setuid) or stuck in the kernel is given up on after ``within_s``."""
     deadline = time.monotonic() + within_s
     while True:
-        for pid in descendants(os.getpid()):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        found = descendants(os.getpid())
+        below = {os.getpid(), *found}
+        for pid in found:
+            pinned = pin(pid)
+            try:
+                if pinned is None or parent_of(pid) in below:
+                    send(pid, pinned, signal.SIGKILL)
+            finally:
+                if pinned is not None:
+                    os.close(pinned)
         _, left = _reap(0)
         remaining = deadline - time.monotonic()
         if not left or remaining <= 0:
@@ -142,18 +183,24 @@ def descendants(root: int) -> list[int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # gone since the listing
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the command name may hold spaces
-        children.setdefault(ppid, []).append(int(entry.name))
+        ppid = parent_of(int(entry.name))
+        if ppid is not None:  # else gone since the listing
+            children.setdefault(ppid, []).append(int(entry.name))
     found, queue = [], [root]
     while queue:
         for pid in children.get(queue.pop(), []):
             found.append(pid)
             queue.append(pid)
     return found
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid of ``pid`` by ``/proc``, None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the command name may hold spaces
 
 
 def _exit_like(status: int) -> NoReturn:

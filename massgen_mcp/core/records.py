@@ -236,6 +236,7 @@ class Event(Record):
     presenter: str | None = None
     question: str | None = None
     agents: dict[str, str] | None = None
+    roles: dict[str, str] | None = None  # started: agent id -> its role, where one is set
     parent_session_id: str | None = None
     child_session_id: str | None = None
     status: RunStatus | None = None

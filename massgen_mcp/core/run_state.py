@@ -18,6 +18,7 @@ from pydantic import Field, computed_field
 from massgen_mcp.core.outcomes import (
     EXCERPT_CHARS,
     Agreement,
+    ModelText,
     ReviewOutcome,
     RunnerUp,
     Stance,
@@ -60,7 +61,7 @@ class VoteRef(Record):
     """An agent's standing vote in the live status."""
 
     answer: str
-    reason: str
+    reason: ModelText
 
 
 class Draft(Record):
@@ -144,7 +145,7 @@ class Winner(Record):
 class VoteRecord(Record):
     voter: str
     answer: str
-    reason: str
+    reason: ModelText
 
 
 class AnswerRecord(Record):
@@ -246,7 +247,7 @@ class ResultRecord(VersionedRecord):
                         for v in counted if v.answer == best.label])
         return Agreement(
             backing=sum(1 for v in counted if v.answer == winner), members=len(live),
-            runner_up=runner_up, dissent=dissent_of(live, counted, winner, models),
+            runner_up=runner_up, dissent=dissent_of(live, counted, {winner}, models),
             dropped=[aid for aid, agent in self.agents.items()
                      if agent.dropped_reason is not None],
             late=[aid for aid in live if self.agents[aid].answers == 0])

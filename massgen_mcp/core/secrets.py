@@ -250,10 +250,15 @@ def _redact_data(value: Any, secrets: list[str]) -> Any:
 
 
 class RedactingFormatter(logging.Formatter):
-    """A log formatter whose output (message, arguments and traceback) is redacted."""
+    """A log formatter whose output (message, arguments and traceback) is redacted and
+    terminal-safe: a log line can quote what a model, a file name or an MCP server wrote,
+    and it goes to a person's terminal (stderr) or a file read with ``cat``, where an escape
+    sequence would be obeyed (:func:`~massgen_mcp.core.edges.terminal_safe`)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        from massgen_mcp.core.edges import terminal_safe
+
+        return terminal_safe(redact(super().format(record)))
 
 
 # Names that hold a credential beyond looks_secret's (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*,

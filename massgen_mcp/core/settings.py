@@ -14,8 +14,10 @@ are read where a run needs them (:mod:`massgen_mcp.core.env`).
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import string
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -35,6 +37,7 @@ class Setting(Generic[T]):
     default: T
     doc: str
     expected: str  # what a good value looks like, for the error message
+    secret: bool = False  # an error names what is wrong with the value, never the value
 
     def read(self) -> T:
         """The value now: the default when unset or empty; ConfigError when malformed."""
@@ -43,9 +46,10 @@ class Setting(Generic[T]):
             return self.default
         try:
             return self.parse(raw)
-        except ValueError:
-            raise ConfigError(f"{self.env}={raw[:80]!r}: expected {self.expected}; fix it "
-                              "or unset it") from None
+        except ValueError as exc:
+            shown = f"{self.env} is {exc}" if self.secret else f"{self.env}={raw[:80]!r}"
+            raise ConfigError(f"{shown}: expected {self.expected}; fix it or unset it"
+                              ) from None
 
     @property
     def default_text(self) -> str:
@@ -58,6 +62,49 @@ class Setting(Generic[T]):
 
 
 def _text(raw: str) -> str:
+    return raw
+
+
+SECRET_MIN_CHARS = 16
+SECRET_MIN_BITS = 80
+MAKE_SECRET = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
+_ALPHABETS = (string.digits, string.ascii_lowercase, string.ascii_uppercase)
+_OTHER_ALPHABET = 33  # the printable ASCII that is neither a letter nor a digit, space included
+
+
+def estimated_bits(secret: str) -> int:
+    """A guesser's work for ``secret`` in bits, judged by its length and its characters: each
+    counts log2 of the alphabets it draws on (digits 10, lower 26, upper 26, anything else
+    33), and at most twice as many characters count as there are different ones, so a run of
+    one letter is worth little. It judges variety, not meaning: a phrase or a keyboard walk
+    can pass it, which is why the advice is to generate the secret."""
+    size = sum(len(a) for a in _ALPHABETS if any(c in a for c in secret))
+    if any(not any(c in a for a in _ALPHABETS) for c in secret):
+        size += _OTHER_ALPHABET
+    counted = min(len(secret), 2 * len(set(secret)))
+    return int(counted * math.log2(size)) if size > 1 else 0
+
+
+def secret_weakness(secret: str) -> str | None:
+    """Why ``secret`` is too weak for a secret whose slow hash anyone who reads the pool's
+    Redis holds (the front ends' token and tasks key: a PBKDF2 fingerprint of each sits
+    there, and the tasks key's ciphertexts too), or None. 16 characters and 80 bits put an
+    offline search out of reach: at 200,000 rounds a GPU tries some 10^4-10^5 guesses a
+    second, so 2^80 guesses take over 10^11 GPU-years, while every three-letter token falls
+    in minutes."""
+    if len(secret) < SECRET_MIN_CHARS:
+        return f"too short ({len(secret)} characters; at least {SECRET_MIN_CHARS})"
+    bits = estimated_bits(secret)
+    if bits < SECRET_MIN_BITS:
+        return f"too easy to guess (about {bits} bits by its characters; at least " \
+               f"{SECRET_MIN_BITS})"
+    return None
+
+
+def _strong_secret(raw: str) -> str:
+    weakness = secret_weakness(raw)
+    if weakness:
+        raise ValueError(weakness)
     return raw
 
 
@@ -208,9 +255,10 @@ SETTINGS = Settings(
     early_initialize=Setting("MASSGEN_EARLY_INITIALIZE", _switch, True,
                              "stdio: answer the host's initialize before the imports finish "
                              "(0 turns it off)", "0 or 1"),
-    mcp_token=Setting("MASSGEN_MCP_TOKEN", _text, None,
-                      "the bearer token HTTP clients must send (required off loopback)",
-                      "a long random string"),
+    mcp_token=Setting("MASSGEN_MCP_TOKEN", _strong_secret, None,
+                      "the bearer token HTTP clients must send (required off loopback; at "
+                      f"least {SECRET_MIN_CHARS} characters and about {SECRET_MIN_BITS} bits)",
+                      f"a long random string, e.g. from {MAKE_SECRET}", secret=True),
     mcp_max_wait_s=Setting("MASSGEN_MCP_MAX_WAIT_S", _seconds(0, 86_400), 50.0,
                            "the longest one get_status call waits (wait_s is capped to it)",
                            "seconds between 0 and 86400"),
@@ -226,9 +274,10 @@ SETTINGS = Settings(
                                 "HTTP: the most time a whole request body may take (past the "
                                 "time between two pieces, it must also keep up 1 KiB/s)",
                                 "seconds, more than 0"),
-    tasks_key=Setting("FASTMCP_TASKS_ENCRYPTION_KEY", _text, None,
+    tasks_key=Setting("FASTMCP_TASKS_ENCRYPTION_KEY", _strong_secret, None,
                       "encrypts MCP task results a pool's front ends share (with --redis and "
-                      "a token)", "a Fernet key"),
+                      "a token; as strong as MASSGEN_MCP_TOKEN)",
+                      f"a long random string, e.g. from {MAKE_SECRET}", secret=True),
 )
 
 

@@ -9,7 +9,10 @@ Two owners compose it, each passing what is theirs rather than the host knowing 
 in-process executor (:class:`~massgen_mcp.executors.local.LocalExecutor`), whose
 ``companion`` task follows the run's file inbox; and a pool worker
 (:class:`~massgen_mcp.pool.worker.PoolWorker`), whose ``stamp`` names the worker in every
-status and whose ``guard`` (per resumed run) fences each write of the record.
+status and whose ``guard`` (per resumed run) fences each write of the record. Both hand it
+the same :class:`RunParts` (:data:`~massgen_mcp.executors.local.RUN_PARTS`): a review's
+repository copy, the report writer and a review's final answer are the run's, not the
+scheduler's.
 """
 
 from __future__ import annotations
@@ -18,17 +21,18 @@ import asyncio
 import contextlib
 import logging
 import shutil
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
 from massgen_mcp.consensus.engine import ConsensusRun
 from massgen_mcp.consensus.run import RunRequest
-from massgen_mcp.core.errors import ConfigError, RecordWriteError, SessionStateError
-from massgen_mcp.core.outcomes import ReviewTarget
-from massgen_mcp.core.records import ConfigFile, Event, RunKind
-from massgen_mcp.core.run_state import ResultRecord, StatusRecord
+from massgen_mcp.consensus.snapshot import ReviewText
+from massgen_mcp.core.errors import RecordWriteError, SessionStateError
+from massgen_mcp.core.records import Event, RequestRecord
+from massgen_mcp.core.run_state import ResultRecord, SessionRecord, StatusRecord
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.executors.seam import (
     DraftsListener,
@@ -38,8 +42,6 @@ from massgen_mcp.executors.seam import (
     StartedRun,
     StatusListener,
     Unsubscribe,
-    create_record,
-    new_request,
     recorded_request,
 )
 from massgen_mcp.executors.waiting import ChangeSignal
@@ -47,9 +49,6 @@ from massgen_mcp.providers.base import TeamProvider
 from massgen_mcp.records.ids import new_session_id
 from massgen_mcp.records.recorder import FileRecorder, GuardFactory, RecordRefused
 from massgen_mcp.records.store import SessionStore
-from massgen_mcp.render.html import render_report
-from massgen_mcp.tools import snapshot as snapshots
-from massgen_mcp.tools.git import GitFailed
 
 log = logging.getLogger(__name__)
 
@@ -71,25 +70,22 @@ class LiveRun(StartedRun):
         return self.task.done()
 
 
-@contextlib.asynccontextmanager
-async def review_folder(request: RunRequest) -> AsyncIterator[Path | None]:
-    """The working folder of a review run's coding-CLI members: a read-only snapshot of the
-    reviewed side (:mod:`massgen_mcp.tools.snapshot`), built once before the first turn and
-    removed when the block ends; None for any other run (its CLIs get an empty folder per
-    call). A resumed run builds a fresh one: a snapshot never outlives its run's task."""
-    review = request.review
-    if review is None or not any(agent.cli for agent in request.team.agents):
-        yield None
-        return
-    try:
-        built = await snapshots.build(Path(review.root), review.commit)
-    except GitFailed as exc:  # the repository moved away since the review began, say
-        raise ConfigError(f"the review's snapshot of {review.root} could not be built: "
-                          f"{exc}") from None
-    try:
-        yield built.path
-    finally:
-        snapshots.remove(built.path)
+# What a run needs built before its first turn and removed when it ends, however it ends (a
+# review's read-only copy of the repository, its coding-CLI members' working folder): None
+# when it needs none.
+WorkFolder = Callable[[RunRequest], AbstractAsyncContextManager[Path | None]]
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """What the host's owner hands it for every run, so that the host schedules runs without
+    knowing what a review or a report is: ``work_folder`` (see :data:`WorkFolder`),
+    ``report`` renders a finished run's whole record as its ``report.html``, ``review_text``
+    writes a review's final answer from its outcome. A part left None is not made."""
+
+    work_folder: WorkFolder | None = None
+    report: Callable[[SessionRecord], str] | None = None
+    review_text: ReviewText | None = None
 
 
 class RunHost:
@@ -97,20 +93,21 @@ class RunHost:
 
     ``stamp``: fields every status of its runs carries (a pool worker's name); ``companion``:
     a task to run beside each run, cancelled when it ends (the local executor's inbox
-    follower); ``drafts``: whether runs keep live drafts (providers then stream; litellm's
-    streaming costs ~12 ms of CPU a call and ~0.4 ms a token), off for faces nobody watches
-    live."""
+    follower); ``parts``: what each run is given (:class:`RunParts`); ``drafts``: whether
+    runs keep live drafts (providers then stream; litellm's streaming costs ~12 ms of CPU a
+    call and ~0.4 ms a token), off for faces nobody watches live."""
 
     def __init__(self, store: SessionStore, provider: TeamProvider, *, max_running: int = 256,
                  drafts: bool = True, stamp: Mapping[str, str] | None = None,
                  companion: Callable[[LiveRun], Coroutine[None, None, None]] | None = None,
-                 ) -> None:
+                 parts: RunParts = RunParts()) -> None:
         self.store = store
         self.provider = provider
         self.max_running = max_running
         self.drafts = drafts
         self.stamp = dict(stamp or {})
         self.companion = companion
+        self.parts = parts
         self.runs: dict[str, LiveRun] = {}  # only runs still going
         # Runs that ended while their record could not be written (disk full): their end
         # lives here, so this process still reports it truly. Rare, and small.
@@ -144,26 +141,18 @@ class RunHost:
                 "or cancel one")
 
 
-    async def start(
-        self, question: str, team: TeamConfig, *, context: str | None = None,
-        parent_session_id: str | None = None, workspace: Path | None = None,
-        notes: list[str] | None = None, kind: RunKind = RunKind.RUN,
-        config_file: ConfigFile | None = None, review: ReviewTarget | None = None,
-    ) -> LiveRun:
-        """Create the record and start the run in the background; returns at once.
-        ``workspace`` is the root the evidence tools read, when the team's options turn
-        them on; ``kind`` marks eval's runs (kept out of ``sessions`` and ``latest``)."""
+    async def start(self, request: RequestRecord, team: TeamConfig) -> LiveRun:
+        """Create the record of ``request`` and start the run in the background; returns at
+        once. The request's ``workspace`` is the root the evidence tools read, when the team's
+        options turn them on; its ``kind`` marks eval's runs (kept out of ``sessions`` and
+        ``latest``)."""
         self._check_capacity()
         session_id = new_session_id()
         changes, ticks = ChangeSignal(), ChangeSignal()
-        record = new_request(question, team, context=context,
-                             parent_session_id=parent_session_id, workspace=workspace,
-                             notes=notes, kind=kind, config_file=config_file,
-                             review=review)
-        recorder = create_record(self.store, session_id, team, record,
-                                 self._hooks(session_id, changes, ticks))
-        return self._launch(RunRequest.from_record(session_id, record, team), recorder,
-                            (changes, ticks), fresh=True, notes=notes or [])
+        recorder = self.store.create(session_id, config=team.redacted(), request=request,
+                                     **self._hooks(session_id, changes, ticks))
+        return self._launch(RunRequest.from_record(session_id, request, team), recorder,
+                            (changes, ticks), fresh=True, notes=request.notes)
 
     async def resume(self, session_id: str, team: TeamConfig, *,
                      guard: GuardFactory | None = None) -> LiveRun:
@@ -210,7 +199,8 @@ class RunHost:
                                        engine.drafts.revision)
 
         engine = ConsensusRun(request, self.provider, recorder,
-                              on_drafts=on_drafts if self.drafts else None)
+                              on_drafts=on_drafts if self.drafts else None,
+                              review_text=self.parts.review_text)
         run = LiveRun(request.session_id, recorder.folder, engine, recorder, changes, ticks,
                       notes=notes or [])
         try:
@@ -228,17 +218,19 @@ class RunHost:
         follow = (None if self.companion is None else
                   asyncio.create_task(self.companion(run), name=f"companion:{run.session_id}"))
         try:
-            # A review's snapshot is built by the engine's first step and removed here when
+            # The run's work folder is built by the engine's first step and removed here when
             # the run ends, however it ends (failed, cancelled, timed out).
             async with contextlib.AsyncExitStack() as owned:
-                run.engine.prepare = partial(owned.enter_async_context,
-                                             review_folder(run.engine.request))
+                if self.parts.work_folder is not None:
+                    run.engine.prepare = partial(owned.enter_async_context,
+                                                 self.parts.work_folder(run.engine.request))
                 return await run.engine.run()
         finally:
             if follow is not None:
                 follow.cancel()
-            run.recorder.close(
-                report=self.store.report_writer(run.session_id, render_report))
+            render = self.parts.report
+            run.recorder.close(report=None if render is None else
+                               self.store.report_writer(run.session_id, render))
             if run.recorder.write_error is not None:
                 self.unrecorded[run.session_id] = run.recorder
             self.runs.pop(run.session_id, None)  # the record on disk is the truth from now on

@@ -72,7 +72,10 @@ def _inbox(folder: Path) -> Path:
 def post(folder: Path, note: str) -> str:
     """Leave ``note`` for the process running the session in ``folder``; returns its name."""
     name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}"
-    replace_file(_inbox(folder) / f"{name}.note", json.dumps({"note": note}))
+    # The inbox is opened without following a link (where the platform can tell): swapped
+    # for one after _inbox looked, it would still take the note elsewhere.
+    replace_file(_inbox(folder) / f"{name}.note", json.dumps({"note": note}),
+                 folder_may_be_link=False)
     return name
 
 
@@ -161,4 +164,5 @@ def _read_note(path: Path) -> str | None:
 def answer(folder: Path, name: str, reply: NoteReply) -> None:
     """Tell the sender of note ``name`` what became of it."""
     with contextlib.suppress(OSError):  # the folder went away: nobody is left to tell
-        replace_file(folder / INBOX / f"{name}.reply", reply.model_dump_json())
+        replace_file(folder / INBOX / f"{name}.reply", reply.model_dump_json(),
+                     folder_may_be_link=False)  # take looked before; a link now is refused

@@ -2,8 +2,10 @@
 :class:`~massgen_mcp.executors.seam.Executor` seam (start, follow, wait, steer, cancel, shut
 down).
 
-It is a :class:`~massgen_mcp.executors.host.RunHost` (which owns the engine tasks) plus what
-makes it the embedded executor: reading the records of runs that are not here, and the file
+It is a :class:`~massgen_mcp.executors.host.RunHost` (which owns the engine tasks), handed what
+each run of this machine is given (:data:`RUN_PARTS`: a review's repository copy, the report
+writer, a review's final answer; a pool worker hands its host the same), plus what makes it
+the embedded executor: reading the records of runs that are not here, and the file
 note channel (:mod:`.inbox`) through which another process on this machine steers a run this
 one holds, and this one steers a run another holds. The pool's
 :class:`~massgen_mcp.pool.executor.PoolExecutor` (Docket on Redis, runs on ``massgen-mcp
@@ -13,27 +15,59 @@ worker`` processes) implements the same seam, so the service uses either unchang
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from massgen_mcp.consensus import snapshot
+from massgen_mcp.consensus.run import RunRequest
 from massgen_mcp.consensus.steering import not_running
-from massgen_mcp.core.errors import Refusal, SteerRefusedError
+from massgen_mcp.core.errors import ConfigError, Refusal, SteerRefusedError
 from massgen_mcp.core.records import RunStatus
 from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.executors import inbox, notes
-from massgen_mcp.executors.host import LiveRun, RunHost
+from massgen_mcp.executors.host import LiveRun, RunHost, RunParts
 from massgen_mcp.executors.seam import ExecutorInfo, Progress
 from massgen_mcp.executors.waiting import StatusCallback, wait_for_status, watch_status
 from massgen_mcp.providers import preflight
 from massgen_mcp.providers.base import TeamProvider
 from massgen_mcp.records.recorder import FileRecorder
 from massgen_mcp.records.store import SessionStore
+from massgen_mcp.render.html import render_report
+from massgen_mcp.render.review import as_markdown
+from massgen_mcp.tools import snapshot as snapshots
+from massgen_mcp.tools.git import GitFailed
 from massgen_mcp.tools.workspace import workspace_refusals
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.asynccontextmanager
+async def review_folder(request: RunRequest) -> AsyncIterator[Path | None]:
+    """The working folder of a review run's coding-CLI members: a read-only snapshot of the
+    reviewed side (:mod:`massgen_mcp.tools.snapshot`), built once before the first turn and
+    removed when the block ends; None for any other run (its CLIs get an empty folder per
+    call). A resumed run builds a fresh one: a snapshot never outlives its run's task."""
+    review = request.review
+    if review is None or not any(agent.cli for agent in request.team.agents):
+        yield None
+        return
+    try:
+        built = await snapshots.build(Path(review.root), review.commit)
+    except GitFailed as exc:  # the repository moved away since the review began, say
+        raise ConfigError(f"the review's snapshot of {review.root} could not be built: "
+                          f"{exc}") from None
+    try:
+        yield built.path
+    finally:
+        snapshots.remove(built.path)
+
+
+# What every run of this machine is given, by the local executor and by a pool worker alike:
+# a review's repository copy for its coding CLIs, report.html and a review's final answer.
+RUN_PARTS = RunParts(work_folder=review_folder, report=render_report, review_text=as_markdown)
 
 
 class LocalExecutor(RunHost):
@@ -42,7 +76,7 @@ class LocalExecutor(RunHost):
     def __init__(self, store: SessionStore, provider: TeamProvider, *, max_running: int = 256,
                  drafts: bool = True) -> None:
         super().__init__(store, provider, max_running=max_running, drafts=drafts,
-                         companion=self._follow_inbox)
+                         companion=self._follow_inbox, parts=RUN_PARTS)
         self._keys: dict[str, str] = {}  # MCP task id -> the session it started
 
     async def count_running(self) -> int:

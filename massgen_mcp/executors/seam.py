@@ -4,8 +4,11 @@
 start, resume, follow, steer, cancel, and whether a run may start at all (``preflight``). Two
 executors implement it: :class:`~massgen_mcp.executors.local.LocalExecutor` runs in this
 process, and :class:`~massgen_mcp.pool.executor.PoolExecutor` queues runs for ``massgen-mcp
-worker`` processes on Redis. What both need of a run's record (the request a new run records,
-the team and request a recorded run is run again with) is built here, once.
+worker`` processes on Redis. A new run's request crosses the seam as one value: the door
+(:class:`~massgen_mcp.service.ConsensusService`) builds its
+:class:`~massgen_mcp.core.records.RequestRecord` and an executor records it as it is, so a new
+field of a run touches the typed forms, not every executor. What both need of a recorded run
+(the team and request it is run again with) is built here, once.
 """
 
 from __future__ import annotations
@@ -17,12 +20,11 @@ from typing import Protocol, TypedDict
 
 from massgen_mcp.consensus.run import Prior, RunRequest
 from massgen_mcp.core.errors import Refusal, SessionStateError
-from massgen_mcp.core.outcomes import ReviewTarget
-from massgen_mcp.core.records import ConfigFile, Event, RequestRecord, RunKind
+from massgen_mcp.core.records import Event, RequestRecord
 from massgen_mcp.core.run_state import Draft, ResultRecord, StatusRecord
 from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.executors.waiting import StatusCallback
-from massgen_mcp.records.recorder import EventHook, FileRecorder, StatusHook
+from massgen_mcp.records.recorder import EventHook, StatusHook
 from massgen_mcp.records.store import SessionStore
 
 EventListener = Callable[[str, Event], None]  # (session id, event)
@@ -86,31 +88,6 @@ class Listeners:
             listener(status)
 
 
-def new_request(question: str, team: TeamConfig, *, context: str | None,
-                parent_session_id: str | None, workspace: Path | None,
-                notes: list[str] | None, kind: RunKind = RunKind.RUN,
-                config_file: ConfigFile | None = None,
-                review: ReviewTarget | None = None) -> RequestRecord:
-    """What a new session asks: everything any process needs to run it (with its config).
-    ``workspace`` is recorded only when the team's tools read it."""
-    if not team.options.workspace_tools:
-        workspace = None
-    return RequestRecord(question=question, context=context,
-                         parent_session_id=parent_session_id,
-                         workspace=str(workspace) if workspace else None,
-                         notes=notes or [], kind=kind, config_file=config_file,
-                         review=review)
-
-
-def create_record(store: SessionStore, session_id: str, team: TeamConfig,
-                  request: RequestRecord, hooks: RecorderHooks | None = None) -> FileRecorder:
-    """A new session's folder with its config (keys masked) and ``request``."""
-    return store.create(
-        session_id, config=team.redacted(), request=request,
-        on_event=hooks["on_event"] if hooks else None,
-        on_status=hooks["on_status"] if hooks else None)
-
-
 @dataclass(frozen=True)
 class ExecutorInfo:
     """Where runs execute, for doctor, check_setup and /healthz."""
@@ -142,11 +119,9 @@ class Executor(Protocol):
         """Follow every event of every run this executor has; returns the unsubscribe."""
     def add_status_listener(self, listener: StatusListener) -> Unsubscribe:
         """Follow every status of every run this executor has; returns the unsubscribe."""
-    async def start(self, question: str, team: TeamConfig, *, context: str | None = None,
-                    parent_session_id: str | None = None, workspace: Path | None = None,
-                    notes: list[str] | None = None, kind: RunKind = RunKind.RUN,
-                    config_file: ConfigFile | None = None,
-                    review: ReviewTarget | None = None) -> StartedRun: ...
+    async def start(self, request: RequestRecord, team: TeamConfig) -> StartedRun:
+        """Record ``request`` (what the door asked, as request.json keeps it) with ``team``'s
+        config in a new session, and start or queue the run."""
     async def resume(self, session_id: str, team: TeamConfig) -> StartedRun: ...
     async def status(self, session_id: str) -> StatusRecord: ...
     async def result(self, session_id: str) -> ResultRecord | None: ...

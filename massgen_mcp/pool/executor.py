@@ -17,6 +17,7 @@ import json
 import logging
 import shutil
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,8 +32,14 @@ from massgen_mcp.core.errors import (
     Refusal,
     SteerRefusedError,
 )
-from massgen_mcp.core.outcomes import ReviewTarget
-from massgen_mcp.core.records import ConfigFile, Event, FinishReason, Phase, RunKind, RunStatus
+from massgen_mcp.core.records import (
+    Event,
+    FinishReason,
+    Phase,
+    RequestRecord,
+    RunKind,
+    RunStatus,
+)
 from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
@@ -46,8 +53,6 @@ from massgen_mcp.executors.seam import (
     StartedRun,
     StatusListener,
     Unsubscribe,
-    create_record,
-    new_request,
     recorded_team,
 )
 from massgen_mcp.executors.waiting import (
@@ -150,14 +155,10 @@ class PoolExecutor:
     async def prepare(self, team: TeamConfig, progress: Progress) -> None:
         """Nothing: each worker fetches the bundled model itself, on its first run."""
 
-    async def start(
-        self, question: str, team: TeamConfig, *, context: str | None = None,
-        parent_session_id: str | None = None, workspace: Path | None = None,
-        notes: list[str] | None = None, kind: RunKind = RunKind.RUN,
-        config_file: ConfigFile | None = None, review: ReviewTarget | None = None,
-    ) -> StartedRun:
-        """Write the record, mark it queued and put it on the queue; returns at once.
-        ``kind`` is not recorded: the queue carries none, so eval's runs here stay listed."""
+    async def start(self, request: RequestRecord, team: TeamConfig) -> StartedRun:
+        """Write the record of ``request``, mark it queued and put it on the queue; returns
+        at once. Its ``kind`` is recorded as a plain run: the queue carries none, so eval's
+        runs here stay listed."""
         inline = [a.id for a in team.agents if a.api_key is not None]
         if inline:
             raise ConfigError(
@@ -165,11 +166,10 @@ class PoolExecutor:
                 "worker (keys never go through Redis); set the key in the workers' "
                 "environment and name it with api_key_env")
         session_id = new_session_id()
+        request = request.model_copy(update={"kind": RunKind.RUN})
         # Record files may live on a network share: their I/O stays off the event loop.
-        request = new_request(question, team, context=context,
-                              parent_session_id=parent_session_id, workspace=workspace,
-                              notes=notes, review=review)
-        recorder = await asyncio.to_thread(create_record, self.store, session_id, team, request)
+        recorder = await asyncio.to_thread(partial(
+            self.store.create, session_id, config=team.redacted(), request=request))
         recorder.close()
         try:
             await self._enqueue(session_id, team)
@@ -177,7 +177,7 @@ class PoolExecutor:
             # Not queued: no record either, so nothing waits for a worker that never comes.
             await asyncio.to_thread(shutil.rmtree, recorder.folder, True)
             raise
-        return StartedRun(session_id, recorder.folder, notes=notes or [])
+        return StartedRun(session_id, recorder.folder, notes=request.notes)
 
     async def resume(self, session_id: str, team: TeamConfig) -> StartedRun:
         """Queue a recorded run again; the worker continues from its record. If Redis

@@ -49,6 +49,7 @@ from massgen_mcp.core.errors import MassgenError, SessionStateError
 from massgen_mcp.core.records import FinishReason, RunStatus
 from massgen_mcp.core.run_state import Draft
 from massgen_mcp.executors.host import LiveRun, RunHost
+from massgen_mcp.executors.local import RUN_PARTS
 from massgen_mcp.executors.seam import recorded_team
 from massgen_mcp.pool import channel, claims, drafts, fencing, live, steering
 from massgen_mcp.pool.channel import LivePublisher
@@ -88,7 +89,7 @@ class PoolWorker:
         # The worker owns its runs through a run host of its own: its name stamps every
         # status, and its claims' fences guard each record (passed per run, to resume).
         self.local = RunHost(store, provider, max_running=concurrency,
-                             stamp={"worker": self.name})
+                             stamp={"worker": self.name}, parts=RUN_PARTS)
         self._handing_back: set[str] = set()  # runs to queue again when they have stopped
         self._stopping = False  # SIGTERM: deliveries still claiming are handed back too
         self._sweep = Sweep(config, store, self.name, lambda sid: sid in self.local.runs,

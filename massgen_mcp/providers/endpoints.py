@@ -48,6 +48,7 @@ from urllib.parse import urlsplit
 from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, ProviderError
 from massgen_mcp.core.secrets import redact
+from massgen_mcp.providers.kinds import provider_of
 
 PROBE_TIMEOUT_S = 5.0
 NOT_OPENAI = "it answered with an HTML page"
@@ -65,7 +66,7 @@ def endpoint_of(agent: AgentSpec) -> str | None:
         return None
     if agent.base_url:
         return agent.base_url
-    if agent.provider in _OLLAMA:  # where litellm sends an ollama/... model
+    if provider_of(agent) in _OLLAMA:  # where litellm sends an ollama/... model
         return os.environ.get("OLLAMA_API_BASE") or OLLAMA_DEFAULT
     return None
 
@@ -91,9 +92,9 @@ def unreachable_message(agent: AgentSpec, url: str | None, why: str | None) -> s
     told, see the module's docstring), and what to do."""
     because = f" ({why})" if why else ""
     if url is None:
-        return (f"cannot reach the {agent.provider or 'provider'} API{because}; check this "
+        return (f"cannot reach the {provider_of(agent) or 'provider'} API{because}; check this "
                 "machine's network connection and proxy settings")
-    if agent.provider in _OLLAMA:
+    if provider_of(agent) in _OLLAMA:
         model = agent.model.split("/", 1)[1]
         elsewhere = "fix base_url" if agent.base_url else "set OLLAMA_API_BASE to where it runs"
         return (f"cannot reach Ollama at {shown(url)}{because}; start it (ollama serve) and "

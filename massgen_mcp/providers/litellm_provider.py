@@ -40,7 +40,7 @@ from massgen_mcp.providers.endpoints import (
     is_html,
     unreachable_message,
 )
-from massgen_mcp.providers.kinds import api_key
+from massgen_mcp.providers.kinds import api_key, provider_of, routed_model
 from massgen_mcp.providers.openai_direct import chat, goes_direct
 
 _lock = threading.Lock()
@@ -247,7 +247,7 @@ class LiteLLMProvider:
                                       key or _PLACEHOLDER_KEY)
         litellm = await litellm_module()
         kwargs: dict[str, Any] = {
-            "model": agent.routed_model,
+            "model": routed_model(agent),
             "messages": messages,
             "timeout": timeout_s,
             "num_retries": 0,
@@ -334,4 +334,4 @@ class LiteLLMProvider:
 
     @staticmethod
     def _key(agent: AgentSpec) -> tuple[str, str]:
-        return agent.provider, agent.base_url or ""
+        return provider_of(agent), agent.base_url or ""

@@ -9,7 +9,8 @@ names it, :mod:`massgen_mcp.team`), and in every run's preflight (:mod:`.preflig
 litellm costs ~3 s to import, so nothing here imports it: the provider names are a copy of
 litellm's ``provider_list`` (``tests/system/test_errors_first.py`` checks the copy against the
 installed litellm), and bare model names (``gpt-4o``) are looked up in litellm's own model
-map (:mod:`massgen_mcp.core.model_map`, which also says which provider serves them).
+map (:mod:`massgen_mcp.providers.model_map`; which provider serves them is
+:func:`massgen_mcp.providers.kinds.provider_of`'s).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from __future__ import annotations
 import difflib
 import sys
 
-from massgen_mcp.core.model_map import bare_models, model_map
 from massgen_mcp.providers.kinds import OWN_PREFIXES, kind_problem
+from massgen_mcp.providers.model_map import bare_models, model_map
 
 __all__ = ["bare_model_guess", "model_map", "model_problem"]
 

@@ -12,7 +12,7 @@ APIs and every other provider go through litellm, which knows their dialects;
 
 The reply is the one the same call made through litellm gives: its text, tool calls (ids,
 names, arguments, in order), usage and cost (litellm's price table, read without importing
-litellm: :func:`massgen_mcp.core.model_map.cost_of`). Failures are :class:`ProviderError` of
+litellm: :func:`massgen_mcp.providers.model_map.cost_of`). Failures are :class:`ProviderError` of
 the kinds :func:`.litellm_provider.map_error` gives (rate limits with Retry-After, auth,
 rejected requests, context window, server errors); a stream that ends before the server said
 the reply was finished is a failed call, retried. The server is untrusted: a body, line or
@@ -35,7 +35,6 @@ import httpx
 
 from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, ProviderError
-from massgen_mcp.core.model_map import cost_of, model_map_read, read_model_map_soon
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.providers.base import (
@@ -47,6 +46,8 @@ from massgen_mcp.providers.base import (
     retry_after_of,
 )
 from massgen_mcp.providers.endpoints import html_error, is_html
+from massgen_mcp.providers.kinds import provider_of, routed_model
+from massgen_mcp.providers.model_map import cost_of, model_map_read, read_model_map_soon
 
 MAX_LINE_CHARS = 1 << 20  # one event; a token is a few characters
 # The whole reply: text, tool-call names and arguments. Ten times the longest answer the
@@ -62,7 +63,7 @@ _ERROR_BODY_BYTES = 64 << 10  # what is read of a refused request's body: its me
 def goes_direct(agent: AgentSpec) -> bool:
     """Whether ``agent``'s calls go through :func:`chat`: an OpenAI-format server at its own
     ``base_url`` (web search needs litellm's mapping), unless MASSGEN_OPENAI_DIRECT=0."""
-    return (bool(agent.base_url) and agent.provider == "openai" and not agent.web_search
+    return (bool(agent.base_url) and provider_of(agent) == "openai" and not agent.web_search
             and SETTINGS.openai_direct.read())
 
 
@@ -223,7 +224,7 @@ def http_error(status: int, body: str, headers: httpx.Headers) -> ProviderError:
 def request_body(agent: AgentSpec, messages: list[dict[str, Any]],
                  tools: list[dict[str, Any]] | None, *, stream: bool) -> dict[str, Any]:
     """What litellm would send the server for this call."""
-    body: dict[str, Any] = {"model": agent.routed_model.split("/", 1)[1],
+    body: dict[str, Any] = {"model": routed_model(agent).split("/", 1)[1],
                             "messages": messages}
     if stream:
         body.update(stream=True, stream_options={"include_usage": True})

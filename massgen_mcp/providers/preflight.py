@@ -6,17 +6,19 @@ Each function returns :class:`~massgen_mcp.core.errors.Refusal` paragraphs in th
 checks have always run. An executor's preflight puts them together: a run in this process asks
 everything (:meth:`massgen_mcp.providers.registry.ProviderRouter.problems`), a pool's front end
 only what holds on any machine (:func:`anywhere`), since its workers have their own CLIs,
-model cache and network.
+model cache and network. ``massgen-mcp validate`` asks the same rows of a config file's team
+(:func:`of_file`), as warnings and errors.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from massgen_mcp.core.errors import Refusal
 from massgen_mcp.core.spec import TeamConfig
-from massgen_mcp.providers.kinds import KINDS, PROVIDER_KEY_ENV, api_key
+from massgen_mcp.providers.kinds import KINDS, PROVIDER_KEY_ENV, api_key, provider_of
 from massgen_mcp.providers.model_names import model_problem
 
 BUNDLED_MODEL = "local/smollm2"
@@ -33,6 +35,33 @@ async def here(team: TeamConfig, unreachable: Sequence[str] = ()) -> list[Refusa
     then each kind's checks (CLIs, the servers found ``unreachable``, offline models)."""
     return [*model_strings(team), *keys(team),
             *await _kinds(team, unreachable, anywhere_only=False)]
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What ``massgen-mcp validate`` says of a config file's team: ``warnings``, what a run
+    on this machine would be refused for now (a key to set, a CLI to install, a server to
+    start); ``errors``, what no environment fixes (an offline model that does not exist)."""
+
+    warnings: list[str]
+    errors: list[str]
+
+
+async def of_file(team: TeamConfig) -> Findings:
+    """Every row's checks, as ``validate`` words them (a check's ``per_agent`` lines, else
+    the lines of its refusals), after the keys: a check a new row adds is said here too.
+    Every server is probed: the file is the user's own."""
+    from massgen_mcp.providers.endpoints import unreachable
+
+    found = Findings(missing_credentials(team), [])
+    servers = await unreachable(team.agents)
+    for kind in KINDS:
+        for check in kind.checks:
+            lines = (await check.per_agent(team) if check.per_agent is not None else
+                     [line for refusal in await check.ask(team, servers)
+                      for line in refusal.text.splitlines()])
+            (found.warnings if check.fixable else found.errors).extend(lines)
+    return found
 
 
 async def _kinds(team: TeamConfig, unreachable: Sequence[str], *, anywhere_only: bool
@@ -80,7 +109,7 @@ def missing_credentials(team: TeamConfig) -> list[str]:
                 f"{agent.api_key_env} (api_key_env) is not set"
             )
             continue
-        names = PROVIDER_KEY_ENV.get(agent.provider)
+        names = PROVIDER_KEY_ENV.get(provider_of(agent))
         if names:
             problems.append(
                 f"agent {agent.id!r} ({agent.model}): set {' or '.join(names)}, or use a "

@@ -27,7 +27,7 @@ from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers import endpoints, preflight
 from massgen_mcp.providers.base import Bounded, CallContext, Completion, Provider
 from massgen_mcp.providers.cli.provider import CliProvider
-from massgen_mcp.providers.kinds import Route, kind_of
+from massgen_mcp.providers.kinds import Route, kind_of, provider_of
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider
 from massgen_mcp.providers.llamacpp_provider import LlamaCppProvider
 from massgen_mcp.providers.openai_direct import goes_direct
@@ -70,7 +70,7 @@ class ProviderRouter:
         provider's own gate, if it bounds its calls (:class:`~.base.Bounded`: the embedded
         model's seat at this machine's cores, ``LlamaCppProvider.slots``), so processes that
         run it queue for the cores outside their calls' timeouts."""
-        key = (agent.provider or agent.model, agent.base_url or "")
+        key = (provider_of(agent) or agent.model, agent.base_url or "")
         slots = self._slots.setdefault(asyncio.get_running_loop(), {})
         if key not in slots:
             slots[key] = asyncio.Semaphore(self.max_parallel)

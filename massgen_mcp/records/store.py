@@ -3,6 +3,7 @@ found, marked interrupted and pruned. One run's folder is written by its
 :class:`~massgen_mcp.records.recorder.FileRecorder` (made by :meth:`SessionStore.create`).
 
 ```
+<home>/.gitignore  written once if missing: git ignores the records (not config.yaml)
 <home>/sessions/<session_id>/
   config.json      the resolved team and options, api keys replaced by "***"
   request.json     question, context and parent session (what is needed to resume)
@@ -51,6 +52,7 @@ from massgen_mcp.core.errors import (
 from massgen_mcp.core.files import (
     UnsafeFileError,
     check_state_folder,
+    ignore_for_git,
     make_folders,
     replace_file,
 )
@@ -99,6 +101,7 @@ class SessionStore(RecordReader):
             check_state_folder(self.given_home)
             make_folders(self.sessions_dir)
             check_state_folder(self.given_home)
+            ignore_for_git(self.home)
         except UnsafeFileError as exc:
             raise RecordWriteError(str(exc)) from None
         except OSError as exc:  # sessions/ cannot be made

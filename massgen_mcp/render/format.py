@@ -6,10 +6,15 @@ from __future__ import annotations
 import html
 import math
 
+from massgen_mcp.core.edges import without_controls
+
 
 def escape(value: object) -> str:
-    """Any value as text safe inside an element or a quoted attribute (``None`` is empty)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Any value as text safe inside an element or a quoted attribute (``None`` is empty),
+    without the control and bidirectional characters no page should obey (a right-to-left
+    override reorders what a reader sees): the rule of every model text's record
+    (:data:`~massgen_mcp.core.outcomes.ModelText`), for what a page shows from elsewhere."""
+    return html.escape(without_controls("" if value is None else str(value)), quote=True)
 
 
 def usd(value: float | None) -> str:

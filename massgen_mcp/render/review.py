@@ -21,16 +21,20 @@ from massgen_mcp.core.outcomes import (
     Finding,
     ReviewOutcome,
     Severity,
+    Tier,
     Verdict,
 )
 
 VERDICT_WORDS = {Verdict.APPROVE: "approve", Verdict.CHANGES_REQUESTED: "changes requested",
-                 Verdict.BLOCKED: "blocked"}
+                 Verdict.BLOCKED: "blocked", Verdict.INCONCLUSIVE: "inconclusive"}
 SARIF_LEVEL = {Severity.BLOCKER: "error", Severity.MAJOR: "error", Severity.MINOR: "warning",
                Severity.NIT: "note"}
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/massgen/massgen-mcp"
 BRIEF_FINDINGS = 10  # the MCP text's list; structuredContent has them all
+UNCONFIRMED_WORDS = ("Unconfirmed (fewer than a majority back them, and no majority disputes "
+                     "them):")
+REJECTED_WORDS = "Rejected by the team (a majority disputes them):"
 
 
 def _who(agent_id: str, models: Mapping[str, str]) -> str:
@@ -44,30 +48,97 @@ def _where(finding: Finding) -> str:
     return f"{finding.file}:{span}"
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def tally(review: ReviewOutcome) -> str:
+    """The record's findings by tier: "2 agreed findings (1 blocker, 1 major), 1 unconfirmed,
+    0 rejected"."""
+    agreed = _count(len(review.findings), "agreed finding")
+    by_severity = [f"{n} {s}" for s in Severity
+                   if (n := sum(1 for f in review.findings if f.severity is s))]
+    if by_severity:
+        agreed += f" ({', '.join(by_severity)})"
+    return f"{agreed}, {len(review.unconfirmed)} unconfirmed, {len(review.rejected)} rejected"
+
+
+def backing(review: ReviewOutcome) -> str:
+    """"2 of 3 members backed the winning review A1 (and B1, the same findings)"."""
+    if review.winner is None:
+        return f"no winning review among {_count(review.members, 'live member')}"
+    equal = (f" (and {', '.join(review.equal)}, the same findings)" if review.equal else "")
+    return (f"{review.agreement} of {review.members} members backed the winning review "
+            f"{review.winner}{equal}")
+
+
 def headline(review: ReviewOutcome) -> str:
-    """"changes requested: 2 findings agreed by 3 of 3 (1 rejected)"."""
-    agreed = len(review.findings)
-    words = f"{VERDICT_WORDS[review.verdict]}: {agreed} finding{'' if agreed == 1 else 's'}"
-    words += f" agreed, {review.agreement} of {review.members} members backed the review"
-    if review.rejected:
-        words += f" ({len(review.rejected)} rejected)"
-    return words
+    """The line under the verdict, from the agreed record: "blocked: 2 agreed findings
+    (1 blocker, 1 major), 1 unconfirmed, 0 rejected; 2 of 3 members backed the winning
+    review A1"; an inconclusive review says why instead of a verdict."""
+    if review.verdict is Verdict.INCONCLUSIVE:
+        return f"inconclusive: {review.inconclusive or 'no verdict'}; {tally(review)}"
+    return f"{VERDICT_WORDS[review.verdict]}: {tally(review)}; {backing(review)}"
 
 
-def _backing(finding: Finding, review: ReviewOutcome, models: Mapping[str, str]) -> str:
-    backers = 1 + len(finding.confirmed_by)
-    text = f"raised by {_who(finding.raised_by, models)}"
+def rule_line(review: ReviewOutcome) -> str:
+    """What the verdict counts: "counted: agreed findings; major or worse requests changes,
+    a blocker blocks"."""
+    counted = ("agreed findings" if review.tier is Tier.AGREED
+               else "agreed and unconfirmed findings")
+    return (f"counted: {counted}; {review.threshold} or worse requests changes, "
+            "a blocker blocks")
+
+
+def tie_line(review: ReviewOutcome) -> str | None:
+    """"a tie among A1=B1, C1 (2 members each), broken by the team's order: ..."", or None."""
+    if not review.tied:
+        return None
+    return (f"a tie among {', '.join(review.tied)} ({_count(review.agreement, 'member')} "
+            f"each), broken by {review.tie_break}")
+
+
+def summary_line(review: ReviewOutcome, models: Mapping[str, str]) -> str | None:
+    """The winning review's own summary, labelled as its author's words (the verdict and
+    the counts above are the team's)."""
+    if not review.summary:
+        return None
+    by = f" by {_who(review.winner_by, models)}" if review.winner_by else ""
+    return f"the winning review's own summary{by}: {review.summary}"
+
+
+def support(finding: Finding, review: ReviewOutcome, models: Mapping[str, str]) -> str:
+    """A finding's support, as its record computed it, the same in every output: "backed by
+    2 of 3: raised by a, confirmed by b"."""
+    raised = _who(finding.raised_by, models)
+    if finding.raised_by not in finding.backers:
+        raised += (" (dropped)" if finding.raised_by in review.dropped
+                   else " (no longer backs it)")
+    text = (f"backed by {len(finding.backers)} of {review.members}: raised by {raised}")
     if finding.confirmed_by:
         text += ", confirmed by " + ", ".join(_who(a, models) for a in finding.confirmed_by)
-    return f"{text} ({backers} of {review.members})"
+    if finding.disputed_by:
+        text += f"; disputed by {len(finding.disputed_by)} of {review.members}"
+    return text
+
+
+def _text_finding(f: Finding, review: ReviewOutcome, models: Mapping[str, str]) -> list[str]:
+    lines = [f"  {_where(f)}  [{f.severity}] {f.category}: {f.claim}"]
+    if f.fix:
+        lines.append(f"    fix: {' '.join(f.fix.split())}")
+    lines.append(f"    {support(f, review, models)}")
+    for stance in f.disputed_by:
+        lines.append(f"    disputed by {_who(stance.agent_id, models)}: {stance.reason}")
+    if f.outside:
+        lines.append(f"    outside the change: {f.outside}")
+    return lines
 
 
 def as_text(review: ReviewOutcome, models: Mapping[str, str]) -> str:
-    """For a terminal: the verdict, the agreed findings grouped by file, the rejected ones
-    and the dissent."""
-    lines = [f"Verdict: {headline(review)}"]
-    if review.summary:
-        lines.append(f"Summary: {review.summary}")
+    """For a terminal: the verdict, the agreed findings grouped by file, the unconfirmed and
+    rejected ones, and the dissent."""
+    lines = [f"Verdict: {headline(review)}", rule_line(review)]
+    lines += [line for line in (tie_line(review), summary_line(review, models)) if line]
     if review.coverage is not None:
         lines.append(f"Coverage: {review.coverage.words().removeprefix('coverage: ')}")
     by_file: dict[str, list[Finding]] = {}
@@ -76,19 +147,13 @@ def as_text(review: ReviewOutcome, models: Mapping[str, str]) -> str:
     for file, found in by_file.items():
         lines += ["", file]
         for f in found:
-            lines.append(f"  {_where(f)}  [{f.severity}] {f.category}: {f.claim}")
-            if f.fix:
-                lines.append(f"    fix: {' '.join(f.fix.split())}")
-            lines.append(f"    {_backing(f, review, models)}")
-            for stance in f.disputed_by:
-                lines.append(f"    disputed by {_who(stance.agent_id, models)}: {stance.reason}")
-            if f.outside:
-                lines.append(f"    outside the change: {f.outside}")
-    if review.rejected:
-        lines += ["", "Rejected by the team:"]
-        for f in review.rejected:
-            lines.append(f"  {_where(f)}  [{f.severity}] {f.claim} (raised by "
-                         f"{_who(f.raised_by, models)}; {f.reason})")
+            lines += _text_finding(f, review, models)
+    for title, found in ((UNCONFIRMED_WORDS, review.unconfirmed),
+                         (REJECTED_WORDS, review.rejected)):
+        if found:
+            lines += ["", title]
+            for f in found:
+                lines += _text_finding(f, review, models)
     lines += _dissent_lines(review, models, "  ")
     return "\n".join(lines)
 
@@ -106,13 +171,19 @@ def _dissent_lines(review: ReviewOutcome, models: Mapping[str, str], indent: str
 
 
 def as_brief(review: ReviewOutcome) -> str:
-    """For an MCP host's text: the verdict and the agreed findings, one line each."""
+    """For an MCP host's text: the verdict, then the agreed and the unconfirmed findings,
+    one line each."""
     lines = [f"Verdict: {headline(review)}"]
-    for f in review.findings[:BRIEF_FINDINGS]:
-        lines.append(f"- {f.id} {_where(f)} [{f.severity}] {f.claim}")
-    if len(review.findings) > BRIEF_FINDINGS:
-        lines.append(f"- ... and {len(review.findings) - BRIEF_FINDINGS} more "
-                     "(structuredContent.review.findings)")
+    tie = tie_line(review)
+    if tie:
+        lines.append(tie[0].upper() + tie[1:])
+    shown = [*review.findings, *review.unconfirmed]
+    for f in shown[:BRIEF_FINDINGS]:
+        lines.append(f"- {f.id} {_where(f)} [{f.severity}, {f.tier}, "
+                     f"{len(f.backers)} of {review.members}] {f.claim}")
+    if len(shown) > BRIEF_FINDINGS:
+        lines.append(f"- ... and {len(shown) - BRIEF_FINDINGS} more "
+                     "(structuredContent has them all)")
     for d in review.dissent:
         lines.append(f"Dissent: {d.agent_id}: {d.reason}")
     if review.coverage is not None:
@@ -121,7 +192,11 @@ def as_brief(review: ReviewOutcome) -> str:
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~])")
-_MENTION = re.compile(r"@(?=\w)")
+# What GitHub links in a comment's rendered text whatever escapes it: a mention (``@user``) and
+# an issue reference (``#12``, ``GH-12``, ``owner/repo#12``; ``\#12`` renders as ``#12``). A
+# zero-width space after the ``@``, ``#`` or ``GH-`` leaves the text as it reads and links
+# nothing.
+_REFERENCE = re.compile(r"@(?=\w)|#(?=\d)|\bGH-(?=\d)", re.IGNORECASE)
 # GFM's extended autolinks: a scheme's "://" or a "www." makes a link of plain text.
 _AUTOLINK = re.compile(r"\b(?:https?|ftp)(?=://)|\bwww(?=\.)", re.IGNORECASE)
 
@@ -129,10 +204,11 @@ _AUTOLINK = re.compile(r"\b(?:https?|ftp)(?=://)|\bwww(?=\.)", re.IGNORECASE)
 def md_inline(text: str) -> str:
     """Model text as inert Markdown: no HTML, link (a bare URL or ``www.`` included: a
     zero-width space after its scheme or ``www``), image, emphasis or table breaks, and no
-    @mention that would notify someone on GitHub."""
+    @mention that would notify someone or issue reference that would link another issue on
+    GitHub (a zero-width space after its ``@``, ``#`` or ``GH-``)."""
     text = " ".join(text.split())
     text = _AUTOLINK.sub(lambda m: m.group() + "\u200b", _MD_SPECIAL.sub(r"\\\1", text))
-    return _MENTION.sub("@\u200b", text)
+    return _REFERENCE.sub(lambda m: m.group() + "\u200b", text)
 
 
 def code_span(text: str) -> str:
@@ -154,39 +230,49 @@ def _fenced(text: str) -> list[str]:
     return [fence, text.rstrip("\n"), fence]
 
 
+def _md_finding(f: Finding, review: ReviewOutcome, models: Mapping[str, str],
+                heading: str = "###") -> list[str]:
+    lines = ["", f"{heading} {f.id} {code_span(_where(f))} — {f.severity}, "
+             f"{md_inline(f.category)}",
+             "", md_inline(f.claim)]
+    if f.evidence:
+        lines += ["", *_fenced(f.evidence)]
+    if f.fix:
+        lines += ["", f"**Fix:** {md_inline(f.fix)}"]
+    lines += ["", f"_{md_inline(support(f, review, models))}_"]
+    if f.outside:
+        lines.append(f"- outside the change: {md_inline(f.outside)}")
+    for stance in f.disputed_by:
+        lines.append(f"- disputed by {md_inline(_who(stance.agent_id, models))}: "
+                     f"{md_inline(stance.reason)}")
+    return lines
+
+
 def as_markdown(review: ReviewOutcome, models: Mapping[str, str], *,
                 described: str = "") -> str:
     """For a pull request comment (and the run's final answer)."""
     title = "## Team review"
     if described:
         title += f": {md_inline(described)}"
-    lines = [title, "", f"**Verdict: {VERDICT_WORDS[review.verdict]}** "
-             f"({len(review.findings)} agreed finding{'' if len(review.findings) == 1 else 's'};"
-             f" {review.agreement} of {review.members} members backed the winning review)"]
-    if review.summary:
-        lines += ["", md_inline(review.summary)]
+    head = headline(review)
+    word, rest = head.split(": ", 1)
+    lines = [title, "", f"**Verdict: {word}**: {md_inline(rest)}", "",
+             f"_{md_inline(rule_line(review))}_"]
+    for line in (tie_line(review), summary_line(review, models)):
+        if line:
+            lines += ["", md_inline(line[0].upper() + line[1:])]
     if review.coverage is not None:
         lines += ["", f"_{md_inline(review.coverage.words().capitalize())}_"]
     if not review.findings:
         lines += ["", "No finding was backed by a majority of the team."]
     for f in review.findings:
-        lines += ["", f"### {f.id} {code_span(_where(f))} — {f.severity}, "
-                  f"{md_inline(f.category)}", "", md_inline(f.claim)]
-        if f.evidence:
-            lines += ["", *_fenced(f.evidence)]
-        if f.fix:
-            lines += ["", f"**Fix:** {md_inline(f.fix)}"]
-        lines += ["", f"_{md_inline(_backing(f, review, models))}_"]
-        if f.outside:
-            lines.append(f"- outside the change: {md_inline(f.outside)}")
-        for stance in f.disputed_by:
-            lines.append(f"- disputed by {md_inline(_who(stance.agent_id, models))}: "
-                         f"{md_inline(stance.reason)}")
-    if review.rejected:
-        lines += ["", "### Rejected by the team", ""]
-        for f in review.rejected:
-            lines.append(f"- {code_span(_where(f))} {f.severity}: {md_inline(f.claim)} "
-                         f"— {md_inline(f.reason or '')}")
+        lines += _md_finding(f, review, models)
+    for title_words, found in ((UNCONFIRMED_WORDS, review.unconfirmed),
+                               (REJECTED_WORDS, review.rejected)):
+        if found:
+            lines += ["", f"### {title_words.rstrip(':')}"]
+            for f in found:  # under the tier's own heading
+                lines += _md_finding(f, review, models, "####")
     if review.dissent or review.dropped:
         lines += ["", "### Dissent", ""]
         for d in review.dissent:
@@ -200,24 +286,29 @@ def as_markdown(review: ReviewOutcome, models: Mapping[str, str], *,
 
 def _rule(category: str) -> dict[str, Any]:
     return {"id": category, "name": category.title().replace("-", ""),
-            "shortDescription": {"text": f"A {category} problem the review team agreed on"}}
+            "shortDescription": {"text": f"A {category} problem a review team raised"}}
 
 
 def as_sarif(review: ReviewOutcome, models: Mapping[str, str], *,
              session_id: str | None = None) -> dict[str, Any]:
-    """SARIF 2.1.0: one result per agreed finding, its level from the severity, the
-    backing in its properties; the verdict in the run's properties."""
-    categories = sorted({f.category for f in review.findings})
+    """SARIF 2.1.0: one result per agreed finding, its level from the severity, and one per
+    unconfirmed finding at level ``note``; the tier and the support in its properties; the
+    verdict and what it counts in the run's properties."""
+    shown = [*review.findings, *review.unconfirmed]
+    categories = sorted({f.category for f in shown})
     results: list[dict[str, Any]] = []
-    for f in review.findings:
+    for f in shown:
         message = f.claim + (f" Fix: {f.fix}" if f.fix else "")
         result: dict[str, Any] = {
             "ruleId": f.category, "ruleIndex": categories.index(f.category),
-            "level": SARIF_LEVEL[f.severity], "message": {"text": message},
+            "level": SARIF_LEVEL[f.severity] if f.tier is Tier.AGREED else "note",
+            "message": {"text": message},
             "locations": [{"physicalLocation": {
                 "artifactLocation": {"uri": quote(f.file), "uriBaseId": "%SRCROOT%"},
                 "region": {"startLine": f.line, "endLine": f.end_line}}}],
-            "properties": {"findingId": f.id, "severity": str(f.severity),
+            "properties": {"findingId": f.id, "tier": str(f.tier), "severity": str(f.severity),
+                           "support": support(f, review, models),
+                           "backers": len(f.backers), "members": review.members,
                            "raisedBy": _who(f.raised_by, models),
                            "confirmedBy": [_who(a, models) for a in f.confirmed_by],
                            "disputedBy": [{"member": _who(s.agent_id, models),
@@ -233,8 +324,15 @@ def as_sarif(review: ReviewOutcome, models: Mapping[str, str], *,
                             "informationUri": INFORMATION_URI,
                             "rules": [_rule(c) for c in categories]}},
         "results": results,
-        "properties": {"verdict": str(review.verdict), "threshold": str(review.threshold),
+        "properties": {"verdict": str(review.verdict), "headline": headline(review),
+                       "inconclusive": review.inconclusive,
+                       "threshold": str(review.threshold), "tier": str(review.tier),
+                       "agreed": len(review.findings),
+                       "unconfirmed": len(review.unconfirmed),
+                       "rejected": len(review.rejected),
                        "agreement": review.agreement, "members": review.members,
+                       "winner": review.winner, "equal": review.equal,
+                       "tied": review.tied, "tieBreak": review.tie_break,
                        "dissent": [{"member": _who(d.agent_id, models), "reason": d.reason}
                                    for d in review.dissent]}}
     if review.coverage is not None:

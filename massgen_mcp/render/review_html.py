@@ -22,12 +22,22 @@ from massgen_mcp.core.outcomes import Finding, ReviewOutcome
 from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.core.run_state import SessionRecord
 from massgen_mcp.render.format import escape as _e
-from massgen_mcp.render.review import VERDICT_WORDS
+from massgen_mcp.render.review import (
+    REJECTED_WORDS,
+    UNCONFIRMED_WORDS,
+    VERDICT_WORDS,
+    backing,
+    headline,
+    rule_line,
+    summary_line,
+    support,
+    tie_line,
+)
 
 # Styles for the review section only: a report without a review is byte for byte as before.
 REVIEW_CSS = """
 .verdict{font-weight:700}.verdict.approve{color:var(--win)}.verdict.changes_requested{
-color:var(--warn)}.verdict.blocked{color:var(--bad)}
+color:var(--warn)}.verdict.blocked{color:var(--bad)}.verdict.inconclusive{color:var(--muted)}
 .sev{display:inline-block;padding:0 7px;border-radius:10px;font-size:12px;font-weight:600;
 border:1px solid currentColor}.sev.blocker{color:var(--bad)}.sev.major{color:var(--warn)}
 .sev.minor{color:var(--accent)}.sev.nit{color:var(--muted)}
@@ -274,12 +284,7 @@ def _card(finding: Finding, number: int | None, review: ReviewOutcome,
         parts.append(f"<pre>{_e(finding.evidence)}</pre>")
     if finding.fix:
         parts.append(f"<div><strong>Fix:</strong> {_e(finding.fix)}</div>")
-    backers = 1 + len(finding.confirmed_by)
-    who = [f"raised by {_e(_who(finding.raised_by, models))}"]
-    if finding.confirmed_by:
-        who.append("confirmed by " + ", ".join(_e(_who(a, models))
-                                               for a in finding.confirmed_by))
-    parts.append(f'<div class="who">{"; ".join(who)} ({backers} of {review.members})'
+    parts.append(f'<div class="who">{_e(finding.tier)}: {_e(support(finding, review, models))}'
                  + (f" · from {_e(', '.join(finding.sources))}" if finding.sources else "")
                  + "</div>")
     if finding.disputed_by:
@@ -323,13 +328,6 @@ def _dissent(review: ReviewOutcome, models: Mapping[str, str]) -> str:
     return f'<h3>Dissent</h3><ul id="dissent">{"".join(items)}</ul>'
 
 
-def _agreed(review: ReviewOutcome) -> str:
-    """"2 findings agreed (1 rejected)": the verdict's words are beside it."""
-    count = len(review.findings)
-    words = f"{count} finding{'' if count == 1 else 's'} agreed"
-    return words + (f" ({len(review.rejected)} rejected)" if review.rejected else "")
-
-
 def review_section(record: SessionRecord) -> str:
     """The review's section of the report, or "" for a run that is not a review."""
     result = record.result
@@ -344,15 +342,17 @@ def review_section(record: SessionRecord) -> str:
     target = request.review if request else None
     out = ['<section id="review"><h2>Review</h2><div class="card">'
            f'<span class="verdict {_e(review.verdict)}" id="verdict">'
-           f"{_e(VERDICT_WORDS[review.verdict])}</span> · {_e(_agreed(review))}"
-           f'<br><span class="muted" id="agreement">agreement {_e(review.agreement)} of '
-           f"{_e(review.members)}: the live members whose vote backs the winning review · "
-           f"an agreed {_e(review.threshold)} or worse requests changes"
+           f"{_e(VERDICT_WORDS[review.verdict])}</span> · "
+           f'<span id="headline">{_e(headline(review).split(": ", 1)[1])}</span>'
+           f'<br><span class="muted" id="agreement">{_e(backing(review))} · '
+           f"{_e(rule_line(review))}"
            + (f" · reviewed: {_e(target.described)}" if target and target.described else "")
            + "</span>"
            + (f'<br><span class="muted" id="coverage">{_e(review.coverage.words())}</span>'
               if review.coverage is not None else "")
-           + (f"<p>{_e(review.summary)}</p>" if review.summary else "") + "</div>"]
+           + "".join(f'<p class="muted">{_e(line[0].upper() + line[1:])}</p>'
+                     for line in (tie_line(review), summary_line(review, models)) if line)
+           + "</div>"]
     if review.findings:
         items = "".join(
             f'<li><a href="#finding-{n}">{_e(f.id)}</a> <span class="sev {_e(f.severity)}">'
@@ -367,10 +367,11 @@ def review_section(record: SessionRecord) -> str:
         out.append(f'<h3>Not on a line of the diff</h3><p class="muted">{_e(why)}</p>'
                    f'<div id="off-diff">{"".join(cards[n] for n in placement.elsewhere)}'
                    "</div>")
-    if review.rejected:
-        out.append('<h3>Rejected by the team</h3><div id="rejected">'
-                   + "".join(_card(f, None, review, models) for f in review.rejected)
-                   + "</div>")
+    for words, key, found in ((UNCONFIRMED_WORDS, "unconfirmed", review.unconfirmed),
+                              (REJECTED_WORDS, "rejected", review.rejected)):
+        if found:
+            out.append(f'<h3>{_e(words.rstrip(":"))}</h3><div id="{key}">'
+                       + "".join(_card(f, None, review, models) for f in found) + "</div>")
     out.append(_dissent(review, models))
     if files or preamble:
         out.append('<h3>The diff</h3><div id="diff">')

@@ -50,6 +50,8 @@ def tie_among(tally: dict[str, int]) -> str | None:
 def winner_phrase(result: ResultRecord) -> str | None:
     """Who won and how: "A1 by agent_a (openai/a) with 2 of 3 votes", or "... by tie-break
     among A1, B1, C1 (1 vote each)" when the votes did not decide; None without a winner."""
+    if result.review is not None:
+        return _review_winner(result)
     w = result.winner
     if w is None:
         return None
@@ -60,6 +62,25 @@ def winner_phrase(result: ResultRecord) -> str | None:
                 "agent listed first in the team wins a tie)")
     total = sum(result.tally.values())
     return f"{who} with {result.tally.get(w.label, 0)} of {_votes(total)}" if total else who
+
+
+def _review_winner(result: ResultRecord) -> str | None:
+    """A review's winner as its outcome settled it: the winning position, equal reviews
+    counted together (the label tally alone does not see them), so this line and the
+    review's own say the same; None when the review is inconclusive."""
+    review = result.review
+    assert review is not None
+    if review.winner is None:
+        return None
+    author = review.winner_by or "?"
+    model = result.agents[author].model if author in result.agents else ""
+    line = (f"{review.winner} by {author}{f' ({model})' if model else ''} with "
+            f"{review.agreement} of {review.members} members")
+    if review.equal:
+        line += f" (with {', '.join(review.equal)}, the same findings)"
+    if review.tied:
+        line += f"; a tie among {', '.join(review.tied)}, broken by {review.tie_break}"
+    return line
 
 
 def dropped_phrase(result: ResultRecord) -> str | None:
@@ -133,7 +154,9 @@ def describe_event(event: Event) -> str | None:
     kind, who = event.type, event.agent_id or ""
     t = f"[{event.t or 0:6.2f}s]"
     if kind is EventType.STARTED:
-        agents = ", ".join(f"{a}={m}" for a, m in (event.agents or {}).items())
+        roles = event.roles or {}
+        agents = ", ".join(f"{a}={m}" + (f" ({_short(roles[a], 60)})" if a in roles else "")
+                           for a, m in (event.agents or {}).items())
         return f"{t} started with {agents}"
     if kind is EventType.ANSWER:
         return f"{t} {who} answered {event.label}: {_short(event.preview)}"

@@ -15,11 +15,13 @@ Everything is refused with one line that names the input and the fix, and nothin
 the repository is read: not a git repository, an unknown ref, a diff that is not UTF-8 text
 or holds NUL bytes, a diff over :data:`MAX_REVIEW_BYTES` (refused, never cut), a patch whose
 paths leave the repository (``..``, absolute, through a link) or name files that do not
-exist, and an empty diff ("nothing to review"). Files on the secret-file deny-list
-(:data:`massgen_mcp.tools.workspace.DENY_NAMES`: ``.env``, keys, credentials) and anything
-under ``.git/`` never go to a model: their sections are dropped and named in
-:attr:`Changes.left_out`; so are binary files (those holding NUL bytes: git diffs every file
-as text, so a change's ``.gitattributes`` cannot call a text file binary).
+exist, and an empty diff ("nothing to review"). Files a model may not see
+(:func:`massgen_mcp.tools.workspace.withheld`: the secret-file deny-list, ``.env``, keys,
+credentials; anything under ``.git/`` or ``.massgen/``; and, by content, a section holding a
+private key) never go to a model: their sections are dropped and named in
+:attr:`Changes.left_out`; so are massgen-mcp's own records (:func:`is_records`, counted, not
+named one by one) and binary files (those holding NUL bytes: git diffs every file as text, so
+a change's ``.gitattributes`` cannot call a text file binary).
 
 Git runs hardened (:mod:`massgen_mcp.tools.git`): the repository's config executes nothing.
 The diff parser and its limits are :mod:`massgen_mcp.review.diff`; reading and checking a
@@ -28,7 +30,7 @@ person's patch is :mod:`massgen_mcp.review.patch`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -37,10 +39,11 @@ from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
 from massgen_mcp.review.diff import (
     MAX_REVIEW_BYTES,
-    NARROW,
     FileDiff,
     check_diff_text,
     mark_binary,
+    narrow,
+    quote,
     split_diff,
 )
 from massgen_mcp.review.patch import check_patch_paths, given_patch, read_patch
@@ -54,8 +57,12 @@ from massgen_mcp.tools.git import (
     plain_parts,
     through_link,
 )
-from massgen_mcp.tools.workspace import is_denied, is_hidden
+from massgen_mcp.tools.workspace import withheld, withheld_content
 
+# Why the repository's review rules leave the file at a path out, or None (review/rules.py).
+Ignore = Callable[[str], str | None]
+RECORDS = ".massgen"  # the records folder's name (the project's config sits in it too)
+PROJECT_CONFIG = "config.yaml"
 CONTEXT_LINES = 5  # lines of context around each change (git's default is 3)
 DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-color", f"--unified={CONTEXT_LINES}",
                 "--src-prefix=a/", "--dst-prefix=b/", "--no-relative", "-M",
@@ -132,12 +139,14 @@ async def repository(cwd: Path) -> Path:
 async def collect(cwd: Path, *, staged: bool = False, base: str | None = None,
                   commit: str | None = None, patch: str | None = None,
                   paths: Sequence[str] = (), stdin: BinaryIO | None = None,
-                  patch_text: str | None = None) -> Changes:
+                  patch_text: str | None = None, ignore: Ignore | None = None) -> Changes:
     """What to review, as the arguments name it (at most one of them; none: the working
     tree's changes against HEAD). ``patch`` is a file path or ``-`` (read from ``stdin``,
     default ``sys.stdin``); ``patch_text`` is a patch itself (the MCP tool's and the Python
     API's ``patch``: a caller that is a model or a program holds the diff, not a file);
-    ``paths`` are files or folders, relative to ``cwd``."""
+    ``paths`` are files or folders, relative to ``cwd``. ``ignore``: why the repository's
+    review rules leave a file out (:mod:`massgen_mcp.review.rules`), applied after the
+    files a model may not see are dropped."""
     given = [name for name, value in (("--staged", staged), ("--base", base),
                                       ("--commit", commit),
                                       ("patch", patch or patch_text is not None),
@@ -148,8 +157,8 @@ async def collect(cwd: Path, *, staged: bool = False, base: str | None = None,
     root = await repository(cwd)
     try:
         if patch_text is not None:
-            return _patch(root, *given_patch(patch_text))
-        return await _collect(root, cwd, staged, base, commit, patch, paths, stdin)
+            return _patch(root, *given_patch(patch_text), ignore)
+        return await _collect(root, cwd, staged, base, commit, patch, paths, stdin, ignore)
     except GitFailed as exc:  # a FIFO at a tracked path, a blobless clone's missing blob...
         raise ConfigError(f"git: {git_said(exc)}; fix that in the repository (or review "
                           "another way: a patch, named files)") from None
@@ -157,14 +166,16 @@ async def collect(cwd: Path, *, staged: bool = False, base: str | None = None,
 
 async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
                    commit: str | None, patch: str | None, paths: Sequence[str],
-                   stdin: BinaryIO | None) -> Changes:
+                   stdin: BinaryIO | None, ignore: Ignore | None = None) -> Changes:
     git = Git(root, await filter_overrides(root))
     if patch is not None:
-        return _patch(root, *read_patch(patch, cwd, stdin))
+        return _patch(root, *read_patch(patch, cwd, stdin), ignore)
     if paths:
-        return await whole_files(git, root, cwd, paths)
+        return await whole_files(git, root, cwd, paths, ignore)
     head = await resolve(git, "HEAD", "HEAD", missing_ok=True)
     reviewed: str | None = None
+    kind = "staged" if staged else "base" if base is not None else (
+        "commit" if commit is not None else "worktree")
     if staged:
         described = "the staged changes"
         args = ["diff", "--cached", *DIFF_OPTIONS, head or await empty_tree(git)]
@@ -196,19 +207,22 @@ async def _collect(root: Path, cwd: Path, staged: bool, base: str | None,
         data = await git.run(*args, "--", cap=MAX_OUTPUT_BYTES)
     except OutputOverCap:
         raise ConfigError(f"diff: {described} is more than {MAX_OUTPUT_BYTES:,} bytes, "
-                          f"more than a review sends; {NARROW}") from None
+                          f"more than a review sends; {narrow(kind)}") from None
+    if staged and not data.strip():
+        raise ConfigError("--staged: nothing is staged; stage what to review (git add PATH), "
+                          "or review the working tree's changes (no option)")
     sections = mark_binary(split_diff(data, described))
     check_diff_text(b"".join(b"".join(s.lines) for s in sections if not s.binary),
                     f"diff of {described}")
-    changes = finish(root, described, sections)
+    changes = finish(root, described, sections, kind, ignore)
     return Changes(changes.root, changes.described, changes.diff, changes.files,
                    changes.left_out, commit=reviewed)
 
 
-def _patch(root: Path, data: bytes, described: str) -> Changes:
+def _patch(root: Path, data: bytes, described: str, ignore: Ignore | None = None) -> Changes:
     sections = split_diff(data, described)
     check_patch_paths(root, sections)
-    return finish(root, described, sections)
+    return finish(root, described, sections, "patch", ignore)
 
 
 async def resolve(git: Git, ref: str, field_name: str, *, missing_ok: bool = False
@@ -235,38 +249,72 @@ async def empty_tree(git: Git) -> str:
     return (await git.run("hash-object", "-t", "tree", "--stdin")).decode().strip()
 
 
-def finish(root: Path, described: str, sections: list[FileDiff]) -> Changes:
-    """The :class:`Changes` of ``sections``: denied, ``.git/`` and binary files dropped and
-    named; the rest joined; an empty result refused."""
+def is_records(path: str) -> bool:
+    """Whether ``path`` (relative, '/'-separated) is inside a :data:`RECORDS` folder and
+    not the project's config there: what massgen-mcp writes (records committed before the
+    folder ignored itself, say) is never part of what a review reviews, nor of its size.
+    (The config itself is withheld too, by :func:`~massgen_mcp.tools.workspace.withheld`: it
+    may hold a key; it is named as left out rather than counted with the records.)"""
+    parts = PurePosixPath(path).parts
+    if RECORDS not in parts[:-1]:
+        return False
+    return not (parts[-1] == PROJECT_CONFIG and parts[-2] == RECORDS)
+
+
+def finish(root: Path, described: str, sections: list[FileDiff], kind: str,
+           ignore: Ignore | None = None) -> Changes:
+    """The :class:`Changes` of ``sections``: massgen-mcp's records (:func:`is_records`)
+    counted and dropped; the files a model may not see
+    (:func:`~massgen_mcp.tools.workspace.withheld`: by either path of the section;
+    :func:`~massgen_mcp.tools.workspace.withheld_content`: by what its lines hold), the files
+    the repository's rules ``ignore`` and binary files dropped and named; the rest joined; an
+    empty result refused (one that the rules emptied, in words of its own: not an approval),
+    and one too large with the ways to narrow a review of ``kind`` (:func:`narrow`)."""
     kept: list[FileDiff] = []
     left_out: list[str] = []
+    ignored = 0
+    records = 0
     for section in sections:
-        paths = section.paths
-        if any(is_hidden(PurePosixPath(p), (".git",)) for p in paths):
-            left_out.append(f"{section.path}: inside .git/ (the repository's internals; "
-                            "never sent)")
-        elif any(is_denied(PurePosixPath(p)) for p in paths):
-            left_out.append(f"{section.path}: on the secret-file deny-list (its changes are "
-                            "never sent to a model)")
+        if any(is_records(p) for p in section.paths):
+            records += 1
+            continue
+        why = next((w for p in section.paths if (w := withheld(PurePosixPath(p)))), None)
+        if why is None and not section.binary and not section.skipped:
+            why = withheld_content(b"".join(section.lines))
+        rule = ignore(section.path) if why is None and ignore is not None else None
+        if rule is not None:
+            ignored += 1
+            left_out.append(f"{section.path}: {rule}")
+        elif why is not None:
+            left_out.append(f"{section.path}: {why} (its changes are never sent to a model)")
         elif section.binary:
             left_out.append(f"{section.path}: binary (a diff shows no lines of it)")
         elif section.skipped:
             left_out.append(f"{section.path}: {section.skipped}")
         else:
             kept.append(section)
+    if records:
+        left_out.append(f"{RECORDS}/: {records} file(s) of massgen-mcp's own records (what "
+                        "a run or review writes is never reviewed)")
     files = tuple(dict.fromkeys(s.path for s in kept if s.paths))
     diff = b"".join(b"".join(s.lines) for s in kept).decode("utf-8")
+    if not files and ignored:
+        raise ConfigError(f"review: nothing was reviewed, and this is not an approval: the "
+                          f"repository's review rules ignore every file {described} changes "
+                          f"that could be sent ({ignored} ignored); change review.ignore in "
+                          ".massgen/config.yaml (review --explain-config shows the rules)")
     if not files:
         why = f" ({'; '.join(left_out)})" if left_out else ""
         raise ConfigError(f"diff: nothing to review: {described} changes no file that can "
                           f"be sent{why}")
     if len(diff.encode()) > MAX_REVIEW_BYTES:
         raise ConfigError(f"diff: {described} is {len(diff.encode()):,} bytes; the limit is "
-                          f"{MAX_REVIEW_BYTES:,}; {NARROW}")
+                          f"{MAX_REVIEW_BYTES:,}; {narrow(kind)}")
     return Changes(root, described, diff, files, tuple(left_out))
 
 
-async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> Changes:
+async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str],
+                      ignore: Ignore | None = None) -> Changes:
     """The files ``names`` give (a folder: its tracked files), each as an added file, so
     that its lines are numbered as a diff's are."""
     found: list[str] = []
@@ -295,7 +343,7 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> 
     for relative in dict.fromkeys(found):
         section = FileDiff(old=None, new=relative, git_header=True)
         sections.append(section)
-        if is_denied(PurePosixPath(relative)) or is_hidden(PurePosixPath(relative), (".git",)):
+        if withheld(PurePosixPath(relative)) or (ignore is not None and ignore(relative)):
             continue  # never read
         if plain_parts(relative) is None or through_link(root, relative):
             section.skipped = "reached through a link (not followed)"
@@ -305,7 +353,8 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> 
         except UnsafeFileError as exc:
             if exc.reason == "too_big":
                 raise ConfigError(f"paths: {relative!r} is more than {MAX_REVIEW_BYTES:,} "
-                                  f"bytes, more than a review sends; {NARROW}") from None
+                                  f"bytes, more than a review sends; {narrow('paths')}"
+                                  ) from None
             section.skipped = f"not read ({str(exc).removeprefix(Path(relative).name + ' ')})"
             continue
         except FileNotFoundError:
@@ -318,7 +367,10 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str]) -> 
         body = text.split("\n")  # lines as git counts them (not str.splitlines's \f, \x1c...)
         if body[-1] == "":
             body.pop()
-        header = (f"diff --git a/{relative} b/{relative}\nnew file\n--- /dev/null\n"
-                  f"+++ b/{relative}\n@@ -0,0 +1,{len(body)} @@\n")
+        # Quoted as git quotes a name: a newline or an escape sequence in it stays plain text
+        # in one header line, not a line of its own the model reads as the diff's.
+        old, new = quote(f"a/{relative}"), quote(f"b/{relative}")
+        header = (f"diff --git {old} {new}\nnew file\n--- /dev/null\n+++ {new}\n"
+                  f"@@ -0,0 +1,{len(body)} @@\n")
         section.lines = [(header + "".join(f"+{line}\n" for line in body)).encode()]
-    return finish(root, f"the files {', '.join(names)}", sections)
+    return finish(root, f"the files {', '.join(names)}", sections, "paths", ignore)

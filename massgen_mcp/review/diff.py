@@ -23,11 +23,28 @@ MAX_DIFF_BYTES = MAX_CONTEXT_CHARS - 20_000
 # What a review takes in all: a diff over what one run sends is reviewed in parts
 # (massgen_mcp.review.parts), up to git's output cap; larger is refused, with how to narrow it.
 MAX_REVIEW_BYTES = 8 * 1024 * 1024
-NARROW = ("narrow it: name fewer files (massgen-mcp review PATH ...), review one commit "
-          "(--commit SHA), or split the patch")
+# How to make each kind of review smaller, in the options that fit the one asked for (a
+# --commit review was once told to review one commit).
+_WAYS = {
+    "worktree": "review fewer files as they are (massgen-mcp review PATH ...), or stage a "
+                "part and review --staged",
+    "staged": "stage fewer files (git restore --staged PATH) and review --staged again",
+    "base": "review one commit at a time (--commit SHA), or give a nearer --base",
+    "commit": "review its files a few at a time as they are (massgen-mcp review PATH ...), "
+              "or split the commit",
+    "patch": "split the patch into smaller ones (a few files each)",
+    "paths": "name fewer files",
+}
+
+
+def narrow(kind: str) -> str:
+    """How to narrow a review of ``kind`` (worktree, staged, base, commit, patch, paths)
+    that is too large: only ways that fit it."""
+    return f"narrow it: {_WAYS[kind]}"
 _HUNK = re.compile(rb"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _QUOTED_ESCAPES = {"a": "\a", "b": "\b", "t": "\t", "n": "\n", "v": "\v", "f": "\f",
                    "r": "\r", '"': '"', "\\": "\\"}
+_ESCAPE_OF = {char: "\\" + name for name, char in _QUOTED_ESCAPES.items()}
 
 
 @dataclass
@@ -200,6 +217,19 @@ def strip_prefix(path: str) -> str | None:
     if path == "/dev/null":
         return None
     return path[2:] if path.startswith(("a/", "b/")) else path
+
+
+def quote(path: str) -> str:
+    """``path`` as git writes it in a diff header (``core.quotePath``): in double quotes,
+    C-style, when it holds a control character, a quote, a backslash or a byte past ASCII;
+    as it is otherwise. A name with a newline or an escape sequence then stays one plain
+    line, which :func:`unquote` reads back."""
+    data = path.encode("utf-8", "surrogateescape")
+    if not any(b < 0x20 or b >= 0x7F or b in b'"\\' for b in data):
+        return path
+    out = [_ESCAPE_OF.get(chr(b)) or (f"\\{b:03o}" if b < 0x20 or b >= 0x7F else chr(b))
+           for b in data]
+    return '"' + "".join(out) + '"'
 
 
 def unquote(text: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from massgen_mcp.core.model_map import cost_of
+from massgen_mcp.providers.model_map import cost_of
 
 CHARS_PER_TOKEN = 4  # as the providers reckon a prompt whose server sends no usage
 PROMPT_OVERHEAD_CHARS = 2_500  # the team's rules, the turn's instructions, the tools

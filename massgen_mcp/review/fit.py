@@ -24,8 +24,8 @@ from collections.abc import Sequence
 
 from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ConfigError
-from massgen_mcp.core.model_map import model_map
 from massgen_mcp.providers.llamacpp_provider import CONTEXT_TOKENS
+from massgen_mcp.providers.model_map import model_map
 from massgen_mcp.review.estimate import REPLY_TOKENS, call_chars
 
 WHAT_WORKS = ("review with models that can: API models with their keys (--models "

@@ -17,11 +17,12 @@ is cut between its hunks (its header repeated in each piece), and a hunk over ``
 over ``room`` (a minified file's) leaves its hunk out, named in the coverage with why.
 
 **Merged under the same rules.** Each part's findings were settled by its own run: a
-strict majority of that run's live members. The merged review lists every part's agreed
-and rejected findings (numbered again), its verdict follows from all the agreed findings,
-its agreement is the weakest part's (k of n), and a part that ended without a review is
-named in the coverage with its files, as left out. A review whose parts all failed covered
-nothing, and has no verdict: its result is the failure, never an approval.
+strict majority of that run's live members. The merged review lists every part's agreed,
+unconfirmed and rejected findings (numbered again), its verdict follows from the counted
+findings of every part (agreed, or unconfirmed too: the review's tier),
+its agreement is the weakest part's (k of n), and a part that ended without a verdict
+(failed, or inconclusive) is named in the coverage with its files, as left out. A review
+whose parts all ended so covered nothing, and is inconclusive: never an approval.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from massgen_mcp.consensus.findings import verdict
-from massgen_mcp.core.outcomes import Coverage, Finding, ReviewOutcome, Severity
+from massgen_mcp.core.outcomes import (
+    Coverage,
+    Finding,
+    ReviewOutcome,
+    Severity,
+    Tier,
+    Verdict,
+)
 from massgen_mcp.core.records import RunStatus
 from massgen_mcp.core.run_state import ResultRecord, Usage
 from massgen_mcp.render.review import as_markdown
@@ -247,14 +255,22 @@ def _renumbered(found: list[Finding], prefix: str) -> list[Finding]:
     return [f.model_copy(update={"id": f"{prefix}{i}"}) for i, f in enumerate(distinct, 1)]
 
 
+def _judged(result: ResultRecord) -> bool:
+    """A part whose run settled a verdict (not failed before a review, not inconclusive)."""
+    return result.review is not None and result.review.verdict is not Verdict.INCONCLUSIVE
+
+
 def merge(parts: Sequence[Part], results: Sequence[ResultRecord], left_out: Sequence[str],
-          threshold: Severity) -> ReviewOutcome | None:
-    """One review from the parts' results (in the parts' order), with its coverage; None
-    when no part ended with a review (nothing was covered: no verdict)."""
+          threshold: Severity, tier: Tier = Tier.AGREED) -> ReviewOutcome:
+    """One review from the parts' results (in the parts' order), with its coverage; a part
+    without a verdict (failed, or inconclusive) covers nothing, and when no part has one
+    the review is inconclusive (nothing was judged: never an approval)."""
     reviews = [(part, result.review) for part, result in zip(parts, results, strict=True)
-               if result.review is not None]
-    failed = [i for i, result in enumerate(results, 1) if result.review is None]
-    missed = [f"{path}: part {i} of {len(parts)} failed ({results[i - 1].status}"
+               if result.review is not None and _judged(result)]
+    failed = [i for i, result in enumerate(results, 1) if not _judged(result)]
+    missed = [f"{path}: part {i} of {len(parts)} "
+              f"{'was inconclusive' if results[i - 1].review is not None else 'failed'} "
+              f"({results[i - 1].status}"
               f"{', ' + str(results[i - 1].finish_reason) if results[i - 1].finish_reason else ''})"
               for i in failed for path in parts[i - 1].files]
     coverage = Coverage(
@@ -263,46 +279,49 @@ def merge(parts: Sequence[Part], results: Sequence[ResultRecord], left_out: Sequ
         total_lines=sum(part.lines for part in parts),
         left_out=[*left_out, *missed], parts=len(parts), failed_parts=failed)
     if not reviews:
-        return None
-    agreed = _renumbered([f for _, r in reviews for f in r.findings], "F")
+        return ReviewOutcome(
+            verdict=Verdict.INCONCLUSIVE, threshold=threshold, tier=tier,
+            inconclusive=f"no part of the {len(parts)} ended with a verdict",
+            agreement=0, members=0, coverage=coverage)
+    found = {t: _renumbered([f for _, r in reviews
+                             for f in {Tier.AGREED: r.findings, Tier.UNCONFIRMED: r.unconfirmed,
+                                       Tier.REJECTED: r.rejected}[t]], prefix)
+             for t, prefix in ((Tier.AGREED, "F"), (Tier.UNCONFIRMED, "U"),
+                               (Tier.REJECTED, "R"))}
+    counted = [f for t in Tier if t.rank >= tier.rank for f in found[t]]
     weakest = min((r for _, r in reviews), key=lambda r: (r.agreement / max(r.members, 1),
                                                           r.agreement))
     summaries = [f"part {i}: {r.summary}" for i, (_, r) in enumerate(reviews, 1) if r.summary]
     return ReviewOutcome(
-        verdict=verdict(agreed, threshold), threshold=threshold,
+        verdict=verdict(counted, threshold), threshold=threshold, tier=tier,
         agreement=weakest.agreement, members=weakest.members,
         summary="; ".join(summaries)[:500],
-        findings=agreed,
-        rejected=_renumbered([f for _, r in reviews for f in r.rejected], "R"),
+        findings=found[Tier.AGREED], unconfirmed=found[Tier.UNCONFIRMED],
+        rejected=found[Tier.REJECTED],
         dissent=list({d.agent_id: d for _, r in reviews for d in r.dissent}.values()),
         dropped=list(dict.fromkeys(a for _, r in reviews for a in r.dropped)),
         coverage=coverage)
 
 
 def merged_result(parts: Sequence[Part], results: Sequence[ResultRecord],
-                  left_out: Sequence[str], threshold: Severity, described: str
-                  ) -> ResultRecord:
+                  left_out: Sequence[str], threshold: Severity, described: str,
+                  tier: Tier = Tier.AGREED) -> ResultRecord:
     """The result of a review in parts: the first completed part's record (else the
     first's; the others' sessions are named in ``notes``) with the merged review and its
-    final answer, every part's usage and errors, and the coverage. No part with a review:
-    the failure (``review`` None: no verdict), its coverage said in ``notes``."""
-    merged = merge(parts, results, left_out, threshold)
+    final answer, every part's usage and errors, and the coverage. No part with a verdict:
+    the review is inconclusive (:func:`merge`), its coverage said in ``notes`` too."""
+    merged = merge(parts, results, left_out, threshold, tier)
     base = next((r for r in results if r.status is RunStatus.COMPLETED), results[0])
     sessions = ", ".join(r.session_id for r in results)
     notes = [*base.notes, f"reviewed in {len(parts)} parts (sessions {sessions})"]
-    if merged is None:
-        notes.append(Coverage(
-            total_lines=sum(p.lines for p in parts), parts=len(parts),
-            left_out=[*left_out, *(f"{path}: part {i} of {len(parts)} failed"
-                                   for i, p in enumerate(parts, 1) for path in p.files)],
-            failed_parts=list(range(1, len(parts) + 1))).words())
+    if merged.verdict is Verdict.INCONCLUSIVE and merged.coverage is not None:
+        notes.append(merged.coverage.words())
     models = {aid: agent.model for r in results for aid, agent in r.agents.items()}
     return base.model_copy(update={
         "review": merged, "usage": total_usage([r.usage for r in results]), "notes": notes,
         "errors": [f"part {i} of {len(parts)}: {e}" for i, r in enumerate(results, 1)
                    for e in r.errors],
-        "final_answer": (as_markdown(merged, models, described=described)
-                         if merged is not None else None)})
+        "final_answer": as_markdown(merged, models, described=described)})
 
 
 def total_usage(usages: Sequence[Usage]) -> Usage:

@@ -16,8 +16,8 @@ from typing import BinaryIO
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
-from massgen_mcp.review.diff import MAX_REVIEW_BYTES, NARROW, FileDiff, check_diff_text
-from massgen_mcp.tools.workspace import is_denied, is_hidden
+from massgen_mcp.review.diff import MAX_REVIEW_BYTES, FileDiff, check_diff_text, narrow
+from massgen_mcp.tools.workspace import withheld
 
 
 def given_patch(text: str) -> tuple[bytes, str]:
@@ -27,7 +27,8 @@ def given_patch(text: str) -> tuple[bytes, str]:
     described = "the given patch"
     if len(data) > MAX_REVIEW_BYTES:
         raise ConfigError(f"patch: {described} is {len(data):,} bytes, more than the "
-                          f"{MAX_REVIEW_BYTES:,} a review sends (refused, not cut); {NARROW}")
+                          f"{MAX_REVIEW_BYTES:,} a review sends (refused, not cut); "
+                          f"{narrow('patch')}")
     return check_diff_text(data, described), described
 
 
@@ -46,7 +47,7 @@ def read_patch(name: str, cwd: Path, stdin: BinaryIO | None) -> tuple[bytes, str
             if exc.reason == "too_big":
                 raise ConfigError(f"patch: {described} is {exc.size or 0:,} bytes, more than "
                                   f"the {MAX_REVIEW_BYTES:,} a review sends (refused, not cut); "
-                                  f"{NARROW}") from None
+                                  f"{narrow('patch')}") from None
             raise ConfigError(f"patch: {name!r} cannot be read ({exc}); give a regular "
                               "file") from None
         except FileNotFoundError:
@@ -56,7 +57,7 @@ def read_patch(name: str, cwd: Path, stdin: BinaryIO | None) -> tuple[bytes, str
             raise ConfigError(f"patch: {name!r} cannot be read ({exc.strerror})") from None
     if len(data) > MAX_REVIEW_BYTES:
         raise ConfigError(f"patch: {described} is more than {MAX_REVIEW_BYTES:,} bytes, more "
-                          f"than a review sends (refused, not cut); {NARROW}")
+                          f"than a review sends (refused, not cut); {narrow('patch')}")
     return check_diff_text(data, described), described
 
 
@@ -66,7 +67,7 @@ def check_patch_paths(root: Path, sections: list[FileDiff]) -> None:
     for section in sections:
         for path in section.paths:
             where = inside(root, path, "patch")
-            if is_hidden(PurePosixPath(path), (".git",)) or is_denied(PurePosixPath(path)):
+            if withheld(PurePosixPath(path)):
                 continue  # dropped by finish, named in its note
             if path == section.old and not where.is_file():  # the side it changes
                 raise ConfigError(f"patch: it changes {path!r}, which does not exist in "

@@ -25,7 +25,7 @@ from massgen_mcp.consensus.findings import FORMAT
 from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.options import RunOptions
-from massgen_mcp.core.outcomes import ReviewTarget, Severity
+from massgen_mcp.core.outcomes import ReviewOutput, ReviewTarget, Severity, Tier
 from massgen_mcp.core.spec import RunSpec, TeamConfig
 from massgen_mcp.review.changes import CONTEXT_LINES, Changes
 from massgen_mcp.review.estimate import Estimate, estimate
@@ -42,6 +42,7 @@ MAX_LISTED_FILES = 200
 MAX_LISTING_CHARS = 16_000
 MAX_ENTRY_CHARS = 300
 
+REVIEW_OPENING = "Review a code change as a careful senior reviewer:"  # every review's question
 INSTRUCTIONS = """\
 Review a code change as a careful senior reviewer: {described}, {count} file(s) of the \
 repository.
@@ -119,11 +120,17 @@ def review_spec(changes: Changes, focus: str | None = None, *,
                 models: list[str] | None = None, config: str | None = None,
                 base_url: str | None = None, options: RunOptions | None = None,
                 tools: bool = True, threshold: Severity = Severity.MAJOR,
+                tier: Tier = Tier.AGREED, rules: str = "", guidance: str = "",
+                output: ReviewOutput | None = None,
                 part: tuple[int, int, Part] | None = None) -> RunSpec:
     """The :class:`RunSpec` of a review: the team and limits as ``run`` takes them
     (``options``: only the fields set count), with the workspace tools on unless ``tools``
-    is False (:func:`tools_withheld`); ``threshold``: the least severity of an agreed
-    finding that requests changes; ``part``: (k, n, the part) of a diff reviewed in parts
+    is False (:func:`tools_withheld`); ``threshold``: the least severity of a counted
+    finding that requests changes; ``tier``: the least tier counted. ``rules``: the
+    repository's instructions for the files sent, added to the question; ``guidance``: its
+    guidance files, put before the diff in the context (both from
+    :mod:`massgen_mcp.review.rules`); ``output``: how the command line shows the outcome
+    (recorded, for ``resume``); ``part``: (k, n, the part) of a diff reviewed in parts
     (its run sends that part, with a share of the budget: :func:`part_options`)."""
     given = options.model_dump(exclude_unset=True) if options is not None else {}
     if part is None:
@@ -135,9 +142,10 @@ def review_spec(changes: Changes, focus: str | None = None, *,
     target = ReviewTarget(root=str(changes.root), commit=changes.commit,
                           described=changes.described, files=list(files),
                           threshold=threshold, lines=lines, left_out=left_out,
-                          part=part[0] if part else 0, parts=part[1] if part else 0)
-    return RunSpec(question=review_question(changes, focus, part), models=models,
-                   config=config, base_url=base_url, context=diff,
+                          part=part[0] if part else 0, parts=part[1] if part else 0,
+                          tier=tier, output=output or ReviewOutput())
+    return RunSpec(question=review_question(changes, focus, part) + rules, models=models,
+                   config=config, base_url=base_url, context=guidance + diff,
                    options=RunOptions(**{**given, "workspace_tools": tools}), review=target)
 
 

@@ -21,22 +21,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from massgen_mcp.core.agent import AgentSpec
-from massgen_mcp.core.errors import ConfigError, SessionStateError, UntrustedConfigError
+from massgen_mcp.core.errors import ConfigError, SessionStateError
 from massgen_mcp.core.options import RunOptions
-from massgen_mcp.core.outcomes import Severity
+from massgen_mcp.core.outcomes import ReviewOutput, Severity, Tier
 from massgen_mcp.core.records import RunStatus
 from massgen_mcp.core.run_state import ResultRecord
 from massgen_mcp.review.changes import Changes, collect, repository
-from massgen_mcp.review.diff import MAX_DIFF_BYTES, NARROW
+from massgen_mcp.review.diff import MAX_DIFF_BYTES, narrow
 from massgen_mcp.review.fit import diff_room, refuse_embedded
-from massgen_mcp.review.parts import Part, merged_result, split
+from massgen_mcp.review.parts import Part, Split, merged_result, split
 from massgen_mcp.review.patch import inside
 from massgen_mcp.review.request import (
     chosen_team,
     review_estimate,
     review_spec,
     tools_withheld,
+)
+from massgen_mcp.review.rules import (
+    GUIDANCE_QUESTION,
+    Guidance,
+    check_budget,
+    instructions_for,
+    load_rules,
+    read_guidance,
 )
 from massgen_mcp.service import ConsensusService, StartedRun
 from massgen_mcp.team import consent
@@ -65,6 +72,10 @@ class ReviewStarted:
     changes: Changes
     notes: list[str] = field(default_factory=list)
     threshold: Severity = Severity.MAJOR
+    # The repository's default threshold (review.fail_on) when the caller gave none: the
+    # command line then exits as with --fail-on.
+    fail_on: Severity | None = None
+    tier: Tier = Tier.AGREED  # the least tier the verdict counts (a review in parts: merged)
     # A diff over what one run sends: each part and its run (``run`` is the first's), and
     # what no part holds; :func:`finish_review` merges them.
     parts: list[tuple[Part, StartedRun]] = field(default_factory=list)
@@ -75,13 +86,21 @@ async def start_review(service: ConsensusService, workspace: Workspace,
                        change: ChangeToReview, *, focus: str | None = None,
                        models: list[str] | None = None, config: str | None = None,
                        base_url: str | None = None, options: RunOptions | None = None,
-                       threshold: Severity = Severity.MAJOR,
+                       threshold: Severity | None = None,
+                       tier: Tier = Tier.AGREED,
+                       output: ReviewOutput | None = None,
                        split_ok: bool = True) -> ReviewStarted:
     """Collect ``change`` in the repository at ``workspace``'s root, and start its review
     through ``service`` with the team and limits as ``run_consensus`` takes them.
-    ``threshold``: the least severity of an agreed finding that requests changes;
-    ``split_ok``: a diff over what one run sends may be reviewed in parts (a face that
-    follows one session, the MCP tool, refuses it instead, in one line)."""
+    ``threshold``: the least severity of a counted finding that requests changes (None: the
+    repository's ``review.fail_on``, else major); ``tier``: the least tier counted (agreed,
+    or unconfirmed too); ``output``: the command line's format and ``--fail-on``, recorded
+    for ``resume``; ``split_ok``: a diff over what one run sends may be reviewed in parts (a
+    face that follows one session, the MCP tool, refuses it instead, in one line).
+
+    The repository's own rules (:mod:`massgen_mcp.review.rules`) apply where the caller
+    leaves a choice open (focus, threshold, team) and narrow what is sent (ignore, budget);
+    its guidance files join the context only where the workspace tools may go too."""
     given = [name for name, value in (("staged", change.staged), ("base", change.base),
                                       ("commit", change.commit),
                                       ("patch", change.patch is not None
@@ -93,50 +112,71 @@ async def start_review(service: ConsensusService, workspace: Workspace,
     if workspace.confined:
         await check_confined(workspace.root, change.paths)
     try:
+        loaded = await asyncio.to_thread(load_rules, await repository(workspace.root))
         changes = await collect(workspace.root, staged=change.staged, base=change.base,
                                 commit=change.commit, patch_text=change.patch,
-                                patch=change.patch_file, paths=list(change.paths))
+                                patch=change.patch_file, paths=list(change.paths),
+                                ignore=loaded.ignored())
     except ConfigError as exc:
         if not workspace.confined and change.patch is None:
             raise  # the command line's own words ("--base: ...")
         # The caller here named the fields without dashes.
         raise ConfigError(str(exc).removeprefix("--")) from None
+    check_budget(loaded, changes.diff, changes.files)
+    rules = loaded.rules
     notes = [f"left out {note}" for note in changes.left_out]
+    focus = focus if focus is not None else rules.focus
+    default_fail_on = Severity(rules.fail_on) if threshold is None and rules.fail_on else None
+    threshold = threshold or default_fail_on or Severity.MAJOR
+    from_rules = not models and not config and rules.team is not None
+    if from_rules:  # a discovered team, as far as consent goes (tools_withheld below)
+        config = rules.team if isinstance(rules.team, str) else None
+        models = list(rules.team) if isinstance(rules.team, list) else None
+        notes.append(f"team: {', '.join(models or [str(config)])} "
+                     f"({loaded.source('team')})")
+    instructions = instructions_for(loaded, changes.files)
+    guidance = await read_guidance(changes.root) if rules.guidance else Guidance()
+    notes += [f"guidance: left out {note}" for note in guidance.left_out]
     spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
-                       options=options, threshold=threshold)
+                       options=options, threshold=threshold, tier=tier,
+                       rules=instructions + (GUIDANCE_QUESTION if guidance.text else ""),
+                       guidance=guidance.text, output=output)
     review_workspace = Workspace(changes.root, confined=workspace.confined)
-    team = await chosen_team(spec, review_workspace)  # once, for the checks below
+    try:
+        team = await chosen_team(spec, review_workspace)  # once, for the checks below
+    except ConfigError as exc:
+        if not from_rules:
+            raise
+        raise ConfigError(f"{loaded.source('team')}: {exc}") from None
     refuse_embedded(team.agents)
-    # What one run can send: the run's context limit, or less where a member's context
-    # window is known to hold less (each call must fit every member).
-    room = min(MAX_DIFF_BYTES, diff_room(team.agents, spec.question) or MAX_DIFF_BYTES)
-    if workspace.confined and change.paths:
-        check_paths_stay_home(team.agents)
-    withheld = tools_withheld(spec, team)
+    if workspace.confined:  # the call picked the files: never to an agent abroad
+        consent.check_call(team, team, {}, None, {"paths": change.paths})
+    judged = spec.model_copy(update={"models": None, "config": None}) if from_rules else spec
+    withheld = tools_withheld(judged, team)
     if withheld:
         notes.append("the team reviewed the diff without reading the repository (workspace "
-                     f"tools off): {'; '.join(withheld)}; name the team (models or config) "
-                     "to give it the tools")
+                     f"tools off{', no guidance files' if guidance.text else ''}): "
+                     f"{'; '.join(withheld)}; name the team (models or config) to give it "
+                     "the tools")
         spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
-                           options=options, tools=False, threshold=threshold)
+                           options=options, tools=False, threshold=threshold, tier=tier,
+                           rules=instructions, output=output)
+    # What one run can send: the run's context limit, or less where a member's context
+    # window is known to hold less (each call must fit every member, the guidance too).
+    sent = spec.question + (guidance.text if not withheld else "")
+    room = min(MAX_DIFF_BYTES, diff_room(team.agents, sent) or MAX_DIFF_BYTES)
     if len(changes.diff.encode()) <= room:
         floor = review_estimate([spec], team)  # a budget below it: refused
         notes.append(f"estimate: {floor.words()}")
         run = await service.start(spec, review_workspace)
-        return ReviewStarted(run, changes, notes, threshold=threshold)
-    if not split_ok:
-        raise ConfigError(f"diff: {changes.described} is {len(changes.diff.encode()):,} "
-                          f"bytes, more than one review run holds ({room:,} for this team); "
-                          f"{NARROW}, or run massgen-mcp review in a terminal, which reviews "
-                          "it in parts")
-    pieces = split(changes.diff, room)
-    if not pieces.parts:
-        raise ConfigError(f"diff: every hunk of {changes.described} is more than one review "
-                          f"run holds ({room:,} bytes for this team); {NARROW}, or choose "
-                          "models with larger context windows")
+        return ReviewStarted(run, changes, notes, threshold=threshold, fail_on=default_fail_on)
+    pieces = _parts_of(changes, room, narrow(given[0] if given else "worktree"), split_ok)
+    guided = "" if withheld else guidance.text
     specs = [review_spec(changes, focus, models=models, config=config, base_url=base_url,
-                         options=options, tools=not withheld, threshold=threshold,
-                         part=(k, len(pieces.parts), part))
+                         options=options, tools=not withheld, threshold=threshold, tier=tier,
+                         rules=instructions_for(loaded, part.files)
+                         + (GUIDANCE_QUESTION if guided else ""),
+                         guidance=guided, output=output, part=(k, len(pieces.parts), part))
              for k, part in enumerate(pieces.parts, 1)]
     floor = review_estimate(specs, team)
     notes += [f"left out {note}" for note in pieces.left_out]
@@ -152,9 +192,26 @@ async def start_review(service: ConsensusService, workspace: Workspace,
         for started in runs:  # nothing half-started: the parts begun so far are stopped
             await service.cancel(started.session_id)
         raise
-    return ReviewStarted(runs[0], changes, notes, threshold=threshold,
+    return ReviewStarted(runs[0], changes, notes, threshold=threshold, fail_on=default_fail_on,
+                         tier=tier,
                          parts=list(zip(pieces.parts, runs, strict=True)),
                          left_out=(*changes.left_out, *pieces.left_out))
+
+
+def _parts_of(changes: Changes, room: int, how: str, split_ok: bool) -> Split:
+    """``changes``' diff split by file into parts of at most ``room`` bytes, or why it
+    cannot be reviewed in parts, in one line (``how``: the ways to narrow it)."""
+    if not split_ok:
+        raise ConfigError(f"diff: {changes.described} is {len(changes.diff.encode()):,} "
+                          f"bytes, more than one review run holds ({room:,} for this team); "
+                          f"{how}, or run massgen-mcp review in a terminal, which reviews it "
+                          "in parts")
+    pieces = split(changes.diff, room)
+    if not pieces.parts:
+        raise ConfigError(f"diff: every hunk of {changes.described} is more than one review "
+                          f"run holds ({room:,} bytes for this team); {how}, or choose "
+                          "models with larger context windows")
+    return pieces
 
 
 async def finish_review(service: ConsensusService, begun: ReviewStarted) -> ResultRecord:
@@ -186,23 +243,7 @@ async def finish_review(service: ConsensusService, begun: ReviewStarted) -> Resu
                              return_exceptions=True)
         raise
     return merged_result([part for part, _ in begun.parts], results, begun.left_out,
-                         begun.threshold, begun.changes.described)
-
-
-def check_paths_stay_home(agents: Sequence[AgentSpec]) -> None:
-    """Refuse a model's call that names ``paths`` for a team with an agent at a foreign
-    endpoint (neither on this machine nor its provider's API): the call chose the files
-    (any file in the repository, tracked or not), as it chooses ``context_files``, which
-    :func:`massgen_mcp.team.consent.check_call` refuses for such a team whatever the
-    consent: no file's consent covers files a call picks."""
-    abroad = [f"agent {agent.id!r} at {url}" for agent in agents
-              if (url := consent.foreign_endpoint(agent))]
-    if abroad:
-        raise UntrustedConfigError(
-            f"paths: {', '.join(abroad)} would receive the files a call names. A model's "
-            "call cannot send files it picks to an endpoint that is neither on this machine "
-            "nor the provider's own API: review them yourself (massgen-mcp review PATH), or "
-            "review the change (no paths)")
+                         begun.threshold, begun.changes.described, begun.tier)
 
 
 async def check_confined(root: Path, paths: Sequence[str]) -> None:

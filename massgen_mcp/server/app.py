@@ -24,6 +24,7 @@ from pydantic import Field
 
 from massgen_mcp._version import __version__
 from massgen_mcp.server import tools
+from massgen_mcp.server.arguments import ArgumentErrors
 from massgen_mcp.server.handshake import INSTRUCTIONS
 from massgen_mcp.server.pages import add_health_route, add_live_pages
 from massgen_mcp.server.record_reads import read_off_loop
@@ -120,6 +121,7 @@ def create_server(*, home: Path | None = None, root: Path | None = None,
 
     mcp = FastMCP("massgen", instructions=INSTRUCTIONS, version=__version__, lifespan=lifespan,
                   mask_error_details=True, auth=auth)
+    mcp.add_middleware(ArgumentErrors())  # a wrong argument: one line, not pydantic's report
     task_config = None
     if tasks:
         from fastmcp.utilities.tasks import TaskConfig
@@ -223,7 +225,8 @@ def _add_resources(mcp: FastMCP) -> None:
                 "text> for a pull request's diff; paths=[...] for files as they are."
                 f"{asked} If it returns still running, call get_status with wait_s=50 until "
                 "it is done, then get_result. Report the verdict and each agreed finding "
-                "(file:line, severity, claim, fix), and say who dissented and why.")
+                "(file:line, severity, claim, fix), then the unconfirmed ones as such (fewer "
+                "members back them), and say who dissented and why.")
 
     @mcp.prompt
     def consensus(question: str) -> str:

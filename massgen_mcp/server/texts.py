@@ -6,8 +6,9 @@ Codex hand the model the text. So the text is a few lines: the answer, the winne
 dropped agents, the session id and what to do next; the full record stays in
 structuredContent for programs (server/views.py shapes it), and ``get_result(detail="full")``
 or the record folder has every answer and vote reason. A review's text is its verdict and
-agreed findings, one line each (:func:`~massgen_mcp.render.review.as_brief`), not the
-Markdown review that is its final answer: evidence and fixes are in structuredContent.
+its agreed and unconfirmed findings, one line each with its tier and support
+(:func:`~massgen_mcp.render.review.as_brief`), not the Markdown review that is its final
+answer: evidence and fixes are in structuredContent.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import contextlib
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar, get_type_hints
+from typing import Annotated, Any, Literal, TypeVar, get_type_hints
 
 from fastmcp import Context
 from fastmcp.apps import AppConfig
@@ -30,7 +30,7 @@ from massgen_mcp.core.errors import (
     SessionNotFoundError,
 )
 from massgen_mcp.core.options import MAX_AGENTS, RunOptions
-from massgen_mcp.core.outcomes import Severity
+from massgen_mcp.core.outcomes import Severity, Tier
 from massgen_mcp.core.records import RunStatus
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.settings import SETTINGS
@@ -234,8 +234,10 @@ async def review_changes(
         max_length=MAX_FOCUS_CHARS,
         description="what to look at most, e.g. 'security'")] = None,
     fail_on: Annotated[Severity, Field(description=(
-        "the least severity of an agreed finding that makes the verdict "
-        "changes_requested (an agreed blocker always blocks)"))] = Severity.MAJOR,
+        "least severity of a counted finding that requests changes (a blocker blocks)"))
+                       ] = Severity.MAJOR,
+    fail_on_tier: Annotated[Literal[Tier.AGREED, Tier.UNCONFIRMED], Field(description=(
+        "count agreed findings, or unconfirmed too"))] = Tier.AGREED,
     models: Models = None,
     config: ConfigName = None,
     base_url: BaseUrl = None,
@@ -261,7 +263,7 @@ async def review_changes(
         workspace = await client_root(ctx) or service.workspace
         begun = await start_review(service, workspace, change, focus=focus, models=models,
                                    config=config, base_url=base_url, options=limits,
-                                   threshold=fail_on, split_ok=False)
+                                   threshold=fail_on, tier=fail_on_tier, split_ok=False)
         notes.extend(begun.notes)
         return begun.run
 

@@ -204,6 +204,9 @@ def bearer_token_auth(token: str) -> TokenVerifier:
     return BearerToken()
 
 
+QUIET_LOGGERS = ("httpx", "httpcore", "uvicorn.access")
+
+
 def configure_logging(home: Path | None, log_file: str | None = "server.log") -> None:
     """Logs to stderr and ``<home>/<log_file>`` (None: stderr only), which is in the user's
     state folder until the records folder exists (:mod:`.log_file`: a host's health check
@@ -215,6 +218,11 @@ def configure_logging(home: Path | None, log_file: str | None = "server.log") ->
         handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: "
                                                 "%(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
+    # A line per HTTP request, each provider call's (httpx) and, over HTTP, each of the host's
+    # (uvicorn's access log), would bury the lines that matter in what a host shows of our
+    # stderr: those loggers say only warnings and errors.
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     # fastmcp logs through its own (rich) handler, which would bypass the redaction: send its
     # records to ours instead, so they reach server.log too.
     fastmcp_log = logging.getLogger("fastmcp")

@@ -134,7 +134,7 @@ class ResultView(BaseModel):
                                     "record_dir)")
     parent_session_id: str | None = None
     review: ReviewOutcome | None = Field(None, description=(
-        "a review's agreed findings, verdict and dissent (review_changes)"))
+        "a review's findings by tier, verdict and dissent (review_changes)"))
     agreement: Agreement | None = Field(None, description=(
         "k of n live members back the winner, the strongest losing answer, the dissent"))
     notes: list[str] = []

@@ -30,8 +30,14 @@ from massgen_mcp.core.errors import (
     resume_hint,
 )
 from massgen_mcp.core.options import MAX_AGENTS, RunOptions
-from massgen_mcp.core.outcomes import ReviewTarget
-from massgen_mcp.core.records import ConfigFile, EventType, Phase, RunKind, RunStatus
+from massgen_mcp.core.records import (
+    ConfigFile,
+    EventType,
+    Phase,
+    RequestRecord,
+    RunKind,
+    RunStatus,
+)
 from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.secrets import redact
 from massgen_mcp.core.spec import MAX_CONTEXT_CHARS, RunSpec, TeamConfig, check_question
@@ -57,6 +63,19 @@ from massgen_mcp.team.context_files import Workspace
 
 if TYPE_CHECKING:
     from massgen_mcp.pool.live import PoolConfig
+
+
+def not_resumable_hint(session_id: str, status: RunStatus) -> str:
+    """The way on from a run ``resume`` refuses: a running one is followed, a finished
+    one read, and one cancelled on purpose asked again (its recorded answers stay)."""
+    if status is RunStatus.RUNNING:
+        return "it is still running: wait for it (get_status, or massgen-mcp show " \
+               f"{session_id})"
+    if status is RunStatus.CANCELLED:
+        return ("it was cancelled on purpose (cancel_session, or Ctrl-C on a run): start it "
+                "again (a review: the same massgen-mcp review command), or ask its team a "
+                f"follow-up (massgen-mcp continue {session_id} ...)")
+    return f"it has ended and has its result: massgen-mcp show {session_id}"
 
 
 class ConsensusService(RecordReads):
@@ -126,20 +145,19 @@ class ConsensusService(RecordReads):
         # A model's call (a confined workspace) chose any base_url it names, or its config
         # file's; the default team's are the user's own.
         chosen = workspace.confined and bool(spec.models or spec.config or spec.base_url)
-        return await self._launch(question, choice.team, context, spec.parent_session_id,
-                                  choice.notes, workspace, urls_from_call=chosen, kind=kind,
-                                  config_file=choice.config_file, review=spec.review)
+        request = RequestRecord(question=question, context=context,
+                                parent_session_id=spec.parent_session_id, notes=choice.notes,
+                                kind=kind, config_file=choice.config_file, review=spec.review)
+        return await self._launch(request, choice.team, workspace, urls_from_call=chosen)
 
-    async def _launch(self, question: str, team: TeamConfig, context: str | None,
-                      parent_session_id: str | None, notes: list[str],
+    async def _launch(self, request: RequestRecord, team: TeamConfig,
                       workspace: Workspace | None = None, *,
-                      urls_from_call: bool | None = None,
-                      kind: RunKind = RunKind.RUN,
-                      config_file: ConfigFile | None = None,
-                      review: ReviewTarget | None = None) -> StartedRun:
+                      urls_from_call: bool | None = None) -> StartedRun:
         """Ask the executor whether ``team`` may start (every reason it may not, in one
-        error, before a record exists), then start it. Base URLs a model's call chose
-        (``urls_from_call``; a recorded team's, when a model continues it) are not probed."""
+        error, before a record exists), then start it on ``request``, the one value every
+        executor records. The workspace is recorded only when the team's tools read it. Base
+        URLs a model's call chose (``urls_from_call``; a recorded team's, when a model
+        continues it) are not probed."""
         workspace = workspace or self.workspace
         root = workspace.root.resolve()
         chosen = workspace.confined if urls_from_call is None else urls_from_call
@@ -149,10 +167,9 @@ class ConsensusService(RecordReads):
             raise refusal_error(refusals)
         if self.fetch_progress is not None:
             await self.executor.prepare(team, self.fetch_progress)
-        run = await self.executor.start(question, team, context=context,
-                                      parent_session_id=parent_session_id, workspace=root,
-                                      notes=notes, kind=kind, config_file=config_file,
-                                      review=review)
+        if team.options.workspace_tools:
+            request = request.model_copy(update={"workspace": str(root)})
+        run = await self.executor.start(request, team)
         if self._records_in_project():
             consent.remember_run(self.store, run.session_id, team)
         return run
@@ -194,8 +211,9 @@ class ConsensusService(RecordReads):
         if options:
             team = with_overrides(team, options.model_dump(exclude_unset=True),
                                   source=f"session {session_id} options")
-        started = await self._launch(follow_up, team, earlier, session_id, [],
-                                     config_file=source)
+        started = await self._launch(
+            RequestRecord(question=follow_up, context=earlier, parent_session_id=session_id,
+                          config_file=source), team)
         self.store.append_event(session_id, EventType.CONTINUED,
                                 child_session_id=started.session_id)
         return started
@@ -226,8 +244,8 @@ class ConsensusService(RecordReads):
                                                   "skip_final_presentation": True})
         sampled = TeamConfig.model_validate({**team.model_dump(), "agents": copied,
                                              "options": options})  # ids checked again
-        return await self._launch(check_question(question), sampled, None, None, [],
-                                  kind=RunKind.EVAL)
+        return await self._launch(
+            RequestRecord(question=check_question(question), kind=RunKind.EVAL), sampled)
 
     async def resume_session(self, session_id: str, *, config: str | None = None
                              ) -> StartedRun:
@@ -239,7 +257,8 @@ class ConsensusService(RecordReads):
         lost = status.status is RunStatus.RUNNING and status.phase is Phase.QUEUED
         if status.status is not RunStatus.INTERRUPTED and not lost:
             raise SessionStateError(f"session {session_id} is {status.status}; only "
-                                    "interrupted runs can be resumed")
+                                    "interrupted runs can be resumed; "
+                                    + not_resumable_hint(session_id, status.status))
         team, _ = await self._recorded_team(session_id, config)
         return await self.executor.resume(session_id, team)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from massgen_mcp.core import portable
 from massgen_mcp.core.errors import MassgenError, SessionNotFoundError
+from massgen_mcp.core.outcomes import ReviewTarget
 from massgen_mcp.core.records import Event, RunKind, RunStatus
 from massgen_mcp.core.run_state import SessionRecord, SessionSummary
 from massgen_mcp.records.ids import check_session_id
@@ -47,6 +48,14 @@ class RecordReads:
             return self.store.read_request(session_id).kind is RunKind.EVAL
         except MassgenError:
             return False
+
+    def review_target(self, session_id: str) -> ReviewTarget | None:
+        """What a review run reviews (its request says so), else None: a review is titled
+        by it (:meth:`ReviewTarget.title`), not by its long prompt."""
+        try:
+            return self.store.read_request(session_id).review
+        except MassgenError:
+            return None
 
     def record(self, session_id: str) -> SessionRecord:
         """Everything recorded about a session: status, result, events, every answer."""

@@ -16,6 +16,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from massgen_mcp._version import __version__
+from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.executors.seam import Executor
 
 
@@ -52,6 +54,26 @@ class SetupView(BaseModel):
         "not zero)"))
     versions: dict[str, str]
     how_to_add_more: str
+    http_token: str = Field(description=(
+        "whether serve --http has a token (MASSGEN_MCP_TOKEN), and why one set is refused "
+        "(never its value)"))
+
+
+def http_token() -> str:
+    """What ``serve --http`` will make of the token and the pool's tasks key: a weak one is
+    refused at start (:func:`massgen_mcp.core.settings.secret_weakness`), and doctor says so
+    before that start."""
+    problems = []
+    for setting in (SETTINGS.mcp_token, SETTINGS.tasks_key):
+        try:
+            setting.read()
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if problems:
+        return "REFUSED: " + "; ".join(problems)
+    if SETTINGS.mcp_token.read():
+        return "set (serve --http requires it of every client)"
+    return "not set (serve --http serves loopback only, without a token)"
 
 
 async def survey(executor: Executor, storage: Path) -> SetupView:
@@ -84,4 +106,5 @@ async def survey(executor: Executor, storage: Path) -> SetupView:
         versions=versions,
         how_to_add_more=how_to_add_more(found.clis, found.local_servers,
                                         found.embedded_model),
+        http_token=http_token(),
     )

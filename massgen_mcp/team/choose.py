@@ -88,7 +88,8 @@ async def choose_team(spec: RunSpec, workspace: Workspace) -> TeamChoice:
     final = with_overrides(team, spec.overrides(), spec.base_url,
                            source=spec.config or "models")
     if workspace.confined:  # the caller is a model (MCP, /v1): it decides less than a file
-        consent.check_call(team, final, spec.overrides(), spec.base_url, spec.context_files)
+        consent.check_call(team, final, spec.overrides(), spec.base_url,
+                           {"context_files": spec.context_files})
     return TeamChoice(final, notes, source)
 
 

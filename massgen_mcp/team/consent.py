@@ -23,8 +23,9 @@ would hand it whatever its model reads there. The rule, like direnv's:
   commands would run its own files, so it asks again; any change asks again;
 * a model's call (an MCP tool call, the ``/v1`` endpoint) decides less than a file
   (:func:`check_call`): it may not lift the deny-list at all, may not give the workspace tools
-  to an agent at a foreign endpoint nor send it ``context_files``, and its ``base_url`` may
-  not redirect an agent that sends a key from your environment.
+  to an agent at a foreign endpoint nor send it files the call picks (``context_files``, a
+  review's ``paths``), and its ``base_url`` may not redirect an agent that sends a key from
+  your environment.
 
 A session record in the project's ``.massgen`` is a project file as well: a recorded team
 that needs consent runs again only if this machine started that run (:func:`check_recorded`).
@@ -39,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -95,17 +96,17 @@ def foreign_endpoint(agent: AgentSpec) -> str | None:
     return agent.base_url
 
 
-def _exposed(team: TeamConfig, *, context_files: bool = False
+def _exposed(team: TeamConfig, *, picked: Sequence[str] = ()
              ) -> dict[tuple[str, str], set[str]]:
     """(agent id, foreign endpoint) -> what of the user's would reach it: the project's files
-    (workspace tools, or ``context_files`` a call names) and MCP servers' results. Every agent
-    counts, tools or not: what one agent reads goes into its answer, and every agent reads
-    every answer (and ``context_files`` are in every agent's prompt)."""
+    (workspace tools, or files a call picks, by the fields ``picked`` names: ``context_files``,
+    a review's ``paths``) and MCP servers' results. Every agent counts, tools or not: what one
+    agent reads goes into its answer, and every agent reads every answer (and the files a
+    call picks are in every agent's prompt)."""
     reach = set()
     if team.options.workspace_tools:
         reach.add("the project's files (workspace_tools)")
-    if context_files:
-        reach.add("the project's files (context_files)")
+    reach.update(f"the project's files ({field})" for field in picked)
     if team.mcp_servers():
         reach.add("what the team's MCP servers return")
     if not reach:
@@ -225,23 +226,32 @@ def revoke(path: Path) -> bool:
 
 
 def check_call(before: TeamConfig, after: TeamConfig, overrides: dict[str, object],
-               base_url: str | None, context_files: Sequence[str] = ()) -> None:
+               base_url: str | None, picked: Mapping[str, Sequence[str]] | None = None
+               ) -> None:
     """Refuse what a model's call may not decide (the calling model may have been steered by
     the repository it reads): lifting the secret-file deny-list; giving the workspace tools or
     MCP servers' results to an agent at a foreign endpoint that ``before`` (the team as its
-    file or models gave it) did not already give them to; sending ``context_files`` to any
-    agent at a foreign endpoint (the call chooses the files, so no file's consent covers
-    them); and a ``base_url`` that would receive a key from the user's environment."""
+    file or models gave it) did not already give them to; sending the files the call picks
+    (``picked``: field -> files, of any kind: ``context_files``, a review's ``paths``) to any
+    agent at a foreign endpoint (the call chose them, so no file's consent covers them); and
+    a ``base_url`` that would receive a key from the user's environment."""
     if overrides.get("allow_secret_files"):
         raise UntrustedConfigError(
             "options.allow_secret_files: only you can lift the secret-file deny-list, not a "
             "model's call: set options: {allow_secret_files: [...]} in your own config "
             f"({user_config_dir() / 'config.yaml'}), in a file you run yourself (massgen-mcp "
             "run --config FILE), or in the project's config and trust it (massgen-mcp trust)")
+    fields = [field for field, files in (picked or {}).items() if files]
     had = _exposed(before)
-    new = {where: what for where, what
-           in _exposed(after, context_files=bool(context_files)).items()
-           if not what <= had.get(where, set())}
+    new = {where: fresh for where, what in _exposed(after, picked=fields).items()
+           if (fresh := what - had.get(where, set()))}
+    if new and fields:
+        raise UntrustedConfigError(
+            f"{fields[0]}: " + "; ".join(_exposure_lines(new)) + ". A model's call cannot "
+            "send files it picks to an endpoint that is neither on this machine nor the "
+            "provider's own API, whatever consent the team's config has: name them yourself "
+            "(massgen-mcp run --context-file FILE, massgen-mcp review PATH), or leave them "
+            "out of the call")
     if new:
         raise UntrustedConfigError(
             "; ".join(_exposure_lines(new)) + ". A model's call cannot send your project's "

@@ -4,8 +4,10 @@ A :class:`Workspace` is a root folder plus one rule. Relative paths resolve agai
 A *confined* workspace (the MCP server's, whose caller is a model) refuses absolute paths and
 anything that resolves outside the root, symlinks included, and files on the secret-file
 deny-list of :mod:`massgen_mcp.tools.workspace`, as context or as a config (whose errors quote
-the lines they are about); the CLI's workspace is not confined, because its caller is the user
-at a shell who can read those files anyway.
+the lines they are about); as context, also what a model never sees there (``.massgen/``, a
+file holding a private key: :func:`~massgen_mcp.tools.workspace.withheld`); the CLI's
+workspace is not confined, because its caller is the user at a shell who can read those
+files anyway.
 
 Context files are text only and size-capped: at most 20 files, 100,000 bytes per file,
 200,000 characters of context in total; binary and non-UTF-8 files are refused.
@@ -19,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
 from massgen_mcp.core.spec import MAX_CONTEXT_CHARS
-from massgen_mcp.tools.workspace import is_denied, is_hidden
+from massgen_mcp.tools.workspace import is_denied, is_hidden, withheld, withheld_content
 
 MAX_FILES = 20
 VCS_DIRS = (".git", ".hg", ".svn")  # internals: remotes' URLs and credentials
@@ -51,16 +53,29 @@ class Workspace:
         return resolved
 
     def may_hold_secrets(self, name: str, path: Path) -> bool:
-        """Whether a model's call must not have ``name`` (found at ``path`` by :meth:`path`)
-        read: the workspace is confined and the name, or the file it leads to, is on the
-        secret-file deny-list (which a call cannot lift) or inside ``.git/`` (its config
-        holds the remotes' URLs, tokens included), ``.hg/`` or ``.svn/``, in any letter case,
-        as the workspace tools refuse them."""
+        """Whether a model's call must not use ``name`` (found at ``path`` by :meth:`path`)
+        as its config, whose errors quote its lines: the workspace is confined and the name,
+        or the file it leads to, is on the secret-file deny-list (which a call cannot lift)
+        or inside ``.git/`` (its config holds the remotes' URLs, tokens included), ``.hg/``
+        or ``.svn/``, in any letter case. The project's ``.massgen/config.yaml`` is a config
+        a call may name (it asks for consent, :mod:`massgen_mcp.team.consent`)."""
         if not self.confined:
             return False
         found = path.relative_to(self.root.resolve()).as_posix()
         return any(is_denied(PurePosixPath(p)) or is_hidden(PurePosixPath(p), VCS_DIRS)
                    for p in (name, found))
+
+    def withheld(self, name: str, path: Path) -> str | None:
+        """Why a model's call may not share ``name`` (found at ``path`` by :meth:`path`) as a
+        context file, or None: the workspace is confined and the name, or the file it leads
+        to, is one a model never sees (:func:`massgen_mcp.tools.workspace.withheld`: the
+        secret-file deny-list, which a call cannot lift; ``.git/``, ``.massgen/``), as the
+        workspace tools refuse them."""
+        if not self.confined:
+            return None
+        found = path.relative_to(self.root.resolve()).as_posix()
+        return next((why for p in (name, found) if (why := withheld(PurePosixPath(p)))),
+                    None)
 
     def _read(self, name: str, path: Path) -> bytes:
         """The file's bytes, read as every untrusted file is (:func:`read_bytes_safely`: the
@@ -90,12 +105,14 @@ class Workspace:
         total = 0
         for name in names:
             path = self.path(name, "context_files")
-            if self.may_hold_secrets(name, path):
-                raise ConfigError(f"context_files: {name!r} may hold secrets; a model's call "
-                                  "cannot share it (the secret-file deny-list of the "
-                                  "workspace tools; pass it yourself with massgen-mcp run "
-                                  "--context-file)")
-            data = self._read(name, path)
+            why = self.withheld(name, path)
+            data = self._read(name, path) if why is None else b""
+            if why is None and self.confined:
+                why = withheld_content(data)
+            if why is not None:
+                raise ConfigError(f"context_files: {name!r} may hold secrets ({why}); a "
+                                  "model's call cannot share it (pass it yourself with "
+                                  "massgen-mcp run --context-file)")
             if b"\x00" in data:
                 raise ConfigError(f"context_files: {name!r} looks binary; only text files are "
                                   "read")

@@ -42,7 +42,7 @@ from massgen_mcp.providers.cli.catalog import FoundCli, find_clis
 from massgen_mcp.providers.kinds import PROVIDER_KEY_ENV, provider_key
 from massgen_mcp.providers.litellm_provider import warm_up
 from massgen_mcp.providers.registry import through_litellm
-from massgen_mcp.team.massgen_yaml import load_config_file
+from massgen_mcp.team.massgen_yaml import load_config_file, review_rules_only
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +220,8 @@ def configured_team() -> tuple[TeamConfig, str] | None:
         # Whatever is there is read (a FIFO or a folder refused with one line): a check of
         # the name first, then a read, let the name change between the two.
         if path.exists():
+            if review_rules_only(path):  # a project's review: block alone names no team
+                continue
             team, _ = load_config_file(path, check_trust=from_project)
             return team, str(path)
     return None

@@ -84,7 +84,10 @@ BACKEND_KEYS = {
 ORCHESTRATOR_KEYS = {"max_new_answers_per_agent", "skip_final_presentation",
                      "final_answer_strategy", "coordination_mode", "context_paths",
                      "answer_novelty_requirement", "max_orchestration_restarts"}
-TOP_KEYS = {"agents", "agent", "orchestrator", "timeout_settings", "options"}
+# ``review``: the repository's review rules, read by massgen_mcp/review/rules.py (never
+# expanded from the environment, and not part of the team).
+TOP_KEYS = {"agents", "agent", "orchestrator", "timeout_settings", "options", "review"}
+NOT_TEAM_KEYS = ("agents", "agent", "review")  # the keys whose values _options never reads
 
 # MassGen keys that set one of our options directly: the key a problem with it is named by.
 OPTION_KEYS = {

@@ -36,6 +36,7 @@ from massgen_mcp.team.massgen_keys import (
     CLI_BACKENDS,
     CLI_IGNORED,
     CLI_SYSTEM_KEYS,
+    NOT_TEAM_KEYS,
     OPTION_KEYS,
     ORCHESTRATOR_KEYS,
     TOP_KEYS,
@@ -298,7 +299,7 @@ def team_from_mapping(data: Any, *, source: str = "config", expanded: Expanded |
     options: dict[str, Any] = {}
     try:
         rest = {k: expansion.expand(v, k) for k, v in data.items()
-                if k not in ("agents", "agent")}
+                if k not in NOT_TEAM_KEYS}
         options = _options(rest, warnings, problems, origin, expansion)
         if any(role != NO_ROLE for role in roles):
             if "roles" in options:
@@ -378,7 +379,7 @@ def _variables_read(data: Any) -> Expanded:
             expansion.agent(raw, i)
     with contextlib.suppress(ConfigError):
         for key, value in data.items():
-            if key not in ("agents", "agent"):
+            if key not in NOT_TEAM_KEYS:
                 expansion.expand(value, key)
     return used
 
@@ -442,3 +443,11 @@ def load_config_file(path: str | Path, *, check_trust: bool = False
     """The team and warnings of a config file (see :func:`read_config_file`)."""
     loaded = read_config_file(path, check_trust=check_trust)
     return loaded.team, loaded.warnings
+
+
+def review_rules_only(path: Path) -> bool:
+    """Whether the config file at ``path`` holds a repository's review rules (``review:``)
+    and no team (no ``agents:``): a project's ``.massgen/config.yaml`` may say only how its
+    changes are reviewed, and then it names no default team. Blocking: reads the file."""
+    data = parse_yaml(read_config_text(path), path.name)
+    return isinstance(data, dict) and "review" in data and not ({"agents", "agent"} & set(data))

@@ -25,10 +25,14 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+import os
+import sys
+import threading
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 from massgen_mcp.core import children
 from massgen_mcp.core.agent import McpServerSpec
+from massgen_mcp.core.edges import terminal_safe
 from massgen_mcp.core.env import expand_vars
 from massgen_mcp.core.secrets import redact, register_secret
 
@@ -50,12 +54,45 @@ MAX_TOOLS_PER_SERVER = 100
 MAX_SPEC_CHARS = 10_000
 MAX_TOOLS_PER_CALL = 100
 MAX_SPECS_CHARS_PER_CALL = 100_000
+MAX_STDERR_LINE = 4096  # a line of a server's stderr passed on; the rest of it is dropped
 
 
 
 
 
 
+
+
+class StderrRelay:
+    """A stdio server's stderr, passed on to ours one line at a time, redacted and made
+    terminal-safe (:func:`~massgen_mcp.core.edges.terminal_safe`). The server is a program
+    the config chose, but what it prints is whatever it read (a web page, a tool's result)
+    or holds (the keys its ``env`` names), and our stderr is a person's terminal or a
+    host's log: an escape sequence there retitles the window or clears the screen."""
+
+    def __init__(self, server: str) -> None:
+        read_fd, write_fd = os.pipe()
+        self.stream: TextIO = os.fdopen(write_fd, "w")  # the server's stderr
+        reader = os.fdopen(read_fd, "rb")
+        threading.Thread(target=self._relay, args=(reader,), daemon=True,
+                         name=f"mcp-stderr-{server}").start()
+
+    @staticmethod
+    def _relay(reader: IO[bytes]) -> None:
+        with reader:
+            while line := reader.readline(MAX_STDERR_LINE):
+                if not line.endswith(b"\n"):  # a longer line: the rest of it is dropped
+                    while (more := reader.readline(MAX_STDERR_LINE)) and \
+                            not more.endswith(b"\n"):
+                        pass
+                text = redact(line.decode("utf-8", "replace").rstrip("\r\n"))
+                with contextlib.suppress(OSError, ValueError):  # our stderr is gone
+                    sys.stderr.write(terminal_safe(text) + "\n")
+                    sys.stderr.flush()
+
+    def close(self) -> None:
+        """Our copy of the pipe's end; the relay ends when the server's is closed too."""
+        self.stream.close()
 
 
 def _resolve(values: dict[str, str], where: str) -> dict[str, str]:
@@ -108,9 +145,12 @@ class McpToolbox:
                 command, *args = spawn.argv
                 self._stack.push_async_callback(asyncio.to_thread, children.sweep,
                                                 spawn.marker)
+                relay = StderrRelay(spec.name)
+                self._stack.callback(relay.close)
                 transport = StdioTransport(command=command, args=args,
                                            env=env | {children.MARKER_ENV: spawn.marker},
-                                           cwd=spec.cwd, keep_alive=False)
+                                           cwd=spec.cwd, keep_alive=False,
+                                           log_file=relay.stream)
             else:
                 transport = StreamableHttpTransport(
                     spec.url or "", headers=_resolve(spec.headers,

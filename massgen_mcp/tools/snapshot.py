@@ -8,9 +8,10 @@ any other run.
 working tree is not read at all) into a new temporary folder and returns it with what it left
 out, and why:
 
-* files on the secret-file deny-list (:func:`massgen_mcp.tools.workspace.is_denied`: ``.env``,
-  keys, credentials) and anything under ``.git/``: never copied, so a member that asks for
-  ``.env`` finds nothing there;
+* files a model may not see (:func:`massgen_mcp.tools.workspace.withheld`: the secret-file
+  deny-list, ``.env``, keys, credentials; anything under ``.git/`` or ``.massgen/``; and, by
+  content, a file holding a private key): never copied, so a member that asks for ``.env``
+  finds nothing there;
 * a coding CLI's project settings (``.claude/``, ``.codex/``, ``.gemini/``, ``.agents/``,
   ``.mcp.json``): what a CLI member working in the copy would load (hooks, MCP servers);
 * links (a tracked link, or a working-tree file reached through one): not followed, not
@@ -62,7 +63,7 @@ from massgen_mcp.tools.git import (
     plain_parts,
     through_link,
 )
-from massgen_mcp.tools.workspace import is_denied, is_hidden
+from massgen_mcp.tools.workspace import is_hidden, withheld, withheld_content
 
 MAX_FILE_BYTES = 1_000_000  # a source file; larger ones are data, left out
 # The whole copy (under the 64 MiB a git child may print: the commit's files come as one
@@ -98,10 +99,9 @@ class Snapshot:
 
 def _refused(relative: str) -> str | None:
     path = PurePosixPath(relative)
-    if is_hidden(path, (".git",)):
-        return "inside .git/"
-    if is_denied(path):
-        return "on the secret-file deny-list"
+    why = withheld(path)
+    if why is not None:
+        return why
     if is_hidden(path, CLI_SETTINGS_DIRS) or path.name.lower() in CLI_SETTINGS_FILES:
         return "a coding CLI's project settings"
     return None
@@ -217,6 +217,8 @@ async def _copy_worktree(git: Git, root: Path, folder: Path
                 continue  # deleted in the working tree: not on the reviewed side
             except OSError as exc:
                 why = f"not readable ({exc.strerror})"
+            else:
+                why = withheld_content(data)
         if why is not None:
             left_out.append((relative, why))
             continue
@@ -272,6 +274,7 @@ async def _copy_commit(git: Git, commit: str, folder: Path
     except (GitFailed, OutputOverCap) as exc:
         raise ConfigError(f"--commit: the commit's files could not be read ({exc})") from None
     at = 0
+    files = 0
     for _, relative in wanted:  # "<oid> blob <size>\n<content>\n", in the order asked
         end = blobs.index(b"\n", at)
         header = blobs[at:end].split()
@@ -279,9 +282,16 @@ async def _copy_commit(git: Git, commit: str, folder: Path
             raise ConfigError(f"--commit: {relative!r} could not be read from the "
                               f"repository ({blobs[at:end][:100].decode(errors='replace')})")
         length = int(header[2])
-        _write(folder, relative, blobs[end + 1:end + 1 + length])
+        data = blobs[end + 1:end + 1 + length]
         at = end + 1 + length + 1
-    return left_out, len(wanted), total
+        why = withheld_content(data)
+        if why is not None:
+            left_out.append((relative, why))
+            total -= length
+            continue
+        _write(folder, relative, data)
+        files += 1
+    return left_out, files, total
 
 
 def _write(folder: Path, relative: str, data: bytes) -> None:

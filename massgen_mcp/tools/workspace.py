@@ -8,7 +8,10 @@ agent's provider, so they are off unless a run asks for them, and they are caref
 * **never secret files**: the deny-list below (``.env*``, keys, credentials, ``.ssh/``, ...,
   and backups of them such as ``.env~``), matched case-insensitively, is neither listed nor
   read nor searched; ``allow_secret_files`` lifts only what it names; ``.git/`` internals and
-  ``.massgen/`` are refused in any letter case;
+  ``.massgen/`` are refused in any letter case; a file holding a private key (a PEM block, a
+  WireGuard ``PrivateKey`` line) is not read whatever its name. :func:`withheld` and
+  :func:`withheld_content` decide, here and wherever else a file reaches a model (a review's
+  diff and named files, the repository copy);
 * **text only and capped**: regular files only (no FIFOs, devices or ``/proc``), binary files
   refused, at most :data:`MAX_READ_BYTES` per read and :data:`MAX_RUN_BYTES` per run, at most
   :data:`MAX_LISTED` entries and :data:`MAX_MATCHES` search hits per call.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -48,7 +52,7 @@ SEARCH_TIMEOUT_S = 5.0
 DENY_NAMES = (
     # environment files
     ".env", ".env.*", ".env-*", ".env_*", ".env[0-9]*", "*.env", ".envrc", ".secrets",
-    ".secret", ".dev.vars", "local.settings.json", "env.local",
+    ".secret", ".dev.vars", "local.settings.json", "env.local", ".flaskenv",
     # application configs that hold the database password by convention
     "wp-config.php", "appsettings.json", "appsettings.*.json",
     # private keys, certificates with keys, key stores
@@ -61,9 +65,19 @@ DENY_NAMES = (
     "*_credentials*", "*.credentials", "*service-account*.json", "*service_account*.json",
     "token.json", "tokens.json", "*-token.json", "*_token.json", "*.token",
     "kubeconfig", "kubeconfig.*", "*.kubeconfig",
+    # ... and of other tools: rclone's remotes, pip's index URL with its password, Maven's
+    # server passwords, Gradle's signing and publishing credentials, Firebase and Google
+    # service keys, WireGuard's interface files (their PrivateKey; wg0.conf, wireguard/*.conf)
+    "rclone.conf", "pip.conf", "settings.xml", "settings-security.xml", "gradle.properties",
+    "keyfile.json", "firebase-adminsdk-*.json", "google-services.json", "wg*.conf",
+    "wireguard/*.conf",
+    # shells' and REPLs' histories (a password typed on a command line): .bash_history,
+    # .python_history, .psql_history
+    "*_history",
     # secrets by name
-    "secret", "secrets", "secret[-_.]*", "secrets[-_.]*", "*.secret", "*.secrets", "*-secret.*",
-    "*_secret.*", "*-secrets.*", "*_secrets.*", "client_secret*",
+    "secret", "secrets", "secret[-_.]*", "secrets[-_.]*", ".secret.*", ".secrets.*",
+    "*.secret", "*.secrets", "*-secret.*", "*_secret.*", "*-secrets.*", "*_secrets.*",
+    "client_secret*", "private[-_]key", "private[-_]key.txt",
     # infrastructure state and variables
     "*.tfstate", "*.tfstate.*", "*.tfvars", "*.tfvars.json",
     # folders of credentials
@@ -78,8 +92,25 @@ DENY_NAMES = (
 # Suffixes editors and people add to a copy: the copy of a secret file is a secret file.
 BACKUP_SUFFIXES = (".bak", ".backup", ".old", ".orig", ".save", ".swp", ".swo", ".tmp",
                    ".copy", "~")
-SKIP_DIRS = (".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", ".massgen")
-HIDDEN_DIRS = (".git", ".hg", ".svn", ".massgen")  # not even when named: internals, records
+# Folders a model never sees, not even when a file in them is named, in any letter case:
+# version control's internals (a remote's URL with its token, a credentials store) and
+# massgen's own folder (a project config's inline api_key, earlier sessions' questions and
+# answers). The one list for the workspace tools, a review's diff, patch and named files, and
+# the repository copy a coding CLI reads (:func:`withheld`).
+HIDDEN_DIRS = (".git", ".hg", ".svn", ".massgen")
+SKIP_DIRS = (*HIDDEN_DIRS, "node_modules", "__pycache__", ".venv")  # not walked, not listed
+# Why a model is not shown a file (:func:`withheld`, :func:`withheld_content`): one set of
+# words for every place that withholds one.
+DENIED = "on the secret-file deny-list"
+HIDDEN = "version-control internals or massgen's records"
+HOLDS_KEY = f"{DENIED}: it holds a private key"
+# A private key in a file of any name: a PEM block's first line, or a WireGuard interface's
+# ``PrivateKey = <44 base64 characters>`` line, each at a line's start (after a diff's
+# ``+``, ``-`` or space).
+_PRIVATE_KEY = re.compile(
+    rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----"
+    rb"|^[-+ ]?[ \t]*PrivateKey[ \t]*=[ \t]*[A-Za-z0-9+/]{42,43}=*[ \t]*\r?$",
+    re.MULTILINE | re.IGNORECASE)
 
 
 class ToolRefused(Exception):
@@ -122,6 +153,26 @@ def is_hidden(relative: PurePosixPath, names: tuple[str, ...] = HIDDEN_DIRS) -> 
     """Whether a component is one of ``names``, in any letter case (``.GIT`` is ``.git`` on
     a case-insensitive disk)."""
     return any(part.lower() in names for part in relative.parts)
+
+
+def withheld(relative: PurePosixPath, allow: tuple[str, ...] = (),
+             deny: tuple[str, ...] = DENY_NAMES) -> str | None:
+    """Why a model may not see the file ``relative`` (a path inside the project, POSIX
+    separators), or None when it may: a name on the secret-file deny-list (``allow``: the
+    patterns a run lifts), or a part in :data:`HIDDEN_DIRS`. The one answer for every way a
+    file reaches a model: the workspace tools, a review's diff sections, patches and named
+    files, and the repository copy a coding CLI member reads."""
+    if is_denied(relative, deny, allow):
+        return DENIED
+    if is_hidden(relative):
+        return HIDDEN
+    return None
+
+
+def withheld_content(data: bytes) -> str | None:
+    """Why a model may not see a file (or a diff section) holding ``data`` whatever its name,
+    or None: a private key in it (a PEM private-key block, a WireGuard ``PrivateKey`` line)."""
+    return HOLDS_KEY if _PRIVATE_KEY.search(data) else None
 
 
 @dataclass
@@ -238,10 +289,9 @@ class WorkspaceTools:
         if not resolved.is_relative_to(self.root):
             raise ToolRefused(f"{name!r} is outside the project")
         relative = PurePosixPath(resolved.relative_to(self.root).as_posix())
-        if is_denied(relative, self.deny, self.allow):
-            raise ToolRefused(f"{name!r} may hold secrets; it is never read or listed")
-        if is_hidden(relative):
-            raise ToolRefused(f"{name!r} is version-control internals or massgen's records")
+        why = withheld(relative, self.allow, self.deny)
+        if why is not None:
+            raise ToolRefused(refusal(name, why))
         if not self._visible(relative, on_the_way=resolved.is_dir()):
             raise ToolRefused(f"{name!r} is outside this run's context_paths")
         return resolved, relative
@@ -257,12 +307,13 @@ class WorkspaceTools:
                                   "give a narrower path")
             base = PurePosixPath(Path(here).relative_to(self.root).as_posix())
             dirs[:] = sorted(d for d in dirs if not is_hidden(PurePosixPath(d), SKIP_DIRS)
-                             and not is_denied(PurePosixPath(d), self.deny, self.allow)
+                             and withheld(PurePosixPath(d), self.allow, self.deny) is None
                              and self._visible(base / d, on_the_way=True))
             for name in sorted(files):
                 path = Path(here) / name
                 relative = PurePosixPath(path.relative_to(self.root).as_posix())
-                if (is_denied(relative, self.deny, self.allow) or not self._visible(relative)
+                if (withheld(relative, self.allow, self.deny) is not None
+                        or not self._visible(relative)
                         or not path.is_file() or path.is_symlink()):
                     continue
                 if glob and not (fnmatch.fnmatch(str(relative), glob)
@@ -365,7 +416,16 @@ class WorkspaceTools:
             raise ToolRefused(f"{relative} cannot be read") from None
         if b"\x00" in data[:8192]:
             raise ToolRefused(f"{relative} looks binary; only text files are read")
+        why = withheld_content(data)
+        if why is not None:
+            raise ToolRefused(refusal(str(relative), why))
         return data.decode("utf-8", errors="replace")
+
+
+def refusal(name: str, why: str) -> str:
+    """The tools' words for a file :func:`withheld` (or :func:`withheld_content`) keeps from
+    the agent."""
+    return f"{name!r} may hold secrets ({why}); it is never read or listed"
 
 
 def _not_read(relative: PurePosixPath, refused: UnsafeFileError) -> str:

@@ -39,10 +39,12 @@ def test_the_dissent_is_in_the_record_and_on_the_cli(
     code = main(["run", "Which index for a log store?", "--config", str(config), "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    session = json.loads(out)["session_dir"]
+    printed = json.loads(out)
+    session = printed["session_dir"]
     with open(f"{session}/result.json") as f:
         result = json.load(f)
     agreement = result["agreement"]
+    assert printed["agreement"] == agreement  # a script reads --json, not stderr
     assert (agreement["backing"], agreement["members"]) == (2, 3)
     up = agreement["runner_up"]
     assert up["agent_id"] == "agent_c" and up["excerpt"] == ANSWERS["c"]

@@ -433,3 +433,35 @@ def test_an_empty_context_paths_gives_no_file_access(capsys: pytest.CaptureFixtu
     config.write_text(team + "orchestrator: {context_paths: [{path: src, permission: read}]}\n")
     code, out, _ = run_cli(capsys, "validate", str(config))
     assert code == 0 and "workspace_tools=True" in out and "context_paths=['src']" in out
+
+
+def test_validate_says_what_every_provider_row_checks(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """validate asks the provider rows' checks, as a run's preflight does: a check a new row
+    brings is said by both, with no line of validate's own (a warning when the environment
+    fixes it, an error when the file is wrong)."""
+    from massgen_mcp.core.errors import Refusal
+    from massgen_mcp.core.spec import TeamConfig, build_team
+    from massgen_mcp.providers import preflight
+    from massgen_mcp.providers.kinds import KINDS, Check, Kind
+
+    async def closed(team: TeamConfig, unreachable: object) -> list[Refusal]:
+        return [Refusal(f"agent {a.id!r}: the acme gateway is closed today")
+                for a in team.agents]
+
+    async def renamed(team: TeamConfig) -> list[str]:
+        return [f"agent {a.id!r}: acme renamed this model" for a in team.agents]
+
+    monkeypatch.setattr(preflight, "KINDS", (*KINDS, Kind("acme", checks=(
+        Check(closed), Check(closed, per_agent=renamed, fixable=False)))))
+    config = tmp_path / "team.yaml"
+    config.write_text("agents:\n  - id: a\n    backend: {type: openai, model: m, "
+                      f"base_url: 'http://127.0.0.1:{unused_port()}/v1'}}\n")
+    refused = asyncio.run(preflight.here(build_team({"agents": [
+        {"id": "a", "model": "openai/m", "base_url": "http://127.0.0.1:9/v1"}]})))
+    assert "agent 'a': the acme gateway is closed today" in [r.text for r in refused]
+    code, out, err = run_cli(capsys, "validate", str(config))
+    assert code == 1
+    assert "  warning: agent 'a': the acme gateway is closed today" in out.splitlines()
+    assert f"massgen-mcp: {config}: agent 'a': acme renamed this model" in err.splitlines()

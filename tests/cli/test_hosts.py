@@ -142,6 +142,35 @@ def test_cli_print_changes_nothing(dirs: tuple[Path, Path],
     assert "already up to date" in capsys.readouterr().out
 
 
+def test_uvx_says_it_needs_a_release_and_uvx_from_points_at_a_checkout_or_a_wheel(
+        dirs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`uvx massgen-mcp` starts the release on PyPI, and before the first one there is none:
+    --uvx says so (on stderr with --print, whose stdout is the entry alone); --uvx-from PATH
+    writes `uvx --from PATH massgen-mcp`, which starts today."""
+    project, _ = dirs
+    assert main(["install", "cursor", "--print", "--uvx"]) == 0
+    captured = capsys.readouterr()
+    assert "before its first release there it starts nothing" in captured.err
+    assert "--uvx-from PATH" in captured.err and "--uvx-from" not in captured.out
+    assert main(["install", "cursor", "--uvx"]) == 0
+    assert "before its first release there it starts nothing" in capsys.readouterr().out
+
+    checkout = Path(__file__).resolve().parents[2]
+    assert main(["install", "vscode", "--uvx-from", str(checkout)]) == 0
+    written = json.loads((project / ".vscode" / "mcp.json").read_text())
+    assert written["servers"]["massgen"]["args"] == ["--from", str(checkout), "massgen-mcp"]
+    assert "starts nothing" not in capsys.readouterr().out
+    wheel = tmp_path / "massgen_mcp-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    assert server_command(False, str(wheel)) == ("uvx", ["--from", str(wheel), "massgen-mcp"])
+    for wrong in (tmp_path / "missing", tmp_path, tmp_path / "other.whl"):
+        assert main(["install", "codex", "--print", "--uvx-from", str(wrong)]) != 0
+        said = capsys.readouterr().err.strip()
+        assert said == (f"massgen-mcp: --uvx-from {wrong}: not a massgen-mcp checkout (a "
+                        "folder with pyproject.toml) or a wheel built from one "
+                        "(massgen_mcp-*.whl)")
+
+
 @needs_clis
 def test_codex_sees_the_project_server_once_the_folder_is_trusted_as_the_note_says(
         dirs: tuple[Path, Path]) -> None:

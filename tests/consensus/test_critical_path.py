@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.core.run_state import StatusRecord
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
@@ -60,7 +61,7 @@ async def test_what_a_resume_needs_is_recorded_before_the_next_requests(
 
     runner.add_event_listener(on_event)
     runner.add_status_listener(on_status)
-    run = await runner.start("What is 6*7?", team_for(server))
+    run = await runner.start(RequestRecord(question="What is 6*7?"), team_for(server))
     result = await run.task
 
     assert result.status == "completed", result.errors

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from massgen_mcp.consensus.drafts import Drafts
-from massgen_mcp.core.records import CallPurpose, EventType
+from massgen_mcp.core.records import CallPurpose, EventType, RequestRecord
 from massgen_mcp.core.run_state import StatusRecord
 from massgen_mcp.core.secrets import redact_excerpt, register_secret
 from massgen_mcp.executors.local import LocalExecutor
@@ -47,7 +47,8 @@ async def test_a_draft_shows_while_it_streams_and_is_never_written(home: Path) -
     register_secret(SECRET)
     with ScriptedServer(slow_answers, chunk_chars=8, chunk_delay_s=0.01) as server:
         service = local(home)
-        run = await service.executor.start("What is 6*7?", team_for(server, ("a", "b")))
+        run = await service.executor.start(RequestRecord(question="What is 6*7?"),
+                                           team_for(server, ("a", "b")))
         seen: list[StatusRecord] = []
         async with asyncio.timeout(60):
             async for status in service.watch(run.session_id):

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.records.store import SessionStore
@@ -246,7 +247,7 @@ async def test_cancel_stops_in_flight_calls_promptly(scripted: Scripted) -> None
     server = scripted(hang)
     store = SessionStore()
     runner = LocalExecutor(store, ProviderRouter())
-    run = await runner.start("q?", team_for(server))
+    run = await runner.start(RequestRecord(question="q?"), team_for(server))
     for _ in range(3):
         assert await asyncio.to_thread(arrived.acquire, True, 10)
     started = time.monotonic()

@@ -23,7 +23,7 @@ from massgen_mcp.consensus.pace import late_at, quorum
 from massgen_mcp.consensus.state import Coordination
 from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import Refusal
-from massgen_mcp.core.records import Decision, Event, EventType, RunStatus
+from massgen_mcp.core.records import Decision, Event, EventType, RequestRecord, RunStatus
 from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.base import CallContext, Completion
@@ -194,7 +194,7 @@ async def test_a_straggler_joins_late_under_the_protocol_s_rules(
     runner = LocalExecutor(store, ProviderRouter())
     runner.add_event_listener(lambda sid, e: on_event(sid, e.as_dict()))
     runner.add_status_listener(statuses.append)
-    run = await runner.start("What is 6*7?", team_for(server))
+    run = await runner.start(RequestRecord(question="What is 6*7?"), team_for(server))
     result = await run.task
     events = store.read_events(run.session_id)
     kinds = [e.type for e in events]
@@ -266,7 +266,7 @@ async def test_resume_of_a_run_that_ended_early_asks_only_for_the_final_answer(
     store = SessionStore(tmp_path)
     team = team_for(server, late_factor=100)
     runner = LocalExecutor(store, ProviderRouter())
-    live = await runner.start("What is 6*7?", team)
+    live = await runner.start(RequestRecord(question="What is 6*7?"), team)
     assert await asyncio.to_thread(final_asked.wait, NEVER_S)
     await runner.aclose(interrupt=True)  # the server stops mid-final
     assert store.read_status(live.session_id).status is RunStatus.INTERRUPTED
@@ -382,7 +382,7 @@ async def test_a_run_cancelled_while_restarting_turns_lets_them_clean_up() -> No
     _SlowToStop.runner = runner
     team = build_team({"agents": [{"id": f"agent_{m}", "model": f"openai/{m}"} for m in "abc"],
                        "options": {"late_factor": 1.0}})
-    live = await runner.start("What is 6*7?", team)
+    live = await runner.start(RequestRecord(question="What is 6*7?"), team)
     _SlowToStop.session_id = live.session_id
     await asyncio.gather(live.task, return_exceptions=True)
     assert cancelling, "no turn was restarted"

@@ -18,7 +18,7 @@ import pytest
 
 from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import Refusal
-from massgen_mcp.core.records import EventType, FinishReason, RunStatus
+from massgen_mcp.core.records import EventType, FinishReason, RequestRecord, RunStatus
 from massgen_mcp.core.run_state import ResultRecord
 from massgen_mcp.core.spec import TeamConfig, build_team
 from massgen_mcp.executors.local import LocalExecutor
@@ -45,7 +45,7 @@ async def run(provider: ScriptedProvider, team_: TeamConfig) -> tuple[ResultReco
                                                                        LocalExecutor]:
     store = SessionStore()
     runner = LocalExecutor(store, provider)
-    live = await runner.start("What is 6*7?", team_)
+    live = await runner.start(RequestRecord(question="What is 6*7?"), team_)
     return await live.task, store, runner
 
 
@@ -76,7 +76,8 @@ async def test_invalid_replies_get_corrective_retries_then_drop() -> None:
         ("agent_a", 1)]
     assert [e.attempt for e in invalid if e.agent_id == "agent_c"] == [1, 2, 3]
     assert result.agents["agent_c"].dropped_reason == (
-        "3 invalid actions in one turn (last: no_action)")
+        "3 invalid actions in one turn (last: no_action: you did not call a tool.)")
+    assert [e.detail for e in invalid if e.agent_id == "agent_c"] == ["never a tool call"] * 3
     assert result.status is RunStatus.COMPLETED
     retried = next(r for r in provider.requests if r.model == "a" and r.is_retry)
     assert retried.messages[-1]["content"].startswith("Invalid action: you did not call a tool.")
@@ -201,7 +202,7 @@ class Stubborn:
 async def test_aclose_waits_at_most_its_deadline(caplog: pytest.LogCaptureFixture) -> None:
     provider = Stubborn()
     runner = LocalExecutor(SessionStore(), provider)
-    live = await runner.start("q", team("a"))
+    live = await runner.start(RequestRecord(question="q"), team("a"))
     await provider.started.wait()
     with caplog.at_level(logging.WARNING):
         await runner.aclose(deadline_s=0.05)
@@ -216,6 +217,7 @@ def test_the_engine_path_does_not_import_litellm(tmp_path: Path) -> None:
     code = f"""
 import asyncio, sys
 from pathlib import Path
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.core.spec import build_team
 from massgen_mcp.testing.scripted import ScriptedProvider
 from massgen_mcp.executors.local import LocalExecutor
@@ -223,7 +225,8 @@ from massgen_mcp.records.store import SessionStore
 
 async def main():
     runner = LocalExecutor(SessionStore(Path({str(tmp_path)!r})), ScriptedProvider())
-    live = await runner.start("q", build_team({{"agents": [{{"id": "a", "model": "openai/a"}}]}}))
+    team = build_team({{"agents": [{{"id": "a", "model": "openai/a"}}]}})
+    live = await runner.start(RequestRecord(question="q"), team)
     print((await live.task).status, "litellm" in sys.modules)
 
 asyncio.run(main())
@@ -257,7 +260,7 @@ async def test_resume_replays_answers_and_standing_votes(tmp_path: Path) -> None
     store = SessionStore(tmp_path)
     provider = Blocked()
     runner = LocalExecutor(store, provider)
-    live = await runner.start("What is 6*7?", team())
+    live = await runner.start(RequestRecord(question="What is 6*7?"), team())
     await provider.votes_in.wait()
     while sum(1 for e in store.read_events(live.session_id) if e.type is EventType.VOTE) < 2:
         await runner.wait(live.session_id, 5)

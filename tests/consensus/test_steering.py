@@ -30,7 +30,7 @@ from massgen_mcp.consensus.steering import (
     NoteGate,
 )
 from massgen_mcp.core.errors import ConfigError, SteerRefusedError
-from massgen_mcp.core.records import Event, EventType, RunStatus
+from massgen_mcp.core.records import Event, EventType, RequestRecord, RunStatus
 from massgen_mcp.core.run_state import StatusRecord
 from massgen_mcp.executors import inbox
 from massgen_mcp.executors.local import LocalExecutor
@@ -142,7 +142,7 @@ async def test_a_note_reaches_every_later_request_and_clears_earlier_votes(
         scripted: Scripted, home: Path, gate: Gate) -> None:
     server = scripted(gate.policy)
     service = local(home)
-    run = await service.executor.start("What is 6*7?", team_for(server))
+    run = await service.executor.start(RequestRecord(question="What is 6*7?"), team_for(server))
     await gate.held()
     await until(service, run.session_id, voted("agent_a"))
     sent = len(server.requests)
@@ -171,7 +171,7 @@ async def test_a_note_reaches_every_later_request_and_clears_earlier_votes(
 async def test_notes_are_refused_clearly(scripted: Scripted, home: Path, gate: Gate) -> None:
     server = scripted(gate.policy)
     service = local(home)
-    run = await service.executor.start("What is 6*7?", team_for(server))
+    run = await service.executor.start(RequestRecord(question="What is 6*7?"), team_for(server))
     await gate.held()
 
     with pytest.raises(ConfigError, match=r"^message: empty"):
@@ -203,7 +203,7 @@ async def test_no_note_once_the_team_has_decided(scripted: Scripted, home: Path)
 
     server = scripted(policy)
     service = local(home)
-    run = await service.executor.start("What is 6*7?", team_for(server))
+    run = await service.executor.start(RequestRecord(question="What is 6*7?"), team_for(server))
     try:
         await asyncio.to_thread(presenting.wait, 30)
         with pytest.raises(SteerRefusedError, match=r"decided and is writing the final answer"):
@@ -220,7 +220,7 @@ async def test_a_note_reaches_a_run_another_service_runs(scripted: Scripted, hom
     run's inbox, and the sender hears what became of it."""
     server = scripted(gate.policy)
     running, other = local(home), local(home)
-    run = await running.executor.start("What is 6*7?", team_for(server))
+    run = await running.executor.start(RequestRecord(question="What is 6*7?"), team_for(server))
     await gate.held()
     await until(running, run.session_id, voted("agent_a"))
 
@@ -240,7 +240,7 @@ async def test_the_cli_steers_a_run_in_another_process(scripted: Scripted, home:
                                                        gate: Gate) -> None:
     server = scripted(gate.policy)
     service = local(home)
-    run = await service.executor.start("What is 6*7?", team_for(server))
+    run = await service.executor.start(RequestRecord(question="What is 6*7?"), team_for(server))
     await gate.held()
     cli = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "massgen_mcp", "steer", run.session_id[:12], "Answer in French.",
@@ -266,7 +266,7 @@ async def test_a_resumed_run_still_sees_its_notes_and_a_follow_up_inherits_them(
         scripted: Scripted, home: Path, gate: Gate) -> None:
     server = scripted(gate.policy)
     service = local(home)
-    run = await service.executor.start("What is 6*7?", team_for(server))
+    run = await service.executor.start(RequestRecord(question="What is 6*7?"), team_for(server))
     await gate.held()
     await service.steer(run.session_id, "Answer in French.")
     await service.aclose(interrupt=True)  # the server stops mid-run
@@ -329,7 +329,7 @@ async def test_an_earlier_answer_cannot_forge_the_users_notes_in_a_follow_up(
         scripted: Scripted, home: Path) -> None:
     server = scripted(forging)
     service = local(home)
-    run = await service.executor.start("What is 6*7?", team_for(server))
+    run = await service.executor.start(RequestRecord(question="What is 6*7?"), team_for(server))
     assert (await service.wait(run.session_id, 60)).status is RunStatus.COMPLETED
     sent = len(server.requests)
     follow = await service.continue_session(run.session_id, "And 6*8?")

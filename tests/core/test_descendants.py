@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.core import children
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.records.store import SessionStore
@@ -229,7 +230,8 @@ async def test_a_cancelled_run_leaves_no_server_descendant(scripted: Scripted,
 
     runner = LocalExecutor(SessionStore(), ProviderRouter())
     try:
-        live = await runner.start("q", team(scripted(policy).base_url, pid_folder))
+        live = await runner.start(RequestRecord(question="q"),
+                                  team(scripted(policy).base_url, pid_folder))
         assert await asyncio.to_thread(asked.wait, 30)
         pids = await until_written(pid_folder)
         assert await runner.cancel(live.session_id)

@@ -257,3 +257,25 @@ def test_a_linked_config_is_still_read(tmp_path: Path) -> None:
     os.link(real, tmp_path / "hard.yaml")
     assert read_config_text(tmp_path / "config.yaml") == "agents: []\n"
     assert read_config_text(tmp_path / "hard.yaml") == "agents: []\n"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a link takes developer mode there")
+def test_the_records_folder_ignores_itself_but_never_through_a_link(tmp_path: Path) -> None:
+    """Its ``.gitignore`` is written once, when nothing is at that name: a project's own is
+    kept, and a planted link is not written through."""
+    from massgen_mcp.core.files import RECORDS_GITIGNORE, ignore_for_git
+
+    home = tmp_path / ".massgen"
+    home.mkdir()
+    ignore_for_git(home)
+    assert (home / ".gitignore").read_text() == RECORDS_GITIGNORE
+    assert RECORDS_GITIGNORE.splitlines()[-2:] == ["*", "!config.yaml"]
+    (home / ".gitignore").write_text("sessions/\n")  # the project's own
+    ignore_for_git(home)
+    assert (home / ".gitignore").read_text() == "sessions/\n"
+    victim = tmp_path / "bashrc"
+    victim.write_text("mine\n")
+    (home / ".gitignore").unlink()
+    (home / ".gitignore").symlink_to(victim)
+    ignore_for_git(home)
+    assert victim.read_text() == "mine\n" and (home / ".gitignore").is_symlink()

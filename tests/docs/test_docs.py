@@ -142,6 +142,7 @@ def test_the_pool_deploying_block_passes_the_front_ends_checks(tmp_path: Path) -
     end past every check of its settings: the process goes on to listen, which the test makes
     fail on a port it holds (exit 6), so nothing is served and no Redis is reached."""
     import os
+    import secrets
     import shlex
     import socket
     import subprocess
@@ -160,7 +161,7 @@ def test_the_pool_deploying_block_passes_the_front_ends_checks(tmp_path: Path) -
             words = words[1:]
         while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):  # NAME=VALUE, alone or before
             name, _, value = words.pop(0).partition("=")  # a command
-            env[name] = "x" * 40 if value == "..." else value
+            env[name] = secrets.token_urlsafe(32) if value == "..." else value
         if words[:2] == ["massgen-mcp", "serve"]:
             serve = words[2:]
     assert serve, "the block starts a front end"

@@ -26,20 +26,29 @@ from redis import Redis
 from massgen_mcp.consensus.drafts import DRAFT_CHARS
 from massgen_mcp.consensus.steering import NOTES_PER_MINUTE
 from massgen_mcp.core.errors import SessionNotFoundError, SteerRefusedError
-from massgen_mcp.core.records import CallPurpose
+from massgen_mcp.core.records import CallPurpose, ConfigFile, RequestRecord
 from massgen_mcp.core.run_state import Draft, StatusRecord
+from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.pool import drafts
 from massgen_mcp.pool.executor import PoolExecutor
 from massgen_mcp.pool.live import PoolConfig
 from massgen_mcp.records.ids import new_session_id
 from massgen_mcp.records.store import SessionStore
-from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, agree, answer
+from massgen_mcp.testing.scripted import (
+    ChatRequest,
+    Reply,
+    ScriptedProvider,
+    ScriptedServer,
+    agree,
+    answer,
+)
 from tests.helpers import team_for
 from tests.pool_harness import REDIS, HangingVotes, Pool, follow, start
 
 pytestmark = pytest.mark.skipif(REDIS is None and not os.environ.get("MASSGEN_REQUIRE_REDIS"),
                                 reason="redis-server is not installed")
 SLOW_CALLS: dict[str, Any] = {"call_timeout_s": 60.0}  # held votes are not retried
+ASKED = RequestRecord(question="What is 6*7?")
 
 
 @pytest.fixture
@@ -119,7 +128,7 @@ async def test_a_pool_run_is_steered_from_another_front_end(
     with ScriptedServer(votes) as server:
         starter, other = await front_ends(), await front_ends()
         pool.worker()
-        sid = (await starter.start("What is 6*7?", team_for(server, **SLOW_CALLS))).session_id
+        sid = (await starter.start(ASKED, team_for(server, **SLOW_CALLS))).session_id
         await votes.arrived(2)
         before = await voted(other, sid)
         assert sum(len(v) for v in before.tally.values()) == 1
@@ -179,7 +188,7 @@ async def test_a_note_survives_the_run_s_hand_over_to_another_worker(
     with ScriptedServer(votes) as server:
         runner = await front_ends()
         first = pool.worker()
-        sid = (await runner.start("What is 6*7?", team_for(server, **SLOW_CALLS))).session_id
+        sid = (await runner.start(ASKED, team_for(server, **SLOW_CALLS))).session_id
         await votes.arrived(3)
         note = "Mention the units."
         assert await runner.steer(sid, note) == 0
@@ -205,7 +214,7 @@ async def test_steering_what_is_not_running_on_a_worker_is_refused(
         with pytest.raises(SessionNotFoundError):
             await runner.steer(new_session_id(), "a note")
         team = team_for(server, **SLOW_CALLS)
-        queued = (await runner.start("What is 6*7?", team)).session_id  # no worker yet
+        queued = (await runner.start(ASKED, team)).session_id  # no worker yet
         with pytest.raises(SteerRefusedError, match=r"is queued, waiting for a worker of the "
                                                     r"pool"):
             await runner.steer(queued, "a note")
@@ -214,7 +223,7 @@ async def test_steering_what_is_not_running_on_a_worker_is_refused(
         with pytest.raises(SteerRefusedError, match=r"is completed, not running: .* "
                                                     r"\(continue_session"):
             await runner.steer(queued, "a note")
-        held = (await runner.start("hold this one", team)).session_id
+        held = (await runner.start(RequestRecord(question="hold this one"), team)).session_id
         await votes.arrived(3)
         worker.send_signal(signal.SIGKILL)  # its record still says it runs the session
         worker.wait()
@@ -232,7 +241,7 @@ async def test_the_note_rate_limit_holds_through_the_pool(
     with ScriptedServer(votes) as server:
         starter, steerer = await front_ends(), await front_ends()
         pool.worker()
-        sid = (await starter.start("What is 6*7?", team_for(server, **SLOW_CALLS))).session_id
+        sid = (await starter.start(ASKED, team_for(server, **SLOW_CALLS))).session_id
         await votes.arrived(3)
         for i in range(NOTES_PER_MINUTE):
             assert await steerer.steer(sid, f"note {i}") == 0
@@ -282,7 +291,7 @@ async def test_drafts_reach_a_front_end_s_status_and_watch_and_never_a_key(
     with ScriptedServer(slow_answers, chunk_chars=4, chunk_delay_s=0.05) as server:
         starter, watcher = await front_ends(), await front_ends()
         pool.worker()
-        sid = (await starter.start("What is 6*7?", team_for(server, **SLOW_CALLS))).session_id
+        sid = (await starter.start(ASKED, team_for(server, **SLOW_CALLS))).session_id
         seen: tuple[str, Draft] | None = None
         last: StatusRecord | None = None
         revisions = []
@@ -338,7 +347,7 @@ async def test_hostile_messages_on_the_live_and_steer_channels_are_ignored(
     with ScriptedServer(votes) as server:
         runner = await front_ends()
         worker = pool.worker()
-        sid = (await runner.start("What is 6*7?", team_for(server, **SLOW_CALLS))).session_id
+        sid = (await runner.start(ASKED, team_for(server, **SLOW_CALLS))).session_id
         await votes.arrived(3)
         status = await runner.status(sid)
         assert status.worker is not None
@@ -403,3 +412,22 @@ async def test_hostile_messages_on_the_live_and_steer_channels_are_ignored(
     assert text.count("dropped a steering request") == len(steer_garbage), text[-3000:]
     assert "Traceback" not in text and len(max(text.splitlines(), key=len)) < 2000
     assert not re.search(r"subscription to \S+ lost", text)
+
+
+async def test_a_pool_run_records_what_was_asked_as_a_local_run_does(
+        pool: Pool, home: Path, tmp_path: Path, front_ends: Any) -> None:
+    """Both executors record the request the door built, field for field: the config file
+    of a team with inline keys included (the pool dropped it)."""
+    team = team_for(ScriptedProvider(agree))
+    asked = RequestRecord(
+        question="What is 6*7?", context="the context", parent_session_id=new_session_id(),
+        notes=["a note"], config_file=ConfigFile(path=str(tmp_path / "team.yaml"),
+                                                 sha256="0" * 64))
+    local_store = SessionStore(tmp_path / "local")
+    local = LocalExecutor(local_store, ScriptedProvider(agree), drafts=False)
+    ran = await local.start(asked, team)
+    await ran.task
+    queued = await (await front_ends()).start(asked, team)
+    recorded = SessionStore(home).read_request(queued.session_id)
+    assert recorded == local_store.read_request(ran.session_id) == asked
+    assert queued.notes == ran.notes == ["a note"]

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from massgen_mcp.core.records import EventType, RunStatus
+from massgen_mcp.core.records import EventType, RequestRecord, RunStatus
 from massgen_mcp.core.spec import build_team
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.base import Completion
@@ -110,7 +110,7 @@ async def test_a_cli_that_hangs_is_timed_out_dropped_and_killed(
     team = cli_team(server, ("claude",), ("a", "b"), cli_call_timeout_s=4)
     store = SessionStore()
     runner = LocalExecutor(store, ProviderRouter())
-    live = await runner.start("What is 6*7?", team)
+    live = await runner.start(RequestRecord(question="What is 6*7?"), team)
     assert await asyncio.to_thread(seen.wait, 30)
     environ = _environ_of_claude(user["mark"])
     result = await live.task
@@ -155,7 +155,8 @@ async def test_cancel_kills_every_cli_at_once(scripted: Scripted, user: dict[str
     server = scripted(hang)
     store = SessionStore()
     runner = LocalExecutor(store, ProviderRouter())
-    live = await runner.start("What is 6*7?", cli_team(server, ("claude", "codex")))
+    live = await runner.start(RequestRecord(question="What is 6*7?"),
+                              cli_team(server, ("claude", "codex")))
     assert await asyncio.to_thread(both.wait, 30)
     assert len(alive(user["mark"])) >= 2  # codex is a node launcher and its native binary
 

@@ -17,9 +17,9 @@ import pytest
 
 from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ErrorKind, ProviderError
-from massgen_mcp.core.model_map import cost_of
 from massgen_mcp.providers.base import MAX_CALL_TOKENS, CallContext
 from massgen_mcp.providers.litellm_provider import LiteLLMProvider, load_litellm
+from massgen_mcp.providers.model_map import cost_of
 from massgen_mcp.providers.model_names import model_map
 from massgen_mcp.providers.openai_direct import (
     MAX_REPLY_CHARS,
@@ -67,7 +67,7 @@ def test_the_price_table_is_read_once_however_many_first_replies_ask_at_once() -
     """A team's first replies each price their call on a thread of their own, at the same
     moment: one read of the ~3 MB table serves them all (each used to parse it again, ~30 ms
     of the interpreter lock apiece, just as the next turns were due)."""
-    from massgen_mcp.core import model_map as prices
+    from massgen_mcp.providers import model_map as prices
 
     prices._read_model_map.cache_clear()
     start = threading.Barrier(4)

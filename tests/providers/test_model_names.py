@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from massgen_mcp.core.agent import AgentSpec
-from massgen_mcp.core.model_map import VERTEX_ENV, bare_models
 from massgen_mcp.core.spec import TeamConfig
-from massgen_mcp.providers.kinds import api_key
+from massgen_mcp.providers.kinds import VERTEX_ENV, api_key, provider_of, routed_model
 from massgen_mcp.providers.litellm_provider import load_litellm
+from massgen_mcp.providers.model_map import bare_models
 from massgen_mcp.providers.preflight import missing_credentials
 
 
@@ -31,17 +31,17 @@ def test_every_bare_name_goes_where_litellm_routes_it_and_gemini_to_its_api_key(
     wrong = {}
     for name in names:
         agent = AgentSpec(id="a", model=name)
-        reached = litellm.get_llm_provider(agent.routed_model)[1]
+        reached = litellm.get_llm_provider(routed_model(agent))[1]
         try:
             alone = litellm.get_llm_provider(name)[1]
         except Exception:  # litellm cannot route it bare (deepseek-chat): the prefix can
-            alone = agent.provider
+            alone = provider_of(agent)
         if alone == "vertex_ai" and name.startswith("gemini"):
             alone = "gemini"
-        if not agent.provider or reached != agent.provider or alone != agent.provider:
-            wrong[name] = (agent.provider, reached, alone)
+        if not provider_of(agent) or reached != provider_of(agent) or alone != provider_of(agent):
+            wrong[name] = (provider_of(agent), reached, alone)
     assert not wrong
-    assert AgentSpec(id="a", model="gemini-2.5-flash").routed_model == "gemini/gemini-2.5-flash"
+    assert routed_model(AgentSpec(id="a", model="gemini-2.5-flash")) == "gemini/gemini-2.5-flash"
 
 
 def test_bare_gemini_goes_to_vertex_only_when_vertex_is_configured(
@@ -51,8 +51,8 @@ def test_bare_gemini_goes_to_vertex_only_when_vertex_is_configured(
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     assert "set GEMINI_API_KEY or GOOGLE_API_KEY" in missing_credentials(team)[0]
     monkeypatch.setenv("VERTEXAI_PROJECT", "my-project")
-    assert team.agents[0].provider == "vertex_ai"
-    assert team.agents[0].routed_model == "vertex_ai/gemini-2.5-flash"
+    assert provider_of(team.agents[0]) == "vertex_ai"
+    assert routed_model(team.agents[0]) == "vertex_ai/gemini-2.5-flash"
     assert missing_credentials(team) == []  # Vertex signs in with Google Cloud credentials
 
 
@@ -62,7 +62,7 @@ def test_a_bare_name_sends_its_providers_key(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-api03-" + "k" * 30)
     bare = AgentSpec(id="a", model="claude-haiku-4-5")
     prefixed = AgentSpec(id="a", model="anthropic/claude-haiku-4-5")
-    assert bare.provider == "anthropic"
+    assert provider_of(bare) == "anthropic"
     assert api_key(bare) == api_key(prefixed) == "sk-ant-api03-" + "k" * 30
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.records.store import SessionStore
@@ -38,7 +39,7 @@ async def test_a_session_folder_swapped_for_a_link_mid_run_gets_no_write_through
 
     runner = LocalExecutor(store, ProviderRouter())
     try:
-        run = await runner.start("What is 6*7?", team_for(scripted(policy)))
+        run = await runner.start(RequestRecord(question="What is 6*7?"), team_for(scripted(policy)))
         result = await run.task
     finally:
         await runner.aclose()

@@ -89,7 +89,8 @@ async def test_new_records_keep_the_release_0_1_0_json(old_home: Path) -> None:
     old_events = {json.loads(line)["type"]: set(json.loads(line))
                   for line in (old / "events.jsonl").read_text().splitlines()}
     added = {"consensus": {"reason"},  # why coordination ended (RunOptions.decide)
-             "call": {"first_token_s", "tokens_per_s"}}  # a streamed call's pace
+             "call": {"first_token_s", "tokens_per_s"},  # a streamed call's pace
+             "started": {"roles"}}  # only when a member has a role
     for line in (new / "events.jsonl").read_text().splitlines():
         event = json.loads(line)
         assert set(event) - added.get(event["type"], set()) == old_events[event["type"]], (

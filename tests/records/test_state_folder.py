@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from massgen_mcp.core.errors import RecordWriteError
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.records.store import SessionStore
@@ -39,7 +40,8 @@ async def _run(scripted: Scripted) -> str:
     """A whole run of a secret question, in the project's records; its status."""
     runner = LocalExecutor(SessionStore(), ProviderRouter())
     try:
-        run = await runner.start("my secret question", team_for(scripted(agree)))
+        run = await runner.start(RequestRecord(question="my secret question"),
+                                 team_for(scripted(agree)))
         return (await run.task).status.value
     finally:
         await runner.aclose()

@@ -87,7 +87,8 @@ def record(outcome: ReviewOutcome | None, context: str | None = DIFF) -> Session
 def outcome(findings: list[Finding], rejected: list[Finding] | None = None) -> ReviewOutcome:
     return ReviewOutcome(
         verdict=Verdict.CHANGES_REQUESTED, threshold=Severity.MAJOR, agreement=2, members=3,
-        summary="two problems", findings=findings, rejected=rejected or [],
+        winner="A1", summary="two problems", winner_by="agent_a", findings=findings,
+        rejected=rejected or [],
         dissent=[Dissent(agent_id="agent_c", model="openai/c", voted_for="C1",
                          reason="the <b>query</b> is safe")])
 
@@ -171,16 +172,20 @@ def test_each_finding_is_placed_below_the_last_shown_line_of_its_range() -> None
 def test_a_review_report_shows_verdict_findings_on_their_lines_rejected_and_dissent() -> None:
     agreed = [finding("F1", "src/app.py", 3, 4, claim="off-by-one", fix="use range(len(items))",
                       evidence="for i in range(len(items) + 1):", confirmed_by=["agent_b"],
+                      backers=["agent_a", "agent_b"],
                       disputed_by=[Stance(agent_id="agent_c", reason="it is fine")]),
               finding("F2", "src/db.py", 2, claim="SQL injection", severity=Severity.BLOCKER),
               finding("F3", "docs/café <b>.md", 2, claim="a stray line", severity=Severity.NIT)]
     rejected = [finding("R1", "src/app.py", 1, claim="no docstring", severity=Severity.NIT,
-                        reason="1 of 3 members backed it")]
+                        tier="rejected", reason="it has one in the module",
+                        disputed_by=[Stance(agent_id="agent_b", reason="it has one"),
+                                     Stance(agent_id="agent_c", reason="fine")])]
     page = render_report(record(outcome(agreed, rejected)))
     rows = parsed(page)
     on_app = card_after(rows, "src/app.py", 4)
     assert on_app is not None and "off-by-one" in on_app and "major" in on_app
-    assert "raised by agent_a (openai/a); confirmed by agent_b (openai/b) (2 of 3)" in on_app
+    assert ("agreed: backed by 2 of 3: raised by agent_a (openai/a), confirmed by agent_b "
+            "(openai/b); disputed by 1 of 3") in on_app
     assert "disputed by agent_c (openai/c): it is fine" in on_app
     assert "Fix: use range(len(items))" in on_app
     assert card_after(rows, "src/app.py", 3) is None  # below where the range ends, not twice
@@ -188,9 +193,11 @@ def test_a_review_report_shows_verdict_findings_on_their_lines_rejected_and_diss
     off, rest = page.split('<div id="off-diff">', 1)[1].split("</div>\n", 1)
     assert "SQL injection" in off and "off-by-one" not in off
     assert "no docstring" in rest.split('<div id="rejected">', 1)[1]
-    assert "1 of 3 members backed it" in page
+    assert "rejected: it has one in the module" in page
     assert 'id="verdict">changes requested</span>' in page
-    assert "agreement 2 of 3" in page and "the working tree" in page
+    assert "2 of 3 members backed the winning review A1" in page and "the working tree" in page
+    assert ("The winning review&#x27;s own summary by agent_a (openai/a): two problems"
+            in page)
     assert "agent_c (openai/c) (voted for C1): the &lt;b&gt;query&lt;/b&gt; is safe" in page
     assert page.count('class="sev blocker"') == 2  # its list entry and its card
     assert page.index('id="review"') < page.index("<h2>Final answer</h2>")
@@ -269,7 +276,7 @@ def test_a_real_review_writes_its_findings_on_the_diff_into_report_html(
     rows = parsed(page)
     assert "off-by-one" in (card_after(rows, "src/app.py", 4) or "")
     assert "SQL injection" in (card_after(rows, "src/db.py", 2) or "")
-    assert "total has no docstring" in page.split('<div id="rejected">', 1)[1]
-    assert 'id="verdict">blocked</span>' in page and "agreement 2 of 3" in page
+    assert "total has no docstring" in page.split('<div id="unconfirmed">', 1)[1]
+    assert 'id="verdict">blocked</span>' in page and "2 of 3 members backed" in page
     assert "agent_c (openai/c)" in page.split('id="dissent"', 1)[1]
     assert 'id="off-diff"' not in page

@@ -50,7 +50,10 @@ async def test_areview_of_a_patch_given_as_text(scripted: Scripted, repo: Path) 
 async def test_bad_input_raises_a_config_error_naming_the_field(repo: Path) -> None:
     model = ["openai/a@http://127.0.0.1:9/v1"]
     cases: list[tuple[dict[str, Any], str]] = [
-        ({"fail_on": "critical"}, "fail_on: 'critical' is not a severity"),
+        ({"fail_on": "critical"},
+         "fail_on: 'critical' is not one of blocker, major, minor, nit"),
+        ({"fail_on_tier": "agred"},
+         "fail_on_tier: 'agred' is not one of agreed, unconfirmed"),
         ({"options": {"timeout_s": -1}}, "options.timeout_s: "),
         ({"staged": True, "commit": "HEAD"}, "commit: give one of"),
         ({"patch": "--- a/../x\n+++ b/../x\n@@ -1 +1 @@\n-a\n+b\n"},

@@ -197,3 +197,36 @@ async def test_a_folder_named_like_a_pathspec_is_that_folder(repo: Path) -> None
     for name in ("*", ":(exclude)x"):
         changes = await collect(repo, paths=[name])
         assert changes.files == (f"{name}/in.py",), name
+
+
+async def test_nothing_staged_is_said_plainly(repo: Path) -> None:
+    """The working tree has changes, none staged: not "nothing to review: the staged
+    changes changes no file that can be sent"."""
+    with pytest.raises(ConfigError) as refused:
+        await collect(repo, staged=True)
+    assert str(refused.value) == ("--staged: nothing is staged; stage what to review (git add "
+                                  "PATH), or review the working tree's changes (no option)")
+
+
+async def test_a_too_large_review_is_told_only_ways_that_fit_it(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --commit review was told to "review one commit (--commit SHA)"; each kind now gets
+    only the ways that narrow it. (A diff over one run is reviewed in parts; only one over
+    what a review takes in all, 8 MiB, is refused: lowered here so the file stays small.)"""
+    monkeypatch.setattr("massgen_mcp.review.changes.MAX_REVIEW_BYTES", 180_000)
+    (repo / "big.txt").write_text("".join(f"line {n} of a large file\n" for n in range(9_000)))
+    with pytest.raises(ConfigError) as worktree:
+        await collect(repo, paths=["big.txt"])
+    assert str(worktree.value).endswith("narrow it: name fewer files")
+    git(repo, "add", "big.txt")
+    git(repo, "commit", "-qm", "a large file")
+    with pytest.raises(ConfigError) as commit:
+        await collect(repo, commit="HEAD")
+    said = str(commit.value)
+    assert "--commit" not in said and "split the patch" not in said
+    assert said.endswith("narrow it: review its files a few at a time as they are "
+                         "(massgen-mcp review PATH ...), or split the commit")
+    with pytest.raises(ConfigError) as base:
+        await collect(repo, base="HEAD~1")
+    assert str(base.value).endswith("narrow it: review one commit at a time (--commit SHA), "
+                                    "or give a nearer --base")

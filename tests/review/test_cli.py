@@ -7,14 +7,16 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from massgen_mcp.cli.main import main
-from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, answer
+from massgen_mcp.testing.scripted import ChatRequest, Reply, ScriptedServer, answer, error
 from massgen_mcp.testing.scripted import tool_calls as calls
 from tests.helpers import Scripted
 from tests.review.conftest import CANARY, DB_AFTER, git
@@ -73,7 +75,10 @@ def test_a_review_of_the_working_tree_end_to_end(
     assert agreed["src/db.py", "blocker"]["raised_by"] == "agent_a"
     assert agreed["src/db.py", "blocker"]["confirmed_by"] == ["agent_b"]
     assert agreed["src/app.py", "major"]["confirmed_by"] == ["agent_b", "agent_c"]
-    assert [(f["file"], f["severity"]) for f in review["rejected"]] == [("src/app.py", "nit")]
+    # b's nit: b then voted for a's review, which lacks it; nobody disputes it.
+    assert [(f["file"], f["severity"], f["tier"]) for f in review["unconfirmed"]] == [
+        ("src/app.py", "nit", "unconfirmed")]
+    assert review["rejected"] == [] and review["tier"] == "agreed"
     assert [d["agent_id"] for d in review["dissent"]] == ["agent_c"]
     assert "SQL injection" in result["final_answer"]  # the final text is the agreed review
     assert "left out .env: on the secret-file deny-list" in err
@@ -203,10 +208,15 @@ def test_every_format_of_one_review(scripted: Scripted, repo: Path, home: Path,
     monkeypatch.chdir(repo)
     code, out, err = review_cli(capsys, *team(server), "--quiet")
     assert code == 0, err
-    assert out.startswith("Verdict: blocked: 2 findings agreed, 2 of 3 members")
+    assert out.startswith("Verdict: blocked: 2 agreed findings (1 blocker, 1 major), "
+                          "1 unconfirmed, 0 rejected; 2 of 3 members backed the winning "
+                          "review ")
+    assert "\nthe winning review's own summary by agent_a (openai/a): 2 problems\n" in out
     app, db = out.index("\nsrc/app.py\n"), out.index("\nsrc/db.py\n")
     assert out.index(OFF_BY_ONE) > app and out.index(INJECTION) > db  # grouped by file
-    assert "Rejected by the team:" in out and "total has no docstring" in out
+    unconfirmed = out.split("Unconfirmed (fewer than a majority back them", 1)[1]
+    assert "total has no docstring" in unconfirmed
+    assert "backed by 0 of 3: raised by agent_b (openai/b) (no longer backs it)" in unconfirmed
     assert "Dissent:" in out and "\n  agent_c (openai/c) (" in out
     session = out  # the same run, rendered again from its record below
 
@@ -223,8 +233,12 @@ def test_every_format_of_one_review(scripted: Scripted, repo: Path, home: Path,
                          "sarif-schema-2.1.0.json").read_text())
     jsonschema.Draft4Validator(schema).validate(log)
     results = log["runs"][0]["results"]
-    assert [(r["level"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"])
-            for r in results] == [("error", "src/db.py"), ("error", "src/app.py")]
+    assert [(r["level"], r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
+             r["properties"]["tier"]) for r in results] == [
+        ("error", "src/db.py", "agreed"), ("error", "src/app.py", "agreed"),
+        ("note", "src/app.py", "unconfirmed")]
+    assert results[2]["properties"]["backers"] == 0
+    assert results[2]["properties"]["support"].startswith("backed by 0 of 3: raised by")
     assert log["runs"][0]["properties"]["verdict"] == "blocked"
     assert session and CANARY not in sent(server)
 
@@ -242,7 +256,7 @@ def test_fail_on_gives_ci_its_exit_code(scripted: Scripted, repo: Path,
     (repo / "README.md").write_text("# shop\n\nA small shop.\n")  # nothing to find
     code, out, err = review_cli(capsys, *team(server), "--quiet", "--fail-on", "nit")
     assert code == 0, err
-    assert out.startswith("Verdict: approve: 0 findings agreed")
+    assert out.startswith("Verdict: approve: 0 agreed findings")
 
 
 def test_a_member_that_answers_prose_is_told_to_send_its_review(
@@ -314,12 +328,47 @@ async def test_files_a_models_call_names_are_not_sent_to_a_team_abroad(
     service = ConsensusService.local(home, workspace, drafts=False)
     try:
         with pytest.raises(UntrustedConfigError, match="^" + re.escape(
-                "paths: agent 'abroad' at http://192.0.2.10/v1 would receive the files a "
-                "call names")):
+                "paths: agent 'abroad' at http://192.0.2.10/v1 would receive the project's "
+                "files (paths). A model's call cannot send files it picks")):
             await start_review(service, workspace, ChangeToReview(paths=["notes.txt"]))
     finally:
         await service.aclose()
     assert not (home / "sessions").exists() or not any((home / "sessions").iterdir())
+
+
+@pytest.mark.parametrize("field", ["paths", "context_files"])
+async def test_files_a_call_picks_are_refused_abroad_by_one_rule_in_one_sentence(
+        repo: Path, home: Path, field: str) -> None:
+    """``context_files`` of ``run_consensus`` and ``paths`` of ``review_changes`` are one
+    rule (``consent.check_call``'s files a call picks) with one sentence, which names the
+    field and says what the user can do: the call chose the files, so trusting the team's
+    config does not lift it (the old ``context_files`` words said to trust the file)."""
+    from massgen_mcp.core.errors import UntrustedConfigError
+    from massgen_mcp.core.spec import RunSpec
+    from massgen_mcp.review.start import ChangeToReview, start_review
+    from massgen_mcp.service import ConsensusService
+    from massgen_mcp.team.context_files import Workspace
+
+    (repo / "notes.txt").write_text("the staging password is hunter2\n")
+    workspace = Workspace(repo.resolve(), confined=True)
+    service = ConsensusService.local(home, workspace, drafts=False)
+    abroad = ["openai/a@http://192.0.2.10/v1"]  # TEST-NET-1
+    try:
+        with pytest.raises(UntrustedConfigError) as refused:
+            if field == "paths":
+                await start_review(service, workspace, ChangeToReview(paths=["notes.txt"]),
+                                   models=abroad)
+            else:
+                await service.start(RunSpec(question="q", models=abroad,
+                                            context_files=["notes.txt"]))
+    finally:
+        await service.aclose()
+    assert str(refused.value) == (
+        f"{field}: agent 'agent_a' at http://192.0.2.10/v1 would receive the project's files "
+        f"({field}). A model's call cannot send files it picks to an endpoint that is "
+        "neither on this machine nor the provider's own API, whatever consent the team's "
+        "config has: name them yourself (massgen-mcp run --context-file FILE, massgen-mcp "
+        "review PATH), or leave them out of the call")
 
 
 def test_a_findings_place_is_a_code_span_that_shows_the_path_as_it_is() -> None:
@@ -341,7 +390,7 @@ def test_a_findings_place_is_a_code_span_that_shows_the_path_as_it_is() -> None:
     md = as_markdown(outcome, {})
     assert "### F1 `src/my_module.py:3` — major, correctness" in md
     assert "### F2 ```a`<b>@x``y.py:3``` — major, correctness" in md
-    assert "- `` `x`:3 `` major: wrong" in md
+    assert "#### R1 `` `x`:3 `` — major, correctness" in md
 
 
 def test_a_models_url_is_no_link_in_the_pull_request_comment() -> None:
@@ -357,3 +406,169 @@ def test_a_models_url_is_no_link_in_the_pull_request_comment() -> None:
     assert shown.replace("\u200b", "") == (
         "see https://evil.example/x, HTTP://EVIL.example, ftp://f.example and "
         "www.evil.example, mail bob@evil.example")
+
+
+def test_a_review_from_a_subfolder_leaves_the_repository_clean(
+        scripted: Scripted, repo: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The records go to the repository's top ``.massgen/`` (not the subfolder's), which
+    ignores itself for git: ``git status`` is as before, ``git add -A`` takes none of them,
+    and the next review reviews the next change, not the records (a 517 KB refusal once)."""
+    server = scripted(reviewer)
+    monkeypatch.delenv("MASSGEN_HOME")  # the default place
+    (repo / ".massgen").mkdir()
+    (repo / ".massgen" / "config.yaml").write_text("agents: []\n")  # a project's config
+    before = git(repo, "status", "--porcelain", "--untracked-files=all")
+    monkeypatch.chdir(repo / "src")
+    code, _, err = review_cli(capsys, *team(server), "--quiet")
+    assert code == 0, err
+    assert not (repo / "src" / ".massgen").exists()
+    [record] = (repo / ".massgen" / "sessions").iterdir()
+    assert (record / "result.json").is_file()
+    after = git(repo, "status", "--porcelain", "--untracked-files=all")
+    assert after == before  # the project's config.yaml still shows: it is committable
+    assert b"?? .massgen/config.yaml" in after
+    git(repo, "add", "-A")
+    assert git(repo, "diff", "--cached", "--name-only", "--", ".massgen").decode() == (
+        ".massgen/config.yaml\n")
+    git(repo, "commit", "-qm", "the change")
+    (repo / "README.md").write_text("# shop\n\nA small shop.\n")
+    code, out, err = review_cli(capsys, *team(server), "--quiet", "--json")
+    assert code == 0, err
+    assert json.loads(out)["review"] is not None
+    assert len(list((repo / ".massgen" / "sessions").iterdir())) == 2
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == b" M README.md\n"
+
+
+def test_records_committed_before_are_never_reviewed(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records that reached a commit (before their folder ignored itself) change with every
+    run: they are left out of the diff and of its size, named once; the config stays
+    committable, but is withheld from the models like every file under ``.massgen/`` (it may
+    hold a key: trust round 5's R2), and named."""
+    import asyncio
+
+    from massgen_mcp.review.changes import collect
+
+    record = repo / "src" / ".massgen" / "sessions" / "01J" / "events.jsonl"
+    record.parent.mkdir(parents=True)
+    record.write_text("{}\n")
+    (repo / ".massgen").mkdir()
+    (repo / ".massgen" / "config.yaml").write_text("agents: []\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "records by mistake")
+    record.write_text("{}\n" * 200_000)  # 600 KB: over the review's limit on its own
+    (repo / ".massgen" / "config.yaml").write_text("agents: [a]\n")
+    (repo / "src" / "app.py").write_text("x = 1\n")
+    changes = asyncio.run(collect(repo))
+    assert changes.files == ("src/app.py",)
+    assert changes.left_out == (
+        ".massgen/config.yaml: version-control internals or massgen's records (its changes "
+        "are never sent to a model)",
+        ".massgen/: 1 file(s) of massgen-mcp's own records (what a run or review writes is "
+        "never reviewed)")
+
+
+def test_ctrl_c_then_resume_keeps_the_reviews_format_and_fail_on(
+        scripted: Scripted, repo: Path, home: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C stops a review as a server stop leaves a run (``interrupted``: resumable, with
+    the command that goes on), not cancelled; ``resume`` then ends it as the review would
+    have: SARIF on stdout and exit 8 on a blocked verdict, without being told again."""
+    gate, arrived = threading.Event(), threading.Semaphore(0)
+
+    def held(req: ChatRequest) -> Reply:
+        if not gate.is_set():  # every first call stays open until the review is stopped
+            arrived.release()
+            gate.wait(60)
+            return Reply("text", delay_s=0)
+        return reviewers(req)
+
+    server = scripted(held)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "massgen_mcp", "review", *team(server), "--format", "sarif",
+         "--fail-on", "major"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=repo / "src", env=server_env(home, PYTHONPATH=os.getcwd()))
+    try:
+        for _ in range(3):
+            assert arrived.acquire(timeout=60)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        gate.set()
+        proc.kill()
+    assert proc.returncode == 4, err
+    [folder] = (home / "sessions").iterdir()
+    session = folder.name
+    assert json.loads((folder / "status.json").read_text())["status"] == "interrupted"
+    assert f"goes on from its recorded reviews and votes with: massgen-mcp resume {session}" \
+        in err
+    assert "Traceback" not in err and out == ""
+
+    code = main(["resume", session])  # no --format, no --fail-on: the recorded ones
+    out, err = capsys.readouterr()
+    assert code == 8, err
+    log = json.loads(out)
+    assert log["version"] == "2.1.0" and log["runs"][0]["properties"]["verdict"] == "blocked"
+    code = main(["resume", session])
+    assert code == 1
+    assert ("is completed; only interrupted runs can be resumed; it has ended and has its "
+            f"result: massgen-mcp show {session}") in capsys.readouterr().err
+
+
+def test_a_dropped_members_rejected_replies_and_reason_are_kept(
+        scripted: Scripted, repo: Path, home: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A member whose every review is unusable is dropped; its rejected replies are in the
+    record, and ``show`` and the report say why it was dropped, not only "bad_review"."""
+    critical = json.dumps({"summary": "bad", "rejects": [], "findings": [{
+        "file": "src/app.py", "line": 3, "end_line": 3, "severity": "critical",
+        "category": "correctness", "claim": "off by one"}]})
+
+    def c_says_critical(req: ChatRequest) -> Reply:
+        if req.model == "c" and not req.vote_labels and not req.is_final:
+            return answer(critical)
+        return reviewers(req)
+
+    server = scripted(c_says_critical)
+    monkeypatch.chdir(repo)
+    code, _, err = review_cli(capsys, *team(server), "--quiet")
+    assert code == 7, err  # completed, a member dropped
+    why = "'severity' must be one of blocker, major, minor, nit"
+    assert f"3 invalid actions in one turn (last: bad_review: {why}.)" in err
+    [folder] = (home / "sessions").iterdir()
+    events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+    rejected = [e for e in events if e["type"] == "invalid_action"]
+    assert [e["agent_id"] for e in rejected] == ["agent_c"] * 3
+    assert all("critical" in e["detail"] and "off by one" in e["detail"] for e in rejected)
+    assert main(["show", folder.name]) == 0
+    assert why in capsys.readouterr().out
+    assert why.replace("'", "&#x27;") in (folder / "report.html").read_text()
+
+
+def test_roles_titles_and_a_failed_reviews_json(
+        scripted: Scripted, repo: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The members' roles are in the progress; ``sessions`` and ``show`` title a review by
+    what it reviews, not its long prompt; a review whose members all fail prints the same
+    ``--json`` keys as one that ends (``review`` included, with ``agreement``)."""
+    server = scripted(reviewer)
+    monkeypatch.chdir(repo)
+    code, _, err = review_cli(capsys, *team(server), "--roles", "for,against")
+    assert code == 0, err
+    assert "started with agent_a=openai/a (for), agent_b=openai/b (against), " \
+           "agent_c=openai/c\n" in err
+    assert main(["sessions"]) == 0
+    listed = capsys.readouterr().out.splitlines()[1]
+    assert listed.endswith("review: the working tree against HEAD, 2 files")
+    assert main(["show", "latest"]) == 0
+    shown = capsys.readouterr().out
+    assert "\nreview   the working tree against HEAD, 2 files\n" in shown
+    assert "Review a code change" not in shown
+
+    failing = scripted(lambda req: error(400, "model does not exist"))
+    code, out, err = review_cli(capsys, *team(failing), "--json")
+    assert code == 9, err  # inconclusive: every member dropped
+    failed = json.loads(out)
+    assert failed["status"] == "failed" and "agreement" in failed
+    assert failed["review"]["verdict"] == "inconclusive"

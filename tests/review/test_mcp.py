@@ -23,8 +23,10 @@ from tests.review.test_cli import reviewer, sent, tool_results
 from tests.servers import server_env
 
 PROJECT = Path(__file__).parents[2]
-INJECTION = "- F1 src/db.py:2 [blocker] SQL injection: the name is formatted into the query"
-OFF_BY_ONE = "- F2 src/app.py:3-4 [major] off-by-one"
+INJECTION = ("- F1 src/db.py:2 [blocker, agreed, 2 of 3] SQL injection: the name is "
+             "formatted into the query")
+OFF_BY_ONE = "- F2 src/app.py:3-4 [major, agreed, 3 of 3] off-by-one"
+NIT = "- U1 src/app.py:1 [nit, unconfirmed, 0 of 3] total has no docstring"
 
 
 def stdio_server(home: Path, cwd: Path) -> StdioServerParameters:
@@ -68,15 +70,17 @@ async def test_review_changes_returns_the_verdict_and_agreed_findings(
         assert handle is not None and handle["status"] == "completed"
         session_id = handle["session_id"]
         lines = said.splitlines()
-        assert lines[0] == ("Verdict: blocked: 2 findings agreed, 2 of 3 members backed the "
-                            "review (1 rejected)")
+        assert lines[0].startswith(
+            "Verdict: blocked: 2 agreed findings (1 blocker, 1 major), 1 unconfirmed, "
+            "0 rejected; 2 of 3 members backed the winning review ")
         assert lines[1] == INJECTION and lines[2].startswith(OFF_BY_ONE)
-        assert lines[3].startswith("Dissent: agent_c: the off-by-one is real")
+        assert lines[3] == NIT
+        assert lines[4].startswith("Dissent: agent_c: the off-by-one is real")
         assert f"Session {session_id}: completed" in said
         assert ("Note: left out .env: on the secret-file deny-list (its changes are never "
                 "sent to a model).") in lines
-        assert lines[4].startswith("Coverage: 2 files, 4 of 4 changed lines (100%)")
-        assert len(lines) <= 9, said  # a few lines: the review itself is structuredContent
+        assert lines[5].startswith("Coverage: 2 files, 4 of 4 changed lines (100%)")
+        assert len(lines) <= 10, said  # a few lines: the review itself is structuredContent
         review = handle["result"]["review"]
         assert review["verdict"] == "blocked" and review["threshold"] == "major"
         assert [(f["file"], f["severity"]) for f in review["findings"]] == [
@@ -200,3 +204,29 @@ async def test_review_changes_as_an_mcp_task(scripted: Scripted, repo: Path) -> 
                                   "are never sent to a model)")
     assert handle["notes"][1].startswith("estimate: at least 6 calls")  # said before it ran
     assert CANARY not in sent(server)
+
+
+async def test_review_changes_follows_the_repositorys_own_rules(
+        scripted: Scripted, repo: Path, tmp_path: Path, home: Path) -> None:
+    """The MCP face applies the repository's review: block as the command line does: an
+    ignored file's changes, and its instruction, reach no model; the instruction for a file
+    sent and the guidance file do; '!.env' reopens nothing."""
+    server = scripted(reviewer)
+    (repo / ".massgen").mkdir()
+    (repo / ".massgen" / "config.yaml").write_text(
+        "review:\n  ignore: ['src/app.py', '!.env']\n  instructions:\n"
+        "    'src/db.py': 'INSTRUCTION-DB: parameters only'\n"
+        "    'src/app.py': 'INSTRUCTION-APP: never sent'\n")
+    (repo / "AGENTS.md").write_text("GUIDANCE-MARKER: queries live in src/db.py\n")
+    git(repo, "add", ".massgen/config.yaml", "AGENTS.md")
+    git(repo, "commit", "-qm", "rules")
+    async with host(home, tmp_path / "elsewhere", repo) as client:
+        reply = await client.call_tool("review_changes", {"models": team(server),
+                                                          "wait_s": 50})
+        assert not reply.is_error, text(reply)
+    everything = sent(server)
+    assert "INSTRUCTION-DB" in everything and "GUIDANCE-MARKER" in everything
+    assert "range(len(items) + 1)" not in everything  # src/app.py's change: ignored
+    assert "INSTRUCTION-APP" not in everything and CANARY not in everything
+    assert ("Note: left out src/app.py: ignored by the repository's review rules "
+            "(.massgen/config.yaml review.ignore: 'src/app.py').") in text(reply).splitlines()

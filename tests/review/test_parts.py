@@ -161,7 +161,7 @@ def test_the_coverage_is_in_every_output(scripted: Scripted, repo: Path,
     assert '<span class="muted" id="coverage">coverage: 2 files, 4 of 4' in report
 
 
-def test_parts_that_all_fail_give_no_verdict(scripted: Scripted, repo: Path,
+def test_parts_that_all_fail_are_inconclusive(scripted: Scripted, repo: Path,
                                              monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     server = scripted(lambda req: error(400, "scripted: this model refuses"))
@@ -172,8 +172,10 @@ def test_parts_that_all_fail_give_no_verdict(scripted: Scripted, repo: Path,
     out, err = capsys.readouterr()
     result = json.loads(out)
     assert code_ != 0 and result["status"] != "completed", err
-    assert "review" not in result or result["review"] is None  # never approve
-    assert "coverage: 0 files, 0 of " in err and "failed (part 1, 2" in err
+    assert result["review"]["verdict"] == "inconclusive"  # never approve
+    coverage = result["review"]["coverage"]
+    assert coverage["failed_parts"] == list(range(1, coverage["parts"] + 1))
+    assert coverage["files"] == [] and coverage["lines"] == 0 < coverage["total_lines"]
     assert all(e.startswith("part ") for e in result["errors"])
 
 
@@ -215,6 +217,7 @@ async def test_cancelling_one_part_stops_the_whole_review(scripted: Scripted, re
         result = await finish_review(service, begun)
     finally:
         await service.aclose()
-    assert result.status is RunStatus.CANCELLED and result.review is None
+    assert result.status is RunStatus.CANCELLED and result.review is not None
+    assert result.review.verdict == "inconclusive"  # no part judged: no verdict
     for _, run in begun.parts:
         assert (await service.result(run.session_id)).status is RunStatus.CANCELLED

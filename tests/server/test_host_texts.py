@@ -119,3 +119,34 @@ def test_progress_counts_one_token_and_many_tokens() -> None:
     assert "agent_a is writing… 1 token;" in message and "agent_b is writing… 2 tokens" in message
     assert message.startswith("answering: 0 answers")
     assert progress_steps(status) == (0, 7)
+
+
+async def test_a_wrong_argument_gets_one_line_naming_the_field_and_its_type(
+        tmp_path: Path) -> None:
+    """Not pydantic's report (its codes, the input echoed back, a link to its site): one line
+    a person reads in the host and a model corrects its call from; nothing is started."""
+    cases = [
+        ("run_consensus", {"question": 5},
+         "invalid arguments for run_consensus: question: expected a string, got an integer"),
+        ("run_consensus", {"question": "q", "models": "openai/x", "wait_s": "soon"},
+         "invalid arguments for run_consensus: models: expected an array, got a string; "
+         "wait_s: expected a number, got a string"),
+        ("run_consensus", {"question": "q", "options": {"timeout_s": "long"}},
+         "invalid arguments for run_consensus: options.timeout_s: expected a number, got a "
+         "string"),
+        ("get_status", {"session_id": "x", "wait_s": [1]},
+         "invalid arguments for get_status: wait_s: expected a number, got an array"),
+        ("run_consensus", {}, "invalid arguments for run_consensus: question: required"),
+        ("get_result", {"session_id": "x", "bogus": 1},
+         "invalid arguments for get_result: bogus: no such argument"),
+        ("list_sessions", {"limit": 1000},
+         "invalid arguments for list_sessions: limit: Input should be less than or equal to "
+         "100"),
+    ]
+    async with Client(create_server(home=tmp_path / "home")) as client:
+        for name, arguments, said in cases:
+            result = await client.call_tool(name, arguments, raise_on_error=False)
+            assert result.is_error
+            assert [text_of(block) for block in result.content] == [said]
+    assert not (tmp_path / "home" / "sessions").exists() or not any(
+        (tmp_path / "home" / "sessions").iterdir())

@@ -231,9 +231,9 @@ def test_ctrl_c_stops_the_coding_cli_agents_too(scripted: Scripted, home: Path,
 def test_help_shows_the_exit_codes_and_serves_defaults(home: Path) -> None:
     top = cli(home, "--help").stdout
     codes = {int(n): text for n, text in re.findall(r"^  (\d)  (.+)$", top, re.MULTILINE)}
-    assert sorted(codes) == list(range(9))
+    assert sorted(codes) == list(range(10))
     assert "timed out" in codes[EXIT_TIMEOUT] and "command line" in codes[EXIT_USAGE]
-    assert "review --fail-on" in codes[8]
+    assert "review --fail-on" in codes[8] and "inconclusive" in codes[9]
     assert "agents were dropped" in codes[EXIT_DROPPED] and "listen" in codes[EXIT_LISTEN]
     assert "massgen-mcp show latest" in top and "massgen-mcp doctor" in top
     serve = " ".join(cli(home, "serve", "--help").stdout.split())

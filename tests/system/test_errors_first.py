@@ -20,7 +20,7 @@ from fastmcp.client.transports import FastMCPTransport
 from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.errors import ConfigError, ProviderError
 from massgen_mcp.core.options import RunOptions
-from massgen_mcp.core.records import RunStatus
+from massgen_mcp.core.records import RequestRecord, RunStatus
 from massgen_mcp.core.spec import RunSpec, build_team
 from massgen_mcp.executors.local import LocalExecutor, local_executor
 from massgen_mcp.pool.executor import PoolExecutor
@@ -290,7 +290,7 @@ async def test_on_a_worker_the_first_call_fails_at_once_with_the_url(
     team = build_team({"agents": [dead.model_dump()], "options": {**FAST,
                                                                   "retry_backoff_s": 1.0}})
     started = time.monotonic()
-    live = await LocalExecutor(store, ProviderRouter()).start("q", team)
+    live = await LocalExecutor(store, ProviderRouter()).start(RequestRecord(question="q"), team)
     result = await live.task
     assert time.monotonic() - started < 3
     assert result.status is RunStatus.FAILED

@@ -18,7 +18,7 @@ import pytest
 
 from massgen_mcp.cli.main import main
 from massgen_mcp.cli.output import EXIT_EXECUTION, EXIT_INPUT, EXIT_USAGE
-from massgen_mcp.core.records import Event, EventType, FinishReason, RunStatus
+from massgen_mcp.core.records import Event, EventType, FinishReason, RequestRecord, RunStatus
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.records.store import SessionStore
@@ -83,7 +83,7 @@ def test_continue_and_resume_at_a_terminal_end_as_run_does(
 
     async def interrupted() -> str:
         runner = LocalExecutor(SessionStore(), ProviderRouter())
-        run = await runner.start("What is 6*7?", team_for(server))
+        run = await runner.start(RequestRecord(question="What is 6*7?"), team_for(server))
         for _ in range(3):
             assert await asyncio.to_thread(voting.acquire, True, 30)
         await runner.aclose(interrupt=True)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from massgen_mcp.cli.main import main
 from massgen_mcp.cli.output import EXIT_DROPPED
-from massgen_mcp.core.records import EventType, RunStatus
+from massgen_mcp.core.records import EventType, RequestRecord, RunStatus
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.records.store import SessionStore
@@ -84,7 +84,7 @@ async def test_mixed_faults_always_end_in_a_documented_state(scripted: Scripted)
     server = scripted(policy)
     store = SessionStore()
     runner = LocalExecutor(store, ProviderRouter())
-    runs = [await runner.start(f"question {i}", team_for(
+    runs = [await runner.start(RequestRecord(question=f"question {i}"), team_for(
         server, call_timeout_s=0.5, max_retries=2, timeout_s=30)) for i in range(12)]
     results = await asyncio.gather(*(r.task for r in runs))
     statuses = {r.status for r in results}
@@ -105,7 +105,7 @@ async def test_mixed_faults_always_end_in_a_documented_state(scripted: Scripted)
 async def test_calls_per_provider_are_bounded(scripted: Scripted) -> None:
     server = scripted(agree, latency_s=0.05)
     runner = LocalExecutor(SessionStore(), ProviderRouter(max_parallel=2))
-    runs = [await runner.start("q", team_for(server)) for _ in range(4)]
+    runs = [await runner.start(RequestRecord(question="q"), team_for(server)) for _ in range(4)]
     results = await asyncio.gather(*(r.task for r in runs))
     assert all(r.status == "completed" for r in results)
     assert server.max_in_flight == 2
@@ -116,7 +116,8 @@ async def test_one_hundred_concurrent_runs_complete(scripted: Scripted) -> None:
     server = scripted(agree, latency_s=0.02)
     store = SessionStore()
     runner = LocalExecutor(store, ProviderRouter(max_parallel=64))
-    runs = [await runner.start(f"q{i}", team_for(server)) for i in range(100)]
+    runs = [await runner.start(RequestRecord(question=f"q{i}"), team_for(server))
+            for i in range(100)]
     results = await asyncio.gather(*(r.task for r in runs))
     assert [r.status for r in results] == ["completed"] * 100
     for r in results:
@@ -142,7 +143,7 @@ async def test_hostile_answers_stay_data(scripted: Scripted) -> None:
     server = scripted(policy)
     store = SessionStore()
     runner = LocalExecutor(store, ProviderRouter())
-    run = await runner.start("Capital of France?", team_for(server))
+    run = await runner.start(RequestRecord(question="Capital of France?"), team_for(server))
     result = await run.task
     assert result.status == "completed"
     for req in (q for q in server.requests if q.vote_labels):
@@ -330,7 +331,7 @@ async def test_prune_is_a_dry_run_unless_confirmed(scripted: Scripted,
                                                    home: Path) -> None:
     server = scripted(agree)
     runner = LocalExecutor(SessionStore(), ProviderRouter())
-    run = await runner.start("q", team_for(server, ("a",)))
+    run = await runner.start(RequestRecord(question="q"), team_for(server, ("a",)))
     await run.task
     assert main(["prune", "--older-than", "30d"]) == 0
     assert "no finished sessions older than 30d" in capsys.readouterr().out

@@ -132,6 +132,21 @@ async def test_http_happy_path_with_token(http_server: str, scripted: Scripted) 
     assert handle["result"]["final_answer"].startswith("Final: ")
 
 
+async def test_no_line_per_http_request_reaches_the_log(http_server: str, scripted: Scripted,
+                                                       home: Path) -> None:
+    """Neither the providers' calls (httpx) nor the host's requests (uvicorn's access log) get
+    a line each at the default level: a host shows our stderr, and a run is dozens of them."""
+    server = scripted(agree)
+    async with Client(http_server, auth=TOKEN) as client:
+        done = (await client.call_tool("run_consensus", {
+            "question": "6*7?", "models": models_for(server), "wait_s": 30})).structured_content
+    assert done["status"] == "completed" and len(server.requests) >= 6
+    log = (home / "server.log").read_text(encoding="utf-8")
+    assert "INFO" in log  # the log is written: the lines that matter are still there
+    assert "HTTP Request:" not in log and "/v1/chat/completions" not in log
+    assert '"POST /mcp' not in log
+
+
 def test_http_requires_token_and_rejects_foreign_origin(http_server: str) -> None:
     no_token = httpx.post(http_server, json=INIT, headers=HEADERS)
     assert no_token.status_code == 401

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from massgen_mcp.consensus.pace import late_at
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.core.spec import build_team
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.records.store import SessionStore
@@ -57,7 +58,8 @@ def test_the_real_engine_opens_review_at_the_quorum_s_exact_time(tmp_path: Path)
 
     async def main() -> dict[str, object]:
         store = SessionStore(tmp_path)
-        run = await LocalExecutor(store, provider, drafts=False).start("Q?", team)
+        run = await LocalExecutor(store, provider, drafts=False).start(
+            RequestRecord(question="Q?"), team)
         result = await run.task
         assert result.status == "completed"
         events = store.read_events(run.session_id)

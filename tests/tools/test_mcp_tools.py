@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from massgen_mcp.core.records import RequestRecord
 from massgen_mcp.executors.local import LocalExecutor
 from massgen_mcp.providers.registry import ProviderRouter
 from massgen_mcp.records.store import SessionStore
@@ -180,7 +181,7 @@ async def test_cancel_leaves_no_server_process(scripted: Scripted) -> None:
     the_team = team(server.base_url, [{"id": "a", "backend": {"mcp_servers": notes}}])
     runner = LocalExecutor(SessionStore(), ProviderRouter())
     try:
-        live = await runner.start("q", the_team)
+        live = await runner.start(RequestRecord(question="q"), the_team)
         assert await asyncio.to_thread(asked.wait, 30)
         assert processes_with(marker)  # up while the run goes on (and its reaper)
         assert await runner.cancel(live.session_id)

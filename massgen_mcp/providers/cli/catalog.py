@@ -8,6 +8,7 @@ import os
 import shutil
 from dataclasses import dataclass
 
+from massgen_mcp.core.agent import AgentSpec
 from massgen_mcp.core.settings import SETTINGS
 from massgen_mcp.core.spec import TeamConfig
 from massgen_mcp.providers.cli import claude, codex, gemini, versions
@@ -82,16 +83,41 @@ def unusable(team: TeamConfig) -> list[str] | None:
     return lines or None
 
 
-async def refusals(team: TeamConfig) -> list[str]:
-    """One line per CLI agent of ``team`` whose installed CLI cannot run read-only, so a run
-    is refused before it starts rather than losing the agent in it (a CLI that is not
-    installed is the run's to report, as a dropped agent)."""
-    lines = []
+def not_ready(team: TeamConfig) -> list[str]:
+    """One line per CLI agent whose CLI is not installed, or is installed in a version that
+    runs but does not look logged in while no key is given: what ``validate`` warns of each
+    agent (a run is refused only when no agent can run at all, :func:`unusable`)."""
+    problems = []
+    for agent in team.agents:
+        if not agent.cli:
+            continue
+        cli = look_for(agent.cli)
+        if cli is None:
+            problems.append(f"agent {agent.id!r} ({agent.model}): the {agent.cli!r} command is "
+                            f"not on PATH; install it and log in, or set "
+                            f"MASSGEN_{agent.cli.upper()}_PATH")
+        elif (not cli.refused and not cli.logged_in
+              and not (agent.api_key or agent.api_key_env or agent.base_url)):
+            problems.append(f"agent {agent.id!r} ({agent.model}): {CLIS[agent.cli].executable} "
+                            "does not look logged in; run it once and log in")
+    return problems
+
+
+async def refused(team: TeamConfig) -> list[tuple[AgentSpec, str]]:
+    """Each CLI agent of ``team`` whose installed CLI cannot run read-only, with why (a CLI
+    that is not installed is the run's to report, as a dropped agent)."""
+    found = []
     for agent in team.agents:
         cli = CLIS.get(agent.cli or "")  # a name none runs: preflight names it
         path = find_executable(cli) if cli else None
         if cli and path:
-            _, refused = await versions.check(cli, path)
-            if refused:
-                lines.append(f"agent {agent.id!r} ({agent.model}): {refused}")
-    return lines
+            _, why = await versions.check(cli, path)
+            if why:
+                found.append((agent, why))
+    return found
+
+
+async def refusals(team: TeamConfig) -> list[str]:
+    """One line per CLI agent of ``team`` whose installed CLI cannot run read-only, so a run
+    is refused before it starts rather than losing the agent in it."""
+    return [f"agent {agent.id!r} ({agent.model}): {why}" for agent, why in await refused(team)]

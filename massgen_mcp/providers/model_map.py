@@ -1,16 +1,9 @@
-"""Which provider serves a model string, the one answer every check and every call uses.
+"""litellm's model map, read without litellm: the names it routes without a prefix (and to
+which provider), and each model's prices.
 
-A model string names its provider (``openai/gpt-4o``), or is a bare name litellm looks up in
-its own model map (``gpt-4o``: OpenAI, ``claude-haiku-4-5``: Anthropic). The key check
-before a run (:func:`massgen_mcp.providers.preflight.missing_credentials`), the consent of
-who receives the data, the per-provider bound and the call itself all ask
-:func:`bare_provider` through :attr:`~massgen_mcp.core.agent.AgentSpec.provider`, so a bare
-name is checked exactly as its prefixed spelling is, and goes where it was checked.
-
-One deliberate difference from litellm: a bare ``gemini-*`` goes to Gemini's API (a
-``GEMINI_API_KEY``), as its prefixed spelling ``gemini/...`` does, not to Vertex AI, which
-litellm picks from its map and which needs a Google Cloud project and the ``google`` package;
-unless Vertex is configured (a project or its credentials in the environment).
+A bare model name (``gpt-4o``: OpenAI, ``claude-haiku-4-5``: Anthropic) is routed by this map
+(:func:`bare_models`); which provider then serves it, with this server's own policy, is
+:func:`massgen_mcp.providers.kinds.provider_of`'s. A call's price is :func:`cost_of`.
 
 litellm costs ~3 s to import, so nothing here imports it: its map is a JSON file read from
 its package the first time a bare name is looked up (~25 ms).
@@ -26,11 +19,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from massgen_mcp.core.env import getenv
-
-# What says Vertex AI is set up (litellm's own variable names): then bare gemini-* names go
-# there, as litellm sends them.
-VERTEX_ENV = ("VERTEXAI_PROJECT", "VERTEX_PROJECT", "VERTEXAI_CREDENTIALS")
 # The map's provider labels that are not a routing prefix, as litellm routes them.
 _ROUTES = {"bedrock_converse": "bedrock", "ai21": "ai21_chat"}
 _LABEL = re.compile(r"[a-z0-9_\-]+")  # not the odd entry that gives a sentence instead
@@ -93,23 +81,6 @@ def bare_models() -> dict[str, str] | None:
             route = label.split("-")[0] if label.endswith("-models") else label
             routes[name] = _ROUTES.get(route, route)
     return routes
-
-
-def bare_provider(model: str) -> str | None:
-    """The provider a bare model name goes to (``gpt-4o``: ``openai``), or None when the name
-    is not in litellm's map (the run's preflight then refuses it, with a guess)."""
-    routes = bare_models()
-    route = routes.get(model) if routes else None
-    if route is None and model.startswith("ft:"):  # fine-tuned OpenAI models (ft:gpt-4o:org::id)
-        route = "openai"
-    if route == "vertex_ai" and model.startswith("gemini") and not vertex_configured():
-        return "gemini"
-    return route
-
-
-def vertex_configured() -> bool:
-    """Whether the environment sets up Vertex AI (see :data:`VERTEX_ENV`)."""
-    return any(getenv(name) for name in VERTEX_ENV)
 
 
 def _model_map_path() -> Path | None:
