@@ -39,6 +39,7 @@ from bench.load import bench_load, print_load, worker_load  # noqa: E402
 from bench.memory import bench_memory, print_memory, worker_memory  # noqa: E402
 from bench.redaction import bench_redaction, print_redaction  # noqa: E402
 from bench.review import bench_review, print_review  # noqa: E402
+from bench.review_parts import bench_review_parts, print_review_parts  # noqa: E402
 from bench.status_latency import bench_status_latency, print_status_latency  # noqa: E402
 from bench.streaming import bench_streaming, print_streaming  # noqa: E402
 from bench.tools_list import bench_tools_list, print_tools_list  # noqa: E402
@@ -61,6 +62,7 @@ SECTIONS = {
     "streaming": (bench_streaming, print_streaming),
     "install_size": (bench_install_size, print_install_size),
     "review": (bench_review, print_review),
+    "review_parts": (bench_review_parts, print_review_parts),
     "knobs": (bench_knobs, print_knobs),
     "faces": (bench_faces, print_faces),
 }

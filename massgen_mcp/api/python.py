@@ -25,7 +25,7 @@ from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import COUNTED_TIERS, Severity, Tier, named
 from massgen_mcp.core.run_state import ResultRecord, StatusRecord
 from massgen_mcp.core.spec import RunSpec, format_validation_error
-from massgen_mcp.review.start import ChangeToReview, start_review
+from massgen_mcp.review.start import ChangeToReview, finish_review, start_review
 from massgen_mcp.service import ConsensusService
 from massgen_mcp.team.context_files import Workspace
 
@@ -126,6 +126,8 @@ async def areview(*, staged: bool = False, base: str | None = None, commit: str 
         begun = await start_review(service, service.workspace, change, focus=focus,
                                    models=models, config=config, base_url=base_url,
                                    options=options, threshold=threshold, tier=tier)
+        if begun.parts:  # a review in parts: every part's run, merged
+            return await finish_review(service, begun)
         return await follow(service, begun.run.session_id)
     finally:
         await service.aclose()

@@ -23,6 +23,7 @@ from massgen_mcp.core.outcomes import COUNTED_TIERS, ReviewOutput, Severity, Tie
 from massgen_mcp.core.settings import SETTINGS
 
 if TYPE_CHECKING:
+    from massgen_mcp.core.run_state import ResultRecord
     from massgen_mcp.service import ConsensusService, StartedRun
 
 PATCH_SUFFIXES = (".patch", ".diff")
@@ -98,7 +99,12 @@ def patch_or_paths(targets: list[str]) -> tuple[str | None, list[str]]:
 
 
 def cmd_review(args: argparse.Namespace) -> int:
-    from massgen_mcp.review.start import ChangeToReview, start_review
+    from massgen_mcp.review.start import (
+        ChangeToReview,
+        ReviewStarted,
+        finish_review,
+        start_review,
+    )
     from massgen_mcp.team.context_files import Workspace
 
     if args.explain_config:
@@ -122,6 +128,8 @@ def cmd_review(args: argparse.Namespace) -> int:
     change = ChangeToReview(staged=args.staged, base=args.base, commit=args.commit,
                             paths=paths, patch_file=patch)
 
+    begun: list[ReviewStarted] = []
+
     async def start(service: ConsensusService) -> StartedRun:
         # The user's own repository, read by the user's own command: not confined (as
         # run's --context-file).
@@ -129,6 +137,7 @@ def cmd_review(args: argparse.Namespace) -> int:
                                      focus=args.focus, models=models, config=config,
                                      base_url=args.base_url, options=options,
                                      threshold=threshold, tier=tier, output=output)
+        begun.append(started)
         if args.fail_on is None and started.fail_on is not None:
             args.fail_on = str(started.fail_on)  # the repository's default: exits as --fail-on
         for note in started.notes:
@@ -136,8 +145,12 @@ def cmd_review(args: argparse.Namespace) -> int:
                 err(note)
         return started.run
 
+    async def finish(service: ConsensusService, run: StartedRun) -> ResultRecord:
+        return await finish_review(service, begun[0])  # a review in parts: all of them
+
     root = records_home(args)
-    return follow_to_the_end(args, start, after=post.after_review(args), root=root)
+    return follow_to_the_end(args, start, finish=finish, after=post.after_review(args),
+                             root=root)
 
 
 def explain_config(args: argparse.Namespace) -> int:

@@ -118,6 +118,9 @@ class DetachedExecutor(ThreadPoolExecutor):
 # its default, it would kill the process with the run's status still ``running``).
 STOPS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 Starter = Callable[["ConsensusService"], Awaitable["StartedRun"]]
+# How a started run's result is awaited when it is more than the one run (a review in parts);
+# None: wait for the run and read its result.
+Finisher = Callable[["ConsensusService", "StartedRun"], Awaitable["ResultRecord"]]
 
 
 HEARTBEAT_S = 10.0  # without a terminal, a line on stderr at least this often
@@ -184,13 +187,14 @@ class Ended:
 
 
 async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[str],
-                  root: Path | None = None) -> Ended:
+                  finish: Finisher | None = None, root: Path | None = None) -> Ended:
     """Start the run (``start``: a new one, a follow-up or a resumption; its id goes into
     ``started_ids`` at once), follow it to its end and return its result. SIGTERM, SIGHUP and
     Ctrl-C cancel a run: it ends ``cancelled`` and is reported like any other ending
     (``--json`` included); a second Ctrl-C stops at once. A review is stopped instead, as a
     server stop leaves a run (``interrupted``, :class:`Interrupted`): ``resume`` goes on
-    from its recorded reviews and votes, where a cancelled review had no way back."""
+    from its recorded reviews and votes, where a cancelled review had no way back; a review
+    in parts (``finish``: all of them, merged) is cancelled, as one resume holds one part."""
     live = None if args.quiet else LiveLines.on_terminal(sys.stderr)
     service = flags.service(args, drafts=live is not None, root=root)
     heart = None if args.quiet or live is not None else Heartbeat(
@@ -224,7 +228,7 @@ async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[st
 
         def cancel() -> None:
             cancels.append(loop.create_task(
-                service.cancel(session_id) if review is None
+                service.cancel(session_id) if review is None or review.parts
                 else service.aclose(interrupt=True)))
 
         def interrupt() -> None:
@@ -234,9 +238,8 @@ async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[st
         for signum in STOPS:
             portable.on_signal(loop, signum, cancel)
         portable.on_signal(loop, signal.SIGINT, interrupt)
-        await service.wait(session_id, None, until_done=True)
         try:
-            result = await service.result(session_id)
+            result = await (finish or _to_its_end)(service, started)
         except RunNotFinishedError as exc:
             if not exc.interrupted:
                 raise
@@ -252,6 +255,12 @@ async def run_one(args: argparse.Namespace, start: Starter, started_ids: list[st
             live.clear()
         await asyncio.gather(*cancels, return_exceptions=True)  # a finished run: nothing to do
         await service.aclose()  # Ctrl-C: the run is cancelled and its record closed
+
+
+async def _to_its_end(service: ConsensusService, started: StartedRun) -> ResultRecord:
+    """The one run's result, once it ended (a :data:`Finisher`'s default)."""
+    await service.wait(started.session_id, None, until_done=True)
+    return await service.result(started.session_id)
 
 
 class FetchBar:
@@ -284,18 +293,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def follow_to_the_end(args: argparse.Namespace, start: Starter, *,
+                      finish: Finisher | None = None,
                       after: Callable[[ResultRecord], None] | None = None,
                       root: Path | None = None) -> int:
     """Run what ``start`` starts to its end, then print as ``run`` does: the answer (or
     ``--json``) on stdout, the outcome on stderr, and the exit code of how it ended. The one
     ending of ``run``, ``continue`` and ``resume``. ``after`` gets the result once it is
-    printed (a review posted to GitHub); it does not change the exit code. ``root``: the
+    printed (a review posted to GitHub); it does not change the exit code. ``finish``: how
+    the result is awaited when it is more than the one run (a review in parts). ``root``: the
     project's folder, when it is not the working directory (:func:`flags.service`)."""
     from massgen_mcp.render.text import agreement_lines, other_errors, outcome_line
 
     started_ids: list[str] = []
     try:
-        ended = asyncio.run(run_one(args, start, started_ids, root))
+        ended = asyncio.run(run_one(args, start, started_ids, finish, root))
     except KeyboardInterrupt:  # Ctrl-C before the run had started, or pressed twice
         session_id = started_ids[0] if started_ids else None
         if args.json:  # a script still learns which record to look at

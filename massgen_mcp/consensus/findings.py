@@ -32,6 +32,7 @@ are one position: their backers count together.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,8 +44,10 @@ from massgen_mcp.core.edges import (
     without_controls,
 )
 from massgen_mcp.core.outcomes import (
+    Coverage,
     Finding,
     ReviewOutcome,
+    ReviewTarget,
     Severity,
     Stance,
     Tier,
@@ -194,6 +197,7 @@ def parse_review(content: str) -> Review:
     findings, rejects = value.get("findings"), value.get("rejects") or []
     if not isinstance(findings, list) or not isinstance(rejects, list):
         raise ReviewProblem('"findings" and "rejects" must be lists')
+    findings = _distinct(findings)  # a finding repeated word for word is one finding
     if len(findings) > MAX_FINDINGS or len(rejects) > MAX_REJECTS:
         raise ReviewProblem(f"at most {MAX_FINDINGS} findings and {MAX_REJECTS} rejects; "
                             "keep the ones that matter")
@@ -520,3 +524,72 @@ def verdict(counted: Sequence[Finding], threshold: Severity) -> Verdict:
     if any(f.severity.rank >= threshold.rank for f in counted):
         return Verdict.CHANGES_REQUESTED
     return Verdict.APPROVE
+
+
+def _distinct(items: list[object]) -> list[object]:
+    """``items`` without exact repeats (a model that loops sends one finding 500 times),
+    in order: counted once, so the list is judged by what it says."""
+    seen: set[str] = set()
+    kept: list[object] = []
+    for item in items:
+        key = json.dumps(item, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            kept.append(item)
+    return kept
+
+
+# -- what the review covered ---------------------------------------------------------------
+
+_HUNK_HEAD = re.compile(r"^@@ -\d+(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def hunk_ranges(diff: str) -> dict[str, list[tuple[int, int]]]:
+    """Each file's new-side line ranges that ``diff``'s hunks show (read by their counts,
+    so a changed line never reads as a header): where a finding is on the change."""
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    path: str | None = None
+    old = new = 0  # lines of the current hunk still to come
+    for line in diff.split("\n"):
+        if old > 0 or new > 0:
+            kind = line[:1]
+            if kind in ("-", "+", " ", "", "\\"):
+                old -= kind in ("-", " ", "")
+                new -= kind in ("+", " ", "")
+                continue
+            old = new = 0
+        if line.startswith("+++ "):
+            name = line[4:].split("\t", 1)[0].strip()
+            path = None if name == "/dev/null" else name.removeprefix("b/")
+        elif path is not None and (head := _HUNK_HEAD.match(line)):
+            old, start, new = int(head[1] or 1), int(head[2]), int(head[3] or 1)
+            ranges.setdefault(path, []).append((start, start + max(new, 1) - 1))
+    return ranges
+
+
+def with_coverage(review: ReviewOutcome, target: ReviewTarget, diff: str) -> ReviewOutcome:
+    """``review`` with what its run covered (``target``'s files and changed lines, and the
+    files left out) and each finding that is not on the change marked ``outside``, with
+    why: counted as the team settled it, shown apart."""
+    ranges = hunk_ranges(diff)
+    files = set(target.files)
+
+    def mark(finding: Finding) -> Finding:
+        shown = ranges.get(finding.file)
+        if finding.file not in files:
+            why = "its file is not in the reviewed change"
+        elif shown and not any(finding.line <= end + NEAR_LINES
+                               and start <= finding.end_line + NEAR_LINES
+                               for start, end in shown):
+            why = "its lines are not in the diff's hunks"
+        else:
+            return finding
+        return finding.model_copy(update={"outside": why})
+
+    coverage = Coverage(files=list(target.files), lines=target.lines,
+                        total_lines=target.lines, left_out=list(target.left_out))
+    return review.model_copy(update={
+        "findings": [mark(f) for f in review.findings],
+        "unconfirmed": [mark(f) for f in review.unconfirmed],
+        "rejected": [mark(f) for f in review.rejected], "coverage": coverage})
+

@@ -165,7 +165,7 @@ def result_record(request: RunRequest, progress: Progress, timeline: Timeline, *
         usage=progress.total.record(), errors=errors, started_at=timeline.started_at,
         finished_at=time.time(), elapsed_s=timeline.elapsed(), notes=_notes(coord),
     )
-    return with_review(result, request.review, review_text)
+    return with_review(result, request.review, review_text, request.context or "")
 
 
 def _notes(coord: Coordination) -> list[str]:
@@ -182,16 +182,18 @@ def _notes(coord: Coordination) -> list[str]:
 
 
 def with_review(result: ResultRecord, target: ReviewTarget | None,
-                text: ReviewText | None) -> ResultRecord:
+                text: ReviewText | None, diff: str = "") -> ResultRecord:
     """A review run's result with its :class:`ReviewOutcome`, settled from the members'
     recorded reviews and votes, and the final answer ``text`` writes from it (a review's
     text is never a presenter's prose). A review that ended without a verdict (no winner, no
-    vote) is inconclusive, with why and how the run ended. Other runs as they are."""
+    vote) is inconclusive, with why and how the run ended. ``diff``: what the run was sent,
+    for the coverage and the findings off the change. Other runs as they are."""
     if target is None:
         return result
     review = findings.outcome(result.answers, result.votes, result.agents,
                               threshold=target.threshold, tier=target.tier,
                               winner_label=result.winner.label if result.winner else None)
+    review = findings.with_coverage(review, target, diff)
     if review.inconclusive and result.status is not RunStatus.COMPLETED:
         ended = str(result.finish_reason or result.status).replace("_", " ")
         review = review.model_copy(

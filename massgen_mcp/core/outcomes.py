@@ -113,6 +113,12 @@ class ReviewTarget(Record):
     files: list[str] = []  # the changed files, in diff order
     # The least severity of a counted finding that requests changes (a blocker blocks).
     threshold: Severity = Severity.MAJOR
+    # What the run was sent, for the outcome's coverage: the changed lines of ``files``,
+    # and each file left out of the diff with why ("path: why").
+    lines: int = 0
+    left_out: list[str] = []
+    part: int = 0  # a diff reviewed in parts: this run's part (1, 2, ...); 0: the whole diff
+    parts: int = 0
     # The least tier the verdict counts: agreed findings only, or unconfirmed ones too.
     tier: Tier = Tier.AGREED
     output: ReviewOutput = ReviewOutput()  # the command line's; resume shows it so again
@@ -156,6 +162,9 @@ class Finding(Record):
     disputed_by: list[Stance] = []
     sources: list[str] = []  # the findings in members' reviews it gathers, e.g. ["B1.2"]
     reason: ModelText | None = None  # a rejected finding: why the majority disputed it
+    # Set when the finding is not on the reviewed change: its file is not in it, or its
+    # lines are not in the diff's hunks (a member read the file with its tools).
+    outside: str | None = None
 
 
 class Dissent(Record):
@@ -236,6 +245,39 @@ def dissent_of(live: list[str], votes: Sequence[Vote], winners: Collection[str],
     return found
 
 
+class Coverage(Record):
+    """What a review covered: the files and changed lines its members were sent, and what
+    was left out, each with why (a secret or binary file, a hunk over a part's size, a part
+    that failed). A review that covered nothing has no verdict to give."""
+
+    files: list[str] = []  # reviewed
+    lines: int = 0  # changed lines (added and removed) reviewed
+    total_lines: int = 0  # changed lines in the parts sent, reviewed or not
+    left_out: list[str] = []  # "path: why"
+    parts: int = 1  # review runs the diff was split into
+    failed_parts: list[int] = []  # those that ended without a review (1-based)
+
+    @property
+    def percent(self) -> float:
+        """Changed lines reviewed, of those sent (100 for a change with none, e.g. renames)."""
+        return 100.0 if self.total_lines == 0 else 100.0 * self.lines / self.total_lines
+
+    def words(self) -> str:
+        """One line: ``coverage: 60 files, 41,200 of 41,200 changed lines (100%) in 9
+        parts; left out: .env (on the secret-file deny-list)``."""
+        split = f" in {self.parts} parts" if self.parts > 1 else ""
+        failed = (f", {len(self.failed_parts)} failed (part "
+                  f"{', '.join(map(str, self.failed_parts))})" if self.failed_parts else "")
+        line = (f"coverage: {len(self.files)} file{'' if len(self.files) == 1 else 's'}, "
+                f"{self.lines:,} of {self.total_lines:,} changed lines ({self.percent:.0f}%)"
+                f"{split}{failed}")
+        if self.left_out:
+            shown = "; ".join(self.left_out[:10])
+            more = f"; and {len(self.left_out) - 10} more" if len(self.left_out) > 10 else ""
+            line += f"; left out: {shown}{more}"
+        return line
+
+
 class ReviewOutcome(Record):
     """What the team agreed on a change, in three tiers (:class:`Tier`): the findings a
     strict majority of the live members backs, those fewer back and no majority disputes,
@@ -264,3 +306,4 @@ class ReviewOutcome(Record):
     rejected: list[Finding] = []
     dissent: list[Dissent] = []
     dropped: list[str] = []  # agent ids that did not last the run
+    coverage: Coverage | None = None  # None: a record written before coverage was kept

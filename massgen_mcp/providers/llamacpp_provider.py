@@ -29,6 +29,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -128,6 +129,8 @@ class _Model:
 
         self._server.handle_chat_completions(
             {**request, "stream": True, "stream_options": {"include_usage": True}}, on_chunk)
+        if error.get("type") == "exceed_context_size_error":
+            raise ProviderError(too_long(request, error), kind=ErrorKind.BAD_REQUEST)
         if error:
             raise RuntimeError(f"{error.get('type')}: {error.get('message')}")
         if cancel.is_set() or self.closing.is_set():
@@ -140,6 +143,18 @@ class _Model:
         self.closing.set()
         self._server = None
         shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def too_long(request: dict[str, Any], error: dict[str, Any]) -> str:
+    """llama.cpp's refusal of a prompt longer than the context, in one line that says what
+    to send instead (its own words suggest a larger context, which is fixed here)."""
+    asked = error.get("n_prompt_tokens")
+    found = re.search(r"\((\d+) tokens\)", str(error.get("message") or ""))
+    size = f"{int(asked):,} tokens" if isinstance(asked, int) else (
+        f"{int(found[1]):,} tokens" if found else "a prompt")
+    return (f"the prompt ({size}) is more than the embedded model reads in a call "
+            f"({CONTEXT_TOKENS:,} tokens); send less (a shorter context or question), or use "
+            "a model with a larger context window")
 
 
 def _moot(work: asyncio.Future[Any]) -> None:

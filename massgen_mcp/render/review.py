@@ -129,6 +129,8 @@ def _text_finding(f: Finding, review: ReviewOutcome, models: Mapping[str, str]) 
     lines.append(f"    {support(f, review, models)}")
     for stance in f.disputed_by:
         lines.append(f"    disputed by {_who(stance.agent_id, models)}: {stance.reason}")
+    if f.outside:
+        lines.append(f"    outside the change: {f.outside}")
     return lines
 
 
@@ -137,6 +139,8 @@ def as_text(review: ReviewOutcome, models: Mapping[str, str]) -> str:
     rejected ones, and the dissent."""
     lines = [f"Verdict: {headline(review)}", rule_line(review)]
     lines += [line for line in (tie_line(review), summary_line(review, models)) if line]
+    if review.coverage is not None:
+        lines.append(f"Coverage: {review.coverage.words().removeprefix('coverage: ')}")
     by_file: dict[str, list[Finding]] = {}
     for finding in review.findings:
         by_file.setdefault(finding.file, []).append(finding)
@@ -182,6 +186,8 @@ def as_brief(review: ReviewOutcome) -> str:
                      "(structuredContent has them all)")
     for d in review.dissent:
         lines.append(f"Dissent: {d.agent_id}: {d.reason}")
+    if review.coverage is not None:
+        lines.append(f"Coverage: {review.coverage.words().removeprefix('coverage: ')}")
     return "\n".join(lines)
 
 
@@ -234,6 +240,8 @@ def _md_finding(f: Finding, review: ReviewOutcome, models: Mapping[str, str],
     if f.fix:
         lines += ["", f"**Fix:** {md_inline(f.fix)}"]
     lines += ["", f"_{md_inline(support(f, review, models))}_"]
+    if f.outside:
+        lines.append(f"- outside the change: {md_inline(f.outside)}")
     for stance in f.disputed_by:
         lines.append(f"- disputed by {md_inline(_who(stance.agent_id, models))}: "
                      f"{md_inline(stance.reason)}")
@@ -253,6 +261,8 @@ def as_markdown(review: ReviewOutcome, models: Mapping[str, str], *,
     for line in (tie_line(review), summary_line(review, models)):
         if line:
             lines += ["", md_inline(line[0].upper() + line[1:])]
+    if review.coverage is not None:
+        lines += ["", f"_{md_inline(review.coverage.words().capitalize())}_"]
     if not review.findings:
         lines += ["", "No finding was backed by a majority of the team."]
     for f in review.findings:
@@ -303,6 +313,8 @@ def as_sarif(review: ReviewOutcome, models: Mapping[str, str], *,
                            "confirmedBy": [_who(a, models) for a in f.confirmed_by],
                            "disputedBy": [{"member": _who(s.agent_id, models),
                                            "reason": s.reason} for s in f.disputed_by]}}
+        if f.outside:
+            result["properties"]["outside"] = f.outside
         if f.evidence:
             region = result["locations"][0]["physicalLocation"]["region"]
             region["snippet"] = {"text": f.evidence}
@@ -323,6 +335,9 @@ def as_sarif(review: ReviewOutcome, models: Mapping[str, str], *,
                        "tied": review.tied, "tieBreak": review.tie_break,
                        "dissent": [{"member": _who(d.agent_id, models), "reason": d.reason}
                                    for d in review.dissent]}}
+    if review.coverage is not None:
+        run["properties"]["coverage"] = {**review.coverage.model_dump(mode="json"),
+                                         "percent": round(review.coverage.percent, 1)}
     if session_id:
         run["automationDetails"] = {"id": f"massgen-mcp/review/{session_id}"}
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}

@@ -348,6 +348,8 @@ def review_section(record: SessionRecord) -> str:
            f"{_e(rule_line(review))}"
            + (f" · reviewed: {_e(target.described)}" if target and target.described else "")
            + "</span>"
+           + (f'<br><span class="muted" id="coverage">{_e(review.coverage.words())}</span>'
+              if review.coverage is not None else "")
            + "".join(f'<p class="muted">{_e(line[0].upper() + line[1:])}</p>'
                      for line in (tie_line(review), summary_line(review, models)) if line)
            + "</div>"]

@@ -13,7 +13,7 @@ One function, :func:`collect`, for every way a person names the work:
 
 Everything is refused with one line that names the input and the fix, and nothing outside
 the repository is read: not a git repository, an unknown ref, a diff that is not UTF-8 text
-or holds NUL bytes, a diff over :data:`MAX_DIFF_BYTES` (refused, never cut), a patch whose
+or holds NUL bytes, a diff over :data:`MAX_REVIEW_BYTES` (refused, never cut), a patch whose
 paths leave the repository (``..``, absolute, through a link) or name files that do not
 exist, and an empty diff ("nothing to review"). Files a model may not see
 (:func:`massgen_mcp.tools.workspace.withheld`: the secret-file deny-list, ``.env``, keys,
@@ -38,7 +38,7 @@ from typing import BinaryIO
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
 from massgen_mcp.review.diff import (
-    MAX_DIFF_BYTES,
+    MAX_REVIEW_BYTES,
     FileDiff,
     check_diff_text,
     mark_binary,
@@ -80,7 +80,7 @@ DIFF_OPTIONS = ("--no-ext-diff", "--no-textconv", "--no-color", f"--unified={CON
 class Changes:
     """The work under review.
 
-    ``diff``: a unified diff with context, UTF-8 text, at most :data:`MAX_DIFF_BYTES`,
+    ``diff``: a unified diff with context, UTF-8 text, at most :data:`MAX_REVIEW_BYTES`,
     without the sections of :attr:`left_out` files; ``files``: the paths it changes,
     relative to ``root`` (POSIX separators); ``root``: the repository's top folder;
     ``described``: what was collected, in words (``the working tree against HEAD``);
@@ -307,9 +307,9 @@ def finish(root: Path, described: str, sections: list[FileDiff], kind: str,
         why = f" ({'; '.join(left_out)})" if left_out else ""
         raise ConfigError(f"diff: nothing to review: {described} changes no file that can "
                           f"be sent{why}")
-    if len(diff.encode()) > MAX_DIFF_BYTES:
+    if len(diff.encode()) > MAX_REVIEW_BYTES:
         raise ConfigError(f"diff: {described} is {len(diff.encode()):,} bytes; the limit is "
-                          f"{MAX_DIFF_BYTES:,}; {narrow(kind)}")
+                          f"{MAX_REVIEW_BYTES:,}; {narrow(kind)}")
     return Changes(root, described, diff, files, tuple(left_out))
 
 
@@ -349,10 +349,10 @@ async def whole_files(git: Git, root: Path, cwd: Path, names: Sequence[str],
             section.skipped = "reached through a link (not followed)"
             continue
         try:
-            data = read_bytes_safely(root / relative, MAX_DIFF_BYTES)
+            data = read_bytes_safely(root / relative, MAX_REVIEW_BYTES)
         except UnsafeFileError as exc:
             if exc.reason == "too_big":
-                raise ConfigError(f"paths: {relative!r} is more than {MAX_DIFF_BYTES:,} "
+                raise ConfigError(f"paths: {relative!r} is more than {MAX_REVIEW_BYTES:,} "
                                   f"bytes, more than a review sends; {narrow('paths')}"
                                   ) from None
             section.skipped = f"not read ({str(exc).removeprefix(Path(relative).name + ' ')})"

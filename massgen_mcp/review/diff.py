@@ -20,6 +20,9 @@ from massgen_mcp.core.spec import MAX_CONTEXT_CHARS
 # MAX_CONTEXT_CHARS; the rest is room for the notes around it. Larger is refused, with how
 # to narrow it (issue 55: never silently truncated).
 MAX_DIFF_BYTES = MAX_CONTEXT_CHARS - 20_000
+# What a review takes in all: a diff over what one run sends is reviewed in parts
+# (massgen_mcp.review.parts), up to git's output cap; larger is refused, with how to narrow it.
+MAX_REVIEW_BYTES = 8 * 1024 * 1024
 # How to make each kind of review smaller, in the options that fit the one asked for (a
 # --commit review was once told to review one commit).
 _WAYS = {

@@ -27,17 +27,33 @@ class Estimate:
     prompt_tokens: int
     cost_usd: float | None  # None: a model the price table does not know (a local server)
 
+    parts: int = 1  # review runs: a diff over the team's room is reviewed in parts
+
     def words(self) -> str:
         cost = "price unknown" if self.cost_usd is None else f"about ${self.cost_usd:.4f}"
-        return (f"at least {self.calls} calls, ~{self.prompt_tokens:,} prompt tokens, {cost} "
-                "(more if members revise)")
+        split = f" in {self.parts} parts" if self.parts > 1 else ""
+        return (f"at least {self.calls} calls{split}, ~{self.prompt_tokens:,} prompt tokens, "
+                f"{cost} (more if members revise)")
+
+    def __add__(self, other: Estimate) -> Estimate:
+        """Two parts' floors together (a part's unknown price makes the total unknown)."""
+        cost = (None if self.cost_usd is None or other.cost_usd is None
+                else self.cost_usd + other.cost_usd)
+        return Estimate(self.calls + other.calls, self.prompt_tokens + other.prompt_tokens,
+                        cost, self.parts + other.parts)
+
+
+def call_chars(members: int, question: str, context: str) -> int:
+    """The characters of a review's largest call: a member's vote, which reads the
+    instructions, the diff and every member's review."""
+    return len(question) + len(context) + PROMPT_OVERHEAD_CHARS + members * REVIEW_CHARS
 
 
 def estimate(models: Sequence[str], question: str, context: str) -> Estimate:
     """The floor of a review by ``models`` of ``context`` (the diff) asked as ``question``:
     every member's first answer, then its vote on everyone's answers."""
     first = (len(question) + len(context) + PROMPT_OVERHEAD_CHARS) // CHARS_PER_TOKEN
-    second = first + len(models) * REVIEW_CHARS // CHARS_PER_TOKEN
+    second = call_chars(len(models), question, context) // CHARS_PER_TOKEN
     total = 0.0
     known = True
     for model in models:

@@ -16,37 +16,37 @@ from typing import BinaryIO
 
 from massgen_mcp.core.errors import ConfigError
 from massgen_mcp.core.files import UnsafeFileError, read_bytes_safely
-from massgen_mcp.review.diff import MAX_DIFF_BYTES, FileDiff, check_diff_text, narrow
+from massgen_mcp.review.diff import MAX_REVIEW_BYTES, FileDiff, check_diff_text, narrow
 from massgen_mcp.tools.workspace import withheld
 
 
 def given_patch(text: str) -> tuple[bytes, str]:
-    """A patch given as text: its bytes, at most :data:`MAX_DIFF_BYTES` (refused, not cut),
+    """A patch given as text: its bytes, at most :data:`MAX_REVIEW_BYTES` (refused, not cut),
     checked as a file's are."""
     data = text.encode("utf-8", "surrogatepass")
     described = "the given patch"
-    if len(data) > MAX_DIFF_BYTES:
+    if len(data) > MAX_REVIEW_BYTES:
         raise ConfigError(f"patch: {described} is {len(data):,} bytes, more than the "
-                          f"{MAX_DIFF_BYTES:,} a review sends (refused, not cut); "
+                          f"{MAX_REVIEW_BYTES:,} a review sends (refused, not cut); "
                           f"{narrow('patch')}")
     return check_diff_text(data, described), described
 
 
 def read_patch(name: str, cwd: Path, stdin: BinaryIO | None) -> tuple[bytes, str]:
-    """The bytes of the patch file ``name`` (``-``: stdin), at most :data:`MAX_DIFF_BYTES`."""
+    """The bytes of the patch file ``name`` (``-``: stdin), at most :data:`MAX_REVIEW_BYTES`."""
     if name == "-":
         stream = stdin if stdin is not None else sys.stdin.buffer
-        data = stream.read(MAX_DIFF_BYTES + 1)
+        data = stream.read(MAX_REVIEW_BYTES + 1)
         described = "the patch on stdin"
     else:
         path = cwd / name
         described = f"the patch {name}"
         try:
-            data = read_bytes_safely(path, MAX_DIFF_BYTES, follow_link=True)
+            data = read_bytes_safely(path, MAX_REVIEW_BYTES, follow_link=True)
         except UnsafeFileError as exc:
             if exc.reason == "too_big":
                 raise ConfigError(f"patch: {described} is {exc.size or 0:,} bytes, more than "
-                                  f"the {MAX_DIFF_BYTES:,} a review sends (refused, not cut); "
+                                  f"the {MAX_REVIEW_BYTES:,} a review sends (refused, not cut); "
                                   f"{narrow('patch')}") from None
             raise ConfigError(f"patch: {name!r} cannot be read ({exc}); give a regular "
                               "file") from None
@@ -55,8 +55,8 @@ def read_patch(name: str, cwd: Path, stdin: BinaryIO | None) -> tuple[bytes, str
                               "read one from stdin") from None
         except OSError as exc:
             raise ConfigError(f"patch: {name!r} cannot be read ({exc.strerror})") from None
-    if len(data) > MAX_DIFF_BYTES:
-        raise ConfigError(f"patch: {described} is more than {MAX_DIFF_BYTES:,} bytes, more "
+    if len(data) > MAX_REVIEW_BYTES:
+        raise ConfigError(f"patch: {described} is more than {MAX_REVIEW_BYTES:,} bytes, more "
                           f"than a review sends (refused, not cut); {narrow('patch')}")
     return check_diff_text(data, described), described
 

@@ -17,6 +17,10 @@ findings the team agrees on, the verdict and the dissent (:mod:`massgen_mcp.cons
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Sequence
+
 from massgen_mcp.consensus.findings import FORMAT
 from massgen_mcp.core.edges import check_text
 from massgen_mcp.core.errors import ConfigError
@@ -25,6 +29,8 @@ from massgen_mcp.core.outcomes import ReviewOutput, ReviewTarget, Severity, Tier
 from massgen_mcp.core.spec import RunSpec, TeamConfig
 from massgen_mcp.review.changes import CONTEXT_LINES, Changes
 from massgen_mcp.review.estimate import Estimate, estimate
+from massgen_mcp.review.parts import Part
+from massgen_mcp.review.parts import changed_lines_in as changes_lines
 from massgen_mcp.team import consent
 from massgen_mcp.team.choose import choose_team
 from massgen_mcp.team.context_files import Workspace
@@ -81,8 +87,10 @@ def _listing(entries: tuple[str, ...], more: str) -> str:
     return "\n".join(lines)
 
 
-def review_question(changes: Changes, focus: str | None = None) -> str:
-    """The review prompt for ``changes``, with the person's ``focus`` (e.g. "security")."""
+def review_question(changes: Changes, focus: str | None = None,
+                    part: tuple[int, int, Part] | None = None) -> str:
+    """The review prompt for ``changes``, with the person's ``focus`` (e.g. "security");
+    ``part``: (k, n, the part) of a diff reviewed in parts, whose files it lists."""
     focus_line = ""
     if focus is not None:
         focus = check_text(focus, "focus").strip()
@@ -92,12 +100,18 @@ def review_question(changes: Changes, focus: str | None = None) -> str:
             raise ConfigError(f"--focus: {len(focus)} characters; the limit is "
                               f"{MAX_FOCUS_CHARS} (say what to look at, in a sentence)")
         focus_line = f"\nThe author asks you to focus on: {focus}\n"
-    files = _listing(changes.files, "(see the diff)")
+    files = _listing(part[2].files if part else changes.files, "(see the diff)")
     left_out = ""
-    if changes.left_out:  # capped as the files are: 1,900 images must not fill the question
+    if part is not None:
+        k, n, _ = part
+        files = (f"(part {k} of {n}: the change is too large for one review, so each part is "
+                 "reviewed on its own; review only these files, the diff in the context)\n"
+                 + files)
+    elif changes.left_out:  # capped as the files are: 1,900 images must not fill the question
         left_out = ("\n\nLeft out of the diff (not sent to you):\n"
                     + _listing(changes.left_out, ""))
-    return INSTRUCTIONS.format(described=changes.described, count=len(changes.files),
+    return INSTRUCTIONS.format(described=changes.described,
+                               count=len(part[2].files if part else changes.files),
                                focus=focus_line, context=CONTEXT_LINES, format=FORMAT,
                                files=files, left_out=left_out)
 
@@ -107,7 +121,8 @@ def review_spec(changes: Changes, focus: str | None = None, *,
                 base_url: str | None = None, options: RunOptions | None = None,
                 tools: bool = True, threshold: Severity = Severity.MAJOR,
                 tier: Tier = Tier.AGREED, rules: str = "", guidance: str = "",
-                output: ReviewOutput | None = None) -> RunSpec:
+                output: ReviewOutput | None = None,
+                part: tuple[int, int, Part] | None = None) -> RunSpec:
     """The :class:`RunSpec` of a review: the team and limits as ``run`` takes them
     (``options``: only the fields set count), with the workspace tools on unless ``tools``
     is False (:func:`tools_withheld`); ``threshold``: the least severity of a counted
@@ -115,14 +130,35 @@ def review_spec(changes: Changes, focus: str | None = None, *,
     repository's instructions for the files sent, added to the question; ``guidance``: its
     guidance files, put before the diff in the context (both from
     :mod:`massgen_mcp.review.rules`); ``output``: how the command line shows the outcome
-    (recorded, for ``resume``)."""
+    (recorded, for ``resume``); ``part``: (k, n, the part) of a diff reviewed in parts
+    (its run sends that part, with a share of the budget: :func:`part_options`)."""
     given = options.model_dump(exclude_unset=True) if options is not None else {}
+    if part is None:
+        diff, files, lines = changes.diff, changes.files, changes_lines(changes.diff)
+        left_out = list(changes.left_out)
+    else:
+        diff, files, lines, left_out = part[2].diff, part[2].files, part[2].lines, []
+        given = part_options(given, part[1])
     target = ReviewTarget(root=str(changes.root), commit=changes.commit,
-                          described=changes.described, files=list(changes.files),
-                          threshold=threshold, tier=tier, output=output or ReviewOutput())
-    return RunSpec(question=review_question(changes, focus) + rules, models=models,
-                   config=config, base_url=base_url, context=guidance + changes.diff,
+                          described=changes.described, files=list(files),
+                          threshold=threshold, lines=lines, left_out=left_out,
+                          part=part[0] if part else 0, parts=part[1] if part else 0,
+                          tier=tier, output=output or ReviewOutput())
+    return RunSpec(question=review_question(changes, focus, part) + rules, models=models,
+                   config=config, base_url=base_url, context=guidance + diff,
                    options=RunOptions(**{**given, "workspace_tools": tools}), review=target)
+
+
+def part_options(given: dict[str, object], parts: int) -> dict[str, object]:
+    """A part's limits: the review's budgets (cost, tokens) shared evenly among its
+    ``parts``, which run at once; its time limits as they are (a part runs in the same
+    time as the whole would)."""
+    shared = dict(given)
+    if isinstance(cost := given.get("max_cost_usd"), (int, float)):
+        shared["max_cost_usd"] = cost / parts
+    if isinstance(tokens := given.get("max_total_tokens"), int):
+        shared["max_total_tokens"] = max(tokens // parts, 1)
+    return shared
 
 
 async def chosen_team(spec: RunSpec, workspace: Workspace) -> TeamConfig:
@@ -151,12 +187,13 @@ def tools_withheld(spec: RunSpec, found: TeamConfig) -> list[str]:
     return consent.exposures(given)
 
 
-def review_estimate(spec: RunSpec, team: TeamConfig) -> Estimate:
-    """The floor of ``spec``'s cost (:mod:`.estimate`) for its ``team``
-    (:func:`chosen_team`: the call's limits are already on its options); refused before
-    anything runs when the run's ``max_cost_usd`` is below it."""
-    found = estimate([agent.model for agent in team.agents], spec.question,
-                     spec.context or "")
+def review_estimate(specs: Sequence[RunSpec], team: TeamConfig) -> Estimate:
+    """The floor of the cost (:mod:`.estimate`) of ``specs``, a review's run or its parts'
+    runs, for its ``team`` (:func:`chosen_team`: the call's limits are already on its
+    options); refused before anything runs when the run's ``max_cost_usd`` is below it."""
+    models = [agent.model for agent in team.agents]
+    found = functools.reduce(operator.add, (estimate(models, spec.question, spec.context or "")
+                                            for spec in specs))
     budget = team.options.max_cost_usd
     if budget is not None and found.cost_usd is not None and found.cost_usd > budget:
         raise ConfigError(f"max_cost_usd: ${budget:g} is below this review's floor, "

@@ -16,14 +16,20 @@ arguments may come from whatever it read. Then the repository must be the worksp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from massgen_mcp.core.errors import ConfigError
+from massgen_mcp.core.errors import ConfigError, SessionStateError
 from massgen_mcp.core.options import RunOptions
 from massgen_mcp.core.outcomes import ReviewOutput, Severity, Tier
+from massgen_mcp.core.records import RunStatus
+from massgen_mcp.core.run_state import ResultRecord
 from massgen_mcp.review.changes import Changes, collect, repository
+from massgen_mcp.review.diff import MAX_DIFF_BYTES, narrow
+from massgen_mcp.review.fit import diff_room, refuse_embedded
+from massgen_mcp.review.parts import Part, Split, merged_result, split
 from massgen_mcp.review.patch import inside
 from massgen_mcp.review.request import (
     chosen_team,
@@ -65,9 +71,15 @@ class ReviewStarted:
     run: StartedRun
     changes: Changes
     notes: list[str] = field(default_factory=list)
+    threshold: Severity = Severity.MAJOR
     # The repository's default threshold (review.fail_on) when the caller gave none: the
     # command line then exits as with --fail-on.
     fail_on: Severity | None = None
+    tier: Tier = Tier.AGREED  # the least tier the verdict counts (a review in parts: merged)
+    # A diff over what one run sends: each part and its run (``run`` is the first's), and
+    # what no part holds; :func:`finish_review` merges them.
+    parts: list[tuple[Part, StartedRun]] = field(default_factory=list)
+    left_out: tuple[str, ...] = ()
 
 
 async def start_review(service: ConsensusService, workspace: Workspace,
@@ -76,13 +88,15 @@ async def start_review(service: ConsensusService, workspace: Workspace,
                        base_url: str | None = None, options: RunOptions | None = None,
                        threshold: Severity | None = None,
                        tier: Tier = Tier.AGREED,
-                       output: ReviewOutput | None = None) -> ReviewStarted:
+                       output: ReviewOutput | None = None,
+                       split_ok: bool = True) -> ReviewStarted:
     """Collect ``change`` in the repository at ``workspace``'s root, and start its review
     through ``service`` with the team and limits as ``run_consensus`` takes them.
     ``threshold``: the least severity of a counted finding that requests changes (None: the
     repository's ``review.fail_on``, else major); ``tier``: the least tier counted (agreed,
     or unconfirmed too); ``output``: the command line's format and ``--fail-on``, recorded
-    for ``resume``.
+    for ``resume``; ``split_ok``: a diff over what one run sends may be reviewed in parts (a
+    face that follows one session, the MCP tool, refuses it instead, in one line).
 
     The repository's own rules (:mod:`massgen_mcp.review.rules`) apply where the caller
     leaves a choice open (focus, threshold, team) and narrow what is sent (ignore, budget);
@@ -134,6 +148,7 @@ async def start_review(service: ConsensusService, workspace: Workspace,
         if not from_rules:
             raise
         raise ConfigError(f"{loaded.source('team')}: {exc}") from None
+    refuse_embedded(team.agents)
     if workspace.confined:  # the call picked the files: never to an agent abroad
         consent.check_call(team, team, {}, None, {"paths": change.paths})
     judged = spec.model_copy(update={"models": None, "config": None}) if from_rules else spec
@@ -146,10 +161,89 @@ async def start_review(service: ConsensusService, workspace: Workspace,
         spec = review_spec(changes, focus, models=models, config=config, base_url=base_url,
                            options=options, tools=False, threshold=threshold, tier=tier,
                            rules=instructions, output=output)
-    floor = review_estimate(spec, team)  # a budget below it: refused
+    # What one run can send: the run's context limit, or less where a member's context
+    # window is known to hold less (each call must fit every member, the guidance too).
+    sent = spec.question + (guidance.text if not withheld else "")
+    room = min(MAX_DIFF_BYTES, diff_room(team.agents, sent) or MAX_DIFF_BYTES)
+    if len(changes.diff.encode()) <= room:
+        floor = review_estimate([spec], team)  # a budget below it: refused
+        notes.append(f"estimate: {floor.words()}")
+        run = await service.start(spec, review_workspace)
+        return ReviewStarted(run, changes, notes, threshold=threshold, fail_on=default_fail_on)
+    pieces = _parts_of(changes, room, narrow(given[0] if given else "worktree"), split_ok)
+    guided = "" if withheld else guidance.text
+    specs = [review_spec(changes, focus, models=models, config=config, base_url=base_url,
+                         options=options, tools=not withheld, threshold=threshold, tier=tier,
+                         rules=instructions_for(loaded, part.files)
+                         + (GUIDANCE_QUESTION if guided else ""),
+                         guidance=guided, output=output, part=(k, len(pieces.parts), part))
+             for k, part in enumerate(pieces.parts, 1)]
+    floor = review_estimate(specs, team)
+    notes += [f"left out {note}" for note in pieces.left_out]
+    notes.append(f"the diff is {len(changes.diff.encode()):,} bytes, more than one review run "
+                 f"holds ({room:,} for this team): reviewed in {len(specs)} parts by file, "
+                 "at once")
     notes.append(f"estimate: {floor.words()}")
-    run = await service.start(spec, review_workspace)
-    return ReviewStarted(run, changes, notes, default_fail_on)
+    runs: list[StartedRun] = []
+    try:
+        for part_spec in specs:
+            runs.append(await service.start(part_spec, review_workspace))
+    except BaseException:
+        for started in runs:  # nothing half-started: the parts begun so far are stopped
+            await service.cancel(started.session_id)
+        raise
+    return ReviewStarted(runs[0], changes, notes, threshold=threshold, fail_on=default_fail_on,
+                         tier=tier,
+                         parts=list(zip(pieces.parts, runs, strict=True)),
+                         left_out=(*changes.left_out, *pieces.left_out))
+
+
+def _parts_of(changes: Changes, room: int, how: str, split_ok: bool) -> Split:
+    """``changes``' diff split by file into parts of at most ``room`` bytes, or why it
+    cannot be reviewed in parts, in one line (``how``: the ways to narrow it)."""
+    if not split_ok:
+        raise ConfigError(f"diff: {changes.described} is {len(changes.diff.encode()):,} "
+                          f"bytes, more than one review run holds ({room:,} for this team); "
+                          f"{how}, or run massgen-mcp review in a terminal, which reviews it "
+                          "in parts")
+    pieces = split(changes.diff, room)
+    if not pieces.parts:
+        raise ConfigError(f"diff: every hunk of {changes.described} is more than one review "
+                          f"run holds ({room:,} bytes for this team); {how}, or choose "
+                          "models with larger context windows")
+    return pieces
+
+
+async def finish_review(service: ConsensusService, begun: ReviewStarted) -> ResultRecord:
+    """Wait for ``begun``'s run, or all its parts' runs, to end, and return its result
+    (a review in parts: merged, :func:`massgen_mcp.review.parts.merged_result`). A part
+    cancelled (the CLI's Ctrl-C cancels the first) cancels the others: the review stops."""
+    if not begun.parts:
+        await service.wait(begun.run.session_id, None, until_done=True)
+        return await service.result(begun.run.session_id)
+
+    stopping: list[bool] = []  # the others are being cancelled: once (a task cancelled
+    # twice is cut off while it closes its record)
+
+    async def one(run: StartedRun) -> ResultRecord:
+        await service.wait(run.session_id, None, until_done=True)
+        result = await service.result(run.session_id)
+        if result.status is RunStatus.CANCELLED and not stopping:  # Ctrl-C on one part
+            stopping.append(True)
+            for _, other in begun.parts:
+                if other is not run:
+                    with contextlib.suppress(SessionStateError):  # another process runs it
+                        await service.cancel(other.session_id)
+        return result
+
+    try:
+        results = await asyncio.gather(*(one(run) for _, run in begun.parts))
+    except asyncio.CancelledError:
+        await asyncio.gather(*(service.cancel(run.session_id) for _, run in begun.parts),
+                             return_exceptions=True)
+        raise
+    return merged_result([part for part, _ in begun.parts], results, begun.left_out,
+                         begun.threshold, begun.changes.described, begun.tier)
 
 
 async def check_confined(root: Path, paths: Sequence[str]) -> None:

@@ -263,7 +263,7 @@ async def review_changes(
         workspace = await client_root(ctx) or service.workspace
         begun = await start_review(service, workspace, change, focus=focus, models=models,
                                    config=config, base_url=base_url, options=limits,
-                                   threshold=fail_on, tier=fail_on_tier)
+                                   threshold=fail_on, tier=fail_on_tier, split_ok=False)
         notes.extend(begun.notes)
         return begun.run
 

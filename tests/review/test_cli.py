@@ -139,10 +139,11 @@ def test_each_bad_input_is_refused_in_one_line(repo: Path, tmp_path: Path, home:
         monkeypatch=monkeypatch)
     huge = b"--- a/README.md\n+++ b/README.md\n" + b"+" + b"x" * 50_000_000 + b"\n"
     line = bad(capsys, "-", stdin=huge, monkeypatch=monkeypatch)
-    assert "more than 180,000 bytes" in line and "narrow it" in line
-    (outside / "big.patch").write_bytes(huge[:300_000])
+    # Over 180 KB a diff is reviewed in parts (tests/review/test_parts.py); over 8 MiB, no.
+    assert "more than 8,388,608 bytes" in line and "narrow it" in line
+    (outside / "big.patch").write_bytes(huge[:9_000_000])
     line = bad(capsys, str(outside / "big.patch"))
-    assert "patch: the patch " in line and "is 300,000 bytes" in line and "narrow it" in line
+    assert "patch: the patch " in line and "is 9,000,000 bytes" in line and "narrow it" in line
     for path, why in (("../../etc/passwd", "leaves the repository"),
                       ("/etc/passwd", "is an absolute path"),
                       ("link/passwd", "leads outside the repository through a link"),

@@ -79,7 +79,8 @@ async def test_review_changes_returns_the_verdict_and_agreed_findings(
         assert f"Session {session_id}: completed" in said
         assert ("Note: left out .env: on the secret-file deny-list (its changes are never "
                 "sent to a model).") in lines
-        assert len(lines) <= 9, said  # a few lines: the review itself is structuredContent
+        assert lines[5].startswith("Coverage: 2 files, 4 of 4 changed lines (100%)")
+        assert len(lines) <= 10, said  # a few lines: the review itself is structuredContent
         review = handle["result"]["review"]
         assert review["verdict"] == "blocked" and review["threshold"] == "major"
         assert [(f["file"], f["severity"]) for f in review["findings"]] == [
