@@ -56,7 +56,7 @@ from massgen_mcp.review.diff import MAX_DIFF_BYTES
 from massgen_mcp.review.ignore import PathRules, check_pattern
 from massgen_mcp.team.presets import resolve_config_path
 from massgen_mcp.team.safe_yaml import MAX_CONFIG_BYTES, parse_yaml
-from massgen_mcp.tools.git import Git, GitFailed, through_link
+from massgen_mcp.tools.git import Git, GitFailed, OutputOverCap, through_link
 from massgen_mcp.tools.workspace import withheld, withheld_content
 
 RULES_FILE = ".massgen/config.yaml"  # relative to the repository's top folder
@@ -311,6 +311,30 @@ def load_rules(top: Path) -> LoadedRules:
     except UnicodeDecodeError:
         raise ConfigError(f"{RULES_FILE}: not UTF-8 text") from None
     return rules_from_mapping(parse_yaml(text, RULES_FILE), RULES_FILE)
+
+
+async def load_rules_at(git: Git, base: str) -> LoadedRules:
+    """The review rules as the commit ``base`` holds them. A review against a base (a pull
+    request's job: the merge base against the head) takes the base's rules, never the
+    working tree's: the head's author wrote those, and an ``ignore`` of the file it changes
+    would hide that change from its own review. No file at ``base`` (or no such commit,
+    which the diff then refuses in its own words): the defaults."""
+    if base.startswith("-"):
+        raise ConfigError(f"base: {base!r} is not a commit (it starts with '-')")
+    try:
+        data = await git.run("cat-file", "blob", f"{base}:{RULES_FILE}",
+                             cap=MAX_CONFIG_BYTES)
+    except GitFailed:
+        return LoadedRules(ReviewRules())
+    except OutputOverCap:
+        raise ConfigError(f"{RULES_FILE} at {base}: over {MAX_CONFIG_BYTES:,} bytes; a "
+                          "repository's review rules are read only from a small file") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{RULES_FILE} at {base}: not UTF-8 text") from None
+    source = f"{RULES_FILE} at {base}"
+    return rules_from_mapping(parse_yaml(text, source), source)
 
 
 def instructions_for(loaded: LoadedRules, files: Sequence[str]) -> str:

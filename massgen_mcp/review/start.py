@@ -43,11 +43,13 @@ from massgen_mcp.review.rules import (
     check_budget,
     instructions_for,
     load_rules,
+    load_rules_at,
     read_guidance,
 )
 from massgen_mcp.service import ConsensusService, StartedRun
 from massgen_mcp.team import consent
 from massgen_mcp.team.context_files import Workspace
+from massgen_mcp.tools.git import Git
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,10 @@ async def start_review(service: ConsensusService, workspace: Workspace,
     if workspace.confined:
         await check_confined(workspace.root, change.paths)
     try:
-        loaded = await asyncio.to_thread(load_rules, await repository(workspace.root))
+        top = await repository(workspace.root)
+        # Against a base, the base's rules: the head's may ignore the head's own changes.
+        loaded = (await load_rules_at(Git(top), change.base) if change.base is not None
+                  else await asyncio.to_thread(load_rules, top))
         changes = await collect(workspace.root, staged=change.staged, base=change.base,
                                 commit=change.commit, patch_text=change.patch,
                                 patch=change.patch_file, paths=list(change.paths),
