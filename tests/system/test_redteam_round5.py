@@ -22,6 +22,7 @@ from tests.helpers import Scripted
 from tests.review.conftest import git
 from tests.review.conftest import repo as repo  # the fixture: a repository with changes
 from tests.servers import TOKEN, free_port, server_env
+from tests.system.test_redteam_round4b import _planted_program
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="shell-script plants")
 
@@ -89,16 +90,6 @@ def test_generated_secrets_pass_and_patterns_do_not() -> None:
 
 # -- git-config plants: the review's git runs no program a repository's config names -------
 
-def _planted(tmp_path: Path, name: str) -> tuple[Path, str]:
-    """A program that leaves ``ran/<name>`` when it runs and passes its input through."""
-    ran = tmp_path / "ran"
-    ran.mkdir(exist_ok=True)
-    script = tmp_path / f"{name}.sh"
-    script.write_text(f'#!/bin/sh\ntouch "{ran}/{name}"\ncat\n')
-    script.chmod(0o755)
-    return ran, str(script)
-
-
 async def _review_every_way(repo: Path, cwd: Path | None = None) -> None:
     """The working tree, one commit, a base and both snapshots: every git call a review
     makes (a refusal in one line counts as holding too)."""
@@ -126,7 +117,7 @@ async def test_worktree_config_and_conditional_includes_run_nothing(repo: Path,
     worktree's own (``extensions.worktreeConfig``) and an ``includeIf`` (plain git ran
     every one of these programs)."""
     names = ("wtclean", "wtfsmonitor", "wttextconv", "incprocess")
-    scripts = {name: _planted(tmp_path, name)[1] for name in names}
+    scripts = {name: _planted_program(tmp_path, name)[1] for name in names}
     _commit_attributes(repo, "*.py filter=wt diff=wtd\n*.md filter=inc\n")
     git(repo, "config", "extensions.worktreeConfig", "true")
     git(repo, "config", "--worktree", "filter.wt.clean", scripts["wtclean"])
@@ -146,7 +137,7 @@ async def test_worktree_config_and_conditional_includes_run_nothing(repo: Path,
 
 @posix_only
 async def test_a_linked_worktrees_own_config_runs_nothing(repo: Path, tmp_path: Path) -> None:
-    ran, script = _planted(tmp_path, "linkedclean")
+    ran, script = _planted_program(tmp_path, "linkedclean")
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "base")
     linked = tmp_path / "linked"
@@ -180,7 +171,7 @@ async def test_a_submodules_config_runs_nothing_even_asked_to_diff_it(
     vendor = repo / "vendor"
     for key, name in (("filter.sf.process", "subprocess"), ("diff.sd.textconv", "subconv"),
                       ("diff.sd.command", "subcommand"), ("core.fsmonitor", "subfsmonitor")):
-        git(vendor, "config", key, _planted(tmp_path, name)[1])
+        git(vendor, "config", key, _planted_program(tmp_path, name)[1])
     git(repo, "config", "diff.submodule", "diff")
     git(repo, "config", "submodule.recurse", "true")
     (vendor / "s.txt").write_text("changed\n")
