@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.review import _git
 from massgen_mcp.review.changes import collect
 from massgen_mcp.review.diff import MAX_DIFF_BYTES
 from massgen_mcp.review.parts import split
@@ -31,13 +30,6 @@ LATENCY_S = 0.2
 MODULES = 30
 LINES = 520  # per file: 60 files, ~1.5 MB of diff
 MODELS = ["openai/a", "openai/b", "openai/c"]
-
-
-def _git(root: Path, *args: str) -> None:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.com",
-           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.com",
-           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
-    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, env=env)
 
 
 def _code(i: int) -> str:
